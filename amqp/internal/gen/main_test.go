@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// specPath is where the protocol definition sits in a checkout with shared/
+// beside the repository; the tests skip without it, since the build does not
+// need it.
+const specPath = "../../../../shared/amqp/amqp-rabbitmq-0.9.1.json"
+
+func loadSpec(t *testing.T) *spec {
+	t.Helper()
+	if _, err := os.Stat(specPath); err != nil {
+		t.Skipf("protocol definition not available: %v", err)
+	}
+	s, err := load(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestGeneratedUpToDate fails when spec_gen.go was edited by hand or the
+// generator changed without `go generate ./amqp/`.
+func TestGeneratedUpToDate(t *testing.T) {
+	s := loadSpec(t)
+	want, err := generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../spec_gen.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("amqp/spec_gen.go is stale: run go generate ./amqp/")
+	}
+	again, _ := generate(s)
+	if !bytes.Equal(again, want) {
+		t.Fatal("generator output is not deterministic")
+	}
+}
+
+// TestBasicPropertyOrder guards amqp/properties.go, which is written by hand:
+// its flags assume this order, bit 15 first.
+func TestBasicPropertyOrder(t *testing.T) {
+	s := loadSpec(t)
+	want := "content-type content-encoding headers delivery-mode priority correlation-id reply-to " +
+		"expiration message-id timestamp type user-id app-id cluster-id"
+	for _, c := range s.Classes {
+		if c.Name != "basic" {
+			continue
+		}
+		var names []string
+		for _, p := range c.Properties {
+			names = append(names, p.Name)
+		}
+		if got := strings.Join(names, " "); got != want {
+			t.Fatalf("basic properties are\n%s\nproperties.go assumes\n%s", got, want)
+		}
+		return
+	}
+	t.Fatal("no basic class")
+}
+
+func TestCamel(t *testing.T) {
+	for in, want := range map[string]string{
+		"reserved-1": "Reserved1", "no-ack": "NoAck", "nowait": "Nowait", "routing-key": "RoutingKey",
+		"class-id": "ClassID", "if-unused": "IfUnused", "virtual-host": "VirtualHost",
+		"FRAME-MIN-SIZE": "FrameMinSize", "recover-async": "RecoverAsync", "get-ok": "GetOk",
+	} {
+		if got := camel(in); got != want {
+			t.Errorf("camel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestBitRuns covers packing the 0-9-1 spec never exercises: more than eight
+// consecutive bits, and two runs in one method.
+func TestBitRuns(t *testing.T) {
+	var args []argument
+	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"} {
+		args = append(args, argument{Name: n, Type: "bit"})
+	}
+	args = append(args, argument{Name: "o", Type: "octet"}, argument{Name: "j", Type: "bit"})
+	s := &spec{Classes: []class{{ID: 1, Name: "test", Methods: []method{{ID: 1, Name: "m", Arguments: args}}}}}
+	src, err := generate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"if m.H {\n\t\tbits0 |= 1 << 7\n\t}", // eighth bit ends the first octet
+		"if m.I {\n\t\tbits1 |= 1 << 0\n\t}", // ninth starts a new one
+		"if m.J {\n\t\tbits2 |= 1 << 0\n\t}", // a run after another field starts afresh
+		"m.I = bits1&(1<<0) != 0",
+	} {
+		if !strings.Contains(string(src), want) {
+			t.Errorf("generated code lacks %q", want)
+		}
+	}
+}

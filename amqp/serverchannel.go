@@ -1,0 +1,191 @@
+package amqp
+
+import "errors"
+
+// serverChannel is one open channel of a ServerConn: content assembly and
+// the channel.close handshake. It implements ChannelOut for the handler.
+// All fields but dead are used by the connection's reader goroutine only.
+type serverChannel struct {
+	c  *ServerConn
+	id uint16
+	h  ChannelHandler
+
+	// dead is set (under c.wmu) once the channel is closed: the handler's
+	// late sends are dropped instead of reaching a reopened channel of
+	// the same number.
+	dead     bool
+	released bool
+	closing  bool // channel.close sent, waiting for close-ok
+
+	// content assembly of a basic.publish
+	pub      *BasicPublish
+	props    Properties
+	raw      []byte
+	body     []byte
+	bodySize uint64
+	inHeader bool // expecting the content header
+	inBody   bool // expecting body frames
+}
+
+// Send implements ChannelOut.
+func (ch *serverChannel) Send(m Method) { ch.c.sendOn(ch, m) }
+
+// SendContent implements ChannelOut.
+func (ch *serverChannel) SendContent(m Method, props, body []byte) {
+	ch.c.sendContent(ch, m, props, body)
+}
+
+// Writable implements ChannelOut.
+func (ch *serverChannel) Writable() bool { return ch.c.writable() }
+
+// release closes the handler once and silences the channel.
+func (ch *serverChannel) release() {
+	if ch.released {
+		return
+	}
+	ch.released = true
+	ch.c.wmu.Lock()
+	ch.dead = true
+	ch.c.wmu.Unlock()
+	ch.pub, ch.body, ch.raw = nil, nil, nil
+	ch.h.Close()
+}
+
+// frame handles one frame for this channel.
+func (ch *serverChannel) frame(f Frame) error {
+	if ch.closing {
+		return ch.frameWhileClosing(f)
+	}
+	switch {
+	case ch.inHeader:
+		return ch.header(f)
+	case ch.inBody:
+		return ch.bodyFrame(f)
+	}
+	if f.Type != FrameMethod {
+		return Errorf(UnexpectedFrame, "expected method frame, got non method frame instead")
+	}
+	m, err := DecodeMethod(f.Payload)
+	if err != nil {
+		return err
+	}
+	switch m := m.(type) {
+	case *ChannelOpen:
+		return channelErr(m, Errorf(ChannelError, "second 'channel.open' seen"))
+	case *ChannelClose:
+		ch.release()
+		ch.c.send(ch.id, &ChannelCloseOk{})
+		delete(ch.c.channels, ch.id)
+		return nil
+	case *ChannelCloseOk:
+		return nil
+	case *BasicPublish:
+		ch.pub = m
+		ch.inHeader = true
+		return nil
+	}
+	if m.HasContent() {
+		return channelErr(m, Errorf(CommandInvalid, "method '%s' is not allowed from a client", m.Name()))
+	}
+	return ch.result(ch.h.Handle(m))
+}
+
+func channelErr(m Method, e *Error) *Error {
+	e.ClassID, e.MethodID = m.ClassID(), m.MethodID()
+	return e
+}
+
+func (ch *serverChannel) header(f Frame) error {
+	if f.Type != FrameHeader {
+		return Errorf(UnexpectedFrame, "expected content header for class 60, got non content header frame instead")
+	}
+	classID, size, raw, err := ParseContentHeader(f.Payload)
+	if err != nil {
+		return err
+	}
+	if classID != ch.pub.ClassID() {
+		return Errorf(UnexpectedFrame, "expected content header for class %d, got one for class %d instead", ch.pub.ClassID(), classID)
+	}
+	props, err := DecodeProperties(raw)
+	if err != nil {
+		return err
+	}
+	ch.inHeader = false
+	ch.props = props
+	ch.raw = append([]byte(nil), raw...)
+	if max := ch.c.srv.cfg.MaxMessageSize; size > max {
+		// The body frames still to come are discarded while closing.
+		return ch.result(channelErr(ch.pub, Errorf(PreconditionFailed, "message size %d is larger than configured max size %d", size, max)))
+	}
+	ch.bodySize = size
+	if size == 0 {
+		return ch.complete()
+	}
+	ch.body = make([]byte, 0, min(size, 1<<20))
+	ch.inBody = true
+	return nil
+}
+
+func (ch *serverChannel) bodyFrame(f Frame) error {
+	if f.Type != FrameBody {
+		return Errorf(UnexpectedFrame, "expected content body, got non content body frame instead")
+	}
+	if uint64(len(ch.body))+uint64(len(f.Payload)) > ch.bodySize {
+		return Errorf(FrameError, "content body of %d bytes exceeds the declared size %d", uint64(len(ch.body))+uint64(len(f.Payload)), ch.bodySize)
+	}
+	ch.body = append(ch.body, f.Payload...)
+	if uint64(len(ch.body)) == ch.bodySize {
+		ch.inBody = false
+		return ch.complete()
+	}
+	return nil
+}
+
+func (ch *serverChannel) complete() error {
+	pub, props, raw, body := ch.pub, ch.props, ch.raw, ch.body
+	ch.pub, ch.props, ch.raw, ch.body = nil, Properties{}, nil, nil
+	if body == nil {
+		body = []byte{}
+	}
+	return ch.result(ch.h.Publish(pub, &props, raw, body))
+}
+
+// result turns a handler error into a channel close (soft) or returns it
+// to the connection (hard).
+func (ch *serverChannel) result(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *Error
+	if !errors.As(err, &ae) {
+		return Errorf(InternalError, "%s", err)
+	}
+	if ae.Hard() {
+		return ae
+	}
+	ch.release()
+	ch.closing = true
+	ch.inHeader, ch.inBody = false, false
+	ch.c.send(ch.id, &ChannelClose{ReplyCode: ae.Code, ReplyText: ae.Text, FailingClassID: ae.ClassID, FailingMethodID: ae.MethodID})
+	return nil
+}
+
+// frameWhileClosing discards everything until the client's close-ok (or
+// its own channel.close crossing ours).
+func (ch *serverChannel) frameWhileClosing(f Frame) error {
+	if f.Type != FrameMethod {
+		return nil
+	}
+	m, err := DecodeMethod(f.Payload)
+	if err != nil {
+		return nil
+	}
+	switch m.(type) {
+	case *ChannelCloseOk:
+		delete(ch.c.channels, ch.id)
+	case *ChannelClose:
+		ch.c.send(ch.id, &ChannelCloseOk{})
+		delete(ch.c.channels, ch.id)
+	}
+	return nil
+}

@@ -1,0 +1,511 @@
+package amqp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Outbound queue marks: deliveries pause while more than writeHighWater
+// bytes wait for the socket, and resume (Session.Drained) once the writer
+// has brought it below writeLowWater.
+const (
+	writeHighWater = 4 << 20
+	writeLowWater  = 1 << 20
+	// closeTimeout bounds the wait for connection.close-ok.
+	closeTimeout = 3 * time.Second
+)
+
+// ServerConn is one client connection. It has a reader goroutine (serve:
+// decodes frames, runs the handshake, calls the handler) and a writer
+// goroutine (flushes the outbound queue, sends heartbeats).
+type ServerConn struct {
+	srv *Server
+	nc  net.Conn
+	log *slog.Logger
+	fr  *FrameReader
+
+	// Negotiated at tune-ok; fixed afterwards.
+	frameMax   uint32
+	channelMax uint16
+	heartbeat  time.Duration
+	hbNanos    atomic.Int64 // heartbeat, for the writer goroutine
+	clientProps Table
+	user        string
+
+	session  Session // set under wmu (the writer reads it)
+	channels map[uint16]*serverChannel // reader goroutine only
+
+	// Outbound queue, guarded by wmu.
+	wmu       sync.Mutex
+	wbuf      []byte
+	wclosed   bool
+	wblocked  bool // a Writable() call returned false since the last drain
+	wsignal   chan struct{}
+	wdone     chan struct{} // closed when the writer exits
+
+	// Connection close state, guarded by cmu.
+	cmu       sync.Mutex
+	closing   bool // connection.close sent, waiting for close-ok
+	closeOnce sync.Once
+	quit      chan struct{} // closed to stop the writer
+}
+
+func newServerConn(s *Server, nc net.Conn) *ServerConn {
+	return &ServerConn{
+		srv:      s,
+		nc:       nc,
+		log:      s.cfg.Logger.With("remote", nc.RemoteAddr().String()),
+		fr:       NewFrameReader(nc),
+		channels: map[uint16]*serverChannel{},
+		wsignal:  make(chan struct{}, 1),
+		wdone:    make(chan struct{}),
+		quit:     make(chan struct{}),
+		frameMax: s.cfg.FrameMax,
+	}
+}
+
+// RemoteAddr returns the client's address.
+func (c *ServerConn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// ClientProperties returns the properties the client sent in start-ok.
+func (c *ServerConn) ClientProperties() Table { return c.clientProps }
+
+// Close closes the connection from the server side with err (a hard
+// error: connection.close). Safe to call from any goroutine, more than once.
+func (c *ServerConn) Close(err *Error) { c.sendClose(err) }
+
+// serve runs the connection until it ends.
+func (c *ServerConn) serve() {
+	go c.writer()
+	defer c.finish()
+	if err := c.handshake(); err != nil {
+		c.logEnd(err)
+		return
+	}
+	c.log.Info("connection open", "user", c.user)
+	err := c.readLoop()
+	c.logEnd(err)
+}
+
+func (c *ServerConn) logEnd(err error) {
+	var ae *Error
+	switch {
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, errClosedByPeer):
+		c.log.Debug("connection closed")
+	case errors.As(err, &ae):
+		c.log.Warn("connection closed with error", "code", ae.Code, "text", ae.Text)
+	default:
+		c.log.Info("connection ended", "err", err)
+	}
+}
+
+// errClosedByPeer ends the read loop after a clean connection.close.
+var errClosedByPeer = errors.New("amqp: connection closed by peer")
+
+// finish tears down: channels, session, writer, socket.
+func (c *ServerConn) finish() {
+	for id, ch := range c.channels {
+		ch.release()
+		delete(c.channels, id)
+	}
+	if c.session != nil {
+		c.session.Closed()
+	}
+	c.stopWriter()
+	<-c.wdone
+	c.nc.Close()
+}
+
+func (c *ServerConn) stopWriter() {
+	c.closeOnce.Do(func() { close(c.quit) })
+}
+
+// handshake runs protocol header, start, tune and open.
+func (c *ServerConn) handshake() error {
+	cfg := &c.srv.cfg
+	c.nc.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	hdr, err := c.fr.ReadProtocolHeader()
+	if err != nil {
+		return fmt.Errorf("read protocol header: %w", err)
+	}
+	if hdr != ProtocolHeader {
+		// Tell the client which protocol we speak, then hang up.
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		c.nc.Write(ProtocolHeader[:])
+		return fmt.Errorf("bad protocol header %q", hdr[:])
+	}
+	c.send(0, &ConnectionStart{
+		VersionMajor:     0,
+		VersionMinor:     9,
+		ServerProperties: c.serverProperties(),
+		Mechanisms:       "PLAIN AMQPLAIN",
+		Locales:          "en_US",
+	})
+	m, err := c.expect(0, "connection.start-ok")
+	if err != nil {
+		return err
+	}
+	so := m.(*ConnectionStartOk)
+	c.clientProps = so.ClientProperties
+	user, pass, aerr := parseLogin(so.Mechanism, []byte(so.Response))
+	if aerr != nil {
+		return c.fatal(aerr)
+	}
+	if err := cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
+		c.log.Warn("login refused", "user", user, "mechanism", so.Mechanism, "reason", err.Error())
+		if c.clientCapability("authentication_failure_close") {
+			return c.fatal(Errorf(AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism))
+		}
+		return fmt.Errorf("login refused for user %q: %w", user, err)
+	}
+	c.user = user
+	c.send(0, &ConnectionTune{
+		ChannelMax: cfg.ChannelMax,
+		FrameMax:   cfg.FrameMax,
+		Heartbeat:  uint16(cfg.Heartbeat / time.Second),
+	})
+	m, err = c.expect(0, "connection.tune-ok")
+	if err != nil {
+		return err
+	}
+	to := m.(*ConnectionTuneOk)
+	switch {
+	case to.FrameMax != 0 && to.FrameMax < FrameMinSize:
+		return c.fatal(Errorf(NotAllowed, "frame_max=%d < %d min size", to.FrameMax, FrameMinSize))
+	case to.FrameMax > cfg.FrameMax:
+		return c.fatal(Errorf(NotAllowed, "frame_max=%d > %d max size", to.FrameMax, cfg.FrameMax))
+	case to.ChannelMax > cfg.ChannelMax:
+		return c.fatal(Errorf(NotAllowed, "channel_max=%d > %d max size", to.ChannelMax, cfg.ChannelMax))
+	}
+	c.frameMax = cfg.FrameMax
+	if to.FrameMax != 0 {
+		c.frameMax = to.FrameMax
+	}
+	c.channelMax = cfg.ChannelMax
+	if to.ChannelMax != 0 {
+		c.channelMax = to.ChannelMax
+	}
+	// Until here the reader kept its small pre-tune limit, so an
+	// unauthenticated peer cannot make us buffer large frames.
+	c.fr.SetMaxFrameSize(c.frameMax)
+	c.heartbeat = time.Duration(to.Heartbeat) * time.Second
+	c.hbNanos.Store(int64(c.heartbeat))
+	m, err = c.expect(0, "connection.open")
+	if err != nil {
+		return err
+	}
+	open := m.(*ConnectionOpen)
+	sess, oerr := cfg.Handler.OpenConnection(c, user, open.VirtualHost)
+	if oerr != nil {
+		return c.fatal(oerr)
+	}
+	c.wmu.Lock()
+	c.session = sess
+	c.wmu.Unlock()
+	c.send(0, &ConnectionOpenOk{})
+	c.armReadDeadline()
+	return nil
+}
+
+// expect reads the next frame, which must be the named method on channel
+// ch (heartbeats are skipped).
+func (c *ServerConn) expect(ch uint16, name string) (Method, error) {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return nil, c.readError(err)
+		}
+		if f.Type == FrameHeartbeat {
+			continue
+		}
+		if f.Type != FrameMethod || f.Channel != ch {
+			return nil, c.fatal(Errorf(CommandInvalid, "expected '%s' on channel %d", name, ch))
+		}
+		m, err := DecodeMethod(f.Payload)
+		if err != nil {
+			return nil, c.readError(err)
+		}
+		if _, ok := m.(*ConnectionClose); ok {
+			c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+			return nil, errClosedByPeer
+		}
+		if m.Name() != name {
+			return nil, c.fatal(Errorf(CommandInvalid, "expected '%s', got '%s'", name, m.Name()))
+		}
+		return m, nil
+	}
+}
+
+// readError turns a read failure into the connection's end: protocol
+// errors are reported to the client, io errors just end it.
+func (c *ServerConn) readError(err error) error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return c.fatal(ae)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("missed heartbeats from client, timeout: %ds: %w", int(c.heartbeat/time.Second), err)
+	}
+	return err
+}
+
+// fatal closes the connection with a hard error and waits (bounded) for
+// close-ok, then returns the error so serve ends.
+func (c *ServerConn) fatal(err *Error) error {
+	c.sendClose(err)
+	c.awaitCloseOk()
+	return err
+}
+
+// sendClose sends connection.close once.
+func (c *ServerConn) sendClose(err *Error) {
+	c.cmu.Lock()
+	if c.closing {
+		c.cmu.Unlock()
+		return
+	}
+	c.closing = true
+	c.cmu.Unlock()
+	c.send(0, &ConnectionClose{ReplyCode: err.Code, ReplyText: err.Text, FailingClassID: err.ClassID, FailingMethodID: err.MethodID})
+	// Unblock a reader that waits for frames that will never come.
+	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+}
+
+// awaitCloseOk discards frames until connection.close-ok (or close),
+// a read error, or the close timeout.
+func (c *ServerConn) awaitCloseOk() {
+	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		if f.Type != FrameMethod || f.Channel != 0 {
+			continue
+		}
+		m, err := DecodeMethod(f.Payload)
+		if err != nil {
+			return
+		}
+		switch m.(type) {
+		case *ConnectionCloseOk:
+			return
+		case *ConnectionClose:
+			c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+			return
+		}
+	}
+}
+
+func (c *ServerConn) isClosing() bool {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	return c.closing
+}
+
+// armReadDeadline sets the deadline for the next frame: two heartbeat
+// intervals (a peer that misses two is dead), or none without heartbeats.
+func (c *ServerConn) armReadDeadline() {
+	if c.heartbeat > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(2 * c.heartbeat))
+	} else {
+		c.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// readLoop reads frames after the handshake until the connection ends.
+func (c *ServerConn) readLoop() error {
+	lastArm := time.Now()
+	for {
+		if c.isClosing() {
+			c.awaitCloseOk()
+			return nil
+		}
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			if c.isClosing() {
+				return nil
+			}
+			return c.readError(err)
+		}
+		if c.heartbeat > 0 {
+			// Re-arming costs a timer update; once per quarter
+			// interval keeps detection within 2.25 intervals.
+			if now := time.Now(); now.Sub(lastArm) > c.heartbeat/4 {
+				c.armReadDeadline()
+				lastArm = now
+			}
+		}
+		if err := c.dispatch(f); err != nil {
+			if errors.Is(err, errClosedByPeer) {
+				return nil
+			}
+			var ae *Error
+			if errors.As(err, &ae) {
+				return c.fatal(ae)
+			}
+			return c.fatal(Errorf(InternalError, "%s", err))
+		}
+	}
+}
+
+// dispatch handles one frame.
+func (c *ServerConn) dispatch(f Frame) error {
+	switch f.Type {
+	case FrameHeartbeat:
+		if f.Channel != 0 {
+			return Errorf(FrameError, "heartbeat frame on channel %d", f.Channel)
+		}
+		return nil
+	case FrameMethod, FrameHeader, FrameBody:
+	default:
+		return Errorf(FrameError, "unknown frame type %d", f.Type)
+	}
+	if f.Channel == 0 {
+		return c.connectionFrame(f)
+	}
+	ch := c.channels[f.Channel]
+	if ch == nil {
+		return c.openChannel(f)
+	}
+	return ch.frame(f)
+}
+
+func (c *ServerConn) connectionFrame(f Frame) error {
+	if f.Type != FrameMethod {
+		return Errorf(UnexpectedFrame, "non-method frame on channel 0")
+	}
+	m, err := DecodeMethod(f.Payload)
+	if err != nil {
+		return err
+	}
+	switch m.(type) {
+	case *ConnectionClose:
+		c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+		return errClosedByPeer
+	case *ConnectionCloseOk:
+		return errClosedByPeer
+	case *ConnectionUpdateSecret:
+		c.send(0, &ConnectionUpdateSecretOk{})
+		return nil
+	case *ConnectionBlocked, *ConnectionUnblocked:
+		return nil
+	}
+	e := Errorf(CommandInvalid, "unexpected method '%s' on channel 0", m.Name())
+	e.ClassID, e.MethodID = m.ClassID(), m.MethodID()
+	return e
+}
+
+func (c *ServerConn) openChannel(f Frame) error {
+	if f.Type != FrameMethod {
+		return Errorf(ChannelError, "expected 'channel.open' on channel %d", f.Channel)
+	}
+	m, err := DecodeMethod(f.Payload)
+	if err != nil {
+		return err
+	}
+	if _, ok := m.(*ChannelOpen); !ok {
+		e := Errorf(ChannelError, "expected 'channel.open' on channel %d, got '%s'", f.Channel, m.Name())
+		e.ClassID, e.MethodID = m.ClassID(), m.MethodID()
+		return e
+	}
+	if f.Channel > c.channelMax {
+		return Errorf(NotAllowed, "channel number %d exceeds negotiated channel_max %d", f.Channel, c.channelMax)
+	}
+	ch := &serverChannel{c: c, id: f.Channel}
+	h, herr := c.session.OpenChannel(f.Channel, ch)
+	if herr != nil {
+		return herr
+	}
+	ch.h = h
+	c.channels[f.Channel] = ch
+	c.send(f.Channel, &ChannelOpenOk{})
+	return nil
+}
+
+// serverProperties advertises what RabbitMQ advertises, so clients enable
+// the same features.
+func (c *ServerConn) serverProperties() Table {
+	cfg := &c.srv.cfg
+	host, _ := os.Hostname()
+	caps := Table{
+		{"publisher_confirms", true},
+		{"exchange_exchange_bindings", true},
+		{"basic.nack", true},
+		{"consumer_cancel_notify", true},
+		{"connection.blocked", true},
+		{"consumer_priorities", true},
+		{"authentication_failure_close", true},
+		{"per_consumer_qos", true},
+		{"direct_reply_to", true},
+	}
+	return Table{
+		{"capabilities", caps},
+		{"cluster_name", "brokerd@" + host},
+		{"copyright", "Copyright (c) the brokerd authors"},
+		{"information", "brokerd: a persistent AMQP 0-9-1 broker"},
+		{"platform", "Go"},
+		{"product", cfg.Product},
+		{"version", cfg.Version},
+	}
+}
+
+// clientCapability reports a boolean from the client's capabilities table.
+func (c *ServerConn) clientCapability(name string) bool {
+	v, ok := c.clientProps.Get("capabilities")
+	if !ok {
+		return false
+	}
+	t, ok := v.(Table)
+	if !ok {
+		return false
+	}
+	b, _ := t.Get(name)
+	on, _ := b.(bool)
+	return on
+}
+
+// parseLogin decodes a SASL response for PLAIN or AMQPLAIN.
+func parseLogin(mechanism string, resp []byte) (user, pass string, err *Error) {
+	switch mechanism {
+	case "PLAIN":
+		// [authzid] NUL authcid NUL passwd
+		parts := bytes.Split(resp, []byte{0})
+		if len(parts) != 3 {
+			return "", "", Errorf(AccessRefused, "invalid PLAIN response")
+		}
+		return string(parts[1]), string(parts[2]), nil
+	case "AMQPLAIN":
+		t, derr := DecodeTableBody(resp)
+		if derr != nil {
+			return "", "", Errorf(AccessRefused, "invalid AMQPLAIN response: %s", derr)
+		}
+		l, _ := t.Get("LOGIN")
+		p, _ := t.Get("PASSWORD")
+		ls, ok1 := stringValue(l)
+		ps, ok2 := stringValue(p)
+		if !ok1 || !ok2 {
+			return "", "", Errorf(AccessRefused, "AMQPLAIN response without LOGIN and PASSWORD")
+		}
+		return ls, ps, nil
+	}
+	return "", "", Errorf(CommandInvalid, "unknown authentication mechanism '%s'", mechanism)
+}
+
+func stringValue(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
+}

@@ -1,0 +1,136 @@
+package amqp
+
+import (
+	"time"
+)
+
+// writeTimeout bounds one socket write: a client that reads nothing for
+// this long is dropped rather than allowed to pin the server's memory.
+const writeTimeout = 30 * time.Second
+
+// maxSpare is the largest buffer the writer keeps for reuse.
+const maxSpare = 1 << 20
+
+func (c *ServerConn) signal() {
+	select {
+	case c.wsignal <- struct{}{}:
+	default:
+	}
+}
+
+// send queues a method frame.
+func (c *ServerConn) send(ch uint16, m Method) {
+	c.wmu.Lock()
+	if !c.wclosed {
+		c.wbuf = AppendMethodFrame(c.wbuf, ch, m)
+	}
+	c.wmu.Unlock()
+	c.signal()
+}
+
+// sendRaw queues already encoded frames.
+func (c *ServerConn) sendRaw(b []byte) {
+	c.wmu.Lock()
+	if !c.wclosed {
+		c.wbuf = append(c.wbuf, b...)
+	}
+	c.wmu.Unlock()
+	c.signal()
+}
+
+// sendContent queues a content method with its header and body frames.
+// It does nothing if the channel is dead (closed, maybe reopened by the
+// client under the same number).
+func (c *ServerConn) sendContent(ch *serverChannel, m Method, props, body []byte) {
+	c.wmu.Lock()
+	if !c.wclosed && !ch.dead {
+		c.wbuf = AppendMethodFrame(c.wbuf, ch.id, m)
+		c.wbuf = AppendHeaderFrame(c.wbuf, ch.id, m.ClassID(), uint64(len(body)), props)
+		c.wbuf = AppendBodyFrames(c.wbuf, ch.id, body, c.frameMax)
+	}
+	c.wmu.Unlock()
+	c.signal()
+}
+
+// sendOn queues a method frame for a channel unless it is dead.
+func (c *ServerConn) sendOn(ch *serverChannel, m Method) {
+	c.wmu.Lock()
+	if !c.wclosed && !ch.dead {
+		c.wbuf = AppendMethodFrame(c.wbuf, ch.id, m)
+	}
+	c.wmu.Unlock()
+	c.signal()
+}
+
+func (c *ServerConn) writable() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if len(c.wbuf) < writeHighWater {
+		return true
+	}
+	c.wblocked = true
+	return false
+}
+
+// writer flushes the outbound queue whenever signalled, coalescing
+// everything queued since the last write into one syscall, and sends a
+// heartbeat when nothing else was written for half the interval.
+func (c *ServerConn) writer() {
+	defer close(c.wdone)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	var spare []byte
+	lastWrite := time.Now()
+	for {
+		quit := false
+		select {
+		case <-c.wsignal:
+		case <-c.quit:
+			quit = true
+		case now := <-tick.C:
+			if hb := time.Duration(c.hbNanos.Load()); hb > 0 && now.Sub(lastWrite) >= hb/2 {
+				c.wmu.Lock()
+				c.wbuf = AppendHeartbeat(c.wbuf)
+				c.wmu.Unlock()
+			}
+		}
+		c.wmu.Lock()
+		buf := c.wbuf
+		c.wbuf = spare[:0]
+		if quit {
+			c.wclosed = true
+		}
+		c.wmu.Unlock()
+		if len(buf) > 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.wmu.Lock()
+				c.wclosed = true
+				c.wbuf = nil
+				c.wmu.Unlock()
+				c.nc.Close() // the reader sees the error and ends the connection
+				<-c.quit
+				return
+			}
+			lastWrite = time.Now()
+		}
+		if cap(buf) <= maxSpare {
+			spare = buf[:0]
+		} else {
+			spare = nil
+		}
+		if quit {
+			return
+		}
+		c.wmu.Lock()
+		drained := c.wblocked && len(c.wbuf) < writeLowWater
+		if drained {
+			c.wblocked = false
+		}
+		sess := c.session
+		c.wmu.Unlock()
+		if drained && sess != nil {
+			sess.Drained()
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/store"
+)
+
+// Options configures a Broker.
+type Options struct {
+	// Store persists durable state. Required.
+	Store store.Store
+	// Logger receives operational messages; slog.Default() if nil.
+	Logger *slog.Logger
+	// VHosts are created at start if absent. Default: "/".
+	VHosts []string
+	// Users are created at start if absent, with full permissions on the
+	// bootstrap vhosts. Default: guest/guest, administrator, loopback only.
+	Users []UserSpec
+	// MaxMessageSize bounds a message body. Default 128 MiB.
+	MaxMessageSize int
+}
+
+// UserSpec describes a bootstrap user. Exactly one of Password and
+// PasswordHash is set.
+type UserSpec struct {
+	Name, Password, PasswordHash string
+	Tags                         []string
+	LoopbackOnly                 bool
+}
+
+// Broker holds every vhost, user and connection. It implements
+// amqp.Handler.
+type Broker struct {
+	opts  Options
+	log   *slog.Logger
+	store store.Store
+
+	mu     sync.RWMutex
+	vhosts map[string]*VHost
+	users  map[string]*User
+	conns  map[*conn]struct{}
+	closed bool
+
+	queueID atomic.Uint64
+	replyTo sync.Map // direct reply-to address → *channel
+
+	storeErr atomic.Pointer[error]
+	counters counters
+}
+
+// Open starts a broker over opts.Store, recovering its durable state.
+func Open(opts Options) (*Broker, error) {
+	if opts.Store == nil {
+		return nil, errors.New("broker: no store")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if len(opts.VHosts) == 0 {
+		opts.VHosts = []string{"/"}
+	}
+	if opts.Users == nil {
+		opts.Users = []UserSpec{{Name: "guest", Password: "guest", Tags: []string{"administrator"}, LoopbackOnly: true}}
+	}
+	if opts.MaxMessageSize <= 0 {
+		opts.MaxMessageSize = 128 << 20
+	}
+	b := &Broker{
+		opts:   opts,
+		log:    opts.Logger,
+		store:  opts.Store,
+		vhosts: make(map[string]*VHost),
+		users:  make(map[string]*User),
+		conns:  make(map[*conn]struct{}),
+	}
+	if err := b.recoverDefinitions(); err != nil {
+		return nil, fmt.Errorf("recover definitions: %w", err)
+	}
+	var mb metaBatch
+	for _, name := range opts.VHosts {
+		if b.vhosts[name] == nil {
+			b.vhosts[name] = newVHost(b, name)
+			mb.putVHost(name)
+		}
+	}
+	if err := b.applyMeta(&mb); err != nil {
+		return nil, fmt.Errorf("store bootstrap vhosts: %w", err)
+	}
+	for _, spec := range opts.Users {
+		u := &User{Name: spec.Name, PasswordHash: spec.PasswordHash, Tags: spec.Tags, LoopbackOnly: spec.LoopbackOnly, Permissions: map[string]*Permission{}}
+		if spec.Password != "" {
+			u.PasswordHash = HashPassword(spec.Password)
+		}
+		for _, v := range opts.VHosts {
+			p, err := NewPermission(".*", ".*", ".*")
+			if err != nil {
+				return nil, err
+			}
+			u.Permissions[v] = p
+		}
+		b.users[u.Name] = u
+	}
+	return b, nil
+}
+
+// Close closes every connection (connection.close 320 CONNECTION_FORCED)
+// and stops the broker. It does not close the store. Idempotent.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	conns := make([]*conn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	b.mu.Unlock()
+	for _, c := range conns {
+		c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
+	}
+}
+
+// Authenticate implements amqp.Handler.
+func (b *Broker) Authenticate(user, password string, remote net.Addr) error {
+	b.mu.RLock()
+	u := b.users[user]
+	b.mu.RUnlock()
+	switch {
+	case u == nil:
+		return fmt.Errorf("user '%s' - invalid credentials", user)
+	case !u.CheckPassword(password):
+		return fmt.Errorf("user '%s' - invalid credentials", user)
+	case u.LoopbackOnly && !isLoopback(remote):
+		return fmt.Errorf("user '%s' can only connect via localhost", user)
+	}
+	return nil
+}
+
+// OpenConnection implements amqp.Handler.
+func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.Session, *amqp.Error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, amqp.Errorf(amqp.ConnectionForced, "broker is shutting down")
+	}
+	v := b.vhosts[vhost]
+	if v == nil {
+		return nil, amqp.Errorf(amqp.NotAllowed, "vhost %s not found", vhost)
+	}
+	u := b.users[user]
+	perm := u.Permissions[vhost]
+	if perm == nil {
+		return nil, amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", vhost, user)
+	}
+	c := &conn{b: b, ac: ac, vhost: v, user: u, perm: perm, channels: map[uint16]*channel{}}
+	if caps, ok := ac.ClientProperties().Get("capabilities"); ok {
+		if t, ok := caps.(amqp.Table); ok {
+			if v, ok := t.Get("consumer_cancel_notify"); ok {
+				c.cancelNotify, _ = v.(bool)
+			}
+		}
+	}
+	b.conns[c] = struct{}{}
+	return c, nil
+}
+
+func (b *Broker) dropConn(c *conn) {
+	b.mu.Lock()
+	delete(b.conns, c)
+	b.mu.Unlock()
+}
+
+func (b *Broker) newQueueID() store.QueueID { return store.QueueID(b.queueID.Add(1)) }
+
+// storeFailed records a store failure. Store errors are sticky: the
+// broker keeps serving what it has in memory, but every operation that
+// needs the store fails (publishers get nacks) and the failure is logged
+// once.
+func (b *Broker) storeFailed(err error) {
+	if err == nil {
+		return
+	}
+	if b.storeErr.CompareAndSwap(nil, &err) {
+		b.log.Error("message store failed; persistent operations will fail", "err", err)
+	}
+}
+
+// removeConsumer cancels c on its queue and deletes the queue if it is
+// auto-delete and c was its last consumer.
+func (b *Broker) removeConsumer(c *consumer) {
+	if c.q.removeConsumer(c) {
+		b.deleteQueue(c.q)
+	}
+}
+
+// deleteQueue removes q with its bindings and messages; consumers get a
+// basic.cancel. It returns the number of ready messages dropped.
+func (b *Broker) deleteQueue(q *Queue) int {
+	v := q.vhost
+	v.mu.Lock()
+	if v.queues[q.Name] != q {
+		v.mu.Unlock()
+		return 0
+	}
+	delete(v.queues, q.Name)
+	var mb metaBatch
+	for _, bd := range append([]*Binding(nil), q.bindings...) {
+		if src := v.exchanges[bd.Source]; src != nil {
+			v.removeBindingLocked(src, bd, &mb)
+		}
+	}
+	q.bindings = nil
+	v.mu.Unlock()
+
+	consumers, ready := q.markDeleted()
+	if q.Durable && !q.Exclusive {
+		mb.deleteQueue(v.Name, q.Name)
+	}
+	ops := &store.Batch{Meta: mb.ops}
+	if q.Durable {
+		ops.DropQueues = []store.QueueID{q.id}
+	}
+	if !ops.Empty() {
+		b.store.Apply(ops, b.storeFailed)
+	}
+	for _, c := range consumers {
+		c.ch.serverCancel(c)
+	}
+	if q.owner != nil {
+		q.owner.removeExclusive(q)
+	}
+	return ready
+}
+
+// VHost returns the named vhost, or nil.
+func (b *Broker) VHost(name string) *VHost {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.vhosts[name]
+}

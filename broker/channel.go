@@ -1,0 +1,285 @@
+package broker
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// delivery is one unacknowledged delivery on a channel.
+type delivery struct {
+	tag uint64
+	q   *Queue
+	e   *entry
+	c   *consumer // nil for basic.get
+}
+
+// channel is the broker side of an AMQP channel.
+//
+// Concurrency: methods are called from the connection's reader goroutine;
+// queues call tryDeliver and recordGet from publishers' goroutines with the
+// queue lock held. mu guards everything below it. Code holding mu never
+// takes a queue or vhost lock.
+type channel struct {
+	id   uint16
+	conn *conn
+	out  amqp.ChannelOut
+
+	mu             sync.Mutex
+	closed         bool
+	flowActive     bool
+	nextTag        uint64
+	unacked        []*delivery // ascending tags; settled slots are nil
+	unackedHead    int
+	unackedN       int
+	consumers      map[string]*consumer
+	prefetch       int // basic.qos global=false: for consumers created later
+	globalPrefetch int // basic.qos global=true: shared by the channel
+	ctagSeq        int
+
+	// confirm mode (publisher confirms)
+	confirm    bool
+	publishSeq uint64
+	confirms   confirmTracker
+
+	// tx mode
+	tx      bool
+	txPubs  []*pendingPublish
+	txAcks  []txAck
+	replyTo   string // direct reply-to address of this channel, "" if not consuming
+	replyTag  string // consumer tag of the direct reply-to consumer
+	lastQueue string // the queue last declared on this channel (for empty names)
+}
+
+type txAck struct {
+	ds     []*delivery
+	action settleAction
+}
+
+type settleAction int
+
+const (
+	actAck settleAction = iota
+	actRequeue
+	actReject
+)
+
+func newChannel(c *conn, id uint16, out amqp.ChannelOut) *channel {
+	return &channel{id: id, conn: c, out: out, flowActive: true, nextTag: 1, consumers: make(map[string]*consumer)}
+}
+
+// tryDeliver hands e to consumer c if the channel can take it now.
+// Called with q.mu held.
+func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.closed || !ch.flowActive || ch.consumers[c.tag] != c {
+		return false
+	}
+	if !c.noAck {
+		if c.prefetch > 0 && c.unacked >= c.prefetch {
+			return false
+		}
+		if ch.globalPrefetch > 0 && ch.unackedN >= ch.globalPrefetch {
+			return false
+		}
+	}
+	if !ch.out.Writable() {
+		return false
+	}
+	tag := ch.nextTag
+	ch.nextTag++
+	if !c.noAck {
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c})
+		c.unacked++
+	}
+	h := e.EffectiveHeader()
+	ch.out.SendContent(&amqp.BasicDeliver{
+		ConsumerTag: c.tag,
+		DeliveryTag: tag,
+		Redelivered: e.redelivered,
+		Exchange:    h.Exchange,
+		RoutingKey:  h.RoutingKeys[0],
+	}, h.Props, e.Msg.Body)
+	return true
+}
+
+// recordGet allocates a delivery tag for basic.get. Called with q.mu held.
+func (ch *channel) recordGet(q *Queue, e *entry, noAck bool) uint64 {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	tag := ch.nextTag
+	ch.nextTag++
+	if !noAck {
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e})
+	}
+	return tag
+}
+
+func (ch *channel) addUnackedLocked(d *delivery) {
+	ch.unacked = append(ch.unacked, d)
+	ch.unackedN++
+}
+
+// takeUnackedLocked removes and returns the deliveries an ack/nack/reject
+// with (tag, multiple) settles, in tag order. tag 0 with multiple means all.
+func (ch *channel) takeUnackedLocked(tag uint64, multiple bool) ([]*delivery, *amqp.Error) {
+	live := ch.unacked[ch.unackedHead:]
+	var out []*delivery
+	if multiple {
+		for i, d := range live {
+			if d == nil {
+				continue
+			}
+			if tag != 0 && d.tag > tag {
+				break
+			}
+			out = append(out, d)
+			live[i] = nil
+		}
+		if len(out) == 0 && tag != 0 {
+			return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+		}
+	} else {
+		// Acks mostly arrive in order, so the tag is near the head.
+		i := 0
+		for i < len(live) && (live[i] == nil || live[i].tag < tag) {
+			i++
+		}
+		if i == len(live) || live[i].tag != tag {
+			return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+		}
+		out = []*delivery{live[i]}
+		live[i] = nil
+	}
+	ch.unackedN -= len(out)
+	ch.compactLocked()
+	for _, d := range out {
+		if d.c != nil {
+			d.c.unacked--
+		}
+	}
+	return out, nil
+}
+
+// compactLocked drops settled slots at the head and, when the slice is
+// mostly holes, rebuilds it.
+func (ch *channel) compactLocked() {
+	for ch.unackedHead < len(ch.unacked) && ch.unacked[ch.unackedHead] == nil {
+		ch.unacked[ch.unackedHead] = nil
+		ch.unackedHead++
+	}
+	if ch.unackedHead == len(ch.unacked) {
+		ch.unacked, ch.unackedHead = ch.unacked[:0], 0
+		return
+	}
+	if live := len(ch.unacked) - ch.unackedHead; live > 64 && ch.unackedN < live/4 {
+		out := make([]*delivery, 0, ch.unackedN*2)
+		for _, d := range ch.unacked[ch.unackedHead:] {
+			if d != nil {
+				out = append(out, d)
+			}
+		}
+		ch.unacked, ch.unackedHead = out, 0
+	}
+}
+
+// restoreUnackedLocked puts deliveries back (tx rollback), keeping order.
+func (ch *channel) restoreUnackedLocked(ds []*delivery) {
+	all := make([]*delivery, 0, ch.unackedN+len(ds))
+	for _, d := range ch.unacked[ch.unackedHead:] {
+		if d != nil {
+			all = append(all, d)
+		}
+	}
+	all = append(all, ds...)
+	sort.Slice(all, func(i, j int) bool { return all[i].tag < all[j].tag })
+	ch.unacked, ch.unackedHead, ch.unackedN = all, 0, len(all)
+	for _, d := range ds {
+		if d.c != nil {
+			d.c.unacked++
+		}
+	}
+}
+
+// settle applies an ack, requeue or reject to deliveries already taken
+// from the unacked list, grouped by queue in tag order, then lets the
+// channel's queues deliver into the freed credit.
+func (ch *channel) settle(ds []*delivery, action settleAction) {
+	for len(ds) > 0 {
+		q := ds[0].q
+		var es []*entry
+		rest := ds[:0:0]
+		for _, d := range ds {
+			if d.q == q {
+				es = append(es, d.e)
+			} else {
+				rest = append(rest, d)
+			}
+		}
+		switch action {
+		case actAck:
+			q.ack(es)
+		case actRequeue:
+			q.requeue(es)
+		case actReject:
+			q.reject(es)
+		}
+		ds = rest
+	}
+	ch.kick()
+}
+
+// kick lets every queue this channel consumes from deliver.
+func (ch *channel) kick() {
+	ch.mu.Lock()
+	qs := make([]*Queue, 0, len(ch.consumers))
+	for _, c := range ch.consumers {
+		qs = append(qs, c.q)
+	}
+	ch.mu.Unlock()
+	for _, q := range qs {
+		q.dispatch()
+	}
+}
+
+// close releases the channel: consumers are cancelled and unacked
+// deliveries returned to their queues. Idempotent.
+func (ch *channel) close() {
+	ch.mu.Lock()
+	if ch.closed {
+		ch.mu.Unlock()
+		return
+	}
+	ch.closed = true
+	consumers := make([]*consumer, 0, len(ch.consumers))
+	for _, c := range ch.consumers {
+		consumers = append(consumers, c)
+	}
+	clear(ch.consumers)
+	var ds []*delivery
+	for _, d := range ch.unacked[ch.unackedHead:] {
+		if d != nil {
+			ds = append(ds, d)
+		}
+	}
+	for _, a := range ch.txAcks {
+		ds = append(ds, a.ds...)
+	}
+	ch.unacked, ch.unackedHead, ch.unackedN, ch.txAcks, ch.txPubs = nil, 0, 0, nil, nil
+	replyTo := ch.replyTo
+	ch.mu.Unlock()
+
+	if replyTo != "" {
+		ch.conn.b.replyTo.Delete(replyTo)
+	}
+	for _, c := range consumers {
+		ch.conn.b.removeConsumer(c)
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].tag < ds[j].tag })
+	if len(ds) > 0 {
+		ch.settle(ds, actRequeue)
+	}
+	ch.confirms.close()
+}

@@ -1,0 +1,99 @@
+package broker
+
+import (
+	"sync"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// conn is the broker side of one AMQP connection (an amqp.Session).
+type conn struct {
+	b            *Broker
+	ac           *amqp.ServerConn
+	vhost        *VHost
+	user         *User
+	perm         *Permission
+	cancelNotify bool
+
+	mu        sync.Mutex
+	channels  map[uint16]*channel
+	exclusive []*Queue
+}
+
+// OpenChannel implements amqp.Session.
+func (c *conn) OpenChannel(id uint16, out amqp.ChannelOut) (amqp.ChannelHandler, *amqp.Error) {
+	ch := newChannel(c, id, out)
+	c.mu.Lock()
+	c.channels[id] = ch
+	c.mu.Unlock()
+	return ch, nil
+}
+
+func (c *conn) dropChannel(ch *channel) {
+	c.mu.Lock()
+	if c.channels[ch.id] == ch {
+		delete(c.channels, ch.id)
+	}
+	c.mu.Unlock()
+}
+
+// Drained implements amqp.Session: the outbound queue has room again, so
+// consumers that were skipped may receive.
+func (c *conn) Drained() {
+	c.mu.Lock()
+	chs := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chs = append(chs, ch)
+	}
+	c.mu.Unlock()
+	for _, ch := range chs {
+		ch.kick()
+	}
+}
+
+// Closed implements amqp.Session: the connection is gone. Its channels
+// have been closed; its exclusive queues are deleted.
+func (c *conn) Closed() {
+	c.mu.Lock()
+	chs := make([]*channel, 0, len(c.channels))
+	for _, ch := range c.channels {
+		chs = append(chs, ch)
+	}
+	qs := append([]*Queue(nil), c.exclusive...)
+	c.mu.Unlock()
+	for _, ch := range chs {
+		ch.Close()
+	}
+	for _, q := range qs {
+		c.b.deleteQueue(q)
+	}
+	c.b.dropConn(c)
+}
+
+func (c *conn) addExclusive(q *Queue) {
+	c.mu.Lock()
+	c.exclusive = append(c.exclusive, q)
+	c.mu.Unlock()
+}
+
+func (c *conn) removeExclusive(q *Queue) {
+	c.mu.Lock()
+	c.exclusive = removePtr(c.exclusive, q)
+	c.mu.Unlock()
+}
+
+// lookupQueue finds a queue of the connection's vhost that this
+// connection may use.
+func (c *conn) lookupQueue(name string) (*Queue, *amqp.Error) {
+	v := c.vhost
+	v.mu.RLock()
+	q := v.queues[name]
+	v.mu.RUnlock()
+	if q == nil {
+		return nil, errNoQueue(v.Name, name)
+	}
+	if q.Exclusive && q.owner != c {
+		return nil, errLocked(v.Name, name)
+	}
+	return q, nil
+}

@@ -1,0 +1,396 @@
+package broker
+
+import (
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// resolveQueueName expands the empty name to the queue last declared on the
+// channel, as AMQP 0-9-1 allows.
+func (ch *channel) resolveQueueName(name string) (string, *amqp.Error) {
+	if name != "" {
+		return name, nil
+	}
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.lastQueue == "" {
+		return "", amqp.Errorf(amqp.NotFound, "no previously declared queue")
+	}
+	return ch.lastQueue, nil
+}
+
+func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
+	c := ch.conn
+	v := c.vhost
+	if m.Passive {
+		v.mu.RLock()
+		x := v.exchanges[m.Exchange]
+		v.mu.RUnlock()
+		if x == nil {
+			return errNoExchange(v.Name, m.Exchange)
+		}
+		if !m.Nowait {
+			ch.out.Send(&amqp.ExchangeDeclareOk{})
+		}
+		return nil
+	}
+	if !validExchangeType(m.Type) {
+		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", m.Type)
+	}
+	if m.Exchange == "" {
+		return errDefaultExchange()
+	}
+	if err := c.checkPerm(permConfigure, "exchange", m.Exchange); err != nil {
+		return err
+	}
+	if err := validateExchangeArgs(v.Name, m.Exchange, m.Arguments); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	x := v.exchanges[m.Exchange]
+	if x != nil {
+		err := exchangeEquivalent(v.Name, x, m)
+		v.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	} else {
+		if reservedName(m.Exchange) {
+			v.mu.Unlock()
+			return amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", m.Exchange)
+		}
+		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
+		v.exchanges[x.Name] = x
+		var mb metaBatch
+		if x.Durable {
+			mb.putExchange(v.Name, x)
+		}
+		v.mu.Unlock()
+		if err := c.b.applyMeta(&mb); err != nil {
+			return err
+		}
+	}
+	if !m.Nowait {
+		ch.out.Send(&amqp.ExchangeDeclareOk{})
+	}
+	return nil
+}
+
+func exchangeEquivalent(vhost string, x *Exchange, m *amqp.ExchangeDeclare) *amqp.Error {
+	ineq := func(key string, got, cur any) *amqp.Error {
+		return amqp.Errorf(amqp.PreconditionFailed,
+			"inequivalent arg '%s' for exchange '%s' in vhost '%s': received '%v' but current is '%v'",
+			key, x.Name, vhost, got, cur)
+	}
+	switch {
+	case x.Type != m.Type:
+		return ineq("type", m.Type, x.Type)
+	case x.Durable != m.Durable:
+		return ineq("durable", m.Durable, x.Durable)
+	case x.AutoDelete != m.AutoDelete:
+		return ineq("auto_delete", m.AutoDelete, x.AutoDelete)
+	case x.Internal != m.Internal:
+		return ineq("internal", m.Internal, x.Internal)
+	}
+	got, _ := m.Arguments.Get("alternate-exchange")
+	cur, _ := x.Args.Get("alternate-exchange")
+	if !sameArg(got, cur) {
+		return errInequivalent("exchange", "alternate-exchange", x.Name, vhost, got, cur)
+	}
+	return nil
+}
+
+func validateExchangeArgs(vhost, name string, args amqp.Table) *amqp.Error {
+	if v, ok := args.Get("alternate-exchange"); ok {
+		if _, ok := v.(string); !ok {
+			return amqp.Errorf(amqp.PreconditionFailed,
+				"invalid arg 'alternate-exchange' for exchange '%s' in vhost '%s': {unacceptable_type,%s}", name, vhost, amqp.TypeName(v))
+		}
+	}
+	return nil
+}
+
+func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
+	c := ch.conn
+	v := c.vhost
+	if m.Exchange == "" {
+		return errDefaultExchange()
+	}
+	if reservedName(m.Exchange) {
+		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' refused", m.Exchange, v.Name)
+	}
+	if err := c.checkPerm(permConfigure, "exchange", m.Exchange); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	x := v.exchanges[m.Exchange]
+	var mb metaBatch
+	if x != nil {
+		if m.IfUnused && (len(x.bindings) > 0 || v.isDestinationLocked(x)) {
+			v.mu.Unlock()
+			return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", m.Exchange, v.Name)
+		}
+		v.deleteExchangeLocked(x, &mb)
+	}
+	v.mu.Unlock()
+	if err := c.b.applyMeta(&mb); err != nil {
+		return err
+	}
+	if !m.Nowait {
+		ch.out.Send(&amqp.ExchangeDeleteOk{})
+	}
+	return nil
+}
+
+// isDestinationLocked reports whether some binding leads to x.
+func (v *VHost) isDestinationLocked(x *Exchange) bool {
+	for _, src := range v.exchanges {
+		for _, b := range src.bindings {
+			if b.exchange == x {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// exchangeBind handles exchange.bind and exchange.unbind.
+func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind, nowait bool) *amqp.Error {
+	c := ch.conn
+	v := c.vhost
+	if dest == "" || source == "" {
+		return errDefaultExchange()
+	}
+	if err := c.checkPerm(permWrite, "exchange", dest); err != nil {
+		return err
+	}
+	if err := c.checkPerm(permRead, "exchange", source); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	src, dst := v.exchanges[source], v.exchanges[dest]
+	switch {
+	case src == nil:
+		v.mu.Unlock()
+		return errNoExchange(v.Name, source)
+	case dst == nil:
+		v.mu.Unlock()
+		return errNoExchange(v.Name, dest)
+	}
+	var mb metaBatch
+	existing := src.findBinding(nil, dst, key, args)
+	switch {
+	case bind && existing == nil:
+		b := &Binding{Source: source, Key: key, Args: args, exchange: dst}
+		src.addBinding(b)
+		if src.Durable && dst.Durable {
+			mb.putBinding(v.Name, b)
+		}
+	case !bind && existing != nil:
+		v.removeBindingLocked(src, existing, &mb)
+	}
+	v.mu.Unlock()
+	if err := c.b.applyMeta(&mb); err != nil {
+		return err
+	}
+	if !nowait {
+		if bind {
+			ch.out.Send(&amqp.ExchangeBindOk{})
+		} else {
+			ch.out.Send(&amqp.ExchangeUnbindOk{})
+		}
+	}
+	return nil
+}
+
+func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
+	c := ch.conn
+	v := c.vhost
+	name := m.Queue
+	if m.Passive {
+		if name == "" {
+			var err *amqp.Error
+			if name, err = ch.resolveQueueName(""); err != nil {
+				return err
+			}
+		}
+		q, err := c.lookupQueue(name)
+		if err != nil {
+			return err
+		}
+		ch.declared(q, m.Nowait)
+		return nil
+	}
+	if name == "" {
+		name = newGeneratedName("amq.gen-")
+	}
+	if err := c.checkPerm(permConfigure, "queue", name); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	if q := v.queues[name]; q != nil {
+		v.mu.Unlock()
+		if q.Exclusive != m.Exclusive || (q.Exclusive && q.owner != c) {
+			return errLocked(v.Name, name)
+		}
+		if err := queueEquivalent(v.Name, q, m); err != nil {
+			return err
+		}
+		ch.declared(q, m.Nowait)
+		return nil
+	}
+	v.mu.Unlock()
+	if reservedName(name) {
+		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
+	}
+	if err := validateQueueDeclare(v.Name, name, m); err != nil {
+		return err
+	}
+	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
+		return err
+	}
+	q := newQueue(v, c.b.newQueueID(), name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
+	if m.Exclusive {
+		q.owner = c
+	}
+	v.mu.Lock()
+	if other := v.queues[name]; other != nil {
+		// Lost a race with another declare of the same name.
+		v.mu.Unlock()
+		return ch.queueDeclare(m)
+	}
+	v.queues[name] = q
+	var mb metaBatch
+	if q.Durable && !q.Exclusive {
+		mb.putQueue(v.Name, q)
+	}
+	v.mu.Unlock()
+	if m.Exclusive {
+		c.addExclusive(q)
+	}
+	if err := c.b.applyMeta(&mb); err != nil {
+		return err
+	}
+	ch.declared(q, m.Nowait)
+	return nil
+}
+
+// declared remembers q as the channel's last queue and sends declare-ok.
+func (ch *channel) declared(q *Queue, nowait bool) {
+	ch.mu.Lock()
+	ch.lastQueue = q.Name
+	ch.mu.Unlock()
+	if nowait {
+		return
+	}
+	ready, _, consumers := q.counts()
+	ch.out.Send(&amqp.QueueDeclareOk{Queue: q.Name, MessageCount: uint32(ready), ConsumerCount: uint32(consumers)})
+}
+
+// queueBind handles queue.bind and queue.unbind.
+func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind, nowait bool) *amqp.Error {
+	c := ch.conn
+	v := c.vhost
+	name, err := ch.resolveQueueName(queue)
+	if err != nil {
+		return err
+	}
+	if exchange == "" {
+		return errDefaultExchange()
+	}
+	if err := c.checkPerm(permWrite, "queue", name); err != nil {
+		return err
+	}
+	if err := c.checkPerm(permRead, "exchange", exchange); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	q, x := v.queues[name], v.exchanges[exchange]
+	switch {
+	case q == nil:
+		v.mu.Unlock()
+		return errNoQueue(v.Name, name)
+	case x == nil:
+		v.mu.Unlock()
+		return errNoExchange(v.Name, exchange)
+	case q.Exclusive && q.owner != c:
+		v.mu.Unlock()
+		return errLocked(v.Name, name)
+	}
+	var mb metaBatch
+	existing := x.findBinding(q, nil, key, args)
+	switch {
+	case bind && existing == nil:
+		b := &Binding{Source: exchange, Key: key, Args: args, queue: q}
+		x.addBinding(b)
+		q.bindings = append(q.bindings, b)
+		if x.Durable && q.Durable && !q.Exclusive {
+			mb.putBinding(v.Name, b)
+		}
+	case !bind && existing != nil:
+		v.removeBindingLocked(x, existing, &mb)
+	}
+	v.mu.Unlock()
+	if err := c.b.applyMeta(&mb); err != nil {
+		return err
+	}
+	switch {
+	case !bind:
+		ch.out.Send(&amqp.QueueUnbindOk{})
+	case !nowait:
+		ch.out.Send(&amqp.QueueBindOk{})
+	}
+	return nil
+}
+
+func (ch *channel) queuePurge(m *amqp.QueuePurge) *amqp.Error {
+	c := ch.conn
+	name, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := c.checkPerm(permRead, "queue", name); err != nil {
+		return err
+	}
+	q, err := c.lookupQueue(name)
+	if err != nil {
+		return err
+	}
+	n := q.purge()
+	if !m.Nowait {
+		ch.out.Send(&amqp.QueuePurgeOk{MessageCount: uint32(n)})
+	}
+	return nil
+}
+
+func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
+	c := ch.conn
+	v := c.vhost
+	name, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := c.checkPerm(permConfigure, "queue", name); err != nil {
+		return err
+	}
+	v.mu.RLock()
+	q := v.queues[name]
+	v.mu.RUnlock()
+	n := 0
+	if q != nil {
+		if q.Exclusive && q.owner != c {
+			return errLocked(v.Name, name)
+		}
+		ready, _, consumers := q.counts()
+		if m.IfUnused && consumers > 0 {
+			return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", name, v.Name)
+		}
+		if m.IfEmpty && ready > 0 {
+			return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' is not empty", name, v.Name)
+		}
+		n = c.b.deleteQueue(q)
+	}
+	if !m.Nowait {
+		ch.out.Send(&amqp.QueueDeleteOk{MessageCount: uint32(n)})
+	}
+	return nil
+}

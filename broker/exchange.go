@@ -1,0 +1,154 @@
+package broker
+
+import (
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// Exchange types.
+const (
+	typeDirect  = "direct"
+	typeFanout  = "fanout"
+	typeTopic   = "topic"
+	typeHeaders = "headers"
+)
+
+func validExchangeType(t string) bool {
+	switch t {
+	case typeDirect, typeFanout, typeTopic, typeHeaders:
+		return true
+	}
+	return false
+}
+
+// Exchange is a routing node. Its fields other than bindings are fixed at
+// declaration; bindings are guarded by the owning vhost's lock.
+type Exchange struct {
+	Name       string
+	Type       string
+	Durable    bool
+	AutoDelete bool
+	Internal   bool
+	Args       amqp.Table
+
+	alternate string // alternate-exchange argument, "" if none
+	hasAE     bool
+
+	// bindings with this exchange as source, in binding order.
+	bindings []*Binding
+	// byKey indexes direct-exchange bindings by routing key.
+	byKey map[string][]*Binding
+}
+
+// Binding routes from a source exchange to a queue or an exchange.
+type Binding struct {
+	Source string
+	Key    string
+	Args   amqp.Table
+	// Exactly one of queue and exchange is set.
+	queue    *Queue
+	exchange *Exchange
+}
+
+func (b *Binding) destName() string {
+	if b.queue != nil {
+		return b.queue.Name
+	}
+	return b.exchange.Name
+}
+
+func (b *Binding) destKind() string {
+	if b.queue != nil {
+		return "queue"
+	}
+	return "exchange"
+}
+
+func newExchange(name, typ string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
+	x := &Exchange{Name: name, Type: typ, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args}
+	if v, ok := args.Get("alternate-exchange"); ok {
+		if s, ok := v.(string); ok {
+			x.alternate, x.hasAE = s, true
+		}
+	}
+	if typ == typeDirect {
+		x.byKey = make(map[string][]*Binding)
+	}
+	return x
+}
+
+func (x *Exchange) addBinding(b *Binding) {
+	x.bindings = append(x.bindings, b)
+	if x.byKey != nil {
+		x.byKey[b.Key] = append(x.byKey[b.Key], b)
+	}
+}
+
+// findBinding returns the binding equal to (dest, key, args), if any.
+func (x *Exchange) findBinding(q *Queue, dx *Exchange, key string, args amqp.Table) *Binding {
+	for _, b := range x.bindings {
+		if b.queue == q && b.exchange == dx && b.Key == key && tablesEqual(b.Args, args) {
+			return b
+		}
+	}
+	return nil
+}
+
+func (x *Exchange) removeBinding(b *Binding) {
+	x.bindings = removePtr(x.bindings, b)
+	if x.byKey != nil {
+		l := removePtr(x.byKey[b.Key], b)
+		if len(l) == 0 {
+			delete(x.byKey, b.Key)
+		} else {
+			x.byKey[b.Key] = l
+		}
+	}
+}
+
+func removePtr[T comparable](s []T, v T) []T {
+	for i, e := range s {
+		if e == v {
+			return append(s[:i:i], s[i+1:]...)
+		}
+	}
+	return s
+}
+
+// matches reports whether binding b of exchange x takes a message with the
+// given routing keys and headers.
+func (x *Exchange) matches(b *Binding, keys []string, headers amqp.Table) bool {
+	switch x.Type {
+	case typeFanout:
+		return true
+	case typeDirect:
+		for _, k := range keys {
+			if k == b.Key {
+				return true
+			}
+		}
+	case typeTopic:
+		for _, k := range keys {
+			if topicMatch(b.Key, k) {
+				return true
+			}
+		}
+	case typeHeaders:
+		return headersMatch(b.Args, headers)
+	}
+	return false
+}
+
+// tablesEqual compares two argument tables as binding identities: same
+// keys, same values, in any order.
+func tablesEqual(a, b amqp.Table) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, f := range a {
+		v, ok := b.Get(f.Key)
+		if !ok || !valuesEqual(f.Value, v) || amqp.TypeName(f.Value) != amqp.TypeName(v) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,182 @@
+package broker
+
+import (
+	"strings"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// topicMatch reports whether a topic binding pattern matches a routing key.
+// Words are separated by '.'; '*' matches exactly one word and '#' zero or
+// more words (RabbitMQ's rules, including empty words: "a..b" has three).
+func topicMatch(pattern, key string) bool {
+	return topicWords(splitWords(pattern), splitWords(key))
+}
+
+func splitWords(s string) []string { return strings.Split(s, ".") }
+
+func topicWords(p, k []string) bool {
+	for len(p) > 0 {
+		switch p[0] {
+		case "#":
+			// Collapse runs of '#': they match the same as one.
+			for len(p) > 1 && p[1] == "#" {
+				p = p[1:]
+			}
+			if len(p) == 1 {
+				return true
+			}
+			for i := 0; i <= len(k); i++ {
+				if topicWords(p[1:], k[i:]) {
+					return true
+				}
+			}
+			return false
+		case "*":
+			if len(k) == 0 {
+				return false
+			}
+		default:
+			if len(k) == 0 || k[0] != p[0] {
+				return false
+			}
+		}
+		p, k = p[1:], k[1:]
+	}
+	return len(k) == 0
+}
+
+// headersMatch implements the headers exchange: the binding's x-match
+// argument selects all (default) or any, and whether x- prefixed keys take
+// part (all-with-x, any-with-x). A binding argument of type void matches a
+// header with that key whatever its value; otherwise values must be equal
+// (integers compare by value across widths, as RabbitMQ compares Erlang
+// terms).
+func headersMatch(bindArgs, headers amqp.Table) bool {
+	mode := "all"
+	if v, ok := bindArgs.Get("x-match"); ok {
+		if s, ok := v.(string); ok {
+			mode = s
+		}
+	}
+	any := mode == "any" || mode == "any-with-x"
+	withX := strings.HasSuffix(mode, "-with-x")
+	considered := 0
+	for _, f := range bindArgs {
+		if f.Key == "x-match" || (!withX && strings.HasPrefix(f.Key, "x-")) {
+			continue
+		}
+		considered++
+		hv, present := headers.Get(f.Key)
+		ok := present && (f.Value == nil || valuesEqual(f.Value, hv))
+		if any && ok {
+			return true
+		}
+		if !any && !ok {
+			return false
+		}
+	}
+	if any {
+		return false
+	}
+	return true
+}
+
+// valuesEqual compares two field values the way RabbitMQ's headers exchange
+// does: numbers by value (integers of any width are equal when their values
+// are), strings and binaries by content, tables and arrays element-wise.
+func valuesEqual(a, b any) bool {
+	if ai, ok := asInt(a); ok {
+		bi, ok := asInt(b)
+		return ok && ai == bi
+	}
+	if af, ok := asFloat(a); ok {
+		bf, ok := asFloat(b)
+		return ok && af == bf
+	}
+	switch av := a.(type) {
+	case string:
+		switch bv := b.(type) {
+		case string:
+			return av == bv
+		case []byte:
+			return av == string(bv)
+		}
+		return false
+	case []byte:
+		switch bv := b.(type) {
+		case string:
+			return string(av) == bv
+		case []byte:
+			return string(av) == string(bv)
+		}
+		return false
+	case bool:
+		bv, ok := b.(bool)
+		return ok && av == bv
+	case amqp.Decimal:
+		bv, ok := b.(amqp.Decimal)
+		return ok && av == bv
+	case amqp.Timestamp:
+		bv, ok := b.(amqp.Timestamp)
+		return ok && av == bv
+	case nil:
+		return b == nil
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for i := range av {
+			if !valuesEqual(av[i], bv[i]) {
+				return false
+			}
+		}
+		return true
+	case amqp.Table:
+		bv, ok := b.(amqp.Table)
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for i := range av {
+			if av[i].Key != bv[i].Key || !valuesEqual(av[i].Value, bv[i].Value) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// asInt returns the value of any AMQP integer type.
+func asInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+func asFloat(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float32:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}

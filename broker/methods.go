@@ -1,0 +1,360 @@
+package broker
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// Handle executes one method received on the channel (anything but
+// channel.open/close and content). A returned *amqp.Error closes the channel
+// (soft code) or the connection (hard code).
+func (ch *channel) Handle(m amqp.Method) error {
+	if err := ch.handle(m); err != nil {
+		if err.ClassID == 0 && err.MethodID == 0 {
+			err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
+		}
+		return err
+	}
+	return nil
+}
+
+// Publish executes basic.publish with its content. props is the decoded
+// form of raw; body and raw become owned by the broker.
+func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, body []byte) error {
+	p, err := ch.preparePublish(m, props, raw, body)
+	if err != nil {
+		err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
+		return err
+	}
+	ch.mu.Lock()
+	if ch.tx {
+		ch.txPubs = append(ch.txPubs, p)
+		ch.mu.Unlock()
+		return nil
+	}
+	if ch.confirm {
+		ch.publishSeq++
+		p.seq = ch.publishSeq
+	}
+	ch.mu.Unlock()
+	ch.publish(p)
+	return nil
+}
+
+// Close releases the channel after channel.close (either side) or when its
+// connection goes.
+func (ch *channel) Close() {
+	ch.close()
+	ch.conn.dropChannel(ch)
+}
+
+func (ch *channel) handle(m amqp.Method) *amqp.Error {
+	switch m := m.(type) {
+	case *amqp.BasicQos:
+		return ch.basicQos(m)
+	case *amqp.BasicConsume:
+		return ch.basicConsume(m)
+	case *amqp.BasicCancel:
+		return ch.basicCancel(m)
+	case *amqp.BasicGet:
+		return ch.basicGet(m)
+	case *amqp.BasicAck:
+		return ch.ackOrReject(m.DeliveryTag, m.Multiple, actAck)
+	case *amqp.BasicNack:
+		return ch.ackOrReject(m.DeliveryTag, m.Multiple, requeueAction(m.Requeue))
+	case *amqp.BasicReject:
+		return ch.ackOrReject(m.DeliveryTag, false, requeueAction(m.Requeue))
+	case *amqp.BasicRecover:
+		if err := ch.recover(m.Requeue); err != nil {
+			return err
+		}
+		ch.out.Send(&amqp.BasicRecoverOk{})
+		return nil
+	case *amqp.BasicRecoverAsync:
+		return ch.recover(m.Requeue)
+	case *amqp.ExchangeDeclare:
+		return ch.exchangeDeclare(m)
+	case *amqp.ExchangeDelete:
+		return ch.exchangeDelete(m)
+	case *amqp.ExchangeBind:
+		return ch.exchangeBind(m.Destination, m.Source, m.RoutingKey, m.Arguments, true, m.Nowait)
+	case *amqp.ExchangeUnbind:
+		return ch.exchangeBind(m.Destination, m.Source, m.RoutingKey, m.Arguments, false, m.Nowait)
+	case *amqp.QueueDeclare:
+		return ch.queueDeclare(m)
+	case *amqp.QueueBind:
+		return ch.queueBind(m.Queue, m.Exchange, m.RoutingKey, m.Arguments, true, m.Nowait)
+	case *amqp.QueueUnbind:
+		return ch.queueBind(m.Queue, m.Exchange, m.RoutingKey, m.Arguments, false, false)
+	case *amqp.QueuePurge:
+		return ch.queuePurge(m)
+	case *amqp.QueueDelete:
+		return ch.queueDelete(m)
+	case *amqp.ConfirmSelect:
+		return ch.confirmSelect(m)
+	case *amqp.TxSelect:
+		return ch.txSelect()
+	case *amqp.TxCommit:
+		return ch.txCommit()
+	case *amqp.TxRollback:
+		return ch.txRollback()
+	case *amqp.ChannelFlow:
+		ch.mu.Lock()
+		ch.flowActive = m.Active
+		ch.mu.Unlock()
+		ch.out.Send(&amqp.ChannelFlowOk{Active: m.Active})
+		if m.Active {
+			ch.kick()
+		}
+		return nil
+	case *amqp.ChannelFlowOk:
+		return nil
+	case *amqp.AccessRequest:
+		ch.out.Send(&amqp.AccessRequestOk{Ticket: 1})
+		return nil
+	}
+	return amqp.Errorf(amqp.CommandInvalid, "unexpected method %s on a channel", m.Name())
+}
+
+func requeueAction(requeue bool) settleAction {
+	if requeue {
+		return actRequeue
+	}
+	return actReject
+}
+
+func (ch *channel) basicQos(m *amqp.BasicQos) *amqp.Error {
+	if m.PrefetchSize != 0 {
+		return amqp.Errorf(amqp.NotImplemented, "prefetch_size!=0 (%d)", m.PrefetchSize)
+	}
+	ch.mu.Lock()
+	if m.Global {
+		ch.globalPrefetch = int(m.PrefetchCount)
+	} else {
+		ch.prefetch = int(m.PrefetchCount)
+	}
+	ch.mu.Unlock()
+	ch.out.Send(&amqp.BasicQosOk{})
+	ch.kick() // a larger window may let queues deliver now
+	return nil
+}
+
+func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
+	c := ch.conn
+	if m.Queue == replyToQueue {
+		return ch.consumeReplyTo(m)
+	}
+	name, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := c.checkPerm(permRead, "queue", name); err != nil {
+		return err
+	}
+	q, err := c.lookupQueue(name)
+	if err != nil {
+		return err
+	}
+	priority := int64(0)
+	if v, ok := m.Arguments.Get("x-priority"); ok {
+		p, ok := asInt(v)
+		if !ok {
+			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-priority' for consumer: expected integer, got %s", amqp.TypeName(v))
+		}
+		priority = p
+	}
+	ch.mu.Lock()
+	tag := m.ConsumerTag
+	if tag == "" {
+		tag = newGeneratedName("amq.ctag-")
+	}
+	if _, dup := ch.consumers[tag]; dup {
+		ch.mu.Unlock()
+		return amqp.Errorf(amqp.NotAllowed, "attempt to reuse consumer tag '%s'", tag)
+	}
+	cons := &consumer{tag: tag, ch: ch, q: q, noAck: m.NoAck, exclusive: m.Exclusive, priority: priority, prefetch: ch.prefetch}
+	ch.consumers[tag] = cons
+	ch.mu.Unlock()
+	if err := q.addConsumer(cons); err != nil {
+		ch.mu.Lock()
+		delete(ch.consumers, tag)
+		ch.mu.Unlock()
+		return err
+	}
+	if !m.Nowait {
+		ch.out.Send(&amqp.BasicConsumeOk{ConsumerTag: tag})
+	}
+	q.dispatch()
+	return nil
+}
+
+func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
+	ch.mu.Lock()
+	cons := ch.consumers[m.ConsumerTag]
+	delete(ch.consumers, m.ConsumerTag)
+	isReply := ch.replyTo != "" && m.ConsumerTag == ch.replyTag
+	ch.mu.Unlock()
+	if isReply {
+		ch.cancelReplyTo()
+	}
+	if cons != nil {
+		ch.conn.b.removeConsumer(cons)
+	}
+	if !m.Nowait {
+		ch.out.Send(&amqp.BasicCancelOk{ConsumerTag: m.ConsumerTag})
+	}
+	return nil
+}
+
+// serverCancel tells the client its consumer is gone (queue deleted), if
+// the client supports consumer_cancel_notify.
+func (ch *channel) serverCancel(c *consumer) {
+	ch.mu.Lock()
+	own := ch.consumers[c.tag] == c
+	if own {
+		delete(ch.consumers, c.tag)
+	}
+	closed := ch.closed
+	ch.mu.Unlock()
+	if own && !closed && ch.conn.cancelNotify {
+		ch.out.Send(&amqp.BasicCancel{ConsumerTag: c.tag, Nowait: true})
+	}
+}
+
+func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
+	c := ch.conn
+	name, err := ch.resolveQueueName(m.Queue)
+	if err != nil {
+		return err
+	}
+	if err := c.checkPerm(permRead, "queue", name); err != nil {
+		return err
+	}
+	q, err := c.lookupQueue(name)
+	if err != nil {
+		return err
+	}
+	e, tag, remaining := q.get(ch, m.NoAck)
+	if e == nil {
+		ch.out.Send(&amqp.BasicGetEmpty{})
+		return nil
+	}
+	h := e.EffectiveHeader()
+	ch.out.SendContent(&amqp.BasicGetOk{
+		DeliveryTag:  tag,
+		Redelivered:  e.redelivered,
+		Exchange:     h.Exchange,
+		RoutingKey:   h.RoutingKeys[0],
+		MessageCount: uint32(remaining),
+	}, h.Props, e.Msg.Body)
+	return nil
+}
+
+func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *amqp.Error {
+	ch.mu.Lock()
+	ds, err := ch.takeUnackedLocked(tag, multiple)
+	if err != nil {
+		ch.mu.Unlock()
+		return err
+	}
+	if ch.tx {
+		ch.txAcks = append(ch.txAcks, txAck{ds: ds, action: action})
+		ch.mu.Unlock()
+		return nil
+	}
+	ch.mu.Unlock()
+	ch.settle(ds, action)
+	return nil
+}
+
+func (ch *channel) recover(requeue bool) *amqp.Error {
+	if !requeue {
+		return amqp.Errorf(amqp.NotImplemented, "requeue=false")
+	}
+	ch.mu.Lock()
+	ds, _ := ch.takeUnackedLocked(0, true)
+	ch.mu.Unlock()
+	if len(ds) > 0 {
+		ch.settle(ds, actRequeue)
+	}
+	return nil
+}
+
+func (ch *channel) confirmSelect(m *amqp.ConfirmSelect) *amqp.Error {
+	ch.mu.Lock()
+	if ch.tx {
+		ch.mu.Unlock()
+		return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from tx to confirm mode")
+	}
+	if !ch.confirm {
+		ch.confirm = true
+		ch.confirms.start(ch.out)
+	}
+	ch.mu.Unlock()
+	if !m.Nowait {
+		ch.out.Send(&amqp.ConfirmSelectOk{})
+	}
+	return nil
+}
+
+func (ch *channel) txSelect() *amqp.Error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.confirm {
+		return amqp.Errorf(amqp.PreconditionFailed, "cannot switch from confirm to tx mode")
+	}
+	ch.tx = true
+	ch.out.Send(&amqp.TxSelectOk{})
+	return nil
+}
+
+func (ch *channel) txCommit() *amqp.Error {
+	ch.mu.Lock()
+	if !ch.tx {
+		ch.mu.Unlock()
+		return amqp.Errorf(amqp.PreconditionFailed, "channel is not transactional")
+	}
+	pubs, acks := ch.txPubs, ch.txAcks
+	ch.txPubs, ch.txAcks = nil, nil
+	ch.mu.Unlock()
+	for _, p := range pubs {
+		ch.publish(p)
+	}
+	for _, a := range acks {
+		ch.settle(a.ds, a.action)
+	}
+	ch.out.Send(&amqp.TxCommitOk{})
+	return nil
+}
+
+func (ch *channel) txRollback() *amqp.Error {
+	ch.mu.Lock()
+	if !ch.tx {
+		ch.mu.Unlock()
+		return amqp.Errorf(amqp.PreconditionFailed, "channel is not transactional")
+	}
+	var ds []*delivery
+	for _, a := range ch.txAcks {
+		ds = append(ds, a.ds...)
+	}
+	ch.txPubs, ch.txAcks = nil, nil
+	if len(ds) > 0 {
+		ch.restoreUnackedLocked(ds)
+	}
+	ch.mu.Unlock()
+	ch.out.Send(&amqp.TxRollbackOk{})
+	return nil
+}
+
+// newGeneratedName returns prefix + 22 random URL-safe base64 characters,
+// the shape of RabbitMQ's server-generated names.
+func newGeneratedName(prefix string) string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,280 @@
+package broker
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/store"
+)
+
+// pendingPublish is a validated basic.publish, ready to route.
+type pendingPublish struct {
+	exchange  string
+	mandatory bool
+	msg       *store.Message
+	headers   amqp.Table // decoded headers, for headers exchanges
+	ttl       int64      // per-message TTL in ms from the expiration property; -1 = none
+	prio      uint8      // priority property
+	seq       uint64     // confirm number; 0 when not in confirm mode
+}
+
+// maxExpiration is RabbitMQ's upper bound for TTL values: ten years in ms.
+const maxExpiration = 315360000000
+
+// parseExpiration validates the expiration property as RabbitMQ does
+// (rabbit_basic:parse_expiration): a decimal integer 0..10 years in ms.
+func parseExpiration(s string) (int64, *amqp.Error) {
+	fail := func(reason string) *amqp.Error {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid expiration '%s': %s", s, reason)
+	}
+	// string:to_integer accepts an optional sign and leading digits.
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	j := i
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	if j == i {
+		return 0, fail("no_integer")
+	}
+	if j < len(s) {
+		return 0, fail("{leftover_string," + erlString(s[j:]) + "}")
+	}
+	n, err := strconv.ParseInt(s[:j], 10, 64)
+	if err != nil {
+		// Out of int64 range: certainly too large (or too negative).
+		if s[0] == '-' {
+			return 0, fail("{value_negative," + s + "}")
+		}
+		return 0, fail("{value_too_large," + strings.TrimPrefix(s, "+") + "}")
+	}
+	switch {
+	case n < 0:
+		return 0, fail("{value_negative," + strconv.FormatInt(n, 10) + "}")
+	case n > maxExpiration:
+		return 0, fail("{value_too_large," + strconv.FormatInt(n, 10) + "}")
+	}
+	return n, nil
+}
+
+// propsPriority returns the priority property of raw properties (0 if
+// absent or undecodable: stored properties were validated on publish).
+func propsPriority(raw []byte) uint8 {
+	p, err := amqp.DecodeProperties(raw)
+	if err != nil {
+		return 0
+	}
+	return p.Priority
+}
+
+// erlString renders s as Erlang's ~p prints a string.
+func erlString(s string) string { return strconv.Quote(s) }
+
+// preparePublish validates a basic.publish and builds the message. The
+// body and raw properties become owned by the message.
+func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, raw, body []byte) (*pendingPublish, *amqp.Error) {
+	c := ch.conn
+	if m.Immediate {
+		return nil, amqp.Errorf(amqp.NotImplemented, "immediate=true")
+	}
+	if len(body) > c.b.opts.MaxMessageSize {
+		return nil, amqp.Errorf(amqp.PreconditionFailed, "message size %d is larger than configured max size %d", len(body), c.b.opts.MaxMessageSize)
+	}
+	if err := c.checkPerm(permWrite, "exchange", m.Exchange); err != nil {
+		return nil, err
+	}
+	v := c.vhost
+	v.mu.RLock()
+	x := v.exchanges[m.Exchange]
+	v.mu.RUnlock()
+	if x == nil {
+		return nil, errNoExchange(v.Name, m.Exchange)
+	}
+	if x.Internal {
+		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", m.Exchange, v.Name)
+	}
+	p := &pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, ttl: -1, prio: props.Priority}
+	if props.Flags&amqp.FlagExpiration != 0 {
+		ttl, err := parseExpiration(props.Expiration)
+		if err != nil {
+			return nil, err
+		}
+		p.ttl = ttl
+	}
+	if props.Flags&amqp.FlagUserID != 0 && props.UserID != c.user.Name {
+		return nil, amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, c.user.Name)
+	}
+	keys := []string{m.RoutingKey}
+	rewrite := false
+	if props.Headers != nil {
+		cc, err := senderKeys(props.Headers, "CC")
+		if err != nil {
+			return nil, err
+		}
+		bcc, err := senderKeys(props.Headers, "BCC")
+		if err != nil {
+			return nil, err
+		}
+		keys = append(append(keys, cc...), bcc...)
+		if _, ok := props.Headers.Get("BCC"); ok {
+			// BCC is never delivered (B20); its keys still route.
+			props.Headers = props.Headers.Without("BCC")
+			rewrite = true
+		}
+		p.headers = props.Headers
+	}
+	if props.Flags&amqp.FlagReplyTo != 0 && props.ReplyTo == replyToQueue {
+		addr, err := ch.replyAddress()
+		if err != nil {
+			return nil, err
+		}
+		props.ReplyTo = addr
+		rewrite = true
+	}
+	if rewrite {
+		enc, err := props.Append(nil)
+		if err != nil {
+			return nil, amqp.Errorf(amqp.InternalError, "re-encode properties: %s", err)
+		}
+		raw = enc
+	}
+	p.msg = &store.Message{
+		Header:     store.Header{Exchange: m.Exchange, RoutingKeys: keys, Props: raw},
+		Body:       body,
+		Persistent: props.DeliveryMode == 2,
+	}
+	return p, nil
+}
+
+// senderKeys returns the longstr routing keys of a CC or BCC header. A
+// header that is not an array is a channel error (RabbitMQ: invalid
+// message); non-string elements are ignored.
+func senderKeys(h amqp.Table, name string) ([]string, *amqp.Error) {
+	v, ok := h.Get(name)
+	if !ok {
+		return nil, nil
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, amqp.Errorf(amqp.PreconditionFailed, "invalid message: {unacceptable_type_in_header,\"%s\",%s}", name, amqp.TypeName(v))
+	}
+	var keys []string
+	for _, e := range arr {
+		switch s := e.(type) {
+		case string:
+			keys = append(keys, s)
+		case []byte:
+			keys = append(keys, string(s))
+		}
+	}
+	return keys, nil
+}
+
+// publish routes p and enqueues it, sending basic.return for an
+// unroutable mandatory message and the publisher confirm when the message
+// is safe (immediately, or when the store has made it durable).
+func (ch *channel) publish(p *pendingPublish) {
+	c := ch.conn
+	b := c.b
+	h := &p.msg.Header
+	if p.exchange == "" && strings.HasPrefix(h.RoutingKeys[0], replyToPrefix) {
+		delivered := b.deliverReply(h.RoutingKeys[0], p.msg)
+		if !delivered && p.mandatory {
+			ch.sendReturn(p.msg)
+		}
+		ch.confirmDone(p.seq, true)
+		return
+	}
+	v := c.vhost
+	v.mu.RLock()
+	x := v.exchanges[p.exchange]
+	var qs []*Queue
+	if x != nil {
+		qs = v.routeLocked(x, h.RoutingKeys, p.headers)
+	}
+	v.mu.RUnlock()
+	b.counters.published.Add(1)
+	if len(qs) == 0 {
+		b.counters.unroutable.Add(1)
+		if p.mandatory {
+			ch.sendReturn(p.msg)
+		}
+		ch.confirmDone(p.seq, true)
+		return
+	}
+	b.enqueue(qs, p.msg, p.prio, func(err error) { ch.confirmDone(p.seq, err == nil) })
+}
+
+func (ch *channel) sendReturn(m *store.Message) {
+	ch.out.SendContent(&amqp.BasicReturn{
+		ReplyCode:  amqp.NoRoute,
+		ReplyText:  "NO_ROUTE",
+		Exchange:   m.Header.Exchange,
+		RoutingKey: m.Header.RoutingKeys[0],
+	}, m.Header.Props, m.Body)
+}
+
+func (ch *channel) confirmDone(seq uint64, ack bool) {
+	if seq != 0 {
+		ch.confirms.done(seq, ack)
+	}
+}
+
+// enqueue puts msg into every queue of qs as one store operation. Target
+// queues are locked together, in id order, so the store sees an entry's put
+// before any later ack or requeue of it, and every queue appends in the
+// same order its sequence numbers were assigned. done runs once the entries
+// that need the store are durable (at once when none does).
+func (b *Broker) enqueue(qs []*Queue, msg *store.Message, prio uint8, done func(error)) {
+	if len(qs) > 1 {
+		slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.id, y.id) })
+	}
+	for _, q := range qs {
+		q.mu.Lock()
+	}
+	var batch store.Batch
+	entries := make([]entry, len(qs))
+	for i, q := range qs {
+		if q.deleted {
+			continue
+		}
+		e := &entries[i]
+		q.nextSeq++
+		e.Ref = store.Ref{Queue: q.id, Seq: q.nextSeq}
+		e.Msg = msg
+		e.prio = prio
+		if q.isStoredFor(msg) {
+			e.stored = true
+			batch.Puts = append(batch.Puts, e.Entry)
+		}
+	}
+	synced := false
+	if len(batch.Puts) > 0 {
+		msg.ID = b.store.AllocMsgID()
+		for i := range batch.Puts {
+			batch.Puts[i].Msg = msg
+		}
+		batch.Messages = []*store.Message{msg}
+		b.store.Apply(&batch, func(err error) {
+			if err != nil {
+				b.storeFailed(err)
+			}
+			done(err)
+		})
+		synced = true
+	}
+	for i, q := range qs {
+		if !q.deleted {
+			q.enqueueLocked(&entries[i])
+		}
+		q.mu.Unlock()
+	}
+	if !synced {
+		done(nil)
+	}
+}

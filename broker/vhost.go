@@ -1,0 +1,162 @@
+package broker
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// VHost is a namespace of exchanges and queues. Its lock guards the maps and
+// every binding list of its exchanges and queues; routing takes it shared,
+// declarations take it exclusively. Queue contents have their own locks
+// (see Queue), always taken after the vhost lock, never before.
+type VHost struct {
+	Name string
+	b    *Broker
+
+	mu        sync.RWMutex
+	exchanges map[string]*Exchange
+	queues    map[string]*Queue
+}
+
+func newVHost(b *Broker, name string) *VHost {
+	v := &VHost{Name: name, b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue)}
+	v.exchanges[""] = newExchange("", typeDirect, true, false, false, nil)
+	for _, x := range []struct{ name, typ string }{
+		{"amq.direct", typeDirect}, {"amq.fanout", typeFanout}, {"amq.topic", typeTopic},
+		{"amq.headers", typeHeaders}, {"amq.match", typeHeaders},
+	} {
+		v.exchanges[x.name] = newExchange(x.name, x.typ, true, false, false, nil)
+	}
+	return v
+}
+
+// route returns the queues a message published to x with the given routing
+// keys and headers reaches, following exchange-to-exchange bindings and
+// alternate exchanges, each queue once. Caller holds v.mu (shared).
+func (v *VHost) routeLocked(x *Exchange, keys []string, headers amqp.Table) []*Queue {
+	r := router{v: v, seenX: map[*Exchange]bool{}}
+	r.route(x, keys, headers)
+	return r.queues
+}
+
+type router struct {
+	v      *VHost
+	seenX  map[*Exchange]bool
+	seenQ  map[*Queue]bool
+	queues []*Queue
+}
+
+func (r *router) addQueue(q *Queue) {
+	if len(r.queues) == 0 {
+		r.queues = append(r.queues, q)
+		return
+	}
+	if r.seenQ == nil {
+		r.seenQ = make(map[*Queue]bool)
+		for _, e := range r.queues {
+			r.seenQ[e] = true
+		}
+	}
+	if !r.seenQ[q] {
+		r.seenQ[q] = true
+		r.queues = append(r.queues, q)
+	}
+}
+
+func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
+	if r.seenX[x] {
+		return
+	}
+	r.seenX[x] = true
+	found := false
+	visit := func(b *Binding) {
+		found = true
+		if b.queue != nil {
+			r.addQueue(b.queue)
+		} else {
+			r.route(b.exchange, keys, headers)
+		}
+	}
+	switch {
+	case x.Name == "":
+		for _, k := range keys {
+			if q := r.v.queues[k]; q != nil {
+				found = true
+				r.addQueue(q)
+			}
+		}
+	case x.byKey != nil:
+		for _, k := range keys {
+			for _, b := range x.byKey[k] {
+				visit(b)
+			}
+		}
+	default:
+		for _, b := range x.bindings {
+			if x.matches(b, keys, headers) {
+				visit(b)
+			}
+		}
+	}
+	if !found && x.hasAE {
+		if ae := r.v.exchanges[x.alternate]; ae != nil {
+			r.route(ae, keys, headers)
+		}
+	}
+}
+
+func reservedName(name string) bool { return strings.HasPrefix(name, "amq.") }
+
+// deleteExchangeLocked removes x and every binding to or from it, then
+// auto-deletes exchanges left without bindings. It returns the store
+// operations for the durable definitions removed.
+func (v *VHost) deleteExchangeLocked(x *Exchange, m *metaBatch) {
+	delete(v.exchanges, x.Name)
+	if x.Durable {
+		m.deleteExchange(v.Name, x.Name)
+	}
+	for _, b := range x.bindings {
+		v.unlinkDestLocked(b)
+		if b.Source != "" && x.Durable && b.durable() {
+			m.deleteBinding(v.Name, b)
+		}
+	}
+	x.bindings = nil
+	// Bindings that have x as destination.
+	for _, src := range v.exchanges {
+		for _, b := range append([]*Binding(nil), src.bindings...) {
+			if b.exchange == x {
+				v.removeBindingLocked(src, b, m)
+			}
+		}
+	}
+}
+
+// removeBindingLocked removes b from its source exchange, and auto-deletes
+// the source if that was its last binding.
+func (v *VHost) removeBindingLocked(src *Exchange, b *Binding, m *metaBatch) {
+	src.removeBinding(b)
+	v.unlinkDestLocked(b)
+	if b.durable() && src.Durable {
+		m.deleteBinding(v.Name, b)
+	}
+	if src.AutoDelete && len(src.bindings) == 0 {
+		v.deleteExchangeLocked(src, m)
+	}
+}
+
+func (v *VHost) unlinkDestLocked(b *Binding) {
+	if b.queue != nil {
+		b.queue.bindings = removePtr(b.queue.bindings, b)
+	}
+}
+
+// durable reports whether the binding is persisted: both ends durable.
+func (b *Binding) durable() bool {
+	if b.queue != nil {
+		return b.queue.Durable
+	}
+	return b.exchange.Durable
+}

@@ -1,0 +1,175 @@
+package config
+
+import (
+	"maps"
+	"time"
+)
+
+// Config is brokerd's whole configuration. The zero value is not useful:
+// start from Default or Load. A Config is a plain value; copies share only
+// the provenance (which line each key came from), which Apply copies before
+// changing.
+type Config struct {
+	AMQP    AMQP    `toml:"amqp"`
+	Mgmt    Mgmt    `toml:"mgmt"`
+	Storage Storage `toml:"storage"`
+	Limits  Limits  `toml:"limits"`
+	Log     Log     `toml:"log"`
+	Auth    Auth    `toml:"auth"`
+	Users   []User  `toml:"users"`
+	Vhosts  []Vhost `toml:"vhosts"`
+
+	// src records where values were loaded from; nil for Default.
+	src *origin
+}
+
+// AMQP is the [amqp] table: the AMQP 0-9-1 listeners and what the server
+// proposes in connection.tune.
+type AMQP struct {
+	Listen           string   `toml:"listen"` // "" or "off": no plain listener
+	Heartbeat        Duration `toml:"heartbeat"`
+	FrameMax         int      `toml:"frame_max"`
+	ChannelMax       int      `toml:"channel_max"`
+	MaxMessageSize   ByteSize `toml:"max_message_size"`
+	HandshakeTimeout Duration `toml:"handshake_timeout"`
+	TLS              TLS      `toml:"tls"`
+}
+
+// TLS is the [amqp.tls] table: the amqps listener.
+type TLS struct {
+	Listen     string `toml:"listen"` // "" or "off": no TLS listener
+	CertFile   string `toml:"cert_file"`
+	KeyFile    string `toml:"key_file"`
+	CAFile     string `toml:"ca_file"`
+	VerifyPeer bool   `toml:"verify_peer"`
+}
+
+// Mgmt is the [mgmt] table: the HTTP management API and /metrics.
+type Mgmt struct {
+	Listen string `toml:"listen"` // "" or "off": no HTTP listener
+}
+
+// Storage is the [storage] table.
+type Storage struct {
+	DataDir string     `toml:"data_dir"`
+	Sync    SyncPolicy `toml:"sync"`
+}
+
+// Limits is the [limits] table: resource alarms that block publishers.
+type Limits struct {
+	// MemoryHighWatermark is a fraction of physical RAM, used when
+	// MemoryHighWatermarkBytes is 0.
+	MemoryHighWatermark      float64  `toml:"memory_high_watermark"`
+	MemoryHighWatermarkBytes ByteSize `toml:"memory_high_watermark_bytes"`
+	DiskFreeLimit            ByteSize `toml:"disk_free_limit"` // 0: no disk alarm
+}
+
+// Log is the [log] table.
+type Log struct {
+	Level  LogLevel  `toml:"level"`
+	Format LogFormat `toml:"format"`
+}
+
+// Auth is the [auth] table.
+type Auth struct {
+	// LoopbackUsers may connect only from a loopback address.
+	LoopbackUsers []string `toml:"loopback_users"`
+}
+
+// User is one [[users]] entry, created at start if absent. Exactly one of
+// Password and PasswordHash is set.
+type User struct {
+	Name         string   `toml:"name"`
+	Password     string   `toml:"password"`
+	PasswordHash string   `toml:"password_hash"`
+	Tags         []string `toml:"tags"`
+}
+
+// Vhost is one [[vhosts]] entry, created at start if absent.
+type Vhost struct {
+	Name string `toml:"name"`
+}
+
+// Default returns the configuration brokerd runs with when given no file.
+// Each call returns fresh slices.
+func Default() Config {
+	return Config{
+		AMQP: AMQP{
+			Listen:           "0.0.0.0:5672",
+			Heartbeat:        Duration(60 * time.Second),
+			FrameMax:         131072,
+			ChannelMax:       2047,
+			MaxMessageSize:   128 * MiB,
+			HandshakeTimeout: Duration(10 * time.Second),
+		},
+		Mgmt:    Mgmt{Listen: "127.0.0.1:15672"},
+		Storage: Storage{DataDir: "./data", Sync: SyncBatch},
+		Limits: Limits{
+			MemoryHighWatermark: 0.4,
+			DiskFreeLimit:       50 * MB,
+		},
+		Log:    Log{Level: LevelInfo, Format: FormatText},
+		Auth:   Auth{LoopbackUsers: []string{"guest"}},
+		Users:  []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
+		Vhosts: []Vhost{{Name: "/"}},
+	}
+}
+
+// Disabled reports whether a listen address turns its listener off: "" or
+// "off".
+func Disabled(addr string) bool { return addr == "" || addr == "off" }
+
+// Overrides are the settings command-line flags may override. A nil field
+// leaves the setting alone.
+type Overrides struct {
+	Listen     *string // -listen: amqp.listen
+	MgmtListen *string // -mgmt-listen: mgmt.listen
+	DataDir    *string // -data: storage.data_dir
+}
+
+// Apply sets the non-nil fields of o. Problems with overridden values are
+// reported by Validate without a file line. Call Validate after Apply.
+func (c *Config) Apply(o Overrides) {
+	set := func(key string, dst, v *string) {
+		if v == nil {
+			return
+		}
+		*dst = *v
+		if c.src != nil {
+			src := &origin{file: c.src.file, lines: maps.Clone(c.src.lines)}
+			delete(src.lines, key)
+			c.src = src
+		}
+	}
+	set("amqp.listen", &c.AMQP.Listen, o.Listen)
+	set("mgmt.listen", &c.Mgmt.Listen, o.MgmtListen)
+	set("storage.data_dir", &c.Storage.DataDir, o.DataDir)
+}
+
+// File returns the path c was loaded from, or "" if it was not loaded from a
+// file.
+func (c *Config) File() string {
+	if c.src == nil {
+		return ""
+	}
+	return c.src.file
+}
+
+// origin is where a Config's values came from.
+type origin struct {
+	file  string
+	lines map[string]int // key path ("amqp.tls.listen", "users[1].name") → 1-based line
+}
+
+// line returns the line of the first of keys that the file set, or 0.
+func (o *origin) line(keys ...string) int {
+	if o == nil {
+		return 0
+	}
+	for _, k := range keys {
+		if l := o.lines[k]; l > 0 {
+			return l
+		}
+	}
+	return 0
+}

@@ -1,0 +1,114 @@
+// Package config defines brokerd's configuration: a TOML file, its defaults,
+// the flags that override it, and its validation. This comment is the
+// operator's reference; brokerd.example.toml in this directory holds every
+// key at its default (a test keeps the two in step with Default).
+//
+// # Sources and precedence
+//
+// Default supplies every value, so brokerd starts without a file. Load reads
+// one file over the defaults: keys the file leaves out keep their defaults,
+// except that giving any [[users]] or [[vhosts]] replaces that whole list.
+// Then cmd/brokerd applies its flags (Overrides) and calls Validate again:
+//
+//	-config FILE      the file for Load
+//	-listen ADDR      amqp.listen
+//	-mgmt-listen ADDR mgmt.listen ("off" disables)
+//	-data DIR         storage.data_dir
+//
+// # Errors
+//
+// Invalid TOML is a *SyntaxError, "file:line:col: message". Otherwise Load
+// reports every problem at once in a *ValidationError, one per line:
+//
+//	brokerd.toml:3: amqp.frame_max: must be between 4096 and 16777216 (16MiB) bytes, got 1024
+//	brokerd.toml:12: storage.synk: unknown key (did you mean "sync"?)
+//	amqp.tls.cert_file: required when amqp.tls.listen is set
+//
+// Unknown keys, values of the wrong TOML type and invalid values are all
+// problems. The line is that of the key, or of the table header for problems
+// with a whole [[users]] entry; it is left out when the offending value came
+// from a default or a flag. Array elements are named with their index from
+// 0: users[1].password.
+//
+// # Value types
+//
+// Durations are strings in Go syntax: "60s", "1m30s", "250ms". Sizes are an
+// integer number of bytes or a string with a unit, "50MB", "1GiB", "512 KiB":
+// kB, MB, GB, TB are powers of 1000 and KiB, MiB, GiB, TiB powers of 1024,
+// matched without regard to case; fractions are refused. Listen addresses are
+// host:port with a numeric port ("0.0.0.0:5672", "[::1]:5672", ":5672"); port
+// 0 picks a free port; "" or "off" disables that listener. No two enabled
+// listeners may use the same port on overlapping hosts.
+//
+// # Keys
+//
+// [amqp] — AMQP 0-9-1 and what the server proposes in connection.tune.
+//
+//	amqp.listen              "0.0.0.0:5672"  Plain AMQP listener. If off, amqp.tls.listen must be on.
+//	amqp.heartbeat           "60s"           Heartbeat interval proposed; whole seconds, 0s..65535s; "0s" proposes none.
+//	amqp.frame_max           131072          Largest frame accepted, bytes, 4096..16777216 (16MiB).
+//	                                         AMQP allows up to 2^32-1, but every connection may
+//	                                         buffer a whole frame, so brokerd caps it; RabbitMQ
+//	                                         clients never need more than the default.
+//	amqp.channel_max         2047            Channels per connection, 1..65535 (RabbitMQ's default).
+//	amqp.max_message_size    128MiB          Largest message body, 1 byte..512MiB (RabbitMQ's limit).
+//	                                         Larger publishes close the channel with 406 PRECONDITION_FAILED.
+//	amqp.handshake_timeout   "10s"           Time from TCP accept to connection.open-ok; must be positive.
+//
+// [amqp.tls] — the amqps listener.
+//
+//	amqp.tls.listen          ""              amqps listener, e.g. "0.0.0.0:5671"; "" or "off" disables.
+//	amqp.tls.cert_file       ""              PEM certificate chain; required when listen is on.
+//	amqp.tls.key_file        ""              PEM private key; required when listen is on.
+//	amqp.tls.ca_file         ""              PEM CAs for client certificates; required when verify_peer.
+//	amqp.tls.verify_peer     false           Require a client certificate signed by ca_file.
+//
+// The files are read when the listener starts, not by Validate.
+//
+// [mgmt] — HTTP management API (RabbitMQ-compatible subset) and /metrics.
+//
+//	mgmt.listen              "127.0.0.1:15672"  "" or "off" disables.
+//
+// [storage]
+//
+//	storage.data_dir         "./data"        All broker state. Relative to the working directory.
+//	storage.sync             "batch"         SyncPolicy: when the log is fsynced and confirms sent.
+//	                                         "batch":  group commit, one fsync per batch of
+//	                                                   records; confirms after that fsync.
+//	                                         "always": fsync after each record, then confirm.
+//	                                         "none":   never fsync; confirms after write. A
+//	                                                   machine crash loses confirmed
+//	                                                   messages. For benchmarks.
+//
+// [limits] — resource alarms. While one is raised, publishing connections get
+// connection.blocked and are not read from; nothing is dropped.
+//
+//	limits.memory_high_watermark        0.4     Memory alarm at this fraction of RAM, 0..1 exclusive.
+//	limits.memory_high_watermark_bytes  0       If above 0, the alarm is at this many bytes instead.
+//	limits.disk_free_limit              "50MB"  Disk alarm when free space on data_dir's disk drops
+//	                                            below this; 0 disables it.
+//
+// [log] — slog to stderr.
+//
+//	log.level                "info"          debug, info, warn or error.
+//	log.format               "text"          text or json.
+//
+// [auth]
+//
+//	auth.loopback_users      ["guest"]       Users that may connect only from a loopback address.
+//
+// [[users]] — users created at start if absent; existing users are left as
+// they are. Default: one user guest, password guest, tag administrator.
+//
+//	users.name               (required)      Unique, non-empty.
+//	users.password           ""              Plain-text password, hashed before it is stored.
+//	users.password_hash      ""              RabbitMQ SHA-256 hash: base64 of a 4-byte salt then
+//	                                         SHA-256(salt ‖ password), as rabbitmqctl hash_password
+//	                                         prints. Exactly one of password and password_hash.
+//	users.tags               []              administrator, monitoring, policymaker, management,
+//	                                         impersonator, as in RabbitMQ.
+//
+// [[vhosts]] — virtual hosts created at start if absent. Default: "/".
+//
+//	vhosts.name              (required)      Unique, non-empty.
+package config

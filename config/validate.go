@@ -1,0 +1,266 @@
+package config
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits Validate enforces.
+const (
+	MinFrameMax       = 4096     // AMQP 0-9-1 §4.2.3: frame-max is at least 4096
+	MaxFrameMax       = 16 << 20 // each connection may buffer a frame this size
+	MaxChannelMax     = 65535    // channel numbers are 16 bits
+	MaxMaxMessageSize = 512 * MiB
+	MaxHeartbeat      = 65535 * time.Second // the tune field is 16-bit seconds
+)
+
+// Problem is one invalid setting.
+type Problem struct {
+	Key  string // "amqp.frame_max", "users[1].password"
+	Line int    // line in the file that set Key; 0 if it came from defaults or overrides
+	Msg  string
+}
+
+// ValidationError lists every problem found in a configuration.
+type ValidationError struct {
+	File     string // the file loaded, if any
+	Problems []Problem
+}
+
+// Error lists the problems one per line, as "file:line: key: message", or
+// "key: message" for values that did not come from the file.
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if p.Line > 0 && e.File != "" {
+			fmt.Fprintf(&b, "%s:%d: ", e.File, p.Line)
+		}
+		fmt.Fprintf(&b, "%s: %s", p.Key, p.Msg)
+	}
+	return b.String()
+}
+
+// sortProblems orders problems by line, those without a line last, keeping
+// the order of discovery among equals.
+func sortProblems(ps []Problem) {
+	slices.SortStableFunc(ps, func(a, b Problem) int {
+		la, lb := a.Line, b.Line
+		if la == 0 {
+			la = math.MaxInt
+		}
+		if lb == 0 {
+			lb = math.MaxInt
+		}
+		return la - lb
+	})
+}
+
+// checker collects problems, with lines from the origin.
+type checker struct {
+	src   *origin
+	probs []Problem
+}
+
+// add reports a problem with key at the line of the first of lineKeys the
+// file set; nil lineKeys means key's own line.
+func (k *checker) add(key string, lineKeys []string, format string, args ...any) {
+	if lineKeys == nil {
+		lineKeys = []string{key}
+	}
+	line := k.src.line(lineKeys...)
+	k.probs = append(k.probs, Problem{Key: key, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (k *checker) addf(key, format string, args ...any) { k.add(key, nil, format, args...) }
+
+// Validate checks every setting and returns a *ValidationError listing all
+// problems, or nil.
+func (c *Config) Validate() error {
+	k := &checker{src: c.src}
+	c.validateAMQP(k)
+	k.listen("mgmt.listen", c.Mgmt.Listen)
+	c.validateListeners(k)
+
+	if c.Storage.DataDir == "" {
+		k.addf("storage.data_dir", "must not be empty")
+	}
+	if !slices.Contains(SyncPolicies, c.Storage.Sync) {
+		k.addf("storage.sync", "invalid value %q: want one of %s", c.Storage.Sync, quoteList(SyncPolicies))
+	}
+
+	if w := c.Limits.MemoryHighWatermark; !(w > 0 && w < 1) {
+		k.addf("limits.memory_high_watermark", "must be a fraction of RAM between 0 and 1 (exclusive), got %v", w)
+	}
+
+	if !slices.Contains(LogLevels, c.Log.Level) {
+		k.addf("log.level", "invalid value %q: want one of %s", c.Log.Level, quoteList(LogLevels))
+	}
+	if !slices.Contains(LogFormats, c.Log.Format) {
+		k.addf("log.format", "invalid value %q: want one of %s", c.Log.Format, quoteList(LogFormats))
+	}
+
+	for i, u := range c.Auth.LoopbackUsers {
+		if u == "" {
+			k.addf(indexKey("auth.loopback_users", i), "must not be empty")
+		}
+	}
+	c.validateUsers(k)
+	c.validateVhosts(k)
+
+	if len(k.probs) == 0 {
+		return nil
+	}
+	sortProblems(k.probs)
+	return &ValidationError{File: c.File(), Problems: k.probs}
+}
+
+func (c *Config) validateAMQP(k *checker) {
+	a := &c.AMQP
+	k.listen("amqp.listen", a.Listen)
+
+	if h := time.Duration(a.Heartbeat); h < 0 || h > MaxHeartbeat {
+		k.addf("amqp.heartbeat", "must be between 0s (disabled) and %s, got %s", MaxHeartbeat, h)
+	} else if h%time.Second != 0 {
+		k.addf("amqp.heartbeat", "must be a whole number of seconds (AMQP negotiates seconds), got %s", h)
+	}
+	if a.FrameMax < MinFrameMax || a.FrameMax > MaxFrameMax {
+		k.addf("amqp.frame_max", "must be between %d and %d (%s) bytes, got %d", MinFrameMax, MaxFrameMax, ByteSize(MaxFrameMax), a.FrameMax)
+	}
+	if a.ChannelMax < 1 || a.ChannelMax > MaxChannelMax {
+		k.addf("amqp.channel_max", "must be between 1 and %d, got %d", MaxChannelMax, a.ChannelMax)
+	}
+	if a.MaxMessageSize < 1 || a.MaxMessageSize > MaxMaxMessageSize {
+		k.addf("amqp.max_message_size", "must be between 1 byte and %s, got %s", MaxMaxMessageSize, a.MaxMessageSize)
+	}
+	if a.HandshakeTimeout <= 0 {
+		k.addf("amqp.handshake_timeout", "must be positive, got %s", a.HandshakeTimeout)
+	}
+
+	t := &a.TLS
+	k.listen("amqp.tls.listen", t.Listen)
+	if !Disabled(t.Listen) {
+		if t.CertFile == "" {
+			k.add("amqp.tls.cert_file", []string{"amqp.tls.cert_file", "amqp.tls.listen"}, "required when amqp.tls.listen is set")
+		}
+		if t.KeyFile == "" {
+			k.add("amqp.tls.key_file", []string{"amqp.tls.key_file", "amqp.tls.listen"}, "required when amqp.tls.listen is set")
+		}
+		if t.VerifyPeer && t.CAFile == "" {
+			k.add("amqp.tls.ca_file", []string{"amqp.tls.ca_file", "amqp.tls.verify_peer"}, "required when amqp.tls.verify_peer is true")
+		}
+	}
+}
+
+// listen checks one listen address; "" and "off" are valid.
+func (k *checker) listen(key, addr string) {
+	if Disabled(addr) {
+		return
+	}
+	if _, _, ok := splitListen(addr); !ok {
+		k.addf(key, "invalid address %q: want host:port (such as \"0.0.0.0:5672\" or \"[::1]:5672\"), or \"off\"", addr)
+	}
+}
+
+// splitListen splits a listen address into host and numeric port.
+func splitListen(addr string) (host string, port int, ok bool) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, false
+	}
+	port, err = strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, false
+	}
+	return host, port, true
+}
+
+// validateListeners checks that some AMQP listener is on and that no two
+// listeners want the same port.
+func (c *Config) validateListeners(k *checker) {
+	if Disabled(c.AMQP.Listen) && Disabled(c.AMQP.TLS.Listen) {
+		k.add("amqp.listen", []string{"amqp.listen", "amqp.tls.listen"}, "no AMQP listener: amqp.listen and amqp.tls.listen are both off")
+	}
+	ls := []struct{ key, addr string }{
+		{"amqp.listen", c.AMQP.Listen},
+		{"amqp.tls.listen", c.AMQP.TLS.Listen},
+		{"mgmt.listen", c.Mgmt.Listen},
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	for i := range ls {
+		hi, pi, ok := splitListen(ls[i].addr)
+		if Disabled(ls[i].addr) || !ok || pi == 0 {
+			continue
+		}
+		for j := range i {
+			hj, pj, ok := splitListen(ls[j].addr)
+			if Disabled(ls[j].addr) || !ok || pj != pi {
+				continue
+			}
+			if hi == hj || wildcard(hi) || wildcard(hj) {
+				k.addf(ls[i].key, "%q conflicts with %s = %q: same port", ls[i].addr, ls[j].key, ls[j].addr)
+				break
+			}
+		}
+	}
+}
+
+// passwordHashLen is the decoded length of a RabbitMQ SHA-256 password hash:
+// a 4-byte salt followed by SHA-256(salt ‖ password).
+const passwordHashLen = 4 + 32
+
+func (c *Config) validateUsers(k *checker) {
+	seen := make(map[string]int)
+	for i, u := range c.Users {
+		p := indexKey("users", i)
+		switch {
+		case u.Name == "":
+			k.add(p+".name", []string{p + ".name", p}, "must not be empty")
+		default:
+			if j, dup := seen[u.Name]; dup {
+				k.addf(p+".name", "duplicate user %q (also users[%d])", u.Name, j)
+			} else {
+				seen[u.Name] = i
+			}
+		}
+		switch {
+		case u.Password == "" && u.PasswordHash == "":
+			k.add(p, nil, "one of password and password_hash is required")
+		case u.Password != "" && u.PasswordHash != "":
+			k.add(p, []string{p + ".password_hash", p + ".password", p}, "password and password_hash are mutually exclusive: set one")
+		case u.PasswordHash != "":
+			if b, err := base64.StdEncoding.DecodeString(u.PasswordHash); err != nil || len(b) != passwordHashLen {
+				k.addf(p+".password_hash", "not a RabbitMQ SHA-256 password hash: want base64 of a 4-byte salt and a 32-byte digest, as printed by `rabbitmqctl hash_password`")
+			}
+		}
+		for j, t := range u.Tags {
+			if !slices.Contains(UserTags, t) {
+				k.add(indexKey(p+".tags", j), []string{indexKey(p+".tags", j), p + ".tags", p}, "unknown tag %q: want one of %s", t, quoteList(UserTags))
+			}
+		}
+	}
+}
+
+func (c *Config) validateVhosts(k *checker) {
+	seen := make(map[string]int)
+	for i, v := range c.Vhosts {
+		p := indexKey("vhosts", i)
+		if v.Name == "" {
+			k.add(p+".name", []string{p + ".name", p}, "must not be empty")
+			continue
+		}
+		if j, dup := seen[v.Name]; dup {
+			k.addf(p+".name", "duplicate vhost %q (also vhosts[%d])", v.Name, j)
+			continue
+		}
+		seen[v.Name] = i
+	}
+}

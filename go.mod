@@ -1,0 +1,8 @@
+module github.com/brokerd/brokerd
+
+go 1.26
+
+require (
+	github.com/BurntSushi/toml v1.6.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+)

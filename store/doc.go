@@ -1,0 +1,49 @@
+// Package store defines the message store: the persistence boundary of brokerd.
+//
+// The broker keeps a queue's live state (ready entries, consumers, unacked
+// deliveries) in memory; the store is where the part of that state that must
+// survive a restart is written: durable definitions (vhosts, exchanges,
+// queues, bindings, policies, users) and the entries of persistent messages
+// in durable queues. Transient messages and non-durable queues never reach
+// the store.
+//
+// Everything the broker changes is expressed as one Batch applied with
+// Apply. A Batch is atomic: after a crash at any instant either all of it is
+// visible on reopen or none of it is. This is what makes dead-lettering safe:
+// the source entry's delete and the target entries' puts travel in one Batch,
+// so a dead-lettered message is in exactly one place (DESIGN.md).
+//
+// # Model
+//
+//   - A Message is an immutable body plus its publish-time header (exchange,
+//     routing keys, raw AMQP content-header properties). It has a MsgID and
+//     is shared by every entry that refers to it: a message routed to three
+//     queues, or dead-lettered to two, is stored once. The store deletes a
+//     message when its last entry goes (reference counting).
+//   - An Entry is a message's place in one queue: (QueueID, Seq). Seq is
+//     assigned by the queue and grows within a queue; a queue's entries are
+//     ordered by Seq. An entry may carry its own Header (dead-lettering
+//     rewrites exchange, routing keys and properties without copying the
+//     body), a Deadline (unix milliseconds; 0 = none) and a DeliveryCount.
+//   - Meta is a small ordered key/value space for definitions, written in
+//     the same Batch mechanism so that, e.g., deleting a queue and all its
+//     entries is one atomic step.
+//
+// # Reads
+//
+// Reads serve recovery and paging, not the hot path: ScanQueue walks one
+// queue's entries in Seq order from a given Seq (a backlog larger than
+// memory is read a window at a time); ScanDeadlines walks entries in
+// deadline order up to a time (the TTL scheduler refills its timer wheel from
+// it, so pending deadlines do not have to be held in memory).
+//
+// # Durability completion
+//
+// Apply's done callback runs once the batch is durable according to the
+// store's sync policy (for the disk store: after the fsync that covers it).
+// The broker sends a publisher confirm only from that callback. The callback
+// may run on a store goroutine; it must not block.
+//
+// Implementations: memstore (in memory; nothing survives the process, used
+// for tests and as the reference for the conformance suite in storetest).
+package store

@@ -1,0 +1,286 @@
+// Package memstore is the in-memory implementation of store.Store.
+//
+// It keeps everything in maps under one mutex; each Batch is validated and
+// then applied under that lock, so batches are atomic with respect to every
+// reader. Nothing survives the process. Reopen simulates a restart: it
+// returns a new store holding the same durable data, which is what a disk
+// store would recover — the storetest conformance suite uses it to run its
+// restart cases against both implementations.
+package memstore
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/brokerd/brokerd/store"
+)
+
+type msgRec struct {
+	msg  *store.Message
+	refs int
+}
+
+// Store is an in-memory store.Store. Safe for concurrent use.
+type Store struct {
+	nextID atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	err    error // sticky
+	msgs   map[store.MsgID]*msgRec
+	queues map[store.QueueID]map[uint64]*store.Entry
+	meta   map[string][]byte
+}
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		msgs:   make(map[store.MsgID]*msgRec),
+		queues: make(map[store.QueueID]map[uint64]*store.Entry),
+		meta:   make(map[string][]byte),
+	}
+}
+
+// Reopen closes s and returns a new store with the same contents, as a disk
+// store reopened after a restart would have.
+func (s *Store) Reopen() *Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	n := New()
+	n.nextID.Store(s.nextID.Load())
+	n.msgs, n.queues, n.meta = s.msgs, s.queues, s.meta
+	s.msgs, s.queues, s.meta = nil, nil, nil
+	return n
+}
+
+// AllocMsgID implements store.Store.
+func (s *Store) AllocMsgID() store.MsgID { return store.MsgID(s.nextID.Add(1)) }
+
+// Apply implements store.Store. done runs before Apply returns.
+func (s *Store) Apply(b *store.Batch, done func(error)) {
+	err := s.apply(b)
+	if done != nil {
+		done(err)
+	}
+}
+
+func (s *Store) apply(b *store.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.validateLocked(b); err != nil {
+		s.err = err
+		return err
+	}
+	for _, m := range b.Messages {
+		s.msgs[m.ID] = &msgRec{msg: m}
+	}
+	for i := range b.Puts {
+		e := b.Puts[i] // copy: the store owns its entries
+		q := s.queues[e.Queue]
+		if q == nil {
+			q = make(map[uint64]*store.Entry)
+			s.queues[e.Queue] = q
+		}
+		rec := s.msgs[e.Msg.ID]
+		e.Msg = rec.msg
+		rec.refs++
+		q[e.Seq] = &e
+	}
+	for _, u := range b.Updates {
+		s.queues[u.Queue][u.Seq].DeliveryCount = u.DeliveryCount
+	}
+	for _, r := range b.Deletes {
+		q := s.queues[r.Queue]
+		s.unrefLocked(q[r.Seq].Msg.ID)
+		delete(q, r.Seq)
+		if len(q) == 0 {
+			delete(s.queues, r.Queue)
+		}
+	}
+	for _, qid := range b.DropQueues {
+		for _, e := range s.queues[qid] {
+			s.unrefLocked(e.Msg.ID)
+		}
+		delete(s.queues, qid)
+	}
+	for _, op := range b.Meta {
+		if op.Value == nil {
+			delete(s.meta, op.Key)
+		} else {
+			s.meta[op.Key] = bytes.Clone(op.Value)
+		}
+	}
+	// Messages listed in the batch but referenced by no entry are not kept.
+	for _, m := range b.Messages {
+		if rec := s.msgs[m.ID]; rec != nil && rec.refs == 0 {
+			delete(s.msgs, m.ID)
+		}
+	}
+	return nil
+}
+
+// validateLocked checks the whole batch before anything is applied, so that
+// a bad batch changes nothing.
+func (s *Store) validateLocked(b *store.Batch) error {
+	fresh := make(map[store.MsgID]bool, len(b.Messages))
+	for _, m := range b.Messages {
+		if m == nil || m.ID == 0 {
+			return fmt.Errorf("%w: message without id", store.ErrInvalidBatch)
+		}
+		if _, ok := s.msgs[m.ID]; ok || fresh[m.ID] {
+			return fmt.Errorf("%w: message %d already stored", store.ErrInvalidBatch, m.ID)
+		}
+		fresh[m.ID] = true
+	}
+	put := make(map[store.Ref]bool, len(b.Puts))
+	for i := range b.Puts {
+		e := &b.Puts[i]
+		if e.Msg == nil {
+			return fmt.Errorf("%w: entry %v without message", store.ErrInvalidBatch, e.Ref)
+		}
+		if _, ok := s.msgs[e.Msg.ID]; !ok && !fresh[e.Msg.ID] {
+			return fmt.Errorf("%w: entry %v refers to unknown message %d", store.ErrInvalidBatch, e.Ref, e.Msg.ID)
+		}
+		if _, ok := s.queues[e.Queue][e.Seq]; ok || put[e.Ref] {
+			return fmt.Errorf("%w: entry %v already exists", store.ErrInvalidBatch, e.Ref)
+		}
+		put[e.Ref] = true
+	}
+	exists := func(r store.Ref) bool {
+		_, ok := s.queues[r.Queue][r.Seq]
+		return ok || put[r]
+	}
+	for _, u := range b.Updates {
+		if !exists(u.Ref) {
+			return fmt.Errorf("%w: update of unknown entry %v", store.ErrInvalidBatch, u.Ref)
+		}
+	}
+	del := make(map[store.Ref]bool, len(b.Deletes))
+	for _, r := range b.Deletes {
+		if put[r] {
+			return fmt.Errorf("%w: entry %v put and deleted in one batch", store.ErrInvalidBatch, r)
+		}
+		if !exists(r) || del[r] {
+			return fmt.Errorf("%w: delete of unknown entry %v", store.ErrInvalidBatch, r)
+		}
+		del[r] = true
+	}
+	return nil
+}
+
+func (s *Store) unrefLocked(id store.MsgID) {
+	rec := s.msgs[id]
+	rec.refs--
+	if rec.refs == 0 {
+		delete(s.msgs, id)
+	}
+}
+
+// ScanQueue implements store.Store.
+func (s *Store) ScanQueue(q store.QueueID, from uint64, fn func(*store.Entry) bool) error {
+	entries, err := s.collect(func(e *store.Entry) bool { return e.Queue == q && e.Seq >= from }, q)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b *store.Entry) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, e := range entries {
+		if !fn(e) {
+			break
+		}
+	}
+	return nil
+}
+
+// ScanDeadlines implements store.Store.
+func (s *Store) ScanDeadlines(until int64, fn func(*store.Entry) bool) error {
+	entries, err := s.collect(func(e *store.Entry) bool { return e.Deadline > 0 && e.Deadline <= until }, 0)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b *store.Entry) int {
+		return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Seq, b.Seq))
+	})
+	for _, e := range entries {
+		if !fn(e) {
+			break
+		}
+	}
+	return nil
+}
+
+// collect copies matching entries under the lock so fn runs without it
+// (fn may call back into the store). q limits the walk to one queue when
+// non-zero.
+func (s *Store) collect(match func(*store.Entry) bool, q store.QueueID) ([]*store.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	var out []*store.Entry
+	add := func(m map[uint64]*store.Entry) {
+		for _, e := range m {
+			if match(e) {
+				c := *e
+				out = append(out, &c)
+			}
+		}
+	}
+	if q != 0 {
+		add(s.queues[q])
+		return out, nil
+	}
+	for _, m := range s.queues {
+		add(m)
+	}
+	return out, nil
+}
+
+// ScanMeta implements store.Store.
+func (s *Store) ScanMeta(prefix string, fn func(key string, value []byte) bool) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	type kv struct {
+		k string
+		v []byte
+	}
+	var out []kv
+	for k, v := range s.meta {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, kv{k, v})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+	for _, e := range out {
+		if !fn(e.k, bytes.Clone(e.v)) {
+			break
+		}
+	}
+	return nil
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+var _ store.Store = (*Store)(nil)

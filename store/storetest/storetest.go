@@ -1,0 +1,305 @@
+// Package storetest is the conformance suite every store.Store
+// implementation runs: the same cases against the memory store and the disk
+// store, so both give the broker the same guarantees.
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/brokerd/brokerd/store"
+)
+
+// Opener makes a fresh, empty store for one test.
+type Opener func(t *testing.T) store.Store
+
+// Reopener closes s and returns the store as it is after a restart.
+type Reopener func(t *testing.T, s store.Store) store.Store
+
+// Run runs every conformance case.
+func Run(t *testing.T, open Opener, reopen Reopener) {
+	cases := []struct {
+		name string
+		fn   func(*testing.T, Opener, Reopener)
+	}{
+		{"ScanQueueOrder", testScanQueueOrder},
+		{"SharedMessage", testSharedMessage},
+		{"DeadLetterMove", testDeadLetterMove},
+		{"InvalidBatchChangesNothing", testInvalidBatch},
+		{"UpdateDeliveryCount", testUpdate},
+		{"DropQueues", testDropQueues},
+		{"ScanDeadlines", testScanDeadlines},
+		{"Meta", testMeta},
+		{"Reopen", testReopen},
+		{"Closed", testClosed},
+		{"DoneCalledOnce", testDoneOnce},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, open, reopen) })
+	}
+}
+
+func apply(t *testing.T, s store.Store, b *store.Batch) {
+	t.Helper()
+	errc := make(chan error, 1)
+	s.Apply(b, func(err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+}
+
+func applyErr(s store.Store, b *store.Batch) error {
+	errc := make(chan error, 1)
+	s.Apply(b, func(err error) { errc <- err })
+	return <-errc
+}
+
+func newMsg(s store.Store, body string) *store.Message {
+	return &store.Message{
+		ID:         s.AllocMsgID(),
+		Header:     store.Header{Exchange: "x", RoutingKeys: []string{"rk"}, Props: []byte{0x10, 0x00, 2}},
+		Body:       []byte(body),
+		Persistent: true,
+	}
+}
+
+// dump returns "seq:body" for every entry of q.
+func dump(t *testing.T, s store.Store, q store.QueueID, from uint64) []string {
+	t.Helper()
+	var out []string
+	err := s.ScanQueue(q, from, func(e *store.Entry) bool {
+		out = append(out, fmt.Sprintf("%d:%s", e.Seq, e.Msg.Body))
+		return true
+	})
+	if err != nil {
+		t.Fatalf("scan queue %d: %v", q, err)
+	}
+	return out
+}
+
+func expect(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s = %q, want %q", what, got, want)
+	}
+}
+
+func testScanQueueOrder(t *testing.T, open Opener, _ Reopener) {
+	s := open(t)
+	defer s.Close()
+	var b store.Batch
+	for _, seq := range []uint64{5, 1, 3, 2, 4} {
+		m := newMsg(s, fmt.Sprint("m", seq))
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: 7, Seq: seq}, Msg: m})
+	}
+	apply(t, s, &b)
+	expect(t, "queue 7", dump(t, s, 7, 0), []string{"1:m1", "2:m2", "3:m3", "4:m4", "5:m5"})
+	expect(t, "queue 7 from 3", dump(t, s, 7, 3), []string{"3:m3", "4:m4", "5:m5"})
+	expect(t, "queue 8", dump(t, s, 8, 0), nil)
+	var n int
+	if err := s.ScanQueue(7, 0, func(*store.Entry) bool { n++; return n < 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("scan did not stop when fn returned false: %d calls", n)
+	}
+}
+
+func testSharedMessage(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	m := newMsg(s, "shared")
+	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
+		{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m},
+		{Ref: store.Ref{Queue: 2, Seq: 1}, Msg: m},
+	}})
+	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Seq: 1}}})
+	s = reopen(t, s)
+	defer s.Close()
+	expect(t, "queue 1", dump(t, s, 1, 0), nil)
+	expect(t, "queue 2", dump(t, s, 2, 0), []string{"1:shared"})
+	// The message is still stored: a new entry can refer to it.
+	apply(t, s, &store.Batch{Puts: []store.Entry{{Ref: store.Ref{Queue: 3, Seq: 9}, Msg: m}}})
+	expect(t, "queue 3", dump(t, s, 3, 0), []string{"9:shared"})
+}
+
+func testDeadLetterMove(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	m := newMsg(s, "dl")
+	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 4}, Msg: m, Deadline: 100}}})
+	h := &store.Header{Exchange: "dlx", RoutingKeys: []string{"dead"}, Props: []byte{0x20, 0x00, 9}}
+	apply(t, s, &store.Batch{
+		Deletes: []store.Ref{{Queue: 1, Seq: 4}},
+		Puts: []store.Entry{
+			{Ref: store.Ref{Queue: 2, Seq: 1}, Msg: m, Header: h},
+			{Ref: store.Ref{Queue: 3, Seq: 1}, Msg: m, Header: h},
+		},
+	})
+	s = reopen(t, s)
+	defer s.Close()
+	expect(t, "source", dump(t, s, 1, 0), nil)
+	for _, q := range []store.QueueID{2, 3} {
+		var got *store.Entry
+		_ = s.ScanQueue(q, 0, func(e *store.Entry) bool { got = e; return false })
+		if got == nil {
+			t.Fatalf("target %d empty", q)
+		}
+		eh := got.EffectiveHeader()
+		if eh.Exchange != "dlx" || !slices.Equal(eh.RoutingKeys, []string{"dead"}) || string(eh.Props) != string(h.Props) {
+			t.Fatalf("target %d header = %+v, want %+v", q, eh, h)
+		}
+		if got.Msg.Header.Exchange != "x" || string(got.Msg.Body) != "dl" {
+			t.Fatalf("target %d message = %+v", q, got.Msg)
+		}
+		if got.Deadline != 0 {
+			t.Fatalf("target %d kept deadline %d", q, got.Deadline)
+		}
+	}
+}
+
+func testInvalidBatch(t *testing.T, open Opener, _ Reopener) {
+	s := open(t)
+	defer s.Close()
+	m := newMsg(s, "a")
+	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	m2 := newMsg(s, "b")
+	// Valid put of m2 plus a delete of an entry that does not exist.
+	err := applyErr(s, &store.Batch{
+		Messages: []*store.Message{m2},
+		Puts:     []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 2}, Msg: m2}},
+		Deletes:  []store.Ref{{Queue: 1, Seq: 99}},
+	})
+	if !errors.Is(err, store.ErrInvalidBatch) {
+		t.Fatalf("apply invalid batch: err = %v, want ErrInvalidBatch", err)
+	}
+	expect(t, "queue 1", dump(t, s, 1, 0), []string{"1:a"})
+	// Errors are sticky.
+	if err := applyErr(s, &store.Batch{Meta: []store.MetaOp{{Key: "k", Value: []byte("v")}}}); err == nil {
+		t.Fatal("apply after a failed batch succeeded; errors must be sticky")
+	}
+}
+
+func testUpdate(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	m := newMsg(s, "u")
+	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 1, Seq: 1}, DeliveryCount: 3}}})
+	s = reopen(t, s)
+	defer s.Close()
+	var dc uint32
+	_ = s.ScanQueue(1, 0, func(e *store.Entry) bool { dc = e.DeliveryCount; return true })
+	if dc != 3 {
+		t.Fatalf("delivery count = %d, want 3", dc)
+	}
+}
+
+func testDropQueues(t *testing.T, open Opener, _ Reopener) {
+	s := open(t)
+	defer s.Close()
+	var b store.Batch
+	for i := uint64(1); i <= 3; i++ {
+		m := newMsg(s, fmt.Sprint(i))
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: 1, Seq: i}, Msg: m}, store.Entry{Ref: store.Ref{Queue: 2, Seq: i}, Msg: m})
+	}
+	apply(t, s, &b)
+	apply(t, s, &store.Batch{DropQueues: []store.QueueID{1}, Meta: []store.MetaOp{{Key: "queue/1", Value: nil}}})
+	expect(t, "queue 1", dump(t, s, 1, 0), nil)
+	expect(t, "queue 2", dump(t, s, 2, 0), []string{"1:1", "2:2", "3:3"})
+}
+
+func testScanDeadlines(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	var b store.Batch
+	add := func(q store.QueueID, seq uint64, deadline int64) {
+		m := newMsg(s, fmt.Sprintf("%d/%d", q, seq))
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: q, Seq: seq}, Msg: m, Deadline: deadline})
+	}
+	add(1, 1, 300)
+	add(1, 2, 100)
+	add(2, 1, 100)
+	add(2, 2, 0)
+	add(1, 3, 200)
+	add(3, 1, 900)
+	apply(t, s, &b)
+	s = reopen(t, s)
+	defer s.Close()
+	var got []string
+	err := s.ScanDeadlines(300, func(e *store.Entry) bool {
+		got = append(got, fmt.Sprintf("%d@%d/%d", e.Deadline, e.Queue, e.Seq))
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "deadlines", got, []string{"100@1/2", "100@2/1", "200@1/3", "300@1/1"})
+}
+
+func testMeta(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	apply(t, s, &store.Batch{Meta: []store.MetaOp{
+		{Key: "queue/b", Value: []byte("2")},
+		{Key: "queue/a", Value: []byte("1")},
+		{Key: "exchange/x", Value: []byte("x")},
+		{Key: "queue/c", Value: []byte("3")},
+	}})
+	apply(t, s, &store.Batch{Meta: []store.MetaOp{{Key: "queue/c"}, {Key: "queue/a", Value: []byte("1'")}}})
+	s = reopen(t, s)
+	defer s.Close()
+	var got []string
+	if err := s.ScanMeta("queue/", func(k string, v []byte) bool { got = append(got, k+"="+string(v)); return true }); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "meta", got, []string{"queue/a=1'", "queue/b=2"})
+}
+
+func testReopen(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	m := newMsg(s, "r")
+	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	s = reopen(t, s)
+	defer s.Close()
+	var got *store.Entry
+	_ = s.ScanQueue(1, 0, func(e *store.Entry) bool { got = e; return false })
+	if got == nil || got.Msg.ID != m.ID || !got.Msg.Persistent || got.Msg.Header.Exchange != "x" ||
+		!slices.Equal(got.Msg.Header.RoutingKeys, []string{"rk"}) || string(got.Msg.Header.Props) != string(m.Header.Props) {
+		t.Fatalf("after reopen entry = %+v", got)
+	}
+	if id := s.AllocMsgID(); id <= m.ID {
+		t.Fatalf("AllocMsgID after reopen = %d, reuses ids up to %d", id, m.ID)
+	}
+}
+
+func testClosed(t *testing.T, open Opener, _ Reopener) {
+	s := open(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := applyErr(s, &store.Batch{Meta: []store.MetaOp{{Key: "k", Value: []byte("v")}}}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("apply after close: %v", err)
+	}
+	if err := s.ScanQueue(1, 0, func(*store.Entry) bool { return true }); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("scan after close: %v", err)
+	}
+}
+
+func testDoneOnce(t *testing.T, open Opener, _ Reopener) {
+	s := open(t)
+	defer s.Close()
+	calls := make(chan error, 4)
+	s.Apply(&store.Batch{Meta: []store.MetaOp{{Key: "k", Value: []byte("v")}}}, func(err error) { calls <- err })
+	if err := <-calls; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-calls:
+		t.Fatalf("done called twice (second: %v)", err)
+	default:
+	}
+}

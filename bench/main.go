@@ -1,0 +1,259 @@
+// Command bench measures an AMQP 0-9-1 broker — brokerd, RabbitMQ or any
+// other — with the same scenarios, so figures can be put side by side.
+//
+//	go run ./bench -scenario e2e -n 100000 -size 1024 -confirm 1000
+//	go run ./bench -scenario publish -url amqp://guest:guest@127.0.0.1:5672/ -compare amqp://guest:guest@127.0.0.1:5673/
+//
+// Every message carries its producer, sequence number and send time in its
+// body; the run verifies that each arrived exactly once and exits 1 if any
+// was lost or duplicated. Progress goes to stderr once a second; the result
+// is one JSON line on stdout (and a table unless -json).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	urls := []string{o.url}
+	if o.compare != "" {
+		urls = append(urls, o.compare)
+	}
+	var results []result
+	failed := false
+	for _, u := range urls {
+		ro := o
+		ro.url = u
+		fmt.Fprintf(stderr, "bench: %s against %s\n", o.scenario, redact(u))
+		r, err := run(ctx, ro, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: %s against %s: %v\n", o.scenario, redact(u), err)
+			return 1
+		}
+		line, _ := json.Marshal(r)
+		fmt.Fprintln(stdout, string(line))
+		results = append(results, r)
+		if r.Lost > 0 || r.Duplicated > 0 {
+			failed = true
+		}
+	}
+	if !o.json {
+		printTable(stdout, results)
+	}
+	if failed {
+		fmt.Fprintln(stderr, "bench: FAILED: messages were lost or duplicated")
+		return 1
+	}
+	return 0
+}
+
+// options are the command's flags.
+type options struct {
+	url        string
+	scenario   string
+	n          int
+	duration   time.Duration
+	size       int
+	producers  int
+	consumers  int
+	confirm    int
+	persistent bool
+	durable    bool
+	prefetch   int
+	ack        string
+	queueType  string
+	ttl        time.Duration
+	ttlMax     time.Duration
+	ttlMode    string
+	maxLength  int
+	rate       float64
+	queues     int
+	json       bool
+	compare    string
+	timeout    time.Duration
+}
+
+var scenarios = []string{"publish", "consume", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout"}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.url, "url", "amqp://guest:guest@127.0.0.1:5672/", "broker `URL`")
+	fs.StringVar(&o.scenario, "scenario", "e2e", "one of "+strings.Join(scenarios, ", "))
+	fs.IntVar(&o.n, "n", 0, "messages to publish (default 100000 unless -duration)")
+	fs.DurationVar(&o.duration, "duration", 0, "publish for this long instead of -n messages")
+	fs.IntVar(&o.size, "size", 1024, "message body size in bytes (at least 28)")
+	fs.IntVar(&o.producers, "producers", 1, "publishing connections")
+	fs.IntVar(&o.consumers, "consumers", 1, "consuming connections")
+	fs.IntVar(&o.confirm, "confirm", 0, "publisher confirm window; 0 = no confirms")
+	fs.BoolVar(&o.persistent, "persistent", false, "publish persistent messages (delivery mode 2) to durable queues")
+	fs.BoolVar(&o.durable, "durable", false, "declare durable queues (implied by -persistent and quorum)")
+	fs.IntVar(&o.prefetch, "prefetch", 1000, "consumer prefetch count (0 = unlimited)")
+	fs.StringVar(&o.ack, "ack", "manual", "consumer acknowledgements: manual or auto")
+	fs.StringVar(&o.queueType, "queue-type", "classic", "classic or quorum")
+	fs.DurationVar(&o.ttl, "ttl", time.Second, "message TTL for ttl-expire")
+	fs.DurationVar(&o.ttlMax, "ttl-max", 0, "with -ttl-mode message: TTLs are uniform in [ttl, ttl-max], published in random order")
+	fs.StringVar(&o.ttlMode, "ttl-mode", "queue", "ttl-expire: queue (x-message-ttl) or message (expiration property)")
+	fs.IntVar(&o.maxLength, "max-length", 1000, "x-max-length for maxlen")
+	fs.Float64Var(&o.rate, "rate", 0, "pace all producers together to this many msgs/s (0 = as fast as possible)")
+	fs.IntVar(&o.queues, "queues", 4, "queues bound to the exchange in fanout")
+	fs.BoolVar(&o.json, "json", false, "print only the JSON result line on stdout")
+	fs.StringVar(&o.compare, "compare", "", "run the same scenario against this second broker `URL` and compare")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for messages after this long")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var problems []string
+	if !contains(scenarios, o.scenario) {
+		problems = append(problems, fmt.Sprintf("-scenario %q is not one of %s", o.scenario, strings.Join(scenarios, ", ")))
+	}
+	if o.n == 0 && o.duration == 0 {
+		o.n = 100000
+	}
+	if o.n < 0 || o.size < bodyHeader || o.producers < 1 || o.consumers < 1 || o.confirm < 0 || o.prefetch < 0 || o.queues < 1 || o.maxLength < 0 || o.rate < 0 {
+		problems = append(problems, fmt.Sprintf("need -n >= 0, -size >= %d, -producers >= 1, -consumers >= 1, -queues >= 1, and non-negative -confirm, -prefetch, -max-length, -rate", bodyHeader))
+	}
+	if o.ack != "manual" && o.ack != "auto" {
+		problems = append(problems, "-ack must be manual or auto")
+	}
+	if o.queueType != "classic" && o.queueType != "quorum" {
+		problems = append(problems, "-queue-type must be classic or quorum")
+	}
+	if o.ttlMode != "queue" && o.ttlMode != "message" {
+		problems = append(problems, "-ttl-mode must be queue or message")
+	}
+	if o.ttlMax != 0 && (o.ttlMode != "message" || o.ttlMax < o.ttl) {
+		problems = append(problems, "-ttl-max needs -ttl-mode message and -ttl-max >= -ttl")
+	}
+	if o.duration > 0 && (o.scenario == "consume" || o.scenario == "maxlen" || o.scenario == "ttl-expire") {
+		problems = append(problems, "-duration does not apply to "+o.scenario+"; use -n")
+	}
+	if len(problems) > 0 {
+		return o, errors.New(strings.Join(problems, "; "))
+	}
+	if o.persistent || o.queueType == "quorum" {
+		o.durable = true
+	}
+	return o, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// redact hides the password in a URL for output.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxx")
+	}
+	return u.String()
+}
+
+// result is one run's outcome; its JSON form is the machine-readable line.
+type result struct {
+	Scenario   string  `json:"scenario"`
+	URL        string  `json:"url"`
+	Msgs       uint64  `json:"msgs"`
+	Seconds    float64 `json:"seconds"`
+	MsgsPerS   float64 `json:"msgs_per_s"`
+	MBPerS     float64 `json:"mb_per_s"`
+	P50MS      float64 `json:"p50_ms"`
+	P99MS      float64 `json:"p99_ms"`
+	MaxMS      float64 `json:"max_ms"`
+	Lost       uint64  `json:"lost"`
+	Duplicated uint64  `json:"duplicated"`
+	Nacked     uint64  `json:"nacked"`
+	// DrainMsgsPerS is the consume rate of the backlog scenario.
+	DrainMsgsPerS float64 `json:"drain_msgs_per_s,omitempty"`
+	// Conditions.
+	Size       int     `json:"size"`
+	Producers  int     `json:"producers"`
+	Consumers  int     `json:"consumers"`
+	Confirm    int     `json:"confirm"`
+	Persistent bool    `json:"persistent"`
+	Prefetch   int     `json:"prefetch"`
+	Ack        string  `json:"ack"`
+	QueueType  string  `json:"queue_type"`
+	Rate       float64 `json:"rate,omitempty"`
+	Latency    string  `json:"latency"` // what p50/p99/max measure
+}
+
+func printTable(w io.Writer, rs []result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "\t"
+	for _, r := range rs {
+		head += redact(r.URL) + "\t"
+	}
+	if len(rs) == 2 {
+		head += "ratio (2nd/1st)\t"
+	}
+	fmt.Fprintln(tw, head)
+	row := func(name string, f func(r result) float64, format string) {
+		line := name + "\t"
+		for _, r := range rs {
+			line += fmt.Sprintf(format, f(r)) + "\t"
+		}
+		if len(rs) == 2 {
+			if a := f(rs[0]); a != 0 {
+				line += fmt.Sprintf("%.2f", f(rs[1])/a) + "\t"
+			} else {
+				line += "-\t"
+			}
+		}
+		fmt.Fprintln(tw, line)
+	}
+	row("msgs", func(r result) float64 { return float64(r.Msgs) }, "%.0f")
+	row("msgs/s", func(r result) float64 { return r.MsgsPerS }, "%.0f")
+	row("MB/s", func(r result) float64 { return r.MBPerS }, "%.1f")
+	if rs[0].DrainMsgsPerS > 0 {
+		row("drain msgs/s", func(r result) float64 { return r.DrainMsgsPerS }, "%.0f")
+	}
+	row("p50 ms", func(r result) float64 { return r.P50MS }, "%.2f")
+	row("p99 ms", func(r result) float64 { return r.P99MS }, "%.2f")
+	row("max ms", func(r result) float64 { return r.MaxMS }, "%.2f")
+	row("lost", func(r result) float64 { return float64(r.Lost) }, "%.0f")
+	row("duplicated", func(r result) float64 { return float64(r.Duplicated) }, "%.0f")
+	tw.Flush()
+	r := rs[0]
+	fmt.Fprintf(w, "scenario %s: %d B bodies, %d producers, %d consumers, confirm window %d, persistent %t, prefetch %d, %s ack, %s queues; latency = %s\n",
+		r.Scenario, r.Size, r.Producers, r.Consumers, r.Confirm, r.Persistent, r.Prefetch, r.Ack, r.QueueType, r.Latency)
+}

@@ -1,0 +1,414 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// runner holds one run's connections, counters and verification state.
+type runner struct {
+	o        options
+	id       string // prefix of every queue and exchange this run creates
+	progress io.Writer
+
+	admin *amqp091.Connection
+	ach   *amqp091.Channel
+
+	queues    []string
+	exchanges []string
+
+	sent      atomic.Uint64 // publishes handed to the client library
+	published atomic.Uint64 // publishes confirmed (or sent, without confirms)
+	nacked    atomic.Uint64
+	received  atomic.Uint64 // unique arrivals
+	strays    atomic.Uint64 // deliveries that are not benchmark messages
+	perProd   []atomic.Uint64
+
+	lat   latencies
+	track *tracker
+
+	target atomic.Uint64 // arrivals that end the wait; 0 = not known yet
+	notify chan struct{}  // signalled when arrivals may have reached target
+}
+
+// run executes one scenario against o.url.
+func run(ctx context.Context, o options, progress io.Writer) (res result, err error) {
+	r := &runner{
+		o:        o,
+		id:       "bench-" + strconv.FormatUint(rand.Uint64()%1e9, 36) + "-",
+		progress: progress,
+		perProd:  make([]atomic.Uint64, o.producers),
+		notify:   make(chan struct{}, 1),
+	}
+	if r.admin, err = amqp091.Dial(o.url); err != nil {
+		return res, fmt.Errorf("connect: %w", err)
+	}
+	defer r.admin.Close()
+	if r.ach, err = r.admin.Channel(); err != nil {
+		return res, fmt.Errorf("open channel: %w", err)
+	}
+	defer r.cleanup()
+
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	stopProgress := r.reportProgress()
+	defer stopProgress()
+
+	res = result{
+		Scenario: o.scenario, URL: redact(o.url), Size: o.size, Producers: o.producers, Consumers: o.consumers,
+		Confirm: o.confirm, Persistent: o.persistent, Prefetch: o.prefetch, Ack: o.ack, QueueType: o.queueType,
+		Rate: o.rate, Latency: "none",
+	}
+	var elapsed time.Duration
+	switch o.scenario {
+	case "publish":
+		elapsed, err = r.scenarioPublish(ctx, &res)
+	case "backlog":
+		elapsed, err = r.scenarioBacklog(ctx, &res)
+	case "consume":
+		elapsed, err = r.scenarioConsume(ctx, &res)
+	case "e2e":
+		elapsed, err = r.scenarioE2E(ctx, &res)
+	case "fanout":
+		elapsed, err = r.scenarioFanout(ctx, &res)
+	case "dlx-reject":
+		elapsed, err = r.scenarioDLXReject(ctx, &res)
+	case "ttl-expire":
+		elapsed, err = r.scenarioTTL(ctx, &res)
+	case "maxlen":
+		elapsed, err = r.scenarioMaxLen(ctx, &res)
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Seconds = elapsed.Seconds()
+	if res.Seconds > 0 {
+		res.MsgsPerS = float64(res.Msgs) / res.Seconds
+		res.MBPerS = res.MsgsPerS * float64(o.size) / 1e6
+	}
+	res.P50MS, res.P99MS, res.MaxMS = r.lat.summary()
+	res.Nacked = r.nacked.Load()
+	return res, nil
+}
+
+func (r *runner) cleanup() {
+	for _, q := range r.queues {
+		r.ach.QueueDelete(q, false, false, false)
+	}
+	for _, x := range r.exchanges {
+		r.ach.ExchangeDelete(x, false, false)
+	}
+}
+
+func (r *runner) reportProgress() (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		start := time.Now()
+		var lastSent, lastRecv uint64
+		for {
+			select {
+			case <-quit:
+				return
+			case now := <-t.C:
+				sent, recv := r.sent.Load(), r.received.Load()
+				fmt.Fprintf(r.progress, "bench: %3.0fs  sent %d (%d/s)  confirmed %d  received %d (%d/s)  in flight %d\n",
+					now.Sub(start).Seconds(), sent, sent-lastSent, r.published.Load(), recv, recv-lastRecv, int64(sent)-int64(recv))
+				lastSent, lastRecv = sent, recv
+			}
+		}
+	}()
+	return func() { close(quit); wg.Wait() }
+}
+
+// declareQueue declares a queue of the run's type with extra arguments.
+func (r *runner) declareQueue(name string, args amqp091.Table) error {
+	if args == nil {
+		args = amqp091.Table{}
+	}
+	if r.o.queueType == "quorum" {
+		args["x-queue-type"] = "quorum"
+	}
+	if _, err := r.ach.QueueDeclare(name, r.o.durable, false, false, false, args); err != nil {
+		return fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	r.queues = append(r.queues, name)
+	return nil
+}
+
+// finishTarget sets how many arrivals end the wait, once producers are
+// done and the number is known.
+func (r *runner) finishTarget(n uint64) {
+	r.target.Store(n)
+	r.wake()
+}
+
+func (r *runner) wake() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// arrived counts one new arrival.
+func (r *runner) arrived() {
+	if n := r.received.Add(1); n >= r.target.Load() {
+		r.wake()
+	}
+}
+
+// awaitArrivals waits until the arrivals reach the target or ctx ends (the
+// verification then reports what is missing).
+func (r *runner) awaitArrivals(ctx context.Context) {
+	for r.received.Load() < r.target.Load() {
+		select {
+		case <-r.notify:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// expected is the number of messages the broker accepted.
+func (r *runner) expected() uint64 {
+	return r.published.Load()
+}
+
+// verify fills lost and duplicated from the tracker.
+func (r *runner) verify(res *result, want uint64) {
+	got, dup := r.track.counts()
+	if got < want {
+		res.Lost = want - got
+	}
+	res.Duplicated = dup + r.strays.Load()
+}
+
+// produceAll runs o.producers publishers to (exchange, key) and returns
+// when all have finished and every confirm has arrived. The returned
+// duration runs from the first publish to the last confirm.
+func (r *runner) produceAll(ctx context.Context, exchange, key string, ttl func() (uint32, string)) (time.Duration, error) {
+	start := time.Now()
+	var deadline time.Time
+	if r.o.duration > 0 {
+		deadline = start.Add(r.o.duration)
+	}
+	errc := make(chan error, r.o.producers)
+	for p := 0; p < r.o.producers; p++ {
+		count := -1
+		if r.o.duration == 0 {
+			count = r.o.n / r.o.producers
+			if p < r.o.n%r.o.producers {
+				count++
+			}
+		}
+		go func() { errc <- r.produce(ctx, p, count, deadline, exchange, key, ttl) }()
+	}
+	var first error
+	for p := 0; p < r.o.producers; p++ {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return time.Since(start), first
+}
+
+func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time, exchange, key string, ttl func() (uint32, string)) error {
+	conn, err := amqp091.Dial(r.o.url)
+	if err != nil {
+		return fmt.Errorf("producer %d: connect: %w", id, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("producer %d: open channel: %w", id, err)
+	}
+	var confirms chan amqp091.Confirmation
+	var sentAt []time.Time // send times of unconfirmed publishes, in order
+	if r.o.confirm > 0 {
+		if err := ch.Confirm(false); err != nil {
+			return fmt.Errorf("producer %d: confirm.select: %w", id, err)
+		}
+		confirms = ch.NotifyPublish(make(chan amqp091.Confirmation, r.o.confirm+1))
+	}
+	await := func() error {
+		c, ok := <-confirms
+		if !ok {
+			return fmt.Errorf("producer %d: channel closed while awaiting confirms", id)
+		}
+		r.lat.add(float64(time.Since(sentAt[0])) / 1e6)
+		sentAt = sentAt[1:]
+		if c.Ack {
+			r.published.Add(1)
+		} else {
+			r.nacked.Add(1)
+		}
+		return nil
+	}
+	perProducerRate := r.o.rate / float64(r.o.producers)
+	mode := amqp091.Transient
+	if r.o.persistent {
+		mode = amqp091.Persistent
+	}
+	start := time.Now()
+	buf := make([]byte, r.o.size)
+	i := 0
+	for ; count < 0 || i < count; i++ {
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if perProducerRate > 0 {
+			if d := time.Until(start.Add(time.Duration(float64(i) / perProducerRate * 1e9))); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		var ttlMS uint32
+		var expiration string
+		if ttl != nil {
+			ttlMS, expiration = ttl()
+		}
+		now := time.Now()
+		body := makeBody(buf, r.o.size, id, uint64(i), now, ttlMS)
+		err := ch.PublishWithContext(ctx, exchange, key, false, false, amqp091.Publishing{
+			Body: body, DeliveryMode: mode, Expiration: expiration,
+		})
+		if err != nil {
+			return fmt.Errorf("producer %d: publish: %w", id, err)
+		}
+		r.sent.Add(1)
+		if confirms == nil {
+			r.published.Add(1)
+			continue
+		}
+		sentAt = append(sentAt, now)
+		for len(sentAt) >= r.o.confirm {
+			if err := await(); err != nil {
+				return err
+			}
+		}
+	}
+	for len(sentAt) > 0 {
+		if err := await(); err != nil {
+			return err
+		}
+	}
+	r.perProd[id].Store(uint64(i))
+	// A clean channel close is a barrier: the broker has handled every
+	// publish before it answers close-ok.
+	return ch.Close()
+}
+
+// consumeAction says what a consumer does with each delivery.
+type consumeAction int
+
+const (
+	actAck consumeAction = iota
+	actReject
+)
+
+// consumer runs one consuming connection on queue until stop is closed,
+// recording arrivals (when record) and their latency via latency (nil: no
+// latency).
+func (r *runner) consumer(queue string, action consumeAction, record bool, latency func(bodyInfo, time.Time) float64, stop <-chan struct{}, ready chan<- error) {
+	conn, err := amqp091.Dial(r.o.url)
+	if err != nil {
+		ready <- fmt.Errorf("consumer: connect: %w", err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		ready <- fmt.Errorf("consumer: open channel: %w", err)
+		return
+	}
+	auto := r.o.ack == "auto" && action == actAck
+	if !auto {
+		if err := ch.Qos(r.o.prefetch, 0, false); err != nil {
+			ready <- fmt.Errorf("consumer: qos: %w", err)
+			return
+		}
+	}
+	deliveries, err := ch.Consume(queue, "", auto, false, false, false, nil)
+	if err != nil {
+		ready <- fmt.Errorf("consumer: consume %s: %w", queue, err)
+		return
+	}
+	ready <- nil
+	for {
+		select {
+		case <-stop:
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				return
+			}
+			now := time.Now()
+			if !auto {
+				if action == actReject {
+					d.Reject(false)
+				} else {
+					d.Ack(false)
+				}
+			}
+			if !record {
+				continue
+			}
+			info, err := parseBody(d.Body)
+			if err != nil {
+				r.strays.Add(1)
+				continue
+			}
+			if r.track.record(info.producer, info.seq) {
+				if latency != nil {
+					r.lat.add(latency(info, now))
+				}
+				r.arrived()
+			}
+		}
+	}
+}
+
+// startConsumers starts n consumers on queue and waits until each has
+// its consume-ok.
+func (r *runner) startConsumers(n int, queue string, action consumeAction, record bool, latency func(bodyInfo, time.Time) float64, stop <-chan struct{}, wg *sync.WaitGroup) error {
+	ready := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.consumer(queue, action, record, latency, stop, ready)
+		}()
+	}
+	var first error
+	for i := 0; i < n; i++ {
+		if err := <-ready; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func sinceSent(info bodyInfo, now time.Time) float64 { return float64(now.Sub(info.sent)) / 1e6 }
+
+// queueDepth returns the ready count of a queue.
+func (r *runner) queueDepth(name string) (int, error) {
+	q, err := r.ach.QueueDeclarePassive(name, r.o.durable, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("inspect queue %s: %w", name, err)
+	}
+	return q.Messages, nil
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// scenarioPublish: producers only; rate from first publish to last
+// confirm; latency = confirm latency; the queue depth is checked against
+// what was confirmed.
+func (r *runner) scenarioPublish(ctx context.Context, res *result) (time.Duration, error) {
+	q := r.id + "q"
+	if err := r.declareQueue(q, nil); err != nil {
+		return 0, err
+	}
+	elapsed, err := r.produceAll(ctx, "", q, nil)
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.published.Load()
+	if r.o.confirm > 0 {
+		res.Latency = "publish to confirm"
+	}
+	depth, err := r.queueDepth(q)
+	if err != nil {
+		return 0, err
+	}
+	if want := r.expected(); uint64(depth) < want {
+		res.Lost = want - uint64(depth)
+	} else {
+		res.Duplicated = uint64(depth) - want
+	}
+	return elapsed, nil
+}
+
+// scenarioBacklog: fill a queue (rate = fill rate), then drain it with the
+// consumers (drain rate) verifying every message.
+func (r *runner) scenarioBacklog(ctx context.Context, res *result) (time.Duration, error) {
+	q := r.id + "q"
+	if err := r.declareQueue(q, nil); err != nil {
+		return 0, err
+	}
+	elapsed, err := r.produceAll(ctx, "", q, nil)
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.published.Load()
+	if r.o.confirm > 0 {
+		res.Latency = "publish to confirm"
+	}
+	drain, err := r.drain(ctx, q, r.expected())
+	if err != nil {
+		return 0, err
+	}
+	if drain > 0 {
+		res.DrainMsgsPerS = float64(r.received.Load()) / drain.Seconds()
+	}
+	r.verify(res, r.expected())
+	return elapsed, nil
+}
+
+// drain consumes want messages from q and returns how long it took.
+func (r *runner) drain(ctx context.Context, q string, want uint64) (time.Duration, error) {
+	r.track = newTracker(r.o.producers)
+	r.finishTarget(want)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	start := time.Now()
+	if err := r.startConsumers(r.o.consumers, q, actAck, true, nil, stop, &wg); err != nil {
+		return 0, err
+	}
+	r.awaitArrivals(ctx)
+	return time.Since(start), nil
+}
+
+// prefill publishes n messages untimed (confirm window 1000) so consume
+// can be measured alone.
+func (r *runner) prefill(ctx context.Context, q string) error {
+	saved := r.o
+	r.o.confirm, r.o.rate, r.o.duration = 1000, 0, 0
+	_, err := r.produceAll(ctx, "", q, nil)
+	r.o = saved
+	return err
+}
+
+// scenarioConsume: a pre-filled queue drained by the consumers.
+func (r *runner) scenarioConsume(ctx context.Context, res *result) (time.Duration, error) {
+	q := r.id + "q"
+	if err := r.declareQueue(q, nil); err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(r.progress, "bench: pre-filling %d messages\n", r.o.n)
+	if err := r.prefill(ctx, q); err != nil {
+		return 0, err
+	}
+	r.sent.Store(0)
+	elapsed, err := r.drain(ctx, q, r.expected())
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.received.Load()
+	r.verify(res, r.expected())
+	return elapsed, nil
+}
+
+// concurrent runs producers to (exchange, key) while consumers (started
+// first by startConsumers) record arrivals; it returns the time from the
+// first publish to the last arrival.
+func (r *runner) concurrent(ctx context.Context, exchange, key string, ttl func() (uint32, string), arrivalsPerMsg uint64) (time.Duration, error) {
+	start := time.Now()
+	if _, err := r.produceAll(ctx, exchange, key, ttl); err != nil {
+		return 0, err
+	}
+	r.finishTarget(r.expected() * arrivalsPerMsg)
+	r.awaitArrivals(ctx)
+	return time.Since(start), nil
+}
+
+// scenarioE2E: producers and consumers together; latency from the send
+// time in the body to arrival.
+func (r *runner) scenarioE2E(ctx context.Context, res *result) (time.Duration, error) {
+	q := r.id + "q"
+	if err := r.declareQueue(q, nil); err != nil {
+		return 0, err
+	}
+	r.track = newTracker(r.o.producers)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	if err := r.startConsumers(r.o.consumers, q, actAck, true, sinceSent, stop, &wg); err != nil {
+		return 0, err
+	}
+	elapsed, err := r.concurrent(ctx, "", q, nil, 1)
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.received.Load()
+	res.Latency = "publish to delivery"
+	r.verify(res, r.expected())
+	return elapsed, nil
+}
+
+// scenarioFanout: one fanout exchange bound to -queues queues, one
+// consumer each; every queue must get every message.
+func (r *runner) scenarioFanout(ctx context.Context, res *result) (time.Duration, error) {
+	x := r.id + "fanout"
+	if err := r.ach.ExchangeDeclare(x, "fanout", r.o.durable, false, false, false, nil); err != nil {
+		return 0, fmt.Errorf("declare exchange: %w", err)
+	}
+	r.exchanges = append(r.exchanges, x)
+	// One tracker per queue, folded into the arrival count.
+	r.track = newTracker(r.o.producers * r.o.queues)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	for i := 0; i < r.o.queues; i++ {
+		q := r.id + "q" + strconv.Itoa(i)
+		if err := r.declareQueue(q, nil); err != nil {
+			return 0, err
+		}
+		if err := r.ach.QueueBind(q, "", x, false, nil); err != nil {
+			return 0, fmt.Errorf("bind %s: %w", q, err)
+		}
+		if err := r.startFanoutConsumer(q, i, stop, &wg); err != nil {
+			return 0, err
+		}
+	}
+	elapsed, err := r.concurrent(ctx, x, "", nil, uint64(r.o.queues))
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.expected()
+	res.Latency = "publish to delivery (each copy)"
+	r.verify(res, r.expected()*uint64(r.o.queues))
+	return elapsed, nil
+}
+
+// startFanoutConsumer consumes queue number qi, recording arrivals under
+// producer slots offset by qi so each queue's copies are tracked apart.
+func (r *runner) startFanoutConsumer(q string, qi int, stop <-chan struct{}, wg *sync.WaitGroup) error {
+	conn, err := amqp091.Dial(r.o.url)
+	if err != nil {
+		return fmt.Errorf("consumer: connect: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		err = ch.Qos(r.o.prefetch, 0, false)
+	}
+	var deliveries <-chan amqp091.Delivery
+	if err == nil {
+		deliveries, err = ch.Consume(q, "", false, false, false, false, nil)
+	}
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("consumer on %s: %w", q, err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer conn.Close()
+		for {
+			select {
+			case <-stop:
+				return
+			case d, ok := <-deliveries:
+				if !ok {
+					return
+				}
+				d.Ack(false)
+				info, err := parseBody(d.Body)
+				if err != nil {
+					r.strays.Add(1)
+					continue
+				}
+				if r.track.record(qi*r.o.producers+info.producer, info.seq) {
+					r.lat.add(sinceSent(info, time.Now()))
+					r.arrived()
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// dlxSource declares a source queue dead-lettering through the default
+// exchange into a DLQ, with extra arguments; it returns both names.
+func (r *runner) dlxSource(args amqp091.Table) (src, dlq string, err error) {
+	src, dlq = r.id+"src", r.id+"dlq"
+	if err := r.declareQueue(dlq, nil); err != nil {
+		return "", "", err
+	}
+	if args == nil {
+		args = amqp091.Table{}
+	}
+	args["x-dead-letter-exchange"] = ""
+	args["x-dead-letter-routing-key"] = dlq
+	if err := r.declareQueue(src, args); err != nil {
+		return "", "", err
+	}
+	return src, dlq, nil
+}
+
+// scenarioDLXReject: consumers reject everything from the source; the
+// DLQ must receive every message. Latency = publish to arrival in the DLQ.
+func (r *runner) scenarioDLXReject(ctx context.Context, res *result) (time.Duration, error) {
+	src, dlq, err := r.dlxSource(nil)
+	if err != nil {
+		return 0, err
+	}
+	r.track = newTracker(r.o.producers)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	if err := r.startConsumers(1, dlq, actAck, true, sinceSent, stop, &wg); err != nil {
+		return 0, err
+	}
+	if err := r.startConsumers(r.o.consumers, src, actReject, false, nil, stop, &wg); err != nil {
+		return 0, err
+	}
+	elapsed, err := r.concurrent(ctx, "", src, nil, 1)
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.received.Load()
+	res.Latency = "publish to arrival in the DLQ"
+	r.verify(res, r.expected())
+	return elapsed, nil
+}
+
+// scenarioTTL: messages expire from an unconsumed source into a DLQ;
+// latency = arrival in the DLQ minus the deadline (lateness).
+func (r *runner) scenarioTTL(ctx context.Context, res *result) (time.Duration, error) {
+	var args amqp091.Table
+	var ttl func() (uint32, string)
+	base := uint32(r.o.ttl / time.Millisecond)
+	if r.o.ttlMode == "queue" {
+		args = amqp091.Table{"x-message-ttl": int64(base)}
+		ttl = func() (uint32, string) { return base, "" }
+	} else {
+		span := uint32((r.o.ttlMax - r.o.ttl) / time.Millisecond)
+		ttl = func() (uint32, string) {
+			ms := base
+			if span > 0 {
+				ms += rand.Uint32N(span + 1)
+			}
+			return ms, strconv.FormatUint(uint64(ms), 10)
+		}
+	}
+	src, dlq, err := r.dlxSource(args)
+	if err != nil {
+		return 0, err
+	}
+	r.track = newTracker(r.o.producers)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	lateness := func(info bodyInfo, now time.Time) float64 {
+		deadline := info.sent.Add(time.Duration(info.ttlMS) * time.Millisecond)
+		return float64(now.Sub(deadline)) / 1e6
+	}
+	if err := r.startConsumers(1, dlq, actAck, true, lateness, stop, &wg); err != nil {
+		return 0, err
+	}
+	elapsed, err := r.concurrent(ctx, "", src, ttl, 1)
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.received.Load()
+	res.Latency = "arrival in the DLQ minus the TTL deadline"
+	r.verify(res, r.expected())
+	return elapsed, nil
+}
+
+// scenarioMaxLen: publish into a source with x-max-length (drop-head) and
+// a DLX; the DLQ gets the overflow, the source keeps max-length; every
+// message must be in exactly one of them.
+func (r *runner) scenarioMaxLen(ctx context.Context, res *result) (time.Duration, error) {
+	src, dlq, err := r.dlxSource(amqp091.Table{"x-max-length": int64(r.o.maxLength), "x-overflow": "drop-head"})
+	if err != nil {
+		return 0, err
+	}
+	r.track = newTracker(r.o.producers)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	if err := r.startConsumers(1, dlq, actAck, true, sinceSent, stop, &wg); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := r.produceAll(ctx, "", src, nil); err != nil {
+		return 0, err
+	}
+	total := r.expected()
+	overflow := uint64(0)
+	if total > uint64(r.o.maxLength) {
+		overflow = total - uint64(r.o.maxLength)
+	}
+	r.finishTarget(overflow)
+	r.awaitArrivals(ctx)
+	elapsed := time.Since(start)
+	depth, err := r.queueDepth(src)
+	if err != nil {
+		return 0, err
+	}
+	if depth != int(total-overflow) {
+		fmt.Fprintf(r.progress, "bench: source holds %d messages, want %d\n", depth, total-overflow)
+	}
+	// Drain the source so every message is accounted for.
+	r.finishTarget(total)
+	if err := r.startConsumers(1, src, actAck, true, nil, stop, &wg); err != nil {
+		return 0, err
+	}
+	r.awaitArrivals(ctx)
+	res.Msgs = total
+	res.Latency = "publish to arrival in the DLQ"
+	r.verify(res, total)
+	return elapsed, nil
+}

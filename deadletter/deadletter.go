@@ -1,0 +1,264 @@
+package deadletter
+
+import (
+	"time"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// Reason is why a message was dead-lettered, as x-death spells it.
+type Reason string
+
+// The reasons.
+const (
+	Rejected      Reason = "rejected"
+	Expired       Reason = "expired"
+	MaxLen        Reason = "maxlen"
+	DeliveryLimit Reason = "delivery_limit"
+)
+
+// Death is one event of the message's history.
+type Death struct {
+	Queue  string
+	Reason Reason
+}
+
+// Source describes the message being dead-lettered and where from.
+type Source struct {
+	// Props are the message's properties as they are now (decoded).
+	Props amqp.Properties
+	// Exchange and RoutingKeys are the message's current routing: the
+	// exchange it was last published or dead-lettered to, and its keys
+	// (the routing key first, then CC keys, then BCC keys).
+	Exchange    string
+	RoutingKeys []string
+	// Queue is the queue it is leaving; Reason why.
+	Queue  string
+	Reason Reason
+	// Time is when it happens.
+	Time time.Time
+}
+
+// Target is where the message goes.
+type Target struct {
+	Exchange string
+	// RoutingKey replaces the message's keys when HasRoutingKey.
+	RoutingKey    string
+	HasRoutingKey bool
+}
+
+// Result is the dead-lettered message.
+type Result struct {
+	Props       amqp.Properties
+	Exchange    string
+	RoutingKeys []string // to route with; the first is basic.deliver's routing-key
+	// History is the message's x-death history after this death, most
+	// recent first (for cycle detection).
+	History []Death
+}
+
+// Rewrite applies one death to a message (see the package doc).
+func Rewrite(src Source, to Target) Result {
+	p := src.Props // copy; Headers is replaced, never mutated
+	h := p.Headers
+
+	deaths, wellFormed := xDeath(h)
+	first := !wellFormed || len(deaths) == 0
+
+	// Routing keys recorded in x-death: the publish key and CC, not BCC.
+	recorded := []any{}
+	if len(src.RoutingKeys) > 0 {
+		recorded = append(recorded, src.RoutingKeys[0])
+	}
+	for _, k := range ccKeys(h) {
+		recorded = append(recorded, k)
+	}
+
+	idx := -1
+	for i, d := range deaths {
+		if q, r, ok := deathKey(d); ok && q == src.Queue && r == string(src.Reason) {
+			idx = i
+			break
+		}
+	}
+	var entry amqp.Table
+	if idx >= 0 {
+		entry = withCount(deaths[idx])
+		deaths = append(deaths[:idx:idx], deaths[idx+1:]...)
+	} else {
+		if p.Flags&amqp.FlagExpiration != 0 {
+			entry = append(entry, amqp.Field{Key: "original-expiration", Value: p.Expiration})
+		}
+		entry = append(entry,
+			amqp.Field{Key: "count", Value: int64(1)},
+			amqp.Field{Key: "reason", Value: string(src.Reason)},
+			amqp.Field{Key: "queue", Value: src.Queue},
+			amqp.Field{Key: "time", Value: amqp.Timestamp(src.Time.Unix())},
+			amqp.Field{Key: "exchange", Value: src.Exchange},
+			amqp.Field{Key: "routing-keys", Value: recorded},
+		)
+	}
+	history := make([]any, 0, len(deaths)+1)
+	history = append(history, entry)
+	for _, d := range deaths {
+		history = append(history, d)
+	}
+
+	h = h.With("x-death", history)
+	if first {
+		h = h.With("x-first-death-reason", string(src.Reason)).
+			With("x-first-death-queue", src.Queue).
+			With("x-first-death-exchange", src.Exchange)
+	}
+	h = h.With("x-last-death-reason", string(src.Reason)).
+		With("x-last-death-queue", src.Queue).
+		With("x-last-death-exchange", src.Exchange)
+
+	keys := src.RoutingKeys
+	if to.HasRoutingKey {
+		keys = []string{to.RoutingKey}
+		h = h.Without("CC")
+	}
+	p.Headers = h
+	p.Flags |= amqp.FlagHeaders
+	p.Flags &^= amqp.FlagExpiration
+	p.Expiration = ""
+
+	res := Result{Props: p, Exchange: to.Exchange, RoutingKeys: keys}
+	for _, d := range history {
+		if q, r, ok := deathKey(d.(amqp.Table)); ok {
+			res.History = append(res.History, Death{Queue: q, Reason: Reason(r)})
+		}
+	}
+	return res
+}
+
+// IsCycle reports whether delivering a message with this history (after
+// the current death, most recent first) to queue target would close a
+// cycle with no rejection in it (B27). A current death for reason
+// rejected is never a cycle (B26).
+func IsCycle(history []Death, reason Reason, target string) bool {
+	if reason == Rejected {
+		return false
+	}
+	for _, d := range history {
+		if d.Reason == Rejected {
+			return false
+		}
+		if d.Queue == target {
+			return true
+		}
+	}
+	return false
+}
+
+// xDeath returns the x-death entries if the header is well formed: an array
+// whose every element is a table. A missing header is well formed and empty.
+func xDeath(h amqp.Table) ([]amqp.Table, bool) {
+	v, ok := h.Get("x-death")
+	if !ok {
+		return nil, true
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]amqp.Table, 0, len(arr))
+	for _, e := range arr {
+		t, ok := e.(amqp.Table)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, t)
+	}
+	return out, true
+}
+
+// deathKey returns an entry's queue and reason, if it has both as strings.
+func deathKey(t amqp.Table) (queue, reason string, ok bool) {
+	q, ok1 := str(t, "queue")
+	r, ok2 := str(t, "reason")
+	return q, r, ok1 && ok2
+}
+
+func str(t amqp.Table, key string) (string, bool) {
+	v, ok := t.Get(key)
+	if !ok {
+		return "", false
+	}
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
+}
+
+// withCount returns entry with count incremented (as a long, whatever
+// integer type it had) and every other field unchanged.
+func withCount(entry amqp.Table) amqp.Table {
+	n := int64(0)
+	if v, ok := entry.Get("count"); ok {
+		n = toInt(v)
+	}
+	return entry.With("count", n+1)
+}
+
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case int8:
+		return int64(n)
+	case uint8:
+		return int64(n)
+	case int16:
+		return int64(n)
+	case uint16:
+		return int64(n)
+	case int32:
+		return int64(n)
+	case uint32:
+		return int64(n)
+	case int64:
+		return n
+	}
+	return 0
+}
+
+// ccKeys returns the string elements of the CC header.
+func ccKeys(h amqp.Table) []string {
+	v, ok := h.Get("CC")
+	if !ok {
+		return nil
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, e := range arr {
+		switch s := e.(type) {
+		case string:
+			out = append(out, s)
+		case []byte:
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+// History parses the x-death header of a message's headers into deaths,
+// most recent first; nil when absent or malformed.
+func History(h amqp.Table) []Death {
+	entries, ok := xDeath(h)
+	if !ok {
+		return nil
+	}
+	var out []Death
+	for _, e := range entries {
+		if q, r, ok := deathKey(e); ok {
+			out = append(out, Death{Queue: q, Reason: Reason(r)})
+		}
+	}
+	return out
+}

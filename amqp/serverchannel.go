@@ -184,8 +184,9 @@ func (ch *serverChannel) frameWhileClosing(f Frame) error {
 	case *ChannelCloseOk:
 		delete(ch.c.channels, ch.id)
 	case *ChannelClose:
+		// Closes crossed: answer, but the client still owes the
+		// close-ok for ours (RabbitMQ keeps the channel closing too).
 		ch.c.send(ch.id, &ChannelCloseOk{})
-		delete(ch.c.channels, ch.id)
 	}
 	return nil
 }

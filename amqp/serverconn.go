@@ -33,23 +33,24 @@ type ServerConn struct {
 	fr  *FrameReader
 
 	// Negotiated at tune-ok; fixed afterwards.
-	frameMax   uint32
-	channelMax uint16
-	heartbeat  time.Duration
-	hbNanos    atomic.Int64 // heartbeat, for the writer goroutine
+	frameMax    uint32
+	channelMax  uint16
+	heartbeat   time.Duration
+	hbNanos     atomic.Int64 // heartbeat, for the writer goroutine
 	clientProps Table
 	user        string
+	spoke       atomic.Bool // the client sent a valid protocol header
 
-	session  Session // set under wmu (the writer reads it)
+	session  Session                   // set under wmu (the writer reads it)
 	channels map[uint16]*serverChannel // reader goroutine only
 
 	// Outbound queue, guarded by wmu.
-	wmu       sync.Mutex
-	wbuf      []byte
-	wclosed   bool
-	wblocked  bool // a Writable() call returned false since the last drain
-	wsignal   chan struct{}
-	wdone     chan struct{} // closed when the writer exits
+	wmu      sync.Mutex
+	wbuf     []byte
+	wclosed  bool
+	wblocked bool // a Writable() call returned false since the last drain
+	wsignal  chan struct{}
+	wdone    chan struct{} // closed when the writer exits
 
 	// Connection close state, guarded by cmu.
 	cmu       sync.Mutex
@@ -80,7 +81,15 @@ func (c *ServerConn) ClientProperties() Table { return c.clientProps }
 
 // Close closes the connection from the server side with err (a hard
 // error: connection.close). Safe to call from any goroutine, more than once.
-func (c *ServerConn) Close(err *Error) { c.sendClose(err) }
+func (c *ServerConn) Close(err *Error) {
+	if !c.spoke.Load() {
+		// A peer that has not sent the protocol header cannot read a
+		// frame: hang up rather than wait closeTimeout for its close-ok.
+		c.nc.Close()
+		return
+	}
+	c.sendClose(err)
+}
 
 // serve runs the connection until it ends.
 func (c *ServerConn) serve() {
@@ -142,6 +151,7 @@ func (c *ServerConn) handshake() error {
 		c.nc.Write(ProtocolHeader[:])
 		return fmt.Errorf("bad protocol header %q", hdr[:])
 	}
+	c.spoke.Store(true)
 	c.send(0, &ConnectionStart{
 		VersionMajor:     0,
 		VersionMinor:     9,
@@ -237,6 +247,10 @@ func (c *ServerConn) expect(ch uint16, name string) (Method, error) {
 			c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
 			return nil, errClosedByPeer
 		}
+		if _, ok := m.(*ConnectionCloseOk); ok && c.isClosing() {
+			// The answer to our close (Shutdown mid-handshake).
+			return nil, errClosedByPeer
+		}
 		if m.Name() != name {
 			return nil, c.fatal(Errorf(CommandInvalid, "expected '%s', got '%s'", name, m.Name()))
 		}
@@ -312,10 +326,12 @@ func (c *ServerConn) isClosing() bool {
 }
 
 // armReadDeadline sets the deadline for the next frame: two heartbeat
-// intervals (a peer that misses two is dead), or none without heartbeats.
+// intervals plus a quarter (the read loop re-arms at most every quarter
+// interval, so a peer is dropped after between 2 and 2.25 silent intervals,
+// never sooner than 2), or none without heartbeats.
 func (c *ServerConn) armReadDeadline() {
 	if c.heartbeat > 0 {
-		c.nc.SetReadDeadline(time.Now().Add(2 * c.heartbeat))
+		c.nc.SetReadDeadline(time.Now().Add(2*c.heartbeat + c.heartbeat/4))
 	} else {
 		c.nc.SetReadDeadline(time.Time{})
 	}
@@ -337,8 +353,8 @@ func (c *ServerConn) readLoop() error {
 			return c.readError(err)
 		}
 		if c.heartbeat > 0 {
-			// Re-arming costs a timer update; once per quarter
-			// interval keeps detection within 2.25 intervals.
+			// Re-arming costs a timer update, so it is done at most
+			// once per quarter interval (see armReadDeadline).
 			if now := time.Now(); now.Sub(lastArm) > c.heartbeat/4 {
 				c.armReadDeadline()
 				lastArm = now

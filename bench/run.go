@@ -36,7 +36,7 @@ type runner struct {
 	track *tracker
 
 	target atomic.Uint64 // arrivals that end the wait; 0 = not known yet
-	notify chan struct{}  // signalled when arrivals may have reached target
+	notify chan struct{} // signalled when arrivals may have reached target
 }
 
 // run executes one scenario against o.url.

@@ -31,30 +31,30 @@ const (
 // are accepted on classic queues too (SPEC §2, §5: beyond RabbitMQ).
 // Arguments not listed are stored and otherwise ignored, as RabbitMQ does.
 var queueArgs = map[string]argScope{
-	"x-queue-type":                scopeBoth,
-	"x-message-ttl":               scopeBoth,
-	"x-expires":                   scopeBoth,
-	"x-max-length":                scopeBoth,
-	"x-max-length-bytes":          scopeBoth,
-	"x-overflow":                  scopeBoth,
-	"x-dead-letter-exchange":      scopeBoth,
-	"x-dead-letter-routing-key":   scopeBoth,
-	"x-dead-letter-strategy":      scopeBoth,
-	"x-delivery-limit":            scopeBoth,
-	"x-single-active-consumer":    scopeBoth,
-	"x-queue-leader-locator":      scopeBoth,
-	"x-max-priority":              scopeClassic,
-	"x-queue-mode":                scopeClassic,
-	"x-queue-version":             scopeClassic,
-	"x-queue-master-locator":      scopeClassic,
-	"x-quorum-initial-group-size": scopeQuorum,
-	"x-quorum-target-group-size":  scopeQuorum,
-	"x-max-in-memory-length":      scopeQuorum,
-	"x-max-in-memory-bytes":       scopeQuorum,
-	"x-max-age":                   scopeStream,
+	"x-queue-type":                    scopeBoth,
+	"x-message-ttl":                   scopeBoth,
+	"x-expires":                       scopeBoth,
+	"x-max-length":                    scopeBoth,
+	"x-max-length-bytes":              scopeBoth,
+	"x-overflow":                      scopeBoth,
+	"x-dead-letter-exchange":          scopeBoth,
+	"x-dead-letter-routing-key":       scopeBoth,
+	"x-dead-letter-strategy":          scopeBoth,
+	"x-delivery-limit":                scopeBoth,
+	"x-single-active-consumer":        scopeBoth,
+	"x-queue-leader-locator":          scopeBoth,
+	"x-max-priority":                  scopeClassic,
+	"x-queue-mode":                    scopeClassic,
+	"x-queue-version":                 scopeClassic,
+	"x-queue-master-locator":          scopeClassic,
+	"x-quorum-initial-group-size":     scopeQuorum,
+	"x-quorum-target-group-size":      scopeQuorum,
+	"x-max-in-memory-length":          scopeQuorum,
+	"x-max-in-memory-bytes":           scopeQuorum,
+	"x-max-age":                       scopeStream,
 	"x-stream-max-segment-size-bytes": scopeStream,
-	"x-stream-filter-size-bytes":  scopeStream,
-	"x-initial-cluster-size":      scopeStream,
+	"x-stream-filter-size-bytes":      scopeStream,
+	"x-initial-cluster-size":          scopeStream,
 }
 
 func argKnownTo(key, qtype string) bool {
@@ -89,6 +89,13 @@ func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error 
 	rs := fmt.Sprintf("queue '%s' in vhost '%s'", name, vhost)
 	invalid := func(key string, term string) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s: %s", key, rs, term)
+	}
+	// The channel checks the DLX's type before any argument validation,
+	// with its own text (rabbit_channel queue.declare).
+	if v, ok := m.Arguments.Get("x-dead-letter-exchange"); ok {
+		if _, ok := v.(string); !ok {
+			return amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg 'x-dead-letter-exchange' in %s", amqp.TypeName(v), rs)
+		}
 	}
 	if v, ok := m.Arguments.Get("x-queue-type"); ok {
 		s, ok := v.(string)

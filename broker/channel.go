@@ -44,9 +44,9 @@ type channel struct {
 	confirms   confirmTracker
 
 	// tx mode
-	tx      bool
-	txPubs  []*pendingPublish
-	txAcks  []txAck
+	tx        bool
+	txPubs    []*pendingPublish
+	txAcks    []txAck
 	replyTo   string // direct reply-to address of this channel, "" if not consuming
 	replyTag  string // consumer tag of the direct reply-to consumer
 	lastQueue string // the queue last declared on this channel (for empty names)
@@ -128,18 +128,28 @@ func (ch *channel) takeUnackedLocked(tag uint64, multiple bool) ([]*delivery, *a
 	live := ch.unacked[ch.unackedHead:]
 	var out []*delivery
 	if multiple {
-		for i, d := range live {
-			if d == nil {
-				continue
+		end := len(live)
+		if tag != 0 {
+			// As in RabbitMQ, the tag itself must be outstanding, not
+			// just some tag below it.
+			end = 0
+			for i, d := range live {
+				if d != nil && d.tag >= tag {
+					if d.tag == tag {
+						end = i + 1
+					}
+					break
+				}
 			}
-			if tag != 0 && d.tag > tag {
-				break
+			if end == 0 {
+				return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
 			}
-			out = append(out, d)
-			live[i] = nil
 		}
-		if len(out) == 0 && tag != 0 {
-			return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+		for i, d := range live[:end] {
+			if d != nil {
+				out = append(out, d)
+				live[i] = nil
+			}
 		}
 	} else {
 		// Acks mostly arrive in order, so the tag is near the head.
@@ -280,6 +290,11 @@ func (ch *channel) close() {
 	sort.Slice(ds, func(i, j int) bool { return ds[i].tag < ds[j].tag })
 	if len(ds) > 0 {
 		ch.settle(ds, actRequeue)
+	}
+	// Only now, with the unacked back at the head: a single active
+	// consumer's successor takes over what is ready.
+	for _, c := range consumers {
+		c.q.dispatch()
 	}
 	ch.confirms.close()
 }

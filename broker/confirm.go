@@ -8,50 +8,32 @@ import (
 
 // confirmTracker sends publisher confirms. Publishes are numbered from 1 in
 // the order they arrive; a confirm may complete out of order (a message
-// routed nowhere is confirmed at once, one waiting for the store later).
-// Acks that complete in order are coalesced with multiple=true; nacks are
-// always sent one by one.
+// routed nowhere is confirmed at once, one waiting for the store later), so
+// each is sent on its own, never with multiple=true: a multiple ack could
+// cover a publish that was nacked, or is still waiting for the store.
 type confirmTracker struct {
 	mu     sync.Mutex
 	out    amqp.ChannelOut
-	lowest uint64          // smallest publish number not yet confirmed
-	early  map[uint64]bool // confirmed out of order, above lowest
 	closed bool
 }
 
 func (t *confirmTracker) start(out amqp.ChannelOut) {
 	t.mu.Lock()
-	t.out, t.lowest = out, 1
+	t.out = out
 	t.mu.Unlock()
 }
 
-// done confirms publish number seq.
+// done confirms publish number seq: basic.ack if ack, else basic.nack.
 func (t *confirmTracker) done(seq uint64, ack bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || t.out == nil {
 		return
 	}
-	if !ack {
-		t.out.Send(&amqp.BasicNack{DeliveryTag: seq})
-	}
-	if seq != t.lowest {
-		if t.early == nil {
-			t.early = make(map[uint64]bool)
-		}
-		t.early[seq] = true
-		if ack {
-			t.out.Send(&amqp.BasicAck{DeliveryTag: seq})
-		}
-		return
-	}
-	t.lowest++
-	for t.early[t.lowest] {
-		delete(t.early, t.lowest)
-		t.lowest++
-	}
 	if ack {
-		t.out.Send(&amqp.BasicAck{DeliveryTag: t.lowest - 1, Multiple: t.lowest-1 > seq})
+		t.out.Send(&amqp.BasicAck{DeliveryTag: seq})
+	} else {
+		t.out.Send(&amqp.BasicNack{DeliveryTag: seq})
 	}
 }
 

@@ -22,6 +22,9 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 	c := ch.conn
 	v := c.vhost
 	if m.Passive {
+		if m.Exchange == "" {
+			return errDefaultExchange()
+		}
 		v.mu.RLock()
 		x := v.exchanges[m.Exchange]
 		v.mu.RUnlock()
@@ -42,9 +45,6 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 	if err := c.checkPerm(permConfigure, "exchange", m.Exchange); err != nil {
 		return err
 	}
-	if err := validateExchangeArgs(v.Name, m.Exchange, m.Arguments); err != nil {
-		return err
-	}
 	v.mu.Lock()
 	x := v.exchanges[m.Exchange]
 	if x != nil {
@@ -57,6 +57,10 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		if reservedName(m.Exchange) {
 			v.mu.Unlock()
 			return amqp.Errorf(amqp.AccessRefused, "exchange name '%s' contains reserved prefix 'amq.*'", m.Exchange)
+		}
+		if err := c.checkAlternateExchange(m.Exchange, m.Arguments); err != nil {
+			v.mu.Unlock()
+			return err
 		}
 		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
 		v.exchanges[x.Name] = x
@@ -99,14 +103,24 @@ func exchangeEquivalent(vhost string, x *Exchange, m *amqp.ExchangeDeclare) *amq
 	return nil
 }
 
-func validateExchangeArgs(vhost, name string, args amqp.Table) *amqp.Error {
-	if v, ok := args.Get("alternate-exchange"); ok {
-		if _, ok := v.(string); !ok {
-			return amqp.Errorf(amqp.PreconditionFailed,
-				"invalid arg 'alternate-exchange' for exchange '%s' in vhost '%s': {unacceptable_type,%s}", name, vhost, amqp.TypeName(v))
-		}
+// checkAlternateExchange checks a new exchange's alternate-exchange as
+// rabbit_channel does: it must be a longstr, and naming one needs read on
+// the new exchange and write on the alternate. A redeclare goes through
+// the equivalence check instead.
+func (c *conn) checkAlternateExchange(name string, args amqp.Table) *amqp.Error {
+	v, ok := args.Get("alternate-exchange")
+	if !ok {
+		return nil
 	}
-	return nil
+	ae, ok := v.(string)
+	if !ok {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg 'alternate-exchange' in exchange '%s' in vhost '%s'",
+			amqp.TypeName(v), name, c.vhost.Name)
+	}
+	if err := c.checkPerm(permRead, "exchange", name); err != nil {
+		return err
+	}
+	return c.checkPerm(permWrite, "exchange", ae)
 }
 
 func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
@@ -116,7 +130,7 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 		return errDefaultExchange()
 	}
 	if reservedName(m.Exchange) {
-		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' refused", m.Exchange, v.Name)
+		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", m.Exchange, v.Name)
 	}
 	if err := c.checkPerm(permConfigure, "exchange", m.Exchange); err != nil {
 		return err
@@ -125,7 +139,9 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 	x := v.exchanges[m.Exchange]
 	var mb metaBatch
 	if x != nil {
-		if m.IfUnused && (len(x.bindings) > 0 || v.isDestinationLocked(x)) {
+		// As RabbitMQ, only bindings from x count: being the
+		// destination of exchange bindings does not make it used.
+		if m.IfUnused && len(x.bindings) > 0 {
 			v.mu.Unlock()
 			return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", m.Exchange, v.Name)
 		}
@@ -139,18 +155,6 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 		ch.out.Send(&amqp.ExchangeDeleteOk{})
 	}
 	return nil
-}
-
-// isDestinationLocked reports whether some binding leads to x.
-func (v *VHost) isDestinationLocked(x *Exchange) bool {
-	for _, src := range v.exchanges {
-		for _, b := range src.bindings {
-			if b.exchange == x {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // exchangeBind handles exchange.bind and exchange.unbind.
@@ -175,6 +179,12 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 	case dst == nil:
 		v.mu.Unlock()
 		return errNoExchange(v.Name, dest)
+	}
+	if bind {
+		if err := validateBinding(src, args); err != nil {
+			v.mu.Unlock()
+			return err
+		}
 	}
 	var mb metaBatch
 	existing := src.findBinding(nil, dst, key, args)
@@ -239,7 +249,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		return nil
 	}
 	v.mu.Unlock()
-	if reservedName(name) {
+	if m.Queue != "" && reservedName(name) { // server-named queues are amq.gen-*
 		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
 	}
 	if err := validateQueueDeclare(v.Name, name, m); err != nil {
@@ -294,6 +304,10 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	if err != nil {
 		return err
 	}
+	if queue == "" && key == "" {
+		// RabbitMQ's shortcut: both empty bind with the queue's name.
+		key = name
+	}
 	if exchange == "" {
 		return errDefaultExchange()
 	}
@@ -315,6 +329,12 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	case q.Exclusive && q.owner != c:
 		v.mu.Unlock()
 		return errLocked(v.Name, name)
+	}
+	if bind {
+		if err := validateBinding(x, args); err != nil {
+			v.mu.Unlock()
+			return err
+		}
 	}
 	var mb metaBatch
 	existing := x.findBinding(q, nil, key, args)

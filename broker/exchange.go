@@ -138,6 +138,28 @@ func (x *Exchange) matches(b *Binding, keys []string, headers amqp.Table) bool {
 	return false
 }
 
+// validateBinding checks a new binding's arguments for x's type, as
+// RabbitMQ's validate_binding: a headers binding's x-match must be one of
+// the four modes.
+func validateBinding(x *Exchange, args amqp.Table) *amqp.Error {
+	if x.Type != typeHeaders {
+		return nil
+	}
+	v, ok := args.Get("x-match")
+	if !ok {
+		return nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return amqp.Errorf(amqp.PreconditionFailed, "Invalid x-match field type %s (value %v); expected longstr", amqp.TypeName(v), v)
+	}
+	switch s {
+	case "all", "any", "all-with-x", "any-with-x":
+		return nil
+	}
+	return amqp.Errorf(amqp.PreconditionFailed, "Invalid x-match field value <<\"%s\">>; expected all, any, all-with-x, or any-with-x", s)
+}
+
 // tablesEqual compares two argument tables as binding identities: same
 // keys, same values, in any order.
 func tablesEqual(a, b amqp.Table) bool {

@@ -13,7 +13,15 @@ func topicMatch(pattern, key string) bool {
 	return topicWords(splitWords(pattern), splitWords(key))
 }
 
-func splitWords(s string) []string { return strings.Split(s, ".") }
+// splitWords splits a key into words. The empty key has no words, not one
+// empty word (rabbit_db_topic_exchange:split_topic_key_binary), so "*" does
+// not match it.
+func splitWords(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ".")
+}
 
 func topicWords(p, k []string) bool {
 	for len(p) > 0 {

@@ -202,6 +202,7 @@ func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
 	}
 	if cons != nil {
 		ch.conn.b.removeConsumer(cons)
+		cons.q.dispatch() // with a single active consumer, the next one takes over
 	}
 	if !m.Nowait {
 		ch.out.Send(&amqp.BasicCancelOk{ConsumerTag: m.ConsumerTag})

@@ -103,9 +103,34 @@ func isLoopback(addr net.Addr) bool {
 	return false
 }
 
+// SetPermissions gives user the configure, write and read patterns in
+// vhost, replacing those it had there. Connections opened afterwards use
+// them; open connections keep the permissions they were opened with.
+func (b *Broker) SetPermissions(user, vhost, configure, write, read string) error {
+	p, err := NewPermission(configure, write, read)
+	if err != nil {
+		return fmt.Errorf("set permissions of user '%s' in vhost '%s': %w", user, vhost, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u := b.users[user]
+	switch {
+	case u == nil:
+		return fmt.Errorf("set permissions: no user '%s'", user)
+	case b.vhosts[vhost] == nil:
+		return fmt.Errorf("set permissions: no vhost '%s'", vhost)
+	}
+	u.Permissions[vhost] = p
+	return nil
+}
+
 // checkPerm enforces the user's permission on a resource of the
-// connection's vhost.
+// connection's vhost. The default exchange is named amq.default in
+// permission patterns and errors, as in RabbitMQ.
 func (c *conn) checkPerm(k permKind, kind, name string) *amqp.Error {
+	if kind == "exchange" && name == "" {
+		name = "amq.default"
+	}
 	if c.perm != nil && c.perm.allows(k, name) {
 		return nil
 	}

@@ -165,11 +165,8 @@ func senderKeys(h amqp.Table, name string) ([]string, *amqp.Error) {
 	}
 	var keys []string
 	for _, e := range arr {
-		switch s := e.(type) {
-		case string:
+		if s, ok := e.(string); ok { // longstr only, as rabbit_basic:header_routes
 			keys = append(keys, s)
-		case []byte:
-			keys = append(keys, string(s))
 		}
 	}
 	return keys, nil

@@ -41,7 +41,7 @@ type Queue struct {
 	vhost       *VHost
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
-	owner *conn // exclusive owner; nil otherwise
+	owner       *conn // exclusive owner; nil otherwise
 
 	bindings []*Binding // bindings with this queue as destination; vhost.mu
 

@@ -41,8 +41,8 @@ func deaths(t *testing.T, p amqp.Properties) []amqp.Table {
 func TestFirstDeath(t *testing.T) {
 	src := Source{
 		Props: amqp.Properties{
-			Flags:   amqp.FlagHeaders | amqp.FlagExpiration | amqp.FlagContentType,
-			Headers: amqp.Table{{Key: "app", Value: "v"}, {Key: "CC", Value: []any{"c1", "c2"}}},
+			Flags:      amqp.FlagHeaders | amqp.FlagExpiration | amqp.FlagContentType,
+			Headers:    amqp.Table{{Key: "app", Value: "v"}, {Key: "CC", Value: []any{"c1", "c2"}}},
 			Expiration: "60000", ContentType: "text/plain",
 		},
 		Exchange: "ex", RoutingKeys: []string{"rk", "c1", "c2", "b1"},
@@ -186,10 +186,10 @@ func TestIsCycle(t *testing.T) {
 		target  string
 		want    bool
 	}{
-		{[]Death{{"q", Expired}}, Expired, "q", true},                                   // self-loop on TTL
-		{[]Death{{"q", MaxLen}}, MaxLen, "q", true},                                     // self-loop on maxlen
-		{[]Death{{"q", Rejected}}, Rejected, "q", false},                                // rejection never cycles
-		{[]Death{{"q", Expired}}, Expired, "other", false},                              // new queue
+		{[]Death{{"q", Expired}}, Expired, "q", true},                                     // self-loop on TTL
+		{[]Death{{"q", MaxLen}}, MaxLen, "q", true},                                       // self-loop on maxlen
+		{[]Death{{"q", Rejected}}, Rejected, "q", false},                                  // rejection never cycles
+		{[]Death{{"q", Expired}}, Expired, "other", false},                                // new queue
 		{[]Death{{"a3", Expired}, {"a2", Expired}, {"b", Rejected}}, Expired, "b", false}, // rejection inside the loop
 		{[]Death{{"a3", Expired}, {"a2", Expired}, {"b", Expired}}, Expired, "b", true},
 		{[]Death{{"b", Expired}, {"a", Rejected}, {"b", Expired}}, Expired, "b", true}, // most recent b, no rejection before it

@@ -50,8 +50,8 @@ func TestEvictions(t *testing.T) {
 		bytes int64
 		want  int
 	}{
-		{Limits{MaxLen: 1, MaxBytes: -1}, 3, 240, 2},  // P1,P2 go; P3 stays (B45)
-		{Limits{MaxLen: 0, MaxBytes: -1}, 1, 80, 1},   // max-length 0 drops the message itself
+		{Limits{MaxLen: 1, MaxBytes: -1}, 3, 240, 2},   // P1,P2 go; P3 stays (B45)
+		{Limits{MaxLen: 0, MaxBytes: -1}, 1, 80, 1},    // max-length 0 drops the message itself
 		{Limits{MaxLen: -1, MaxBytes: 100}, 2, 160, 1}, // 100-byte limit, 80-byte bodies: one stays
 		{Limits{MaxLen: -1, MaxBytes: 50}, 1, 80, 1},   // a body larger than the limit goes too
 		{Limits{MaxLen: 5, MaxBytes: -1}, 3, 240, 0},

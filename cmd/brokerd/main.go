@@ -101,6 +101,11 @@ func version() string {
 }
 
 func serve(cfg config.Config, configPath string, o config.Overrides, level *slog.LevelVar, log *slog.Logger) error {
+	// Caught from the start: a SIGTERM right after "accepting" or READY
+	// must drain, not kill the process.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	dir, err := datadir.Open(cfg.Storage.DataDir)
 	if err != nil {
 		return err
@@ -177,9 +182,6 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		log.Warn("sd_notify failed", "err", err)
 	}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-errc:

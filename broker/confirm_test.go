@@ -1,0 +1,437 @@
+package broker_test
+
+import (
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/internal/brokertest"
+)
+
+// Mandatory returns, publisher confirms and transactions. Helpers are in
+// delivery_test.go.
+
+func dvConfirmChannel(t testing.TB, ch *amqp091.Channel, n int) chan amqp091.Confirmation {
+	t.Helper()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatalf("confirm.select: %v", err)
+	}
+	return ch.NotifyPublish(make(chan amqp091.Confirmation, n))
+}
+
+func dvConfirm(t testing.TB, confirms chan amqp091.Confirmation) amqp091.Confirmation {
+	t.Helper()
+	select {
+	case c, ok := <-confirms:
+		if !ok {
+			t.Fatal("confirm channel closed")
+		}
+		return c
+	case <-time.After(dvWait):
+		t.Fatal("no confirm")
+	}
+	panic("unreachable")
+}
+
+// dvWantAcks awaits acks for publish numbers from..to, in order.
+func dvWantAcks(t testing.TB, confirms chan amqp091.Confirmation, from, to uint64) {
+	t.Helper()
+	for tag := from; tag <= to; tag++ {
+		if c := dvConfirm(t, confirms); !c.Ack || c.DeliveryTag != tag {
+			t.Fatalf("confirm %+v, want ack of %d", c, tag)
+		}
+	}
+}
+
+func TestConfirmMandatoryUnroutableReturned(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "routable", nil)
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 4))
+	confirms := dvConfirmChannel(t, ch, 4)
+
+	pub := amqp091.Publishing{
+		ContentType:   "text/plain",
+		CorrelationId: "corr",
+		MessageId:     "id-1",
+		Headers:       amqp091.Table{"h": "v", "n": int32(3)},
+		Priority:      4,
+		Timestamp:     time.Unix(1700000000, 0),
+		Body:          []byte("lost?"),
+	}
+	publish := func(key string, mandatory bool) {
+		t.Helper()
+		if err := ch.PublishWithContext(dvCtx(t), "", key, mandatory, false, pub); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// amqp091 hands a basic.return to NotifyReturn before it reads the
+	// next frame, so when an ack arrives any return sent before it is
+	// already waiting in the buffered channel. (The order itself is
+	// checked on the wire by TestConfirmReturnPrecedesAckOnTheWire.)
+	noReturn := func(what string) {
+		t.Helper()
+		select {
+		case r := <-returns:
+			t.Fatalf("%s: unexpected return %d %q", what, r.ReplyCode, r.Body)
+		default:
+		}
+	}
+
+	publish("nowhere", true)
+	if c := dvConfirm(t, confirms); !c.Ack || c.DeliveryTag != 1 {
+		t.Fatalf("confirm %+v, want ack 1", c)
+	}
+	var r amqp091.Return
+	select {
+	case r = <-returns:
+	default:
+		t.Fatal("the ack of an unroutable mandatory message arrived before its basic.return")
+	}
+	if r.ReplyCode != 312 || r.ReplyText != "NO_ROUTE" || r.Exchange != "" || r.RoutingKey != "nowhere" {
+		t.Fatalf("return %d %q %q/%q", r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey)
+	}
+	got := amqp091.Publishing{
+		ContentType: r.ContentType, CorrelationId: r.CorrelationId, MessageId: r.MessageId,
+		Headers: r.Headers, Priority: r.Priority, Timestamp: r.Timestamp, Body: r.Body,
+	}
+	if !reflect.DeepEqual(got, pub) {
+		t.Fatalf("returned message\n%#v\nwant\n%#v", got, pub)
+	}
+
+	// Not mandatory: dropped silently, still acked.
+	publish("nowhere", false)
+	dvWantAcks(t, confirms, 2, 2)
+	noReturn("non-mandatory unroutable")
+
+	// Mandatory and routable: enqueued, acked, not returned.
+	publish(q, true)
+	dvWantAcks(t, confirms, 3, 3)
+	noReturn("mandatory routable")
+	dvWantReady(t, ch, q, 1)
+}
+
+func TestConfirmReturnPrecedesAckOnTheWire(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	w := dvDialWire(t, b.Addr, 0)
+	w.send(1, &amqp.ConfirmSelect{})
+	dvExpectMethod[*amqp.ConfirmSelectOk](w, 1)
+	w.send(1, &amqp.QueueDeclare{Queue: "q"})
+	dvExpectMethod[*amqp.QueueDeclareOk](w, 1)
+	props := dvEncodeProps(t, amqp.Properties{})
+	w.publish(1, &amqp.BasicPublish{RoutingKey: "nowhere", Mandatory: true}, props, []byte("1"))
+	w.publish(1, &amqp.BasicPublish{RoutingKey: "nowhere"}, props, []byte("2"))
+	w.publish(1, &amqp.BasicPublish{RoutingKey: "q", Mandatory: true}, props, []byte("3"))
+	w.publish(1, &amqp.BasicPublish{RoutingKey: "nowhere", Mandatory: true}, props, []byte("4"))
+
+	// Each confirm may cover several publishes (multiple=true); what
+	// matters is that publish 1's return comes before any ack covering 1,
+	// and publish 4's before any ack covering 4, and that 1..4 are acked.
+	var acked uint64
+	returned := map[string]bool{}
+	for acked < 4 {
+		m := w.method(1)
+		switch m := m.(type) {
+		case *amqp.BasicReturn:
+			f := w.frame() // header
+			_, _, _, err := amqp.ParseContentHeader(f.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := string(w.frame().Payload)
+			if m.ReplyCode != 312 || m.ReplyText != "NO_ROUTE" || m.RoutingKey != "nowhere" {
+				t.Fatalf("return %+v", m)
+			}
+			n, _ := strconv.Atoi(body)
+			if uint64(n) <= acked {
+				t.Fatalf("return of publish %d after its ack", n)
+			}
+			returned[body] = true
+		case *amqp.BasicAck:
+			if m.DeliveryTag <= acked || (!m.Multiple && m.DeliveryTag != acked+1) {
+				t.Fatalf("ack %+v after acks up to %d", m, acked)
+			}
+			for n := acked + 1; n <= m.DeliveryTag; n++ {
+				if (n == 1 || n == 4) && !returned[strconv.Itoa(int(n))] {
+					t.Fatalf("publish %d acked before its basic.return", n)
+				}
+			}
+			acked = m.DeliveryTag
+		default:
+			t.Fatalf("unexpected %s", m.Name())
+		}
+	}
+	if len(returned) != 2 {
+		t.Fatalf("returned %v, want publishes 1 and 4", returned)
+	}
+}
+
+func TestConfirmMandatoryReturnWithoutConfirms(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
+	if err := ch.PublishWithContext(dvCtx(t), "amq.direct", "nobody", true, false, amqp091.Publishing{Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-returns:
+		if r.ReplyCode != 312 || r.ReplyText != "NO_ROUTE" || r.Exchange != "amq.direct" || r.RoutingKey != "nobody" || string(r.Body) != "b" {
+			t.Fatalf("return %d %q %q/%q %q", r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey, r.Body)
+		}
+	case <-time.After(dvWait):
+		t.Fatal("no basic.return")
+	}
+}
+
+func TestConfirmImmediateNotImplemented(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "imm", nil)
+	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
+	if err := ch.PublishWithContext(dvCtx(t), "", q, false, true, amqp091.Publishing{Body: []byte("now")}); err != nil {
+		t.Fatal(err)
+	}
+	dvAwaitClose(t, closed, 540, "NOT_IMPLEMENTED - immediate=true")
+}
+
+func TestConfirmEveryPublishAckedInOrder(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "confirmed", nil)
+	const n = 500
+	confirms := dvConfirmChannel(t, ch, n)
+	dvPublishBodies(t, ch, q, dvNumbered("m", n)...)
+	dvWantAcks(t, confirms, 1, n)
+	dvWantReady(t, ch, q, n)
+}
+
+func TestConfirmMixedRoutableUnroutable(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	q, err := ch.QueueDeclare("durable", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	confirms := dvConfirmChannel(t, ch, n)
+	for i := range n {
+		key, mode := q.Name, amqp091.Persistent
+		switch i % 4 {
+		case 1:
+			key = "unroutable"
+		case 2:
+			mode = amqp091.Transient
+		case 3:
+			key = "amq.rabbitmq.reply-to.unknown" // a direct reply-to address nobody owns
+		}
+		dvPublish(t, ch, "", key, amqp091.Publishing{DeliveryMode: mode, Body: []byte(strconv.Itoa(i))})
+	}
+	dvWantAcks(t, confirms, 1, n)
+	dvWantReady(t, ch, q.Name, n/2)
+}
+
+// TestConfirmPersistentSurvivesRestart: an ack for a persistent message to
+// a durable queue means the message is in the store.
+func TestConfirmPersistentSurvivesRestart(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	if _, err := ch.QueueDeclare("kept", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	confirms := dvConfirmChannel(t, ch, 10)
+	want := dvNumbered("p", 10)
+	for _, body := range want {
+		dvPublish(t, ch, "", "kept", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(body)})
+	}
+	dvWantAcks(t, confirms, 1, 10)
+
+	b.Restart()
+	_, ch2 := b.Channel(t)
+	dvWantReady(t, ch2, "kept", 10)
+	got := dvGetN(t, ch2, "kept", 10)
+	dvWantBodies(t, "after restart", got, want...)
+	for _, d := range got {
+		if d.DeliveryMode != amqp091.Persistent {
+			t.Fatalf("%s: delivery mode %d", d.Body, d.DeliveryMode)
+		}
+	}
+}
+
+func TestConfirmAndTxExclusive(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c, ch := b.Channel(t)
+	if err := ch.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	dvWantErr(t, ch.Confirm(false), 406, "PRECONDITION_FAILED - cannot switch from tx to confirm mode")
+
+	ch2 := dvChannel(t, c)
+	if err := ch2.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dvWantErr(t, ch2.Tx(), 406, "PRECONDITION_FAILED - cannot switch from confirm to tx mode")
+}
+
+// --- transactions ---
+
+func TestTxPublishesInvisibleUntilCommit(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c, tx := b.Channel(t)
+	q := dvDeclare(t, tx, "txq", nil)
+	watcher := dvChannel(t, c)
+	if err := tx.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	dvPublishBodies(t, tx, q, "a", "b", "c")
+	dvWantReady(t, tx, q, 0)
+	dvWantReady(t, watcher, q, 0)
+	if err := tx.TxCommit(); err != nil {
+		t.Fatal(err)
+	}
+	dvWantReady(t, watcher, q, 3)
+	dvWantBodies(t, "committed", dvGetN(t, watcher, q, 3), "a", "b", "c")
+}
+
+func TestTxRollbackDiscardsPublishes(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, tx := b.Channel(t)
+	q := dvDeclare(t, tx, "txq", nil)
+	if err := tx.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	dvPublishBodies(t, tx, q, "a", "b")
+	if err := tx.TxRollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.TxCommit(); err != nil { // nothing left to commit
+		t.Fatal(err)
+	}
+	dvWantReady(t, tx, q, 0)
+	// The channel stays transactional and usable.
+	dvPublishBodies(t, tx, q, "c")
+	if err := tx.TxCommit(); err != nil {
+		t.Fatal(err)
+	}
+	dvWantReady(t, tx, q, 1)
+}
+
+func TestTxMandatoryReturnAtCommit(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, tx := b.Channel(t)
+	returns := tx.NotifyReturn(make(chan amqp091.Return, 1))
+	if err := tx.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.PublishWithContext(dvCtx(t), "", "nowhere", true, false, amqp091.Publishing{Body: []byte("r")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.TxCommit(); err != nil {
+		t.Fatal(err)
+	}
+	// The return precedes commit-ok on the wire.
+	select {
+	case r := <-returns:
+		if r.ReplyCode != 312 || string(r.Body) != "r" {
+			t.Fatalf("return %d %q", r.ReplyCode, r.Body)
+		}
+	default:
+		t.Fatal("no basic.return by commit-ok")
+	}
+}
+
+func TestTxAcksTakeEffectAtCommit(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "txacks", nil)
+	dvPublishBodies(t, ch, q, "m1", "m2", "m3")
+	tx := dvChannel(t, c)
+	if err := tx.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	ds := dvGetN(t, tx, q, 3)
+	dvAck(t, ds[1], true) // m1, m2
+	if err := tx.TxCommit(); err != nil {
+		t.Fatal(err)
+	}
+	// Only m3 is still unacked: closing the channel gives back just it.
+	if err := tx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := dvGetN(t, ch, q, 1)
+	dvWantBodies(t, "after commit and close", got, "m3")
+	if !got[0].Redelivered {
+		t.Fatal("m3 not marked redelivered")
+	}
+	dvWantEmpty(t, ch, q)
+}
+
+func TestTxAcksRolledBack(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "txacks", nil)
+	dvPublishBodies(t, ch, q, "m1", "m2", "m3")
+	tx := dvChannel(t, c)
+	if err := tx.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	ds := dvGetN(t, tx, q, 3)
+	dvAck(t, ds[0], false)
+	if err := ds[2].Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.TxRollback(); err != nil {
+		t.Fatal(err)
+	}
+	// The rolled-back acks left every message unacked; a commit now
+	// settles nothing.
+	if err := tx.TxCommit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := dvGetN(t, ch, q, 3)
+	dvWantBodies(t, "after rollback and close", got, "m1", "m2", "m3")
+	for _, d := range got {
+		if !d.Redelivered {
+			t.Fatalf("%s not marked redelivered", d.Body)
+		}
+	}
+}
+
+func TestTxAckAfterRollbackAllowed(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, tx := b.Channel(t)
+	q := dvDeclare(t, tx, "txacks", nil)
+	dvPublishBodies(t, tx, q, "m1")
+	if err := tx.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	d := dvGet(t, tx, q, false)
+	dvAck(t, d, false)
+	if err := tx.TxRollback(); err != nil {
+		t.Fatal(err)
+	}
+	// The tag is live again: acking it once more is no unknown tag.
+	dvAck(t, d, false)
+	if err := tx.TxCommit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, ch := b.Channel(t)
+	dvWantEmpty(t, ch, q)
+}
+
+func TestTxCommitWithoutSelect(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c, ch := b.Channel(t)
+	dvWantErr(t, ch.TxCommit(), 406, "PRECONDITION_FAILED - channel is not transactional")
+	ch2 := dvChannel(t, c)
+	dvWantErr(t, ch2.TxRollback(), 406, "PRECONDITION_FAILED - channel is not transactional")
+}

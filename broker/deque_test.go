@@ -1,0 +1,279 @@
+package broker
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/brokerd/brokerd/store"
+)
+
+// The deque and readyQueue are checked against a model: a slice kept sorted
+// the way entries must leave (priority level descending, then Seq).
+
+func newTestEntry(seq uint64, prio uint8) *entry {
+	return &entry{Entry: store.Entry{Ref: store.Ref{Seq: seq}}, prio: prio}
+}
+
+func seqs(es []*entry) []uint64 {
+	out := make([]uint64, len(es))
+	for i, e := range es {
+		out[i] = e.Seq
+	}
+	return out
+}
+
+// dequeContents reads d front to back without changing it.
+func dequeContents(d *deque) []uint64 {
+	out := make([]uint64, d.len())
+	for i := range out {
+		out[i] = d.at(i).Seq
+	}
+	return out
+}
+
+func TestDequeFIFO(t *testing.T) {
+	var d deque
+	if d.front() != nil || d.popFront() != nil || d.len() != 0 {
+		t.Fatal("empty deque not empty")
+	}
+	// Enough to grow several times.
+	for i := uint64(1); i <= 100; i++ {
+		d.pushBack(newTestEntry(i, 0))
+	}
+	for i := uint64(1); i <= 100; i++ {
+		if f := d.front(); f == nil || f.Seq != i {
+			t.Fatalf("front = %v, want seq %d", f, i)
+		}
+		if e := d.popFront(); e.Seq != i {
+			t.Fatalf("popFront = %d, want %d", e.Seq, i)
+		}
+	}
+	if d.len() != 0 || d.popFront() != nil {
+		t.Fatal("deque not empty after popping everything")
+	}
+}
+
+// TestDequeInsertSortedWrapped reinserts each position of a ring whose
+// contents wrap around the end of its buffer.
+func TestDequeInsertSortedWrapped(t *testing.T) {
+	var want []uint64 // 0, 10, ..., 150: fills a 16-slot ring
+	for i := uint64(0); i < 16; i++ {
+		want = append(want, i*10)
+	}
+	for _, victim := range want[1:] {
+		var d deque
+		// Leave one entry (seq 0) in slot 10 of a 16-slot ring so that
+		// what follows wraps.
+		for range 11 {
+			d.pushBack(newTestEntry(0, 0))
+		}
+		for range 10 {
+			d.popFront()
+		}
+		for _, s := range want[1:] {
+			if s != victim {
+				d.pushBack(newTestEntry(s, 0))
+			}
+		}
+		if len(d.buf) != 16 || d.head != 10 {
+			t.Fatalf("setup: buf %d head %d, want a wrapped 16-slot ring with head 10", len(d.buf), d.head)
+		}
+		d.insertSorted(newTestEntry(victim, 0))
+		if got := dequeContents(&d); !slices.Equal(got, want) {
+			t.Fatalf("after reinserting %d: %v, want %v", victim, got, want)
+		}
+		// The ring is now full and wrapped: a middle insert must grow it.
+		d.insertSorted(newTestEntry(victim-5, 0))
+		w2 := slices.Clone(want)
+		w2 = slices.Insert(w2, slices.Index(w2, victim), victim-5)
+		if got := dequeContents(&d); !slices.Equal(got, w2) {
+			t.Fatalf("after growing insert of %d: %v, want %v", victim-5, got, w2)
+		}
+	}
+}
+
+func TestDequeInsertSortedFrontAndBack(t *testing.T) {
+	var d deque
+	d.insertSorted(newTestEntry(5, 0)) // empty
+	d.insertSorted(newTestEntry(3, 0)) // front
+	d.insertSorted(newTestEntry(9, 0)) // back
+	d.insertSorted(newTestEntry(1, 0)) // front again
+	d.insertSorted(newTestEntry(4, 0)) // middle
+	if got, want := dequeContents(&d), []uint64{1, 3, 4, 5, 9}; !slices.Equal(got, want) {
+		t.Fatalf("contents %v, want %v", got, want)
+	}
+	out := d.clear()
+	if got, want := seqs(out), []uint64{1, 3, 4, 5, 9}; !slices.Equal(got, want) {
+		t.Fatalf("clear returned %v, want %v", got, want)
+	}
+	if d.len() != 0 || d.front() != nil {
+		t.Fatal("deque not empty after clear")
+	}
+	d.pushBack(newTestEntry(7, 0)) // usable after clear
+	if d.popFront().Seq != 7 {
+		t.Fatal("deque unusable after clear")
+	}
+}
+
+// readyModel is the reference: entries sorted by capped priority
+// descending, then Seq ascending.
+type readyModel struct {
+	max uint8
+	es  []*entry
+}
+
+func (m *readyModel) level(e *entry) uint8 { return min(e.prio, m.max) }
+
+func (m *readyModel) insert(e *entry) {
+	i, _ := slices.BinarySearchFunc(m.es, e, func(a, b *entry) int {
+		if la, lb := m.level(a), m.level(b); la != lb {
+			if la > lb {
+				return -1
+			}
+			return 1
+		}
+		switch {
+		case a.Seq < b.Seq:
+			return -1
+		case a.Seq > b.Seq:
+			return 1
+		}
+		return 0
+	})
+	m.es = slices.Insert(m.es, i, e)
+}
+
+func (m *readyModel) pop() *entry {
+	if len(m.es) == 0 {
+		return nil
+	}
+	e := m.es[0]
+	m.es = m.es[1:]
+	return e
+}
+
+// readyOps drives a readyQueue and the model with ops decoded from data and
+// checks they agree after every step. Each op is two bytes: an opcode and
+// an argument (a priority for a publish, an index for a requeue).
+func readyOps(t *testing.T, maxPriority uint8, data []byte) {
+	t.Helper()
+	r := newReadyQueue(maxPriority)
+	m := &readyModel{max: maxPriority}
+	var nextSeq uint64
+	var out []*entry // delivered, may be requeued
+	check := func(op string) {
+		t.Helper()
+		if r.len() != len(m.es) {
+			t.Fatalf("%s: len %d, model %d", op, r.len(), len(m.es))
+		}
+		f := r.front()
+		if len(m.es) == 0 {
+			if f != nil {
+				t.Fatalf("%s: front %d of an empty queue", op, f.Seq)
+			}
+			return
+		}
+		if f != m.es[0] {
+			t.Fatalf("%s: front seq %d, model %d", op, f.Seq, m.es[0].Seq)
+		}
+	}
+	for len(data) >= 2 {
+		op, arg := data[0], data[1]
+		data = data[2:]
+		switch op % 4 {
+		case 0, 1: // publish with priority arg (may exceed the maximum)
+			nextSeq++
+			e := newTestEntry(nextSeq, arg%16)
+			r.pushBack(e)
+			m.insert(e)
+			check("pushBack")
+		case 2: // deliver the head
+			got, want := r.popFront(), m.pop()
+			if got != want {
+				t.Fatalf("popFront = %v, model %v", got, want)
+			}
+			if got != nil {
+				out = append(out, got)
+			}
+			check("popFront")
+		case 3: // requeue a delivered entry
+			if len(out) == 0 {
+				continue
+			}
+			i := int(arg) % len(out)
+			e := out[i]
+			out = slices.Delete(out, i, i+1)
+			r.insertSorted(e)
+			m.insert(e)
+			check("insertSorted")
+		}
+	}
+	// Drain in order, then clear must leave it empty.
+	want := seqs(m.es)
+	var got []uint64
+	snapshot := r.clear()
+	got = seqs(snapshot)
+	// clear returns highest priority first, each level in Seq order,
+	// which is exactly the delivery order.
+	if !slices.Equal(got, want) {
+		t.Fatalf("clear returned %v, model order %v", got, want)
+	}
+	if r.len() != 0 || r.front() != nil || r.popFront() != nil {
+		t.Fatal("readyQueue not empty after clear")
+	}
+}
+
+func TestReadyQueuePriorities(t *testing.T) {
+	r := newReadyQueue(10)
+	for i, p := range []uint8{1, 5, 3, 0, 200, 10, 5} {
+		r.pushBack(newTestEntry(uint64(i+1), p))
+	}
+	// Priorities above the maximum count as the maximum: 200 (seq 5) and
+	// 10 (seq 6) share level 10 in arrival order.
+	want := []uint64{5, 6, 2, 7, 3, 1, 4}
+	var got []uint64
+	for r.len() > 0 {
+		got = append(got, r.popFront().Seq)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivery order %v, want %v", got, want)
+	}
+}
+
+func TestReadyQueueWithoutPrioritiesIgnoresPriority(t *testing.T) {
+	r := newReadyQueue(0)
+	for i, p := range []uint8{9, 0, 255, 3} {
+		r.pushBack(newTestEntry(uint64(i+1), p))
+	}
+	var got []uint64
+	for r.len() > 0 {
+		got = append(got, r.popFront().Seq)
+	}
+	if want := []uint64{1, 2, 3, 4}; !slices.Equal(got, want) {
+		t.Fatalf("delivery order %v, want FIFO %v", got, want)
+	}
+}
+
+// TestReadyQueueModel runs random operation sequences, long enough to grow
+// and wrap the rings, against the model.
+func TestReadyQueueModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for iter := range 300 {
+		maxP := []uint8{0, 1, 3, 10}[iter%4]
+		data := make([]byte, 2*(50+rng.IntN(400)))
+		for i := range data {
+			data[i] = byte(rng.IntN(256))
+		}
+		readyOps(t, maxP, data)
+	}
+}
+
+func FuzzReadyQueue(f *testing.F) {
+	f.Add(uint8(0), []byte{0, 0, 0, 0, 2, 0, 2, 0, 3, 1, 3, 0})
+	f.Add(uint8(10), []byte{0, 1, 0, 5, 0, 3, 2, 0, 2, 0, 3, 0, 3, 0, 2, 0})
+	f.Add(uint8(3), []byte{0, 15, 1, 2, 2, 0, 0, 9, 3, 0, 2, 0, 2, 0, 3, 7})
+	f.Fuzz(func(t *testing.T, maxP uint8, data []byte) {
+		readyOps(t, maxP%12, data)
+	})
+}

@@ -7,4 +7,4 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 )
 
-require go.uber.org/goleak v1.3.0 // indirect
+require go.uber.org/goleak v1.3.0

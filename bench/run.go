@@ -34,6 +34,10 @@ type runner struct {
 
 	lat   latencies
 	track *tracker
+	// confirmLatency makes producers record publish-to-confirm latency
+	// (the publish-only scenarios); otherwise latency is measured on
+	// arrival.
+	confirmLatency bool
 
 	target atomic.Uint64 // arrivals that end the wait; 0 = not known yet
 	notify chan struct{} // signalled when arrivals may have reached target
@@ -247,7 +251,9 @@ func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time,
 		if !ok {
 			return fmt.Errorf("producer %d: channel closed while awaiting confirms", id)
 		}
-		r.lat.add(float64(time.Since(sentAt[0])) / 1e6)
+		if r.confirmLatency {
+			r.lat.add(float64(time.Since(sentAt[0])) / 1e6)
+		}
 		sentAt = sentAt[1:]
 		if c.Ack {
 			r.published.Add(1)

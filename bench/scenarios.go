@@ -19,6 +19,7 @@ func (r *runner) scenarioPublish(ctx context.Context, res *result) (time.Duratio
 	if err := r.declareQueue(q, nil); err != nil {
 		return 0, err
 	}
+	r.confirmLatency = true
 	elapsed, err := r.produceAll(ctx, "", q, nil)
 	if err != nil {
 		return 0, err
@@ -46,10 +47,12 @@ func (r *runner) scenarioBacklog(ctx context.Context, res *result) (time.Duratio
 	if err := r.declareQueue(q, nil); err != nil {
 		return 0, err
 	}
+	r.confirmLatency = true
 	elapsed, err := r.produceAll(ctx, "", q, nil)
 	if err != nil {
 		return 0, err
 	}
+	r.confirmLatency = false
 	res.Msgs = r.published.Load()
 	if r.o.confirm > 0 {
 		res.Latency = "publish to confirm"

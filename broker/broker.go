@@ -7,9 +7,11 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/ttl"
 )
 
 // Options configures a Broker.
@@ -25,6 +27,15 @@ type Options struct {
 	Users []UserSpec
 	// MaxMessageSize bounds a message body. Default 128 MiB.
 	MaxMessageSize int
+	// Now is the clock for TTLs and queue leases; time.Now if nil. Tests
+	// pass a clock they control.
+	Now func() time.Time
+	// TimerClock drives the expiry scheduler; the real clock if nil.
+	TimerClock ttl.Clock
+	// BacklogRetry is how often dead letters waiting for a route
+	// (at-least-once) are retried besides when topology changes.
+	// Default 1s.
+	BacklogRetry time.Duration
 }
 
 // UserSpec describes a bootstrap user. Exactly one of Password and
@@ -53,6 +64,11 @@ type Broker struct {
 
 	storeErr atomic.Pointer[error]
 	counters counters
+	cycles   cycleLog
+
+	timers *ttl.Scheduler // message deadlines and queue leases
+	quit   chan struct{}  // stops the backlog retry loop
+	wg     sync.WaitGroup
 }
 
 // Open starts a broker over opts.Store, recovering its durable state.
@@ -72,6 +88,12 @@ func Open(opts Options) (*Broker, error) {
 	if opts.MaxMessageSize <= 0 {
 		opts.MaxMessageSize = 128 << 20
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.BacklogRetry <= 0 {
+		opts.BacklogRetry = time.Second
+	}
 	b := &Broker{
 		opts:   opts,
 		log:    opts.Logger,
@@ -79,8 +101,11 @@ func Open(opts Options) (*Broker, error) {
 		vhosts: make(map[string]*VHost),
 		users:  make(map[string]*User),
 		conns:  make(map[*conn]struct{}),
+		quit:   make(chan struct{}),
 	}
+	b.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
 	if err := b.recoverDefinitions(); err != nil {
+		b.timers.Close()
 		return nil, fmt.Errorf("recover definitions: %w", err)
 	}
 	var mb metaBatch
@@ -107,7 +132,33 @@ func Open(opts Options) (*Broker, error) {
 		}
 		b.users[u.Name] = u
 	}
+	b.wg.Add(1)
+	go b.retryLoop()
 	return b, nil
+}
+
+// retryLoop retries waiting dead letters periodically: besides topology
+// changes (handled at once), a target that was full may have room now.
+func (b *Broker) retryLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.opts.BacklogRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-t.C:
+			b.mu.RLock()
+			vs := make([]*VHost, 0, len(b.vhosts))
+			for _, v := range b.vhosts {
+				vs = append(vs, v)
+			}
+			b.mu.RUnlock()
+			for _, v := range vs {
+				b.retryBacklogs(v)
+			}
+		}
+	}
 }
 
 // Close closes every connection (connection.close 320 CONNECTION_FORCED)
@@ -127,6 +178,9 @@ func (b *Broker) Close() {
 	for _, c := range conns {
 		c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
 	}
+	close(b.quit)
+	b.wg.Wait()
+	b.timers.Close()
 }
 
 // Authenticate implements amqp.Handler.
@@ -221,7 +275,6 @@ func (b *Broker) deleteQueue(q *Queue) int {
 	q.bindings = nil
 	v.mu.Unlock()
 
-	consumers, ready := q.markDeleted()
 	if q.Durable && !q.Exclusive {
 		mb.deleteQueue(v.Name, q.Name)
 	}
@@ -229,9 +282,7 @@ func (b *Broker) deleteQueue(q *Queue) int {
 	if q.Durable {
 		ops.DropQueues = []store.QueueID{q.id}
 	}
-	if !ops.Empty() {
-		b.store.Apply(ops, b.storeFailed)
-	}
+	consumers, ready := q.markDeleted(ops)
 	for _, c := range consumers {
 		c.ch.serverCancel(c)
 	}

@@ -71,7 +71,7 @@ func newChannel(c *conn, id uint16, out amqp.ChannelOut) *channel {
 
 // tryDeliver hands e to consumer c if the channel can take it now.
 // Called with q.mu held.
-func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry) bool {
+func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	if ch.closed || !ch.flowActive || ch.consumers[c.tag] != c {
@@ -101,7 +101,7 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry) bool {
 		Redelivered: e.redelivered,
 		Exchange:    h.Exchange,
 		RoutingKey:  h.RoutingKeys[0],
-	}, h.Props, e.Msg.Body)
+	}, props, e.Msg.Body)
 	return true
 }
 

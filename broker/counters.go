@@ -20,6 +20,12 @@ type counters struct {
 	discardedExpired       atomic.Uint64
 	discardedMaxLen        atomic.Uint64
 	discardedDeliveryLimit atomic.Uint64
+
+	deadLettered [4]atomic.Uint64 // by reasonIndex
+	drops        [numDropCauses]atomic.Uint64
+	cycles       atomic.Uint64 // targets skipped because of a cycle
+	overflowed   atomic.Uint64 // evicted by drop-head or refused by reject-publish(-dlx)
+	backlogged   atomic.Uint64 // dead letters that had to wait for a route
 }
 
 func (c *counters) discarded(reason string, n int) {
@@ -38,15 +44,30 @@ func (c *counters) discarded(reason string, n int) {
 // Stats is a snapshot of the broker's counters.
 type Stats struct {
 	Published, Unroutable uint64
-	// Discarded counts messages dropped for a dead-letter reason with no
-	// dead letter exchange in effect, by reason.
+	// Discarded counts messages removed for a dead-letter reason that
+	// reached no dead letter queue, by reason (RabbitMQ's "disabled"
+	// strategy counters count the same).
 	Discarded map[string]uint64
+	// DeadLettered counts messages delivered to at least one dead letter
+	// queue, by reason.
+	DeadLettered map[string]uint64
+	// Dropped counts dead letters dropped, by cause: no_dlx, dlx_missing,
+	// unroutable, cycle, target_full.
+	Dropped map[string]uint64
+	// Cycles counts dead-letter targets skipped to break a cycle.
+	Cycles uint64
+	// Overflowed counts messages evicted (drop-head) or refused
+	// (reject-publish, reject-publish-dlx) by length limits.
+	Overflowed uint64
+	// Backlogged counts dead letters that waited for a route
+	// (at-least-once).
+	Backlogged uint64
 }
 
 // Stats returns the current counters.
 func (b *Broker) Stats() Stats {
 	c := &b.counters
-	return Stats{
+	st := Stats{
 		Published:  c.published.Load(),
 		Unroutable: c.unroutable.Load(),
 		Discarded: map[string]uint64{
@@ -55,5 +76,52 @@ func (b *Broker) Stats() Stats {
 			reasonMaxLen:        c.discardedMaxLen.Load(),
 			reasonDeliveryLimit: c.discardedDeliveryLimit.Load(),
 		},
+		DeadLettered: map[string]uint64{},
+		Dropped:      map[string]uint64{},
+		Cycles:       c.cycles.Load(),
+		Overflowed:   c.overflowed.Load(),
+		Backlogged:   c.backlogged.Load(),
 	}
+	for i, r := range reasons {
+		st.DeadLettered[string(r)] = c.deadLettered[i].Load()
+	}
+	for i, n := range dropCauseNames {
+		st.Dropped[n] = c.drops[i].Load()
+	}
+	return st
+}
+
+// QueueStats are one queue's counters.
+type QueueStats struct {
+	Ready, Unacked, Consumers int
+	// DeadLetterBacklog is the number of dead letters waiting for a
+	// route (at-least-once); they count as messages, not as ready.
+	DeadLetterBacklog int
+	// DeadLettered counts messages dead-lettered from this queue to at
+	// least one target, by reason.
+	DeadLettered map[string]uint64
+	// Policy is the name of the policy applied, "" if none.
+	Policy string
+}
+
+// QueueStats returns the counters of a queue, false if it does not exist.
+func (b *Broker) QueueStats(vhost, name string) (QueueStats, bool) {
+	v := b.VHost(vhost)
+	if v == nil {
+		return QueueStats{}, false
+	}
+	v.mu.RLock()
+	q := v.queues[name]
+	v.mu.RUnlock()
+	if q == nil {
+		return QueueStats{}, false
+	}
+	q.mu.Lock()
+	st := QueueStats{Ready: q.ready.len(), Unacked: q.unacked, Consumers: len(q.consumers), DeadLetterBacklog: len(q.backlog),
+		DeadLettered: map[string]uint64{}, Policy: q.config().policy}
+	q.mu.Unlock()
+	for i, r := range reasons {
+		st.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
+	}
+	return st, true
 }

@@ -72,6 +72,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		if err := c.b.applyMeta(&mb); err != nil {
 			return err
 		}
+		c.b.retryBacklogs(v) // a dead letter exchange may have appeared
 	}
 	if !m.Nowait {
 		ch.out.Send(&amqp.ExchangeDeclareOk{})
@@ -202,6 +203,9 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 	if err := c.b.applyMeta(&mb); err != nil {
 		return err
 	}
+	if bind {
+		c.b.retryBacklogs(v) // a route for waiting dead letters may exist now
+	}
 	if !nowait {
 		if bind {
 			ch.out.Send(&amqp.ExchangeBindOk{})
@@ -268,6 +272,10 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		v.mu.Unlock()
 		return ch.queueDeclare(m)
 	}
+	if p := v.policyForQueueLocked(name, q.qtype); p != nil {
+		cfg := resolveQueueConfig(q.qtype, q.Args, p)
+		q.cfg.Store(&cfg)
+	}
 	v.queues[name] = q
 	var mb metaBatch
 	if q.Durable && !q.Exclusive {
@@ -285,6 +293,8 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 }
 
 // declared remembers q as the channel's last queue and sends declare-ok.
+// A declare that is answered counts as a use of the queue for x-expires
+// (B41: RabbitMQ renews the lease only when nowait is false).
 func (ch *channel) declared(q *Queue, nowait bool) {
 	ch.mu.Lock()
 	ch.lastQueue = q.Name
@@ -292,6 +302,7 @@ func (ch *channel) declared(q *Queue, nowait bool) {
 	if nowait {
 		return
 	}
+	q.touch()
 	ready, _, consumers := q.counts()
 	ch.out.Send(&amqp.QueueDeclareOk{Queue: q.Name, MessageCount: uint32(ready), ConsumerCount: uint32(consumers)})
 }
@@ -352,6 +363,9 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	v.mu.Unlock()
 	if err := c.b.applyMeta(&mb); err != nil {
 		return err
+	}
+	if bind {
+		c.b.retryBacklogs(v) // a route for waiting dead letters may exist now
 	}
 	switch {
 	case !bind:

@@ -32,6 +32,10 @@ type Exchange struct {
 
 	alternate string // alternate-exchange argument, "" if none
 	hasAE     bool
+	// policyAE is the alternate-exchange of the applied policy; the
+	// argument wins over it. Guarded by the vhost lock.
+	policyAE    string
+	hasPolicyAE bool
 
 	// bindings with this exchange as source, in binding order.
 	bindings []*Binding
@@ -74,6 +78,14 @@ func newExchange(name, typ string, durable, autoDelete, internal bool, args amqp
 		x.byKey = make(map[string][]*Binding)
 	}
 	return x
+}
+
+// alternateExchange returns the effective alternate exchange name.
+func (x *Exchange) alternateExchange() (string, bool) {
+	if x.hasAE {
+		return x.alternate, true
+	}
+	return x.policyAE, x.hasPolicyAE
 }
 
 func (x *Exchange) addBinding(b *Binding) {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -219,6 +220,24 @@ func (b *Broker) recoverDefinitions() error {
 		src.addBinding(bd)
 		return nil
 	})
+	scan(metaPolicy, func(p []string, raw []byte) error {
+		var d policyDef
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&d); err != nil {
+			return fmt.Errorf("decode policy %q: %w", p, err)
+		}
+		v := b.vhosts[p[0]]
+		if v == nil {
+			return fmt.Errorf("policy %q in unknown vhost", p)
+		}
+		pol := &Policy{Name: p[1], Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
+		if err := validatePolicy(pol); err != nil {
+			return fmt.Errorf("stored policy %q: %w", p, err)
+		}
+		v.policies[pol.Name] = pol
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -227,17 +246,33 @@ func (b *Broker) recoverDefinitions() error {
 			return err
 		}
 	}
+	// Policies apply (limits, dead-letter exchanges) and leases start now.
+	for _, v := range b.vhosts {
+		b.applyPolicies(v)
+	}
+	for _, q := range queues {
+		q.touch()
+	}
 	return nil
 }
 
 // recoverEntries loads a durable queue's stored entries. They are marked
 // redelivered: any of them may have been delivered before the restart.
 func (b *Broker) recoverEntries(q *Queue) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	err := b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
-		e := &entry{Entry: *se, redelivered: true, stored: true, prio: propsPriority(se.EffectiveHeader().Props)}
-		q.ready.pushBack(e)
-		q.readyBytes += int64(e.bodySize())
-		q.nextSeq = se.Seq
+		e := &entry{Entry: *se, q: q, redelivered: true, stored: true, prio: propsPriority(se.EffectiveHeader().Props)}
+		e.timer.Value = e
+		if e.DeadLetter != "" {
+			e.state = stBacklog
+			q.backlog = append(q.backlog, e)
+		} else {
+			// A deadline that passed while the broker was down fires
+			// at once.
+			q.makeReadyLocked(e, true)
+		}
+		q.seq.Store(se.Seq)
 		return true
 	})
 	if err != nil {

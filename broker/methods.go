@@ -238,7 +238,7 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	if err != nil {
 		return err
 	}
-	e, tag, remaining := q.get(ch, m.NoAck)
+	e, tag, props, remaining := q.get(ch, m.NoAck)
 	if e == nil {
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
@@ -250,7 +250,7 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 		Exchange:     h.Exchange,
 		RoutingKey:   h.RoutingKeys[0],
 		MessageCount: uint32(remaining),
-	}, h.Props, e.Msg.Body)
+	}, props, e.Msg.Body)
 	return nil
 }
 

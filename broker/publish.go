@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/deadletter"
+	"github.com/brokerd/brokerd/overflow"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -144,6 +146,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		raw = enc
 	}
 	p.msg = &store.Message{
+		ID:         c.b.store.AllocMsgID(), // fixed now: copies in several queues share it
 		Header:     store.Header{Exchange: m.Exchange, RoutingKeys: keys, Props: raw},
 		Body:       body,
 		Persistent: props.DeliveryMode == 2,
@@ -204,7 +207,7 @@ func (ch *channel) publish(p *pendingPublish) {
 		ch.confirmDone(p.seq, true)
 		return
 	}
-	b.enqueue(qs, p.msg, p.prio, func(err error) { ch.confirmDone(p.seq, err == nil) })
+	b.enqueue(qs, p, func(ack bool) { ch.confirmDone(p.seq, ack) })
 }
 
 func (ch *channel) sendReturn(m *store.Message) {
@@ -222,56 +225,51 @@ func (ch *channel) confirmDone(seq uint64, ack bool) {
 	}
 }
 
-// enqueue puts msg into every queue of qs as one store operation. Target
-// queues are locked together, in id order, so the store sees an entry's put
-// before any later ack or requeue of it, and every queue appends in the
-// same order its sequence numbers were assigned. done runs once the entries
-// that need the store are durable (at once when none does).
-func (b *Broker) enqueue(qs []*Queue, msg *store.Message, prio uint8, done func(error)) {
+// enqueue puts a message into every queue of qs as one store operation,
+// together with what its arrival causes: drop-head evictions and their
+// dead-lettered copies, and the dead-lettered copy of a message a
+// reject-publish-dlx queue refuses. Target queues are locked together, in
+// id order, so the store sees an entry's put before any later change to
+// it. done runs once the operation is durable (at once when nothing needs
+// the store); ack is false when a queue refused the message (reject-publish)
+// or the store failed.
+func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack bool)) {
 	if len(qs) > 1 {
 		slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.id, y.id) })
 	}
 	for _, q := range qs {
 		q.mu.Lock()
 	}
-	var batch store.Batch
-	entries := make([]entry, len(qs))
-	for i, q := range qs {
-		if q.deleted {
+	msg := p.msg
+	t := b.newTxn()
+	now := b.nowMS()
+	refused := false
+	for _, q := range qs {
+		if q.isDeleted() {
 			continue
 		}
-		e := &entries[i]
-		q.nextSeq++
-		e.Ref = store.Ref{Queue: q.id, Seq: q.nextSeq}
-		e.Msg = msg
-		e.prio = prio
-		if q.isStoredFor(msg) {
-			e.stored = true
-			batch.Puts = append(batch.Puts, e.Entry)
-		}
-	}
-	synced := false
-	if len(batch.Puts) > 0 {
-		msg.ID = b.store.AllocMsgID()
-		for i := range batch.Puts {
-			batch.Puts[i].Msg = msg
-		}
-		batch.Messages = []*store.Message{msg}
-		b.store.Apply(&batch, func(err error) {
-			if err != nil {
-				b.storeFailed(err)
+		lim := q.config().limits
+		if lim.Refuses(q.ready.len(), q.readyBytes, len(msg.Body)) {
+			refused = true
+			b.counters.overflowed.Add(1)
+			if lim.Mode == overflow.RejectPublishDLX {
+				// Dead-lettered from q although it never entered it; the
+				// publisher, nacked, still owns it, so no backlog.
+				e := &entry{q: q, prio: p.prio, state: stGone}
+				e.Msg = msg
+				q.deadLetterLocked(t, []*entry{e}, deadletter.MaxLen, false)
 			}
-			done(err)
-		})
-		synced = true
-	}
-	for i, q := range qs {
-		if !q.deleted {
-			q.enqueueLocked(&entries[i])
+			continue
 		}
+		e := q.newEntry(msg, nil, p.prio, p.ttl, now)
+		if e.stored {
+			t.put(e)
+		}
+		q.arriveLocked(t, e)
+	}
+	t.apply(func(err error) { done(err == nil && !refused) })
+	for _, q := range qs {
 		q.mu.Unlock()
 	}
-	if !synced {
-		done(nil)
-	}
+	t.finish()
 }

@@ -3,15 +3,29 @@ package broker
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/ttl"
+)
+
+type entryState uint8
+
+const (
+	stReady   entryState = iota // in the ready list
+	stUnacked                   // delivered, awaiting ack
+	stBacklog                   // waiting in the dead-letter backlog (at-least-once)
+	stGone                      // settled, dropped or dead-lettered
 )
 
 // entry is a message's place in a queue, with the in-memory state that is
 // not persisted.
 type entry struct {
 	store.Entry
+	q     *Queue
+	state entryState
 	// redelivered is set once the entry has been delivered and returned,
 	// or recovered after a restart (it may have been delivered before).
 	redelivered bool
@@ -20,16 +34,25 @@ type entry struct {
 	stored bool
 	// prio is the message's priority property (0 without one).
 	prio uint8
+	// zeroTTL marks a message whose TTL was 0: deliverable only to a
+	// consumer that takes it the moment it arrives.
+	zeroTTL bool
+	// timer fires at Deadline while the entry is ready.
+	timer ttl.Timer
 }
 
 func (e *entry) bodySize() int { return len(e.Msg.Body) }
 
+func (e *entry) expiredAt(now int64) bool { return e.Deadline != 0 && e.Deadline <= now }
+
 // Queue is a message queue. Definition fields are fixed at declaration.
 //
 // Concurrency: a queue is guarded by its own mutex, mu. Code holding mu may
-// take a channel's lock (to hand it a delivery) and a connection's write
-// lock, never a vhost lock or another queue's lock — except publish, which
-// locks all its target queues in id order before touching any.
+// take a vhost lock shared (to route dead letters), a channel's lock (to
+// hand it a delivery) and a connection's write lock. It never takes another
+// queue's lock, except publish, which locks all its target queues in id
+// order before touching any. No code takes a queue lock while holding a
+// vhost lock.
 type Queue struct {
 	Name       string
 	Durable    bool
@@ -38,6 +61,7 @@ type Queue struct {
 	Args       amqp.Table
 
 	id          store.QueueID
+	qtype       string
 	vhost       *VHost
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
@@ -45,15 +69,27 @@ type Queue struct {
 
 	bindings []*Binding // bindings with this queue as destination; vhost.mu
 
+	cfg     atomic.Pointer[queueConfig] // effective settings (arguments + policy)
+	seq     atomic.Uint64               // last assigned sequence number
+	readyN  atomic.Int64                // mirrors ready.len() for lock-free readers
+	readyB  atomic.Int64                // mirrors readyBytes
+	deleted atomic.Bool                 // set under mu
+	stats   queueStats
+
 	mu          sync.Mutex
 	ready       readyQueue
 	readyBytes  int64
 	unacked     int
-	nextSeq     uint64
+	backlog     []*entry    // dead letters waiting for a route (at-least-once)
 	consumers   []*consumer // highest priority first; round-robin within a priority
 	exclusiveC  bool        // the single consumer is exclusive
 	hadConsumer bool
-	deleted     bool
+	lease       ttl.Timer // x-expires: fires when the queue has been unused too long
+}
+
+// queueStats are per-queue counters.
+type queueStats struct {
+	deadLettered [4]atomic.Uint64 // by reasonIndex
 }
 
 // consumer is a basic.consume subscription.
@@ -70,7 +106,7 @@ type consumer struct {
 
 // newQueue builds a queue from its declaration; arguments were validated.
 func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
-	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, vhost: v, id: id}
+	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, vhost: v, id: id, qtype: queueType(args)}
 	if x, ok := args.Get("x-max-priority"); ok {
 		if n, ok := asInt(x); ok && n > 0 {
 			q.maxPriority = uint8(min(n, 255))
@@ -80,10 +116,17 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 		q.sac, _ = x.(bool)
 	}
 	q.ready = newReadyQueue(q.maxPriority)
+	q.lease.Value = q
+	cfg := resolveQueueConfig(q.qtype, args, nil)
+	q.cfg.Store(&cfg)
 	return q
 }
 
+func (q *Queue) config() *queueConfig { return q.cfg.Load() }
+
 func (q *Queue) isStoredFor(m *store.Message) bool { return q.Durable && m.Persistent }
+
+func (q *Queue) isDeleted() bool { return q.deleted.Load() }
 
 // counts returns (ready, unacked, consumers).
 func (q *Queue) counts() (ready, unacked, consumers int) {
@@ -92,36 +135,173 @@ func (q *Queue) counts() (ready, unacked, consumers int) {
 	return q.ready.len(), q.unacked, len(q.consumers)
 }
 
-// enqueueLocked appends a new entry and offers it to consumers.
-func (q *Queue) enqueueLocked(e *entry) {
-	q.ready.pushBack(e)
-	q.readyBytes += int64(e.bodySize())
-	q.dispatchLocked()
-}
-
-// takeLocked removes and returns the head of the ready list.
-func (q *Queue) takeLocked() *entry {
-	e := q.ready.popFront()
-	if e != nil {
-		q.readyBytes -= int64(e.bodySize())
+// newEntry makes the entry for msg entering q now, with the deadline from
+// the queue's message TTL and msgTTL (the expiration property, -1 if none).
+func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, now int64) *entry {
+	e := &entry{q: q, prio: prio, stored: q.isStoredFor(msg)}
+	e.Ref = store.Ref{Queue: q.id, Seq: q.seq.Add(1)}
+	e.Msg, e.Header = msg, h
+	ttlMS := q.config().messageTTL
+	if msgTTL >= 0 && (ttlMS < 0 || msgTTL < ttlMS) {
+		ttlMS = msgTTL
 	}
+	if ttlMS >= 0 {
+		e.Deadline = now + ttlMS
+		e.zeroTTL = ttlMS == 0
+	}
+	e.timer.Value = e
 	return e
 }
 
+// --- the ready list; every change goes through these --------------------
+
+func (q *Queue) syncCounts() {
+	q.readyN.Store(int64(q.ready.len()))
+	q.readyB.Store(q.readyBytes)
+}
+
+// makeReadyLocked puts e into the ready list (appended if append, else at
+// its sequence position) and arms its expiry timer.
+func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
+	e.state = stReady
+	if appendIt {
+		q.ready.pushBack(e)
+	} else {
+		q.ready.insertSorted(e)
+	}
+	q.readyBytes += int64(e.bodySize())
+	if e.Deadline != 0 && !e.zeroTTL {
+		e.timer.Deadline = e.Deadline
+		q.vhost.b.timers.Add(&e.timer)
+	}
+	q.syncCounts()
+}
+
+// takeLocked removes and returns the head of the ready list (nil if
+// empty), disarming its timer.
+func (q *Queue) takeLocked() *entry {
+	e := q.ready.popFront()
+	if e == nil {
+		return nil
+	}
+	q.leaveReadyLocked(e)
+	return e
+}
+
+// removeReadyLocked takes e out of the ready list from where it stands.
+func (q *Queue) removeReadyLocked(e *entry) {
+	e.state = stGone
+	q.ready.remove(e)
+	q.leaveReadyLocked(e)
+}
+
+func (q *Queue) leaveReadyLocked(e *entry) {
+	q.readyBytes -= int64(e.bodySize())
+	if e.Deadline != 0 {
+		q.vhost.b.timers.Remove(&e.timer)
+	}
+	q.syncCounts()
+}
+
+// --- arrivals -----------------------------------------------------------
+
+// arriveLocked adds a new entry (a publish or a dead-lettered copy): it is
+// offered to consumers, a TTL-0 message no consumer took expires, and a
+// drop-head limit evicts from the head.
+func (q *Queue) arriveLocked(t *txn, e *entry) {
+	q.makeReadyLocked(e, true)
+	q.dispatchLocked(t, e)
+	if e.zeroTTL && e.state == stReady {
+		q.removeReadyLocked(e)
+		q.deadLetterLocked(t, []*entry{e}, deadletter.Expired, true)
+	}
+	q.enforceLimitsLocked(t)
+}
+
+// insertDeadLetters adds dead-lettered copies whose store puts are already
+// written (see txn.finish).
+func (q *Queue) insertDeadLetters(es []*entry) {
+	q.mu.Lock()
+	t := q.vhost.b.newTxn()
+	if q.isDeleted() {
+		// The queue went between planning and now: make sure no stored
+		// copy outlives it.
+		for _, e := range es {
+			if e.stored {
+				t.batch.DropQueues = []store.QueueID{q.id}
+				break
+			}
+		}
+	} else {
+		for _, e := range es {
+			q.makeReadyLocked(e, false)
+		}
+		q.dispatchLocked(t, nil)
+		for _, e := range es {
+			if e.zeroTTL && e.state == stReady {
+				q.removeReadyLocked(e)
+				q.deadLetterLocked(t, []*entry{e}, deadletter.Expired, true)
+			}
+		}
+		q.enforceLimitsLocked(t)
+	}
+	t.apply(nil)
+	q.mu.Unlock()
+	t.finish()
+}
+
+// enforceLimitsLocked evicts from the head while a drop-head queue is over
+// its limits (after a publish, a requeue or a policy change).
+func (q *Queue) enforceLimitsLocked(t *txn) {
+	lim := q.config().limits
+	if !lim.Limited() {
+		return
+	}
+	var evicted []*entry
+	for lim.Over(q.ready.len(), q.readyBytes) {
+		e := q.takeLocked()
+		if e == nil {
+			break
+		}
+		e.state = stGone
+		evicted = append(evicted, e)
+	}
+	if len(evicted) > 0 {
+		q.vhost.b.counters.overflowed.Add(uint64(len(evicted)))
+		q.deadLetterLocked(t, evicted, deadletter.MaxLen, true)
+	}
+}
+
+// --- delivery -----------------------------------------------------------
+
 // dispatchLocked delivers ready entries to consumers with credit, highest
-// priority first, round-robin among equals.
-func (q *Queue) dispatchLocked() {
+// priority first, round-robin among equals. An entry past its deadline is
+// never delivered: it is dead-lettered instead. fresh, if not nil, is an
+// entry arriving now, which a TTL of 0 does not stop from being delivered.
+func (q *Queue) dispatchLocked(t *txn, fresh *entry) {
+	if len(q.consumers) == 0 || q.ready.len() == 0 {
+		return
+	}
+	now := q.vhost.b.nowMS()
+	var expired []*entry
 	for q.ready.len() > 0 && len(q.consumers) > 0 {
 		e := q.ready.front()
+		if e.expiredAt(now) && e != fresh {
+			q.takeLocked()
+			e.state = stGone
+			expired = append(expired, e)
+			continue
+		}
+		props := q.deliveryProps(e)
 		var got *consumer
 		if q.sac {
 			// Only the active (longest-registered) consumer receives.
-			if c := q.consumers[0]; c.ch.tryDeliver(c, q, e) {
+			if c := q.consumers[0]; c.ch.tryDeliver(c, q, e, props) {
 				got = c
 			}
 		} else {
 			for i, c := range q.consumers {
-				if c.ch.tryDeliver(c, q, e) {
+				if c.ch.tryDeliver(c, q, e, props) {
 					got = c
 					q.rotateLocked(i)
 					break
@@ -129,15 +309,41 @@ func (q *Queue) dispatchLocked() {
 			}
 		}
 		if got == nil {
-			return
+			break
 		}
 		q.takeLocked()
 		if got.noAck {
-			q.settleLocked(e)
+			e.state = stGone
+			t.del(e)
 		} else {
+			e.state = stUnacked
 			q.unacked++
 		}
 	}
+	if len(expired) > 0 {
+		q.deadLetterLocked(t, expired, deadletter.Expired, true)
+	}
+}
+
+// deliveryProps returns the properties to deliver e with: its own, plus
+// x-delivery-count on a redelivery from a queue that counts deliveries
+// (quorum, or any queue with a delivery limit).
+func (q *Queue) deliveryProps(e *entry) []byte {
+	raw := e.EffectiveHeader().Props
+	if e.DeliveryCount == 0 || (q.config().deliveryLimit < 0 && q.qtype != queueQuorum) {
+		return raw
+	}
+	p, err := amqp.DecodeProperties(raw)
+	if err != nil {
+		return raw
+	}
+	p.Headers = p.Headers.With("x-delivery-count", int64(e.DeliveryCount))
+	p.Flags |= amqp.FlagHeaders
+	out, err := p.Append(nil)
+	if err != nil {
+		return raw
+	}
+	return out
 }
 
 // rotateLocked moves consumer i behind the others of its priority so the
@@ -152,93 +358,125 @@ func (q *Queue) rotateLocked(i int) {
 	q.consumers[j] = c
 }
 
-// settleLocked forgets an entry that left the queue for good (acked,
-// delivered without ack, dropped), deleting it from the store if stored.
-func (q *Queue) settleLocked(e *entry) {
-	if e.stored && !q.deleted {
-		q.vhost.b.store.Apply(&store.Batch{Deletes: []store.Ref{e.Ref}}, q.vhost.b.storeFailed)
-	}
+// locked runs fn with q locked and a txn that is applied before the lock
+// is released and finished after.
+func (q *Queue) locked(fn func(t *txn)) {
+	q.mu.Lock()
+	t := q.vhost.b.newTxn()
+	fn(t)
+	t.apply(nil)
+	q.mu.Unlock()
+	t.finish()
 }
 
 // dispatch is dispatchLocked for callers without the lock (credit freed by
 // an ack, a consumer added, a connection drained).
 func (q *Queue) dispatch() {
-	q.mu.Lock()
-	if !q.deleted {
-		q.dispatchLocked()
-	}
-	q.mu.Unlock()
+	q.locked(func(t *txn) {
+		if !q.isDeleted() {
+			q.dispatchLocked(t, nil)
+		}
+	})
 }
 
 // ack settles delivered entries.
 func (q *Queue) ack(es []*entry) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.unacked -= len(es)
-	if q.deleted {
-		return
-	}
-	var b store.Batch
-	for _, e := range es {
-		if e.stored {
-			b.Deletes = append(b.Deletes, e.Ref)
+	q.locked(func(t *txn) {
+		q.unacked -= len(es)
+		if q.isDeleted() {
+			return
 		}
-	}
-	if len(b.Deletes) > 0 {
-		q.vhost.b.store.Apply(&b, q.vhost.b.storeFailed)
-	}
+		for _, e := range es {
+			e.state = stGone
+			t.del(e)
+		}
+	})
 }
 
 // requeue returns delivered entries to the ready list at their original
-// positions, marked redelivered.
+// positions, marked redelivered. An entry returned more often than the
+// queue's delivery limit is dead-lettered (delivery_limit); one past its
+// deadline expires at once; a drop-head queue pushed over its limit drops
+// from the head (B46).
 func (q *Queue) requeue(es []*entry) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.unacked -= len(es)
-	if q.deleted {
-		return
-	}
-	var b store.Batch
-	for _, e := range es {
-		e.redelivered = true
-		e.DeliveryCount++
-		if e.stored {
-			b.Updates = append(b.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount})
+	q.locked(func(t *txn) {
+		q.unacked -= len(es)
+		if q.isDeleted() {
+			return
 		}
-		q.ready.insertSorted(e)
-		q.readyBytes += int64(e.bodySize())
-	}
-	if len(b.Updates) > 0 {
-		q.vhost.b.store.Apply(&b, q.vhost.b.storeFailed)
-	}
-	q.dispatchLocked()
+		cfg := q.config()
+		now := q.vhost.b.nowMS()
+		var overLimit, expired []*entry
+		for _, e := range es {
+			e.redelivered = true
+			e.DeliveryCount++
+			switch {
+			case cfg.deliveryLimit >= 0 && int64(e.DeliveryCount) > cfg.deliveryLimit:
+				e.state = stGone
+				overLimit = append(overLimit, e)
+			case e.expiredAt(now):
+				e.state = stGone
+				expired = append(expired, e)
+			default:
+				t.update(e)
+				q.makeReadyLocked(e, false)
+			}
+		}
+		q.deadLetterLocked(t, overLimit, deadletter.DeliveryLimit, true)
+		q.deadLetterLocked(t, expired, deadletter.Expired, true)
+		q.enforceLimitsLocked(t)
+		q.dispatchLocked(t, nil)
+	})
 }
 
-// reject removes delivered entries that were rejected without requeue.
-// Without a dead letter exchange they are discarded.
+// reject dead-letters delivered entries rejected without requeue.
 func (q *Queue) reject(es []*entry) {
-	q.ack(es)
-	q.vhost.b.counters.discarded(reasonRejected, len(es))
+	q.locked(func(t *txn) {
+		q.unacked -= len(es)
+		if q.isDeleted() {
+			return
+		}
+		for _, e := range es {
+			e.state = stGone
+		}
+		q.deadLetterLocked(t, es, deadletter.Rejected, true)
+	})
 }
 
-// get takes the head for basic.get. It returns nil when the queue is empty.
-func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, remaining int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.deleted {
-		return nil, 0, 0
-	}
-	e = q.takeLocked()
-	if e == nil {
-		return nil, 0, 0
-	}
-	tag = ch.recordGet(q, e, noAck)
-	if noAck {
-		q.settleLocked(e)
-	} else {
-		q.unacked++
-	}
-	return e, tag, q.ready.len()
+// get takes the head for basic.get, skipping (and expiring) entries past
+// their deadline. It returns nil when the queue is empty.
+func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int) {
+	q.locked(func(t *txn) {
+		if q.isDeleted() {
+			return
+		}
+		q.touchLocked()
+		now := q.vhost.b.nowMS()
+		var expired []*entry
+		for {
+			e = q.takeLocked()
+			if e == nil || !e.expiredAt(now) {
+				break
+			}
+			e.state = stGone
+			expired = append(expired, e)
+		}
+		q.deadLetterLocked(t, expired, deadletter.Expired, true)
+		if e == nil {
+			return
+		}
+		props = q.deliveryProps(e)
+		tag = ch.recordGet(q, e, noAck)
+		if noAck {
+			e.state = stGone
+			t.del(e)
+		} else {
+			e.state = stUnacked
+			q.unacked++
+		}
+		remaining = q.ready.len()
+	})
+	return e, tag, props, remaining
 }
 
 // addConsumer subscribes c; it fails if an exclusive consumer is present or
@@ -246,7 +484,7 @@ func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, remaining in
 func (q *Queue) addConsumer(c *consumer) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.deleted {
+	if q.isDeleted() {
 		return errNoQueue(q.vhost.Name, q.Name)
 	}
 	if q.exclusiveC || (c.exclusive && len(q.consumers) > 0) {
@@ -259,6 +497,7 @@ func (q *Queue) addConsumer(c *consumer) *amqp.Error {
 	q.consumers = slices.Insert(q.consumers, i, c)
 	q.exclusiveC = c.exclusive
 	q.hadConsumer = true
+	q.vhost.b.timers.Remove(&q.lease) // in use while it has consumers
 	return nil
 }
 
@@ -273,36 +512,55 @@ func (q *Queue) removeConsumer(c *consumer) (autoDelete bool) {
 		return false
 	}
 	q.exclusiveC = false
-	return q.AutoDelete && len(q.consumers) == 0 && !q.deleted
+	if len(q.consumers) == 0 {
+		q.touchLocked() // the lease starts when the last consumer goes
+	}
+	return q.AutoDelete && len(q.consumers) == 0 && !q.isDeleted()
 }
 
-// purge drops every ready entry and returns how many there were.
+// purge drops every ready entry (not unacked ones, not dead letters
+// waiting for a route) and returns how many there were. Purged messages
+// are not dead-lettered.
 func (q *Queue) purge() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	es := q.ready.clear()
-	q.readyBytes = 0
-	var b store.Batch
-	for _, e := range es {
-		if e.stored {
-			b.Deletes = append(b.Deletes, e.Ref)
+	var n int
+	q.locked(func(t *txn) {
+		es := q.ready.clear()
+		q.readyBytes = 0
+		for _, e := range es {
+			e.state = stGone
+			if e.Deadline != 0 {
+				q.vhost.b.timers.Remove(&e.timer)
+			}
+			t.del(e)
 		}
-	}
-	if len(b.Deletes) > 0 {
-		q.vhost.b.store.Apply(&b, q.vhost.b.storeFailed)
-	}
-	return len(es)
+		q.syncCounts()
+		n = len(es)
+	})
+	return n
 }
 
 // markDeleted empties the queue and returns its consumers (to be told) and
-// the number of ready messages it held.
-func (q *Queue) markDeleted() (consumers []*consumer, ready int) {
+// the number of ready messages it held. Its messages are not
+// dead-lettered. drop, when non-nil, is written while the queue is still
+// locked, so it is ordered after every change made to the queue.
+func (q *Queue) markDeleted(drop *store.Batch) (consumers []*consumer, ready int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.deleted = true
+	q.deleted.Store(true)
 	ready = q.ready.len()
-	q.ready.clear()
+	for _, e := range q.ready.clear() {
+		e.state = stGone
+		if e.Deadline != 0 {
+			q.vhost.b.timers.Remove(&e.timer)
+		}
+	}
 	q.readyBytes = 0
+	q.syncCounts()
+	q.backlog = nil
+	q.vhost.b.timers.Remove(&q.lease)
 	consumers, q.consumers = q.consumers, nil
+	if drop != nil && !drop.Empty() {
+		q.vhost.b.store.Apply(drop, q.vhost.b.storeFailed)
+	}
 	return consumers, ready
 }

@@ -3,9 +3,14 @@ package broker
 // readyQueue holds a queue's ready entries: one deque per priority level
 // (a single level unless the queue was declared with x-max-priority).
 // Entries leave from the highest non-empty level, oldest first within it.
+//
+// An entry can also leave from the middle (it expired where it stood):
+// remove marks it, and the deques drop marked entries when they reach the
+// head, or all at once when marked ones outnumber the live.
 type readyQueue struct {
 	levels []deque // index = priority
-	n      int
+	n      int     // live entries
+	dead   int     // removed entries still held by the deques
 }
 
 func newReadyQueue(maxPriority uint8) readyQueue {
@@ -19,10 +24,17 @@ func (r *readyQueue) level(e *entry) *deque {
 	return &r.levels[min(int(e.prio), len(r.levels)-1)]
 }
 
+// top returns the highest level with a live entry, dropping removed
+// entries from the heads it looks at.
 func (r *readyQueue) top() *deque {
 	for i := len(r.levels) - 1; i >= 0; i-- {
-		if r.levels[i].len() > 0 {
-			return &r.levels[i]
+		d := &r.levels[i]
+		for d.len() > 0 && d.front().state != stReady {
+			d.popFront()
+			r.dead--
+		}
+		if d.len() > 0 {
+			return d
 		}
 	}
 	return nil
@@ -54,12 +66,42 @@ func (r *readyQueue) popFront() *entry {
 	return d.popFront()
 }
 
-// clear removes every entry and returns them, highest priority first.
+// remove accounts for e leaving from where it stands; the caller has
+// already set e.state to something other than stReady.
+func (r *readyQueue) remove(e *entry) {
+	r.n--
+	r.dead++
+	if r.dead > 1024 && r.dead > r.n {
+		r.compact()
+	}
+}
+
+func (r *readyQueue) compact() {
+	for i := range r.levels {
+		d := &r.levels[i]
+		var live []*entry
+		for _, e := range d.clear() {
+			if e.state == stReady {
+				live = append(live, e)
+			}
+		}
+		for _, e := range live {
+			d.pushBack(e)
+		}
+	}
+	r.dead = 0
+}
+
+// clear removes every live entry and returns them, highest priority first.
 func (r *readyQueue) clear() []*entry {
 	out := make([]*entry, 0, r.n)
 	for i := len(r.levels) - 1; i >= 0; i-- {
-		out = append(out, r.levels[i].clear()...)
+		for _, e := range r.levels[i].clear() {
+			if e.state == stReady {
+				out = append(out, e)
+			}
+		}
 	}
-	r.n = 0
+	r.n, r.dead = 0, 0
 	return out
 }

@@ -18,10 +18,11 @@ type VHost struct {
 	mu        sync.RWMutex
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
+	policies  map[string]*Policy
 }
 
 func newVHost(b *Broker, name string) *VHost {
-	v := &VHost{Name: name, b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue)}
+	v := &VHost{Name: name, b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue), policies: make(map[string]*Policy)}
 	v.exchanges[""] = newExchange("", typeDirect, true, false, false, nil)
 	for _, x := range []struct{ name, typ string }{
 		{"amq.direct", typeDirect}, {"amq.fanout", typeFanout}, {"amq.topic", typeTopic},
@@ -100,8 +101,8 @@ func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
 			}
 		}
 	}
-	if !found && x.hasAE {
-		if ae := r.v.exchanges[x.alternate]; ae != nil {
+	if name, ok := x.alternateExchange(); !found && ok {
+		if ae := r.v.exchanges[name]; ae != nil {
 			r.route(ae, keys, headers)
 		}
 	}

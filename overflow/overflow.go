@@ -72,18 +72,13 @@ func (l Limits) Refuses(ready int, readyBytes int64, size int) bool {
 		(l.MaxBytes >= 0 && readyBytes+int64(size) > l.MaxBytes)
 }
 
-// Evictions returns how many messages to drop from the head of a queue with
-// ready messages totalling readyBytes to bring it within its limits, under
-// drop-head; headSize(i) is the body size of the i-th ready message. Under
-// the reject modes it is always 0: they never drop.
-func (l Limits) Evictions(ready int, readyBytes int64, headSize func(i int) int) int {
+// Over reports whether a queue with ready messages totalling readyBytes is
+// over its limits under drop-head, so its head must go. Under the reject
+// modes it is always false: they refuse publishes instead, and let
+// requeues exceed the limits (B48).
+func (l Limits) Over(ready int, readyBytes int64) bool {
 	if l.Mode != DropHead {
-		return 0
+		return false
 	}
-	n := 0
-	for n < ready && ((l.MaxLen >= 0 && int64(ready-n) > l.MaxLen) || (l.MaxBytes >= 0 && readyBytes > l.MaxBytes)) {
-		readyBytes -= int64(headSize(n))
-		n++
-	}
-	return n
+	return (l.MaxLen >= 0 && int64(ready) > l.MaxLen) || (l.MaxBytes >= 0 && readyBytes > l.MaxBytes)
 }

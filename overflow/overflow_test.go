@@ -41,40 +41,50 @@ func TestRefuses(t *testing.T) {
 	}
 }
 
-func TestEvictions(t *testing.T) {
-	sizes := []int{80, 80, 80}
-	at := func(i int) int { return sizes[i] }
+// evictions counts how many head messages drop-head removes, using Over
+// as the broker does: one at a time while over.
+func evictions(l Limits, sizes []int) int {
+	var bytes int64
+	for _, s := range sizes {
+		bytes += int64(s)
+	}
+	n := 0
+	for l.Over(len(sizes)-n, bytes) {
+		bytes -= int64(sizes[n])
+		n++
+	}
+	return n
+}
+
+func TestOver(t *testing.T) {
 	cases := []struct {
 		l     Limits
-		ready int
-		bytes int64
+		sizes []int
 		want  int
 	}{
-		{Limits{MaxLen: 1, MaxBytes: -1}, 3, 240, 2},   // P1,P2 go; P3 stays (B45)
-		{Limits{MaxLen: 0, MaxBytes: -1}, 1, 80, 1},    // max-length 0 drops the message itself
-		{Limits{MaxLen: -1, MaxBytes: 100}, 2, 160, 1}, // 100-byte limit, 80-byte bodies: one stays
-		{Limits{MaxLen: -1, MaxBytes: 50}, 1, 80, 1},   // a body larger than the limit goes too
-		{Limits{MaxLen: 5, MaxBytes: -1}, 3, 240, 0},
-		{Limits{MaxLen: 1, MaxBytes: -1, Mode: RejectPublish}, 3, 240, 0}, // requeue over the limit: kept (B48)
+		{Limits{MaxLen: 1, MaxBytes: -1}, []int{80, 80, 80}, 2}, // P1,P2 go; P3 stays (B45)
+		{Limits{MaxLen: 0, MaxBytes: -1}, []int{80}, 1},         // max-length 0 drops the message itself
+		{Limits{MaxLen: -1, MaxBytes: 100}, []int{80, 80}, 1},   // 100-byte limit, 80-byte bodies: one stays
+		{Limits{MaxLen: -1, MaxBytes: 50}, []int{80}, 1},        // a body larger than the limit goes too
+		{Limits{MaxLen: 5, MaxBytes: -1}, []int{80, 80, 80}, 0},
+		{Limits{MaxLen: 1, MaxBytes: -1, Mode: RejectPublish}, []int{80, 80, 80}, 0}, // requeue over the limit: kept (B48)
+		{None, []int{1, 2, 3}, 0},
 	}
 	for i, c := range cases {
-		if got := c.l.Evictions(c.ready, c.bytes, at); got != c.want {
-			t.Errorf("case %d: Evictions = %d, want %d", i, got, c.want)
+		if got := evictions(c.l, c.sizes); got != c.want {
+			t.Errorf("case %d: evictions = %d, want %d", i, got, c.want)
 		}
 	}
 }
 
 // After the evictions a drop-head queue is within both limits, and no
 // fewer evictions would do.
-func TestEvictionsMinimal(t *testing.T) {
+func TestOverMinimal(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 10000; i++ {
-		n := r.IntN(20)
-		sizes := make([]int, n)
-		var total int64
+		sizes := make([]int, r.IntN(20))
 		for j := range sizes {
 			sizes[j] = r.IntN(100)
-			total += int64(sizes[j])
 		}
 		l := Limits{MaxLen: int64(r.IntN(25)) - 3, MaxBytes: int64(r.IntN(1500)) - 100}
 		within := func(k int) bool {
@@ -82,11 +92,11 @@ func TestEvictionsMinimal(t *testing.T) {
 			for _, s := range sizes[k:] {
 				b += int64(s)
 			}
-			return (l.MaxLen < 0 || int64(n-k) <= l.MaxLen) && (l.MaxBytes < 0 || b <= l.MaxBytes)
+			return (l.MaxLen < 0 || int64(len(sizes)-k) <= l.MaxLen) && (l.MaxBytes < 0 || b <= l.MaxBytes)
 		}
-		k := l.Evictions(n, total, func(i int) int { return sizes[i] })
+		k := evictions(l, sizes)
 		if !within(k) || (k > 0 && within(k-1)) {
-			t.Fatalf("limits %+v sizes %v: Evictions = %d is not the minimal count", l, sizes, k)
+			t.Fatalf("limits %+v sizes %v: %d evictions is not the minimal count", l, sizes, k)
 		}
 	}
 }

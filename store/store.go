@@ -48,6 +48,11 @@ type Entry struct {
 	// DeliveryCount is how many times the entry was returned to its queue
 	// after a delivery (nack/reject with requeue, channel close, recover).
 	DeliveryCount uint32
+	// DeadLetter is non-empty while the entry waits in its queue's
+	// dead-letter backlog (at-least-once dead-lettering found no route):
+	// the reason it is being dead-lettered for. Such an entry is not
+	// delivered; it is forwarded once a route exists.
+	DeadLetter string
 }
 
 // EffectiveHeader returns the entry's own header if it has one, else the
@@ -59,10 +64,11 @@ func (e *Entry) EffectiveHeader() *Header {
 	return &e.Msg.Header
 }
 
-// Update changes the mutable fields of an existing entry.
+// Update sets the mutable fields of an existing entry.
 type Update struct {
 	Ref
 	DeliveryCount uint32
+	DeadLetter    string
 }
 
 // MetaOp puts (Value non-nil) or deletes (Value nil) one definition.
@@ -71,10 +77,12 @@ type MetaOp struct {
 	Value []byte
 }
 
-// Batch is one atomic change. Puts may refer to messages written in the
-// same batch (listed in Messages) or to messages already stored. Within a
-// batch the order of application is: Messages, Puts, Updates, Deletes,
-// DropQueues, Meta; a batch must not put and delete the same Ref.
+// Batch is one atomic change. Every message a Put refers to must be stored
+// already or be listed in Messages; listing a message that is already
+// stored is allowed and does not write it again (a dead-lettered message
+// moves to new entries without its body being copied). Within a batch the
+// order of application is: Messages, Puts, Updates, Deletes, DropQueues,
+// Meta; a batch must not put and delete the same Ref.
 type Batch struct {
 	Messages   []*Message
 	Puts       []Entry

@@ -84,7 +84,9 @@ func (s *Store) apply(b *store.Batch) error {
 		return err
 	}
 	for _, m := range b.Messages {
-		s.msgs[m.ID] = &msgRec{msg: m}
+		if _, ok := s.msgs[m.ID]; !ok {
+			s.msgs[m.ID] = &msgRec{msg: m}
+		}
 	}
 	for i := range b.Puts {
 		e := b.Puts[i] // copy: the store owns its entries
@@ -99,7 +101,8 @@ func (s *Store) apply(b *store.Batch) error {
 		q[e.Seq] = &e
 	}
 	for _, u := range b.Updates {
-		s.queues[u.Queue][u.Seq].DeliveryCount = u.DeliveryCount
+		e := s.queues[u.Queue][u.Seq]
+		e.DeliveryCount, e.DeadLetter = u.DeliveryCount, u.DeadLetter
 	}
 	for _, r := range b.Deletes {
 		q := s.queues[r.Queue]
@@ -139,8 +142,8 @@ func (s *Store) validateLocked(b *store.Batch) error {
 		if m == nil || m.ID == 0 {
 			return fmt.Errorf("%w: message without id", store.ErrInvalidBatch)
 		}
-		if _, ok := s.msgs[m.ID]; ok || fresh[m.ID] {
-			return fmt.Errorf("%w: message %d already stored", store.ErrInvalidBatch, m.ID)
+		if fresh[m.ID] {
+			return fmt.Errorf("%w: message %d listed twice", store.ErrInvalidBatch, m.ID)
 		}
 		fresh[m.ID] = true
 	}

@@ -131,7 +131,8 @@ func testDeadLetterMove(t *testing.T, open Opener, reopen Reopener) {
 	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 4}, Msg: m, Deadline: 100}}})
 	h := &store.Header{Exchange: "dlx", RoutingKeys: []string{"dead"}, Props: []byte{0x20, 0x00, 9}}
 	apply(t, s, &store.Batch{
-		Deletes: []store.Ref{{Queue: 1, Seq: 4}},
+		Messages: []*store.Message{m}, // already stored: allowed, not written again
+		Deletes:  []store.Ref{{Queue: 1, Seq: 4}},
 		Puts: []store.Entry{
 			{Ref: store.Ref{Queue: 2, Seq: 1}, Msg: m, Header: h},
 			{Ref: store.Ref{Queue: 3, Seq: 1}, Msg: m, Header: h},
@@ -185,13 +186,13 @@ func testUpdate(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "u")
 	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
-	apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 1, Seq: 1}, DeliveryCount: 3}}})
+	apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 1, Seq: 1}, DeliveryCount: 3, DeadLetter: "rejected"}}})
 	s = reopen(t, s)
 	defer s.Close()
-	var dc uint32
-	_ = s.ScanQueue(1, 0, func(e *store.Entry) bool { dc = e.DeliveryCount; return true })
-	if dc != 3 {
-		t.Fatalf("delivery count = %d, want 3", dc)
+	var got store.Entry
+	_ = s.ScanQueue(1, 0, func(e *store.Entry) bool { got = *e; return true })
+	if got.DeliveryCount != 3 || got.DeadLetter != "rejected" {
+		t.Fatalf("after update: delivery count %d, dead letter %q; want 3, rejected", got.DeliveryCount, got.DeadLetter)
 	}
 }
 

@@ -1,0 +1,209 @@
+package broker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/deadletter"
+	"github.com/brokerd/brokerd/store"
+)
+
+// reasonIndex numbers the dead-letter reasons for counters.
+func reasonIndex(r deadletter.Reason) int {
+	switch r {
+	case deadletter.Rejected:
+		return 0
+	case deadletter.Expired:
+		return 1
+	case deadletter.MaxLen:
+		return 2
+	}
+	return 3 // delivery_limit
+}
+
+var reasons = [4]deadletter.Reason{deadletter.Rejected, deadletter.Expired, deadletter.MaxLen, deadletter.DeliveryLimit}
+
+// Why a dead letter was dropped instead of delivered.
+const (
+	dropNoDLX      = iota // the queue has no dead letter exchange
+	dropDLXMissing        // its dead letter exchange does not exist
+	dropUnroutable        // the exchange routed it to no queue
+	dropCycle             // every target would close a cycle
+	dropTargetFull        // every target refused it (reject-publish)
+	numDropCauses
+)
+
+var dropCauseNames = [numDropCauses]string{"no_dlx", "dlx_missing", "unroutable", "cycle", "target_full"}
+
+// deadLetterLocked dead-letters entries that have left q (their state is
+// already stGone) for reason: with no dead letter exchange they are
+// dropped; otherwise each is rewritten (x-death etc.), routed through the
+// DLX and its copies planned into the target queues within t, beside the
+// delete of its source entry. Where no target takes it, an at-least-once
+// queue keeps it in its dead-letter backlog (if backlogOK) and the others
+// drop it, counting why.
+//
+// Caller holds q.mu. The vhost lock is taken shared to route.
+func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, backlogOK bool) {
+	if len(es) == 0 {
+		return
+	}
+	b := q.vhost.b
+	cfg := q.config()
+	if !cfg.hasDLX {
+		for _, e := range es {
+			t.del(e)
+		}
+		b.counters.discarded(string(reason), len(es))
+		b.counters.drops[dropNoDLX].Add(uint64(len(es)))
+		return
+	}
+	v := q.vhost
+	now := b.now()
+	nowMS := now.UnixMilli()
+	v.mu.RLock()
+	x := v.exchanges[cfg.dlx]
+	for _, e := range es {
+		cause := -1
+		if x == nil {
+			cause = dropDLXMissing
+		} else {
+			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, now, nowMS)
+		}
+		if cause < 0 {
+			q.stats.deadLettered[reasonIndex(reason)].Add(1)
+			b.counters.deadLettered[reasonIndex(reason)].Add(1)
+			continue
+		}
+		if cfg.atLeastOnce && backlogOK {
+			q.toBacklogLocked(t, e, reason)
+			continue
+		}
+		t.del(e)
+		b.counters.drops[cause].Add(1)
+		b.counters.discarded(string(reason), 1)
+	}
+	v.mu.RUnlock()
+}
+
+// planDeadLetterLocked rewrites and routes one dead letter and plans its
+// copies. It returns -1 when at least one target takes it, else the drop
+// cause. Caller holds q.mu and v.mu (shared).
+func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, now time.Time, nowMS int64) int {
+	b := q.vhost.b
+	h := e.EffectiveHeader()
+	props, err := amqp.DecodeProperties(h.Props)
+	if err != nil {
+		// Stored properties were validated when published.
+		b.log.Error("dead-letter: undecodable stored properties; dropping", "queue", q.Name, "err", err)
+		return dropUnroutable
+	}
+	res := deadletter.Rewrite(deadletter.Source{
+		Props: props, Exchange: h.Exchange, RoutingKeys: h.RoutingKeys,
+		Queue: q.Name, Reason: reason, Time: now,
+	}, deadletter.Target{Exchange: cfg.dlx, RoutingKey: cfg.dlrk, HasRoutingKey: cfg.hasDLRK})
+	targets := q.vhost.routeLocked(x, res.RoutingKeys, res.Props.Headers)
+	if len(targets) == 0 {
+		return dropUnroutable
+	}
+	cause := dropUnroutable
+	var header *store.Header
+	took := false
+	for _, tq := range targets {
+		if deadletter.IsCycle(res.History, reason, tq.Name) {
+			b.logCycle(q, tq, reason)
+			b.counters.cycles.Add(1)
+			cause = dropCycle
+			continue
+		}
+		if tq.isDeleted() {
+			continue
+		}
+		if tq.config().limits.Refuses(int(tq.readyN.Load()), tq.readyB.Load(), e.bodySize()) {
+			cause = dropTargetFull
+			continue
+		}
+		if header == nil {
+			raw, err := res.Props.Append(nil)
+			if err != nil {
+				b.log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
+				return dropUnroutable
+			}
+			header = &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
+		}
+		// The copy has no expiration property any more: only the
+		// target's own message TTL applies.
+		ne := tq.newEntry(e.Msg, header, e.prio, -1, nowMS)
+		if ne.stored {
+			t.put(ne)
+		}
+		t.inserts = append(t.inserts, ne)
+		took = true
+	}
+	if !took {
+		return cause
+	}
+	t.del(e)
+	return -1
+}
+
+// toBacklogLocked keeps a dead letter that found no route in q's
+// dead-letter backlog: not delivered, still stored, forwarded by
+// retryBacklogLocked once a route exists.
+func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason) {
+	e.state = stBacklog
+	q.backlog = append(q.backlog, e)
+	if e.DeadLetter != string(reason) { // not already recorded (a retry)
+		e.DeadLetter = string(reason)
+		t.update(e)
+		q.vhost.b.counters.backlogged.Add(1)
+	}
+}
+
+// retryBacklogLocked tries again to forward q's waiting dead letters, in
+// the order they were dead-lettered.
+func (q *Queue) retryBacklogLocked(t *txn) {
+	if len(q.backlog) == 0 || q.isDeleted() {
+		return
+	}
+	pending := q.backlog
+	q.backlog = nil
+	// Regroup runs of one reason so the order is kept.
+	for len(pending) > 0 {
+		r := deadletter.Reason(pending[0].DeadLetter)
+		n := 1
+		for n < len(pending) && pending[n].DeadLetter == string(r) {
+			n++
+		}
+		for _, e := range pending[:n] {
+			e.state = stGone
+		}
+		q.deadLetterLocked(t, pending[:n], r, true)
+		pending = pending[n:]
+	}
+}
+
+// cycleLog rate-limits the warning for dead-letter cycles: once a minute
+// per (source, target) pair.
+type cycleLog struct {
+	mu   sync.Mutex
+	last map[[2]*Queue]time.Time
+}
+
+func (b *Broker) logCycle(from, to *Queue, reason deadletter.Reason) {
+	key := [2]*Queue{from, to}
+	now := b.now()
+	b.cycles.mu.Lock()
+	if b.cycles.last == nil {
+		b.cycles.last = make(map[[2]*Queue]time.Time)
+	}
+	if now.Sub(b.cycles.last[key]) < time.Minute {
+		b.cycles.mu.Unlock()
+		return
+	}
+	b.cycles.last[key] = now
+	b.cycles.mu.Unlock()
+	b.log.Warn("dead-letter cycle: message not delivered to a queue it was already dead-lettered from, with no rejection in between",
+		"vhost", from.vhost.Name, "from", from.Name, "to", to.Name, "reason", string(reason))
+}

@@ -1,0 +1,93 @@
+package broker
+
+import (
+	"time"
+
+	"github.com/brokerd/brokerd/deadletter"
+	"github.com/brokerd/brokerd/ttl"
+)
+
+// now is the broker's clock (Options.Now, for tests that move time).
+func (b *Broker) now() time.Time { return b.opts.Now() }
+
+func (b *Broker) nowMS() int64 { return b.opts.Now().UnixMilli() }
+
+// fireTimers runs on the scheduler's goroutine: message deadlines and
+// queue leases that are due. A message expires where it stands in its
+// queue (not only at the head) and is dead-lettered with reason expired;
+// a queue whose lease ran out is deleted.
+func (b *Broker) fireTimers(due []*ttl.Timer) {
+	byQueue := map[*Queue][]*entry{}
+	var order []*Queue
+	var leases []*Queue
+	for _, tm := range due {
+		switch v := tm.Value.(type) {
+		case *entry:
+			if _, ok := byQueue[v.q]; !ok {
+				order = append(order, v.q)
+			}
+			byQueue[v.q] = append(byQueue[v.q], v)
+		case *Queue:
+			leases = append(leases, v)
+		}
+	}
+	for _, q := range order {
+		q.expireEntries(byQueue[q])
+	}
+	for _, q := range leases {
+		q.expireLease()
+	}
+}
+
+// expireEntries dead-letters those of es still ready.
+func (q *Queue) expireEntries(es []*entry) {
+	q.locked(func(t *txn) {
+		if q.isDeleted() {
+			return
+		}
+		now := q.vhost.b.nowMS()
+		var expired []*entry
+		for _, e := range es {
+			if e.state != stReady || !e.expiredAt(now) {
+				continue
+			}
+			q.removeReadyLocked(e)
+			expired = append(expired, e)
+		}
+		q.deadLetterLocked(t, expired, deadletter.Expired, true)
+	})
+}
+
+// touchLocked records a use of the queue (declare, basic.get, the last
+// consumer going) for x-expires: the lease runs from now while the queue
+// has no consumers.
+func (q *Queue) touchLocked() {
+	exp := q.config().expires
+	s := q.vhost.b.timers
+	s.Remove(&q.lease)
+	if exp < 0 || len(q.consumers) > 0 || q.isDeleted() {
+		return
+	}
+	q.lease.Deadline = q.vhost.b.nowMS() + exp
+	s.Add(&q.lease)
+}
+
+// touch is touchLocked for callers without the lock.
+func (q *Queue) touch() {
+	q.mu.Lock()
+	q.touchLocked()
+	q.mu.Unlock()
+}
+
+// expireLease deletes the queue if it is still unused (x-expires). Its
+// messages are not dead-lettered.
+func (q *Queue) expireLease() {
+	q.mu.Lock()
+	exp := q.config().expires
+	unused := !q.isDeleted() && exp >= 0 && len(q.consumers) == 0 && q.lease.Deadline <= q.vhost.b.nowMS()
+	q.mu.Unlock()
+	if unused {
+		q.vhost.b.log.Info("queue expired (x-expires)", "vhost", q.vhost.Name, "queue", q.Name)
+		q.vhost.b.deleteQueue(q)
+	}
+}

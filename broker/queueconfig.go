@@ -1,0 +1,130 @@
+package broker
+
+import (
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/overflow"
+)
+
+// queueConfig is a queue's effective dead-letter, TTL, limit and delivery
+// limit settings: its arguments combined with the policy that applies to
+// it, key by key (reference P5). It is recomputed when policies change.
+type queueConfig struct {
+	policy string // name of the applied policy, "" if none
+
+	dlx, dlrk       string
+	hasDLX, hasDLRK bool
+	atLeastOnce     bool
+
+	messageTTL    int64 // ms; -1 = none
+	expires       int64 // ms; -1 = none
+	limits        overflow.Limits
+	deliveryLimit int64 // -1 = none
+}
+
+// quorumDeliveryLimit is the quorum queue default (RabbitMQ 4.x).
+const quorumDeliveryLimit = 20
+
+func resolveQueueConfig(qtype string, args amqp.Table, p *Policy) queueConfig {
+	c := queueConfig{messageTTL: -1, expires: -1, limits: overflow.None, deliveryLimit: -1}
+	pol := map[string]any{}
+	if p != nil {
+		c.policy = p.Name
+		pol = p.Definition
+	}
+	argInt := func(key string) (int64, bool) {
+		v, ok := args.Get(key)
+		if !ok {
+			return 0, false
+		}
+		return asInt(v)
+	}
+	polInt := func(key string) (int64, bool) {
+		v, ok := pol[key]
+		if !ok {
+			return 0, false
+		}
+		return policyInt(v)
+	}
+	// min of argument and policy, -1 when neither is set.
+	minOf := func(arg, key string) int64 {
+		a, aok := argInt(arg)
+		b, bok := polInt(key)
+		switch {
+		case aok && bok:
+			return min(a, b)
+		case aok:
+			return a
+		case bok:
+			return b
+		}
+		return -1
+	}
+	argStr := func(key string) (string, bool) {
+		v, ok := args.Get(key)
+		if !ok {
+			return "", false
+		}
+		s, ok := v.(string)
+		return s, ok
+	}
+	polStr := func(key string) (string, bool) {
+		v, ok := pol[key]
+		if !ok {
+			return "", false
+		}
+		s, ok := v.(string)
+		return s, ok
+	}
+	// The argument wins, key by key.
+	argOrPolicy := func(arg, key string) (string, bool) {
+		if s, ok := argStr(arg); ok {
+			return s, true
+		}
+		return polStr(key)
+	}
+
+	c.messageTTL = minOf("x-message-ttl", "message-ttl")
+	c.expires = minOf("x-expires", "expires")
+	c.limits.MaxLen = minOf("x-max-length", "max-length")
+	c.limits.MaxBytes = minOf("x-max-length-bytes", "max-length-bytes")
+
+	// Overflow: a classic queue's argument wins, a quorum queue's policy.
+	ov, ok := argStr("x-overflow")
+	if ps, pok := polStr("overflow"); pok && (!ok || qtype == queueQuorum) {
+		ov, ok = ps, true
+	}
+	if ok {
+		if m, err := overflow.ParseMode(ov); err == nil {
+			c.limits.Mode = m
+		}
+	}
+
+	c.dlx, c.hasDLX = argOrPolicy("x-dead-letter-exchange", "dead-letter-exchange")
+	c.dlrk, c.hasDLRK = argOrPolicy("x-dead-letter-routing-key", "dead-letter-routing-key")
+	if s, ok := argOrPolicy("x-dead-letter-strategy", "dead-letter-strategy"); ok {
+		c.atLeastOnce = s == "at-least-once"
+	}
+
+	// Delivery limit: either negative → the larger (no limit wins);
+	// otherwise the smaller. Quorum queues default to 20.
+	a, aok := argInt("x-delivery-limit")
+	b, bok := polInt("delivery-limit")
+	switch {
+	case aok && bok:
+		if a < 0 || b < 0 {
+			c.deliveryLimit = max(a, b)
+		} else {
+			c.deliveryLimit = min(a, b)
+		}
+	case aok:
+		c.deliveryLimit = a
+	case bok:
+		c.deliveryLimit = b
+	case qtype == queueQuorum:
+		c.deliveryLimit = quorumDeliveryLimit
+	}
+	if c.deliveryLimit < 0 {
+		c.deliveryLimit = -1
+	}
+	return c
+}

@@ -1,0 +1,124 @@
+package broker
+
+import (
+	"github.com/brokerd/brokerd/store"
+)
+
+// txn is one store operation under construction. Code that changes queues
+// collects its store changes in a txn while it holds the queue locks, calls
+// apply before releasing them (so the store sees each queue's changes in
+// the order they were made), and calls finish after releasing them.
+//
+// finish hands dead-lettered copies to their target queues. Their store
+// puts are already in the batch, next to the deletes of their sources, so
+// a dead-lettered message is in exactly one place in the store at every
+// instant; inserting them into the targets' memory after the source locks
+// are gone means no code ever holds two queue locks it did not take in id
+// order.
+type txn struct {
+	b       *Broker
+	batch   store.Batch
+	putAt   map[store.Ref]int       // index in batch.Puts
+	listed  map[*store.Message]bool // in batch.Messages
+	inserts []*entry                // dead-lettered copies for target queues
+	kicks   []*Queue                // queues whose dead letters must be retried later
+	notes   []func()                // run by finish
+}
+
+func (b *Broker) newTxn() *txn { return &txn{b: b} }
+
+// put writes a new stored entry.
+func (t *txn) put(e *entry) {
+	if t.putAt == nil {
+		t.putAt = make(map[store.Ref]int)
+	}
+	t.putAt[e.Ref] = len(t.batch.Puts)
+	t.batch.Puts = append(t.batch.Puts, e.Entry)
+	if !t.listed[e.Msg] {
+		if t.listed == nil {
+			t.listed = make(map[*store.Message]bool)
+		}
+		t.listed[e.Msg] = true
+		t.batch.Messages = append(t.batch.Messages, e.Msg)
+	}
+}
+
+// del removes a stored entry. An entry put by this same txn (a message
+// delivered without ack, or dead-lettered, before its put was written) is
+// simply not put.
+func (t *txn) del(e *entry) {
+	if !e.stored {
+		return
+	}
+	if i, ok := t.putAt[e.Ref]; ok {
+		t.batch.Puts[i].Msg = nil // tombstone, compacted in apply
+		delete(t.putAt, e.Ref)
+		return
+	}
+	t.batch.Deletes = append(t.batch.Deletes, e.Ref)
+}
+
+// update writes a stored entry's mutable fields.
+func (t *txn) update(e *entry) {
+	if !e.stored {
+		return
+	}
+	if i, ok := t.putAt[e.Ref]; ok {
+		t.batch.Puts[i].DeliveryCount, t.batch.Puts[i].DeadLetter = e.DeliveryCount, e.DeadLetter
+		return
+	}
+	t.batch.Updates = append(t.batch.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter})
+}
+
+// apply writes the batch (if it changes anything) and calls done when it
+// is durable; done(nil) at once for an empty batch. Call it with the locks
+// of the queues whose entries changed still held.
+func (t *txn) apply(done func(error)) {
+	if len(t.putAt) != len(t.batch.Puts) {
+		puts := t.batch.Puts[:0]
+		for _, p := range t.batch.Puts {
+			if p.Msg != nil {
+				puts = append(puts, p)
+			}
+		}
+		t.batch.Puts = puts
+	}
+	if t.batch.Empty() || (len(t.batch.Puts) == 0 && len(t.batch.Deletes) == 0 && len(t.batch.Updates) == 0 && len(t.batch.DropQueues) == 0 && len(t.batch.Meta) == 0) {
+		if done != nil {
+			done(nil)
+		}
+		return
+	}
+	b := t.b
+	b.store.Apply(&t.batch, func(err error) {
+		if err != nil {
+			b.storeFailed(err)
+		}
+		if done != nil {
+			done(err)
+		}
+	})
+}
+
+// finish inserts dead-lettered copies into their target queues. Call it
+// with no queue lock held.
+func (t *txn) finish() {
+	for len(t.inserts) > 0 {
+		// Group by target, keeping order, so each target is locked once.
+		q := t.inserts[0].q
+		var mine []*entry
+		rest := t.inserts[:0:0]
+		for _, e := range t.inserts {
+			if e.q == q {
+				mine = append(mine, e)
+			} else {
+				rest = append(rest, e)
+			}
+		}
+		t.inserts = rest
+		q.insertDeadLetters(mine)
+	}
+	for _, f := range t.notes {
+		f()
+	}
+}

@@ -52,6 +52,38 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestDeadLetterScenarios runs the dead-lettering scenarios: every message
+// must arrive in the DLQ (or, for maxlen, stay in the source) exactly once.
+func TestDeadLetterScenarios(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	for _, c := range []struct {
+		scenario string
+		tweak    func(*options)
+	}{
+		{"dlx-reject", nil},
+		{"maxlen", nil},
+		{"ttl-expire", nil},
+		{"ttl-expire", func(o *options) { o.ttlMode, o.ttl, o.ttlMax = "message", 20*time.Millisecond, 300*time.Millisecond }},
+	} {
+		t.Run(c.scenario, func(t *testing.T) {
+			o := opts(b.URL, c.scenario)
+			if c.tweak != nil {
+				c.tweak(&o)
+			}
+			res, err := run(context.Background(), o, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Msgs != uint64(o.n) || res.Lost != 0 || res.Duplicated != 0 {
+				t.Fatalf("result = %+v, want %d msgs, none lost or duplicated", res, o.n)
+			}
+			if c.scenario == "ttl-expire" && (res.P50MS < 0 || res.MaxMS > 5000) {
+				t.Fatalf("lateness p50 %v max %v ms: expired before the deadline or absurdly late", res.P50MS, res.MaxMS)
+			}
+		})
+	}
+}
+
 // TestDurationAndRate: -duration with -rate publishes about rate*duration.
 func TestDurationAndRate(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})

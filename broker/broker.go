@@ -155,7 +155,7 @@ func (b *Broker) retryLoop() {
 			}
 			b.mu.RUnlock()
 			for _, v := range vs {
-				b.retryBacklogs(v)
+				b.retryBacklogsIfChanged(v)
 			}
 		}
 	}

@@ -78,6 +78,9 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 		}
 		if cfg.atLeastOnce && backlogOK {
 			q.toBacklogLocked(t, e, reason)
+			if cause == dropTargetFull {
+				q.backlogFull = true // worth retrying without a topology change
+			}
 			continue
 		}
 		t.del(e)

@@ -251,6 +251,7 @@ func (b *Broker) recoverDefinitions() error {
 		b.applyPolicies(v)
 	}
 	for _, q := range queues {
+		q.armRecovered()
 		q.touch()
 	}
 	return nil
@@ -261,6 +262,7 @@ func (b *Broker) recoverDefinitions() error {
 func (b *Broker) recoverEntries(q *Queue) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.recovering = true
 	err := b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
 		e := &entry{Entry: *se, q: q, redelivered: true, stored: true, prio: propsPriority(se.EffectiveHeader().Props)}
 		e.timer.Value = e

@@ -252,6 +252,7 @@ func (b *Broker) SetPolicy(vhost string, p Policy) error {
 	v.policies[p.Name] = &p
 	v.mu.Unlock()
 	b.applyPolicies(v)
+	v.topoGen.Add(1)
 	return nil
 }
 
@@ -277,6 +278,7 @@ func (b *Broker) ClearPolicy(vhost, name string) error {
 	delete(v.policies, name)
 	v.mu.Unlock()
 	b.applyPolicies(v)
+	v.topoGen.Add(1)
 	return nil
 }
 
@@ -347,9 +349,18 @@ func (q *Queue) setConfig(cfg queueConfig) {
 	})
 }
 
-// retryBacklogs retries the waiting dead letters of every queue in v (a
-// route may have appeared: an exchange declared, a binding added).
+// retryBacklogs retries the waiting dead letters of every queue in v, after
+// a topology change that may have given them a route (an exchange declared,
+// a binding added, a policy changed).
 func (b *Broker) retryBacklogs(v *VHost) {
+	v.topoGen.Add(1)
+	b.retryBacklogsIfChanged(v)
+}
+
+// retryBacklogsIfChanged retries the backlogs that may succeed now: the
+// topology changed since their last try, or a target was full then.
+func (b *Broker) retryBacklogsIfChanged(v *VHost) {
+	gen := v.topoGen.Load()
 	v.mu.RLock()
 	qs := make([]*Queue, 0, len(v.queues))
 	for _, q := range v.queues {
@@ -358,10 +369,13 @@ func (b *Broker) retryBacklogs(v *VHost) {
 	v.mu.RUnlock()
 	for _, q := range qs {
 		q.mu.Lock()
-		waiting := len(q.backlog) > 0
+		worth := len(q.backlog) > 0 && (q.backlogGen != gen || q.backlogFull)
 		q.mu.Unlock()
-		if waiting {
-			q.locked(q.retryBacklogLocked)
+		if worth {
+			q.locked(func(t *txn) {
+				q.backlogGen, q.backlogFull = gen, false
+				q.retryBacklogLocked(t)
+			})
 		}
 	}
 }

@@ -37,6 +37,9 @@ type entry struct {
 	// zeroTTL marks a message whose TTL was 0: deliverable only to a
 	// consumer that takes it the moment it arrives.
 	zeroTTL bool
+	// arriving is set while the entry is offered to consumers on arrival,
+	// when a TTL of 0 does not yet stop its delivery.
+	arriving bool
 	// timer fires at Deadline while the entry is ready.
 	timer ttl.Timer
 }
@@ -85,6 +88,13 @@ type Queue struct {
 	exclusiveC  bool        // the single consumer is exclusive
 	hadConsumer bool
 	lease       ttl.Timer // x-expires: fires when the queue has been unused too long
+	recovering  bool      // loading stored entries: timers start after policies apply
+
+	// backlogGen is the vhost's topology generation at the last retry of
+	// the dead-letter backlog; backlogFull records that a target refused
+	// a dead letter then (it may have room later even if nothing changed).
+	backlogGen  uint64
+	backlogFull bool
 }
 
 // queueStats are per-queue counters.
@@ -170,11 +180,36 @@ func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 		q.ready.insertSorted(e)
 	}
 	q.readyBytes += int64(e.bodySize())
+	if !q.recovering {
+		q.armLocked(e)
+	}
+	q.syncCounts()
+}
+
+// armLocked starts e's expiry timer if it has a deadline. A deadline
+// already passed fires at once.
+func (q *Queue) armLocked(e *entry) {
 	if e.Deadline != 0 && !e.zeroTTL {
 		e.timer.Deadline = e.Deadline
 		q.vhost.b.timers.Add(&e.timer)
 	}
-	q.syncCounts()
+}
+
+// armRecovered starts the timers of recovered entries, once the queue's
+// policy is known (an expiry must use the dead letter exchange the policy
+// sets).
+func (q *Queue) armRecovered() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.recovering = false
+	for i := range q.ready.levels {
+		d := &q.ready.levels[i]
+		for j := 0; j < d.len(); j++ {
+			if e := d.at(j); e.state == stReady {
+				q.armLocked(e)
+			}
+		}
+	}
 }
 
 // takeLocked removes and returns the head of the ready list (nil if
@@ -210,7 +245,9 @@ func (q *Queue) leaveReadyLocked(e *entry) {
 // drop-head limit evicts from the head.
 func (q *Queue) arriveLocked(t *txn, e *entry) {
 	q.makeReadyLocked(e, true)
-	q.dispatchLocked(t, e)
+	e.arriving = true
+	q.dispatchLocked(t)
+	e.arriving = false
 	if e.zeroTTL && e.state == stReady {
 		q.removeReadyLocked(e)
 		q.deadLetterLocked(t, []*entry{e}, deadletter.Expired, true)
@@ -235,9 +272,11 @@ func (q *Queue) insertDeadLetters(es []*entry) {
 	} else {
 		for _, e := range es {
 			q.makeReadyLocked(e, false)
+			e.arriving = true
 		}
-		q.dispatchLocked(t, nil)
+		q.dispatchLocked(t)
 		for _, e := range es {
+			e.arriving = false
 			if e.zeroTTL && e.state == stReady {
 				q.removeReadyLocked(e)
 				q.deadLetterLocked(t, []*entry{e}, deadletter.Expired, true)
@@ -276,9 +315,9 @@ func (q *Queue) enforceLimitsLocked(t *txn) {
 
 // dispatchLocked delivers ready entries to consumers with credit, highest
 // priority first, round-robin among equals. An entry past its deadline is
-// never delivered: it is dead-lettered instead. fresh, if not nil, is an
-// entry arriving now, which a TTL of 0 does not stop from being delivered.
-func (q *Queue) dispatchLocked(t *txn, fresh *entry) {
+// never delivered: it is dead-lettered instead (unless it is arriving now
+// with a TTL of 0, which a consumer may still take at once).
+func (q *Queue) dispatchLocked(t *txn) {
 	if len(q.consumers) == 0 || q.ready.len() == 0 {
 		return
 	}
@@ -286,7 +325,7 @@ func (q *Queue) dispatchLocked(t *txn, fresh *entry) {
 	var expired []*entry
 	for q.ready.len() > 0 && len(q.consumers) > 0 {
 		e := q.ready.front()
-		if e.expiredAt(now) && e != fresh {
+		if e.expiredAt(now) && !e.arriving {
 			q.takeLocked()
 			e.state = stGone
 			expired = append(expired, e)
@@ -374,7 +413,7 @@ func (q *Queue) locked(fn func(t *txn)) {
 func (q *Queue) dispatch() {
 	q.locked(func(t *txn) {
 		if !q.isDeleted() {
-			q.dispatchLocked(t, nil)
+			q.dispatchLocked(t)
 		}
 	})
 }
@@ -425,7 +464,7 @@ func (q *Queue) requeue(es []*entry) {
 		q.deadLetterLocked(t, overLimit, deadletter.DeliveryLimit, true)
 		q.deadLetterLocked(t, expired, deadletter.Expired, true)
 		q.enforceLimitsLocked(t)
-		q.dispatchLocked(t, nil)
+		q.dispatchLocked(t)
 	})
 }
 

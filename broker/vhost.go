@@ -3,6 +3,7 @@ package broker
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
 )
@@ -19,6 +20,10 @@ type VHost struct {
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
 	policies  map[string]*Policy
+
+	// topoGen counts topology changes that may give waiting dead letters
+	// a route (exchange declared, binding added, policy changed).
+	topoGen atomic.Uint64
 }
 
 func newVHost(b *Broker, name string) *VHost {

@@ -63,6 +63,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 			return err
 		}
 		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
+		x.applyPolicyLocked(sortedPolicies(v.policies)) // a policy alternate-exchange applies at once
 		v.exchanges[x.Name] = x
 		var mb metaBatch
 		if x.Durable {
@@ -288,6 +289,12 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.b.applyMeta(&mb); err != nil {
 		return err
 	}
+	if m.Nowait {
+		// The x-expires lease starts at creation even when the declare
+		// is not answered (RabbitMQ arms it in the queue's init).
+		q.touch()
+	}
+	c.b.retryBacklogs(v) // the default exchange routes to the new queue
 	ch.declared(q, m.Nowait)
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/brokerd/brokerd/overflow"
@@ -93,30 +93,38 @@ func validatePolicy(p *Policy) error {
 	if len(p.Definition) == 0 {
 		return policyErr("no policy provided")
 	}
+	// As rabbit_policy: known keys' values first, then unknown keys; in
+	// key order, so the error reported is stable.
+	keys := slices.Sorted(maps.Keys(p.Definition))
 	var unknown []string
-	for k := range p.Definition {
+	for _, k := range keys {
 		if _, ok := policyKeys[k]; !ok {
-			unknown = append(unknown, k)
+			unknown = append(unknown, "{"+erlTerm(k)+","+erlTerm(p.Definition[k])+"}")
+		} else if err := validatePolicyValue(k, p.Definition[k]); err != nil {
+			return err
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return policyErr("%s are not recognised policy settings", strings.Join(quoteAll(unknown), ", "))
-	}
-	for k, v := range p.Definition {
-		if err := validatePolicyValue(k, v); err != nil {
-			return err
-		}
+		return policyErr("[%s] are not recognised policy settings", strings.Join(unknown, ","))
 	}
 	return nil
 }
 
-func quoteAll(s []string) []string {
-	out := make([]string, len(s))
-	for i, x := range s {
-		out[i] = "'" + x + "'"
+// erlTerm renders a policy value as RabbitMQ's messages print the decoded
+// JSON term (Erlang ~p): strings as binaries, <<"x">>.
+func erlTerm(v any) string {
+	switch x := v.(type) {
+	case string:
+		return "<<" + erlString(x) + ">>"
+	case nil:
+		return "null"
+	case float64:
+		if n, ok := policyInt(x); ok {
+			return strconv.FormatInt(n, 10)
+		}
+		return strconv.FormatFloat(x, 'g', -1, 64)
 	}
-	return out
+	return fmt.Sprint(v)
 }
 
 func validatePolicyValue(k string, v any) error {
@@ -124,7 +132,7 @@ func validatePolicyValue(k string, v any) error {
 	num := func(min int64, what string) error {
 		n, ok := policyInt(v)
 		if !ok || n < min {
-			return policyErr("%v is not a valid %s", v, what)
+			return policyErr("%s is not a valid %s", erlTerm(v), what)
 		}
 		return nil
 	}
@@ -142,23 +150,23 @@ func validatePolicyValue(k string, v any) error {
 	case "overflow":
 		s, _ := str()
 		if _, err := overflow.ParseMode(s); err != nil {
-			return policyErr("%v is not a valid overflow value", v)
+			return policyErr("%s is not a valid overflow value", erlTerm(v))
 		}
 	case "dead-letter-exchange":
 		if _, ok := str(); !ok {
-			return policyErr("%v is not a valid dead letter exchange name", v)
+			return policyErr("%s is not a valid dead letter exchange name", erlTerm(v))
 		}
 	case "dead-letter-routing-key":
 		if _, ok := str(); !ok {
-			return policyErr("%v is not a valid dead letter routing key", v)
+			return policyErr("%s is not a valid dead letter routing key", erlTerm(v))
 		}
 	case "dead-letter-strategy":
 		if s, _ := str(); s != "at-most-once" && s != "at-least-once" {
-			return policyErr("%v is not a valid dead letter strategy", v)
+			return policyErr("%s is not a valid dead letter strategy", erlTerm(v))
 		}
 	case "alternate-exchange":
 		if _, ok := str(); !ok {
-			return policyErr("%v is not a valid alternate exchange name", v)
+			return policyErr("%s is not a valid alternate exchange name", erlTerm(v))
 		}
 	}
 	return nil
@@ -305,18 +313,24 @@ func (v *VHost) policyForQueueLocked(name, qtype string) *Policy {
 	return bestPolicy(sortedPolicies(v.policies), func(p *Policy) bool { return p.appliesToQueue(name, qtype) })
 }
 
+// applyPolicyLocked sets x's policy alternate exchange from the policies
+// ps of its vhost (sorted by name). Caller holds v.mu.
+func (x *Exchange) applyPolicyLocked(ps []*Policy) {
+	x.policyAE, x.hasPolicyAE = "", false
+	if p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToExchange(x.Name) }); p != nil {
+		if ae, ok := p.Definition["alternate-exchange"].(string); ok {
+			x.policyAE, x.hasPolicyAE = ae, true
+		}
+	}
+}
+
 // applyPolicies recomputes every queue's and exchange's effective settings
 // in v and applies the changes.
 func (b *Broker) applyPolicies(v *VHost) {
 	v.mu.Lock()
 	ps := sortedPolicies(v.policies)
 	for _, x := range v.exchanges {
-		x.policyAE, x.hasPolicyAE = "", false
-		if p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToExchange(x.Name) }); p != nil {
-			if ae, ok := p.Definition["alternate-exchange"].(string); ok {
-				x.policyAE, x.hasPolicyAE = ae, true
-			}
-		}
+		x.applyPolicyLocked(ps)
 	}
 	type change struct {
 		q   *Queue

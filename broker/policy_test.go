@@ -1,0 +1,416 @@
+package broker_test
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/brokertest"
+)
+
+// Tests of policies (SPEC §6 first bullet, reference §2 policy table and
+// §3 P1–P6), set through the broker's internal API and observed through
+// amqp091-go. Helpers (tl*) are in ttl_test.go; the TTL, expires, length
+// and delivery-limit keys are also covered by their own tests there and
+// in limits_test.go.
+
+func tlPolicyOf(t testing.TB, b *brokertest.Instance, q string) string {
+	t.Helper()
+	return tlQueueStats(t, b, q).Policy
+}
+
+func tlWantPolicy(t testing.TB, b *brokertest.Instance, q, want string) {
+	t.Helper()
+	if got := tlPolicyOf(t, b, q); got != want {
+		t.Fatalf("queue %q: policy %q, want %q", q, got, want)
+	}
+}
+
+// P1, P2: the pattern is an unanchored regex; apply-to selects queue
+// types or exchanges; the highest priority wins; a policy applies to
+// queues declared before and after it.
+func TestPolicyMatching(t *testing.T) {
+	t.Parallel()
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	tlDeclare(t, ch, "before-xordy", "classic", nil)
+	set := func(p broker.Policy) { t.Helper(); tlSetPolicy(t, b, p) }
+	set(broker.Policy{Name: "unanchored", Pattern: "ord", Definition: map[string]any{"max-length": 100}})
+	set(broker.Policy{Name: "classic-only", Pattern: "^typed", ApplyTo: "classic_queues", Definition: map[string]any{"max-length": 100}})
+	set(broker.Policy{Name: "quorum-only", Pattern: "^typed", ApplyTo: "quorum_queues", Definition: map[string]any{"max-length": 100}})
+	set(broker.Policy{Name: "exchanges-only", Pattern: "^exq", ApplyTo: "exchanges", Definition: map[string]any{"max-length": 1}})
+	set(broker.Policy{Name: "queues", Pattern: "^both", ApplyTo: "queues", Definition: map[string]any{"max-length": 100}})
+
+	tlDeclare(t, ch, "xordy", "classic", nil)
+	tlDeclare(t, ch, "zzz", "classic", nil)
+	tlDeclare(t, ch, "typed-c", "classic", nil)
+	tlDeclare(t, ch, "typed-q", "quorum", nil)
+	tlDeclare(t, ch, "exq", "classic", nil)
+	tlDeclare(t, ch, "both-c", "classic", nil)
+	tlDeclare(t, ch, "both-q", "quorum", nil)
+	for q, want := range map[string]string{
+		"before-xordy": "unanchored", // existing queue, at once
+		"xordy":        "unanchored",
+		"zzz":          "",
+		"typed-c":      "classic-only",
+		"typed-q":      "quorum-only",
+		"exq":          "",
+		"both-c":       "queues",
+		"both-q":       "queues",
+	} {
+		tlWantPolicy(t, b, q, want)
+	}
+	tlPubAll(t, ch, "exq", "1", "2")
+	tlWantReady(t, b, "exq", 2) // the exchanges policy's max-length does not apply
+
+	// Priority: the highest wins, negatives allowed; raising another
+	// policy's priority switches the queue at once (limits re-checked).
+	set(broker.Policy{Name: "p-low", Pattern: "^prio", Priority: 1, Definition: map[string]any{"max-length": 1}})
+	set(broker.Policy{Name: "p-high", Pattern: "^prio", Priority: 5, Definition: map[string]any{"max-length": 3}})
+	set(broker.Policy{Name: "p-neg", Pattern: "^prio", Priority: -5, Definition: map[string]any{"max-length": 0}})
+	tlDeclare(t, ch, "prio-q", "classic", nil)
+	tlWantPolicy(t, b, "prio-q", "p-high")
+	tlPubAll(t, ch, "prio-q", "1", "2", "3", "4", "5")
+	tlWantReady(t, b, "prio-q", 3)
+	set(broker.Policy{Name: "p-low", Pattern: "^prio", Priority: 10, Definition: map[string]any{"max-length": 1}})
+	tlWantPolicy(t, b, "prio-q", "p-low")
+	tlWantReady(t, b, "prio-q", 1)
+	tlClearPolicy(t, b, "p-low")
+	tlWantPolicy(t, b, "prio-q", "p-high")
+	tlClearPolicy(t, b, "p-high")
+	tlWantPolicy(t, b, "prio-q", "p-neg")
+	tlWantReady(t, b, "prio-q", 0)
+
+	// A policy with a key queues don't support (alternate-exchange) does
+	// not apply to queues at all: the next one does.
+	set(broker.Policy{Name: "mixed", Pattern: "^mix", Priority: 10, Definition: map[string]any{"alternate-exchange": "ae", "max-length": 1}})
+	set(broker.Policy{Name: "plain", Pattern: "^mix", Definition: map[string]any{"max-length": 2}})
+	tlDeclare(t, ch, "mix-q", "classic", nil)
+	tlWantPolicy(t, b, "mix-q", "plain")
+	tlPubAll(t, ch, "mix-q", "1", "2", "3")
+	tlWantReady(t, b, "mix-q", 2)
+
+	// Policies() lists them by name with apply-to defaulted to all.
+	var names []string
+	for _, p := range b.Broker.Policies("/") {
+		names = append(names, p.Name)
+		if p.Name == "unanchored" && (p.ApplyTo != "all" || p.Pattern != "ord") {
+			t.Errorf("policy unanchored listed as %+v", p)
+		}
+	}
+	want := []string{"classic-only", "exchanges-only", "mixed", "p-neg", "plain", "queues", "quorum-only", "unanchored"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("Policies() = %q, want %q", names, want)
+	}
+}
+
+// Policy alternate-exchange applies to exchanges, declared before or after
+// the policy; the exchange's argument wins; clearing the policy removes it;
+// an apply-to queues policy doesn't touch exchanges.
+func TestPolicyAlternateExchange(t *testing.T) {
+	t.Parallel()
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	for _, n := range []string{"ae", "ae2"} {
+		tlExchange(t, ch, n, "fanout", nil)
+		tlDeclare(t, ch, n+"-q", "classic", nil)
+		tlBind(t, ch, n+"-q", "", n)
+	}
+	tlExchange(t, ch, "src-before", "direct", nil)
+	tlExchange(t, ch, "src-arg", "direct", amqp091.Table{"alternate-exchange": "ae2"})
+	tlExchange(t, ch, "srcq", "direct", nil)
+	tlSetPolicy(t, b, broker.Policy{Name: "ae", Pattern: "^src-", ApplyTo: "exchanges", Definition: map[string]any{"alternate-exchange": "ae"}})
+	tlSetPolicy(t, b, broker.Policy{Name: "ae-queues", Pattern: "^srcq$", ApplyTo: "queues", Definition: map[string]any{"alternate-exchange": "ae"}})
+	tlExchange(t, ch, "src-after", "direct", nil)
+
+	pub := func(x string) { t.Helper(); tlPublish(t, ch, x, "nowhere", amqp091.Publishing{Body: []byte(x)}) }
+	pub("src-before")
+	pub("src-after")
+	pub("src-arg")
+	pub("srcq")
+	tlWantDrain(t, ch, "ae-q", "src-before", "src-after")
+	tlWantDrain(t, ch, "ae2-q", "src-arg")
+	if n := b.Broker.Stats().Unroutable; n != 1 {
+		t.Fatalf("unroutable %d, want 1 (srcq)", n)
+	}
+
+	tlClearPolicy(t, b, "ae")
+	pub("src-before")
+	pub("src-arg")
+	tlWantDrain(t, ch, "ae-q")
+	tlWantDrain(t, ch, "ae2-q", "src-arg")
+}
+
+// P6, SPEC §6: a DLX given only by policy applies to messages already
+// unacked; changing it switches the DLX at once; clearing it disables it.
+func TestPolicyDeadLetterExchangeSwitch(t *testing.T) {
+	t.Parallel()
+	for _, qtype := range tlQueueTypes {
+		t.Run(qtype, func(t *testing.T) {
+			t.Parallel()
+			b := tlStart(t)
+			_, ch := tlChannel(t, b)
+			for _, n := range []string{"dlx-a", "dlx-b"} {
+				tlExchange(t, ch, n, "fanout", nil)
+				tlDeclare(t, ch, n+"-q", "classic", nil)
+				tlBind(t, ch, n+"-q", "", n)
+			}
+			tlDeclare(t, ch, "p6", qtype, nil)
+			tlPubAll(t, ch, "p6", "M1", "M2", "M3", "M4")
+			ds := make([]amqp091.Delivery, 4)
+			for i := range ds {
+				ds[i] = tlMustGet(t, ch, "p6")
+			}
+			nack := func(i int) {
+				t.Helper()
+				if err := ds[i].Nack(false, false); err != nil {
+					t.Fatal(err)
+				}
+				tlSync(t, ch)
+			}
+			nack(0) // no DLX: dropped
+			if n := b.Broker.Stats().Discarded["rejected"]; n != 1 {
+				t.Fatalf("discarded rejected %d, want 1", n)
+			}
+			tlSetPolicy(t, b, broker.Policy{Name: "dlx", Pattern: "^p6$", Definition: map[string]any{"dead-letter-exchange": "dlx-a"}})
+			nack(1)
+			tlSetPolicy(t, b, broker.Policy{Name: "dlx", Pattern: "^p6$", Definition: map[string]any{"dead-letter-exchange": "dlx-b"}})
+			nack(2)
+			tlClearPolicy(t, b, "dlx")
+			nack(3)
+			tlWantDeadLetters(t, b, ch, "dlx-a-q", "p6", "rejected", "M2")
+			tlWantDeadLetters(t, b, ch, "dlx-b-q", "p6", "rejected", "M3")
+			if n := b.Broker.Stats().Discarded["rejected"]; n != 2 {
+				t.Fatalf("discarded rejected %d, want 2", n)
+			}
+			tlWantDrain(t, ch, "dlx-a-q") // nothing else reached either
+			tlWantDrain(t, ch, "dlx-b-q")
+		})
+	}
+}
+
+// P5: overflow — a classic queue's argument wins, a quorum queue's policy.
+func TestPolicyPrecedenceOverflow(t *testing.T) {
+	t.Parallel()
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	tlSetPolicy(t, b, broker.Policy{Name: "drop", Pattern: "^ov-(c1|q1|q3)$", Definition: map[string]any{"overflow": "drop-head"}})
+	tlSetPolicy(t, b, broker.Policy{Name: "reject", Pattern: "^ov-(c2|c3|q2)$", Definition: map[string]any{"overflow": "reject-publish"}})
+	for _, tc := range []struct {
+		q, qtype, arg string
+		acks          string
+		left          []string
+	}{
+		{"ov-c1", "classic", "reject-publish", "+-", []string{"P1"}}, // argument wins
+		{"ov-c2", "classic", "drop-head", "++", []string{"P2"}},      // argument wins
+		{"ov-c3", "classic", "", "+-", []string{"P1"}},               // policy alone
+		{"ov-q1", "quorum", "reject-publish", "++", []string{"P2"}},  // policy wins
+		{"ov-q2", "quorum", "drop-head", "+-", []string{"P1"}},       // policy wins
+		{"ov-q3", "quorum", "reject-publish-dlx", "++", []string{"P2"}},
+	} {
+		args := amqp091.Table{"x-max-length": int32(1)}
+		if tc.arg != "" {
+			args["x-overflow"] = tc.arg
+		}
+		tlDeclare(t, ch, tc.q, tc.qtype, args)
+		if acks := tlPubAcks(t, ch, "", tc.q, "P1", "P2"); acks != tc.acks {
+			t.Errorf("%s (x-overflow %q): confirms %s, want %s", tc.q, tc.arg, acks, tc.acks)
+		}
+		tlWantDrain(t, ch, tc.q, tc.left...)
+	}
+}
+
+// P5: dead-letter-exchange and dead-letter-routing-key — the argument
+// wins, key by key (an argument DLX with a policy DLRK gives both).
+func TestPolicyPrecedenceDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	tlExchange(t, ch, "dlx-d", "direct", nil)
+	for _, k := range []string{"k-arg", "k-pol", "orig"} {
+		tlDeclare(t, ch, "dlq-"+k, "classic", nil)
+		tlBind(t, ch, "dlq-"+k, k, "dlx-d")
+	}
+	tlExchange(t, ch, "dlx-pol", "fanout", nil)
+	tlDeclare(t, ch, "dlq-pol-x", "classic", nil)
+	tlBind(t, ch, "dlq-pol-x", "", "dlx-pol")
+	tlExchange(t, ch, "in", "direct", nil)
+
+	for _, tc := range []struct {
+		q    string
+		args amqp091.Table
+		pol  map[string]any
+		want string // dead-letter queue that gets the message
+	}{
+		{"dl-arg-x", amqp091.Table{"x-dead-letter-exchange": "dlx-d"},
+			map[string]any{"dead-letter-exchange": "dlx-pol"}, "dlq-orig"},
+		{"dl-arg-k", amqp091.Table{"x-dead-letter-exchange": "dlx-d", "x-dead-letter-routing-key": "k-arg"},
+			map[string]any{"dead-letter-routing-key": "k-pol"}, "dlq-k-arg"},
+		{"dl-mixed", amqp091.Table{"x-dead-letter-exchange": "dlx-d"},
+			map[string]any{"dead-letter-exchange": "dlx-pol", "dead-letter-routing-key": "k-pol"}, "dlq-k-pol"},
+		{"dl-pol", nil,
+			map[string]any{"dead-letter-exchange": "dlx-d", "dead-letter-routing-key": "k-pol"}, "dlq-k-pol"},
+		{"dl-pol-x", nil,
+			map[string]any{"dead-letter-exchange": "dlx-pol"}, "dlq-pol-x"},
+	} {
+		t.Run(tc.q, func(t *testing.T) {
+			tlSetPolicy(t, b, broker.Policy{Name: tc.q, Pattern: "^" + tc.q + "$", Definition: tc.pol})
+			tlDeclare(t, ch, tc.q, "classic", tc.args)
+			tlBind(t, ch, tc.q, "orig", "in")
+			tlPublish(t, ch, "in", "orig", amqp091.Publishing{Body: []byte(tc.q)})
+			if err := tlMustGet(t, ch, tc.q).Reject(false); err != nil {
+				t.Fatal(err)
+			}
+			tlEventuallyReady(t, b, tc.want, 1)
+			d := tlMustGet(t, ch, tc.want)
+			if string(d.Body) != tc.q {
+				t.Fatalf("%s got %q, want %q", tc.want, d.Body, tc.q)
+			}
+			tlWantDeath(t, d, tc.q, "rejected")
+			for _, q := range []string{"dlq-k-arg", "dlq-k-pol", "dlq-orig", "dlq-pol-x"} {
+				tlWantReady(t, b, q, 0)
+			}
+		})
+	}
+}
+
+// P5: dead-letter-strategy — the argument wins (accepted on classic queues
+// too, SPEC §2 beyond). At-least-once keeps an unroutable dead letter in
+// the backlog; at-most-once drops it.
+func TestPolicyPrecedenceStrategy(t *testing.T) {
+	t.Parallel()
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	for _, tc := range []struct {
+		q, qtype, arg, pol string
+		backlog            int
+	}{
+		{"st-c-arg-alo", "classic", "at-least-once", "at-most-once", 1},
+		{"st-c-arg-amo", "classic", "at-most-once", "at-least-once", 0},
+		{"st-q-arg-alo", "quorum", "at-least-once", "at-most-once", 1},
+		{"st-q-arg-amo", "quorum", "at-most-once", "at-least-once", 0},
+		{"st-q-pol-only", "quorum", "", "at-least-once", 1},
+	} {
+		tlSetPolicy(t, b, broker.Policy{Name: tc.q, Pattern: "^" + tc.q + "$", Definition: map[string]any{"dead-letter-strategy": tc.pol}})
+		args := amqp091.Table{"x-dead-letter-exchange": "missing", "x-overflow": "reject-publish"}
+		if tc.arg != "" {
+			args["x-dead-letter-strategy"] = tc.arg
+		}
+		tlDeclare(t, ch, tc.q, tc.qtype, args)
+		tlPub(t, ch, tc.q, "m", "")
+		if err := tlMustGet(t, ch, tc.q).Reject(false); err != nil {
+			t.Fatal(err)
+		}
+		tlSync(t, ch)
+		if got := tlQueueStats(t, b, tc.q).DeadLetterBacklog; got != tc.backlog {
+			t.Errorf("%s (argument %q, policy %q): backlog %d, want %d", tc.q, tc.arg, tc.pol, got, tc.backlog)
+		}
+	}
+}
+
+// Reference §2: invalid definitions are refused when set, with
+// *broker.PolicyError and RabbitMQ's text (rabbit_policies validators,
+// values printed as Erlang terms); nothing changes.
+func TestPolicyValidation(t *testing.T) {
+	t.Parallel()
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	tlDeclare(t, ch, "v", "classic", nil)
+	tlSetPolicy(t, b, broker.Policy{Name: "v", Pattern: "^v$", Definition: map[string]any{"max-length": 5}})
+	for _, tc := range []struct {
+		def  map[string]any
+		text string
+	}{
+		{nil, "no policy provided"},
+		{map[string]any{}, "no policy provided"},
+		{map[string]any{"foo": "bar"}, `[{<<"foo">>,<<"bar">>}] are not recognised policy settings`},
+		{map[string]any{"foo": 1, "max-length": 1}, `[{<<"foo">>,1}] are not recognised policy settings`},
+		{map[string]any{"b": 1, "a": "x"}, `[{<<"a">>,<<"x">>},{<<"b">>,1}] are not recognised policy settings`},
+		{map[string]any{"foo": 1, "max-length": -1}, "-1 is not a valid maximum length"}, // values first
+		{map[string]any{"queue-type": "quorum"}, `[{<<"queue-type">>,<<"quorum">>}] are not recognised policy settings`},
+		{map[string]any{"message-ttl": -1}, "-1 is not a valid message TTL"},
+		{map[string]any{"message-ttl": "10"}, `<<"10">> is not a valid message TTL`},
+		{map[string]any{"message-ttl": 1.5}, "1.5 is not a valid message TTL"},
+		{map[string]any{"expires": 0}, "0 is not a valid queue expiry"},
+		{map[string]any{"max-length": -1}, "-1 is not a valid maximum length"},
+		{map[string]any{"max-length-bytes": -1}, "-1 is not a valid maximum length in bytes"},
+		{map[string]any{"overflow": "drop-tail"}, `<<"drop-tail">> is not a valid overflow value`},
+		{map[string]any{"overflow": 1}, "1 is not a valid overflow value"},
+		{map[string]any{"dead-letter-exchange": 1}, "1 is not a valid dead letter exchange name"},
+		{map[string]any{"dead-letter-routing-key": true}, "true is not a valid dead letter routing key"},
+		{map[string]any{"dead-letter-strategy": "sometimes"}, `<<"sometimes">> is not a valid dead letter strategy`},
+		{map[string]any{"delivery-limit": 0.1}, "0.1 is not a valid delivery limit"},
+		{map[string]any{"delivery-limit": "5"}, `<<"5">> is not a valid delivery limit`},
+		{map[string]any{"alternate-exchange": 1}, "1 is not a valid alternate exchange name"},
+	} {
+		err := b.Broker.SetPolicy("/", broker.Policy{Name: "v", Pattern: "^v$", Definition: tc.def})
+		var pe *broker.PolicyError
+		if !errors.As(err, &pe) {
+			t.Errorf("definition %v: error %v (%T), want *broker.PolicyError", tc.def, err, err)
+			continue
+		}
+		if pe.Error() != tc.text {
+			t.Errorf("definition %v: %q, want %q", tc.def, pe.Error(), tc.text)
+		}
+	}
+	// Nothing changed: the valid policy is still in force.
+	ps := b.Broker.Policies("/")
+	if len(ps) != 1 || fmt.Sprint(ps[0].Definition) != "map[max-length:5]" {
+		t.Fatalf("policies after refused sets: %+v", ps)
+	}
+	tlWantPolicy(t, b, "v", "v")
+
+	// Valid edge values.
+	for _, def := range []map[string]any{
+		{"message-ttl": 0},
+		{"message-ttl": 315360000001}, // no 10-year cap for policies
+		{"expires": 1},
+		{"max-length": 0},
+		{"max-length-bytes": 0},
+		{"delivery-limit": -5},
+		{"delivery-limit": 0},
+		{"dead-letter-routing-key": "k"}, // needs no DLX in the policy
+		{"dead-letter-exchange": ""},
+		{"overflow": "reject-publish-dlx"},
+		{"dead-letter-strategy": "at-least-once"},
+		{"max-length": float64(3)}, // a JSON number
+	} {
+		if err := b.Broker.SetPolicy("/", broker.Policy{Name: "ok", Pattern: "^nothing$", Definition: def}); err != nil {
+			t.Errorf("definition %v refused: %v", def, err)
+		}
+	}
+	if err := b.Broker.ClearPolicy("/", "absent"); err == nil {
+		t.Error("clearing an absent policy succeeded")
+	}
+}
+
+// SPEC §6: policies are durable; after a restart they are listed and
+// applied to the recovered queues.
+func TestPolicySurvivesRestart(t *testing.T) {
+	t.Parallel()
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	tlSetPolicy(t, b, broker.Policy{Name: "lim", Pattern: "^dur", ApplyTo: "queues", Priority: 7,
+		Definition: map[string]any{"max-length": 1, "dead-letter-exchange": "", "dead-letter-routing-key": "dlq"}})
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlDeclareDurable(t, ch, "dur-q", "classic", true, nil)
+	b.Restart()
+	ps := b.Broker.Policies("/")
+	if len(ps) != 1 {
+		t.Fatalf("policies after restart: %+v", ps)
+	}
+	p := ps[0]
+	if p.Name != "lim" || p.Pattern != "^dur" || p.ApplyTo != "queues" || p.Priority != 7 ||
+		fmt.Sprint(p.Definition) != "map[dead-letter-exchange: dead-letter-routing-key:dlq max-length:1]" {
+		t.Fatalf("policy after restart: %+v", p)
+	}
+	tlWantPolicy(t, b, "dur-q", "lim")
+	_, ch = tlChannel(t, b)
+	tlPubAll(t, ch, "dur-q", "P1", "P2")
+	tlWantDrain(t, ch, "dur-q", "P2")
+	tlWantDeadLetters(t, b, ch, "dlq", "dur-q", "maxlen", "P1")
+}

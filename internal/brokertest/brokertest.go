@@ -13,6 +13,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/store/memstore"
 )
 
@@ -34,6 +35,9 @@ type Instance struct {
 type Config struct {
 	Server amqp.ServerConfig // Handler is set by Start
 	Broker broker.Options    // Store is set by Start
+	// WrapStore, if set, wraps the memory store the broker uses (to
+	// record or break what the broker writes).
+	WrapStore func(store.Store) store.Store
 }
 
 // Start runs a broker until the test ends.
@@ -50,6 +54,9 @@ func (i *Instance) start(addr string) {
 	t.Helper()
 	bo := i.cfg.Broker
 	bo.Store = i.Store
+	if i.cfg.WrapStore != nil {
+		bo.Store = i.cfg.WrapStore(i.Store)
+	}
 	b, err := broker.Open(bo)
 	if err != nil {
 		t.Fatalf("open broker: %v", err)

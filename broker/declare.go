@@ -18,6 +18,20 @@ func (ch *channel) resolveQueueName(name string) (string, *amqp.Error) {
 	return ch.lastQueue, nil
 }
 
+// readQueue resolves a queue name (empty: the last declared) for an
+// operation that reads the queue (consume, get, purge): read permission,
+// existence, exclusivity.
+func (ch *channel) readQueue(name string) (*Queue, *amqp.Error) {
+	name, err := ch.resolveQueueName(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.conn.checkPerm(permRead, "queue", name); err != nil {
+		return nil, err
+	}
+	return ch.conn.lookupQueue(name)
+}
+
 func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 	c := ch.conn
 	v := c.vhost
@@ -384,15 +398,7 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 }
 
 func (ch *channel) queuePurge(m *amqp.QueuePurge) *amqp.Error {
-	c := ch.conn
-	name, err := ch.resolveQueueName(m.Queue)
-	if err != nil {
-		return err
-	}
-	if err := c.checkPerm(permRead, "queue", name); err != nil {
-		return err
-	}
-	q, err := c.lookupQueue(name)
+	q, err := ch.readQueue(m.Queue)
 	if err != nil {
 		return err
 	}

@@ -143,18 +143,10 @@ func (ch *channel) basicQos(m *amqp.BasicQos) *amqp.Error {
 }
 
 func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
-	c := ch.conn
 	if m.Queue == replyToQueue {
 		return ch.consumeReplyTo(m)
 	}
-	name, err := ch.resolveQueueName(m.Queue)
-	if err != nil {
-		return err
-	}
-	if err := c.checkPerm(permRead, "queue", name); err != nil {
-		return err
-	}
-	q, err := c.lookupQueue(name)
+	q, err := ch.readQueue(m.Queue)
 	if err != nil {
 		return err
 	}
@@ -226,15 +218,7 @@ func (ch *channel) serverCancel(c *consumer) {
 }
 
 func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
-	c := ch.conn
-	name, err := ch.resolveQueueName(m.Queue)
-	if err != nil {
-		return err
-	}
-	if err := c.checkPerm(permRead, "queue", name); err != nil {
-		return err
-	}
-	q, err := c.lookupQueue(name)
+	q, err := ch.readQueue(m.Queue)
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,10 @@ func (t *txn) apply(done func(error)) {
 		}
 		t.batch.Puts = puts
 	}
-	if t.batch.Empty() || (len(t.batch.Puts) == 0 && len(t.batch.Deletes) == 0 && len(t.batch.Updates) == 0 && len(t.batch.DropQueues) == 0 && len(t.batch.Meta) == 0) {
+	// Messages alone change nothing: they are stored only for the puts
+	// that refer to them.
+	if len(t.batch.Puts) == 0 && len(t.batch.Updates) == 0 && len(t.batch.Deletes) == 0 &&
+		len(t.batch.DropQueues) == 0 && len(t.batch.Meta) == 0 {
 		if done != nil {
 			done(nil)
 		}

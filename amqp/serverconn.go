@@ -54,22 +54,24 @@ type ServerConn struct {
 
 	// Connection close state, guarded by cmu.
 	cmu       sync.Mutex
-	closing   bool // connection.close sent, waiting for close-ok
+	closing   bool          // connection.close sent, waiting for close-ok
+	closingCh chan struct{} // closed with closing, or when the connection ends
 	closeOnce sync.Once
 	quit      chan struct{} // closed to stop the writer
 }
 
 func newServerConn(s *Server, nc net.Conn) *ServerConn {
 	return &ServerConn{
-		srv:      s,
-		nc:       nc,
-		log:      s.cfg.Logger.With("remote", nc.RemoteAddr().String()),
-		fr:       NewFrameReader(nc),
-		channels: map[uint16]*serverChannel{},
-		wsignal:  make(chan struct{}, 1),
-		wdone:    make(chan struct{}),
-		quit:     make(chan struct{}),
-		frameMax: s.cfg.FrameMax,
+		srv:       s,
+		nc:        nc,
+		log:       s.cfg.Logger.With("remote", nc.RemoteAddr().String()),
+		fr:        NewFrameReader(nc),
+		channels:  map[uint16]*serverChannel{},
+		wsignal:   make(chan struct{}, 1),
+		wdone:     make(chan struct{}),
+		quit:      make(chan struct{}),
+		closingCh: make(chan struct{}),
+		frameMax:  s.cfg.FrameMax,
 	}
 }
 
@@ -90,6 +92,26 @@ func (c *ServerConn) Close(err *Error) {
 	}
 	c.sendClose(err)
 }
+
+// Blocked tells the client that its publishes are held back (a resource
+// alarm), if it announced the connection.blocked capability. Safe from any
+// goroutine.
+func (c *ServerConn) Blocked(reason string) {
+	if c.clientCapability("connection.blocked") {
+		c.send(0, &ConnectionBlocked{Reason: reason})
+	}
+}
+
+// Unblocked tells the client that publishing may resume.
+func (c *ServerConn) Unblocked() {
+	if c.clientCapability("connection.blocked") {
+		c.send(0, &ConnectionUnblocked{})
+	}
+}
+
+// Done is closed when the connection starts closing (either side) or has
+// ended: code that waits on behalf of the connection should stop.
+func (c *ServerConn) Done() <-chan struct{} { return c.closingCh }
 
 // serve runs the connection until it ends.
 func (c *ServerConn) serve() {
@@ -121,6 +143,12 @@ var errClosedByPeer = errors.New("amqp: connection closed by peer")
 
 // finish tears down: channels, session, writer, socket.
 func (c *ServerConn) finish() {
+	c.cmu.Lock()
+	if !c.closing {
+		c.closing = true
+		close(c.closingCh)
+	}
+	c.cmu.Unlock()
 	for id, ch := range c.channels {
 		ch.release()
 		delete(c.channels, id)
@@ -287,6 +315,7 @@ func (c *ServerConn) sendClose(err *Error) {
 		return
 	}
 	c.closing = true
+	close(c.closingCh)
 	c.cmu.Unlock()
 	c.send(0, &ConnectionClose{ReplyCode: err.Code, ReplyText: err.Text, FailingClassID: err.ClassID, FailingMethodID: err.MethodID})
 	// Unblock a reader that waits for frames that will never come.

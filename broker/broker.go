@@ -62,6 +62,7 @@ type Broker struct {
 	queueID atomic.Uint64
 	replyTo sync.Map // direct reply-to address → *channel
 
+	alarms   alarmState // guarded by mu
 	storeErr atomic.Pointer[error]
 	counters counters
 	cycles   cycleLog

@@ -24,6 +24,7 @@ func (ch *channel) Handle(m amqp.Method) error {
 // Publish executes basic.publish with its content. props is the decoded
 // form of raw; body and raw become owned by the broker.
 func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, body []byte) error {
+	ch.conn.holdForAlarms()
 	p, err := ch.preparePublish(m, props, raw, body)
 	if err != nil {
 		err.ClassID, err.MethodID = m.ClassID(), m.MethodID()

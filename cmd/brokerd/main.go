@@ -30,6 +30,7 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/config"
+	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/datadir"
 	"github.com/brokerd/brokerd/internal/sdnotify"
 	"github.com/brokerd/brokerd/store/memstore"
@@ -138,6 +139,15 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	}
 	defer b.Close()
 
+	mon := alarm.Start(alarm.Options{
+		MemoryLimit:   memoryLimit(cfg.Limits, log),
+		DiskPath:      dir.Path,
+		DiskFreeLimit: uint64(cfg.Limits.DiskFreeLimit),
+		OnChange:      b.SetAlarm,
+		Logger:        log,
+	})
+	defer mon.Close()
+
 	srv := amqp.NewServer(amqp.ServerConfig{
 		Handler:          b,
 		Logger:           log,
@@ -205,6 +215,23 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 			return nil
 		}
 	}
+}
+
+// memoryLimit is the memory alarm's RSS limit: the absolute setting, else
+// the fraction of physical memory (0 when neither applies).
+func memoryLimit(l config.Limits, log *slog.Logger) uint64 {
+	if l.MemoryHighWatermarkBytes > 0 {
+		return uint64(l.MemoryHighWatermarkBytes)
+	}
+	if l.MemoryHighWatermark <= 0 {
+		return 0
+	}
+	total, err := alarm.TotalMemory()
+	if err != nil {
+		log.Warn("cannot read physical memory; memory alarm off", "err", err)
+		return 0
+	}
+	return uint64(float64(total) * l.MemoryHighWatermark)
 }
 
 // reload re-reads the configuration on SIGHUP and applies what can change

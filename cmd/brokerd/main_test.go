@@ -325,3 +325,39 @@ func TestDataDirLocked(t *testing.T) {
 		t.Fatalf("exit code %d", code)
 	}
 }
+
+// A memory watermark below the daemon's own RSS raises the memory alarm at
+// start: a publisher is blocked with connection.blocked "low on memory".
+func TestMemoryWatermarkBlocksPublishers(t *testing.T) {
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "brokerd.toml")
+	if err := os.WriteFile(cfgFile, []byte("[limits]\nmemory_high_watermark_bytes = \"1MiB\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, dir, "-config", cfgFile, "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", filepath.Join(dir, "data"))
+	c, err := amqp091.Dial(d.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	blocked := c.NotifyBlocked(make(chan amqp091.Blocking, 1))
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "q", false, false, amqp091.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-blocked:
+		if !b.Active || b.Reason != "low on memory" {
+			t.Fatalf("blocking = %+v", b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("publisher not blocked under a 1 MiB watermark:\n%s", d.log())
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}

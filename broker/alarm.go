@@ -1,0 +1,99 @@
+package broker
+
+import (
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Resource alarms (SPEC §7), as RabbitMQ's: while a memory or disk alarm is
+// raised, a connection that publishes is blocked — it gets
+// connection.blocked (if it announced the capability) and its frames are not
+// read until every alarm has cleared, so publishers are held back by TCP
+// while consumers keep draining. Nothing is lost: the publish that found the
+// alarm is carried out when it clears.
+
+// Alarm resources.
+const (
+	AlarmMemory = "memory"
+	AlarmDisk   = "disk"
+)
+
+// alarmState is guarded by Broker.mu.
+type alarmState struct {
+	active map[string]bool
+	// clear is closed when the last alarm clears; nil when none is raised.
+	clear chan struct{}
+}
+
+// SetAlarm raises or clears a resource alarm.
+func (b *Broker) SetAlarm(resource string, raised bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a := &b.alarms
+	if a.active == nil {
+		a.active = make(map[string]bool)
+	}
+	if a.active[resource] == raised {
+		return
+	}
+	if raised {
+		a.active[resource] = true
+		if a.clear == nil {
+			a.clear = make(chan struct{})
+		}
+		b.log.Warn("resource alarm raised: publishers are blocked", "resource", resource)
+		return
+	}
+	delete(a.active, resource)
+	b.log.Info("resource alarm cleared", "resource", resource)
+	if len(a.active) == 0 && a.clear != nil {
+		close(a.clear)
+		a.clear = nil
+	}
+}
+
+// Alarms returns the raised alarms, sorted.
+func (b *Broker) Alarms() []string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	var out []string
+	for r := range b.alarms.active {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// alarmWait returns a channel closed when the raised alarms clear and the
+// blocked reason RabbitMQ gives ("low on memory", "low on disk"), or nil
+// when no alarm is raised.
+func (b *Broker) alarmWait() (<-chan struct{}, string) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.alarms.clear == nil {
+		return nil, ""
+	}
+	var parts []string
+	for r := range b.alarms.active {
+		parts = append(parts, "low on "+r)
+	}
+	slices.Sort(parts)
+	return b.alarms.clear, strings.Join(parts, " & ")
+}
+
+// holdForAlarms blocks a publishing connection while an alarm is raised.
+// It returns when the alarms clear, or the connection or the broker closes.
+func (c *conn) holdForAlarms() {
+	clear, reason := c.b.alarmWait()
+	if clear == nil {
+		return
+	}
+	c.ac.Blocked(reason)
+	select {
+	case <-clear:
+		c.ac.Unblocked()
+	case <-c.ac.Done():
+	case <-c.b.quit:
+	}
+}

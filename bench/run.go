@@ -326,10 +326,21 @@ const (
 	actReject
 )
 
-// consumer runs one consuming connection on queue until stop is closed,
-// recording arrivals (when record) and their latency via latency (nil: no
-// latency).
-func (r *runner) consumer(queue string, action consumeAction, record bool, latency func(bodyInfo, time.Time) float64, stop <-chan struct{}, ready chan<- error) {
+// consumerSpec says what a consumer does.
+type consumerSpec struct {
+	queue  string
+	action consumeAction
+	record bool // track arrivals (and their latency)
+	// latency, if set, gives a delivery's latency in ms.
+	latency func(bodyInfo, time.Time) float64
+	// slot is added to the producer number when tracking, so the copies
+	// of one message in several queues (fanout) are tracked apart.
+	slot int
+}
+
+// consumer runs one consuming connection until stop is closed.
+func (r *runner) consumer(s consumerSpec, stop <-chan struct{}, ready chan<- error) {
+	queue, action, record, latency := s.queue, s.action, s.record, s.latency
 	conn, err := amqp091.Dial(r.o.url)
 	if err != nil {
 		ready <- fmt.Errorf("consumer: connect: %w", err)
@@ -378,7 +389,7 @@ func (r *runner) consumer(queue string, action consumeAction, record bool, laten
 				r.strays.Add(1)
 				continue
 			}
-			if r.track.record(info.producer, info.seq) {
+			if r.track.record(s.slot+info.producer, info.seq) {
 				if latency != nil {
 					r.lat.add(latency(info, now))
 				}
@@ -388,15 +399,15 @@ func (r *runner) consumer(queue string, action consumeAction, record bool, laten
 	}
 }
 
-// startConsumers starts n consumers on queue and waits until each has
-// its consume-ok.
-func (r *runner) startConsumers(n int, queue string, action consumeAction, record bool, latency func(bodyInfo, time.Time) float64, stop <-chan struct{}, wg *sync.WaitGroup) error {
+// startConsumers starts n consumers and waits until each has its
+// consume-ok.
+func (r *runner) startConsumers(n int, s consumerSpec, stop <-chan struct{}, wg *sync.WaitGroup) error {
 	ready := make(chan error, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.consumer(queue, action, record, latency, stop, ready)
+			r.consumer(s, stop, ready)
 		}()
 	}
 	var first error

@@ -76,7 +76,7 @@ func (r *runner) drain(ctx context.Context, q string, want uint64) (time.Duratio
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
 	start := time.Now()
-	if err := r.startConsumers(r.o.consumers, q, actAck, true, nil, stop, &wg); err != nil {
+	if err := r.startConsumers(r.o.consumers, consumerSpec{queue: q, action: actAck, record: true}, stop, &wg); err != nil {
 		return 0, err
 	}
 	r.awaitArrivals(ctx)
@@ -137,7 +137,7 @@ func (r *runner) scenarioE2E(ctx context.Context, res *result) (time.Duration, e
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
-	if err := r.startConsumers(r.o.consumers, q, actAck, true, sinceSent, stop, &wg); err != nil {
+	if err := r.startConsumers(r.o.consumers, consumerSpec{queue: q, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
 		return 0, err
 	}
 	elapsed, err := r.concurrent(ctx, "", q, nil, 1)
@@ -171,7 +171,8 @@ func (r *runner) scenarioFanout(ctx context.Context, res *result) (time.Duration
 		if err := r.ach.QueueBind(q, "", x, false, nil); err != nil {
 			return 0, fmt.Errorf("bind %s: %w", q, err)
 		}
-		if err := r.startFanoutConsumer(q, i, stop, &wg); err != nil {
+		spec := consumerSpec{queue: q, action: actAck, record: true, latency: sinceSent, slot: i * r.o.producers}
+		if err := r.startConsumers(1, spec, stop, &wg); err != nil {
 			return 0, err
 		}
 	}
@@ -183,53 +184,6 @@ func (r *runner) scenarioFanout(ctx context.Context, res *result) (time.Duration
 	res.Latency = "publish to delivery (each copy)"
 	r.verify(res, r.expected()*uint64(r.o.queues))
 	return elapsed, nil
-}
-
-// startFanoutConsumer consumes queue number qi, recording arrivals under
-// producer slots offset by qi so each queue's copies are tracked apart.
-func (r *runner) startFanoutConsumer(q string, qi int, stop <-chan struct{}, wg *sync.WaitGroup) error {
-	conn, err := amqp091.Dial(r.o.url)
-	if err != nil {
-		return fmt.Errorf("consumer: connect: %w", err)
-	}
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.Qos(r.o.prefetch, 0, false)
-	}
-	var deliveries <-chan amqp091.Delivery
-	if err == nil {
-		deliveries, err = ch.Consume(q, "", false, false, false, false, nil)
-	}
-	if err != nil {
-		conn.Close()
-		return fmt.Errorf("consumer on %s: %w", q, err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer conn.Close()
-		for {
-			select {
-			case <-stop:
-				return
-			case d, ok := <-deliveries:
-				if !ok {
-					return
-				}
-				d.Ack(false)
-				info, err := parseBody(d.Body)
-				if err != nil {
-					r.strays.Add(1)
-					continue
-				}
-				if r.track.record(qi*r.o.producers+info.producer, info.seq) {
-					r.lat.add(sinceSent(info, time.Now()))
-					r.arrived()
-				}
-			}
-		}
-	}()
-	return nil
 }
 
 // dlxSource declares a source queue dead-lettering through the default
@@ -261,10 +215,10 @@ func (r *runner) scenarioDLXReject(ctx context.Context, res *result) (time.Durat
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
-	if err := r.startConsumers(1, dlq, actAck, true, sinceSent, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queue: dlq, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
 		return 0, err
 	}
-	if err := r.startConsumers(r.o.consumers, src, actReject, false, nil, stop, &wg); err != nil {
+	if err := r.startConsumers(r.o.consumers, consumerSpec{queue: src, action: actReject, record: false}, stop, &wg); err != nil {
 		return 0, err
 	}
 	elapsed, err := r.concurrent(ctx, "", src, nil, 1)
@@ -308,7 +262,7 @@ func (r *runner) scenarioTTL(ctx context.Context, res *result) (time.Duration, e
 		deadline := info.sent.Add(time.Duration(info.ttlMS) * time.Millisecond)
 		return float64(now.Sub(deadline)) / 1e6
 	}
-	if err := r.startConsumers(1, dlq, actAck, true, lateness, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queue: dlq, action: actAck, record: true, latency: lateness}, stop, &wg); err != nil {
 		return 0, err
 	}
 	elapsed, err := r.concurrent(ctx, "", src, ttl, 1)
@@ -333,7 +287,7 @@ func (r *runner) scenarioMaxLen(ctx context.Context, res *result) (time.Duration
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
-	if err := r.startConsumers(1, dlq, actAck, true, sinceSent, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queue: dlq, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
 		return 0, err
 	}
 	start := time.Now()
@@ -357,7 +311,7 @@ func (r *runner) scenarioMaxLen(ctx context.Context, res *result) (time.Duration
 	}
 	// Drain the source so every message is accounted for.
 	r.finishTarget(total)
-	if err := r.startConsumers(1, src, actAck, true, nil, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queue: src, action: actAck, record: true}, stop, &wg); err != nil {
 		return 0, err
 	}
 	r.awaitArrivals(ctx)

@@ -3,12 +3,14 @@ package broker_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/internal/brokertest"
 	"github.com/brokerd/brokerd/store"
 )
@@ -227,4 +229,69 @@ func (r *recordingStore) batchesPuttingInto(q store.QueueID) []store.Batch {
 		}
 	}
 	return out
+}
+
+// A dead letter that waited in the at-least-once backlog is forwarded with
+// the time it died in x-death, not the time a route appeared.
+func TestBacklogKeepsDeathTime(t *testing.T) {
+	var offset atomic.Int64 // nanoseconds the broker's clock is ahead
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: now, BacklogRetry: time.Hour}})
+	_, ch := b.Channel(t)
+	if _, err := ch.QueueDeclare("bk-src", false, false, false, false, amqp091.Table{
+		"x-dead-letter-exchange": "bk-dlx", "x-dead-letter-strategy": "at-least-once",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(context.Background(), "", "bk-src", false, false, amqp091.Publishing{Body: []byte("m")}); err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get("bk-src", false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	died := now()
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	// The exchange does not exist: the dead letter waits.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := b.Broker.QueueStats("/", "bk-src")
+		if st.DeadLetterBacklog == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dead letter not in the backlog: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	offset.Store(int64(2 * time.Hour))
+	if err := ch.ExchangeDeclare("bk-dlx", "fanout", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("bk-dlq", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("bk-dlq", "", "bk-dlx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got amqp091.Delivery
+	for got.Body == nil {
+		var ok bool
+		if got, ok, err = ch.Get("bk-dlq", true); err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			if time.Now().After(deadline) {
+				t.Fatal("dead letter not forwarded once a route existed")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	xd := got.Headers["x-death"].([]interface{})[0].(amqp091.Table)
+	when := xd["time"].(time.Time)
+	if d := when.Sub(died.Truncate(time.Second)); d < -time.Second || d > time.Second {
+		t.Fatalf("x-death time %v, want the death time %v (the route appeared 2 h later)", when, died)
+	}
 }

@@ -69,7 +69,11 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 		if x == nil {
 			cause = dropDLXMissing
 		} else {
-			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, now, nowMS)
+			died := now // a waiting dead letter died when it entered the backlog
+			if e.DeadAt != 0 {
+				died = time.UnixMilli(e.DeadAt)
+			}
+			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, nowMS)
 		}
 		if cause < 0 {
 			q.stats.deadLettered[reasonIndex(reason)].Add(1)
@@ -77,7 +81,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			continue
 		}
 		if cfg.atLeastOnce && backlogOK {
-			q.toBacklogLocked(t, e, reason)
+			q.toBacklogLocked(t, e, reason, nowMS)
 			if cause == dropTargetFull {
 				q.backlogFull = true // worth retrying without a topology change
 			}
@@ -90,10 +94,10 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	v.mu.RUnlock()
 }
 
-// planDeadLetterLocked rewrites and routes one dead letter and plans its
-// copies. It returns -1 when at least one target takes it, else the drop
-// cause. Caller holds q.mu and v.mu (shared).
-func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, now time.Time, nowMS int64) int {
+// planDeadLetterLocked rewrites and routes one dead letter (which died at
+// died) and plans its copies. It returns -1 when at least one target takes
+// it, else the drop cause. Caller holds q.mu and v.mu (shared).
+func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, nowMS int64) int {
 	b := q.vhost.b
 	h := e.EffectiveHeader()
 	props, err := amqp.DecodeProperties(h.Props)
@@ -104,7 +108,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 	}
 	res := deadletter.Rewrite(deadletter.Source{
 		Props: props, Exchange: h.Exchange, RoutingKeys: h.RoutingKeys,
-		Queue: q.Name, Reason: reason, Time: now,
+		Queue: q.Name, Reason: reason, Time: died,
 	}, deadletter.Target{Exchange: cfg.dlx, RoutingKey: cfg.dlrk, HasRoutingKey: cfg.hasDLRK})
 	targets := q.vhost.routeLocked(x, res.RoutingKeys, res.Props.Headers)
 	if len(targets) == 0 {
@@ -154,11 +158,11 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 // toBacklogLocked keeps a dead letter that found no route in q's
 // dead-letter backlog: not delivered, still stored, forwarded by
 // retryBacklogLocked once a route exists.
-func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason) {
+func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
 	e.state = stBacklog
 	q.backlog = append(q.backlog, e)
 	if e.DeadLetter != string(reason) { // not already recorded (a retry)
-		e.DeadLetter = string(reason)
+		e.DeadLetter, e.DeadAt = string(reason), nowMS
 		t.update(e)
 		q.vhost.b.counters.backlogged.Add(1)
 	}

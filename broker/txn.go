@@ -64,10 +64,11 @@ func (t *txn) update(e *entry) {
 		return
 	}
 	if i, ok := t.putAt[e.Ref]; ok {
-		t.batch.Puts[i].DeliveryCount, t.batch.Puts[i].DeadLetter = e.DeliveryCount, e.DeadLetter
+		p := &t.batch.Puts[i]
+		p.DeliveryCount, p.DeadLetter, p.DeadAt = e.DeliveryCount, e.DeadLetter, e.DeadAt
 		return
 	}
-	t.batch.Updates = append(t.batch.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter})
+	t.batch.Updates = append(t.batch.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt})
 }
 
 // apply writes the batch (if it changes anything) and calls done when it

@@ -53,6 +53,9 @@ type Entry struct {
 	// the reason it is being dead-lettered for. Such an entry is not
 	// delivered; it is forwarded once a route exists.
 	DeadLetter string
+	// DeadAt is when that death happened (unix milliseconds), the time
+	// x-death records when the entry is finally forwarded.
+	DeadAt int64
 }
 
 // EffectiveHeader returns the entry's own header if it has one, else the
@@ -69,6 +72,7 @@ type Update struct {
 	Ref
 	DeliveryCount uint32
 	DeadLetter    string
+	DeadAt        int64
 }
 
 // MetaOp puts (Value non-nil) or deletes (Value nil) one definition.

@@ -102,7 +102,7 @@ func (s *Store) apply(b *store.Batch) error {
 	}
 	for _, u := range b.Updates {
 		e := s.queues[u.Queue][u.Seq]
-		e.DeliveryCount, e.DeadLetter = u.DeliveryCount, u.DeadLetter
+		e.DeliveryCount, e.DeadLetter, e.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
 	}
 	for _, r := range b.Deletes {
 		q := s.queues[r.Queue]

@@ -186,13 +186,13 @@ func testUpdate(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "u")
 	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
-	apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 1, Seq: 1}, DeliveryCount: 3, DeadLetter: "rejected"}}})
+	apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 1, Seq: 1}, DeliveryCount: 3, DeadLetter: "rejected", DeadAt: 1234}}})
 	s = reopen(t, s)
 	defer s.Close()
 	var got store.Entry
 	_ = s.ScanQueue(1, 0, func(e *store.Entry) bool { got = *e; return true })
-	if got.DeliveryCount != 3 || got.DeadLetter != "rejected" {
-		t.Fatalf("after update: delivery count %d, dead letter %q; want 3, rejected", got.DeliveryCount, got.DeadLetter)
+	if got.DeliveryCount != 3 || got.DeadLetter != "rejected" || got.DeadAt != 1234 {
+		t.Fatalf("after update: delivery count %d, dead letter %q at %d; want 3, rejected at 1234", got.DeliveryCount, got.DeadLetter, got.DeadAt)
 	}
 }
 

@@ -295,3 +295,54 @@ func TestBacklogKeepsDeathTime(t *testing.T) {
 		t.Fatalf("x-death time %v, want the death time %v (the route appeared 2 h later)", when, died)
 	}
 }
+
+// Purge drops the dead letters waiting for a route too (B5, RabbitMQ 4.3):
+// once purged, a route appearing forwards nothing.
+func TestPurgeDropsBacklog(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{BacklogRetry: time.Hour}})
+	_, ch := b.Channel(t)
+	if _, err := ch.QueueDeclare("pb-src", false, false, false, false, amqp091.Table{
+		"x-dead-letter-exchange": "pb-dlx", "x-dead-letter-strategy": "at-least-once",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"waits", "ready"} {
+		if err := ch.PublishWithContext(context.Background(), "", "pb-src", false, false, amqp091.Publishing{Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, ok, err := ch.Get("pb-src", false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st, _ := b.Broker.QueueStats("/", "pb-src"); st.DeadLetterBacklog != 1; st, _ = b.Broker.QueueStats("/", "pb-src") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter waiting: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n, err := ch.QueuePurge("pb-src", false)
+	if err != nil || n != 1 {
+		t.Fatalf("purge = %d, %v; want the 1 ready message", n, err)
+	}
+	if st, _ := b.Broker.QueueStats("/", "pb-src"); st.DeadLetterBacklog != 0 || st.Ready != 0 {
+		t.Fatalf("after purge: %+v", st)
+	}
+	if err := ch.ExchangeDeclare("pb-dlx", "fanout", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("pb-dlq", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind("pb-dlq", "", "pb-dlx", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The bind retried the backlogs synchronously: nothing came.
+	if q, err := ch.QueueDeclarePassive("pb-dlq", false, false, false, false, nil); err != nil || q.Messages != 0 {
+		t.Fatalf("dlq after purge and bind: %d messages, %v", q.Messages, err)
+	}
+}

@@ -557,9 +557,10 @@ func (q *Queue) removeConsumer(c *consumer) (autoDelete bool) {
 	return q.AutoDelete && len(q.consumers) == 0 && !q.isDeleted()
 }
 
-// purge drops every ready entry (not unacked ones, not dead letters
-// waiting for a route) and returns how many there were. Purged messages
-// are not dead-lettered.
+// purge drops every ready entry, and every dead letter waiting for a route
+// (as RabbitMQ 4.3 does for quorum queues, B5), but not unacked ones, and
+// returns how many ready entries there were (purge-ok's message count).
+// Purged messages are not dead-lettered.
 func (q *Queue) purge() int {
 	var n int
 	q.locked(func(t *txn) {
@@ -574,6 +575,11 @@ func (q *Queue) purge() int {
 		}
 		q.syncCounts()
 		n = len(es)
+		for _, e := range q.backlog {
+			e.state = stGone
+			t.del(e)
+		}
+		q.backlog = nil
 	})
 	return n
 }

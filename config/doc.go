@@ -66,10 +66,13 @@
 // The files are read when the listener starts, not by Validate.
 //
 // [mgmt] — HTTP management API (RabbitMQ-compatible subset) and /metrics.
+// Not built yet: brokerd validates the address and logs that it is ignored.
 //
 //	mgmt.listen              "127.0.0.1:15672"  "" or "off" disables.
 //
-// [storage]
+// [storage] — until the durable store exists, messages and definitions live
+// in memory: data_dir holds only the LOCK file that keeps two brokers off one
+// directory, and sync has no effect yet.
 //
 //	storage.data_dir         "./data"        All broker state. Relative to the working directory.
 //	storage.sync             "batch"         SyncPolicy: when the log is fsynced and confirms sent.

@@ -60,6 +60,7 @@ type Broker struct {
 	closed bool
 
 	queueID atomic.Uint64
+	idMu    sync.Mutex // serializes durable queue id marks
 	replyTo sync.Map // direct reply-to address → *channel
 
 	alarms   alarmState // guarded by mu
@@ -235,6 +236,20 @@ func (b *Broker) dropConn(c *conn) {
 }
 
 func (b *Broker) newQueueID() store.QueueID { return store.QueueID(b.queueID.Add(1)) }
+
+// newDurableQueueID allocates an id for a queue whose entries may be stored
+// and records it as the high-water mark, so a restart never hands it out
+// again. Allocation and write are serialized so the marks reach the store
+// in increasing order.
+func (b *Broker) newDurableQueueID() store.QueueID {
+	b.idMu.Lock()
+	defer b.idMu.Unlock()
+	id := b.newQueueID()
+	var mb metaBatch
+	mb.put(metaQueueIDMark, uint64(id))
+	b.store.Apply(&store.Batch{Meta: mb.ops}, b.storeFailed)
+	return id
+}
 
 // storeFailed records a store failure. Store errors are sticky: the
 // broker keeps serving what it has in memory, but every operation that

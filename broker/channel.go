@@ -195,6 +195,17 @@ func (ch *channel) compactLocked() {
 	}
 }
 
+// holdCreditLocked adds (n=1) or removes (n=-1) the prefetch credit that
+// deliveries acked inside a transaction keep until the commit.
+func (ch *channel) holdCreditLocked(ds []*delivery, n int) {
+	ch.unackedN += n * len(ds)
+	for _, d := range ds {
+		if d.c != nil {
+			d.c.unacked += n
+		}
+	}
+}
+
 // restoreUnackedLocked puts deliveries back (tx rollback), keeping order.
 func (ch *channel) restoreUnackedLocked(ds []*delivery) {
 	all := make([]*delivery, 0, ch.unackedN+len(ds))

@@ -277,7 +277,11 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
 	}
-	q := newQueue(v, c.b.newQueueID(), name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
+	id := c.b.newQueueID()
+	if m.Durable && !m.Exclusive {
+		id = c.b.newDurableQueueID()
+	}
+	q := newQueue(v, id, name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
 	if m.Exclusive {
 		q.owner = c
 	}

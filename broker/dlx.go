@@ -62,7 +62,9 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	v := q.vhost
 	now := b.now()
 	nowMS := now.UnixMilli()
-	v.mu.RLock()
+	// Held until the batch is applied, so no target can be deleted
+	// between routing to it and the put that gives it the copy.
+	t.holdVHost(v)
 	x := v.exchanges[cfg.dlx]
 	for _, e := range es {
 		cause := -1
@@ -73,7 +75,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			if e.DeadAt != 0 {
 				died = time.UnixMilli(e.DeadAt)
 			}
-			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, nowMS)
+			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, nowMS, backlogOK)
 		}
 		if cause < 0 {
 			q.stats.deadLettered[reasonIndex(reason)].Add(1)
@@ -91,13 +93,15 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 		b.counters.drops[cause].Add(1)
 		b.counters.discarded(string(reason), 1)
 	}
-	v.mu.RUnlock()
 }
 
 // planDeadLetterLocked rewrites and routes one dead letter (which died at
-// died) and plans its copies. It returns -1 when at least one target takes
-// it, else the drop cause. Caller holds q.mu and v.mu (shared).
-func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, nowMS int64) int {
+// died) and plans its copies. It returns -1 when the copies are planned,
+// else the drop cause. Where the message may wait (at-least-once, with
+// backlogOK), it goes to all its targets or to none: a full target keeps
+// it waiting rather than deliver it to some. Caller holds q.mu and, through
+// t, v.mu (shared).
+func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, nowMS int64, backlogOK bool) int {
 	b := q.vhost.b
 	h := e.EffectiveHeader()
 	props, err := amqp.DecodeProperties(h.Props)
@@ -114,9 +118,10 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 	if len(targets) == 0 {
 		return dropUnroutable
 	}
+	size := e.bodySize()
 	cause := dropUnroutable
-	var header *store.Header
-	took := false
+	var taking []*Queue
+	full := false
 	for _, tq := range targets {
 		if deadletter.IsCycle(res.History, reason, tq.Name) {
 			b.logCycle(q, tq, reason)
@@ -127,18 +132,29 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		if tq.isDeleted() {
 			continue
 		}
-		if tq.config().limits.Refuses(int(tq.readyN.Load()), tq.readyB.Load(), e.bodySize()) {
+		if !tq.reserve(size) {
+			full = true
 			cause = dropTargetFull
 			continue
 		}
-		if header == nil {
-			raw, err := res.Props.Append(nil)
-			if err != nil {
-				b.log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
-				return dropUnroutable
-			}
-			header = &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
+		taking = append(taking, tq)
+	}
+	if len(taking) == 0 || (full && cfg.atLeastOnce && backlogOK) {
+		for _, tq := range taking {
+			tq.release(size)
 		}
+		return cause
+	}
+	raw, err := res.Props.Append(nil)
+	if err != nil {
+		for _, tq := range taking {
+			tq.release(size)
+		}
+		b.log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
+		return dropUnroutable
+	}
+	header := &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
+	for _, tq := range taking {
 		// The copy has no expiration property any more: only the
 		// target's own message TTL applies.
 		ne := tq.newEntry(e.Msg, header, e.prio, -1, nowMS)
@@ -146,10 +162,6 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 			t.put(ne)
 		}
 		t.inserts = append(t.inserts, ne)
-		took = true
-	}
-	if !took {
-		return cause
 	}
 	t.del(e)
 	return -1

@@ -48,11 +48,16 @@ func (q *Queue) expireEntries(es []*entry) {
 		now := q.vhost.b.nowMS()
 		var expired []*entry
 		for _, e := range es {
-			if e.state != stReady || !e.expiredAt(now) {
-				continue
+			switch {
+			case e.state != stReady:
+			case e.expiredAt(now):
+				q.removeReadyLocked(e)
+				expired = append(expired, e)
+			default:
+				// Fired early by our clock (it stepped back between
+				// the scheduler's reading and ours): wait again.
+				q.armLocked(e)
 			}
-			q.removeReadyLocked(e)
-			expired = append(expired, e)
 		}
 		q.deadLetterLocked(t, expired, deadletter.Expired, true)
 	})
@@ -84,7 +89,14 @@ func (q *Queue) touch() {
 func (q *Queue) expireLease() {
 	q.mu.Lock()
 	exp := q.config().expires
-	unused := !q.isDeleted() && exp >= 0 && len(q.consumers) == 0 && q.lease.Deadline <= q.vhost.b.nowMS()
+	unused := !q.isDeleted() && exp >= 0 && len(q.consumers) == 0
+	if unused && q.lease.Deadline > q.vhost.b.nowMS() {
+		// Fired early by our clock: wait again.
+		unused = false
+		q.vhost.b.timers.Add(&q.lease)
+	}
+	// From here no consumer may attach: the queue is going.
+	q.expiring = unused
 	q.mu.Unlock()
 	if unused {
 		q.vhost.b.log.Info("queue expired (x-expires)", "vhost", q.vhost.Name, "queue", q.Name)

@@ -27,6 +27,10 @@ const (
 	metaExchange = "x/"
 	metaQueue    = "q/"
 	metaBinding  = "b/"
+	// metaQueueIDMark holds the highest queue id ever given to a durable
+	// queue, so ids are never reused after a restart even when that queue
+	// is gone (its entries could otherwise surface in a new queue).
+	metaQueueIDMark = "n/queue-id"
 )
 
 func metaKey(prefix string, parts ...string) string {
@@ -146,6 +150,16 @@ func (b *Broker) recoverDefinitions() error {
 			err = serr
 		}
 	}
+	scan(metaQueueIDMark, func(_ []string, raw []byte) error {
+		var id uint64
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return fmt.Errorf("decode queue id mark: %w", err)
+		}
+		if id > b.queueID.Load() {
+			b.queueID.Store(id)
+		}
+		return nil
+	})
 	scan(metaVHost, func(p []string, _ []byte) error {
 		if b.vhosts[p[0]] == nil {
 			b.vhosts[p[0]] = newVHost(b, p[0])

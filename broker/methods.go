@@ -247,6 +247,9 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *
 		return err
 	}
 	if ch.tx {
+		// Settled at commit; until then the deliveries still hold their
+		// prefetch credit, as in RabbitMQ.
+		ch.holdCreditLocked(ds, 1)
 		ch.txAcks = append(ch.txAcks, txAck{ds: ds, action: action})
 		ch.mu.Unlock()
 		return nil
@@ -305,6 +308,9 @@ func (ch *channel) txCommit() *amqp.Error {
 	}
 	pubs, acks := ch.txPubs, ch.txAcks
 	ch.txPubs, ch.txAcks = nil, nil
+	for _, a := range acks {
+		ch.holdCreditLocked(a.ds, -1)
+	}
 	ch.mu.Unlock()
 	for _, p := range pubs {
 		ch.publish(p)
@@ -324,6 +330,7 @@ func (ch *channel) txRollback() *amqp.Error {
 	}
 	var ds []*delivery
 	for _, a := range ch.txAcks {
+		ch.holdCreditLocked(a.ds, -1)
 		ds = append(ds, a.ds...)
 	}
 	ch.txPubs, ch.txAcks = nil, nil

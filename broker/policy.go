@@ -251,6 +251,8 @@ func (b *Broker) SetPolicy(vhost string, p Policy) error {
 	if err := validatePolicy(&p); err != nil {
 		return err
 	}
+	v.policyMu.Lock()
+	defer v.policyMu.Unlock()
 	var mb metaBatch
 	mb.put(metaKey(metaPolicy, vhost, p.Name), policyDef{Pattern: p.Pattern, ApplyTo: p.ApplyTo, Priority: p.Priority, Definition: p.Definition})
 	if err := b.applyMeta(&mb); err != nil {
@@ -271,6 +273,8 @@ func (b *Broker) ClearPolicy(vhost, name string) error {
 	if v == nil {
 		return policyErr("no vhost '%s'", vhost)
 	}
+	v.policyMu.Lock()
+	defer v.policyMu.Unlock()
 	v.mu.RLock()
 	_, ok := v.policies[name]
 	v.mu.RUnlock()
@@ -325,7 +329,8 @@ func (x *Exchange) applyPolicyLocked(ps []*Policy) {
 }
 
 // applyPolicies recomputes every queue's and exchange's effective settings
-// in v and applies the changes.
+// in v and applies the changes. Callers hold v.policyMu (or are alone, at
+// recovery).
 func (b *Broker) applyPolicies(v *VHost) {
 	v.mu.Lock()
 	ps := sortedPolicies(v.policies)

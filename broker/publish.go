@@ -249,7 +249,8 @@ func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack bool)) {
 			continue
 		}
 		lim := q.config().limits
-		if lim.Refuses(q.ready.len(), q.readyBytes, len(msg.Body)) {
+		pendN, pendB := q.pending()
+		if lim.Refuses(q.ready.len()+int(pendN), q.readyBytes+pendB, len(msg.Body)) {
 			refused = true
 			b.counters.overflowed.Add(1)
 			if lim.Mode == overflow.RejectPublishDLX {

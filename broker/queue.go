@@ -79,6 +79,12 @@ type Queue struct {
 	deleted atomic.Bool                 // set under mu
 	stats   queueStats
 
+	// Room claimed by dead-lettered copies planned into this queue but
+	// not inserted yet (see reserve); resMu is innermost.
+	resMu sync.Mutex
+	pendN int64
+	pendB int64
+
 	mu          sync.Mutex
 	ready       readyQueue
 	readyBytes  int64
@@ -89,6 +95,7 @@ type Queue struct {
 	hadConsumer bool
 	lease       ttl.Timer // x-expires: fires when the queue has been unused too long
 	recovering  bool      // loading stored entries: timers start after policies apply
+	expiring    bool      // its lease ran out and it is being deleted
 
 	// backlogGen is the vhost's topology generation at the last retry of
 	// the dead-letter backlog; backlogFull records that a target refused
@@ -134,7 +141,10 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 
 func (q *Queue) config() *queueConfig { return q.cfg.Load() }
 
-func (q *Queue) isStoredFor(m *store.Message) bool { return q.Durable && m.Persistent }
+// isStoredFor reports whether m's entries in q are persisted: persistent
+// messages in durable queues. An exclusive queue is gone after a restart,
+// so its messages never need the store.
+func (q *Queue) isStoredFor(m *store.Message) bool { return q.Durable && !q.Exclusive && m.Persistent }
 
 func (q *Queue) isDeleted() bool { return q.deleted.Load() }
 
@@ -161,6 +171,36 @@ func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL
 	}
 	e.timer.Value = e
 	return e
+}
+
+// reserve claims room for a dead-lettered copy of size bytes that will be
+// inserted later (txn.finish). It fails when the copy would take a
+// reject-publish queue over its limits, counting the copies already
+// claimed, so limits stay exact however many copies are in flight.
+func (q *Queue) reserve(size int) bool {
+	q.resMu.Lock()
+	defer q.resMu.Unlock()
+	if q.config().limits.Refuses(int(q.readyN.Load()+q.pendN), q.readyB.Load()+q.pendB, size) {
+		return false
+	}
+	q.pendN++
+	q.pendB += int64(size)
+	return true
+}
+
+// release gives back a claim made by reserve.
+func (q *Queue) release(size int) {
+	q.resMu.Lock()
+	q.pendN--
+	q.pendB -= int64(size)
+	q.resMu.Unlock()
+}
+
+// pending returns the room claimed by copies in flight.
+func (q *Queue) pending() (n int64, bytes int64) {
+	q.resMu.Lock()
+	defer q.resMu.Unlock()
+	return q.pendN, q.pendB
 }
 
 // --- the ready list; every change goes through these --------------------
@@ -245,7 +285,7 @@ func (q *Queue) leaveReadyLocked(e *entry) {
 // drop-head limit evicts from the head.
 func (q *Queue) arriveLocked(t *txn, e *entry) {
 	q.makeReadyLocked(e, true)
-	e.arriving = true
+	e.arriving = e.zeroTTL
 	q.dispatchLocked(t)
 	e.arriving = false
 	if e.zeroTTL && e.state == stReady {
@@ -261,18 +301,19 @@ func (q *Queue) insertDeadLetters(es []*entry) {
 	q.mu.Lock()
 	t := q.vhost.b.newTxn()
 	if q.isDeleted() {
-		// The queue went between planning and now: make sure no stored
-		// copy outlives it.
+		// The queue went after the copies reached it (in the store):
+		// they go with it, like every message it held.
 		for _, e := range es {
+			q.release(e.bodySize())
 			if e.stored {
 				t.batch.DropQueues = []store.QueueID{q.id}
-				break
 			}
 		}
 	} else {
 		for _, e := range es {
 			q.makeReadyLocked(e, false)
-			e.arriving = true
+			q.release(e.bodySize())
+			e.arriving = e.zeroTTL
 		}
 		q.dispatchLocked(t)
 		for _, e := range es {
@@ -523,7 +564,7 @@ func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte
 func (q *Queue) addConsumer(c *consumer) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.isDeleted() {
+	if q.isDeleted() || q.expiring {
 		return errNoQueue(q.vhost.Name, q.Name)
 	}
 	if q.exclusiveC || (c.exclusive && len(q.consumers) > 0) {

@@ -21,8 +21,17 @@ type txn struct {
 	putAt   map[store.Ref]int       // index in batch.Puts
 	listed  map[*store.Message]bool // in batch.Messages
 	inserts []*entry                // dead-lettered copies for target queues
-	kicks   []*Queue                // queues whose dead letters must be retried later
-	notes   []func()                // run by finish
+	vhost   *VHost                  // read-locked until apply (holdVHost)
+}
+
+// holdVHost read-locks v until apply: dead letters routed under it must
+// reach the store before any queue they were routed to can be deleted
+// (deletion takes the vhost lock exclusively first).
+func (t *txn) holdVHost(v *VHost) {
+	if t.vhost == nil {
+		v.mu.RLock()
+		t.vhost = v
+	}
 }
 
 func (b *Broker) newTxn() *txn { return &txn{b: b} }
@@ -75,6 +84,12 @@ func (t *txn) update(e *entry) {
 // is durable; done(nil) at once for an empty batch. Call it with the locks
 // of the queues whose entries changed still held.
 func (t *txn) apply(done func(error)) {
+	if t.vhost != nil {
+		defer func() {
+			t.vhost.mu.RUnlock()
+			t.vhost = nil
+		}()
+	}
 	if len(t.putAt) != len(t.batch.Puts) {
 		puts := t.batch.Puts[:0]
 		for _, p := range t.batch.Puts {
@@ -121,8 +136,5 @@ func (t *txn) finish() {
 		}
 		t.inserts = rest
 		q.insertDeadLetters(mine)
-	}
-	for _, f := range t.notes {
-		f()
 	}
 }

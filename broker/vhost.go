@@ -16,6 +16,11 @@ type VHost struct {
 	Name string
 	b    *Broker
 
+	// policyMu serializes policy changes from computing the queues' new
+	// settings to installing them, so two changes cannot interleave and
+	// leave a queue on the older one. Taken before any other lock.
+	policyMu sync.Mutex
+
 	mu        sync.RWMutex
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue

@@ -61,7 +61,7 @@ type Broker struct {
 
 	queueID atomic.Uint64
 	idMu    sync.Mutex // serializes durable queue id marks
-	replyTo sync.Map // direct reply-to address → *channel
+	replyTo sync.Map   // direct reply-to address → *channel
 
 	alarms   alarmState // guarded by mu
 	storeErr atomic.Pointer[error]

@@ -36,7 +36,6 @@ type channel struct {
 	consumers      map[string]*consumer
 	prefetch       int // basic.qos global=false: for consumers created later
 	globalPrefetch int // basic.qos global=true: shared by the channel
-	ctagSeq        int
 
 	// confirm mode (publisher confirms)
 	confirm    bool

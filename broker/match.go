@@ -84,10 +84,8 @@ func headersMatch(bindArgs, headers amqp.Table) bool {
 			return false
 		}
 	}
-	if any {
-		return false
-	}
-	return true
+	// any: nothing matched; all: nothing failed.
+	return !any
 }
 
 // valuesEqual compares two field values the way RabbitMQ's headers exchange

@@ -431,12 +431,8 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		if q.Exclusive && q.owner != c {
 			return errLocked(v.Name, name)
 		}
-		ready, _, consumers := q.counts()
-		if m.IfUnused && consumers > 0 {
-			return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", name, v.Name)
-		}
-		if m.IfEmpty && ready > 0 {
-			return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' is not empty", name, v.Name)
+		if err := q.claimForDelete(m.IfUnused, m.IfEmpty); err != nil {
+			return err
 		}
 		n = c.b.deleteQueue(q)
 	}

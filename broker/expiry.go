@@ -96,7 +96,7 @@ func (q *Queue) expireLease() {
 		q.vhost.b.timers.Add(&q.lease)
 	}
 	// From here no consumer may attach: the queue is going.
-	q.expiring = unused
+	q.closing = q.closing || unused
 	q.mu.Unlock()
 	if unused {
 		q.vhost.b.log.Info("queue expired (x-expires)", "vhost", q.vhost.Name, "queue", q.Name)

@@ -95,7 +95,7 @@ type Queue struct {
 	hadConsumer bool
 	lease       ttl.Timer // x-expires: fires when the queue has been unused too long
 	recovering  bool      // loading stored entries: timers start after policies apply
-	expiring    bool      // its lease ran out and it is being deleted
+	closing     bool      // being deleted (lease ran out, or queue.delete checked): takes no new consumer
 
 	// backlogGen is the vhost's topology generation at the last retry of
 	// the dead-letter backlog; backlogFull records that a target refused
@@ -564,7 +564,7 @@ func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte
 func (q *Queue) addConsumer(c *consumer) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.isDeleted() || q.expiring {
+	if q.isDeleted() || q.closing {
 		return errNoQueue(q.vhost.Name, q.Name)
 	}
 	if q.exclusiveC || (c.exclusive && len(q.consumers) > 0) {
@@ -578,6 +578,22 @@ func (q *Queue) addConsumer(c *consumer) *amqp.Error {
 	q.exclusiveC = c.exclusive
 	q.hadConsumer = true
 	q.vhost.b.timers.Remove(&q.lease) // in use while it has consumers
+	return nil
+}
+
+// claimForDelete checks queue.delete's if-unused and if-empty conditions
+// and, if they hold, marks the queue closing in the same critical section,
+// so no consumer can attach between the check and the delete.
+func (q *Queue) claimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if ifUnused && len(q.consumers) > 0 {
+		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.vhost.Name)
+	}
+	if ifEmpty && q.ready.len() > 0 {
+		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' is not empty", q.Name, q.vhost.Name)
+	}
+	q.closing = true
 	return nil
 }
 

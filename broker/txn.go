@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"slices"
+
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -18,8 +20,9 @@ import (
 type txn struct {
 	b       *Broker
 	batch   store.Batch
-	putAt   map[store.Ref]int       // index in batch.Puts
-	listed  map[*store.Message]bool // in batch.Messages
+	dropped int                     // puts tombstoned by del (Msg set to nil)
+	putAt   map[store.Ref]int       // index of batch.Puts, built once it is large
+	listed  map[*store.Message]bool // set of batch.Messages, likewise
 	inserts []*entry                // dead-lettered copies for target queues
 	vhost   *VHost                  // read-locked until apply (holdVHost)
 }
@@ -36,20 +39,56 @@ func (t *txn) holdVHost(v *VHost) {
 
 func (b *Broker) newTxn() *txn { return &txn{b: b} }
 
+// smallBatch is the size up to which a txn scans its puts instead of
+// indexing them: most operations put one to a few entries, and a map per
+// publish would cost more than the scan.
+const smallBatch = 16
+
 // put writes a new stored entry.
 func (t *txn) put(e *entry) {
-	if t.putAt == nil {
-		t.putAt = make(map[store.Ref]int)
-	}
-	t.putAt[e.Ref] = len(t.batch.Puts)
 	t.batch.Puts = append(t.batch.Puts, e.Entry)
-	if !t.listed[e.Msg] {
-		if t.listed == nil {
-			t.listed = make(map[*store.Message]bool)
+	if t.putAt != nil {
+		t.putAt[e.Ref] = len(t.batch.Puts) - 1
+	} else if len(t.batch.Puts) > smallBatch {
+		t.putAt = make(map[store.Ref]int, 2*len(t.batch.Puts))
+		for i, p := range t.batch.Puts {
+			if p.Msg != nil {
+				t.putAt[p.Ref] = i
+			}
+		}
+	}
+	switch {
+	case t.listed != nil:
+		if t.listed[e.Msg] {
+			return
 		}
 		t.listed[e.Msg] = true
-		t.batch.Messages = append(t.batch.Messages, e.Msg)
+	case slices.Contains(t.batch.Messages, e.Msg):
+		return
+	case len(t.batch.Messages) >= smallBatch:
+		t.listed = make(map[*store.Message]bool, 2*len(t.batch.Messages))
+		for _, m := range t.batch.Messages {
+			t.listed[m] = true
+		}
+		t.listed[e.Msg] = true
 	}
+	t.batch.Messages = append(t.batch.Messages, e.Msg)
+}
+
+// putIndex returns the index in batch.Puts of the live put of ref, or -1.
+func (t *txn) putIndex(ref store.Ref) int {
+	if t.putAt != nil {
+		if i, ok := t.putAt[ref]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range t.batch.Puts {
+		if p := &t.batch.Puts[i]; p.Ref == ref && p.Msg != nil {
+			return i
+		}
+	}
+	return -1
 }
 
 // del removes a stored entry. An entry put by this same txn (a message
@@ -59,9 +98,12 @@ func (t *txn) del(e *entry) {
 	if !e.stored {
 		return
 	}
-	if i, ok := t.putAt[e.Ref]; ok {
+	if i := t.putIndex(e.Ref); i >= 0 {
 		t.batch.Puts[i].Msg = nil // tombstone, compacted in apply
-		delete(t.putAt, e.Ref)
+		t.dropped++
+		if t.putAt != nil {
+			delete(t.putAt, e.Ref)
+		}
 		return
 	}
 	t.batch.Deletes = append(t.batch.Deletes, e.Ref)
@@ -72,7 +114,7 @@ func (t *txn) update(e *entry) {
 	if !e.stored {
 		return
 	}
-	if i, ok := t.putAt[e.Ref]; ok {
+	if i := t.putIndex(e.Ref); i >= 0 {
 		p := &t.batch.Puts[i]
 		p.DeliveryCount, p.DeadLetter, p.DeadAt = e.DeliveryCount, e.DeadLetter, e.DeadAt
 		return
@@ -90,7 +132,7 @@ func (t *txn) apply(done func(error)) {
 			t.vhost = nil
 		}()
 	}
-	if len(t.putAt) != len(t.batch.Puts) {
+	if t.dropped > 0 {
 		puts := t.batch.Puts[:0]
 		for _, p := range t.batch.Puts {
 			if p.Msg != nil {

@@ -1,0 +1,126 @@
+package broker
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/store/memstore"
+)
+
+// discardOut is a ChannelOut that drops every frame but remembers the last
+// delivery tag, so the benchmark can ack.
+type discardOut struct{ lastTag uint64 }
+
+func (o *discardOut) Send(amqp.Method) {}
+func (o *discardOut) SendContent(m amqp.Method, props, body []byte) {
+	if d, ok := m.(*amqp.BasicDeliver); ok {
+		o.lastTag = d.DeliveryTag
+	}
+}
+func (o *discardOut) Writable() bool { return true }
+
+// benchChannel opens a broker over a memory store and one channel on it,
+// with a queue q declared (durable if durable).
+func benchChannel(b *testing.B, durable bool, args amqp.Table) (*Broker, *channel, *discardOut) {
+	br, err := Open(Options{Store: memstore.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(br.Close)
+	v := br.VHost("/")
+	u := br.users["guest"]
+	c := &conn{b: br, vhost: v, user: u, perm: u.Permissions["/"], channels: map[uint16]*channel{}}
+	out := &discardOut{}
+	ch := newChannel(c, 1, out)
+	if err := ch.Handle(&amqp.QueueDeclare{Queue: "q", Durable: durable, Arguments: args}); err != nil {
+		b.Fatal(err)
+	}
+	return br, ch, out
+}
+
+// BenchmarkPublishDeliverAck measures the broker's own work per message,
+// without sockets or a client: publish to the default exchange, route,
+// enqueue, deliver to a consumer, ack. Sub-benchmarks by body size and
+// whether the message is persistent in a durable queue (memory store).
+func BenchmarkPublishDeliverAck(b *testing.B) {
+	for _, size := range []int{128, 1024} {
+		for _, persistent := range []bool{false, true} {
+			b.Run(fmt.Sprintf("size=%d/persistent=%t", size, persistent), func(b *testing.B) {
+				_, ch, out := benchChannel(b, persistent, nil)
+				if err := ch.Handle(&amqp.BasicConsume{Queue: "q", ConsumerTag: "c"}); err != nil {
+					b.Fatal(err)
+				}
+				props := amqp.Properties{Flags: amqp.FlagDeliveryMode, DeliveryMode: 1}
+				if persistent {
+					props.DeliveryMode = 2
+				}
+				raw, err := props.Append(nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pub := &amqp.BasicPublish{RoutingKey: "q"}
+				body := make([]byte, size)
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					p := props
+					if err := ch.Publish(pub, &p, raw, body); err != nil {
+						b.Fatal(err)
+					}
+					if err := ch.Handle(&amqp.BasicAck{DeliveryTag: out.lastTag}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkRejectDeadLetter measures dead-lettering: publish, deliver,
+// reject without requeue into a DLQ (x-death rewrite, routing, one store
+// operation), then take the dead letter from the DLQ.
+func BenchmarkRejectDeadLetter(b *testing.B) {
+	for _, persistent := range []bool{false, true} {
+		b.Run(fmt.Sprintf("persistent=%t", persistent), func(b *testing.B) {
+			br, ch, out := benchChannel(b, persistent, amqp.Table{{Key: "x-dead-letter-exchange", Value: ""}, {Key: "x-dead-letter-routing-key", Value: "dlq"}})
+			if err := ch.Handle(&amqp.QueueDeclare{Queue: "dlq", Durable: persistent}); err != nil {
+				b.Fatal(err)
+			}
+			if err := ch.Handle(&amqp.BasicConsume{Queue: "q", ConsumerTag: "c"}); err != nil {
+				b.Fatal(err)
+			}
+			props := amqp.Properties{Flags: amqp.FlagDeliveryMode, DeliveryMode: 1}
+			if persistent {
+				props.DeliveryMode = 2
+			}
+			raw, _ := props.Append(nil)
+			pub := &amqp.BasicPublish{RoutingKey: "q"}
+			body := make([]byte, 1024)
+			b.SetBytes(1024)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p := props
+				if err := ch.Publish(pub, &p, raw, body); err != nil {
+					b.Fatal(err)
+				}
+				if err := ch.Handle(&amqp.BasicReject{DeliveryTag: out.lastTag}); err != nil {
+					b.Fatal(err)
+				}
+				if err := ch.Handle(&amqp.BasicGet{Queue: "dlq", NoAck: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if st := br.Stats(); st.DeadLettered["rejected"] != uint64(b.N) {
+				b.Fatalf("dead-lettered %d of %d", st.DeadLettered["rejected"], b.N)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}

@@ -294,6 +294,9 @@ func (c *ServerConn) readError(err error) error {
 		return c.fatal(ae)
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if c.session == nil {
+			return fmt.Errorf("handshake not completed within %s: %w", c.srv.cfg.HandshakeTimeout, err)
+		}
 		return fmt.Errorf("missed heartbeats from client, timeout: %ds: %w", int(c.heartbeat/time.Second), err)
 	}
 	return err

@@ -172,7 +172,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 // retryBacklogLocked once a route exists.
 func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
 	e.state = stBacklog
-	q.backlog = append(q.backlog, e)
+	q.addBacklogLocked(e)
 	if e.DeadLetter != string(reason) { // not already recorded (a retry)
 		e.DeadLetter, e.DeadAt = string(reason), nowMS
 		t.update(e)
@@ -186,8 +186,7 @@ func (q *Queue) retryBacklogLocked(t *txn) {
 	if len(q.backlog) == 0 || q.isDeleted() {
 		return
 	}
-	pending := q.backlog
-	q.backlog = nil
+	pending := q.takeBacklogLocked()
 	// Regroup runs of one reason so the order is kept.
 	for len(pending) > 0 {
 		r := deadletter.Reason(pending[0].DeadLetter)

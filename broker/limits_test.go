@@ -149,7 +149,7 @@ func TestLimitMaxLengthZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	tlPub(t, ch, "zero", "taken", "")
-	if d := tlRecv(t, msgs); string(d.Body) != "taken" {
+	if d := dvRecv(t, msgs); string(d.Body) != "taken" {
 		t.Fatalf("delivered %q, want taken", d.Body)
 	}
 	tlWantOverflowed(t, b, 0)
@@ -439,15 +439,15 @@ func TestDeliveryLimitOne(t *testing.T) {
 				}
 				tlDeclare(t, ch, "poison", qtype, args)
 				tlPub(t, ch, "poison", "m", "")
-				msgs := tlConsume(t, ch, "poison")
-				d := tlRecv(t, msgs)
+				msgs := dvConsume(t, ch, "poison", "", false, nil)
+				d := dvRecv(t, msgs)
 				if n := tlDeliveryCount(t, d); n != -1 || d.Redelivered {
 					t.Fatalf("first delivery: x-delivery-count %d redelivered %v, want none false", n, d.Redelivered)
 				}
 				if err := d.Reject(true); err != nil {
 					t.Fatal(err)
 				}
-				d = tlRecv(t, msgs)
+				d = dvRecv(t, msgs)
 				if n := tlDeliveryCount(t, d); n != 1 || !d.Redelivered {
 					t.Fatalf("redelivery: x-delivery-count %d redelivered %v, want 1 true", n, d.Redelivered)
 				}
@@ -490,35 +490,35 @@ func TestDeliveryLimitEveryReturnCounts(t *testing.T) {
 
 			c1 := b.Dial(t)
 			ch1 := tlConfirmChannel(t, c1)
-			msgs := tlConsume(t, ch1, "poison")
+			msgs := dvConsume(t, ch1, "poison", "", false, nil)
 			want := func(d amqp091.Delivery, n int64) {
 				t.Helper()
 				if got := tlDeliveryCount(t, d); got != n {
 					t.Fatalf("x-delivery-count %d, want %d", got, n)
 				}
 			}
-			d := tlRecv(t, msgs)
+			d := dvRecv(t, msgs)
 			want(d, -1)
 			if err := d.Reject(true); err != nil { // 1
 				t.Fatal(err)
 			}
-			d = tlRecv(t, msgs)
+			d = dvRecv(t, msgs)
 			want(d, 1)
 			if err := d.Nack(false, true); err != nil { // 2
 				t.Fatal(err)
 			}
-			d = tlRecv(t, msgs)
+			d = dvRecv(t, msgs)
 			want(d, 2)
 			if err := ch1.Recover(true); err != nil { // 3
 				t.Fatal(err)
 			}
-			d = tlRecv(t, msgs)
+			d = dvRecv(t, msgs)
 			want(d, 3)
 			if err := ch1.Close(); err != nil { // 4: channel closed with it unacked
 				t.Fatal(err)
 			}
 			ch2 := tlConfirmChannel(t, c1)
-			d = tlRecv(t, tlConsume(t, ch2, "poison"))
+			d = dvRecv(t, dvConsume(t, ch2, "poison", "", false, nil))
 			want(d, 4)
 			if err := c1.Close(); err != nil { // 5 > 4: connection closed with it unacked
 				t.Fatal(err)

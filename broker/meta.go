@@ -282,7 +282,7 @@ func (b *Broker) recoverEntries(q *Queue) error {
 		e.timer.Value = e
 		if e.DeadLetter != "" {
 			e.state = stBacklog
-			q.backlog = append(q.backlog, e)
+			q.addBacklogLocked(e)
 		} else {
 			// A deadline that passed while the broker was down fires
 			// at once.

@@ -379,6 +379,9 @@ func (b *Broker) retryBacklogs(v *VHost) {
 // retryBacklogsIfChanged retries the backlogs that may succeed now: the
 // topology changed since their last try, or a target was full then.
 func (b *Broker) retryBacklogsIfChanged(v *VHost) {
+	if v.waiting.Load() == 0 {
+		return
+	}
 	gen := v.topoGen.Load()
 	v.mu.RLock()
 	qs := make([]*Queue, 0, len(v.queues))

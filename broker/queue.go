@@ -141,6 +141,20 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 
 func (q *Queue) config() *queueConfig { return q.cfg.Load() }
 
+// addBacklogLocked and takeBacklogLocked change the dead-letter backlog,
+// keeping the vhost's count of waiting dead letters in step.
+func (q *Queue) addBacklogLocked(e *entry) {
+	q.backlog = append(q.backlog, e)
+	q.vhost.waiting.Add(1)
+}
+
+func (q *Queue) takeBacklogLocked() []*entry {
+	es := q.backlog
+	q.backlog = nil
+	q.vhost.waiting.Add(-int64(len(es)))
+	return es
+}
+
 // isStoredFor reports whether m's entries in q are persisted: persistent
 // messages in durable queues. An exclusive queue is gone after a restart,
 // so its messages never need the store.
@@ -632,11 +646,10 @@ func (q *Queue) purge() int {
 		}
 		q.syncCounts()
 		n = len(es)
-		for _, e := range q.backlog {
+		for _, e := range q.takeBacklogLocked() {
 			e.state = stGone
 			t.del(e)
 		}
-		q.backlog = nil
 	})
 	return n
 }
@@ -658,7 +671,7 @@ func (q *Queue) markDeleted(drop *store.Batch) (consumers []*consumer, ready int
 	}
 	q.readyBytes = 0
 	q.syncCounts()
-	q.backlog = nil
+	q.takeBacklogLocked()
 	q.vhost.b.timers.Remove(&q.lease)
 	consumers, q.consumers = q.consumers, nil
 	if drop != nil && !drop.Empty() {

@@ -216,38 +216,6 @@ func tlWantDrain(t testing.TB, ch *amqp091.Channel, q string, want ...string) {
 	}
 }
 
-func tlConsume(t testing.TB, ch *amqp091.Channel, q string) <-chan amqp091.Delivery {
-	t.Helper()
-	msgs, err := ch.Consume(q, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatalf("consume %q: %v", q, err)
-	}
-	return msgs
-}
-
-func tlRecv(t testing.TB, msgs <-chan amqp091.Delivery) amqp091.Delivery {
-	t.Helper()
-	select {
-	case d, ok := <-msgs:
-		if !ok {
-			t.Fatal("delivery channel closed")
-		}
-		return d
-	case <-time.After(tlWait):
-		t.Fatal("no delivery")
-	}
-	panic("unreachable")
-}
-
-func tlRecvN(t testing.TB, msgs <-chan amqp091.Delivery, n int) []amqp091.Delivery {
-	t.Helper()
-	out := make([]amqp091.Delivery, n)
-	for i := range out {
-		out[i] = tlRecv(t, msgs)
-	}
-	return out
-}
-
 // tlNoRecv asserts that nothing is delivered for tlSettle.
 func tlNoRecv(t testing.TB, msgs <-chan amqp091.Delivery, why string) {
 	t.Helper()
@@ -523,7 +491,7 @@ func TestTTLEffectiveIsSmaller(t *testing.T) {
 			start := time.Now()
 			tlPub(t, ch, "queue-ttl-smaller", "a", "600000")
 			tlPub(t, ch, "msg-ttl-smaller", "b", "100")
-			ds := tlRecvN(t, tlConsume(t, ch, "dlq"), 2)
+			ds := dvRecvN(t, dvConsume(t, ch, "dlq", "", false, nil), 2)
 			tlNotBefore(t, "dead-lettered", start, 100*time.Millisecond)
 			sort.Slice(ds, func(i, j int) bool { return string(ds[i].Body) < string(ds[j].Body) })
 			tlWantDeath(t, ds[0], "queue-ttl-smaller", "expired")
@@ -558,7 +526,7 @@ func TestTTLPolicyCombinesByMin(t *testing.T) {
 	for _, q := range []string{"lo-arg-long", "lo-no-arg", "hi-arg-short", "hi-no-arg"} {
 		tlPub(t, ch, q, q, "")
 	}
-	ds := tlRecvN(t, tlConsume(t, ch, "dlq"), 3)
+	ds := dvRecvN(t, dvConsume(t, ch, "dlq", "", false, nil), 3)
 	tlNotBefore(t, "dead-lettered", start, 100*time.Millisecond)
 	got := tlBodies(ds)
 	sort.Strings(got)
@@ -579,7 +547,7 @@ func TestTTLDeadlineFixedAtEnqueue(t *testing.T) {
 	_, ch := tlChannel(t, b)
 	tlDeclare(t, ch, "dlq", "classic", nil)
 	tlDeclare(t, ch, "fixed", "classic", tlDLX("dlq", nil))
-	dlq := tlConsume(t, ch, "dlq")
+	dlq := dvConsume(t, ch, "dlq", "", false, nil)
 
 	tlPub(t, ch, "fixed", "old", "") // no TTL at all
 	set := func(ms int) {
@@ -590,7 +558,7 @@ func TestTTLDeadlineFixedAtEnqueue(t *testing.T) {
 	tlPub(t, ch, "fixed", "mid", "")  // deadline +150 ms
 	set(600_000)                      // raising it does not extend "mid"
 	tlPub(t, ch, "fixed", "late", "") // deadline +600 s
-	d := tlRecv(t, dlq)
+	d := dvRecv(t, dlq)
 	el := tlNotBefore(t, "mid expired", start, 150*time.Millisecond)
 	if string(d.Body) != "mid" {
 		t.Fatalf("dead-lettered %q, want mid", d.Body)
@@ -642,14 +610,14 @@ func TestTTLExpiredNeverDelivered(t *testing.T) {
 	tlPub(t, ch, "q", "c1", "")
 	tlPub(t, ch, "q", "c2", "")
 	clk.Advance(150 * time.Millisecond)
-	msgs := tlConsume(t, ch, "q")
+	msgs := dvConsume(t, ch, "q", "", false, nil)
 	tlNoRecv(t, msgs, "consumer attached after the deadline")
 	if got := expired(); got != 5 {
 		t.Fatalf("expired count %d after consume, want 5", got)
 	}
 	tlWantReady(t, b, "q", 0)
 	tlPub(t, ch, "q", "fresh", "")
-	if d := tlRecv(t, msgs); string(d.Body) != "fresh" {
+	if d := dvRecv(t, msgs); string(d.Body) != "fresh" {
 		t.Fatalf("delivered %q, want fresh", d.Body)
 	}
 }
@@ -665,15 +633,15 @@ func TestTTLExpiresAnywhere(t *testing.T) {
 			_, ch := tlChannel(t, b)
 			tlDeclare(t, ch, "dlq", "classic", nil)
 			tlDeclare(t, ch, "src", qtype, tlDLX("dlq", nil))
-			dlq := tlConsume(t, ch, "dlq")
+			dlq := dvConsume(t, ch, "dlq", "", false, nil)
 			start := time.Now()
 			tlPub(t, ch, "src", "long", "600000")
 			tlPub(t, ch, "src", "short", "100")
 			tlPub(t, ch, "src", "none", "")
 			tlPub(t, ch, "src", "short2", "200")
-			d1 := tlRecv(t, dlq)
+			d1 := dvRecv(t, dlq)
 			el1 := tlNotBefore(t, "short dead-lettered", start, 100*time.Millisecond)
-			d2 := tlRecv(t, dlq)
+			d2 := dvRecv(t, dlq)
 			el2 := tlNotBefore(t, "short2 dead-lettered", start, 200*time.Millisecond)
 			if string(d1.Body) != "short" || string(d2.Body) != "short2" {
 				t.Fatalf("dead-lettered %q then %q, want short then short2", d1.Body, d2.Body)
@@ -704,8 +672,8 @@ func TestTTLUnackedDoNotExpireWhileHeld(t *testing.T) {
 	tlDeclare(t, ch, "dlq", "classic", nil)
 	tlDeclare(t, ch, "held", "classic", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
 	tlPubAll(t, ch, "held", "acked", "nacked", "rejected")
-	msgs := tlConsume(t, ch, "held")
-	ds := tlRecvN(t, msgs, 3)
+	msgs := dvConsume(t, ch, "held", "", false, nil)
+	ds := dvRecvN(t, msgs, 3)
 
 	clk.Advance(5 * time.Second)
 	time.Sleep(tlSettle)
@@ -789,9 +757,9 @@ func TestTTLZero(t *testing.T) {
 	if err := cch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	msgs := tlConsume(t, cch, "zero")
+	msgs := dvConsume(t, cch, "zero", "", false, nil)
 	tlPub(t, ch, "zero", "taken", "")
-	d := tlRecv(t, msgs)
+	d := dvRecv(t, msgs)
 	if string(d.Body) != "taken" {
 		t.Fatalf("delivered %q, want taken", d.Body)
 	}
@@ -831,9 +799,9 @@ func TestTTLZero(t *testing.T) {
 	tlPub(t, ch, "msg-zero", "nobody", "0")
 	tlEventuallyReady(t, b, "dlq", 1)
 	tlWantReady(t, b, "msg-zero", 0)
-	m2 := tlConsume(t, ch, "msg-zero")
+	m2 := dvConsume(t, ch, "msg-zero", "", false, nil)
 	tlPub(t, ch, "msg-zero", "somebody", "0")
-	if d := tlRecv(t, m2); string(d.Body) != "somebody" {
+	if d := dvRecv(t, m2); string(d.Body) != "somebody" {
 		t.Fatalf("delivered %q, want somebody", d.Body)
 	}
 

@@ -29,6 +29,9 @@ type VHost struct {
 	// topoGen counts topology changes that may give waiting dead letters
 	// a route (exchange declared, binding added, policy changed).
 	topoGen atomic.Uint64
+	// waiting counts the dead letters waiting in the backlogs of its
+	// queues, so a topology change with none waiting scans nothing.
+	waiting atomic.Int64
 }
 
 func newVHost(b *Broker, name string) *VHost {
@@ -130,7 +133,7 @@ func (v *VHost) deleteExchangeLocked(x *Exchange, m *metaBatch) {
 	}
 	for _, b := range x.bindings {
 		v.unlinkDestLocked(b)
-		if b.Source != "" && x.Durable && b.durable() {
+		if x.Durable && b.durable() {
 			m.deleteBinding(v.Name, b)
 		}
 	}

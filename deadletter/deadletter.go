@@ -246,19 +246,3 @@ func ccKeys(h amqp.Table) []string {
 	}
 	return out
 }
-
-// History parses the x-death header of a message's headers into deaths,
-// most recent first; nil when absent or malformed.
-func History(h amqp.Table) []Death {
-	entries, ok := xDeath(h)
-	if !ok {
-		return nil
-	}
-	var out []Death
-	for _, e := range entries {
-		if q, r, ok := deathKey(e); ok {
-			out = append(out, Death{Queue: q, Reason: Reason(r)})
-		}
-	}
-	return out
-}

@@ -1,0 +1,89 @@
+package index
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+)
+
+// mustCorrupt fails t unless err is a *DecodeError matching ErrCorrupt
+// whose offset lies within the input.
+func mustCorrupt(t testing.TB, err error, input []byte) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("decode %x: no error", input)
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decode %x: error %q does not match ErrCorrupt", input, err)
+	}
+	var de *DecodeError
+	if !errors.As(err, &de) {
+		t.Fatalf("decode %x: error %q is not a *DecodeError", input, err)
+	}
+	if de.Offset < 0 || de.Offset > len(input) {
+		t.Fatalf("decode %x: error offset %d outside the %d-byte input", input, de.Offset, len(input))
+	}
+}
+
+func headerEqual(a, b *Header) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if !bytes.Equal(a.Exchange, b.Exchange) || !bytes.Equal(a.Props, b.Props) ||
+		len(a.RoutingKeys) != len(b.RoutingKeys) {
+		return false
+	}
+	for i := range a.RoutingKeys {
+		if !bytes.Equal(a.RoutingKeys[i], b.RoutingKeys[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// entryValueEqual compares as the encoding does: nil and empty byte slices
+// are equal, a nil and a non-nil Header are not.
+func entryValueEqual(a, b *EntryValue) bool {
+	return a.Msg == b.Msg && a.Size == b.Size && a.Deadline == b.Deadline &&
+		a.DeliveryCount == b.DeliveryCount && bytes.Equal(a.DeadLetter, b.DeadLetter) &&
+		a.DeadAt == b.DeadAt && headerEqual(a.Header, b.Header)
+}
+
+// sampleEntryValues are the entry values the seed corpora and round-trip
+// tests start from: the shapes the store writes, and the extremes.
+func sampleEntryValues() []EntryValue {
+	return []EntryValue{
+		{},
+		{Msg: 1, Size: 5},
+		{Msg: 1 << 40, Size: 4096, Deadline: 1767225600000},
+		{Msg: 77, Size: 12, DeliveryCount: 3},
+		{Msg: 78, Size: 0, Deadline: -1},
+		{
+			Msg: 99, Size: 1 << 20, Deadline: 1767225600123, DeliveryCount: 1,
+			DeadLetter: []byte("rejected"), DeadAt: 1767225600999,
+			Header: &Header{
+				Exchange:    []byte("dlx"),
+				RoutingKeys: [][]byte{[]byte("dead"), []byte("a\x00b"), []byte("\xff\xfe")},
+				Props:       []byte{0x80, 0x00, 0x0a, 't', 'e', 'x', 't', '/', 'p', 'l', 'a', 'i', 'n'},
+			},
+		},
+		{Msg: 5, Size: 1, Header: &Header{}},
+		{Msg: 6, Size: 2, Header: &Header{RoutingKeys: [][]byte{nil, []byte("x")}}},
+		{Msg: 7, DeadLetter: []byte("maxlen")},
+		{Msg: 8, DeadAt: -5},
+		{
+			Msg: math.MaxUint64, Size: math.MaxUint32, Deadline: math.MinInt64,
+			DeliveryCount: math.MaxUint32, DeadLetter: []byte("expired"), DeadAt: math.MaxInt64,
+		},
+	}
+}
+
+func sampleMsgValues() []MsgValue {
+	return []MsgValue{
+		{},
+		{Refs: 1, Size: 5, Loc: []byte{0, 0, 0, 3, 0x10, 0x20}},
+		{Refs: 3, Size: 1 << 20, Loc: []byte("\x00\xff\x00")},
+		{Refs: math.MaxUint32, Size: math.MaxUint32, Loc: bytes.Repeat([]byte{0xab}, 300)},
+	}
+}

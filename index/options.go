@@ -1,0 +1,95 @@
+package index
+
+import (
+	"fmt"
+	"log"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// FormatMajorVersion is the Pebble format the index is created with. It is
+// pinned rather than FormatNewest so that upgrading Pebble never ratchets an
+// existing store's format (which would make a downgrade impossible) as a
+// side effect; raising it is a deliberate change. It is at least
+// FormatWALSyncChunks (Pebble's WAL replay can tell a torn tail from
+// corruption) and FormatTableFormatV6 (sstable footers carry a checksum).
+const FormatMajorVersion = pebble.FormatTableFormatV6
+
+// Tuning, see Options.
+const (
+	memTableSize      = 16 << 20 // bytes
+	memTableStopCount = 4        // memtables queued before writes stall
+	bloomBitsPerKey   = 10       // ~1% false positives
+)
+
+// Options returns Pebble options for the index on fs (nil: the OS
+// filesystem) with a block cache of cacheBytes (<= 0: Pebble's default,
+// 8 MiB). Each call returns a new *Options the caller may adjust before
+// pebble.Open. Why these values:
+//
+//   - The workload is small values (entry, message and state values are tens
+//     of bytes), point lookups (message and queue-state keys) and short range
+//     scans (a queue level's head, the next expiries). A bloom filter on
+//     every level, L0 included, lets a point lookup skip sstables that do
+//     not hold its key; it is built on whole keys (the default comparer has
+//     no prefix split), and range scans are unaffected by it.
+//   - The keys are designed for bytewise order, so the comparer is Pebble's
+//     default, set explicitly.
+//   - The block cache is created by pebble.Open and released by Close (via
+//     CacheSize, not a shared *cache.Cache), so the caller owns no reference.
+//   - Checkpoints arrive as one large batch. A 16 MiB memtable (Pebble's
+//     default is 4 MiB) takes a checkpoint of some 100k entries without a
+//     flush in the middle; up to 4 of them may queue while one flushes so a
+//     checkpoint does not stall behind a slow flush, and memory stays bounded
+//     at 64 MiB.
+//   - The logger drops Pebble's informational chatter and keeps errors; a
+//     fatal error (Pebble's invariant violations, data corruption) panics
+//     after logging, as Pebble requires Fatalf not to return.
+//   - Pebble's WAL stays enabled: the store relies on it when it commits a
+//     checkpoint with pebble.Sync.
+//   - The format is pinned (FormatMajorVersion).
+func Options(fs vfs.FS, cacheBytes int64) *pebble.Options {
+	opts := &pebble.Options{
+		FS:                          fs,
+		Comparer:                    pebble.DefaultComparer,
+		FormatMajorVersion:          FormatMajorVersion,
+		MemTableSize:                memTableSize,
+		MemTableStopWritesThreshold: memTableStopCount,
+		Logger:                      quietLogger{},
+	}
+	if cacheBytes > 0 {
+		opts.CacheSize = cacheBytes
+	}
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
+	}
+	return opts
+}
+
+// Open opens (creating if needed) the Pebble index in dir on fs with
+// Options(fs, cacheBytes). The caller closes the DB.
+func Open(dir string, fs vfs.FS, cacheBytes int64) (*pebble.DB, error) {
+	db, err := pebble.Open(dir, Options(fs, cacheBytes))
+	if err != nil {
+		return nil, fmt.Errorf("open index %s: %w", dir, err)
+	}
+	return db, nil
+}
+
+// quietLogger is a pebble.Logger that keeps only errors. It is safe for
+// concurrent use (the standard logger is).
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+
+func (quietLogger) Errorf(format string, args ...any) {
+	_ = log.Output(2, "pebble: "+fmt.Sprintf(format, args...))
+}
+
+func (quietLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: fatal: " + fmt.Sprintf(format, args...)
+	_ = log.Output(2, msg)
+	panic(msg)
+}

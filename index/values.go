@@ -1,0 +1,452 @@
+package index
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+)
+
+// Format bytes: the first byte of every value. The high nibble names the
+// kind of value and the low nibble its version, so no two kinds share a
+// format byte and a value read as the wrong kind fails to decode.
+const (
+	formatEntryV1        byte = 0x11 // on-disk format; never renumber
+	formatMsgV1          byte = 0x21 // on-disk format; never renumber
+	formatQueueStateV1   byte = 0x31 // on-disk format; never renumber
+	formatSegmentStateV1 byte = 0x41 // on-disk format; never renumber
+	formatStoreStateV1   byte = 0x51 // on-disk format; never renumber
+)
+
+// Entry value flags: which optional fields follow. A flag is set exactly
+// when its field is non-zero (non-nil for the header), which keeps the
+// encoding canonical.
+const (
+	entryHasDeadline      byte = 1 << 0 // on-disk format; never renumber
+	entryHasDeliveryCount byte = 1 << 1 // on-disk format; never renumber
+	entryHasDeadLetter    byte = 1 << 2 // on-disk format; never renumber
+	entryHasDeadAt        byte = 1 << 3 // on-disk format; never renumber
+	entryHasHeader        byte = 1 << 4 // on-disk format; never renumber
+
+	entryKnownFlags = entryHasDeadline | entryHasDeliveryCount | entryHasDeadLetter |
+		entryHasDeadAt | entryHasHeader
+)
+
+// Header is a header rewritten by dead-lettering, stored with the entry that
+// uses it instead of the message's own header.
+type Header struct {
+	Exchange    []byte
+	RoutingKeys [][]byte
+	Props       []byte // raw AMQP content-header properties
+}
+
+// EntryValue is the value of an entry key: one message's place in a queue.
+//
+// Nil and empty byte slices encode alike and decode as nil; Header nil and
+// non-nil are distinguished.
+type EntryValue struct {
+	Msg           uint64 // message id
+	Size          uint32 // body size (feeds byte limits without loading bodies)
+	Deadline      int64  // unix ms, 0 = none
+	DeliveryCount uint32
+	DeadLetter    []byte  // non-empty: waiting in the dead-letter backlog, the reason
+	DeadAt        int64   // unix ms
+	Header        *Header // nil: the message's own header applies
+}
+
+// AppendEntryValue appends the encoding of v to dst and returns the extended
+// slice. It allocates only if dst lacks the capacity.
+func AppendEntryValue(dst []byte, v *EntryValue) []byte {
+	n := 2 + 2*binary.MaxVarintLen64 + 2*binary.MaxVarintLen32 + // format, flags, fixed fields, dc
+		binary.MaxVarintLen64 + binary.MaxVarintLen32 + len(v.DeadLetter) // dead at, reason
+	var flags byte
+	if v.Deadline != 0 {
+		flags |= entryHasDeadline
+	}
+	if v.DeliveryCount != 0 {
+		flags |= entryHasDeliveryCount
+	}
+	if len(v.DeadLetter) != 0 {
+		flags |= entryHasDeadLetter
+	}
+	if v.DeadAt != 0 {
+		flags |= entryHasDeadAt
+	}
+	if h := v.Header; h != nil {
+		flags |= entryHasHeader
+		n += 3*binary.MaxVarintLen32 + len(h.Exchange) + len(h.Props)
+		for _, rk := range h.RoutingKeys {
+			n += binary.MaxVarintLen32 + len(rk)
+		}
+	}
+	dst = slices.Grow(dst, n)
+
+	dst = append(dst, formatEntryV1, flags)
+	dst = binary.AppendUvarint(dst, v.Msg)
+	dst = binary.AppendUvarint(dst, uint64(v.Size))
+	if flags&entryHasDeadline != 0 {
+		dst = binary.AppendVarint(dst, v.Deadline)
+	}
+	if flags&entryHasDeliveryCount != 0 {
+		dst = binary.AppendUvarint(dst, uint64(v.DeliveryCount))
+	}
+	if flags&entryHasDeadLetter != 0 {
+		dst = appendBytes(dst, v.DeadLetter)
+	}
+	if flags&entryHasDeadAt != 0 {
+		dst = binary.AppendVarint(dst, v.DeadAt)
+	}
+	if h := v.Header; h != nil {
+		dst = appendBytes(dst, h.Exchange)
+		dst = binary.AppendUvarint(dst, uint64(len(h.RoutingKeys)))
+		for _, rk := range h.RoutingKeys {
+			dst = appendBytes(dst, rk)
+		}
+		dst = appendBytes(dst, h.Props)
+	}
+	return dst
+}
+
+// DecodeEntryValue decodes b into v, overwriting every field of v. v's byte
+// slices (DeadLetter and the Header's) alias b: copy them if b is about to
+// be reused, as a Pebble iterator's value is on the next step. A non-nil
+// Header and its RoutingKeys are newly allocated (the only allocations; an
+// entry without a header decodes without allocating). On error v is
+// unspecified and the error matches ErrCorrupt.
+func DecodeEntryValue(b []byte, v *EntryValue) error {
+	d := decoder{b: b, what: "entry value"}
+	d.format(formatEntryV1)
+	flags := d.byte("flags")
+	if d.err == nil && flags&^entryKnownFlags != 0 {
+		d.off--
+		d.failf("unknown flags %#02x", flags&^entryKnownFlags)
+	}
+	*v = EntryValue{}
+	v.Msg = d.uvarint("message id")
+	v.Size = d.uint32("size")
+	if flags&entryHasDeadline != 0 {
+		v.Deadline = d.flaggedVarint("deadline")
+	}
+	if flags&entryHasDeliveryCount != 0 {
+		v.DeliveryCount = d.flaggedUint32("delivery count")
+	}
+	if flags&entryHasDeadLetter != 0 {
+		v.DeadLetter = d.flaggedBytes("dead-letter reason")
+	}
+	if flags&entryHasDeadAt != 0 {
+		v.DeadAt = d.flaggedVarint("dead-at time")
+	}
+	if flags&entryHasHeader != 0 && d.err == nil {
+		h := &Header{}
+		h.Exchange = d.bytes("exchange")
+		// Each routing key takes at least its length byte, which bounds
+		// the allocation a corrupt count can cause.
+		if n := d.uvarint("routing key count"); n > 0 && d.err == nil {
+			if n > uint64(len(d.b)-d.off) {
+				d.failf("routing key count %d exceeds the %d bytes left", n, len(d.b)-d.off)
+			} else {
+				h.RoutingKeys = make([][]byte, n)
+				for i := range h.RoutingKeys {
+					h.RoutingKeys[i] = d.bytes("routing key")
+				}
+			}
+		}
+		h.Props = d.bytes("properties")
+		v.Header = h
+	}
+	return d.finish()
+}
+
+// MsgValue is the value of a message key: where the message's blob is and
+// how many entries refer to it.
+type MsgValue struct {
+	Refs uint32 // entries referring to the message
+	Size uint32 // body size
+	Loc  []byte // the segment package's encoded location; opaque here
+}
+
+// AppendMsgValue appends the encoding of v to dst and returns the extended
+// slice.
+func AppendMsgValue(dst []byte, v *MsgValue) []byte {
+	dst = slices.Grow(dst, 1+3*binary.MaxVarintLen32+len(v.Loc))
+	dst = append(dst, formatMsgV1)
+	dst = binary.AppendUvarint(dst, uint64(v.Refs))
+	dst = binary.AppendUvarint(dst, uint64(v.Size))
+	return appendBytes(dst, v.Loc)
+}
+
+// DecodeMsgValue decodes b into v, overwriting every field. v.Loc aliases b.
+func DecodeMsgValue(b []byte, v *MsgValue) error {
+	d := decoder{b: b, what: "message value"}
+	d.format(formatMsgV1)
+	v.Refs = d.uint32("refs")
+	v.Size = d.uint32("size")
+	v.Loc = d.bytes("location")
+	return d.finish()
+}
+
+// QueueState is the value of a queue state key.
+//
+// Extending it: add the field, add formatQueueStateV2, make
+// AppendQueueState write V2 and DecodeQueueState accept V1 (new field zero)
+// and V2. Decoders reject trailing bytes rather than skip them: an older
+// build that ignored a newer build's fields would drop them on its next
+// write, so it refuses (ErrUnknownVersion) instead.
+type QueueState struct {
+	LastSeq uint64 // the last seq assigned in the queue, over all levels
+}
+
+// AppendQueueState appends the encoding of v to dst and returns the extended
+// slice.
+func AppendQueueState(dst []byte, v *QueueState) []byte {
+	dst = append(dst, formatQueueStateV1)
+	return binary.AppendUvarint(dst, v.LastSeq)
+}
+
+// DecodeQueueState decodes b into v, overwriting every field.
+func DecodeQueueState(b []byte, v *QueueState) error {
+	d := decoder{b: b, what: "queue state"}
+	d.format(formatQueueStateV1)
+	v.LastSeq = d.uvarint("last seq")
+	return d.finish()
+}
+
+// SegmentState is the value of a segment key: the live accounting that
+// drives segment garbage collection. The fields are signed so that
+// accounting applied out of order can pass through negative values and
+// still round-trip.
+type SegmentState struct {
+	LiveBytes  int64
+	LiveMsgs   int64
+	TotalBytes int64
+}
+
+// AppendSegmentState appends the encoding of v to dst and returns the
+// extended slice.
+func AppendSegmentState(dst []byte, v *SegmentState) []byte {
+	dst = append(dst, formatSegmentStateV1)
+	dst = binary.AppendVarint(dst, v.LiveBytes)
+	dst = binary.AppendVarint(dst, v.LiveMsgs)
+	return binary.AppendVarint(dst, v.TotalBytes)
+}
+
+// DecodeSegmentState decodes b into v, overwriting every field.
+func DecodeSegmentState(b []byte, v *SegmentState) error {
+	d := decoder{b: b, what: "segment state"}
+	d.format(formatSegmentStateV1)
+	v.LiveBytes = d.varint("live bytes")
+	v.LiveMsgs = d.varint("live messages")
+	v.TotalBytes = d.varint("total bytes")
+	return d.finish()
+}
+
+// StoreState is the value of StateKey: the store's own state as of the last
+// checkpoint.
+type StoreState struct {
+	CheckpointLSN uint64 // WAL position the index reflects
+	NextMsgID     uint64
+	NextSegment   uint32
+}
+
+// AppendStoreState appends the encoding of v to dst and returns the extended
+// slice.
+func AppendStoreState(dst []byte, v *StoreState) []byte {
+	dst = append(dst, formatStoreStateV1)
+	dst = binary.AppendUvarint(dst, v.CheckpointLSN)
+	dst = binary.AppendUvarint(dst, v.NextMsgID)
+	return binary.AppendUvarint(dst, uint64(v.NextSegment))
+}
+
+// DecodeStoreState decodes b into v, overwriting every field.
+func DecodeStoreState(b []byte, v *StoreState) error {
+	d := decoder{b: b, what: "store state"}
+	d.format(formatStoreStateV1)
+	v.CheckpointLSN = d.uvarint("checkpoint lsn")
+	v.NextMsgID = d.uvarint("next message id")
+	v.NextSegment = d.uint32("next segment")
+	return d.finish()
+}
+
+// appendBytes appends a uvarint length and then p.
+func appendBytes(dst, p []byte) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(p))), p...)
+}
+
+// decoder reads one value. After the first failure every read returns zero
+// and d.err keeps that failure, so callers check once, at finish.
+type decoder struct {
+	b    []byte
+	off  int
+	what string
+	err  error
+}
+
+func (d *decoder) fail(reason string) {
+	if d.err == nil {
+		d.setErr(corrupt(d.what, d.off, reason))
+	}
+}
+
+func (d *decoder) failf(format string, args ...any) {
+	if d.err == nil {
+		d.setErr(corruptf(d.what, d.off, format, args...))
+	}
+}
+
+// setErr records the first failure and empties the input, so that every
+// later read fails without checking d.err first.
+func (d *decoder) setErr(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+	d.b, d.off = nil, 0
+}
+
+// format checks the format byte.
+func (d *decoder) format(want byte) {
+	switch {
+	case len(d.b) == 0:
+		d.fail("empty value")
+	case d.b[0] == want:
+		d.off = 1
+	case d.b[0]>>4 == want>>4:
+		d.setErr(&DecodeError{What: d.what, Offset: 0, Err: ErrUnknownVersion,
+			Reason: "format byte " + hexByte(d.b[0]) + " is a version this build does not read (it reads " + hexByte(want) + ")"})
+	default:
+		d.fail("format byte " + hexByte(d.b[0]) + ", want " + hexByte(want))
+	}
+}
+
+func (d *decoder) byte(field string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.off >= len(d.b) {
+		d.fail("truncated " + field)
+		return 0
+	}
+	c := d.b[d.off]
+	d.off++
+	return c
+}
+
+// uvarint reads a minimally encoded uvarint: a longer encoding of the same
+// number is rejected so that every value has exactly one encoding. The
+// one-byte case (most fields) is inlined.
+func (d *decoder) uvarint(field string) uint64 {
+	if d.off < len(d.b) && d.b[d.off] < 0x80 {
+		c := d.b[d.off]
+		d.off++
+		return uint64(c)
+	}
+	return d.uvarintSlow(field)
+}
+
+func (d *decoder) uvarintSlow(field string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	var x uint64
+	var s uint
+	for i, c := range d.b[d.off:] {
+		if i == binary.MaxVarintLen64-1 && c > 1 {
+			d.fail(field + " overflows 64 bits")
+			return 0
+		}
+		if c < 0x80 {
+			if c == 0 && i > 0 {
+				d.fail(field + " is not minimally encoded")
+				return 0
+			}
+			d.off += i + 1
+			return x | uint64(c)<<s
+		}
+		x |= uint64(c&0x7f) << s
+		s += 7
+	}
+	d.fail("truncated " + field)
+	return 0
+}
+
+// varint reads a zigzag varint (binary.AppendVarint).
+func (d *decoder) varint(field string) int64 {
+	ux := d.uvarint(field)
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
+	}
+	return x
+}
+
+func (d *decoder) uint32(field string) uint32 {
+	start := d.off
+	x := d.uvarint(field)
+	if x > math.MaxUint32 {
+		d.off = start
+		d.failf("%s %d overflows 32 bits", field, x)
+		return 0
+	}
+	return uint32(x)
+}
+
+// bytes reads a length-prefixed byte string. The result aliases d.b, with
+// its capacity capped so that appending to it cannot overwrite d.b. An empty
+// string reads as nil.
+func (d *decoder) bytes(field string) []byte {
+	start := d.off
+	n := d.uvarint(field + " length")
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.off = start
+		d.failf("%s length %d exceeds the %d bytes left", field, n, len(d.b)-start)
+		return nil
+	}
+	end := d.off + int(n)
+	p := d.b[d.off:end:end]
+	d.off = end
+	return p
+}
+
+// The flagged readers read a field announced by a flag and fail if it holds
+// its zero value, which the encoder never writes.
+
+func (d *decoder) flaggedVarint(field string) int64 {
+	start := d.off
+	x := d.varint(field)
+	d.nonZero(start, x == 0, field)
+	return x
+}
+
+func (d *decoder) flaggedUint32(field string) uint32 {
+	start := d.off
+	x := d.uint32(field)
+	d.nonZero(start, x == 0, field)
+	return x
+}
+
+func (d *decoder) flaggedBytes(field string) []byte {
+	start := d.off
+	p := d.bytes(field)
+	d.nonZero(start, len(p) == 0, field)
+	return p
+}
+
+func (d *decoder) nonZero(start int, isZero bool, field string) {
+	if isZero && d.err == nil {
+		d.off = start
+		d.fail(field + " flagged but zero")
+	}
+}
+
+func (d *decoder) finish() error {
+	if d.err == nil && d.off != len(d.b) {
+		d.failf("%d trailing bytes", len(d.b)-d.off)
+	}
+	return d.err
+}
+
+func hexByte(c byte) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{'0', 'x', digits[c>>4], digits[c&0xf]})
+}

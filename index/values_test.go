@@ -1,0 +1,210 @@
+package index
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestEntryValueRoundTrip(t *testing.T) {
+	for i, v := range sampleEntryValues() {
+		b := AppendEntryValue([]byte("prefix"), &v)
+		if string(b[:6]) != "prefix" {
+			t.Fatalf("value %d: AppendEntryValue overwrote dst", i)
+		}
+		b = b[6:]
+		got := EntryValue{Msg: 123, DeadLetter: []byte("stale"), Header: &Header{}} // overwritten
+		if err := DecodeEntryValue(b, &got); err != nil {
+			t.Fatalf("value %d %+v: %v", i, v, err)
+		}
+		if !entryValueEqual(&got, &v) {
+			t.Fatalf("value %d: decode(encode(%+v)) = %+v", i, v, got)
+		}
+		if again := AppendEntryValue(nil, &got); !bytes.Equal(again, b) {
+			t.Fatalf("value %d: re-encoding %x gives %x", i, b, again)
+		}
+	}
+}
+
+func TestEntryValueCompact(t *testing.T) {
+	// The common entry: 2 header bytes and two short varints.
+	b := AppendEntryValue(nil, &EntryValue{Msg: 100, Size: 100})
+	if want := []byte{formatEntryV1, 0, 100, 100}; !bytes.Equal(b, want) {
+		t.Errorf("plain entry = %x, want %x", b, want)
+	}
+}
+
+func TestDecodedSlicesAliasWithCappedCapacity(t *testing.T) {
+	v := sampleEntryValues()[5]
+	b := AppendEntryValue(nil, &v)
+	var got EntryValue
+	if err := DecodeEntryValue(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	orig := bytes.Clone(b)
+	_ = append(got.DeadLetter, "XXXX"...)
+	_ = append(got.Header.Exchange, "XXXX"...)
+	_ = append(got.Header.RoutingKeys[0], "XXXX"...)
+	if !bytes.Equal(b, orig) {
+		t.Fatal("appending to a decoded slice overwrote the input")
+	}
+	b[bytes.Index(b, []byte("rejected"))] = 'R' // aliasing is documented
+	if string(got.DeadLetter) != "Rejected" {
+		t.Fatalf("DeadLetter = %q: does not alias the input as documented", got.DeadLetter)
+	}
+}
+
+func TestMsgValueRoundTrip(t *testing.T) {
+	for i, v := range sampleMsgValues() {
+		b := AppendMsgValue(nil, &v)
+		got := MsgValue{Loc: []byte("stale")}
+		if err := DecodeMsgValue(b, &got); err != nil {
+			t.Fatalf("value %d: %v", i, err)
+		}
+		if got.Refs != v.Refs || got.Size != v.Size || !bytes.Equal(got.Loc, v.Loc) {
+			t.Fatalf("value %d: decode(encode(%+v)) = %+v", i, v, got)
+		}
+	}
+}
+
+func TestStateValuesRoundTrip(t *testing.T) {
+	for _, x := range edgeU64 {
+		qs := QueueState{LastSeq: x}
+		var gq QueueState
+		if err := DecodeQueueState(AppendQueueState(nil, &qs), &gq); err != nil || gq != qs {
+			t.Errorf("queue state %+v: got %+v, %v", qs, gq, err)
+		}
+		st := StoreState{CheckpointLSN: x, NextMsgID: ^x, NextSegment: uint32(x)}
+		var gs StoreState
+		if err := DecodeStoreState(AppendStoreState(nil, &st), &gs); err != nil || gs != st {
+			t.Errorf("store state %+v: got %+v, %v", st, gs, err)
+		}
+	}
+	for _, x := range edgeI64 {
+		ss := SegmentState{LiveBytes: x, LiveMsgs: -x, TotalBytes: x / 3}
+		var gs SegmentState
+		if err := DecodeSegmentState(AppendSegmentState(nil, &ss), &gs); err != nil || gs != ss {
+			t.Errorf("segment state %+v: got %+v, %v", ss, gs, err)
+		}
+	}
+}
+
+func TestDecodeValueErrors(t *testing.T) {
+	full := AppendEntryValue(nil, &sampleEntryValues()[5])
+	plain := AppendEntryValue(nil, &EntryValue{Msg: 300, Size: 1})
+	msg := AppendMsgValue(nil, &sampleMsgValues()[1])
+	cases := []struct {
+		name    string
+		b       []byte
+		decode  func([]byte) error
+		version bool   // also ErrUnknownVersion
+		reason  string // substring of the error
+	}{
+		{"empty", nil, decEntryValue, false, "empty value"},
+		{"future version", append([]byte{0x12}, plain[1:]...), decEntryValue, true, "format byte 0x12"},
+		{"zero format byte", append([]byte{0x00}, plain[1:]...), decEntryValue, false, "format byte 0x00, want 0x11"},
+		{"message value as entry", msg, decEntryValue, false, "format byte 0x21"},
+		{"entry value as message", plain, decMsgValue, false, "format byte 0x11"},
+		{"unknown flag", []byte{formatEntryV1, 0x20, 1, 1}, decEntryValue, false, "unknown flags 0x20"},
+		{"truncated flags", []byte{formatEntryV1}, decEntryValue, false, "truncated flags"},
+		{"truncated varint", plain[:3], decEntryValue, false, "truncated message id"},
+		{"trailing byte", append(bytes.Clone(plain), 0), decEntryValue, false, "1 trailing bytes"},
+		{"non-minimal varint", []byte{formatEntryV1, 0, 0x81, 0x00, 1}, decEntryValue, false, "not minimally encoded"},
+		{"varint overflow", append([]byte{formatEntryV1, 0}, bytes.Repeat([]byte{0xff}, 10)...), decEntryValue, false, "overflows 64 bits"},
+		{"size overflows uint32", []byte{formatEntryV1, 0, 1, 0x80, 0x80, 0x80, 0x80, 0x10}, decEntryValue, false, "size 4294967296 overflows 32 bits"},
+		{"flagged zero deadline", []byte{formatEntryV1, entryHasDeadline, 1, 1, 0}, decEntryValue, false, "deadline flagged but zero"},
+		{"flagged empty reason", []byte{formatEntryV1, entryHasDeadLetter, 1, 1, 0}, decEntryValue, false, "dead-letter reason flagged but zero"},
+		{"reason longer than value", []byte{formatEntryV1, entryHasDeadLetter, 1, 1, 5, 'a'}, decEntryValue, false, "exceeds the 2 bytes left"},
+		{"routing key count too large", []byte{formatEntryV1, entryHasHeader, 1, 1, 0, 0x80, 0x80, 0x80, 0x80, 0x01, 0}, decEntryValue, false, "routing key count"},
+		{"truncated header", full[:len(full)-1], decEntryValue, false, "properties length"},
+		{"msg truncated location", msg[:len(msg)-1], decMsgValue, false, "location length"},
+		{"queue state trailing", append(AppendQueueState(nil, &QueueState{LastSeq: 5}), 0), decQueueStateValue, false, "trailing"},
+		{"segment state truncated", AppendSegmentState(nil, &SegmentState{1, 2, 3})[:3], decSegmentState, false, "truncated total bytes"},
+		{"store state segment overflow", []byte{formatStoreStateV1, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10}, decStoreState, false, "next segment"},
+		{"store state as queue state", AppendStoreState(nil, &StoreState{}), decQueueStateValue, false, "format byte 0x51, want 0x31"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.decode(c.b)
+			mustCorrupt(t, err, c.b)
+			if got := errors.Is(err, ErrUnknownVersion); got != c.version {
+				t.Errorf("errors.Is(%q, ErrUnknownVersion) = %v, want %v", err, got, c.version)
+			}
+			if !strings.Contains(err.Error(), c.reason) {
+				t.Errorf("error %q does not say %q", err, c.reason)
+			}
+		})
+	}
+}
+
+func TestDecodeErrorText(t *testing.T) {
+	err := DecodeEntryValue([]byte{formatEntryV1, 0, 0x81}, new(EntryValue))
+	const want = "decode entry value: index: corrupt encoding: truncated message id at offset 2"
+	if err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %q", err, want)
+	}
+}
+
+func TestEntryValueTruncatedEverywhere(t *testing.T) {
+	// Every proper prefix of every sample fails with a typed error, never a
+	// panic or a shorter value.
+	for _, v := range sampleEntryValues() {
+		b := AppendEntryValue(nil, &v)
+		for n := range len(b) {
+			mustCorrupt(t, decEntryValue(b[:n]), b[:n])
+		}
+	}
+	for _, v := range sampleMsgValues() {
+		b := AppendMsgValue(nil, &v)
+		for n := range len(b) {
+			mustCorrupt(t, decMsgValue(b[:n]), b[:n])
+		}
+	}
+}
+
+func TestValueAppendNoAlloc(t *testing.T) {
+	samples := sampleEntryValues()
+	buf := make([]byte, 0, 256)
+	var v EntryValue
+	allocs := testing.AllocsPerRun(100, func() {
+		for i := range samples {
+			buf = AppendEntryValue(buf[:0], &samples[i])
+		}
+		buf = AppendEntryValue(buf[:0], &EntryValue{Msg: 1, Size: 2, Deadline: 3})
+		if err := DecodeEntryValue(buf, &v); err != nil {
+			t.Fatal(err)
+		}
+		buf = AppendMsgValue(buf[:0], &MsgValue{Refs: 1, Size: 2, Loc: []byte{1, 2, 3}})
+		var m MsgValue
+		if err := DecodeMsgValue(buf, &m); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("value encode/decode with capacity: %v allocs, want 0", allocs)
+	}
+}
+
+func TestUvarintEdges(t *testing.T) {
+	for _, x := range []uint64{0, 127, 128, 16383, 16384, math.MaxUint32, math.MaxUint64} {
+		var got QueueState
+		b := AppendQueueState(nil, &QueueState{LastSeq: x})
+		if err := DecodeQueueState(b, &got); err != nil || got.LastSeq != x {
+			t.Errorf("uvarint %d (%x): got %d, %v", x, b, got.LastSeq, err)
+		}
+	}
+	// 2^64 would need a 10th byte of 2.
+	b := append([]byte{formatQueueStateV1}, bytes.Repeat([]byte{0x80}, 9)...)
+	mustCorrupt(t, decQueueStateValue(append(b, 2)), append(b, 2))
+	if err := decQueueStateValue(append(b, 1)); err != nil { // 2^63
+		t.Errorf("2^63: %v", err)
+	}
+}
+
+func decEntryValue(b []byte) error      { return DecodeEntryValue(b, new(EntryValue)) }
+func decMsgValue(b []byte) error        { return DecodeMsgValue(b, new(MsgValue)) }
+func decQueueStateValue(b []byte) error { return DecodeQueueState(b, new(QueueState)) }
+func decSegmentState(b []byte) error    { return DecodeSegmentState(b, new(SegmentState)) }
+func decStoreState(b []byte) error      { return DecodeStoreState(b, new(StoreState)) }

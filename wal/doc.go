@@ -1,0 +1,130 @@
+// Package wal is brokerd's write-ahead log: an append-only sequence of
+// records in preallocated files, written by one goroutine that commits
+// records in groups (one write and, under SyncFsync, one fsync per group).
+//
+// # Records and LSNs
+//
+// Every record gets a log sequence number (LSN): 1, 2, 3 … in Append order.
+// LSNs are never reused while the log runs, and continue across restarts
+// from the last record found on disk. Records that never reached the disk
+// (lost in a crash before their fsync, or failed by a write error) leave no
+// trace, so their numbers are given out again after a restart; the durable
+// history never holds two records with one LSN.
+//
+// A record has a class. Durable records are synced per the SyncPolicy and
+// given to Replay. Volatile records are written but never waited on for an
+// fsync, and Replay skips them: they are discarded at Open.
+//
+// # Files
+//
+// The log lives in one directory. Each file is named after the LSN of its
+// first record, as 16 lower-case hex digits plus ".wal":
+//
+//	0000000000000001.wal  records 1 … 4711
+//	0000000000001268.wal  records 4712 …
+//
+// Open creates the directory if it is missing (and fsyncs its parent). The
+// directory may also hold LOCK (held while the log is open). Any other
+// name makes Open fail: it is not ours, and guessing is how data is lost.
+//
+// A file is created with its header written and fsync'd, preallocated to
+// Options.SegmentSize, and the directory fsync'd. Records are appended until
+// the next one does not fit; then the file is fsync'd and closed and the
+// next file is created. A record never crosses files. A record larger than
+// a file gets a file of its own, sized to fit. Only the last file is ever
+// written to. RemoveBefore deletes files from the front, oldest first, with a
+// directory fsync after each, so the files on disk are always a gapless run
+// of LSNs.
+//
+// Preallocation keeps the file size (st_size) at what was written, so the
+// bytes after the last record read as the end of the file or as zeros. A
+// record header of all zeros, or the end of the file, is the clean end of a
+// file.
+//
+// # File header
+//
+// The layouts below are the on-disk format; never renumber. All integers
+// are little-endian.
+//
+//	 0       4       8               16      20
+//	+-------+-------+---------------+-------+
+//	| magic |version|   first LSN   |  CRC  |
+//	+-------+-------+---------------+-------+
+//
+//	magic     4 bytes  "bdwl" (0x62 0x64 0x77 0x6c)
+//	version   uint32   format version, 1
+//	first LSN uint64   LSN of the file's first record; equals the file name
+//	CRC       uint32   CRC-32C (Castagnoli) of bytes [0, 16)
+//
+// # Record
+//
+// Records follow the header back to back, with no padding:
+//
+//	 0       4       8   9               17
+//	+-------+-------+---+---------------+---------------- … -+
+//	|  CRC  |length |cls|      LSN      | payload (length B)  |
+//	+-------+-------+---+---------------+---------------- … -+
+//
+//	CRC     uint32  CRC-32C (Castagnoli) of bytes [4, 17+length): everything
+//	                after the CRC field, header and payload
+//	length  uint32  payload length, at most MaxRecordSize
+//	cls     uint8   class: 1 Durable, 2 Volatile (0 is never a record)
+//	LSN     uint64  the record's LSN, never 0
+//
+// Because each record carries its LSN, a reader accepts a record only if
+// its LSN is the one after the previous record's (the file's first LSN for
+// the first record), which rejects stale bytes that happen to checksum.
+//
+// # Open and repair
+//
+// Open lists the files, checks that their names form a gapless sequence
+// (each file's first LSN is one after the previous file's last record),
+// checks every header and every record CRC. It then:
+//
+//   - Files before the last one must be intact up to their clean end and
+//     hold only zeros after it. Any damage there is a *CorruptError naming
+//     the file and offset: those records were fsync'd before the next file
+//     was created, so damage is not a torn write, and Open never skips it.
+//   - The last file may end in a torn write: the records of the group being
+//     written when the process or machine stopped. Reading stops at the first
+//     record with a bad length, a bad CRC, a bad class or an unexpected LSN,
+//     or at a zero header followed by non-zero bytes. Everything from there
+//     to the end of the file is zeroed and the file fsync'd, and Open logs
+//     what it dropped: the offset, the reason, the byte count and any intact
+//     looking records found after the damage (an intact record after the
+//     damage means the damage was not a torn write and records were lost).
+//   - A last file whose header was never completed (shorter than a header,
+//     or an all-zero header) holds no records; it is created again.
+//
+// After Open, new records are appended to the last file after its last
+// valid record (a new file is created only when the directory is empty or
+// the last file's header was incomplete). Reopening a log never creates a
+// file by itself.
+//
+// Open reads every file once to validate it and Replay reads the files again
+// (from the page cache, usually); the log's length is bounded by the store's
+// checkpoints.
+//
+// # Writer and durability
+//
+// Appenders encode their record into a shared pending buffer under a mutex
+// and wake the writer goroutine. The writer takes the whole buffer (a group),
+// writes it with one write per file it touches, and then:
+//
+//   - SyncFsync: fsyncs once and completes the group. Records appended while
+//     that fsync ran form the next group, so one fsync covers every record
+//     queued during the previous one.
+//   - SyncInterval: completes the group after the write; fsyncs when data
+//     written at least Options.SyncInterval ago is not yet synced.
+//   - SyncNone: completes the group after the write; fsyncs only when a file
+//     is finished, on Sync and on Close.
+//
+// Volatile records complete after the write under every policy, except that
+// completions run in LSN order, so a Volatile record behind a Durable one in
+// the same group waits for that record's fsync.
+//
+// A failed write or fsync is sticky: the writer stops writing, every pending
+// and later completion, Sync, Reserve and Close returns the error, and fsync
+// is never retried (after a failed fsync the kernel may have dropped the
+// dirty pages, so a retry that succeeds proves nothing).
+package wal

@@ -1,0 +1,147 @@
+package wal
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// LSN is a record's log sequence number: 1, 2, 3 … in Append order. 0 is no
+// record.
+type LSN uint64
+
+// SyncPolicy says when a Durable record counts as durable. It is
+// configuration, not part of the on-disk format.
+type SyncPolicy uint8
+
+const (
+	// SyncFsync (the default) completes a record after an fsync that covers
+	// it. One fsync covers every record queued while the previous one ran.
+	SyncFsync SyncPolicy = iota
+	// SyncInterval completes a record after its write; written data is
+	// fsync'd at least every Options.SyncInterval.
+	SyncInterval
+	// SyncNone completes a record after its write; the writer fsyncs only
+	// when it finishes a file, on Sync and on Close.
+	SyncNone
+)
+
+var syncPolicyNames = [...]string{SyncFsync: "fsync", SyncInterval: "interval", SyncNone: "none"}
+
+// String returns the policy's configuration name.
+func (p SyncPolicy) String() string {
+	if int(p) < len(syncPolicyNames) {
+		return syncPolicyNames[p]
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", uint8(p))
+}
+
+// ParseSyncPolicy parses "fsync", "interval" or "none".
+func ParseSyncPolicy(s string) (SyncPolicy, error) {
+	for p, name := range syncPolicyNames {
+		if s == name {
+			return SyncPolicy(p), nil
+		}
+	}
+	return 0, fmt.Errorf("wal: unknown sync policy %q (want fsync, interval or none)", s)
+}
+
+// MarshalText implements encoding.TextMarshaler, for configuration files.
+func (p SyncPolicy) MarshalText() ([]byte, error) {
+	if int(p) >= len(syncPolicyNames) {
+		return nil, fmt.Errorf("wal: unknown sync policy %d", uint8(p))
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseSyncPolicy.
+func (p *SyncPolicy) UnmarshalText(b []byte) error {
+	v, err := ParseSyncPolicy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// Class is a record's class. It is stored in every record.
+type Class uint8
+
+// on-disk format; never renumber
+const (
+	// Durable records are synced per the SyncPolicy and replayed at Open.
+	Durable Class = 1
+	// Volatile records are written, never waited on for an fsync, and
+	// skipped by Replay: they are discarded at Open.
+	Volatile Class = 2
+)
+
+// String returns "durable", "volatile" or Class(n).
+func (c Class) String() string {
+	switch c {
+	case Durable:
+		return "durable"
+	case Volatile:
+		return "volatile"
+	}
+	return fmt.Sprintf("Class(%d)", uint8(c))
+}
+
+func (c Class) valid() bool { return c == Durable || c == Volatile }
+
+// Options configure a WAL. Zero values take the defaults.
+type Options struct {
+	// FS is the filesystem (default vfs.Default). Tests pass a crashable
+	// in-memory one or one that injects errors.
+	FS vfs.FS
+	// SegmentSize is the size files are preallocated to (default 64 MiB).
+	// A file takes records until the next one does not fit; a record larger
+	// than SegmentSize gets a file of its own, sized to fit.
+	SegmentSize int64
+	// Sync is the sync policy (default SyncFsync).
+	Sync SyncPolicy
+	// SyncInterval bounds how long written data stays unsynced under
+	// SyncInterval (default 10ms).
+	SyncInterval time.Duration
+	// MaxPending bounds the bytes appended but not yet written: Reserve
+	// blocks above it (default 64 MiB).
+	MaxPending int64
+	// Logger receives repair reports and failures (default slog.Default()).
+	Logger *slog.Logger
+}
+
+const (
+	defaultSegmentSize  = 64 << 20
+	defaultSyncInterval = 10 * time.Millisecond
+	defaultMaxPending   = 64 << 20
+	// minSegmentSize keeps a file able to hold a header and a small record;
+	// smaller values are only useful to tests, which want many files.
+	minSegmentSize = fileHeaderSize + recordHeaderSize
+)
+
+func (o *Options) fill() error {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = defaultSegmentSize
+	}
+	if o.SegmentSize < minSegmentSize {
+		return fmt.Errorf("wal: segment size %d is below the minimum %d", o.SegmentSize, minSegmentSize)
+	}
+	if int(o.Sync) >= len(syncPolicyNames) {
+		return fmt.Errorf("wal: unknown sync policy %d", uint8(o.Sync))
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = defaultSyncInterval
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = defaultMaxPending
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}

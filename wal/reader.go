@@ -1,0 +1,159 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// readChunk is how much a segmentReader reads at a time; a larger record is
+// read whole.
+const readChunk = 1 << 20
+
+// errNoHeader means a file is shorter than a header or its header is all
+// zeros: it was created but its header never reached the disk.
+var errNoHeader = errors.New("file header missing")
+
+// segmentReader reads the records of one file in order and checks each:
+// its header, CRC and LSN (one after the previous record's). Not safe for
+// concurrent use.
+type segmentReader struct {
+	f      vfs.File
+	path   string
+	size   int64
+	off    int64 // offset of the next record; after io.EOF, the clean end
+	expect LSN   // LSN the next record must carry
+	ended  bool
+
+	buf    []byte // file bytes [bufOff, bufOff+len(buf))
+	bufOff int64
+}
+
+// openSegment opens the file at path, whose name says its first LSN is
+// first, and checks its header. It returns errNoHeader for a file whose
+// header was never written and a *CorruptError for a bad one.
+func openSegment(fs vfs.FS, path string, first LSN) (*segmentReader, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	r := &segmentReader{f: f, path: path, size: st.Size()}
+	hdr, err := r.load(0, fileHeaderSize)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if len(hdr) < fileHeaderSize || allZero(hdr) {
+		f.Close()
+		return nil, errNoHeader
+	}
+	got, reason := decodeFileHeader(hdr)
+	if reason == "" && got != first {
+		reason = fmt.Sprintf("file header says first LSN %d, file name says %d", got, first)
+	}
+	if reason != "" {
+		f.Close()
+		return nil, &CorruptError{File: path, Offset: 0, Reason: reason}
+	}
+	r.off, r.expect = fileHeaderSize, first
+	return r, nil
+}
+
+func (r *segmentReader) close() error { return r.f.Close() }
+
+// next returns the next record. payload is valid until the next call. At the
+// clean end of the file it returns io.EOF; damage is a *CorruptError at the
+// offset of the first record not accepted, and the reader stays there.
+func (r *segmentReader) next() (recordHeader, []byte, error) {
+	if r.ended || r.off >= r.size {
+		r.ended = true
+		return recordHeader{}, nil, io.EOF
+	}
+	b, err := r.load(r.off, recordHeaderSize)
+	if err != nil {
+		return recordHeader{}, nil, err
+	}
+	h, err := decodeRecordHeader(b)
+	if errors.Is(err, errZeroHeader) {
+		return recordHeader{}, nil, r.cleanEnd()
+	}
+	if err != nil {
+		return h, nil, r.corrupt(err.Error())
+	}
+	if left := r.size - r.off - recordHeaderSize; int64(h.length) > left {
+		return h, nil, r.corrupt(fmt.Sprintf("%s %d: only %d bytes left in the file", errBadLength, h.length, max(left, 0)))
+	}
+	b, err = r.load(r.off, encodedSize(int(h.length)))
+	if err != nil {
+		return h, nil, err
+	}
+	h, payload, n, err := decodeRecord(b)
+	if err != nil {
+		return h, nil, r.corrupt(err.Error())
+	}
+	if h.lsn != r.expect {
+		return h, nil, r.corrupt(fmt.Sprintf("record LSN %d, expected %d", h.lsn, r.expect))
+	}
+	r.off += int64(n)
+	r.expect++
+	return h, payload, nil
+}
+
+// cleanEnd checks that nothing but zeros follows a zero record header: a
+// zeroed sector at a record boundary would otherwise end the file early and
+// silently.
+func (r *segmentReader) cleanEnd() error {
+	for p := r.off; p < r.size; {
+		b, err := r.load(p, readChunk)
+		if err != nil {
+			return err
+		}
+		for i, c := range b {
+			if c != 0 {
+				return r.corrupt(fmt.Sprintf("zero record header followed by non-zero bytes at offset %d", p+int64(i)))
+			}
+		}
+		p += int64(len(b))
+	}
+	r.ended = true
+	return io.EOF
+}
+
+func (r *segmentReader) corrupt(reason string) error {
+	return &CorruptError{File: r.path, Offset: r.off, Reason: reason}
+}
+
+// load returns the file's bytes [off, off+n), fewer at the end of the file.
+// The result is valid until the next call.
+func (r *segmentReader) load(off int64, n int) ([]byte, error) {
+	want := min(int64(n), r.size-off)
+	if want <= 0 {
+		return nil, nil
+	}
+	if off >= r.bufOff && off+want <= r.bufOff+int64(len(r.buf)) {
+		s := off - r.bufOff
+		return r.buf[s : s+want], nil
+	}
+	readLen := max(want, min(readChunk, r.size-off))
+	if int64(cap(r.buf)) < readLen {
+		r.buf = make([]byte, readLen)
+	}
+	r.buf = r.buf[:readLen]
+	got, err := r.f.ReadAt(r.buf, off)
+	if int64(got) < readLen {
+		r.buf = r.buf[:0]
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read %s at offset %d: %w", r.path, off, err)
+	}
+	r.bufOff = off
+	return r.buf[:want], nil
+}

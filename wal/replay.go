@@ -1,0 +1,68 @@
+package wal
+
+import (
+	"fmt"
+	"io"
+	"slices"
+)
+
+// Replay calls fn for every Durable record with an LSN of at least from, in
+// LSN order; Volatile records are skipped. rec is valid only during fn. An
+// error from fn stops the replay and is returned; damage is a *CorruptError.
+//
+// Replay is recovery: call it after Open and before the first Append (it
+// returns ErrReplayAfterAppend after one), and not concurrently with Append
+// or RemoveBefore. It may be called more than once. A from below the first
+// LSN still on disk is an error wrapping ErrRemoved; from 0 means 1.
+func (w *WAL) Replay(from LSN, fn func(lsn LSN, rec []byte) error) error {
+	w.mu.Lock()
+	err := w.usableLocked()
+	if err == nil && w.appended {
+		err = ErrReplayAfterAppend
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	from = max(from, 1)
+	w.filesMu.Lock()
+	files := slices.Clone(w.files)
+	w.filesMu.Unlock()
+	if from < files[0].first {
+		return fmt.Errorf("replay from LSN %d: the oldest file, %s, starts at LSN %d: %w",
+			from, files[0].path, files[0].first, ErrRemoved)
+	}
+	start := 0
+	for start+1 < len(files) && files[start+1].first <= from {
+		start++
+	}
+	for _, fm := range files[start:] {
+		if err := replayFile(w, fm, from, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func replayFile(w *WAL, fm fileMeta, from LSN, fn func(LSN, []byte) error) error {
+	r, err := openSegment(w.fs, fm.path, fm.first)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	for {
+		h, payload, err := r.next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if h.lsn < from || h.class != Durable {
+			continue
+		}
+		if err := fn(h.lsn, payload); err != nil {
+			return err
+		}
+	}
+}

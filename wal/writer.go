@@ -1,0 +1,291 @@
+package wal
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// maxSpareBuf is the largest group buffer the writer keeps for reuse; one
+// huge record should not pin its buffer for the life of the log.
+const maxSpareBuf = 32 << 20
+
+// active is the file being written.
+type active struct {
+	f          vfs.File // nil once closed
+	path       string
+	first      LSN
+	off        int64 // where the next record goes
+	cap        int64 // records must end at or before cap
+	dirty      bool  // written since its last fsync
+	dirtySince time.Time
+}
+
+// writer is the state of the writer goroutine; nothing else touches it.
+type writer struct {
+	w          *WAL
+	act        active
+	spare      *group // swapped with WAL.pend at each commit
+	timer      *time.Timer
+	timerArmed bool
+}
+
+func (wr *writer) init(w *WAL) {
+	wr.w = w
+	wr.spare = new(group)
+	if w.opts.Sync == SyncInterval {
+		wr.timer = time.NewTimer(time.Hour)
+		wr.timer.Stop()
+	}
+}
+
+// run is the writer goroutine: it takes the pending group whenever there is
+// one, commits it, and exits after the group it took once Close began.
+func (w *WAL) run() {
+	defer close(w.stopped)
+	wr := &w.wr
+	var tick <-chan time.Time
+	if wr.timer != nil {
+		tick = wr.timer.C
+	}
+	for {
+		w.mu.Lock()
+		for w.pend.empty() && !w.closing {
+			w.mu.Unlock()
+			select {
+			case <-w.kick:
+			case <-tick:
+				wr.timerArmed = false
+				wr.intervalSync()
+			}
+			w.mu.Lock()
+		}
+		g := w.pend
+		w.pend, wr.spare = wr.spare, nil
+		closing := w.closing
+		w.mu.Unlock()
+
+		wr.commit(g)
+		g.reset()
+		if cap(g.buf) > maxSpareBuf {
+			g.buf = nil
+		}
+		wr.spare = g
+		if closing {
+			w.closeErr = wr.shutdown()
+			return
+		}
+	}
+}
+
+// commit writes g, syncs per the policy and completes it.
+func (wr *writer) commit(g *group) {
+	w := wr.w
+	err := w.Err()
+	if err == nil {
+		err = wr.write(g)
+		if err != nil {
+			w.fail(err)
+		}
+	}
+	w.mu.Lock()
+	w.pendBytes -= int64(len(g.buf))
+	w.signalSpaceLocked()
+	w.mu.Unlock()
+	if err != nil {
+		wr.finish(g, 0, err)
+		return
+	}
+	w.records.Add(uint64(len(g.recs)))
+
+	if w.opts.Sync == SyncFsync {
+		// Volatile records ahead of the first Durable one need no fsync.
+		k := 0
+		for k < len(g.recs) && g.recs[k].class == Volatile {
+			complete(g.recs[k], nil)
+			k++
+		}
+		if k < len(g.recs) || len(g.syncs) > 0 {
+			if err := wr.sync(); err != nil {
+				w.fail(err)
+				wr.finish(g, k, err)
+				return
+			}
+		}
+		wr.finish(g, k, nil)
+		return
+	}
+
+	for _, r := range g.recs {
+		complete(r, nil) // written is done under SyncInterval and SyncNone
+	}
+	if len(g.syncs) > 0 {
+		err := wr.sync()
+		if err != nil {
+			w.fail(err)
+		}
+		for _, ch := range g.syncs {
+			ch <- err
+		}
+	}
+	if w.opts.Sync == SyncInterval {
+		wr.scheduleSync()
+	}
+}
+
+// finish completes g's records from index from on, and its Sync calls, with
+// err.
+func (wr *writer) finish(g *group, from int, err error) {
+	for _, r := range g.recs[from:] {
+		complete(r, err)
+	}
+	for _, ch := range g.syncs {
+		ch <- err
+	}
+}
+
+func complete(r pendingRec, err error) {
+	if r.done != nil {
+		r.done(r.lsn, err)
+	}
+}
+
+// write writes g's records, as one write per file they go to, rotating
+// files where the next record does not fit.
+func (wr *writer) write(g *group) error {
+	off := 0
+	for i := 0; i < len(g.recs); {
+		if size := g.recs[i].size; wr.act.off+int64(size) > wr.act.cap {
+			if err := wr.makeRoom(g.recs[i].lsn, size); err != nil {
+				return err
+			}
+		}
+		n, j := 0, i
+		for j < len(g.recs) && wr.act.off+int64(n+g.recs[j].size) <= wr.act.cap {
+			n += g.recs[j].size
+			j++
+		}
+		if err := wr.writeAt(g.buf[off : off+n]); err != nil {
+			return err
+		}
+		off, i = off+n, j
+	}
+	return nil
+}
+
+func (wr *writer) writeAt(b []byte) error {
+	a := &wr.act
+	if _, err := a.f.WriteAt(b, a.off); err != nil {
+		return fmt.Errorf("write %s: %w", a.path, err)
+	}
+	a.off += int64(len(b))
+	if !a.dirty {
+		a.dirty, a.dirtySince = true, time.Now()
+	}
+	wr.w.activeOff.Store(a.off)
+	return nil
+}
+
+// makeRoom makes the record lsn of size bytes fit: a file holding records
+// is finished and a new one started; a file without records (the record is
+// larger than SegmentSize) grows instead.
+func (wr *writer) makeRoom(lsn LSN, size int) error {
+	a := &wr.act
+	need := fileHeaderSize + int64(size)
+	if a.off == fileHeaderSize {
+		if err := preallocate(a.f, need); err != nil {
+			return fmt.Errorf("preallocate %s: %w", a.path, err)
+		}
+		a.cap = need
+		return nil
+	}
+	return wr.rotate(lsn, max(wr.w.opts.SegmentSize, need))
+}
+
+// rotate fsyncs and closes the file being written and starts the file whose
+// first record is first.
+func (wr *writer) rotate(first LSN, capacity int64) error {
+	w, a := wr.w, &wr.act
+	if err := wr.sync(); err != nil {
+		return err
+	}
+	err := a.f.Close()
+	a.f = nil
+	if err != nil {
+		return fmt.Errorf("close %s: %w", a.path, err)
+	}
+	f, path, err := w.createFile(first, capacity)
+	if err != nil {
+		return err
+	}
+	w.filesMu.Lock()
+	w.files[len(w.files)-1].size = a.off
+	w.files = append(w.files, fileMeta{first: first, path: path})
+	wr.act = active{f: f, path: path, first: first, off: fileHeaderSize, cap: capacity}
+	w.activeOff.Store(fileHeaderSize)
+	w.filesMu.Unlock()
+	return nil
+}
+
+// sync fsyncs the file being written if it has unsynced data.
+func (wr *writer) sync() error {
+	a := &wr.act
+	if !a.dirty {
+		return nil
+	}
+	if err := wr.w.syncFile(a.f); err != nil {
+		return fmt.Errorf("sync %s: %w", a.path, err)
+	}
+	a.dirty = false
+	return nil
+}
+
+// scheduleSync keeps SyncInterval's promise while the writer is busy (it
+// syncs if data has waited an interval) and while it is idle (the timer).
+func (wr *writer) scheduleSync() {
+	a := &wr.act
+	if !a.dirty {
+		return
+	}
+	waited := time.Since(a.dirtySince)
+	if waited >= wr.w.opts.SyncInterval {
+		wr.intervalSync()
+		return
+	}
+	if !wr.timerArmed {
+		wr.timer.Reset(wr.w.opts.SyncInterval - waited)
+		wr.timerArmed = true
+	}
+}
+
+func (wr *writer) intervalSync() {
+	if wr.w.Err() != nil {
+		return
+	}
+	if err := wr.sync(); err != nil {
+		wr.w.fail(err)
+	}
+}
+
+// shutdown fsyncs what the last groups wrote, whatever the policy, and
+// closes the file. It returns the sticky error, if any.
+func (wr *writer) shutdown() error {
+	w := wr.w
+	if wr.timer != nil {
+		wr.timer.Stop()
+	}
+	err := w.Err()
+	if err == nil {
+		if err = wr.sync(); err != nil {
+			w.fail(err)
+		}
+	}
+	if f := wr.act.f; f != nil {
+		wr.act.f = nil
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close %s: %w", wr.act.path, cerr)
+		}
+	}
+	return err
+}

@@ -111,13 +111,17 @@ func Open(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("recover definitions: %w", err)
 	}
 	var mb metaBatch
+	b.mu.Lock()
 	for _, name := range opts.VHosts {
 		if b.vhosts[name] == nil {
 			b.vhosts[name] = newVHost(b, name)
 			mb.putVHost(name)
 		}
 	}
-	if err := b.applyMeta(&mb); err != nil {
+	w := b.startMeta(&mb)
+	b.mu.Unlock()
+	if err := w.wait(); err != nil {
+		b.timers.Close()
 		return nil, fmt.Errorf("store bootstrap vhosts: %w", err)
 	}
 	for _, spec := range opts.Users {
@@ -246,8 +250,8 @@ func (b *Broker) newDurableQueueID() store.QueueID {
 	defer b.idMu.Unlock()
 	id := b.newQueueID()
 	var mb metaBatch
-	mb.put(metaQueueIDMark, uint64(id))
-	b.store.Apply(&store.Batch{Meta: mb.ops}, b.storeFailed)
+	mb.put(metaQueueIDMark, encodeQueueIDMark(uint64(id)))
+	b.startMeta(&mb) // ordered before the queue's definition, which waits
 	return id
 }
 
@@ -261,6 +265,12 @@ func (b *Broker) storeFailed(err error) {
 	}
 	if b.storeErr.CompareAndSwap(nil, &err) {
 		b.log.Error("message store failed; persistent operations will fail", "err", err)
+		// Publishers are blocked, as by a disk alarm: the store accepts
+		// nothing more (its errors are sticky) and the broker never
+		// pretends to be durable. The alarm is raised off this goroutine:
+		// storeFailed may run under queue locks, and Broker.mu is taken
+		// alone.
+		go b.SetAlarm("store", true)
 	}
 }
 
@@ -268,18 +278,29 @@ func (b *Broker) storeFailed(err error) {
 // auto-delete and c was its last consumer.
 func (b *Broker) removeConsumer(c *consumer) {
 	if c.q.removeConsumer(c) {
-		b.deleteQueue(c.q)
+		b.deleteQueue(c.q) // a store failure is recorded by storeFailed
 	}
 }
 
 // deleteQueue removes q with its bindings and messages; consumers get a
-// basic.cancel. It returns the number of ready messages dropped.
-func (b *Broker) deleteQueue(q *Queue) int {
+// basic.cancel. It returns the number of ready messages dropped and the
+// store write of the deletion, to wait for before telling a client the
+// queue is gone.
+//
+// The deletion is handed to the store with q's lock held (so it comes after
+// every change to q's entries) and the vhost lock held (so it comes after
+// every binding to q and before any change made once q is gone from the
+// vhost): lock order Queue.mu → VHost.mu.
+func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 	v := q.vhost
+	q.mu.Lock()
 	v.mu.Lock()
 	if v.queues[q.Name] != q {
+		// Deleted already: wait for that deletion.
+		w := q.deletion
 		v.mu.Unlock()
-		return 0
+		q.mu.Unlock()
+		return 0, w
 	}
 	delete(v.queues, q.Name)
 	var mb metaBatch
@@ -289,23 +310,25 @@ func (b *Broker) deleteQueue(q *Queue) int {
 		}
 	}
 	q.bindings = nil
-	v.mu.Unlock()
-
 	if q.Durable && !q.Exclusive {
 		mb.deleteQueue(v.Name, q.Name)
 	}
-	ops := &store.Batch{Meta: mb.ops}
+	batch := &store.Batch{Meta: mb.ops}
 	if q.Durable {
-		ops.DropQueues = []store.QueueID{q.id}
+		batch.DropQueues = []store.QueueID{q.id}
 	}
-	consumers, ready := q.markDeleted(ops)
+	q.deletion = b.startWrite(batch)
+	v.mu.Unlock()
+	consumers, ready := q.markDeletedLocked()
+	w := q.deletion
+	q.mu.Unlock()
 	for _, c := range consumers {
 		c.ch.serverCancel(c)
 	}
 	if q.owner != nil {
 		q.owner.removeExclusive(q)
 	}
-	return ready
+	return ready, w
 }
 
 // VHost returns the named vhost, or nil.

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/deadletter"
 )
 
 // delivery is one unacknowledged delivery on a channel.
@@ -25,6 +26,8 @@ type channel struct {
 	id   uint16
 	conn *conn
 	out  amqp.ChannelOut
+
+	committing *pendingCommit // the last tx.commit; reader goroutine only
 
 	mu             sync.Mutex
 	closed         bool
@@ -224,9 +227,18 @@ func (ch *channel) restoreUnackedLocked(ds []*delivery) {
 }
 
 // settle applies an ack, requeue or reject to deliveries already taken
-// from the unacked list, grouped by queue in tag order, then lets the
-// channel's queues deliver into the freed credit.
+// from the unacked list, one store operation per queue, in tag order,
+// then lets the channel's queues deliver into the freed credit.
 func (ch *channel) settle(ds []*delivery, action settleAction) {
+	forEachQueue(ds, func(q *Queue, es []*entry) {
+		q.locked(func(t *txn) { q.settleLocked(t, es, action) })
+	})
+	ch.kick()
+}
+
+// forEachQueue calls fn for each queue of ds with that queue's entries,
+// in the order of ds.
+func forEachQueue(ds []*delivery, fn func(q *Queue, es []*entry)) {
 	for len(ds) > 0 {
 		q := ds[0].q
 		var es []*entry
@@ -238,17 +250,61 @@ func (ch *channel) settle(ds []*delivery, action settleAction) {
 				rest = append(rest, d)
 			}
 		}
-		switch action {
-		case actAck:
-			q.ack(es)
-		case actRequeue:
-			q.requeue(es)
-		case actReject:
-			q.reject(es)
-		}
+		fn(q, es)
 		ds = rest
 	}
-	ch.kick()
+}
+
+// settleLocked applies an ack, requeue or reject to delivered entries of
+// q within t. Caller holds q.mu.
+//
+//   - ack: the entries are gone.
+//   - requeue: they return to the ready list at their original positions,
+//     marked redelivered. An entry returned more often than the queue's
+//     delivery limit is dead-lettered (delivery_limit); one past its
+//     deadline expires at once; a drop-head queue pushed over its limit
+//     drops from the head (B46).
+//   - reject: they are dead-lettered (rejected).
+func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
+	q.unacked -= len(es)
+	if q.isDeleted() {
+		return
+	}
+	switch action {
+	case actAck:
+		for _, e := range es {
+			e.state = stGone
+			t.del(e)
+		}
+	case actReject:
+		for _, e := range es {
+			e.state = stGone
+		}
+		q.deadLetterLocked(t, es, deadletter.Rejected, true)
+	case actRequeue:
+		cfg := q.config()
+		now := q.vhost.b.nowMS()
+		var overLimit, expired []*entry
+		for _, e := range es {
+			e.redelivered = true
+			e.DeliveryCount++
+			switch {
+			case cfg.deliveryLimit >= 0 && int64(e.DeliveryCount) > cfg.deliveryLimit:
+				e.state = stGone
+				overLimit = append(overLimit, e)
+			case e.expiredAt(now):
+				e.state = stGone
+				expired = append(expired, e)
+			default:
+				t.update(e)
+				q.makeReadyLocked(e, false)
+			}
+		}
+		q.deadLetterLocked(t, overLimit, deadletter.DeliveryLimit, true)
+		q.deadLetterLocked(t, expired, deadletter.Expired, true)
+		q.enforceLimitsLocked(t)
+		q.dispatchLocked(t)
+	}
 }
 
 // kick lets every queue this channel consumes from deliver.

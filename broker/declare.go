@@ -83,8 +83,9 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		if x.Durable {
 			mb.putExchange(v.Name, x)
 		}
+		w := c.b.startMeta(&mb)
 		v.mu.Unlock()
-		if err := c.b.applyMeta(&mb); err != nil {
+		if err := w.wait(); err != nil {
 			return err
 		}
 		c.b.retryBacklogs(v) // a dead letter exchange may have appeared
@@ -163,8 +164,9 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 		}
 		v.deleteExchangeLocked(x, &mb)
 	}
+	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := c.b.applyMeta(&mb); err != nil {
+	if err := w.wait(); err != nil {
 		return err
 	}
 	if !m.Nowait {
@@ -214,8 +216,9 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 	case !bind && existing != nil:
 		v.removeBindingLocked(src, existing, &mb)
 	}
+	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := c.b.applyMeta(&mb); err != nil {
+	if err := w.wait(); err != nil {
 		return err
 	}
 	if bind {
@@ -300,11 +303,12 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if q.Durable && !q.Exclusive {
 		mb.putQueue(v.Name, q)
 	}
+	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
 	if m.Exclusive {
 		c.addExclusive(q)
 	}
-	if err := c.b.applyMeta(&mb); err != nil {
+	if err := w.wait(); err != nil {
 		return err
 	}
 	if m.Nowait {
@@ -385,8 +389,9 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	case !bind && existing != nil:
 		v.removeBindingLocked(x, existing, &mb)
 	}
+	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := c.b.applyMeta(&mb); err != nil {
+	if err := w.wait(); err != nil {
 		return err
 	}
 	if bind {
@@ -406,7 +411,10 @@ func (ch *channel) queuePurge(m *amqp.QueuePurge) *amqp.Error {
 	if err != nil {
 		return err
 	}
-	n := q.purge()
+	n, w := q.purge()
+	if err := w.wait(); err != nil {
+		return err
+	}
 	if !m.Nowait {
 		ch.out.Send(&amqp.QueuePurgeOk{MessageCount: uint32(n)})
 	}
@@ -434,7 +442,12 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		if err := q.claimForDelete(m.IfUnused, m.IfEmpty); err != nil {
 			return err
 		}
-		n = c.b.deleteQueue(q)
+		var w *storeWrite
+		n, w = c.b.deleteQueue(q)
+		// delete-ok promises the queue does not come back.
+		if err := w.wait(); err != nil {
+			return err
+		}
 	}
 	if !m.Nowait {
 		ch.out.Send(&amqp.QueueDeleteOk{MessageCount: uint32(n)})

@@ -157,7 +157,9 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 	for _, tq := range taking {
 		// The copy has no expiration property any more: only the
 		// target's own message TTL applies.
-		ne := tq.newEntry(e.Msg, header, e.prio, -1, nowMS)
+		// The message's priority, not e's level: the target may have
+		// other levels than q.
+		ne := tq.newEntry(e.Msg, header, props.Priority, -1, nowMS)
 		if ne.stored {
 			t.put(ne)
 		}

@@ -15,8 +15,9 @@
 //
 // Lock order, outermost first:
 //
-//	Queue.mu (several only in id order, taken together by a publish)
-//	  → VHost.mu (shared: dead letters are routed with the source locked)
+//	Queue.mu (several only in id order, taken together by a publish or a tx.commit)
+//	  → VHost.mu (shared: dead letters are routed with the source locked;
+//	    exclusive: a queue is deleted with its own lock held)
 //	  → channel.mu → confirmTracker.mu → the connection's write lock
 //	  → the expiry scheduler's lock (innermost: it never calls out)
 //
@@ -47,6 +48,45 @@
 // applied with the locks of the queues it changes held, so the store sees
 // an entry's put before any later change to it. Publisher confirms are
 // sent from the batch's completion.
+//
+// Definitions follow the same rule: the store receives changes in the
+// order memory made them. A declaration, deletion, binding, unbinding,
+// policy or vhost change calls Apply while it still holds the lock under
+// which it changed memory (VHost.mu; Broker.mu for vhosts; for a queue's
+// deletion its Queue.mu and then VHost.mu, so the deletion follows every
+// change to the queue's entries and every binding to it), and waits for
+// the completion only after releasing it. Apply never blocks on I/O, so
+// calling it under these locks is cheap. A binding therefore never reaches
+// the store after the deletion of its queue, and a queue's entries never
+// before its definition.
+//
+// A reply that promises a durable change is sent only once the store has
+// made it durable: declare-ok, bind-ok and unbind-ok, delete-ok and
+// purge-ok (for queues and exchanges). If the store fails, the reply is a
+// connection error 541 INTERNAL_ERROR instead.
+//
+// Recovery drops (with a warning, deleting the record) a definition that
+// refers to something absent: a binding to or from an unknown queue or
+// exchange, a queue, exchange or policy in an unknown vhost. A record that
+// does not decode stops the broker from opening.
+//
+// A transaction is one store operation. tx.commit routes its publishes
+// first, then locks every queue the transaction touches — the publishes'
+// targets and the queues of the deliveries it acks, rejects or requeues —
+// in id order, as a publish locks its targets; the publishes, the
+// settlements and the dead-lettered copies they cause are built into one
+// batch and applied under those locks, and tx.commit-ok is sent from that
+// batch's completion (a store failure closes the connection with 541
+// instead). The reader carries on with the connection's other channels
+// meanwhile; a later method on the committing channel waits for the
+// completion, so no reply overtakes commit-ok.
+//
+// Publisher confirms are sent in tag order from a per-channel watermark
+// (confirm.go): a completion only records ack or nack; consecutive acks go
+// out as one basic.ack{multiple=true}, each nack on its own, and nothing
+// past a publish that is still pending. With a store that completes in
+// groups (the disk store's group commit, through AfterGroup), the flush
+// runs once after the group, so each channel gets one ack frame per fsync.
 //
 // After a restart every recovered message is marked redelivered, because
 // any of them may have been delivered before: a false positive is allowed

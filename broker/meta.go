@@ -1,259 +1,240 @@
 package broker
 
 import (
-	"bytes"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/store"
 )
 
-// Durable definitions are kept in the store's meta space as JSON records
-// under these keys, name parts separated by '\x00' (a byte no client can
-// make RabbitMQ accept in a name, and which sorts before every other):
-//
-//	v/<vhost>
-//	x/<vhost>\x00<exchange>
-//	q/<vhost>\x00<queue>
-//	b/<vhost>\x00<source>\x00<q|x>\x00<dest>\x00<key>\x00<hex(args)>
-//
-// Argument tables are stored in their AMQP encoding so they come back bit
-// for bit.
-const (
-	metaVHost    = "v/"
-	metaExchange = "x/"
-	metaQueue    = "q/"
-	metaBinding  = "b/"
-	// metaQueueIDMark holds the highest queue id ever given to a durable
-	// queue, so ids are never reused after a restart even when that queue
-	// is gone (its entries could otherwise surface in a new queue).
-	metaQueueIDMark = "n/queue-id"
-)
-
-func metaKey(prefix string, parts ...string) string {
-	return prefix + strings.Join(parts, "\x00")
-}
-
-type exchangeDef struct {
-	Name       string `json:"name"`
-	Type       string `json:"type"`
-	AutoDelete bool   `json:"auto_delete"`
-	Internal   bool   `json:"internal"`
-	Args       []byte `json:"args"`
-}
-
-type queueDef struct {
-	ID         uint64 `json:"id"`
-	Name       string `json:"name"`
-	AutoDelete bool   `json:"auto_delete"`
-	Args       []byte `json:"args"`
-}
-
-type bindingDef struct {
-	Source   string `json:"source"`
-	DestKind string `json:"dest_kind"`
-	Dest     string `json:"dest"`
-	Key      string `json:"key"`
-	Args     []byte `json:"args"`
-}
-
-func encodeArgs(t amqp.Table) []byte {
-	b, err := amqp.AppendTable(nil, t)
-	if err != nil {
-		// Tables come from the wire or from our own code; both encode.
-		panic(fmt.Sprintf("encode argument table: %v", err))
-	}
-	return b
-}
-
-func decodeArgs(b []byte) (amqp.Table, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	t, _, err := amqp.DecodeTable(b)
-	return t, err
-}
-
-// metaBatch collects definition changes made under a vhost lock, to be
-// written after it is released.
+// metaBatch collects the store operations of one definition change (the
+// record layout is in metacodec.go).
 type metaBatch struct{ ops []store.MetaOp }
 
-func (m *metaBatch) put(key string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("encode definition %q: %v", key, err))
-	}
-	m.ops = append(m.ops, store.MetaOp{Key: key, Value: b})
+func (m *metaBatch) put(key string, v []byte) {
+	m.ops = append(m.ops, store.MetaOp{Key: key, Value: v})
 }
 
 func (m *metaBatch) del(key string) { m.ops = append(m.ops, store.MetaOp{Key: key}) }
 
-func (m *metaBatch) putVHost(name string) { m.put(metaKey(metaVHost, name), struct{}{}) }
+func (m *metaBatch) putVHost(name string) { m.put(metaKey(metaVHost, name), []byte{metaVersion}) }
 
 func (m *metaBatch) putExchange(vhost string, x *Exchange) {
-	m.put(metaKey(metaExchange, vhost, x.Name), exchangeDef{Name: x.Name, Type: x.Type, AutoDelete: x.AutoDelete, Internal: x.Internal, Args: encodeArgs(x.Args)})
+	m.put(metaKey(metaExchange, vhost, x.Name), encodeExchangeDef(x))
 }
 
 func (m *metaBatch) deleteExchange(vhost, name string) { m.del(metaKey(metaExchange, vhost, name)) }
 
 func (m *metaBatch) putQueue(vhost string, q *Queue) {
-	m.put(metaKey(metaQueue, vhost, q.Name), queueDef{ID: uint64(q.id), Name: q.Name, AutoDelete: q.AutoDelete, Args: encodeArgs(q.Args)})
+	m.put(metaKey(metaQueue, vhost, q.Name), encodeQueueDef(q))
 }
 
 func (m *metaBatch) deleteQueue(vhost, name string) { m.del(metaKey(metaQueue, vhost, name)) }
 
-func bindingKey(vhost string, b *Binding) string {
-	kind := "q"
-	if b.exchange != nil {
-		kind = "x"
-	}
-	return metaKey(metaBinding, vhost, b.Source, kind, b.destName(), b.Key, hex.EncodeToString(encodeArgs(b.Args)))
-}
-
 func (m *metaBatch) putBinding(vhost string, b *Binding) {
-	m.put(bindingKey(vhost, b), bindingDef{Source: b.Source, DestKind: b.destKind(), Dest: b.destName(), Key: b.Key, Args: encodeArgs(b.Args)})
+	m.put(bindingKey(vhost, b), []byte{metaVersion})
 }
 
 func (m *metaBatch) deleteBinding(vhost string, b *Binding) { m.del(bindingKey(vhost, b)) }
 
-// applyMeta writes collected definition changes and waits until they are
-// durable: a declare-ok promises the definition survives a restart.
-func (b *Broker) applyMeta(m *metaBatch) *amqp.Error {
-	if len(m.ops) == 0 {
+func (m *metaBatch) putPolicy(vhost string, p *Policy) {
+	m.put(metaKey(metaPolicy, vhost, p.Name), encodePolicyDef(p))
+}
+
+func (m *metaBatch) deletePolicy(vhost, name string) { m.del(metaKey(metaPolicy, vhost, name)) }
+
+// storeWrite is a batch handed to the store, whose completion is awaited
+// later. A nil *storeWrite is a write of nothing, complete at once.
+type storeWrite struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// startWrite hands batch to the store and returns at once (Apply does not
+// block). Definition changes call it with the lock under which they
+// changed memory still held (the vhost lock; the queue lock too for a
+// queue's deletion), so the store sees them in the order memory did;
+// they wait after releasing it.
+func (b *Broker) startWrite(batch *store.Batch) *storeWrite {
+	if batch.Empty() {
 		return nil
 	}
-	errc := make(chan error, 1)
-	b.store.Apply(&store.Batch{Meta: m.ops}, func(err error) { errc <- err })
-	if err := <-errc; err != nil {
+	w := &storeWrite{done: make(chan struct{})}
+	b.store.Apply(batch, func(err error) {
 		b.storeFailed(err)
-		return amqp.Errorf(amqp.InternalError, "store definitions: %s", err)
+		w.err = err
+		close(w.done)
+	})
+	return w
+}
+
+// startMeta is startWrite for definitions only.
+func (b *Broker) startMeta(m *metaBatch) *storeWrite {
+	return b.startWrite(&store.Batch{Meta: m.ops})
+}
+
+// wait blocks until the write is durable. A failure is a connection error
+// (541): the reply that depends on it (declare-ok, delete-ok, ...) promises
+// the change survives a restart.
+func (w *storeWrite) wait() *amqp.Error {
+	if w == nil {
+		return nil
+	}
+	<-w.done
+	if w.err != nil {
+		return amqp.Errorf(amqp.InternalError, "message store failed: %s", w.err)
 	}
 	return nil
 }
 
-// recoverDefinitions rebuilds vhosts, durable exchanges, queues and
-// bindings from the store, then each durable queue's entries.
+// recoverDefinitions rebuilds vhosts, durable exchanges, queues, bindings
+// and policies from the store, then each durable queue's entries.
+//
+// A definition whose vhost, queue or exchange is missing (a binding to a
+// queue that is gone, say) is dropped with a warning and deleted from the
+// store: the broker starts with the rest. A record that does not decode
+// stops recovery: the store holds something this broker did not write.
 func (b *Broker) recoverDefinitions() error {
 	var err error
-	scan := func(prefix string, fn func(parts []string, v []byte) error) {
+	var drop metaBatch
+	var dropQueues []store.QueueID
+	dangling := func(key, what string, args ...any) {
+		b.log.Warn("recovery: dropping "+what, args...)
+		drop.del(key)
+	}
+	scan := func(prefix string, n int, fn func(key string, parts []string, v []byte) error) {
 		if err != nil {
 			return
 		}
 		serr := b.store.ScanMeta(prefix, func(k string, v []byte) bool {
-			err = fn(strings.Split(strings.TrimPrefix(k, prefix), "\x00"), v)
+			var parts []string
+			if parts, err = metaParts(k, prefix, n); err == nil {
+				err = fn(k, parts, v)
+			}
+			if err != nil {
+				err = fmt.Errorf("definition %q: %w", k, err)
+			}
 			return err == nil
 		})
-		if err == nil {
-			err = serr
+		if err == nil && serr != nil {
+			err = fmt.Errorf("scan definitions %q: %w", prefix, serr)
 		}
 	}
-	scan(metaQueueIDMark, func(_ []string, raw []byte) error {
-		var id uint64
-		if err := json.Unmarshal(raw, &id); err != nil {
-			return fmt.Errorf("decode queue id mark: %w", err)
+	scan(metaQueueIDMark, 0, func(_ string, _ []string, v []byte) error {
+		id, err := decodeQueueIDMark(v)
+		if err != nil {
+			return err
 		}
 		if id > b.queueID.Load() {
 			b.queueID.Store(id)
 		}
 		return nil
 	})
-	scan(metaVHost, func(p []string, _ []byte) error {
+	scan(metaVHost, 1, func(_ string, p []string, v []byte) error {
+		if err := checkEmptyDef(v); err != nil {
+			return err
+		}
 		if b.vhosts[p[0]] == nil {
 			b.vhosts[p[0]] = newVHost(b, p[0])
 		}
 		return nil
 	})
-	scan(metaExchange, func(p []string, raw []byte) error {
-		var d exchangeDef
-		if err := json.Unmarshal(raw, &d); err != nil {
-			return fmt.Errorf("decode exchange %q: %w", p, err)
-		}
-		args, err := decodeArgs(d.Args)
+	scan(metaExchange, 2, func(k string, p []string, v []byte) error {
+		d, err := decodeExchangeDef(v)
 		if err != nil {
-			return fmt.Errorf("decode exchange %q arguments: %w", p, err)
+			return err
 		}
-		v := b.vhosts[p[0]]
-		if v == nil {
-			return fmt.Errorf("exchange %q in unknown vhost", p)
+		vh := b.vhosts[p[0]]
+		if vh == nil {
+			dangling(k, "exchange in unknown vhost", "vhost", p[0], "exchange", p[1])
+			return nil
 		}
-		v.exchanges[d.Name] = newExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, args)
+		vh.exchanges[p[1]] = newExchange(p[1], d.Type, true, d.AutoDelete, d.Internal, d.Args)
 		return nil
 	})
 	var queues []*Queue
-	scan(metaQueue, func(p []string, raw []byte) error {
-		var d queueDef
-		if err := json.Unmarshal(raw, &d); err != nil {
-			return fmt.Errorf("decode queue %q: %w", p, err)
-		}
-		args, err := decodeArgs(d.Args)
+	scan(metaQueue, 2, func(k string, p []string, v []byte) error {
+		d, err := decodeQueueDef(v)
 		if err != nil {
-			return fmt.Errorf("decode queue %q arguments: %w", p, err)
+			return err
 		}
-		v := b.vhosts[p[0]]
-		if v == nil {
-			return fmt.Errorf("queue %q in unknown vhost", p)
-		}
-		q := newQueue(v, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, args)
-		v.queues[d.Name] = q
-		queues = append(queues, q)
 		if d.ID > b.queueID.Load() {
 			b.queueID.Store(d.ID)
 		}
+		vh := b.vhosts[p[0]]
+		if vh == nil {
+			dangling(k, "queue in unknown vhost", "vhost", p[0], "queue", p[1])
+			dropQueues = append(dropQueues, store.QueueID(d.ID))
+			return nil
+		}
+		q := newQueue(vh, store.QueueID(d.ID), p[1], true, false, d.AutoDelete, d.Args)
+		vh.queues[q.Name] = q
+		queues = append(queues, q)
 		return nil
 	})
-	scan(metaBinding, func(p []string, raw []byte) error {
-		var d bindingDef
-		if err := json.Unmarshal(raw, &d); err != nil {
-			return fmt.Errorf("decode binding %q: %w", p, err)
+	scan(metaBinding, 6, func(k string, p []string, v []byte) error {
+		if err := checkEmptyDef(v); err != nil {
+			return err
 		}
-		args, err := decodeArgs(d.Args)
+		args, err := decodeArgs([]byte(p[5]))
 		if err != nil {
-			return fmt.Errorf("decode binding %q arguments: %w", p, err)
+			return fmt.Errorf("%w: arguments: %w", errMetaCorrupt, err)
 		}
-		v := b.vhosts[p[0]]
-		if v == nil {
-			return fmt.Errorf("binding %q in unknown vhost", p)
+		vhost, source, kind, dest, key := p[0], p[1], p[2], p[3], p[4]
+		vh := b.vhosts[vhost]
+		if vh == nil {
+			dangling(k, "binding in unknown vhost", "vhost", vhost, "source", source, "destination", dest, "routing_key", key)
+			return nil
 		}
-		src := v.exchanges[d.Source]
+		src := vh.exchanges[source]
 		if src == nil {
-			return fmt.Errorf("binding %q from unknown exchange", p)
+			dangling(k, "binding from unknown exchange", "vhost", vhost, "source", source, "destination", dest, "routing_key", key)
+			return nil
 		}
-		bd := &Binding{Source: d.Source, Key: d.Key, Args: args}
-		if d.DestKind == "queue" {
-			bd.queue = v.queues[d.Dest]
-			if bd.queue == nil {
-				return fmt.Errorf("binding %q to unknown queue", p)
+		bd := &Binding{Source: source, Key: key, Args: args}
+		switch kind {
+		case bindToQueue:
+			if bd.queue = vh.queues[dest]; bd.queue == nil {
+				dangling(k, "binding to unknown queue", "vhost", vhost, "source", source, "queue", dest, "routing_key", key)
+				return nil
 			}
 			bd.queue.bindings = append(bd.queue.bindings, bd)
-		} else if bd.exchange = v.exchanges[d.Dest]; bd.exchange == nil {
-			return fmt.Errorf("binding %q to unknown exchange", p)
+		case bindToExchange:
+			if bd.exchange = vh.exchanges[dest]; bd.exchange == nil {
+				dangling(k, "binding to unknown exchange", "vhost", vhost, "source", source, "exchange", dest, "routing_key", key)
+				return nil
+			}
+		default:
+			return fmt.Errorf("%w: binding destination kind %q", errMetaCorrupt, kind)
 		}
 		src.addBinding(bd)
 		return nil
 	})
-	scan(metaPolicy, func(p []string, raw []byte) error {
-		var d policyDef
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		if err := dec.Decode(&d); err != nil {
-			return fmt.Errorf("decode policy %q: %w", p, err)
+	scan(metaPolicy, 2, func(k string, p []string, v []byte) error {
+		d, err := decodePolicyDef(v)
+		if err != nil {
+			return err
 		}
-		v := b.vhosts[p[0]]
-		if v == nil {
-			return fmt.Errorf("policy %q in unknown vhost", p)
+		vh := b.vhosts[p[0]]
+		if vh == nil {
+			dangling(k, "policy in unknown vhost", "vhost", p[0], "policy", p[1])
+			return nil
 		}
 		pol := &Policy{Name: p[1], Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
 		if err := validatePolicy(pol); err != nil {
-			return fmt.Errorf("stored policy %q: %w", p, err)
+			return fmt.Errorf("stored policy: %w", err)
 		}
-		v.policies[pol.Name] = pol
+		vh.policies[pol.Name] = pol
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if w := b.startWrite(&store.Batch{Meta: drop.ops, DropQueues: dropQueues}); w != nil {
+		<-w.done
+		if w.err != nil {
+			return fmt.Errorf("delete dangling definitions: %w", w.err)
+		}
 	}
 	for _, q := range queues {
 		if err := b.recoverEntries(q); err != nil {
@@ -277,8 +258,15 @@ func (b *Broker) recoverEntries(q *Queue) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.recovering = true
-	err := b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
-		e := &entry{Entry: *se, q: q, redelivered: true, stored: true, prio: propsPriority(se.EffectiveHeader().Props)}
+	// The sequence continues after the last entry ever stored, even if
+	// none is left: seqs are never reused.
+	last, err := b.store.LastSeq(q.id)
+	if err != nil {
+		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
+	}
+	q.seq.Store(last)
+	err = b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
+		e := &entry{Entry: *se, q: q, redelivered: true, stored: true, prio: se.Prio}
 		e.timer.Value = e
 		if e.DeadLetter != "" {
 			e.state = stBacklog
@@ -288,7 +276,9 @@ func (b *Broker) recoverEntries(q *Queue) error {
 			// at once.
 			q.makeReadyLocked(e, true)
 		}
-		q.seq.Store(se.Seq)
+		if se.Seq > q.seq.Load() {
+			q.seq.Store(se.Seq)
+		}
 		return true
 	})
 	if err != nil {

@@ -12,6 +12,9 @@ import (
 // channel.open/close and content). A returned *amqp.Error closes the channel
 // (soft code) or the connection (hard code).
 func (ch *channel) Handle(m amqp.Method) error {
+	if err := ch.awaitCommit(); err != nil {
+		return err
+	}
 	if err := ch.handle(m); err != nil {
 		if err.ClassID == 0 && err.MethodID == 0 {
 			err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
@@ -280,7 +283,8 @@ func (ch *channel) confirmSelect(m *amqp.ConfirmSelect) *amqp.Error {
 	}
 	if !ch.confirm {
 		ch.confirm = true
-		ch.confirms.start(ch.out)
+		g, _ := ch.conn.b.store.(groupCompleter)
+		ch.confirms.start(ch.out, g)
 	}
 	ch.mu.Unlock()
 	if !m.Nowait {
@@ -300,6 +304,16 @@ func (ch *channel) txSelect() *amqp.Error {
 	return nil
 }
 
+// txCommit commits the channel's transaction: its publishes and
+// settlements become one store operation (commitTx), and tx.commit-ok is
+// sent from that operation's completion, once it is durable. If the store
+// fails, the connection is closed with 541 INTERNAL_ERROR instead: the
+// client must not believe the transaction committed.
+//
+// The reader does not wait for the store: the connection's other channels
+// go on meanwhile. A method that arrives on this channel before the
+// completion waits for it (awaitCommit), so no reply overtakes
+// tx.commit-ok.
 func (ch *channel) txCommit() *amqp.Error {
 	ch.mu.Lock()
 	if !ch.tx {
@@ -312,14 +326,49 @@ func (ch *channel) txCommit() *amqp.Error {
 		ch.holdCreditLocked(a.ds, -1)
 	}
 	ch.mu.Unlock()
-	for _, p := range pubs {
-		ch.publish(p)
-	}
-	for _, a := range acks {
-		ch.settle(a.ds, a.action)
-	}
-	ch.out.Send(&amqp.TxCommitOk{})
+	pc := &pendingCommit{done: make(chan struct{})}
+	ch.committing = pc
+	ch.commitTx(pubs, acks, func(err error) {
+		if err != nil {
+			pc.err = amqp.Errorf(amqp.InternalError, "message store failed; transaction not committed: %s", err)
+			m := &amqp.TxCommit{}
+			pc.err.ClassID, pc.err.MethodID = m.ClassID(), m.MethodID()
+			if ac := ch.conn.ac; ac != nil {
+				ac.Close(pc.err)
+			}
+		} else {
+			ch.out.Send(&amqp.TxCommitOk{})
+		}
+		close(pc.done)
+	})
 	return nil
+}
+
+// pendingCommit is a tx.commit waiting for the store.
+type pendingCommit struct {
+	done chan struct{}
+	err  *amqp.Error // the connection error it ended with; set before done is closed
+}
+
+// awaitCommit waits until the channel's last tx.commit has completed, and
+// returns its error if it failed (the connection is closing with it).
+// Called by the reader before each method of the channel.
+func (ch *channel) awaitCommit() *amqp.Error {
+	pc := ch.committing
+	if pc == nil {
+		return nil
+	}
+	var closing <-chan struct{} // nil (never ready) without a connection
+	if ac := ch.conn.ac; ac != nil {
+		closing = ac.Done()
+	}
+	select {
+	case <-pc.done:
+	case <-closing:
+		return amqp.Errorf(amqp.InternalError, "connection closing with tx.commit in flight")
+	}
+	ch.committing = nil
+	return pc.err
 }
 
 func (ch *channel) txRollback() *amqp.Error {

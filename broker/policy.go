@@ -228,15 +228,13 @@ func sortedPolicies(m map[string]*Policy) []*Policy {
 	return out
 }
 
-// policyDef is a policy as stored in the meta space (key "p/<vhost>\x00<name>").
+// policyDef is a policy's stored JSON document (see metacodec.go).
 type policyDef struct {
 	Pattern    string         `json:"pattern"`
 	ApplyTo    string         `json:"apply-to"`
 	Priority   int            `json:"priority"`
 	Definition map[string]any `json:"definition"`
 }
-
-const metaPolicy = "p/"
 
 // SetPolicy adds or replaces a policy of vhost and applies it at once to
 // existing queues and exchanges: limits are re-checked (drop-head may evict
@@ -253,14 +251,18 @@ func (b *Broker) SetPolicy(vhost string, p Policy) error {
 	}
 	v.policyMu.Lock()
 	defer v.policyMu.Unlock()
+	v.mu.Lock()
+	old := v.policies[p.Name]
+	v.policies[p.Name] = &p
 	var mb metaBatch
-	mb.put(metaKey(metaPolicy, vhost, p.Name), policyDef{Pattern: p.Pattern, ApplyTo: p.ApplyTo, Priority: p.Priority, Definition: p.Definition})
-	if err := b.applyMeta(&mb); err != nil {
+	mb.putPolicy(vhost, &p)
+	w := b.startMeta(&mb)
+	v.mu.Unlock()
+	if err := w.wait(); err != nil {
+		v.restorePolicy(p.Name, old)
+		b.applyPolicies(v) // a queue declared meanwhile may have taken it
 		return err
 	}
-	v.mu.Lock()
-	v.policies[p.Name] = &p
-	v.mu.Unlock()
 	b.applyPolicies(v)
 	v.topoGen.Add(1)
 	return nil
@@ -275,23 +277,38 @@ func (b *Broker) ClearPolicy(vhost, name string) error {
 	}
 	v.policyMu.Lock()
 	defer v.policyMu.Unlock()
-	v.mu.RLock()
-	_, ok := v.policies[name]
-	v.mu.RUnlock()
-	if !ok {
+	v.mu.Lock()
+	old := v.policies[name]
+	if old == nil {
+		v.mu.Unlock()
 		return policyErr("no policy '%s' in vhost '%s'", name, vhost)
 	}
+	delete(v.policies, name)
 	var mb metaBatch
-	mb.del(metaKey(metaPolicy, vhost, name))
-	if err := b.applyMeta(&mb); err != nil {
+	mb.deletePolicy(vhost, name)
+	w := b.startMeta(&mb)
+	v.mu.Unlock()
+	if err := w.wait(); err != nil {
+		v.restorePolicy(name, old)
+		b.applyPolicies(v)
 		return err
 	}
-	v.mu.Lock()
-	delete(v.policies, name)
-	v.mu.Unlock()
 	b.applyPolicies(v)
 	v.topoGen.Add(1)
 	return nil
+}
+
+// restorePolicy undoes a policy change the store failed to take (the
+// policy was never applied to queues). Caller holds v.policyMu, so no other
+// change came in between.
+func (v *VHost) restorePolicy(name string, old *Policy) {
+	v.mu.Lock()
+	if old != nil {
+		v.policies[name] = old
+	} else {
+		delete(v.policies, name)
+	}
+	v.mu.Unlock()
 }
 
 // Policies returns the policies of vhost, by name.

@@ -179,6 +179,22 @@ func senderKeys(h amqp.Table, name string) ([]string, *amqp.Error) {
 // unroutable mandatory message and the publisher confirm when the message
 // is safe (immediately, or when the store has made it durable).
 func (ch *channel) publish(p *pendingPublish) {
+	qs := ch.route(p)
+	if len(qs) == 0 {
+		ch.confirmDone(p.seq, true, false)
+		return
+	}
+	var done func(ack, inGroup bool)
+	if p.seq != 0 {
+		done = func(ack, inGroup bool) { ch.confirms.done(p.seq, ack, inGroup) }
+	}
+	ch.conn.b.enqueue(qs, p, done)
+}
+
+// route returns the queues p goes to. A direct reply-to message is handed
+// to its consumer at once and an unroutable mandatory one returned; for
+// those, and any other message routed nowhere, it returns none.
+func (ch *channel) route(p *pendingPublish) []*Queue {
 	c := ch.conn
 	b := c.b
 	h := &p.msg.Header
@@ -187,8 +203,7 @@ func (ch *channel) publish(p *pendingPublish) {
 		if !delivered && p.mandatory {
 			ch.sendReturn(p.msg)
 		}
-		ch.confirmDone(p.seq, true)
-		return
+		return nil
 	}
 	v := c.vhost
 	v.mu.RLock()
@@ -204,10 +219,8 @@ func (ch *channel) publish(p *pendingPublish) {
 		if p.mandatory {
 			ch.sendReturn(p.msg)
 		}
-		ch.confirmDone(p.seq, true)
-		return
 	}
-	b.enqueue(qs, p, func(ack bool) { ch.confirmDone(p.seq, ack) })
+	return qs
 }
 
 func (ch *channel) sendReturn(m *store.Message) {
@@ -219,9 +232,10 @@ func (ch *channel) sendReturn(m *store.Message) {
 	}, m.Header.Props, m.Body)
 }
 
-func (ch *channel) confirmDone(seq uint64, ack bool) {
+// confirmDone confirms publish number seq (0: not in confirm mode).
+func (ch *channel) confirmDone(seq uint64, ack, inGroup bool) {
 	if seq != 0 {
-		ch.confirms.done(seq, ack)
+		ch.confirms.done(seq, ack, inGroup)
 	}
 }
 
@@ -230,20 +244,32 @@ func (ch *channel) confirmDone(seq uint64, ack bool) {
 // dead-lettered copies, and the dead-lettered copy of a message a
 // reject-publish-dlx queue refuses. Target queues are locked together, in
 // id order, so the store sees an entry's put before any later change to
-// it. done runs once the operation is durable (at once when nothing needs
-// the store); ack is false when a queue refused the message (reject-publish)
-// or the store failed.
-func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack bool)) {
-	if len(qs) > 1 {
-		slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.id, y.id) })
-	}
-	for _, q := range qs {
-		q.mu.Lock()
-	}
-	msg := p.msg
+// it. done (may be nil) runs once the operation is durable, or at once,
+// after the queues are unlocked, when nothing needs the store: ack is
+// false when a queue refused the message (reject-publish) or the store
+// failed; inGroup is true when done runs as a successful completion of
+// the store's (see groupCompleter).
+func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup bool)) {
+	qs = lockQueues(qs)
 	t := b.newTxn()
-	now := b.nowMS()
-	refused := false
+	refused := b.enqueueLocked(t, qs, p, b.nowMS())
+	var wrote bool
+	if done == nil {
+		t.write(nil)
+	} else {
+		wrote = t.write(func(err error) { done(err == nil && !refused, err == nil) })
+	}
+	unlockQueues(qs)
+	t.finish()
+	if done != nil && !wrote {
+		done(!refused, false)
+	}
+}
+
+// enqueueLocked is enqueue's work on queues qs, locked by the caller,
+// within t. It reports whether a queue refused the message.
+func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, now int64) (refused bool) {
+	msg := p.msg
 	for _, q := range qs {
 		if q.isDeleted() {
 			continue
@@ -268,9 +294,83 @@ func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack bool)) {
 		}
 		q.arriveLocked(t, e)
 	}
-	t.apply(func(err error) { done(err == nil && !refused) })
+	return refused
+}
+
+// lockQueues locks qs in id order, the one order in which code takes
+// several queue locks, and returns them sorted, each once.
+func lockQueues(qs []*Queue) []*Queue {
+	if len(qs) > 1 {
+		slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.id, y.id) })
+		qs = slices.Compact(qs)
+	}
+	for _, q := range qs {
+		q.mu.Lock()
+	}
+	return qs
+}
+
+func unlockQueues(qs []*Queue) {
 	for _, q := range qs {
 		q.mu.Unlock()
 	}
+}
+
+// commitTx performs a transaction's publishes and settlements (tx.commit)
+// as one store operation, and calls done once that is durable: at once if
+// it needs no store, with the error if the store failed.
+//
+// Locking: the publishes are routed first, each under the vhost's read
+// lock as publish routes; then every queue the transaction touches (the
+// publishes' targets and the queues of the settled deliveries) is locked
+// in id order, as a publish locks its targets. The whole transaction is
+// built into one txn and handed to the store with all those locks held,
+// so the store sees it after every earlier change to those queues and
+// before any later one; the locks are released together. Dead-lettered
+// copies (rejects, drop-head evictions) have their puts in the same batch
+// and enter their target queues afterwards (txn.finish), as for any
+// operation.
+func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(error)) {
+	b := ch.conn.b
+	type routed struct {
+		p  *pendingPublish
+		qs []*Queue
+	}
+	var rs []routed
+	var qs []*Queue
+	for _, p := range pubs {
+		if targets := ch.route(p); len(targets) > 0 {
+			rs = append(rs, routed{p, targets})
+			qs = append(qs, targets...)
+		}
+	}
+	for _, a := range acks {
+		for _, d := range a.ds {
+			qs = append(qs, d.q)
+		}
+	}
+	if len(qs) == 0 {
+		done(nil)
+		return
+	}
+	qs = lockQueues(qs)
+	t := b.newTxn()
+	now := b.nowMS()
+	for _, r := range rs {
+		// A message a reject-publish queue refuses is dropped: a
+		// transaction has no per-message nack.
+		b.enqueueLocked(t, r.qs, r.p, now)
+	}
+	for _, a := range acks {
+		forEachQueue(a.ds, func(q *Queue, es []*entry) { q.settleLocked(t, es, a.action) })
+	}
+	wrote := t.write(done)
+	unlockQueues(qs)
 	t.finish()
+	if !wrote {
+		done(nil)
+	}
+	if len(acks) > 0 {
+		ch.kick()
+	}
 }

@@ -51,11 +51,11 @@ func (e *entry) expiredAt(now int64) bool { return e.Deadline != 0 && e.Deadline
 // Queue is a message queue. Definition fields are fixed at declaration.
 //
 // Concurrency: a queue is guarded by its own mutex, mu. Code holding mu may
-// take a vhost lock shared (to route dead letters), a channel's lock (to
-// hand it a delivery) and a connection's write lock. It never takes another
-// queue's lock, except publish, which locks all its target queues in id
-// order before touching any. No code takes a queue lock while holding a
-// vhost lock.
+// take a vhost lock shared (to route dead letters) or exclusively (to
+// delete the queue), a channel's lock (to hand it a delivery) and a
+// connection's write lock. It never takes another queue's lock, except
+// publish, which locks all its target queues in id order before touching
+// any. No code takes a queue lock while holding a vhost lock.
 type Queue struct {
 	Name       string
 	Durable    bool
@@ -93,9 +93,10 @@ type Queue struct {
 	consumers   []*consumer // highest priority first; round-robin within a priority
 	exclusiveC  bool        // the single consumer is exclusive
 	hadConsumer bool
-	lease       ttl.Timer // x-expires: fires when the queue has been unused too long
-	recovering  bool      // loading stored entries: timers start after policies apply
-	closing     bool      // being deleted (lease ran out, or queue.delete checked): takes no new consumer
+	lease       ttl.Timer   // x-expires: fires when the queue has been unused too long
+	recovering  bool        // loading stored entries: timers start after policies apply
+	closing     bool        // being deleted (lease ran out, or queue.delete checked): takes no new consumer
+	deletion    *storeWrite // the store write of the queue's deletion, once deleted
 
 	// backlogGen is the vhost's topology generation at the last retry of
 	// the dead-letter backlog; backlogFull records that a target refused
@@ -173,7 +174,7 @@ func (q *Queue) counts() (ready, unacked, consumers int) {
 // the queue's message TTL and msgTTL (the expiration property, -1 if none).
 func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, now int64) *entry {
 	e := &entry{q: q, prio: prio, stored: q.isStoredFor(msg)}
-	e.Ref = store.Ref{Queue: q.id, Seq: q.seq.Add(1)}
+	e.Ref = store.Ref{Queue: q.id, Prio: min(prio, q.maxPriority), Seq: q.seq.Add(1)}
 	e.Msg, e.Header = msg, h
 	ttlMS := q.config().messageTTL
 	if msgTTL >= 0 && (ttlMS < 0 || msgTTL < ttlMS) {
@@ -473,70 +474,6 @@ func (q *Queue) dispatch() {
 	})
 }
 
-// ack settles delivered entries.
-func (q *Queue) ack(es []*entry) {
-	q.locked(func(t *txn) {
-		q.unacked -= len(es)
-		if q.isDeleted() {
-			return
-		}
-		for _, e := range es {
-			e.state = stGone
-			t.del(e)
-		}
-	})
-}
-
-// requeue returns delivered entries to the ready list at their original
-// positions, marked redelivered. An entry returned more often than the
-// queue's delivery limit is dead-lettered (delivery_limit); one past its
-// deadline expires at once; a drop-head queue pushed over its limit drops
-// from the head (B46).
-func (q *Queue) requeue(es []*entry) {
-	q.locked(func(t *txn) {
-		q.unacked -= len(es)
-		if q.isDeleted() {
-			return
-		}
-		cfg := q.config()
-		now := q.vhost.b.nowMS()
-		var overLimit, expired []*entry
-		for _, e := range es {
-			e.redelivered = true
-			e.DeliveryCount++
-			switch {
-			case cfg.deliveryLimit >= 0 && int64(e.DeliveryCount) > cfg.deliveryLimit:
-				e.state = stGone
-				overLimit = append(overLimit, e)
-			case e.expiredAt(now):
-				e.state = stGone
-				expired = append(expired, e)
-			default:
-				t.update(e)
-				q.makeReadyLocked(e, false)
-			}
-		}
-		q.deadLetterLocked(t, overLimit, deadletter.DeliveryLimit, true)
-		q.deadLetterLocked(t, expired, deadletter.Expired, true)
-		q.enforceLimitsLocked(t)
-		q.dispatchLocked(t)
-	})
-}
-
-// reject dead-letters delivered entries rejected without requeue.
-func (q *Queue) reject(es []*entry) {
-	q.locked(func(t *txn) {
-		q.unacked -= len(es)
-		if q.isDeleted() {
-			return
-		}
-		for _, e := range es {
-			e.state = stGone
-		}
-		q.deadLetterLocked(t, es, deadletter.Rejected, true)
-	})
-}
-
 // get takes the head for basic.get, skipping (and expiring) entries past
 // their deadline. It returns nil when the queue is empty.
 func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int) {
@@ -630,37 +567,41 @@ func (q *Queue) removeConsumer(c *consumer) (autoDelete bool) {
 
 // purge drops every ready entry, and every dead letter waiting for a route
 // (as RabbitMQ 4.3 does for quorum queues, B5), but not unacked ones, and
-// returns how many ready entries there were (purge-ok's message count).
-// Purged messages are not dead-lettered.
-func (q *Queue) purge() int {
-	var n int
-	q.locked(func(t *txn) {
-		es := q.ready.clear()
-		q.readyBytes = 0
-		for _, e := range es {
-			e.state = stGone
-			if e.Deadline != 0 {
-				q.vhost.b.timers.Remove(&e.timer)
-			}
-			t.del(e)
+// returns how many ready entries there were (purge-ok's message count) and
+// the store write of the deletes (purge-ok waits for it). Purged messages
+// are not dead-lettered.
+func (q *Queue) purge() (int, *storeWrite) {
+	w := &storeWrite{done: make(chan struct{})}
+	q.mu.Lock()
+	t := q.vhost.b.newTxn()
+	es := q.ready.clear()
+	q.readyBytes = 0
+	for _, e := range es {
+		e.state = stGone
+		if e.Deadline != 0 {
+			q.vhost.b.timers.Remove(&e.timer)
 		}
-		q.syncCounts()
-		n = len(es)
-		for _, e := range q.takeBacklogLocked() {
-			e.state = stGone
-			t.del(e)
-		}
+		t.del(e)
+	}
+	q.syncCounts()
+	for _, e := range q.takeBacklogLocked() {
+		e.state = stGone
+		t.del(e)
+	}
+	t.apply(func(err error) {
+		w.err = err
+		close(w.done)
 	})
-	return n
+	q.mu.Unlock()
+	t.finish()
+	return len(es), w
 }
 
-// markDeleted empties the queue and returns its consumers (to be told) and
-// the number of ready messages it held. Its messages are not
-// dead-lettered. drop, when non-nil, is written while the queue is still
-// locked, so it is ordered after every change made to the queue.
-func (q *Queue) markDeleted(drop *store.Batch) (consumers []*consumer, ready int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+// markDeletedLocked empties the queue and returns its consumers (to be
+// told) and the number of ready messages it held. Its messages are not
+// dead-lettered. The caller has written the deletion to the store under
+// the same hold of q.mu (see Broker.deleteQueue).
+func (q *Queue) markDeletedLocked() (consumers []*consumer, ready int) {
 	q.deleted.Store(true)
 	ready = q.ready.len()
 	for _, e := range q.ready.clear() {
@@ -674,8 +615,5 @@ func (q *Queue) markDeleted(drop *store.Batch) (consumers []*consumer, ready int
 	q.takeBacklogLocked()
 	q.vhost.b.timers.Remove(&q.lease)
 	consumers, q.consumers = q.consumers, nil
-	if drop != nil && !drop.Empty() {
-		q.vhost.b.store.Apply(drop, q.vhost.b.storeFailed)
-	}
 	return consumers, ready
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/internal/brokertest"
 	"github.com/brokerd/brokerd/store"
-	"github.com/brokerd/brokerd/store/memstore"
 )
 
 // R1. Dead-lettering several entries in one operation (nack multiple,
@@ -59,25 +58,23 @@ func TestReviewBatchDeadLetterOverflowsRejectPublishTarget(t *testing.T) {
 // between planning and txn.finish (insertDeadLetters cleans them only if
 // the process lives that long).
 func TestReviewQueueIDReuseAfterCrash(t *testing.T) {
-	crashWithExclusiveEntry := func(t *testing.T) *memstore.Store {
-		b1 := brokertest.Start(t, brokertest.Config{})
-		_, ch := tlChannel(t, b1)
+	// A broker that crashed (kill -9: the store as it is, without the
+	// connection's teardown, which would delete the exclusive queue) and
+	// came back.
+	crashWithExclusiveEntry := func(t *testing.T) *brokertest.Instance {
+		b := brokertest.Start(t, brokertest.Config{})
+		_, ch := tlChannel(t, b)
 		if _, err := ch.QueueDeclare("x", true, false, true, false, nil); err != nil {
 			t.Fatal(err)
 		}
 		tlPubPersistent(t, ch, "x", "stale", "")
-		// kill -9: the store as it is now, without the connection's
-		// teardown (which would delete the exclusive queue).
-		return b1.Store.Reopen()
-	}
-	startOn := func(t *testing.T, s *memstore.Store) *brokertest.Instance {
-		return brokertest.Start(t, brokertest.Config{WrapStore: func(store.Store) store.Store { return s }})
+		b.Crash()
+		return b
 	}
 
 	t.Run("publish-fails", func(t *testing.T) {
-		s := crashWithExclusiveEntry(t)
-		b2 := startOn(t, s)
-		_, ch := tlChannel(t, b2)
+		b := crashWithExclusiveEntry(t)
+		_, ch := tlChannel(t, b)
 		tlDeclareDurable(t, ch, "b", "classic", true, nil)
 		p := amqp091.Publishing{Body: []byte("fresh"), DeliveryMode: amqp091.Persistent}
 		if !tlPublish(t, ch, "", "b", p) {
@@ -86,14 +83,12 @@ func TestReviewQueueIDReuseAfterCrash(t *testing.T) {
 	})
 
 	t.Run("leaks-into-new-queue", func(t *testing.T) {
-		s := crashWithExclusiveEntry(t)
-		b2 := startOn(t, s)
-		_, ch := tlChannel(t, b2)
+		b := crashWithExclusiveEntry(t)
+		_, ch := tlChannel(t, b)
 		tlDeclareDurable(t, ch, "b", "classic", true, nil)
-		b2.Stop()
-		b3 := startOn(t, s.Reopen())
-		if n := tlReady(t, b3, "b"); n != 0 {
-			_, ch3 := tlChannel(t, b3)
+		b.Restart()
+		if n := tlReady(t, b, "b"); n != 0 {
+			_, ch3 := tlChannel(t, b)
 			t.Fatalf("freshly declared empty queue b holds %v after a restart: the dead exclusive queue's message leaked into it", tlDrain(t, ch3, "b"))
 		}
 	})

@@ -126,6 +126,17 @@ func (t *txn) update(e *entry) {
 // is durable; done(nil) at once for an empty batch. Call it with the locks
 // of the queues whose entries changed still held.
 func (t *txn) apply(done func(error)) {
+	if !t.write(done) && done != nil {
+		done(nil)
+	}
+}
+
+// write is apply for callers that must tell a store completion from an
+// empty batch (publisher confirms: see groupCompleter). It hands the batch
+// to the store, unless it changes nothing, and reports whether it did;
+// only then does done (may be nil) run, as the store's completion. The
+// vhost read lock taken by holdVHost is released either way.
+func (t *txn) write(done func(error)) bool {
 	if t.vhost != nil {
 		defer func() {
 			t.vhost.mu.RUnlock()
@@ -145,10 +156,7 @@ func (t *txn) apply(done func(error)) {
 	// that refer to them.
 	if len(t.batch.Puts) == 0 && len(t.batch.Updates) == 0 && len(t.batch.Deletes) == 0 &&
 		len(t.batch.DropQueues) == 0 && len(t.batch.Meta) == 0 {
-		if done != nil {
-			done(nil)
-		}
-		return
+		return false
 	}
 	b := t.b
 	b.store.Apply(&t.batch, func(err error) {
@@ -159,6 +167,7 @@ func (t *txn) apply(done func(error)) {
 			done(err)
 		}
 	})
+	return true
 }
 
 // finish inserts dead-lettered copies into their target queues. Call it

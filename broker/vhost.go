@@ -11,7 +11,14 @@ import (
 // VHost is a namespace of exchanges and queues. Its lock guards the maps and
 // every binding list of its exchanges and queues; routing takes it shared,
 // declarations take it exclusively. Queue contents have their own locks
-// (see Queue), always taken after the vhost lock, never before.
+// (see Queue), which come first in the lock order (broker/doc.go): code
+// holding a queue lock may take the vhost lock (shared to route dead
+// letters, exclusively to delete that queue), but no code takes a queue
+// lock while it holds the vhost lock.
+//
+// A definition change is handed to the store (Apply) before the vhost lock
+// that made it in memory is released, so the store sees definition
+// changes in the order memory did.
 type VHost struct {
 	Name string
 	b    *Broker

@@ -20,14 +20,27 @@
 //     is shared by every entry that refers to it: a message routed to three
 //     queues, or dead-lettered to two, is stored once. The store deletes a
 //     message when its last entry goes (reference counting).
-//   - An Entry is a message's place in one queue: (QueueID, Seq). Seq is
-//     assigned by the queue and grows within a queue; a queue's entries are
-//     ordered by Seq. An entry may carry its own Header (dead-lettering
-//     rewrites exchange, routing keys and properties without copying the
-//     body), a Deadline (unix milliseconds; 0 = none) and a DeliveryCount.
+//   - An Entry is a message's place in one queue: (QueueID, Prio, Seq).
+//     Prio is the queue's priority level the entry is in (0 without
+//     priorities); a store keeps each level's entries apart so a level can
+//     be read on its own. Seq is assigned by the queue, unique within the
+//     queue across its levels, and only grows: never reused, also after
+//     every entry was deleted and across restarts (LastSeq gives the
+//     highest ever put, from which the broker continues). Within a level
+//     entries are ordered by Seq. An entry may carry its own Header
+//     (dead-lettering rewrites exchange, routing keys and properties
+//     without copying the body), a Deadline (unix milliseconds; 0 = none)
+//     and a DeliveryCount.
 //   - Meta is a small ordered key/value space for definitions, written in
 //     the same Batch mechanism so that, e.g., deleting a queue and all its
-//     entries is one atomic step.
+//     entries is one atomic step. Keys and values are arbitrary bytes (the
+//     broker's record layout is in broker/metacodec.go).
+//
+// # Ordering
+//
+// Apply does not block on I/O, so the broker calls it while holding the
+// locks that ordered a change in memory; the store applies batches in the
+// order their Apply calls were made, and a restart recovers that order.
 //
 // # Reads
 //

@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"sync/atomic"
+)
 
 // QueueID identifies a queue for the store. The broker assigns it when a
 // durable queue is first declared and keeps it in the queue's definition;
@@ -11,10 +14,18 @@ type QueueID uint64
 // (AllocMsgID) and never reused within one store.
 type MsgID uint64
 
-// Ref names one entry: a position in one queue.
+// Ref names one entry. An entry's place is (queue, priority level, seq):
+// Seq is unique within the queue across all its levels (the queue hands
+// out one sequence for every level), so (Queue, Seq) alone identifies the
+// entry; Prio says which level's order it belongs to. A disk index keys
+// entries by (Queue, Prio, Seq) so each level pages on its own cursor.
 type Ref struct {
 	Queue QueueID
-	Seq   uint64
+	// Prio is the queue's priority level the entry is in: the message's
+	// priority capped at the queue's x-max-priority, 0 in a queue without
+	// priorities. It is fixed for the entry's life.
+	Prio uint8
+	Seq  uint64
 }
 
 // Header is what routing and delivery need besides the body: the exchange
@@ -34,6 +45,11 @@ type Message struct {
 	Header     Header
 	Body       []byte
 	Persistent bool
+	// Stored is set by a disk store once the message's body is in its
+	// log: a later batch that lists the message again (a dead-lettered
+	// copy) refers to it instead of writing the body twice. Only stores
+	// touch it.
+	Stored atomic.Bool
 }
 
 // Entry is one message's place in one queue.
@@ -110,6 +126,15 @@ type Store interface {
 	// when b is durable or has failed; it may run before Apply returns or
 	// on another goroutine, and must not block. After a failure every
 	// later Apply fails with the same error (errors are sticky).
+	//
+	// Apply must not block on I/O; it may be called with broker locks
+	// held. The broker calls it under the locks that ordered the change in
+	// memory (queue locks for entries, the vhost lock for definitions), so
+	// batches reach the store in the order memory made them; it waits for
+	// done, if at all, after releasing them. A store orders each batch
+	// after every batch whose Apply returned before its Apply began: a
+	// later batch may delete or overwrite what an earlier one wrote, and
+	// recovery must see the effect of that order.
 	Apply(b *Batch, done func(error))
 	// ScanQueue calls fn for the entries of q with Seq >= from, in Seq
 	// order, until fn returns false. The entries passed to fn must not be
@@ -118,6 +143,13 @@ type Store interface {
 	// ScanDeadlines calls fn for entries with 0 < Deadline <= until, in
 	// (Deadline, Queue, Seq) order, until fn returns false.
 	ScanDeadlines(until int64, fn func(*Entry) bool) error
+	// LastSeq returns the highest Seq ever put for q, 0 if none. It
+	// survives the deletion of all of q's entries and a restart, so a
+	// recovered queue continues its sequence instead of reusing numbers
+	// (state keyed by seq, such as expiry keys, may outlive an entry).
+	// After DropQueues names q it may return 0: a dropped queue's id is
+	// never used again.
+	LastSeq(q QueueID) (uint64, error)
 	// ScanMeta calls fn for every definition whose key starts with prefix,
 	// in key order, until fn returns false.
 	ScanMeta(prefix string, fn func(key string, value []byte) bool) error

@@ -1,6 +1,8 @@
 // Package brokertest starts a real broker on a loopback port for tests:
-// the amqp server and the broker over an in-memory store, exactly as
-// cmd/brokerd wires them, so tests drive it with a standard client.
+// the amqp server and the broker over a store from a Backend (memory by
+// default, or whichever BROKERD_TEST_STORE names), wired as cmd/brokerd
+// wires them, so tests drive it with a standard client and the same tests
+// run over every store.
 package brokertest
 
 import (
@@ -14,7 +16,6 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/store"
-	"github.com/brokerd/brokerd/store/memstore"
 )
 
 // Instance is a running broker.
@@ -22,7 +23,11 @@ type Instance struct {
 	URL    string // amqp://guest:guest@127.0.0.1:port/
 	Addr   string
 	Broker *broker.Broker
-	Store  *memstore.Store
+	// Store is the store the broker runs on (unwrapped: Config.WrapStore
+	// is not applied to it). It changes on Restart and Crash.
+	Store store.Store
+	// Backend made Store.
+	Backend Backend
 
 	t      testing.TB
 	cfg    Config
@@ -35,17 +40,30 @@ type Instance struct {
 type Config struct {
 	Server amqp.ServerConfig // Handler is set by Start
 	Broker broker.Options    // Store is set by Start
-	// WrapStore, if set, wraps the memory store the broker uses (to
-	// record or break what the broker writes).
+	// Backend makes the store; Selected(t) if nil.
+	Backend Backend
+	// WrapStore, if set, wraps the store the broker uses (to record or
+	// break what the broker writes). It is called again on every restart
+	// with the reopened store.
 	WrapStore func(store.Store) store.Store
 }
 
 // Start runs a broker until the test ends.
 func Start(t testing.TB, cfg Config) *Instance {
 	t.Helper()
-	i := &Instance{t: t, cfg: cfg, Store: memstore.New()}
+	be := cfg.Backend
+	if be == nil {
+		be = Selected(t)
+	}
+	i := &Instance{t: t, cfg: cfg, Backend: be}
+	i.Store = be.Open(t)
+	t.Cleanup(func() {
+		i.Stop()
+		if err := i.Store.Close(); err != nil {
+			t.Errorf("close %s store: %v", be.Name(), err)
+		}
+	})
 	i.start("127.0.0.1:0")
-	t.Cleanup(i.Stop)
 	return i
 }
 
@@ -108,7 +126,19 @@ func (i *Instance) Restart() {
 	i.t.Helper()
 	addr := i.Addr
 	i.Stop()
-	i.Store = i.Store.Reopen()
+	i.Store = i.Backend.Reopen(i.t, i.Store)
+	i.start(addr)
+}
+
+// Crash is Restart without the broker's shutdown: the store is reopened
+// as it is now, as after a kill -9 (what a graceful stop would write, such
+// as the deletion of exclusive queues, never reaches it), then the old
+// broker is stopped and a new one started on the same address.
+func (i *Instance) Crash() {
+	i.t.Helper()
+	addr := i.Addr
+	i.Store = i.Backend.Reopen(i.t, i.Store) // the old broker's later writes fail
+	i.Stop()
 	i.start(addr)
 }
 

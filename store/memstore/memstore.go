@@ -34,6 +34,7 @@ type Store struct {
 	err    error // sticky
 	msgs   map[store.MsgID]*msgRec
 	queues map[store.QueueID]map[uint64]*store.Entry
+	last   map[store.QueueID]uint64 // LastSeq; kept when the entries go
 	meta   map[string][]byte
 }
 
@@ -42,6 +43,7 @@ func New() *Store {
 	return &Store{
 		msgs:   make(map[store.MsgID]*msgRec),
 		queues: make(map[store.QueueID]map[uint64]*store.Entry),
+		last:   make(map[store.QueueID]uint64),
 		meta:   make(map[string][]byte),
 	}
 }
@@ -54,8 +56,8 @@ func (s *Store) Reopen() *Store {
 	s.closed = true
 	n := New()
 	n.nextID.Store(s.nextID.Load())
-	n.msgs, n.queues, n.meta = s.msgs, s.queues, s.meta
-	s.msgs, s.queues, s.meta = nil, nil, nil
+	n.msgs, n.queues, n.last, n.meta = s.msgs, s.queues, s.last, s.meta
+	s.msgs, s.queues, s.last, s.meta = nil, nil, nil, nil
 	return n
 }
 
@@ -99,6 +101,7 @@ func (s *Store) apply(b *store.Batch) error {
 		e.Msg = rec.msg
 		rec.refs++
 		q[e.Seq] = &e
+		s.last[e.Queue] = max(s.last[e.Queue], e.Seq)
 	}
 	for _, u := range b.Updates {
 		e := s.queues[u.Queue][u.Seq]
@@ -117,6 +120,7 @@ func (s *Store) apply(b *store.Batch) error {
 			s.unrefLocked(e.Msg.ID)
 		}
 		delete(s.queues, qid)
+		delete(s.last, qid)
 	}
 	for _, op := range b.Meta {
 		if op.Value == nil {
@@ -249,6 +253,16 @@ func (s *Store) collect(match func(*store.Entry) bool, q store.QueueID) ([]*stor
 		add(m)
 	}
 	return out, nil
+}
+
+// LastSeq implements store.Store.
+func (s *Store) LastSeq(q store.QueueID) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, store.ErrClosed
+	}
+	return s.last[q], nil
 }
 
 // ScanMeta implements store.Store.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/brokerd/brokerd/store"
@@ -35,6 +36,9 @@ func Run(t *testing.T, open Opener, reopen Reopener) {
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
 		{"DoneCalledOnce", testDoneOnce},
+		{"LastSeq", testLastSeq},
+		{"PriorityLevels", testPriorityLevels},
+		{"ManyBatchesInOrder", testManyBatches},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open, reopen) })
@@ -160,9 +164,14 @@ func testDeadLetterMove(t *testing.T, open Opener, reopen Reopener) {
 	}
 }
 
-func testInvalidBatch(t *testing.T, open Opener, _ Reopener) {
+// testInvalidBatch: a store may check a batch against what it holds (the
+// memory store does) or apply it unchecked (the disk store: a check would
+// cost a read per ack). Either way a bad reference must not corrupt
+// anything: if the batch is refused nothing of it is applied and the
+// error sticks; if it is accepted its valid part is applied and the
+// unknown delete changes nothing.
+func testInvalidBatch(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
-	defer s.Close()
 	m := newMsg(s, "a")
 	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
 	m2 := newMsg(s, "b")
@@ -172,13 +181,20 @@ func testInvalidBatch(t *testing.T, open Opener, _ Reopener) {
 		Puts:     []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 2}, Msg: m2}},
 		Deletes:  []store.Ref{{Queue: 1, Seq: 99}},
 	})
-	if !errors.Is(err, store.ErrInvalidBatch) {
-		t.Fatalf("apply invalid batch: err = %v, want ErrInvalidBatch", err)
-	}
-	expect(t, "queue 1", dump(t, s, 1, 0), []string{"1:a"})
-	// Errors are sticky.
-	if err := applyErr(s, &store.Batch{Meta: []store.MetaOp{{Key: "k", Value: []byte("v")}}}); err == nil {
-		t.Fatal("apply after a failed batch succeeded; errors must be sticky")
+	switch {
+	case errors.Is(err, store.ErrInvalidBatch):
+		expect(t, "queue 1", dump(t, s, 1, 0), []string{"1:a"})
+		if err := applyErr(s, &store.Batch{Meta: []store.MetaOp{{Key: "k", Value: []byte("v")}}}); err == nil {
+			t.Fatal("apply after a failed batch succeeded; errors must be sticky")
+		}
+		s.Close()
+	case err == nil:
+		expect(t, "queue 1", dump(t, s, 1, 0), []string{"1:a", "2:b"})
+		s = reopen(t, s)
+		defer s.Close()
+		expect(t, "queue 1 after reopen", dump(t, s, 1, 0), []string{"1:a", "2:b"})
+	default:
+		t.Fatalf("apply batch with an unknown delete: %v, want nil or ErrInvalidBatch", err)
 	}
 }
 
@@ -290,17 +306,115 @@ func testClosed(t *testing.T, open Opener, _ Reopener) {
 	}
 }
 
+// testDoneOnce: done runs exactly once per Apply, also for a store that
+// completes asynchronously; a second call is caught at the latest when
+// Close has waited for the store's goroutines.
 func testDoneOnce(t *testing.T, open Opener, _ Reopener) {
 	s := open(t)
-	defer s.Close()
-	calls := make(chan error, 4)
-	s.Apply(&store.Batch{Meta: []store.MetaOp{{Key: "k", Value: []byte("v")}}}, func(err error) { calls <- err })
-	if err := <-calls; err != nil {
+	const n = 50
+	var mu sync.Mutex
+	calls := make(map[int]int)
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for i := range n {
+		s.Apply(&store.Batch{Meta: []store.MetaOp{{Key: fmt.Sprint("k", i), Value: []byte("v")}}}, func(err error) {
+			if err != nil {
+				t.Errorf("apply %d: %v", i, err)
+			}
+			mu.Lock()
+			calls[i]++
+			first := calls[i] == 1
+			mu.Unlock()
+			if first {
+				wg.Done()
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-calls:
-		t.Fatalf("done called twice (second: %v)", err)
-	default:
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		if calls[i] != 1 {
+			t.Errorf("done of apply %d called %d times", i, calls[i])
+		}
 	}
+}
+
+// testLastSeq: the highest seq ever put survives deletes and restarts, so
+// a queue's seqs never restart.
+func testLastSeq(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	m := newMsg(s, "s")
+	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
+		{Ref: store.Ref{Queue: 1, Seq: 7}, Msg: m}, {Ref: store.Ref{Queue: 1, Prio: 3, Seq: 9}, Msg: m},
+	}})
+	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Seq: 7}, {Queue: 1, Prio: 3, Seq: 9}}})
+	want := map[store.QueueID]uint64{1: 9, 2: 0}
+	check := func(when string) {
+		for q, w := range want {
+			got, err := s.LastSeq(q)
+			if err != nil || got != w {
+				t.Fatalf("%s: LastSeq(%d) = %d, %v; want %d", when, q, got, err, w)
+			}
+		}
+	}
+	check("after deletes")
+	s = reopen(t, s)
+	defer s.Close()
+	check("after reopen")
+}
+
+// testPriorityLevels: entries of one queue on several levels scan in seq
+// order, each keeping its level.
+func testPriorityLevels(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	var b store.Batch
+	for i, prio := range []uint8{0, 9, 2, 9, 0, 255} {
+		m := newMsg(s, fmt.Sprint("p", prio))
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: 4, Prio: prio, Seq: uint64(i + 1)}, Msg: m})
+	}
+	apply(t, s, &b)
+	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 4, Prio: 9, Seq: 2}}})
+	s = reopen(t, s)
+	defer s.Close()
+	var got []string
+	err := s.ScanQueue(4, 0, func(e *store.Entry) bool {
+		got = append(got, fmt.Sprintf("%d@%d:%s", e.Seq, e.Prio, e.Msg.Body))
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "levels", got, []string{"1@0:p0", "3@2:p2", "4@9:p9", "5@0:p0", "6@255:p255"})
+}
+
+// testManyBatches: batches applied without waiting for each other are all
+// durable once their done ran, in Apply order.
+func testManyBatches(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	const n = 500
+	errc := make(chan error, n)
+	var want []string
+	for i := 1; i <= n; i++ {
+		m := newMsg(s, fmt.Sprint("b", i))
+		b := &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 5, Seq: uint64(i)}, Msg: m}}}
+		if i%3 == 0 { // ack the previous one in the same stream
+			b.Deletes = []store.Ref{{Queue: 5, Seq: uint64(i - 1)}}
+			want = want[:len(want)-1]
+		}
+		want = append(want, fmt.Sprintf("%d:b%d", i, i))
+		s.Apply(b, func(err error) { errc <- err })
+	}
+	for range n {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = reopen(t, s)
+	defer s.Close()
+	expect(t, "queue 5", dump(t, s, 5, 0), want)
 }

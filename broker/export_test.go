@@ -1,0 +1,48 @@
+package broker
+
+// Hooks for the external tests (package broker_test), compiled only into
+// tests.
+
+import "github.com/brokerd/brokerd/store"
+
+// VHostLockedForTest reports whether vhost's lock is held (or waited for)
+// exclusively: a store hook calls it to see whether a definition reaches
+// the store under the lock that made it.
+func (b *Broker) VHostLockedForTest(vhost string) bool {
+	v := b.VHost(vhost)
+	if v.mu.TryRLock() {
+		v.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// DefsForTest builds definition records exactly as the broker writes them,
+// so a test can put into a store what the broker never would (dangling
+// definitions).
+type DefsForTest struct{ m metaBatch }
+
+func (d *DefsForTest) VHost(name string) { d.m.putVHost(name) }
+
+func (d *DefsForTest) Exchange(vhost, name, typ string) {
+	d.m.putExchange(vhost, newExchange(name, typ, true, false, false, nil))
+}
+
+func (d *DefsForTest) Queue(vhost, name string, id store.QueueID) {
+	d.m.putQueue(vhost, &Queue{Name: name, Durable: true, id: id})
+}
+
+func (d *DefsForTest) QueueBinding(vhost, source, queue, key string) {
+	d.m.putBinding(vhost, &Binding{Source: source, Key: key, queue: &Queue{Name: queue, Durable: true}})
+}
+
+func (d *DefsForTest) ExchangeBinding(vhost, source, dest, key string) {
+	d.m.putBinding(vhost, &Binding{Source: source, Key: key, exchange: newExchange(dest, typeDirect, true, false, false, nil)})
+}
+
+func (d *DefsForTest) Policy(vhost, name, pattern string, def map[string]any) {
+	d.m.putPolicy(vhost, &Policy{Name: name, Pattern: pattern, ApplyTo: "all", Definition: def})
+}
+
+// Ops returns the records built so far.
+func (d *DefsForTest) Ops() []store.MetaOp { return d.m.ops }

@@ -1,0 +1,359 @@
+package broker
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// Durable definitions live in the store's meta space, one record per
+// definition. Names are bytes: AMQP short strings need not be UTF-8 and
+// may contain NUL, and a name comes back from the store exactly as it was
+// declared.
+//
+// # Keys
+//
+// A key is a kind prefix followed by name parts:
+//
+//	v/ <vhost>
+//	x/ <vhost> <exchange>
+//	q/ <vhost> <queue>
+//	b/ <vhost> <source> <"q"|"x"> <destination> <routing key> <args>
+//	p/ <vhost> <policy>
+//	n/queue-id                      (no parts)
+//
+// Each part is its bytes with every 0x00 written as 0x00 0xff, then the
+// terminator 0x00 0x01:
+//
+//	part := ( byte != 0x00 | 0x00 0xff )* 0x00 0x01
+//
+// So no part's encoding is a prefix of another's: keys of different tuples
+// never collide, and a vhost's keys of one kind are exactly those starting
+// with the kind and the vhost's part (ScanMeta by that prefix lists them).
+// The encoding keeps byte order, so definitions come back sorted by name.
+// <args> is the binding's argument table in its AMQP encoding, part of the
+// binding's identity (RabbitMQ's too).
+//
+// # Values
+//
+// Every value starts with a version byte (metaVersion). Then, with
+// bytes := uvarint(len) || len bytes:
+//
+//	vhost     (nothing)
+//	exchange  bytes(type) flags(1: bit 0 auto-delete, bit 1 internal) bytes(args)
+//	queue     uvarint(queue id) flags(1: bit 0 auto-delete) bytes(args)
+//	binding   (nothing: the key says it all)
+//	policy    the JSON document {"pattern","apply-to","priority","definition"}
+//	queue-id  uvarint(highest queue id ever given to a durable queue)
+//
+// Argument tables are in their AMQP encoding, so they come back bit for
+// bit. A decoder accepts trailing bytes after the fields it knows (a later
+// version may append fields) but nothing shorter.
+const (
+	metaVHost    = "v/"
+	metaExchange = "x/"
+	metaQueue    = "q/"
+	metaBinding  = "b/"
+	metaPolicy   = "p/"
+	// metaQueueIDMark holds the highest queue id ever given to a durable
+	// queue, so ids are never reused after a restart even when that queue
+	// is gone (its entries could otherwise surface in a new queue).
+	metaQueueIDMark = "n/queue-id"
+
+	metaVersion byte = 1 // on-disk format; never renumber
+
+	partEscape byte = 0xff // 0x00 0xff: a 0x00 inside a part; on-disk format
+	partEnd    byte = 0x01 // 0x00 0x01: end of a part; on-disk format
+
+	bindToQueue    = "q" // on-disk format
+	bindToExchange = "x" // on-disk format
+
+	flagAutoDelete byte = 1 << 0 // on-disk format
+	flagInternal   byte = 1 << 1 // on-disk format
+)
+
+// errMetaCorrupt is wrapped by every decoding error of a definition
+// record or key: the store holds something this broker did not write.
+var errMetaCorrupt = errors.New("broker: corrupt definition record")
+
+// metaKey returns prefix followed by the encoded parts.
+func metaKey(prefix string, parts ...string) string {
+	n := len(prefix)
+	for _, p := range parts {
+		n += len(p) + 2
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	sb.WriteString(prefix)
+	for _, p := range parts {
+		for i := 0; i < len(p); i++ {
+			sb.WriteByte(p[i])
+			if p[i] == 0 {
+				sb.WriteByte(partEscape)
+			}
+		}
+		sb.WriteByte(0)
+		sb.WriteByte(partEnd)
+	}
+	return sb.String()
+}
+
+// splitMetaKey decodes the parts of a key after its prefix.
+func splitMetaKey(rest string) ([]string, error) {
+	var parts []string
+	var cur []byte
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if c != 0 {
+			cur = append(cur, c)
+			continue
+		}
+		if i+1 == len(rest) {
+			return nil, fmt.Errorf("%w: key ends inside a part", errMetaCorrupt)
+		}
+		i++
+		switch rest[i] {
+		case partEscape:
+			cur = append(cur, 0)
+		case partEnd:
+			parts = append(parts, string(cur))
+			cur = cur[:0]
+		default:
+			return nil, fmt.Errorf("%w: bad escape 0x00 0x%02x in key", errMetaCorrupt, rest[i])
+		}
+	}
+	if len(cur) > 0 {
+		return nil, fmt.Errorf("%w: key ends inside a part", errMetaCorrupt)
+	}
+	return parts, nil
+}
+
+// metaParts decodes a key of a kind with exactly n parts.
+func metaParts(key, prefix string, n int) ([]string, error) {
+	if !strings.HasPrefix(key, prefix) {
+		return nil, fmt.Errorf("%w: key %q lacks prefix %q", errMetaCorrupt, key, prefix)
+	}
+	p, err := splitMetaKey(key[len(prefix):])
+	if err != nil {
+		return nil, err
+	}
+	if len(p) != n {
+		return nil, fmt.Errorf("%w: key %q has %d parts, want %d", errMetaCorrupt, key, len(p), n)
+	}
+	return p, nil
+}
+
+func bindingKey(vhost string, b *Binding) string {
+	kind := bindToQueue
+	if b.exchange != nil {
+		kind = bindToExchange
+	}
+	return metaKey(metaBinding, vhost, b.Source, kind, b.destName(), b.Key, string(encodeArgs(b.Args)))
+}
+
+func encodeArgs(t amqp.Table) []byte {
+	b, err := amqp.AppendTable(nil, t)
+	if err != nil {
+		// Tables come from the wire or from our own code; both encode.
+		panic(fmt.Sprintf("encode argument table: %v", err))
+	}
+	return b
+}
+
+func decodeArgs(b []byte) (amqp.Table, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	t, _, err := amqp.DecodeTable(b)
+	return t, err
+}
+
+// --- values ---------------------------------------------------------------
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+func encodeExchangeDef(x *Exchange) []byte {
+	var flags byte
+	if x.AutoDelete {
+		flags |= flagAutoDelete
+	}
+	if x.Internal {
+		flags |= flagInternal
+	}
+	v := []byte{metaVersion}
+	v = appendBytes(v, []byte(x.Type))
+	v = append(v, flags)
+	return appendBytes(v, encodeArgs(x.Args))
+}
+
+func encodeQueueDef(q *Queue) []byte {
+	var flags byte
+	if q.AutoDelete {
+		flags |= flagAutoDelete
+	}
+	v := binary.AppendUvarint([]byte{metaVersion}, uint64(q.id))
+	v = append(v, flags)
+	return appendBytes(v, encodeArgs(q.Args))
+}
+
+func encodeQueueIDMark(id uint64) []byte {
+	return binary.AppendUvarint([]byte{metaVersion}, id)
+}
+
+// recReader decodes one value; the first error sticks.
+type recReader struct {
+	b   []byte
+	err error
+}
+
+func newRecReader(b []byte) *recReader {
+	r := &recReader{b: b}
+	switch {
+	case len(b) == 0:
+		r.err = fmt.Errorf("%w: empty value", errMetaCorrupt)
+	case b[0] != metaVersion:
+		r.err = fmt.Errorf("%w: unknown version %d", errMetaCorrupt, b[0])
+	default:
+		r.b = b[1:]
+	}
+	return r
+}
+
+func (r *recReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = fmt.Errorf("%w: bad varint", errMetaCorrupt)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recReader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.err = fmt.Errorf("%w: value too short", errMetaCorrupt)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *recReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("%w: length %d beyond the value's end", errMetaCorrupt, n)
+		return nil
+	}
+	b := r.b[:n:n]
+	r.b = r.b[n:]
+	return b
+}
+
+// rest returns what follows the version byte (the policy's JSON).
+func (r *recReader) rest() []byte {
+	if r.err != nil {
+		return nil
+	}
+	b := r.b
+	r.b = nil
+	return b
+}
+
+type exchangeDef struct {
+	Type                 string
+	AutoDelete, Internal bool
+	Args                 amqp.Table
+}
+
+func decodeExchangeDef(v []byte) (exchangeDef, error) {
+	r := newRecReader(v)
+	d := exchangeDef{Type: string(r.bytes())}
+	flags := r.byte()
+	args := r.bytes()
+	if r.err != nil {
+		return d, r.err
+	}
+	d.AutoDelete, d.Internal = flags&flagAutoDelete != 0, flags&flagInternal != 0
+	var err error
+	if d.Args, err = decodeArgs(args); err != nil {
+		return d, fmt.Errorf("%w: arguments: %w", errMetaCorrupt, err)
+	}
+	return d, nil
+}
+
+type queueDef struct {
+	ID         uint64
+	AutoDelete bool
+	Args       amqp.Table
+}
+
+func decodeQueueDef(v []byte) (queueDef, error) {
+	r := newRecReader(v)
+	d := queueDef{ID: r.uvarint()}
+	flags := r.byte()
+	args := r.bytes()
+	if r.err != nil {
+		return d, r.err
+	}
+	if d.ID == 0 {
+		return d, fmt.Errorf("%w: queue id 0", errMetaCorrupt)
+	}
+	d.AutoDelete = flags&flagAutoDelete != 0
+	var err error
+	if d.Args, err = decodeArgs(args); err != nil {
+		return d, fmt.Errorf("%w: arguments: %w", errMetaCorrupt, err)
+	}
+	return d, nil
+}
+
+func decodeQueueIDMark(v []byte) (uint64, error) {
+	r := newRecReader(v)
+	id := r.uvarint()
+	return id, r.err
+}
+
+// checkEmptyDef checks a record that carries only its version (vhost,
+// binding).
+func checkEmptyDef(v []byte) error { return newRecReader(v).err }
+
+func encodePolicyDef(p *Policy) []byte {
+	doc, err := json.Marshal(policyDef{Pattern: p.Pattern, ApplyTo: p.ApplyTo, Priority: p.Priority, Definition: p.Definition})
+	if err != nil {
+		// A validated policy holds strings and numbers only.
+		panic(fmt.Sprintf("encode policy %q: %v", p.Name, err))
+	}
+	return append([]byte{metaVersion}, doc...)
+}
+
+func decodePolicyDef(v []byte) (policyDef, error) {
+	var d policyDef
+	r := newRecReader(v)
+	doc := r.rest()
+	if r.err != nil {
+		return d, r.err
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&d); err != nil {
+		return d, fmt.Errorf("%w: policy document: %w", errMetaCorrupt, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,597 @@
+package broker_test
+
+// Tests of what the broker writes to the store: entry positions, sequence
+// numbers across restarts, definitions and their order.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/store"
+)
+
+// startRecording starts a broker whose store writes are recorded by the
+// returned recorder (also across Restart).
+func startRecording(t *testing.T) (*brokertest.Instance, *recordingStore) {
+	t.Helper()
+	rec := &recordingStore{}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { rec.Store = s; return rec }})
+	return b, rec
+}
+
+// puts returns every entry put so far, in order.
+func (r *recordingStore) puts() []store.Entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []store.Entry
+	for _, b := range r.batches {
+		out = append(out, b.Puts...)
+	}
+	return out
+}
+
+// deletes returns every entry deleted so far, in order.
+func (r *recordingStore) deletes() []store.Ref {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []store.Ref
+	for _, b := range r.batches {
+		out = append(out, b.Deletes...)
+	}
+	return out
+}
+
+func pubPrio(t *testing.T, ch *amqp091.Channel, q string, prio uint8) {
+	t.Helper()
+	p := amqp091.Publishing{Body: []byte{'m', '0' + prio%10}, Priority: prio, DeliveryMode: amqp091.Persistent}
+	if !tlPublish(t, ch, "", q, p) {
+		t.Fatalf("publish with priority %d to %q nacked", prio, q)
+	}
+}
+
+// An entry's store position carries its priority level (the message
+// priority capped at x-max-priority; 0 without priorities), on the put,
+// on the delete, after a restart, and on a dead-lettered copy, which takes
+// the target's level for the message's own priority.
+func TestStoreRefCarriesPriorityLevel(t *testing.T) {
+	b, rec := startRecording(t)
+	_, ch := tlChannel(t, b)
+	tlDeclareDurable(t, ch, "pq", "classic", true, amqp091.Table{"x-max-priority": int32(5)})
+	tlDeclareDurable(t, ch, "dlq", "classic", true, amqp091.Table{"x-max-priority": int32(10)})
+	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", nil))
+	for _, p := range []uint8{0, 3, 9} {
+		pubPrio(t, ch, "pq", p)
+	}
+	pubPrio(t, ch, "src", 7)
+	var got []uint8
+	for _, e := range rec.puts() {
+		got = append(got, e.Prio)
+	}
+	if want := []uint8{0, 3, 5, 0}; !equalBytes(got, want) {
+		t.Fatalf("put levels %v, want %v (priorities 0,3,9 in x-max-priority 5; 7 in a queue without priorities)", got, want)
+	}
+	pqID := rec.puts()[0].Queue
+
+	b.Restart()
+	rec.reset()
+	_, ch = tlChannel(t, b)
+	// Highest first: the recovered entries kept their levels.
+	for _, want := range []string{"m9", "m3", "m0"} {
+		d := tlMustGet(t, ch, "pq")
+		if string(d.Body) != want {
+			t.Fatalf("got %q from pq after restart, want %q", d.Body, want)
+		}
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := tlMustGet(t, ch, "src")
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	tlSync(t, ch)
+	got = got[:0]
+	for _, r := range rec.deletes() {
+		if r.Queue == pqID {
+			got = append(got, r.Prio)
+		}
+	}
+	if want := []uint8{5, 3, 0}; !equalBytes(got, want) {
+		t.Fatalf("deletes of pq carry levels %v, want %v", got, want)
+	}
+	ps := rec.puts()
+	if len(ps) != 1 || ps[0].Prio != 7 {
+		t.Fatalf("dead-lettered copy puts %+v, want one at level 7 (the message's priority, in a target with 10 levels)", ps)
+	}
+}
+
+func equalBytes(a, b []uint8) bool { return string(a) == string(b) }
+
+// A queue's sequence numbers continue after a restart even when every
+// entry was settled before it: the store's LastSeq, not the recovered
+// entries, restores the sequence.
+func TestQueueSeqContinuesAfterRestart(t *testing.T) {
+	b, rec := startRecording(t)
+	_, ch := tlChannel(t, b)
+	tlDeclareDurable(t, ch, "q", "classic", true, nil)
+	for _, body := range []string{"a", "b", "c"} {
+		tlPubPersistent(t, ch, "q", body, "")
+	}
+	for range 3 {
+		if err := tlMustGet(t, ch, "q").Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tlSync(t, ch)
+	var last uint64
+	for _, e := range rec.puts() {
+		last = max(last, e.Seq)
+	}
+	if last == 0 {
+		t.Fatal("no entry put")
+	}
+
+	b.Restart()
+	rec.reset()
+	_, ch = tlChannel(t, b)
+	tlPubPersistent(t, ch, "q", "d", "")
+	ps := rec.puts()
+	if len(ps) != 1 {
+		t.Fatalf("%d puts after restart, want 1", len(ps))
+	}
+	if ps[0].Seq <= last {
+		t.Fatalf("put after restart has seq %d; seqs up to %d were used before: a restart must not reuse them", ps[0].Seq, last)
+	}
+	if d := tlMustGet(t, ch, "q"); string(d.Body) != "d" {
+		t.Fatalf("got %q, want d", d.Body)
+	}
+}
+
+// warnLog records the messages of warnings and errors logged.
+type warnLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *warnLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *warnLog) Handle(_ context.Context, r slog.Record) error {
+	var sb strings.Builder
+	sb.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s=%q", a.Key, a.Value.String()); return true })
+	h.mu.Lock()
+	h.msgs = append(h.msgs, sb.String())
+	h.mu.Unlock()
+	return nil
+}
+func (h *warnLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnLog) WithGroup(string) slog.Handler      { return h }
+
+func (h *warnLog) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.msgs
+	h.msgs = nil
+	return out
+}
+
+// countMeta counts the definition records under prefix.
+func countMeta(t *testing.T, s store.Store, prefix string) int {
+	t.Helper()
+	n := 0
+	if err := s.ScanMeta(prefix, func(string, []byte) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A definition change racing the deletion of what it refers to reaches
+// the store in the order memory saw them, so the store never keeps a
+// binding to a deleted queue or a deleted queue's definition, and the
+// broker restarts with exactly what memory had (review 2026-11-23, §4
+// finding 1). Each case runs the second operation from inside the store
+// write of the first: if that write were made after the vhost lock was
+// released, the second would overtake it; made under the lock, the second
+// waits.
+func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
+	cases := []struct {
+		name   string
+		setup  func(t *testing.T, ch *amqp091.Channel)
+		first  func(ch *amqp091.Channel) error
+		prefix string // of the first operation's record
+		second func(ch *amqp091.Channel) error
+		gone   func(ch *amqp091.Channel) error // passive declare of what the second deleted
+	}{{
+		name: "queue.bind/queue.delete",
+		setup: func(t *testing.T, ch *amqp091.Channel) {
+			tlDeclareDurable(t, ch, "q", "classic", true, nil)
+		},
+		first:  func(ch *amqp091.Channel) error { return ch.QueueBind("q", "k", "amq.direct", false, nil) },
+		prefix: "b/",
+		second: func(ch *amqp091.Channel) error { _, err := ch.QueueDelete("q", false, false, false); return err },
+		gone: func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDeclarePassive("q", true, false, false, false, nil)
+			return err
+		},
+	}, {
+		name: "exchange.bind/exchange.delete",
+		setup: func(t *testing.T, ch *amqp091.Channel) {
+			if err := ch.ExchangeDeclare("x", "direct", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+		},
+		first:  func(ch *amqp091.Channel) error { return ch.ExchangeBind("x", "k", "amq.direct", false, nil) },
+		prefix: "b/",
+		second: func(ch *amqp091.Channel) error { return ch.ExchangeDelete("x", false, false) },
+		gone: func(ch *amqp091.Channel) error {
+			return ch.ExchangeDeclarePassive("x", "direct", true, false, false, false, nil)
+		},
+	}, {
+		name:  "queue.declare/queue.delete",
+		setup: func(*testing.T, *amqp091.Channel) {},
+		first: func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDeclare("q", true, false, false, false, nil)
+			return err
+		},
+		prefix: "q/",
+		second: func(ch *amqp091.Channel) error { _, err := ch.QueueDelete("q", false, false, false); return err },
+		gone: func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDeclarePassive("q", true, false, false, false, nil)
+			return err
+		},
+	}, {
+		name:  "exchange.declare/exchange.delete",
+		setup: func(*testing.T, *amqp091.Channel) {},
+		first: func(ch *amqp091.Channel) error {
+			return ch.ExchangeDeclare("x", "direct", true, false, false, false, nil)
+		},
+		prefix: "x/",
+		second: func(ch *amqp091.Channel) error { return ch.ExchangeDelete("x", false, false) },
+		gone: func(ch *amqp091.Channel) error {
+			return ch.ExchangeDeclarePassive("x", "direct", true, false, false, false, nil)
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &warnLog{}
+			var armed atomic.Bool
+			var b *brokertest.Instance
+			var other *amqp091.Channel
+			secondDone := make(chan error, 1)
+			hs := &hookStore{}
+			hs.hook = func(bt *store.Batch) {
+				if !slices.ContainsFunc(bt.Meta, func(op store.MetaOp) bool { return strings.HasPrefix(op.Key, tc.prefix) }) ||
+					!armed.CompareAndSwap(true, false) {
+					return
+				}
+				locked := b.Broker.VHostLockedForTest("/")
+				go func() { secondDone <- tc.second(other) }()
+				if locked {
+					return // the second operation waits for this write
+				}
+				// Written outside the lock: let the second overtake it.
+				select {
+				case err := <-secondDone:
+					secondDone <- err
+				case <-time.After(5 * time.Second):
+					t.Errorf("second operation blocked")
+				}
+			}
+			b = brokertest.Start(t, brokertest.Config{
+				Broker:    broker.Options{Logger: slog.New(logs)},
+				WrapStore: func(s store.Store) store.Store { hs.Store = s; return hs },
+			})
+			_, ch := b.Channel(t)
+			_, other = b.Channel(t)
+			tc.setup(t, ch)
+			armed.Store(true)
+			if err := tc.first(ch); err != nil {
+				t.Fatalf("first operation: %v", err)
+			}
+			if err := <-secondDone; err != nil {
+				t.Fatalf("second operation: %v", err)
+			}
+			if armed.Load() {
+				t.Fatal("hook did not run")
+			}
+			// Memory: bound (or declared), then deleted. The store must
+			// say the same.
+			for _, p := range []string{"b/", tc.prefix} {
+				if n := countMeta(t, b.Store, p); n != 0 {
+					t.Fatalf("%d %q records left in the store after the delete: the first operation's write landed after it", n, p)
+				}
+			}
+			b.Restart()
+			if w := logs.take(); len(w) != 0 {
+				t.Fatalf("restart warned: %q", w)
+			}
+			_, ch = b.Channel(t)
+			if err := tc.gone(ch); err == nil {
+				t.Fatal("deleted definition came back after a restart")
+			}
+		})
+	}
+}
+
+// Recovery drops a definition that refers to something absent, with a
+// warning naming it, deletes it from the store, and starts with the rest
+// (instead of refusing to open).
+func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
+	logs := &warnLog{}
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(logs)}})
+	_, ch := tlChannel(t, b)
+	tlDeclareDurable(t, ch, "keep", "classic", true, nil)
+	tlBind(t, ch, "keep", "k", "amq.direct")
+	tlPubPersistent(t, ch, "keep", "m", "")
+
+	var d broker.DefsForTest
+	const lost = store.QueueID(900)
+	d.Queue("nohost", "lost-q", lost)
+	d.Exchange("nohost", "lost-x", "fanout")
+	d.Policy("nohost", "lost-p", ".*", map[string]any{"max-length": 1})
+	d.QueueBinding("nohost", "amq.direct", "lost-q", "k")
+	d.QueueBinding("/", "nox", "keep", "from-unknown-exchange")
+	d.QueueBinding("/", "amq.direct", "noq", "to-unknown-queue")
+	d.ExchangeBinding("/", "amq.direct", "nox", "to-unknown-exchange")
+	msg := &store.Message{ID: b.Store.AllocMsgID(), Persistent: true}
+	errc := make(chan error, 1)
+	b.Store.Apply(&store.Batch{
+		Messages: []*store.Message{msg},
+		Puts:     []store.Entry{{Ref: store.Ref{Queue: lost, Seq: 1}, Msg: msg}},
+		Meta:     d.Ops(),
+	}, func(err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	logs.take()
+
+	b.Restart()
+	want := []string{
+		`recovery: dropping exchange in unknown vhost vhost="nohost" exchange="lost-x"`,
+		`recovery: dropping queue in unknown vhost vhost="nohost" queue="lost-q"`,
+		`recovery: dropping binding in unknown vhost vhost="nohost" source="amq.direct" destination="lost-q" routing_key="k"`,
+		`recovery: dropping binding to unknown exchange vhost="/" source="amq.direct" exchange="nox" routing_key="to-unknown-exchange"`,
+		`recovery: dropping binding to unknown queue vhost="/" source="amq.direct" queue="noq" routing_key="to-unknown-queue"`,
+		`recovery: dropping binding from unknown exchange vhost="/" source="nox" destination="keep" routing_key="from-unknown-exchange"`,
+		`recovery: dropping policy in unknown vhost vhost="nohost" policy="lost-p"`,
+	}
+	got := logs.take()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The rest is there and works.
+	_, ch = tlChannel(t, b)
+	if !tlPublish(t, ch, "amq.direct", "k", amqp091.Publishing{Body: []byte("via binding")}) {
+		t.Fatal("publish nacked")
+	}
+	if got := tlDrain(t, ch, "keep"); !slices.Equal(got, []string{"m", "via binding"}) {
+		t.Fatalf("keep holds %q, want [m via binding]", got)
+	}
+	// The dangling records, and the lost queue's entries, are gone.
+	var left []string
+	_ = b.Store.ScanMeta("", func(k string, _ []byte) bool {
+		if strings.Contains(k, "nohost") || strings.Contains(k, "unknown") {
+			left = append(left, k)
+		}
+		return true
+	})
+	if len(left) != 0 {
+		t.Fatalf("dangling records still stored: %q", left)
+	}
+	if err := b.Store.ScanQueue(lost, 0, func(e *store.Entry) bool { t.Errorf("entry %v of the dropped queue left", e.Ref); return true }); err != nil {
+		t.Fatal(err)
+	}
+	b.Restart()
+	if w := logs.take(); len(w) != 0 {
+		t.Fatalf("second restart warned: %q", w)
+	}
+}
+
+// Names are bytes: queue, exchange and binding-key names that are not
+// UTF-8 or contain NUL survive a restart exactly, with their messages, and
+// names that differ only in where a NUL falls stay distinct definitions
+// (review 2026-11-23, §4 finding 4).
+func TestNamesAreBytesAcrossRestart(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := tlChannel(t, b)
+	const (
+		q     = "q\xff"     // not UTF-8
+		x     = "x\xfe\x00" // not UTF-8, with NUL
+		key   = "k\x00\xff"
+		dk    = "d\x00k" // with "d" and key "k\x00" below: parts that
+		d     = "d"      // joined by NUL would give the same record
+		dkKey = ""
+		dKey  = "k\x00"
+	)
+	for _, name := range []string{q, dk, d} {
+		tlDeclareDurable(t, ch, name, "classic", true, nil)
+	}
+	if err := ch.ExchangeDeclare(x, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	tlBind(t, ch, q, key, x)
+	tlBind(t, ch, dk, dkKey, "amq.direct")
+	tlBind(t, ch, d, dKey, "amq.direct")
+	if err := ch.QueueUnbind(d, dKey, "amq.direct", nil); err != nil {
+		t.Fatal(err)
+	}
+	tlPubPersistent(t, ch, q, "m", "")
+
+	b.Restart()
+	_, ch = tlChannel(t, b)
+	// Unbinding d did not take dk's binding with it.
+	for _, k := range []string{dkKey, dKey} {
+		if !tlPublish(t, ch, "amq.direct", k, amqp091.Publishing{Body: []byte("key " + k)}) {
+			t.Fatal("publish nacked")
+		}
+	}
+	if got := tlDrain(t, ch, dk); !slices.Equal(got, []string{"key "}) {
+		t.Fatalf("%q holds %q after restart, want [\"key \"]", dk, got)
+	}
+	if got := tlDrain(t, ch, d); len(got) != 0 {
+		t.Fatalf("%q holds %q after restart: its unbound binding came back", d, got)
+	}
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("queue %q after restart: %v", q, err)
+	}
+	if st.Messages != 1 {
+		t.Fatalf("queue %q holds %d messages after restart, want 1", q, st.Messages)
+	}
+	if err := ch.ExchangeDeclarePassive(x, "direct", true, false, false, false, nil); err != nil {
+		t.Fatalf("exchange %q after restart: %v", x, err)
+	}
+	if !tlPublish(t, ch, x, key, amqp091.Publishing{Body: []byte("via binding")}) {
+		t.Fatal("publish nacked")
+	}
+	if got := tlDrain(t, ch, q); !slices.Equal(got, []string{"m", "via binding"}) {
+		t.Fatalf("%q holds %q, want [m via binding]: message or binding key lost", q, got)
+	}
+}
+
+// gateStore holds back the completion of the next batch matching arm's
+// predicate until the test releases it.
+type gateStore struct {
+	store.Store
+	mu    sync.Mutex
+	match func(*store.Batch) bool
+	held  chan func(error) // the held completion; the test calls it
+}
+
+func (g *gateStore) arm(match func(*store.Batch) bool) {
+	g.mu.Lock()
+	g.match = match
+	g.mu.Unlock()
+}
+
+func (g *gateStore) Apply(b *store.Batch, done func(error)) {
+	g.mu.Lock()
+	hold := g.match != nil && g.match(b)
+	if hold {
+		g.match = nil
+	}
+	g.mu.Unlock()
+	if !hold {
+		g.Store.Apply(b, done)
+		return
+	}
+	g.Store.Apply(b, func(err error) {
+		g.held <- func(release error) {
+			if release == nil {
+				release = err
+			}
+			if done != nil {
+				done(release)
+			}
+		}
+	})
+}
+
+// Replies that promise a deletion survives a restart (queue.delete-ok,
+// queue.purge-ok, exchange.delete-ok, queue.unbind-ok, exchange.unbind-ok)
+// are sent only once the store made the change durable; if it fails, the
+// connection is closed with 541 INTERNAL_ERROR.
+func TestDeleteRepliesWaitForDurability(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, ch *amqp091.Channel)
+		op    func(ch *amqp091.Channel) error
+	}{{
+		name: "queue.delete",
+		setup: func(t *testing.T, ch *amqp091.Channel) {
+			tlDeclareDurable(t, ch, "q", "classic", true, nil)
+			tlPubPersistent(t, ch, "q", "m", "")
+		},
+		op: func(ch *amqp091.Channel) error { _, err := ch.QueueDelete("q", false, false, false); return err },
+	}, {
+		name: "queue.purge",
+		setup: func(t *testing.T, ch *amqp091.Channel) {
+			tlDeclareDurable(t, ch, "q", "classic", true, nil)
+			tlPubPersistent(t, ch, "q", "m", "")
+		},
+		op: func(ch *amqp091.Channel) error { _, err := ch.QueuePurge("q", false); return err },
+	}, {
+		name: "exchange.delete",
+		setup: func(t *testing.T, ch *amqp091.Channel) {
+			if err := ch.ExchangeDeclare("x", "direct", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+		},
+		op: func(ch *amqp091.Channel) error { return ch.ExchangeDelete("x", false, false) },
+	}, {
+		name: "queue.unbind",
+		setup: func(t *testing.T, ch *amqp091.Channel) {
+			tlDeclareDurable(t, ch, "q", "classic", true, nil)
+			tlBind(t, ch, "q", "k", "amq.direct")
+		},
+		op: func(ch *amqp091.Channel) error { return ch.QueueUnbind("q", "k", "amq.direct", nil) },
+	}, {
+		name: "exchange.unbind",
+		setup: func(t *testing.T, ch *amqp091.Channel) {
+			if err := ch.ExchangeDeclare("x", "direct", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.ExchangeBind("x", "k", "amq.direct", false, nil); err != nil {
+				t.Fatal(err)
+			}
+		},
+		op: func(ch *amqp091.Channel) error { return ch.ExchangeUnbind("x", "k", "amq.direct", false, nil) },
+	}}
+	anyWrite := func(*store.Batch) bool { return true }
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &gateStore{held: make(chan func(error), 1)}
+			b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
+			_, ch := tlChannel(t, b)
+			tc.setup(t, ch)
+			g.arm(anyWrite)
+			replied := make(chan error, 1)
+			go func() { replied <- tc.op(ch) }()
+			release := <-g.held // the broker wrote the change
+			// A round trip with the broker on another connection: a
+			// reply sent without waiting would be here by now.
+			_, other := tlChannel(t, b)
+			tlSync(t, other)
+			select {
+			case err := <-replied:
+				t.Fatalf("reply (err %v) before the store made the change durable", err)
+			default:
+			}
+			release(nil)
+			if err := <-replied; err != nil {
+				t.Fatalf("after the store's completion: %v", err)
+			}
+		})
+		t.Run(tc.name+"/store-fails", func(t *testing.T) {
+			g := &gateStore{held: make(chan func(error), 1)}
+			b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
+			c, ch := tlChannel(t, b)
+			closed := c.NotifyClose(make(chan *amqp091.Error, 1))
+			tc.setup(t, ch)
+			g.arm(anyWrite)
+			replied := make(chan error, 1)
+			go func() { replied <- tc.op(ch) }()
+			(<-g.held)(errors.New("disk on fire"))
+			if err := <-replied; err == nil {
+				t.Fatal("reply ok although the store failed")
+			}
+			e := <-closed
+			if e == nil || e.Code != amqp091.InternalError || !strings.Contains(e.Reason, "disk on fire") {
+				t.Fatalf("connection closed with %v, want 541 INTERNAL_ERROR naming the store's error", e)
+			}
+		})
+	}
+}

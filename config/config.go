@@ -51,8 +51,14 @@ type Mgmt struct {
 
 // Storage is the [storage] table.
 type Storage struct {
-	DataDir string     `toml:"data_dir"`
-	Sync    SyncPolicy `toml:"sync"`
+	DataDir            string        `toml:"data_dir"`
+	Engine             StorageEngine `toml:"engine"`
+	Sync               SyncPolicy    `toml:"sync"`
+	SyncInterval       Duration      `toml:"sync_interval"`
+	CheckpointBytes    ByteSize      `toml:"checkpoint_bytes"`
+	CheckpointInterval Duration      `toml:"checkpoint_interval"`
+	SegmentCache       ByteSize      `toml:"segment_cache"`
+	IndexCache         ByteSize      `toml:"index_cache"`
 }
 
 // Limits is the [limits] table: resource alarms that block publishers.
@@ -102,8 +108,17 @@ func Default() Config {
 			MaxMessageSize:   128 * MiB,
 			HandshakeTimeout: Duration(10 * time.Second),
 		},
-		Mgmt:    Mgmt{Listen: "127.0.0.1:15672"},
-		Storage: Storage{DataDir: "./data", Sync: SyncBatch},
+		Mgmt: Mgmt{Listen: "127.0.0.1:15672"},
+		Storage: Storage{
+			DataDir:            "./data",
+			Engine:             EngineDisk,
+			Sync:               SyncFsync,
+			SyncInterval:       Duration(10 * time.Millisecond),
+			CheckpointBytes:    64 * MiB,
+			CheckpointInterval: Duration(30 * time.Second),
+			SegmentCache:       32 * MiB,
+			IndexCache:         32 * MiB,
+		},
 		Limits: Limits{
 			MemoryHighWatermark: 0.4,
 			DiskFreeLimit:       50 * MB,

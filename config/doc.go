@@ -70,18 +70,24 @@
 //
 //	mgmt.listen              "127.0.0.1:15672"  "" or "off" disables.
 //
-// [storage] — until the durable store exists, messages and definitions live
-// in memory: data_dir holds only the LOCK file that keeps two brokers off one
-// directory, and sync has no effect yet.
+// [storage] — the message store (package store/diskstore: WAL, compressed
+// segments, Pebble index).
 //
-//	storage.data_dir         "./data"        All broker state. Relative to the working directory.
-//	storage.sync             "batch"         SyncPolicy: when the log is fsynced and confirms sent.
-//	                                         "batch":  group commit, one fsync per batch of
-//	                                                   records; confirms after that fsync.
-//	                                         "always": fsync after each record, then confirm.
-//	                                         "none":   never fsync; confirms after write. A
-//	                                                   machine crash loses confirmed
-//	                                                   messages. For benchmarks.
+//	storage.data_dir             "./data"   All broker state. Relative to the working directory.
+//	storage.engine               "disk"     "disk" (durable) or "memory" (nothing survives a restart).
+//	storage.sync                 "fsync"    SyncPolicy: when the WAL is fsynced and confirms sent.
+//	                                        "fsync":    group commit, one fsync per group of
+//	                                                    records; confirms after that fsync.
+//	                                        "interval": confirms after the write; fsync every
+//	                                                    sync_interval (a machine crash may
+//	                                                    lose that interval).
+//	                                        "none":     never fsync; confirms after write. For
+//	                                                    benchmarks.
+//	storage.sync_interval        "10ms"     fsync period under "interval", 1ms..1m.
+//	storage.checkpoint_bytes     "64MiB"    Checkpoint once this much awaits one, 1MiB..16GiB.
+//	storage.checkpoint_interval  "30s"      ... or this long after the last, 1s..1h.
+//	storage.segment_cache        "32MiB"    Block cache of decompressed message bodies.
+//	storage.index_cache          "32MiB"    Pebble's block cache.
 //
 // [limits] — resource alarms. While one is raised, publishing connections get
 // connection.blocked and are not read from; nothing is dropped.

@@ -122,7 +122,8 @@ cert_file = "/etc/brokerd/cert.pem"
 key_file = "/etc/brokerd/key.pem"
 
 [storage]
-sync = "always"
+sync = "interval"
+engine = "memory"
 
 [limits]
 memory_high_watermark = 0.6
@@ -155,7 +156,8 @@ loopback_users = []
 	want.AMQP.FrameMax = 65536
 	want.AMQP.MaxMessageSize = MiB
 	want.AMQP.TLS = TLS{Listen: "0.0.0.0:5671", CertFile: "/etc/brokerd/cert.pem", KeyFile: "/etc/brokerd/key.pem"}
-	want.Storage.Sync = SyncAlways
+	want.Storage.Sync = SyncInterval
+	want.Storage.Engine = EngineMemory
 	want.Limits = Limits{MemoryHighWatermark: 0.6, MemoryHighWatermarkBytes: 2 * GiB, DiskFreeLimit: 1_000_000}
 	want.Log = Log{Level: LevelDebug, Format: FormatJSON}
 	want.Users = []User{
@@ -222,7 +224,7 @@ func TestLoadProblems(t *testing.T) {
 		{"tls cert empty", "[amqp.tls]\nlisten = \":5671\"\nkey_file = \"k\"\ncert_file = \"\"\n", "4: amqp.tls.cert_file: required when amqp.tls.listen is set"},
 		{"verify_peer without ca", "[amqp.tls]\nlisten = \":5671\"\ncert_file = \"c\"\nkey_file = \"k\"\nverify_peer = true\n", "5: amqp.tls.ca_file: required when amqp.tls.verify_peer is true"},
 		{"empty data_dir", "[storage]\ndata_dir = \"\"\n", `2: storage.data_dir: must not be empty`},
-		{"bad sync", "[storage]\nsync = \"sometimes\"\n", `2: storage.sync: invalid value "sometimes": want one of "batch", "always", "none"`},
+		{"bad sync", "[storage]\nsync = \"sometimes\"\n", `2: storage.sync: invalid value "sometimes": want one of "fsync", "interval", "none"`},
 		{"watermark of 1", "[limits]\nmemory_high_watermark = 1\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got 1`},
 		{"watermark nan", "[limits]\nmemory_high_watermark = nan\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got NaN`},
 		{"bad level", "[log]\nlevel = \"verbose\"\n", `2: log.level: invalid value "verbose": want one of "debug", "info", "warn", "error"`},

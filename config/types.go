@@ -128,25 +128,42 @@ func ParseByteSize(s string) (ByteSize, error) {
 	return ByteSize(v) * mult, nil
 }
 
-// SyncPolicy says when the storage engine fsyncs, and therefore when a
-// publisher confirm may be sent.
+// StorageEngine selects the message store.
+type StorageEngine string
+
+const (
+	// EngineDisk is the durable store (WAL, segments, index) under
+	// storage.data_dir. The default.
+	EngineDisk StorageEngine = "disk"
+	// EngineMemory keeps everything in memory: nothing survives a restart.
+	// For tests and throwaway brokers.
+	EngineMemory StorageEngine = "memory"
+)
+
+// StorageEngines lists the valid values of StorageEngine.
+var StorageEngines = []StorageEngine{EngineDisk, EngineMemory}
+
+// SyncPolicy says when the WAL fsyncs, and therefore when a publisher
+// confirm may be sent.
 type SyncPolicy string
 
 const (
-	// SyncBatch is group commit: records are written as they arrive and one
-	// fsync covers every record written since the last; confirms for a batch
-	// go out after its fsync returns. The default.
-	SyncBatch SyncPolicy = "batch"
-	// SyncAlways fsyncs after every record before confirming it.
-	SyncAlways SyncPolicy = "always"
-	// SyncNone never fsyncs; confirms go out after the write(2). A crash of
-	// the machine (not just the process) loses confirmed messages. For
+	// SyncFsync is group commit: one fsync covers every record queued while
+	// the previous fsync ran; a confirm goes out after the fsync that covers
+	// its record. The default: a confirmed message survives power loss.
+	SyncFsync SyncPolicy = "fsync"
+	// SyncInterval confirms after the write(2) and fsyncs every
+	// storage.sync_interval: a process crash loses nothing, a machine crash
+	// may lose the last interval's confirmed messages.
+	SyncInterval SyncPolicy = "interval"
+	// SyncNone never fsyncs (except when a log file is full); confirms go
+	// out after the write(2). A machine crash loses confirmed messages. For
 	// benchmarks only.
 	SyncNone SyncPolicy = "none"
 )
 
 // SyncPolicies lists the valid values of SyncPolicy.
-var SyncPolicies = []SyncPolicy{SyncBatch, SyncAlways, SyncNone}
+var SyncPolicies = []SyncPolicy{SyncFsync, SyncInterval, SyncNone}
 
 // LogLevel is the minimum level logged.
 type LogLevel string

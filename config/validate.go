@@ -93,8 +93,26 @@ func (c *Config) Validate() error {
 	if c.Storage.DataDir == "" {
 		k.addf("storage.data_dir", "must not be empty")
 	}
+	if !slices.Contains(StorageEngines, c.Storage.Engine) {
+		k.addf("storage.engine", "invalid value %q: want one of %s", c.Storage.Engine, quoteList(StorageEngines))
+	}
 	if !slices.Contains(SyncPolicies, c.Storage.Sync) {
 		k.addf("storage.sync", "invalid value %q: want one of %s", c.Storage.Sync, quoteList(SyncPolicies))
+	}
+	if d := time.Duration(c.Storage.SyncInterval); d < time.Millisecond || d > time.Minute {
+		k.addf("storage.sync_interval", "must be between 1ms and 1m, got %s", d)
+	}
+	if b := c.Storage.CheckpointBytes; b < 1*MiB || b > 16*GiB {
+		k.addf("storage.checkpoint_bytes", "must be between 1MiB and 16GiB, got %d", uint64(b))
+	}
+	if d := time.Duration(c.Storage.CheckpointInterval); d < time.Second || d > time.Hour {
+		k.addf("storage.checkpoint_interval", "must be between 1s and 1h, got %s", d)
+	}
+	if b := c.Storage.SegmentCache; b < 1*MiB || b > 1024*GiB {
+		k.addf("storage.segment_cache", "must be at least 1MiB, got %d", uint64(b))
+	}
+	if b := c.Storage.IndexCache; b < 1*MiB || b > 1024*GiB {
+		k.addf("storage.index_cache", "must be at least 1MiB, got %d", uint64(b))
 	}
 
 	if w := c.Limits.MemoryHighWatermark; !(w > 0 && w < 1) {

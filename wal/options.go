@@ -110,6 +110,12 @@ type Options struct {
 	MaxPending int64
 	// Logger receives repair reports and failures (default slog.Default()).
 	Logger *slog.Logger
+	// AfterGroup, if set, runs on the WAL's goroutine after the
+	// completions of each group commit (one write and at most one fsync),
+	// before the goroutine waits for more. A store uses it to let the
+	// completions of one group share work, e.g. one coalesced publisher
+	// confirm per channel per fsync. It must not block.
+	AfterGroup func()
 }
 
 const (

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -518,5 +519,38 @@ func TestOpenOptions(t *testing.T) {
 	}
 	if _, err := Open(testDir, Options{FS: vfs.NewMem(), Sync: SyncPolicy(9)}); err == nil {
 		t.Fatal("Open accepted sync policy 9")
+	}
+}
+
+// TestAfterGroupRunsAfterEachGroupsCompletions: AfterGroup runs on the
+// WAL's goroutine once per group, after every completion of that group.
+func TestAfterGroupRunsAfterEachGroupsCompletions(t *testing.T) {
+	var done, groups int // only the WAL's goroutine touches them
+	var seenAtGroup []int
+	opts := Options{AfterGroup: func() {
+		groups++
+		seenAtGroup = append(seenAtGroup, done)
+	}}
+	w := mustOpen(t, vfs.NewMem(), opts)
+	const n = 200
+	for i := range n {
+		w.Append([]byte("rec"+strconv.Itoa(i)), Durable, func(LSN, error) { done++ })
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if groups == 0 || groups > n+1 {
+		t.Fatalf("AfterGroup ran %d times for %d records", groups, n)
+	}
+	if last := seenAtGroup[len(seenAtGroup)-1]; last != n {
+		t.Fatalf("after the last group %d of %d completions had run", last, n)
+	}
+	for i := 1; i < len(seenAtGroup); i++ {
+		if seenAtGroup[i] < seenAtGroup[i-1] {
+			t.Fatalf("completions went backwards between groups: %v", seenAtGroup)
+		}
 	}
 }

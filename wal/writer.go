@@ -67,6 +67,9 @@ func (w *WAL) run() {
 		w.mu.Unlock()
 
 		wr.commit(g)
+		if w.opts.AfterGroup != nil {
+			w.opts.AfterGroup()
+		}
 		g.reset()
 		if cap(g.buf) > maxSpareBuf {
 			g.buf = nil

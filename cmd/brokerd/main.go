@@ -33,7 +33,10 @@ import (
 	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/datadir"
 	"github.com/brokerd/brokerd/internal/sdnotify"
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/store/diskstore"
 	"github.com/brokerd/brokerd/store/memstore"
+	"github.com/brokerd/brokerd/wal"
 )
 
 func main() {
@@ -113,11 +116,11 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	}
 	defer dir.Close()
 
-	// The durable store arrives with the storage issue; until then
-	// messages live in memory and do not survive a restart.
-	st := memstore.New()
+	st, err := openStore(cfg.Storage, dir.Path, log)
+	if err != nil {
+		return err
+	}
 	defer st.Close()
-	log.Warn("message store is in memory: messages and definitions do not survive a restart", "data_dir", dir.Path)
 
 	var users []broker.UserSpec
 	for _, u := range cfg.Users {
@@ -272,4 +275,29 @@ func loadTLS(t config.TLS) (*tls.Config, error) {
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return c, nil
+}
+
+// openStore opens the configured message store in the data directory.
+func openStore(c config.Storage, dir string, log *slog.Logger) (store.Store, error) {
+	if c.Engine == config.EngineMemory {
+		log.Warn("message store is in memory: messages and definitions do not survive a restart", "data_dir", dir)
+		return memstore.New(), nil
+	}
+	sync, err := wal.ParseSyncPolicy(string(c.Sync))
+	if err != nil {
+		return nil, err
+	}
+	st, err := diskstore.Open(dir, diskstore.Options{
+		Sync:               sync,
+		SyncInterval:       time.Duration(c.SyncInterval),
+		CheckpointBytes:    int64(c.CheckpointBytes),
+		CheckpointInterval: time.Duration(c.CheckpointInterval),
+		CacheBytes:         int64(c.SegmentCache),
+		IndexCacheBytes:    int64(c.IndexCache),
+		Logger:             log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	return st, nil
 }

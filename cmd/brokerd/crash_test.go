@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// crashLedger is what the clients saw before a crash: which messages were
+// published and confirmed, delivered, acked or rejected, and where.
+type crashLedger struct {
+	mu         sync.Mutex
+	published  map[int64]bool
+	confirmed  map[int64]bool
+	delivered  map[int64]bool // delivered from work at least once
+	ackedWork  map[int64]bool // acked from work (the ack may not have been durable)
+	ackedDLQ   map[int64]bool
+	found      map[int64]bool  // taken by an earlier verify (auto-ack)
+	deadlines  map[int64]int64 // confirmed messages with a TTL: a time after their deadline, unix ms
+	confirms   int
+	confirmedN chan struct{} // closed when confirms reaches target
+	target     int
+}
+
+// newLedger starts the ledger of a whole test. It is cumulative: a
+// message may surface rounds after it was published (an ack or a verify's
+// auto-ack that was not yet durable when the broker was killed).
+func newLedger() *crashLedger {
+	return &crashLedger{
+		published: map[int64]bool{}, confirmed: map[int64]bool{}, delivered: map[int64]bool{},
+		ackedWork: map[int64]bool{}, ackedDLQ: map[int64]bool{}, deadlines: map[int64]int64{},
+		found: map[int64]bool{},
+	}
+}
+
+// reset starts a round that ends after target more confirms.
+func (l *crashLedger) reset(target int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.confirms, l.target, l.confirmedN = 0, target, make(chan struct{})
+}
+
+func (l *crashLedger) confirm(id int64, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.confirmed[id] = true
+	if ttl > 0 {
+		l.deadlines[id] = time.Now().Add(ttl).UnixMilli()
+	}
+	l.confirms++
+	if l.confirms == l.target {
+		close(l.confirmedN)
+	}
+}
+
+const (
+	crashWork = "crash-work"
+	crashDLQ  = "crash-dlq"
+)
+
+func crashTopology(t *testing.T, ch *amqp091.Channel) {
+	t.Helper()
+	if _, err := ch.QueueDeclare(crashDLQ, true, false, false, false, nil); err != nil {
+		t.Fatalf("declare dlq: %v", err)
+	}
+	_, err := ch.QueueDeclare(crashWork, true, false, false, false, amqp091.Table{
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": crashDLQ,
+		"x-max-length":              int32(300),
+	})
+	if err != nil {
+		t.Fatalf("declare work: %v", err)
+	}
+}
+
+// TestCrashKill9 runs publishers with confirms, a consumer that acks,
+// rejects and requeues, messages expiring and overflowing into a
+// dead-letter queue, and kills brokerd with SIGKILL at a random moment,
+// round after round. After each restart it drains both queues and
+// checks: no confirmed message lost, none invented, every dead letter in
+// exactly one place, no message delivered after its deadline, and every
+// message delivered before the crash redelivered with redelivered=true.
+// BROKERD_CRASH_ROUNDS sets the number of rounds (default 4).
+func TestCrashKill9(t *testing.T) {
+	rounds := 4
+	if v := os.Getenv("BROKERD_CRASH_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("BROKERD_CRASH_ROUNDS=%q: %v", v, err)
+		}
+		rounds = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	data := filepath.Join(t.TempDir(), "data")
+	var ledger *crashLedger
+	var nextID int64
+	for round := range rounds {
+		d := startDaemon(t, "", "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", data)
+		url := d.url()
+		if ledger != nil {
+			verifyAfterCrash(t, url, ledger, round)
+		}
+		if ledger == nil {
+			ledger = newLedger()
+		}
+		ledger.reset(100 + rng.IntN(1500))
+		nextID = crashRound(t, url, ledger, rng, nextID)
+		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		d.wait()
+	}
+	d := startDaemon(t, "", "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", data)
+	verifyAfterCrash(t, d.url(), ledger, rounds)
+}
+
+// crashRound runs the workload until the ledger has its target of
+// confirms, and returns with the clients still running: the caller kills
+// the broker under them.
+func crashRound(t *testing.T, url string, l *crashLedger, rng *rand.Rand, firstID int64) int64 {
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashTopology(t, ch)
+	ch.Close()
+	ids := make(chan int64, 1<<16)
+	for i := firstID + 1; i <= firstID+int64(l.target)*3; i++ {
+		ids <- i
+	}
+	close(ids)
+	var wg sync.WaitGroup
+	for p := range 2 {
+		prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(p)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			crashPublisher(conn, l, ids, prng)
+		}()
+	}
+	crng := rand.New(rand.NewPCG(rng.Uint64(), 9))
+	wg.Add(2)
+	go func() { defer wg.Done(); crashConsumer(conn, l, crashWork, crng) }()
+	go func() { defer wg.Done(); crashConsumer(conn, l, crashDLQ, nil) }()
+	select {
+	case <-l.confirmedN:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("round: only %d of %d confirms in 60s", l.confirms, l.target)
+	}
+	// The clients keep running while the caller kills the broker; they
+	// end when their connection breaks. Wait for them in the background
+	// so the test does not leak them.
+	t.Cleanup(wg.Wait)
+	return firstID + int64(l.target)*3
+}
+
+func crashPublisher(conn *amqp091.Connection, l *crashLedger, ids <-chan int64, rng *rand.Rand) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	if err := ch.Confirm(false); err != nil {
+		return
+	}
+	window := make(chan struct{}, 200)
+	for id := range ids {
+		pub := amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(fmt.Sprint("msg-", id)),
+			Headers: amqp091.Table{"id": id}}
+		var ttl time.Duration
+		if rng.IntN(4) == 0 {
+			ms := 20 + rng.IntN(300)
+			ttl = time.Duration(ms) * time.Millisecond
+			pub.Expiration = strconv.Itoa(ms)
+		}
+		l.mu.Lock()
+		l.published[id] = true
+		l.mu.Unlock()
+		window <- struct{}{}
+		conf, err := ch.PublishWithDeferredConfirm("", crashWork, false, false, pub)
+		if err != nil {
+			return
+		}
+		go func() {
+			defer func() { <-window }()
+			ok, err := conf.WaitContext(context.Background())
+			if ok && err == nil {
+				// The broker fixed the deadline when it enqueued the
+				// message, before this confirm: now + TTL is later
+				// than the broker's deadline.
+				l.confirm(id, ttl)
+			}
+		}()
+	}
+}
+
+// crashConsumer consumes q with manual acks. On the work queue (rng set)
+// it acks 70 %, rejects 20 % (dead-lettered) and requeues 10 %; on the
+// dead-letter queue it acks all.
+func crashConsumer(conn *amqp091.Connection, l *crashLedger, q string, rng *rand.Rand) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	ch.Qos(20, 0, false)
+	msgs, err := ch.Consume(q, "", false, false, false, false, nil)
+	if err != nil {
+		return
+	}
+	for m := range msgs {
+		id, _ := m.Headers["id"].(int64)
+		if rng == nil {
+			if m.Ack(false) == nil {
+				l.mu.Lock()
+				l.ackedDLQ[id] = true
+				l.mu.Unlock()
+			}
+			continue
+		}
+		l.mu.Lock()
+		l.delivered[id] = true
+		l.mu.Unlock()
+		switch r := rng.IntN(10); {
+		case r < 7:
+			if m.Ack(false) == nil {
+				l.mu.Lock()
+				l.ackedWork[id] = true
+				l.mu.Unlock()
+			}
+		case r < 9:
+			m.Reject(false)
+		default:
+			m.Nack(false, true)
+		}
+	}
+}
+
+// verifyAfterCrash drains both queues of a restarted broker and checks
+// them against the ledger of the round before the crash.
+func verifyAfterCrash(t *testing.T, url string, l *crashLedger, round int) {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatalf("round %d: dial restarted broker: %v", round, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashTopology(t, ch)
+	inWork := map[int64]int{}
+	inDLQ := map[int64]int{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// A message is accounted for when it was settled before the crash or
+	// is found now. Messages with a TTL may still be on their way to the
+	// dead-letter queue: keep draining until all are accounted for or
+	// their deadlines are well past.
+	accounted := func(id int64) bool {
+		return l.ackedWork[id] || l.ackedDLQ[id] || l.found[id] || inWork[id] > 0 || inDLQ[id] > 0
+	}
+	var latest int64
+	for _, dl := range l.deadlines {
+		latest = max(latest, dl)
+	}
+	giveUp := time.Now().Add(3 * time.Second)
+	if t := time.UnixMilli(latest).Add(3 * time.Second); t.After(giveUp) {
+		giveUp = t
+	}
+	check := func(q string, m amqp091.Delivery) {
+		id, _ := m.Headers["id"].(int64)
+		if !l.published[id] || string(m.Body) != fmt.Sprint("msg-", id) {
+			t.Errorf("round %d: invented message in %s: id %d body %q", round, q, id, m.Body)
+		}
+		if q == crashDLQ {
+			inDLQ[id]++
+			return
+		}
+		inWork[id]++
+		if dl, ok := l.deadlines[id]; ok && time.Now().UnixMilli() > dl+50 {
+			t.Errorf("round %d: message %d delivered %d ms after its deadline", round, id, time.Now().UnixMilli()-dl)
+		}
+		if l.delivered[id] && !m.Redelivered {
+			t.Errorf("round %d: message %d was delivered before the crash but comes back with redelivered=false", round, id)
+		}
+	}
+	// Everything deliverable in the work queue comes out now; what stays
+	// has expired and moves to the dead-letter queue, whose consumer
+	// waits for it.
+	for {
+		m, ok, err := ch.Get(crashWork, true)
+		if err != nil {
+			t.Fatalf("round %d: get %s: %v", round, crashWork, err)
+		}
+		if !ok {
+			break
+		}
+		check(crashWork, m)
+	}
+	const dlqTag = "verify"
+	dlq, err := ch.Consume(crashDLQ, dlqTag, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func() int {
+		n := 0
+		for id := range l.confirmed {
+			if !accounted(id) {
+				n++
+			}
+		}
+		return n
+	}
+	timeout := time.NewTimer(time.Until(giveUp))
+	defer timeout.Stop()
+	for missing() > 0 {
+		select {
+		case m := <-dlq:
+			check(crashDLQ, m)
+		case <-timeout.C:
+			t.Errorf("round %d: %d confirmed messages still missing at the deadline", round, missing())
+			goto done
+		}
+	}
+done:
+	// Drain the rest: the consumer's buffered deliveries (its channel
+	// closes after cancel-ok), then whatever the queues still hold, so the
+	// next round starts empty.
+	if err := ch.Cancel(dlqTag, false); err != nil {
+		t.Fatal(err)
+	}
+	for m := range dlq {
+		check(crashDLQ, m)
+	}
+	for _, q := range []string{crashWork, crashDLQ} {
+		for {
+			m, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatalf("round %d: get %s: %v", round, q, err)
+			}
+			if !ok {
+				break
+			}
+			check(q, m)
+		}
+	}
+	for id := range l.confirmed {
+		if !accounted(id) {
+			t.Errorf("round %d: confirmed message %d lost (delivered before crash: %v)", round, id, l.delivered[id])
+		}
+	}
+	for id, n := range inWork {
+		if n > 1 || inDLQ[id] > 0 {
+			t.Errorf("round %d: message %d found %d times in %s and %d times in %s", round, id, n, crashWork, inDLQ[id], crashDLQ)
+		}
+	}
+	for id, n := range inDLQ {
+		if n > 1 {
+			t.Errorf("round %d: message %d found %d times in %s", round, id, n, crashDLQ)
+		}
+	}
+	for id := range inWork {
+		l.found[id] = true
+	}
+	for id := range inDLQ {
+		l.found[id] = true
+	}
+	t.Logf("round %d: %d published, %d confirmed; after restart %d in work, %d in dlq", round, len(l.published), len(l.confirmed), len(inWork), len(inDLQ))
+}

@@ -1,0 +1,515 @@
+package diskstore
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/brokerd/brokerd/index"
+	"github.com/brokerd/brokerd/segment"
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/wal"
+)
+
+// checkpointer is the state only the checkpoint goroutine touches (and
+// Close, after that goroutine stopped).
+type checkpointer struct {
+	// segs is the live accounting of every segment, as the index has it.
+	segs map[segment.ID]*index.SegmentState
+	// checkpoints counts finished checkpoints (tests wait on it).
+	checkpoints uint64
+}
+
+func (s *Store) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// checkpointLoop runs checkpoints when the active overlay is full or the
+// interval passed, and compacts segments after them.
+func (s *Store) checkpointLoop() {
+	defer close(s.stopped)
+	t := time.NewTicker(s.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.kick:
+		case <-t.C:
+		}
+		if err := s.checkpoint(); err != nil {
+			s.fail(fmt.Errorf("checkpoint: %w", err))
+			continue
+		}
+		if err := s.Compact(); err != nil {
+			s.fail(fmt.Errorf("compact segments: %w", err))
+		}
+	}
+}
+
+// Checkpoint moves everything applied so far into segments and the index
+// and removes the WAL files that held it. The store does this by itself
+// in the background; tests and a clean shutdown call it to make the next
+// start replay nothing.
+func (s *Store) Checkpoint() error {
+	s.mu.Lock()
+	err := s.usableLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.checkpoint()
+}
+
+// checkpoint moves the active overlay into segments and the index and
+// removes the WAL files it covered. cpMu makes it one at a time.
+func (s *Store) checkpoint() error {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil // nothing more is written once the store failed
+	}
+	f := s.active
+	if f.empty() {
+		s.mu.Unlock()
+		return nil
+	}
+	s.active = newOverlay()
+	s.frozen = f
+	nextID := s.nextID.Load()
+	s.mu.Unlock()
+
+	// Everything the index is about to hold must be durable in the WAL
+	// first, or a crash could keep a change whose record was lost.
+	if err := s.wal.Sync(); err != nil {
+		return fmt.Errorf("sync wal: %w", err)
+	}
+	dead, err := s.writeCheckpoint(f, nextID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.frozen = nil
+	s.mu.Unlock()
+	if err := s.removeSegments(dead); err != nil {
+		return err
+	}
+	if err := s.wal.RemoveBefore(wal.LSN(f.last + 1)); err != nil {
+		return fmt.Errorf("remove checkpointed wal files: %w", err)
+	}
+	s.cp.checkpoints++
+	return nil
+}
+
+// cpBatch is one checkpoint's index batch under construction.
+type cpBatch struct {
+	s     *Store
+	b     *pebble.Batch
+	key   []byte
+	val   []byte
+	delta map[store.MsgID]int                // reference changes of messages already in the index
+	segs  map[segment.ID]*index.SegmentState // segments whose accounting changed
+}
+
+func (c *cpBatch) seg(id segment.ID) *index.SegmentState {
+	st := c.segs[id]
+	if st == nil {
+		st = new(index.SegmentState)
+		if old := c.s.cp.segs[id]; old != nil {
+			*st = *old
+		}
+		c.segs[id] = st
+	}
+	return st
+}
+
+// getEntry reads an entry as the index has it.
+func (c *cpBatch) getEntry(q store.QueueID, prio uint8, seq uint64, v *index.EntryValue) (bool, error) {
+	c.key = index.EntryKey(c.key[:0], uint64(q), prio, seq)
+	raw, closer, err := c.s.db.Get(c.key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read entry %d/%d/%d: %w", q, prio, seq, err)
+	}
+	defer closer.Close()
+	// The decoded value may alias raw; keep copies of what outlives it.
+	if err := index.DecodeEntryValue(slices.Clone(raw), v); err != nil {
+		return false, fmt.Errorf("read entry %d/%d/%d: %w", q, prio, seq, err)
+	}
+	return true, nil
+}
+
+// dropEntry deletes an index entry and its expiry key and counts the
+// reference it held.
+func (c *cpBatch) dropEntry(q store.QueueID, prio uint8, seq uint64, v *index.EntryValue) error {
+	c.key = index.EntryKey(c.key[:0], uint64(q), prio, seq)
+	if err := c.b.Delete(c.key, nil); err != nil {
+		return err
+	}
+	if v.Deadline != 0 {
+		c.key = index.ExpiryKey(c.key[:0], v.Deadline, uint64(q), prio, seq)
+		if err := c.b.Delete(c.key, nil); err != nil {
+			return err
+		}
+	}
+	c.delta[store.MsgID(v.Msg)]--
+	return nil
+}
+
+func (c *cpBatch) putEntry(e *store.Entry, size uint32) error {
+	v := index.EntryValue{
+		Msg:           uint64(e.Msg.ID),
+		Size:          size,
+		Deadline:      e.Deadline,
+		DeliveryCount: e.DeliveryCount,
+		DeadLetter:    []byte(e.DeadLetter),
+		DeadAt:        e.DeadAt,
+	}
+	if h := e.Header; h != nil {
+		ih := &index.Header{Exchange: []byte(h.Exchange), Props: h.Props}
+		for _, k := range h.RoutingKeys {
+			ih.RoutingKeys = append(ih.RoutingKeys, []byte(k))
+		}
+		v.Header = ih
+	}
+	c.key = index.EntryKey(c.key[:0], uint64(e.Queue), e.Prio, e.Seq)
+	c.val = index.AppendEntryValue(c.val[:0], &v)
+	if err := c.b.Set(c.key, c.val, nil); err != nil {
+		return err
+	}
+	if e.Deadline != 0 {
+		c.key = index.ExpiryKey(c.key[:0], e.Deadline, uint64(e.Queue), e.Prio, e.Seq)
+		return c.b.Set(c.key, nil, nil)
+	}
+	return nil
+}
+
+// msgValue reads a message's index record.
+func (s *Store) msgValue(id store.MsgID, key []byte) (index.MsgValue, bool, error) {
+	var mv index.MsgValue
+	raw, closer, err := s.db.Get(index.MsgKey(key[:0], uint64(id)))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return mv, false, nil
+	}
+	if err != nil {
+		return mv, false, fmt.Errorf("read message %d: %w", id, err)
+	}
+	defer closer.Close()
+	if err := index.DecodeMsgValue(slices.Clone(raw), &mv); err != nil {
+		return mv, false, fmt.Errorf("read message %d: %w", id, err)
+	}
+	return mv, true, nil
+}
+
+// writeCheckpoint writes frozen overlay f: new bodies into a segment,
+// entries, deletes, definitions and accounting into one synced index
+// batch. It returns the segments that no longer hold a live message.
+func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error) {
+	c := &cpBatch{
+		s:     s,
+		b:     s.db.NewBatch(),
+		delta: make(map[store.MsgID]int),
+		segs:  make(map[segment.ID]*index.SegmentState),
+	}
+	defer c.b.Close()
+	for id, d := range f.older {
+		c.delta[id] += d
+	}
+
+	// Queues: drops, deletes and updates of older entries, then puts.
+	qids := make([]store.QueueID, 0, len(f.queues))
+	for q := range f.queues {
+		qids = append(qids, q)
+	}
+	slices.Sort(qids)
+	var ev index.EntryValue
+	for _, q := range qids {
+		oq := f.queues[q]
+		if oq.dropped {
+			if err := c.dropQueue(q); err != nil {
+				return nil, err
+			}
+		}
+		for seq, prio := range oq.dels {
+			ok, err := c.getEntry(q, prio, seq, &ev)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				s.log.Warn("checkpoint: delete of an entry the index does not have", "queue", q, "prio", prio, "seq", seq)
+				continue
+			}
+			if err := c.dropEntry(q, prio, seq, &ev); err != nil {
+				return nil, err
+			}
+		}
+		for seq, u := range oq.upds {
+			ok, err := c.getEntry(q, u.Prio, seq, &ev)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				s.log.Warn("checkpoint: update of an entry the index does not have", "queue", q, "prio", u.Prio, "seq", seq)
+				continue
+			}
+			ev.DeliveryCount, ev.DeadLetter, ev.DeadAt = u.DeliveryCount, []byte(u.DeadLetter), u.DeadAt
+			c.key = index.EntryKey(c.key[:0], uint64(q), u.Prio, seq)
+			c.val = index.AppendEntryValue(c.val[:0], &ev)
+			if err := c.b.Set(c.key, c.val, nil); err != nil {
+				return nil, err
+			}
+		}
+		if oq.lastSeq > 0 {
+			c.key = index.QueueStateKey(c.key[:0], uint64(q))
+			c.val = index.AppendQueueState(c.val[:0], &index.QueueState{LastSeq: oq.lastSeq})
+			if err := c.b.Set(c.key, c.val, nil); err != nil {
+				return nil, err
+			}
+		} else if oq.dropped {
+			c.key = index.QueueStateKey(c.key[:0], uint64(q))
+			if err := c.b.Delete(c.key, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	// New bodies still referred to go to a segment; the rest (published
+	// and settled within this interval) are never written again.
+	if err := c.writeMessages(f); err != nil {
+		return nil, err
+	}
+	// Entries put in this interval and still live.
+	for _, q := range qids {
+		for _, e := range f.queues[q].entries {
+			size, err := c.bodySize(f, e)
+			if err != nil {
+				return nil, err
+			}
+			if err := c.putEntry(e, size); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Reference changes of messages stored before this interval.
+	if err := c.applyDeltas(); err != nil {
+		return nil, err
+	}
+	// Definitions.
+	for k, v := range f.meta {
+		c.key = index.MetaKey(c.key[:0], []byte(k))
+		var err error
+		if v == nil {
+			err = c.b.Delete(c.key, nil)
+		} else {
+			err = c.b.Set(c.key, v, nil)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	// Segment accounting, and the checkpoint mark itself.
+	var dead []segment.ID
+	for id, st := range c.segs {
+		c.key = index.SegmentKey(c.key[:0], uint32(id))
+		var err error
+		if st.LiveMsgs <= 0 {
+			dead = append(dead, id)
+			err = c.b.Delete(c.key, nil)
+		} else {
+			c.val = index.AppendSegmentState(c.val[:0], st)
+			err = c.b.Set(c.key, c.val, nil)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	c.val = index.AppendStoreState(c.val[:0], &index.StoreState{CheckpointLSN: f.last, NextMsgID: nextID})
+	if err := c.b.Set(index.StateKey(), c.val, nil); err != nil {
+		return nil, err
+	}
+	if err := c.b.Commit(pebble.Sync); err != nil {
+		return nil, fmt.Errorf("commit index batch: %w", err)
+	}
+	for id, st := range c.segs {
+		if st.LiveMsgs <= 0 {
+			delete(s.cp.segs, id)
+		} else {
+			s.cp.segs[id] = st
+		}
+	}
+	slices.Sort(dead)
+	return dead, nil
+}
+
+// bodySize is the body length of e's message.
+func (c *cpBatch) bodySize(f *overlay, e *store.Entry) (uint32, error) {
+	if m := c.s.overlayMessage(f, e.Msg.ID); m != nil {
+		return uint32(len(m.Body)), nil
+	}
+	if e.Msg.Body != nil {
+		return uint32(len(e.Msg.Body)), nil
+	}
+	mv, ok, err := c.s.msgValue(e.Msg.ID, c.key)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return mv.Size, nil
+}
+
+// overlayMessage finds a body-carrying message in f (checkpoint side: f
+// is frozen, so no lock is needed).
+func (s *Store) overlayMessage(f *overlay, id store.MsgID) *store.Message {
+	return f.message(id)
+}
+
+// writeMessages appends the bodies of f's live new messages to a segment.
+func (c *cpBatch) writeMessages(f *overlay) error {
+	ids := make([]store.MsgID, 0, len(f.msgs))
+	for id, om := range f.msgs {
+		if om.refs > 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	w, err := c.s.segs.NewWriter()
+	if err != nil {
+		return fmt.Errorf("start segment writer: %w", err)
+	}
+	var blob []byte
+	type written struct {
+		id  store.MsgID
+		loc segment.Loc
+	}
+	out := make([]written, 0, len(ids))
+	for _, id := range ids {
+		blob = encodeBlob(blob[:0], f.msgs[id].m)
+		loc, err := w.Add(blob)
+		if err != nil {
+			w.Abort()
+			return fmt.Errorf("write segment: %w", err)
+		}
+		out = append(out, written{id, loc})
+	}
+	if err := w.Finish(); err != nil {
+		return fmt.Errorf("finish segment: %w", err)
+	}
+	for _, x := range out {
+		om := f.msgs[x.id]
+		st := c.seg(x.loc.Seg)
+		st.LiveMsgs++
+		st.LiveBytes += int64(x.loc.Len)
+		st.TotalBytes += int64(x.loc.Len)
+		c.key = index.MsgKey(c.key[:0], uint64(x.id))
+		c.val = index.AppendMsgValue(c.val[:0], &index.MsgValue{Refs: uint32(om.refs), Size: uint32(len(om.m.Body)), Loc: segment.AppendLoc(nil, x.loc)})
+		if err := c.b.Set(c.key, c.val, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyDeltas writes the reference changes of messages already in the
+// index; one whose count drops to zero is deleted and its bytes leave its
+// segment's live count.
+func (c *cpBatch) applyDeltas() error {
+	ids := make([]store.MsgID, 0, len(c.delta))
+	for id, d := range c.delta {
+		if d != 0 {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		mv, ok, err := c.s.msgValue(id, c.key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			c.s.log.Warn("checkpoint: reference change of a message the index does not have", "msg", id, "delta", c.delta[id])
+			continue
+		}
+		refs := int64(mv.Refs) + int64(c.delta[id])
+		c.key = index.MsgKey(c.key[:0], uint64(id))
+		if refs > 0 {
+			mv.Refs = uint32(refs)
+			c.val = index.AppendMsgValue(c.val[:0], &mv)
+			if err := c.b.Set(c.key, c.val, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.b.Delete(c.key, nil); err != nil {
+			return err
+		}
+		loc, err := segment.DecodeLoc(mv.Loc)
+		if err != nil {
+			return fmt.Errorf("message %d location: %w", id, err)
+		}
+		st := c.seg(loc.Seg)
+		st.LiveMsgs--
+		st.LiveBytes -= int64(loc.Len)
+	}
+	return nil
+}
+
+// dropQueue deletes every index entry of q, counting the references they
+// held. It walks the queue once, in the background.
+func (c *cpBatch) dropQueue(q store.QueueID) error {
+	lo, hi := index.QueueBounds(uint64(q))
+	it, err := c.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	var ev index.EntryValue
+	for it.First(); it.Valid(); it.Next() {
+		_, prio, seq, err := index.DecodeEntryKey(it.Key())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		if err := index.DecodeEntryValue(slices.Clone(it.Value()), &ev); err != nil {
+			it.Close()
+			return err
+		}
+		if ev.Deadline != 0 {
+			c.key = index.ExpiryKey(c.key[:0], ev.Deadline, uint64(q), prio, seq)
+			if err := c.b.Delete(c.key, nil); err != nil {
+				it.Close()
+				return err
+			}
+		}
+		c.delta[store.MsgID(ev.Msg)]--
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	return c.b.DeleteRange(lo, hi, nil)
+}
+
+// removeSegments deletes segment files that hold no live message.
+func (s *Store) removeSegments(ids []segment.ID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	s.segMu.Lock()
+	defer s.segMu.Unlock()
+	for _, id := range ids {
+		if err := s.segs.Remove(id); err != nil {
+			return fmt.Errorf("remove segment %d: %w", id, err)
+		}
+	}
+	return nil
+}

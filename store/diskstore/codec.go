@@ -1,0 +1,368 @@
+package diskstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/brokerd/brokerd/store"
+)
+
+// Record and blob encodings. Both are self-contained: a WAL record names
+// messages by id and queues by id, never by file position, so the log can
+// be shipped elsewhere (DESIGN.md, "Scale beyond one machine").
+//
+// A WAL record is one Batch:
+//
+//	record  = version(1)=1 | msgs | puts | updates | deletes | drops | meta
+//	msgs    = uvarint(n) { uvarint(id) flags(1) header bytes(body) }
+//	puts    = uvarint(n) { ref uvarint(msg) varint(deadline) uvarint(dc)
+//	                       bytes(deadLetter) varint(deadAt) hasHeader(1) [header] }
+//	updates = uvarint(n) { ref uvarint(dc) bytes(deadLetter) varint(deadAt) }
+//	deletes = uvarint(n) { ref }
+//	drops   = uvarint(n) { uvarint(queue) }
+//	meta    = uvarint(n) { bytes(key) op(1) [bytes(value)] }   op: 1 put, 2 delete
+//	ref     = uvarint(queue) prio(1) uvarint(seq)
+//	header  = bytes(exchange) uvarint(n) { bytes(routing key) } bytes(props)
+//	bytes   = uvarint(len) data
+//
+// A message blob, as the segment files hold it, is
+//
+//	blob = version(1)=1 | uvarint(id) flags(1) header bytes(body)
+//
+// flags bit 0: persistent.
+const (
+	recordVersion = 1 // on-disk format; never renumber
+	blobVersion   = 1 // on-disk format; never renumber
+
+	flagPersistent = 1 << 0 // on-disk format; never renumber
+
+	metaPut    = 1 // on-disk format; never renumber
+	metaDelete = 2 // on-disk format; never renumber
+)
+
+// errCorrupt is wrapped by every decoding error: a record that passed the
+// WAL's CRC but does not decode means a bug or a foreign file.
+var errCorrupt = errors.New("diskstore: corrupt record")
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendHeader(dst []byte, h *store.Header) []byte {
+	dst = appendString(dst, h.Exchange)
+	dst = binary.AppendUvarint(dst, uint64(len(h.RoutingKeys)))
+	for _, k := range h.RoutingKeys {
+		dst = appendString(dst, k)
+	}
+	return appendBytes(dst, h.Props)
+}
+
+func appendRef(dst []byte, r store.Ref) []byte {
+	dst = binary.AppendUvarint(dst, uint64(r.Queue))
+	dst = append(dst, r.Prio)
+	return binary.AppendUvarint(dst, r.Seq)
+}
+
+func appendMessage(dst []byte, m *store.Message) []byte {
+	dst = binary.AppendUvarint(dst, uint64(m.ID))
+	var f byte
+	if m.Persistent {
+		f |= flagPersistent
+	}
+	dst = append(dst, f)
+	dst = appendHeader(dst, &m.Header)
+	return appendBytes(dst, m.Body)
+}
+
+// encodeBlob is a message as a segment holds it.
+func encodeBlob(dst []byte, m *store.Message) []byte {
+	dst = append(dst, blobVersion)
+	return appendMessage(dst, m)
+}
+
+// encodeRecord appends b's WAL record. Only the messages in msgs are
+// written with their bodies (the caller drops those already stored).
+func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
+	dst = append(dst, recordVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(msgs)))
+	for _, m := range msgs {
+		dst = appendMessage(dst, m)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.Puts)))
+	for i := range b.Puts {
+		e := &b.Puts[i]
+		dst = appendRef(dst, e.Ref)
+		dst = binary.AppendUvarint(dst, uint64(e.Msg.ID))
+		dst = binary.AppendVarint(dst, e.Deadline)
+		dst = binary.AppendUvarint(dst, uint64(e.DeliveryCount))
+		dst = appendString(dst, e.DeadLetter)
+		dst = binary.AppendVarint(dst, e.DeadAt)
+		if e.Header != nil {
+			dst = append(dst, 1)
+			dst = appendHeader(dst, e.Header)
+		} else {
+			dst = append(dst, 0)
+		}
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.Updates)))
+	for _, u := range b.Updates {
+		dst = appendRef(dst, u.Ref)
+		dst = binary.AppendUvarint(dst, uint64(u.DeliveryCount))
+		dst = appendString(dst, u.DeadLetter)
+		dst = binary.AppendVarint(dst, u.DeadAt)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.Deletes)))
+	for _, r := range b.Deletes {
+		dst = appendRef(dst, r)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.DropQueues)))
+	for _, q := range b.DropQueues {
+		dst = binary.AppendUvarint(dst, uint64(q))
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b.Meta)))
+	for _, op := range b.Meta {
+		dst = appendString(dst, op.Key)
+		if op.Value == nil {
+			dst = append(dst, metaDelete)
+		} else {
+			dst = append(dst, metaPut)
+			dst = appendBytes(dst, op.Value)
+		}
+	}
+	return dst
+}
+
+// decoder reads the encodings above; the first error sticks and every
+// later read returns zero values.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s at byte %d", errCorrupt, what, d.off)
+	}
+}
+
+func (d *decoder) byte1(what string) byte {
+	if d.err != nil || d.off >= len(d.b) {
+		d.fail(what)
+		return 0
+	}
+	c := d.b[d.off]
+	d.off++
+	return c
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+// count reads an element count, refusing one that cannot fit in the
+// rest of the input (each element takes at least min bytes), so a
+// corrupt count never makes a huge allocation.
+func (d *decoder) count(what string, min int) int {
+	n := d.uvarint(what)
+	if d.err == nil && n > uint64((len(d.b)-d.off)/min) {
+		d.fail(what + " count")
+		return 0
+	}
+	return int(n)
+}
+
+// bytes returns a copy: decoded values outlive the buffer.
+func (d *decoder) bytes(what string) []byte {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail(what)
+		return nil
+	}
+	v := make([]byte, n)
+	copy(v, d.b[d.off:])
+	d.off += int(n)
+	return v
+}
+
+func (d *decoder) string(what string) string {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail(what)
+		return ""
+	}
+	s := string(d.b[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}
+
+func (d *decoder) header(h *store.Header) {
+	h.Exchange = d.string("exchange")
+	n := d.count("routing keys", 1)
+	if n > 0 {
+		h.RoutingKeys = make([]string, n)
+		for i := range h.RoutingKeys {
+			h.RoutingKeys[i] = d.string("routing key")
+		}
+	}
+	h.Props = d.bytes("properties")
+}
+
+func (d *decoder) ref() store.Ref {
+	q := d.uvarint("queue")
+	p := d.byte1("priority")
+	s := d.uvarint("seq")
+	return store.Ref{Queue: store.QueueID(q), Prio: p, Seq: s}
+}
+
+func (d *decoder) message() *store.Message {
+	m := &store.Message{ID: store.MsgID(d.uvarint("message id"))}
+	f := d.byte1("message flags")
+	m.Persistent = f&flagPersistent != 0
+	d.header(&m.Header)
+	m.Body = d.bytes("body")
+	if m.Body == nil && d.err == nil {
+		m.Body = []byte{}
+	}
+	return m
+}
+
+func (d *decoder) end(what string) error {
+	if d.err == nil && d.off != len(d.b) {
+		d.fail(what + ": trailing bytes")
+	}
+	return d.err
+}
+
+// decodeBlob decodes a segment blob.
+func decodeBlob(b []byte) (*store.Message, error) {
+	d := decoder{b: b}
+	if v := d.byte1("blob version"); d.err == nil && v != blobVersion {
+		d.fail(fmt.Sprintf("blob version %d", v))
+	}
+	m := d.message()
+	if err := d.end("blob"); err != nil {
+		return nil, err
+	}
+	m.Stored.Store(true)
+	return m, nil
+}
+
+// decodeRecord decodes a WAL record into a batch. A put whose message is
+// not in the record refers to one stored earlier: its Msg is a stub with
+// only the id (Body nil).
+func decodeRecord(rec []byte) (*store.Batch, error) {
+	d := decoder{b: rec}
+	if v := d.byte1("record version"); d.err == nil && v != recordVersion {
+		d.fail(fmt.Sprintf("record version %d", v))
+	}
+	b := &store.Batch{}
+	if n := d.count("messages", 4); n > 0 {
+		b.Messages = make([]*store.Message, n)
+		for i := range b.Messages {
+			b.Messages[i] = d.message()
+			b.Messages[i].Stored.Store(true)
+		}
+	}
+	byID := make(map[store.MsgID]*store.Message, len(b.Messages))
+	for _, m := range b.Messages {
+		byID[m.ID] = m
+	}
+	if n := d.count("puts", 9); n > 0 {
+		b.Puts = make([]store.Entry, n)
+		for i := range b.Puts {
+			e := &b.Puts[i]
+			e.Ref = d.ref()
+			id := store.MsgID(d.uvarint("put message"))
+			if e.Msg = byID[id]; e.Msg == nil {
+				e.Msg = &store.Message{ID: id}
+			}
+			e.Deadline = d.varint("deadline")
+			e.DeliveryCount = uint32(d.uvarint("delivery count"))
+			e.DeadLetter = d.string("dead letter")
+			e.DeadAt = d.varint("dead at")
+			if d.byte1("has header") == 1 {
+				e.Header = &store.Header{}
+				d.header(e.Header)
+			}
+		}
+	}
+	if n := d.count("updates", 6); n > 0 {
+		b.Updates = make([]store.Update, n)
+		for i := range b.Updates {
+			u := &b.Updates[i]
+			u.Ref = d.ref()
+			u.DeliveryCount = uint32(d.uvarint("delivery count"))
+			u.DeadLetter = d.string("dead letter")
+			u.DeadAt = d.varint("dead at")
+		}
+	}
+	if n := d.count("deletes", 3); n > 0 {
+		b.Deletes = make([]store.Ref, n)
+		for i := range b.Deletes {
+			b.Deletes[i] = d.ref()
+		}
+	}
+	if n := d.count("drops", 1); n > 0 {
+		b.DropQueues = make([]store.QueueID, n)
+		for i := range b.DropQueues {
+			b.DropQueues[i] = store.QueueID(d.uvarint("dropped queue"))
+		}
+	}
+	if n := d.count("meta", 2); n > 0 {
+		b.Meta = make([]store.MetaOp, n)
+		for i := range b.Meta {
+			op := &b.Meta[i]
+			op.Key = d.string("meta key")
+			switch d.byte1("meta op") {
+			case metaPut:
+				op.Value = d.bytes("meta value")
+				if op.Value == nil && d.err == nil {
+					op.Value = []byte{}
+				}
+			case metaDelete:
+			default:
+				d.fail("meta op")
+			}
+		}
+	}
+	if err := d.end("record"); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

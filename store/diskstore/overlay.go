@@ -1,0 +1,163 @@
+package diskstore
+
+import (
+	"github.com/brokerd/brokerd/store"
+)
+
+// overlay is the state written to the WAL since the last checkpoint and
+// not yet in the index: the records of one checkpoint interval, applied
+// in LSN order. The store has an active overlay, which Apply changes, and
+// while a checkpoint runs a frozen one, which nothing changes and which
+// the checkpoint moves into segments and the index. Reads look at the
+// active overlay, then the frozen one, then the index.
+//
+// An overlay is not safe for concurrent use: the store's mutex guards the
+// active one; a frozen one is read-only.
+type overlay struct {
+	last uint64 // LSN of the last record applied; 0 before any
+
+	// msgs holds the messages whose bodies arrived in this overlay, with
+	// how many of its live entries refer to each. A message whose count
+	// is zero at the checkpoint (published and acked in one interval)
+	// never reaches a segment.
+	msgs map[store.MsgID]*ovMsg
+	// older counts reference changes to messages stored before this
+	// overlay: +1 per put that refers to one (a dead-lettered copy). The
+	// deletes of older entries are counted at the checkpoint, when the
+	// index says which message each referred to.
+	older map[store.MsgID]int
+
+	queues map[store.QueueID]*ovQueue
+	meta   map[string][]byte // nil value: deleted
+
+	bytes int64 // rough memory held: bodies, headers and per-entry overhead
+	n     int   // records applied
+}
+
+type ovMsg struct {
+	m    *store.Message
+	refs int
+}
+
+// ovQueue is one queue's changes in an overlay.
+type ovQueue struct {
+	entries map[uint64]*store.Entry // entries put in this overlay, by seq, updates applied
+	dels    map[uint64]uint8        // seq → prio of deleted older entries
+	upds    map[uint64]store.Update // latest update of older entries
+	dropped bool                    // every older entry of the queue is gone
+	lastSeq uint64                  // highest seq put in this overlay
+}
+
+// entryOverhead approximates an overlay entry's memory besides its body.
+const entryOverhead = 160
+
+func newOverlay() *overlay {
+	return &overlay{
+		msgs:   make(map[store.MsgID]*ovMsg),
+		older:  make(map[store.MsgID]int),
+		queues: make(map[store.QueueID]*ovQueue),
+		meta:   make(map[string][]byte),
+	}
+}
+
+func (o *overlay) empty() bool { return o.n == 0 }
+
+func (o *overlay) queue(q store.QueueID) *ovQueue {
+	oq := o.queues[q]
+	if oq == nil {
+		oq = &ovQueue{entries: make(map[uint64]*store.Entry)}
+		o.queues[q] = oq
+	}
+	return oq
+}
+
+func headerBytes(h *store.Header) int64 {
+	if h == nil {
+		return 0
+	}
+	n := int64(len(h.Exchange) + len(h.Props))
+	for _, k := range h.RoutingKeys {
+		n += int64(len(k)) + 16
+	}
+	return n
+}
+
+// apply applies one batch, whose WAL record has LSN lsn. fresh are the
+// batch's messages whose bodies the record carries.
+func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
+	o.last = lsn
+	o.n++
+	for _, m := range fresh {
+		if o.msgs[m.ID] == nil {
+			o.msgs[m.ID] = &ovMsg{m: m}
+			o.bytes += int64(len(m.Body)) + headerBytes(&m.Header) + entryOverhead
+		}
+	}
+	for i := range b.Puts {
+		e := b.Puts[i] // a copy: the caller may reuse the batch
+		oq := o.queue(e.Queue)
+		oq.entries[e.Seq] = &e
+		if e.Seq > oq.lastSeq {
+			oq.lastSeq = e.Seq
+		}
+		o.ref(e.Msg.ID, +1)
+		o.bytes += entryOverhead + headerBytes(e.Header)
+	}
+	for _, u := range b.Updates {
+		oq := o.queue(u.Queue)
+		if e := oq.entries[u.Seq]; e != nil {
+			e.DeliveryCount, e.DeadLetter, e.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+			continue
+		}
+		if oq.upds == nil {
+			oq.upds = make(map[uint64]store.Update)
+		}
+		oq.upds[u.Seq] = u
+		o.bytes += entryOverhead
+	}
+	for _, r := range b.Deletes {
+		oq := o.queue(r.Queue)
+		if e := oq.entries[r.Seq]; e != nil {
+			delete(oq.entries, r.Seq)
+			o.ref(e.Msg.ID, -1)
+			continue
+		}
+		if oq.dels == nil {
+			oq.dels = make(map[uint64]uint8)
+		}
+		oq.dels[r.Seq] = r.Prio
+		delete(oq.upds, r.Seq)
+		o.bytes += entryOverhead / 4
+	}
+	for _, q := range b.DropQueues {
+		oq := o.queue(q)
+		for _, e := range oq.entries {
+			o.ref(e.Msg.ID, -1)
+		}
+		clear(oq.entries)
+		oq.dels, oq.upds = nil, nil
+		oq.dropped = true
+		oq.lastSeq = 0 // a dropped queue has no seqs; its id is never reused
+	}
+	for _, op := range b.Meta {
+		o.meta[op.Key] = op.Value
+		o.bytes += int64(len(op.Key)+len(op.Value)) + 64
+	}
+}
+
+// ref counts a reference to message id from an entry of this overlay.
+func (o *overlay) ref(id store.MsgID, d int) {
+	if om := o.msgs[id]; om != nil {
+		om.refs += d
+		return
+	}
+	o.older[id] += d
+}
+
+// message returns the body-carrying message id if this overlay has it.
+func (o *overlay) message(id store.MsgID) *store.Message {
+	if om := o.msgs[id]; om != nil {
+		return om.m
+	}
+	return nil
+}

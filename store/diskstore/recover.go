@@ -1,0 +1,140 @@
+package diskstore
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/brokerd/brokerd/index"
+	"github.com/brokerd/brokerd/segment"
+	"github.com/brokerd/brokerd/wal"
+)
+
+// recover opens the index, the segments and the WAL, and replays the WAL
+// records after the last checkpoint into the active overlay. Its cost
+// grows with the WAL's length (bounded by CheckpointBytes) and the number
+// of segments, not with the number of stored messages.
+func (s *Store) recover(dir string) error {
+	o := s.opts
+	db, err := pebble.Open(subdir(dir, "index"), index.Options(o.FS, o.IndexCacheBytes))
+	if err != nil {
+		return fmt.Errorf("open index: %w", err)
+	}
+	s.db = db
+	var st index.StoreState
+	raw, closer, err := db.Get(index.StateKey())
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("read store state: %w", err)
+	default:
+		derr := index.DecodeStoreState(slices.Clone(raw), &st)
+		closer.Close()
+		if derr != nil {
+			return fmt.Errorf("read store state: %w", derr)
+		}
+	}
+	s.nextID.Store(st.NextMsgID)
+
+	if err := s.openSegments(dir); err != nil {
+		return err
+	}
+
+	w, err := wal.Open(subdir(dir, "wal"), wal.Options{
+		FS:           o.FS,
+		SegmentSize:  o.WALSegmentSize,
+		Sync:         o.Sync,
+		SyncInterval: o.SyncInterval,
+		Logger:       s.log,
+		AfterGroup:   s.runAfterGroup,
+	})
+	if err != nil {
+		return fmt.Errorf("open wal: %w", err)
+	}
+	s.wal = w
+	if w.LastLSN() < wal.LSN(st.CheckpointLSN) {
+		// The checkpoint covers records the WAL no longer has and never
+		// removed itself (it keeps the file it writes): its files were
+		// lost, and new records would reuse LSNs the index counts as
+		// done.
+		return fmt.Errorf("open wal: it ends at record %d but the index was checkpointed through %d: WAL files are missing", w.LastLSN(), st.CheckpointLSN)
+	}
+	replayed := 0
+	err = w.Replay(wal.LSN(st.CheckpointLSN+1), func(lsn wal.LSN, rec []byte) error {
+		b, err := decodeRecord(rec)
+		if err != nil {
+			return fmt.Errorf("wal record %d: %w", lsn, err)
+		}
+		for _, m := range b.Messages {
+			if uint64(m.ID) > s.nextID.Load() {
+				s.nextID.Store(uint64(m.ID))
+			}
+		}
+		for i := range b.Puts {
+			if id := uint64(b.Puts[i].Msg.ID); id > s.nextID.Load() {
+				s.nextID.Store(id)
+			}
+		}
+		s.active.apply(b, b.Messages, uint64(lsn))
+		replayed++
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("replay wal: %w", err)
+	}
+	s.log.Info("store recovered", "dir", dir, "checkpoint_lsn", st.CheckpointLSN,
+		"wal_records_replayed", replayed, "segments", len(s.cp.segs))
+	return nil
+}
+
+// openSegments opens the segment files and loads their accounting. A
+// segment file the index does not know is the output of a checkpoint or
+// compaction that did not commit: it holds nothing live and is removed. A
+// segment the index knows but whose file is missing is corruption.
+func (s *Store) openSegments(dir string) error {
+	segs, err := segment.Open(subdir(dir, "segments"), segment.Options{FS: s.opts.FS, CacheBytes: s.opts.CacheBytes, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("open segments: %w", err)
+	}
+	s.segs = segs
+	s.cp.segs = make(map[segment.ID]*index.SegmentState)
+	lo, hi := index.SegmentBounds()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		id, err := index.DecodeSegmentKey(it.Key())
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("read segment accounting: %w", err)
+		}
+		st := new(index.SegmentState)
+		if err := index.DecodeSegmentState(slices.Clone(it.Value()), st); err != nil {
+			it.Close()
+			return fmt.Errorf("read segment %d accounting: %w", id, err)
+		}
+		s.cp.segs[segment.ID(id)] = st
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	onDisk := make(map[segment.ID]bool)
+	for _, si := range segs.List() {
+		onDisk[si.ID] = true
+		if s.cp.segs[si.ID] == nil {
+			s.log.Info("removing segment left by an unfinished checkpoint", "segment", si.ID)
+			if err := segs.Remove(si.ID); err != nil {
+				return fmt.Errorf("remove orphan segment %d: %w", si.ID, err)
+			}
+		}
+	}
+	for id := range s.cp.segs {
+		if !onDisk[id] {
+			return fmt.Errorf("open segments: segment %d holds live messages but its file is missing", id)
+		}
+	}
+	return nil
+}

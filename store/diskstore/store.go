@@ -1,0 +1,331 @@
+package diskstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/brokerd/brokerd/index"
+	"github.com/brokerd/brokerd/segment"
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/wal"
+)
+
+// Options configure a Store. Zero values take the defaults.
+type Options struct {
+	// FS is the filesystem (default vfs.Default); tests pass a crashable
+	// in-memory one.
+	FS vfs.FS
+	// Sync is the WAL's sync policy (default wal.SyncFsync: a confirm
+	// waits for the fsync that covers its record).
+	Sync wal.SyncPolicy
+	// SyncInterval is the fsync period under wal.SyncInterval.
+	SyncInterval time.Duration
+	// CheckpointBytes starts a checkpoint once the active overlay holds
+	// this much (default 64 MiB). It bounds the memory the overlays hold
+	// and the WAL replayed at start.
+	CheckpointBytes int64
+	// CheckpointInterval starts a checkpoint this long after the last one
+	// when anything changed (default 30s), so a quiet broker restarts
+	// with little to replay.
+	CheckpointInterval time.Duration
+	// WALSegmentSize is the size of each preallocated WAL file (default
+	// 64 MiB).
+	WALSegmentSize int64
+	// CacheBytes is the segment block cache (default 32 MiB); IndexCacheBytes
+	// Pebble's block cache (default 32 MiB).
+	CacheBytes      int64
+	IndexCacheBytes int64
+	// CompactBelow compacts a segment whose live bytes fall below this
+	// fraction of its size (default 0.5).
+	CompactBelow float64
+	Logger       *slog.Logger
+}
+
+func (o *Options) fill() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.CheckpointBytes <= 0 {
+		o.CheckpointBytes = 64 << 20
+	}
+	if o.CheckpointInterval <= 0 {
+		o.CheckpointInterval = 30 * time.Second
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = 32 << 20
+	}
+	if o.IndexCacheBytes <= 0 {
+		o.IndexCacheBytes = 32 << 20
+	}
+	if o.CompactBelow <= 0 {
+		o.CompactBelow = 0.5
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Store is the durable store.Store. Safe for concurrent use.
+type Store struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+	wal  *wal.WAL
+	db   *pebble.DB
+	segs *segment.Store
+
+	nextID atomic.Uint64 // last message id given out
+
+	// mu orders Apply: a batch's WAL append and its overlay change happen
+	// together under it, so the overlay is the WAL in LSN order.
+	mu     sync.Mutex
+	closed bool
+	err    error    // sticky
+	active *overlay // changed by Apply
+	frozen *overlay // being checkpointed; read-only; nil when none
+	encBuf []byte
+
+	// afterGroup holds the functions AfterGroup was given during the
+	// current group's completions; only the WAL's goroutine touches it.
+	afterGroup []func()
+
+	// segMu keeps a segment file from being removed while a reader that
+	// looked up a location in it reads the blob.
+	segMu sync.RWMutex
+
+	// cpMu serialises checkpoints and compactions; cp is their state.
+	cpMu     sync.Mutex
+	cp       checkpointer
+	kick     chan struct{} // wakes the checkpointer
+	stop     chan struct{}
+	stopped  chan struct{}
+	closeMu  sync.Mutex
+	closeErr error
+}
+
+// Open opens (or creates) the store in dir and recovers it: the index as
+// of the last checkpoint, then the WAL records after it.
+func Open(dir string, opts Options) (*Store, error) {
+	opts.fill()
+	s := &Store{
+		dir:     dir,
+		opts:    opts,
+		log:     opts.Logger,
+		active:  newOverlay(),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	// A directory entry is durable only once its parent is synced: a
+	// crash right after the first start must not lose the whole store.
+	if err := syncDir(opts.FS, filepath.Dir(dir)); err != nil {
+		return nil, err
+	}
+	if err := s.recover(dir); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	go s.checkpointLoop()
+	return s, nil
+}
+
+func (s *Store) closeFiles() {
+	if s.wal != nil {
+		s.wal.Close()
+	}
+	if s.segs != nil {
+		s.segs.Close()
+	}
+	if s.db != nil {
+		s.db.Close()
+	}
+}
+
+func subdir(dir, name string) string { return filepath.Join(dir, name) }
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// AllocMsgID implements store.Store.
+func (s *Store) AllocMsgID() store.MsgID { return store.MsgID(s.nextID.Add(1)) }
+
+// Apply implements store.Store. It encodes b and appends it to the WAL
+// without waiting for I/O; done runs on the WAL's goroutine after the fsync
+// that covers the record (under the fsync sync policy).
+func (s *Store) Apply(b *store.Batch, done func(error)) {
+	s.mu.Lock()
+	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
+		if done != nil {
+			done(err)
+		}
+		return
+	}
+	fresh := s.freshLocked(b)
+	s.encBuf = encodeRecord(s.encBuf[:0], b, fresh)
+	lsn := s.wal.Append(s.encBuf, wal.Durable, func(_ wal.LSN, err error) {
+		if err != nil {
+			s.fail(err)
+		}
+		if done != nil {
+			done(err)
+		}
+	})
+	s.active.apply(b, fresh, uint64(lsn))
+	full := s.active.bytes >= s.opts.CheckpointBytes
+	if cap(s.encBuf) > 1<<20 {
+		s.encBuf = nil // don't pin a huge buffer after one big message
+	}
+	s.mu.Unlock()
+	if full {
+		s.wake()
+	}
+}
+
+// freshLocked returns the messages of b whose bodies the record must
+// carry: listed, referred to by one of b's puts, and not stored before. It
+// marks them stored.
+func (s *Store) freshLocked(b *store.Batch) []*store.Message {
+	var fresh []*store.Message
+	for _, m := range b.Messages {
+		if m.Stored.Load() || !referenced(b, m) {
+			continue
+		}
+		m.Stored.Store(true)
+		fresh = append(fresh, m)
+	}
+	return fresh
+}
+
+func referenced(b *store.Batch, m *store.Message) bool {
+	for i := range b.Puts {
+		if b.Puts[i].Msg == m || b.Puts[i].Msg.ID == m.ID {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Store) usableLocked() error {
+	if s.closed {
+		return store.ErrClosed
+	}
+	return s.err
+}
+
+// fail records the first failure: it sticks.
+func (s *Store) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+		s.log.Error("store failed; no further changes are accepted", "err", err)
+	}
+	s.mu.Unlock()
+}
+
+// LastSeq implements store.Store.
+func (s *Store) LastSeq(q store.QueueID) (uint64, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, store.ErrClosed
+	}
+	for _, o := range []*overlay{s.active, s.frozen} { // newest first
+		if o == nil {
+			continue
+		}
+		if oq := o.queues[q]; oq != nil && (oq.lastSeq > 0 || oq.dropped) {
+			s.mu.Unlock()
+			return oq.lastSeq, nil
+		}
+	}
+	s.mu.Unlock()
+	st, err := s.queueState(q)
+	return st.LastSeq, err
+}
+
+func (s *Store) queueState(q store.QueueID) (index.QueueState, error) {
+	var st index.QueueState
+	v, closer, err := s.db.Get(index.QueueStateKey(nil, uint64(q)))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("read queue %d state: %w", q, err)
+	}
+	defer closer.Close()
+	if err := index.DecodeQueueState(v, &st); err != nil {
+		return st, fmt.Errorf("read queue %d state: %w", q, err)
+	}
+	return st, nil
+}
+
+// Close implements store.Store: it checkpoints what the WAL holds (so the
+// next start replays little), then closes the WAL, segments and index.
+// Idempotent.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return s.closeErr
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.stopped
+	var errs []error
+	if s.err == nil {
+		if err := s.checkpoint(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, s.wal.Close(), s.segs.Close(), s.db.Close())
+	s.closeErr = errors.Join(errs...)
+	return s.closeErr
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Dir returns the directory the store was opened in.
+func (s *Store) Dir() string { return s.dir }
+
+// AfterGroup runs fn on the WAL's goroutine once the completions of the
+// current group commit have all run, before the next group is written.
+// Call it only from inside a done callback that reported success. The
+// broker uses it to send one coalesced publisher confirm per channel per
+// fsync instead of one per message.
+func (s *Store) AfterGroup(fn func()) { s.afterGroup = append(s.afterGroup, fn) }
+
+// runAfterGroup is the WAL's AfterGroup hook.
+func (s *Store) runAfterGroup() {
+	for i, fn := range s.afterGroup {
+		fn()
+		s.afterGroup[i] = nil
+	}
+	s.afterGroup = s.afterGroup[:0]
+}

@@ -17,9 +17,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -97,9 +99,11 @@ type options struct {
 	json       bool
 	compare    string
 	timeout    time.Duration
+	id         string // queue and exchange name prefix
+	keep       bool   // leave the run's queues and exchanges in place
 }
 
-var scenarios = []string{"publish", "consume", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout"}
+var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout"}
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -127,6 +131,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.json, "json", false, "print only the JSON result line on stdout")
 	fs.StringVar(&o.compare, "compare", "", "run the same scenario against this second broker `URL` and compare")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for messages after this long")
+	fs.StringVar(&o.id, "id", "", "name prefix of the run's queues and exchanges (default random); with -keep and scenario drain, a later run finds an earlier run's queue")
+	fs.BoolVar(&o.keep, "keep", false, "leave the run's queues and exchanges in place (e.g. publish -keep, restart the broker, then drain)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -163,6 +169,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.persistent || o.queueType == "quorum" {
 		o.durable = true
+	}
+	if o.id == "" {
+		o.id = "bench-" + strconv.FormatUint(rand.Uint64()%1e9, 36) + "-"
 	}
 	return o, nil
 }

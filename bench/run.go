@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,7 +45,7 @@ type runner struct {
 func run(ctx context.Context, o options, progress io.Writer) (res result, err error) {
 	r := &runner{
 		o:        o,
-		id:       "bench-" + strconv.FormatUint(rand.Uint64()%1e9, 36) + "-",
+		id:       o.id,
 		progress: progress,
 		perProd:  make([]atomic.Uint64, o.producers),
 		notify:   make(chan struct{}, 1),
@@ -79,6 +77,8 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 		elapsed, err = r.scenarioBacklog(ctx, &res)
 	case "consume":
 		elapsed, err = r.scenarioConsume(ctx, &res)
+	case "drain":
+		elapsed, err = r.scenarioDrain(ctx, &res)
 	case "e2e":
 		elapsed, err = r.scenarioE2E(ctx, &res)
 	case "fanout":
@@ -104,6 +104,9 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 }
 
 func (r *runner) cleanup() {
+	if r.o.keep {
+		return
+	}
 	for _, q := range r.queues {
 		r.ach.QueueDelete(q, false, false, false)
 	}

@@ -113,6 +113,24 @@ func (r *runner) scenarioConsume(ctx context.Context, res *result) (time.Duratio
 	return elapsed, nil
 }
 
+// scenarioDrain: drains a queue an earlier run filled (publish -keep with
+// the same -id, -n and -producers), verifying every message: the
+// measurement of a backlog that survived a broker restart.
+func (r *runner) scenarioDrain(ctx context.Context, res *result) (time.Duration, error) {
+	q := r.id + "q"
+	if err := r.declareQueue(q, nil); err != nil {
+		return 0, err
+	}
+	want := uint64(r.o.n)
+	elapsed, err := r.drain(ctx, q, want)
+	if err != nil {
+		return 0, err
+	}
+	res.Msgs = r.received.Load()
+	r.verify(res, want)
+	return elapsed, nil
+}
+
 // concurrent runs producers to (exchange, key) while consumers (started
 // first by startConsumers) record arrivals; it returns the time from the
 // first publish to the last arrival.

@@ -96,7 +96,10 @@
 //	header: exchange bytes, uvarint count, count × routing key bytes, props bytes
 //
 //	message value, format 0x21:        refs uvarint, size uvarint, location bytes
-//	queue state, format 0x31:          last seq uvarint
+//	queue state, format 0x32:          last seq uvarint, uvarint n, n × level
+//	  level:                           prio(1), count uvarint (> 0), bytes uvarint;
+//	                                   levels ascend strictly by prio
+//	queue state, format 0x31 (read):   last seq uvarint (no levels)
 //	segment state, format 0x41:        live bytes varint, live msgs varint, total bytes varint
 //	store state, format 0x51:          checkpoint lsn uvarint, next msg id uvarint,
 //	                                   next segment uvarint

@@ -246,12 +246,29 @@ func FuzzSmallKeys(f *testing.F) {
 	})
 }
 
+// fuzzLevels derives a valid level list from fuzz inputs: up to 8 levels,
+// ascending priorities, counts > 0.
+func fuzzLevels(a, b, c int64) []LevelState {
+	var ls []LevelState
+	prio := int(uint8(a))
+	for i := range int(uint64(c) % 9) {
+		if prio > 255 {
+			break
+		}
+		ls = append(ls, LevelState{Prio: uint8(prio), Count: uint64(b)>>(i*7) | 1, Bytes: uint64(a) >> (i * 5)})
+		prio += 1 + int(uint8(b>>(i*8))%32)
+	}
+	return ls
+}
+
 // FuzzStateValues covers the queue, segment and store state decoders.
 func FuzzStateValues(f *testing.F) {
 	for _, x := range edgeI64 {
 		u := uint64(x)
 		for _, b := range [][]byte{
 			AppendQueueState(nil, &QueueState{LastSeq: u}),
+			AppendQueueState(nil, &QueueState{LastSeq: u, Levels: fuzzLevels(x, -x, x/7)}),
+			{formatQueueStateV1, byte(u & 0x7f)}, // an older build's value
 			AppendSegmentState(nil, &SegmentState{x, -x, x / 7}),
 			AppendStoreState(nil, &StoreState{u, ^u, uint32(u)}),
 		} {
@@ -259,13 +276,13 @@ func FuzzStateValues(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, a, b, c int64) {
-		qs := QueueState{LastSeq: uint64(a)}
+		qs := QueueState{LastSeq: uint64(a), Levels: fuzzLevels(a, b, c)}
 		ss := SegmentState{a, b, c}
 		st := StoreState{uint64(a), uint64(b), uint32(c)}
 		var gq QueueState
 		var gs SegmentState
 		var gt StoreState
-		if err := DecodeQueueState(AppendQueueState(nil, &qs), &gq); err != nil || gq != qs {
+		if err := DecodeQueueState(AppendQueueState(nil, &qs), &gq); err != nil || !queueStateEqual(&gq, &qs) {
 			t.Fatalf("queue state %+v: %+v, %v", qs, gq, err)
 		}
 		if err := DecodeSegmentState(AppendSegmentState(nil, &ss), &gs); err != nil || gs != ss {
@@ -281,7 +298,22 @@ func FuzzStateValues(f *testing.F) {
 				t.Fatalf("decoding %x re-encodes as %x", raw, a)
 			}
 		}
-		check(DecodeQueueState(raw, &gq), func() []byte { return AppendQueueState(nil, &gq) })
+		if len(raw) > 0 && raw[0] == formatQueueStateV1 {
+			// An old version decodes to a value the newest version
+			// encodes; that encoding decodes to the same value.
+			if err := DecodeQueueState(raw, &gq); err != nil {
+				mustCorrupt(t, err, raw)
+			} else if gq.Levels != nil {
+				t.Fatalf("v1 queue state %x decoded with levels %+v", raw, gq.Levels)
+			} else {
+				var g2 QueueState
+				if err := DecodeQueueState(AppendQueueState(nil, &gq), &g2); err != nil || !queueStateEqual(&g2, &gq) {
+					t.Fatalf("v1 queue state %x: %+v re-encoded decodes as %+v, %v", raw, gq, g2, err)
+				}
+			}
+		} else {
+			check(DecodeQueueState(raw, &gq), func() []byte { return AppendQueueState(nil, &gq) })
+		}
 		check(DecodeSegmentState(raw, &gs), func() []byte { return AppendSegmentState(nil, &gs) })
 		check(DecodeStoreState(raw, &gt), func() []byte { return AppendStoreState(nil, &gt) })
 	})

@@ -13,6 +13,7 @@ const (
 	formatEntryV1        byte = 0x11 // on-disk format; never renumber
 	formatMsgV1          byte = 0x21 // on-disk format; never renumber
 	formatQueueStateV1   byte = 0x31 // on-disk format; never renumber
+	formatQueueStateV2   byte = 0x32 // on-disk format; never renumber
 	formatSegmentStateV1 byte = 0x41 // on-disk format; never renumber
 	formatStoreStateV1   byte = 0x51 // on-disk format; never renumber
 )
@@ -184,29 +185,103 @@ func DecodeMsgValue(b []byte, v *MsgValue) error {
 	return d.finish()
 }
 
-// QueueState is the value of a queue state key.
+// QueueState is the value of a queue state key: what recovery reads per
+// queue instead of its entries.
 //
-// Extending it: add the field, add formatQueueStateV2, make
-// AppendQueueState write V2 and DecodeQueueState accept V1 (new field zero)
-// and V2. Decoders reject trailing bytes rather than skip them: an older
-// build that ignored a newer build's fields would drop them on its next
-// write, so it refuses (ErrUnknownVersion) instead.
+// Version 1 held LastSeq only; version 2 adds Levels. The encoder writes
+// version 2; the decoder reads both (a version 1 value has no Levels).
+// Extending it again: add the field, add formatQueueStateV3, make
+// AppendQueueState write V3 and DecodeQueueState accept every earlier
+// version (new field zero). Decoders reject trailing bytes rather than skip
+// them: an older build that ignored a newer build's fields would drop them
+// on its next write, so it refuses (ErrUnknownVersion) instead.
 type QueueState struct {
 	LastSeq uint64 // the last seq assigned in the queue, over all levels
+	// Levels are the queue's non-empty priority levels in ascending Prio
+	// order, each with Count > 0. AppendQueueState requires this (it
+	// encodes what it is given) and DecodeQueueState enforces it.
+	Levels []LevelState
 }
+
+// LevelState counts the entries one priority level of a queue holds.
+type LevelState struct {
+	Prio  uint8
+	Count uint64 // entries, > 0
+	Bytes uint64 // sum of their body sizes
+}
+
+// QueueStateHasLevels reports whether b, an encoded queue state, carries
+// level counters: false for version 1, whose writer kept LastSeq only, so a
+// store opening it must count that queue's entries once.
+func QueueStateHasLevels(b []byte) bool {
+	return len(b) == 0 || b[0] != formatQueueStateV1
+}
+
+// levelMinLen is the shortest encoded level: prio byte and two one-byte
+// uvarints. It bounds the allocation a corrupt level count can cause.
+const levelMinLen = 3
 
 // AppendQueueState appends the encoding of v to dst and returns the extended
 // slice.
 func AppendQueueState(dst []byte, v *QueueState) []byte {
-	dst = append(dst, formatQueueStateV1)
-	return binary.AppendUvarint(dst, v.LastSeq)
+	dst = slices.Grow(dst, 1+2*binary.MaxVarintLen64+len(v.Levels)*(1+2*binary.MaxVarintLen64))
+	dst = append(dst, formatQueueStateV2)
+	dst = binary.AppendUvarint(dst, v.LastSeq)
+	dst = binary.AppendUvarint(dst, uint64(len(v.Levels)))
+	for _, l := range v.Levels {
+		dst = append(dst, l.Prio)
+		dst = binary.AppendUvarint(dst, l.Count)
+		dst = binary.AppendUvarint(dst, l.Bytes)
+	}
+	return dst
 }
 
-// DecodeQueueState decodes b into v, overwriting every field.
+// DecodeQueueState decodes b into v, overwriting every field. A version 2
+// value's Levels are newly allocated (nil when it has none); v's old Levels
+// slice is not reused.
 func DecodeQueueState(b []byte, v *QueueState) error {
 	d := decoder{b: b, what: "queue state"}
-	d.format(formatQueueStateV1)
+	*v = QueueState{}
+	if len(b) > 0 && b[0] == formatQueueStateV1 {
+		d.format(formatQueueStateV1)
+		v.LastSeq = d.uvarint("last seq")
+		return d.finish()
+	}
+	d.format(formatQueueStateV2)
 	v.LastSeq = d.uvarint("last seq")
+	start := d.off
+	n := d.uvarint("level count")
+	if left := len(d.b) - d.off; d.err == nil && n > 0 {
+		switch {
+		case n > 256:
+			d.off = start
+			d.failf("level count %d exceeds 256", n)
+		case n > uint64(left/levelMinLen):
+			d.off = start
+			d.failf("level count %d exceeds the %d bytes left", n, left)
+		default:
+			v.Levels = make([]LevelState, n)
+		}
+	}
+	for i := range v.Levels {
+		at := d.off
+		l := &v.Levels[i]
+		l.Prio = d.byte("level priority")
+		if i > 0 && d.err == nil && l.Prio <= v.Levels[i-1].Prio {
+			d.off = at
+			d.failf("level priority %d after %d: levels must ascend", l.Prio, v.Levels[i-1].Prio)
+		}
+		at = d.off
+		l.Count = d.uvarint("level count of entries")
+		if d.err == nil && l.Count == 0 {
+			d.off = at
+			d.failf("level %d holds no entries", l.Prio)
+		}
+		l.Bytes = d.uvarint("level bytes")
+	}
+	if d.err != nil {
+		v.Levels = nil
+	}
 	return d.finish()
 }
 

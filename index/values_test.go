@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -71,10 +72,19 @@ func TestMsgValueRoundTrip(t *testing.T) {
 
 func TestStateValuesRoundTrip(t *testing.T) {
 	for _, x := range edgeU64 {
-		qs := QueueState{LastSeq: x}
-		var gq QueueState
-		if err := DecodeQueueState(AppendQueueState(nil, &qs), &gq); err != nil || gq != qs {
-			t.Errorf("queue state %+v: got %+v, %v", qs, gq, err)
+		for _, qs := range []QueueState{
+			{LastSeq: x},
+			{LastSeq: x, Levels: []LevelState{{Prio: 0, Count: 1, Bytes: 0}}},
+			{LastSeq: x, Levels: []LevelState{{Prio: 0, Count: x | 1, Bytes: x}, {Prio: 9, Count: 3, Bytes: ^x}, {Prio: 255, Count: math.MaxUint64, Bytes: math.MaxUint64}}},
+		} {
+			gq := QueueState{Levels: []LevelState{{Prio: 7, Count: 7}}} // overwritten
+			b := AppendQueueState(nil, &qs)
+			if err := DecodeQueueState(b, &gq); err != nil || !queueStateEqual(&gq, &qs) {
+				t.Errorf("queue state %+v: got %+v, %v", qs, gq, err)
+			}
+			if again := AppendQueueState(nil, &gq); !bytes.Equal(again, b) {
+				t.Errorf("queue state %+v: re-encoding %x gives %x", qs, b, again)
+			}
 		}
 		st := StoreState{CheckpointLSN: x, NextMsgID: ^x, NextSegment: uint32(x)}
 		var gs StoreState
@@ -88,6 +98,35 @@ func TestStateValuesRoundTrip(t *testing.T) {
 		if err := DecodeSegmentState(AppendSegmentState(nil, &ss), &gs); err != nil || gs != ss {
 			t.Errorf("segment state %+v: got %+v, %v", ss, gs, err)
 		}
+	}
+}
+
+// A version 1 queue state (last seq only, written by an older build) still
+// decodes, with no levels; it is rewritten as version 2.
+func TestQueueStateV1(t *testing.T) {
+	v1 := []byte{formatQueueStateV1, 0xac, 0x02} // last seq 300
+	gq := QueueState{Levels: []LevelState{{Prio: 1, Count: 1}}}
+	if err := DecodeQueueState(v1, &gq); err != nil || gq.LastSeq != 300 || gq.Levels != nil {
+		t.Fatalf("decode v1 %x = %+v, %v; want last seq 300, no levels", v1, gq, err)
+	}
+	if got, want := AppendQueueState(nil, &gq), []byte{formatQueueStateV2, 0xac, 0x02, 0}; !bytes.Equal(got, want) {
+		t.Fatalf("re-encoding a v1 state = %x, want %x", got, want)
+	}
+	if err := decQueueStateValue(append(bytes.Clone(v1), 0)); err == nil {
+		t.Fatal("a v1 state with a trailing byte decoded")
+	}
+	if QueueStateHasLevels(v1) || !QueueStateHasLevels(AppendQueueState(nil, &gq)) {
+		t.Fatal("QueueStateHasLevels does not tell version 1 from version 2")
+	}
+}
+
+func TestQueueStateCompact(t *testing.T) {
+	b := AppendQueueState(nil, &QueueState{LastSeq: 5, Levels: []LevelState{{Prio: 0, Count: 2, Bytes: 100}, {Prio: 4, Count: 1, Bytes: 1}}})
+	if want := []byte{formatQueueStateV2, 5, 2, 0, 2, 100, 4, 1, 1}; !bytes.Equal(b, want) {
+		t.Errorf("queue state = %x, want %x", b, want)
+	}
+	for n := range len(b) {
+		mustCorrupt(t, decQueueStateValue(b[:n]), b[:n])
 	}
 }
 
@@ -123,7 +162,16 @@ func TestDecodeValueErrors(t *testing.T) {
 		{"queue state trailing", append(AppendQueueState(nil, &QueueState{LastSeq: 5}), 0), decQueueStateValue, false, "trailing"},
 		{"segment state truncated", AppendSegmentState(nil, &SegmentState{1, 2, 3})[:3], decSegmentState, false, "truncated total bytes"},
 		{"store state segment overflow", []byte{formatStoreStateV1, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10}, decStoreState, false, "next segment"},
-		{"store state as queue state", AppendStoreState(nil, &StoreState{}), decQueueStateValue, false, "format byte 0x51, want 0x31"},
+		{"store state as queue state", AppendStoreState(nil, &StoreState{}), decQueueStateValue, false, "format byte 0x51, want 0x32"},
+		{"queue state future version", []byte{0x33, 1, 0}, decQueueStateValue, true, "format byte 0x33"},
+		{"queue state levels descend", []byte{formatQueueStateV2, 9, 2, 5, 1, 1, 4, 1, 1}, decQueueStateValue, false, "level priority 4 after 5"},
+		{"queue state level repeated", []byte{formatQueueStateV2, 9, 2, 5, 1, 1, 5, 1, 1}, decQueueStateValue, false, "level priority 5 after 5"},
+		{"queue state empty level", []byte{formatQueueStateV2, 9, 1, 5, 0, 0}, decQueueStateValue, false, "level 5 holds no entries"},
+		{"queue state level count past input", []byte{formatQueueStateV2, 9, 3, 5, 1, 1}, decQueueStateValue, false, "level count 3 exceeds the 3 bytes left"},
+		{"queue state over 256 levels", append([]byte{formatQueueStateV2, 9, 0x81, 0x02}, bytes.Repeat([]byte{1}, 257*3)...), decQueueStateValue, false, "level count 257 exceeds 256"},
+		{"queue state truncated level", []byte{formatQueueStateV2, 9, 1, 5, 1}, decQueueStateValue, false, "level count 1 exceeds the 2 bytes left"},
+		{"queue state level bytes truncated", []byte{formatQueueStateV2, 9, 1, 5, 1, 0x80}, decQueueStateValue, false, "truncated level bytes"},
+		{"queue state level trailing", []byte{formatQueueStateV2, 9, 1, 5, 1, 1, 0}, decQueueStateValue, false, "trailing"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,3 +256,7 @@ func decMsgValue(b []byte) error        { return DecodeMsgValue(b, new(MsgValue)
 func decQueueStateValue(b []byte) error { return DecodeQueueState(b, new(QueueState)) }
 func decSegmentState(b []byte) error    { return DecodeSegmentState(b, new(SegmentState)) }
 func decStoreState(b []byte) error      { return DecodeStoreState(b, new(StoreState)) }
+
+func queueStateEqual(a, b *QueueState) bool {
+	return a.LastSeq == b.LastSeq && slices.Equal(a.Levels, b.Levels)
+}

@@ -44,11 +44,42 @@
 //
 // # Reads
 //
-// Reads serve recovery and paging, not the hot path: ScanQueue walks one
-// queue's entries in Seq order from a given Seq (a backlog larger than
-// memory is read a window at a time); ScanDeadlines walks entries in
-// deadline order up to a time (the TTL scheduler refills its timer wheel from
-// it, so pending deadlines do not have to be held in memory).
+// Reads serve recovery and paging, never the publish/ack hot path. A paging
+// queue keeps a window of each priority level resident and reads the rest
+// on demand, so the reads it uses load only what they are asked for, and
+// their cost is bounded by the answer, not by the number of stored
+// messages:
+//
+//   - Queues lists every queue with its QueueState: LastSeq and, per
+//     non-empty priority level, the entry count and the sum of body sizes.
+//     Stores keep these counters on every Apply (a put adds its body size,
+//     a delete subtracts it, an update changes nothing, DropQueues forgets
+//     the queue) and never compute them by scanning entries. Recovery
+//     starts from it: O(queues) for the memory store; O(queues + overlay
+//     size) for the disk store (its index holds the state as of the last
+//     checkpoint, the overlays the changes since; see package diskstore).
+//   - ReadEntries reads one level's entries from a seq, at most max, as
+//     EntryMeta: metadata only (body size included), no body read. Cost:
+//     O(log + max + the level's deleted entries it steps over) in the
+//     memory store; in the disk store one index range scan
+//     (index.LevelBounds) starting at the seq, merged with the overlays'
+//     changes to the level: O(max + the level's overlay deletes and
+//     updates at or after the seq), whatever the level's depth. The
+//     window after it starts at its last Seq + 1.
+//   - LoadMessages reads the bodies of messages named by id, each once
+//     however many entries (or ids) name it; the disk store reads what
+//     its overlays do not hold from segments in one batched read.
+//   - LastSeq reads one queue's LastSeq.
+//
+// Each read sees one consistent state: the effect of every Apply that
+// returned before the read began and none of one that began after it
+// returned (a read concurrent with an Apply may or may not see it).
+//
+// ScanQueue (every entry of a queue from a seq, bodies included) and
+// ScanDeadlines (entries in deadline order up to a time) load whole
+// entries and are O(stored entries of the queue) or worse; they remain
+// for recovery of a broker that does not page and for tests, and are not
+// for paging.
 //
 // # Durability completion
 //

@@ -83,6 +83,43 @@ func (e *Entry) EffectiveHeader() *Header {
 	return &e.Msg.Header
 }
 
+// EntryMeta is an entry without its message body: what a paging queue keeps
+// resident or reads ahead. Its fields mean what Entry's do. Header, when
+// non-nil, may be shared with the store and other readers: it must not be
+// modified.
+type EntryMeta struct {
+	Ref
+	Msg MsgID
+	// Size is the message's body size in bytes, so byte limits and
+	// counters need no body.
+	Size          uint32
+	Deadline      int64
+	DeliveryCount uint32
+	DeadLetter    string
+	DeadAt        int64
+	// Header is the entry's own (dead-lettered) header, nil if it has
+	// none and the message's header applies.
+	Header *Header
+}
+
+// LevelState counts one priority level's entries: every stored entry of
+// the level, ready and dead-letter backlog alike.
+type LevelState struct {
+	Prio  uint8
+	Count int64 // entries
+	Bytes int64 // sum of their body sizes
+}
+
+// QueueState is one queue's counters. A store keeps it up to date on every
+// Apply, never by scanning entries, so recovery reads one per queue instead
+// of the queue's entries.
+type QueueState struct {
+	// LastSeq is what LastSeq returns for the queue.
+	LastSeq uint64
+	// Levels are the queue's non-empty levels, in ascending Prio order.
+	Levels []LevelState
+}
+
 // Update sets the mutable fields of an existing entry.
 type Update struct {
 	Ref
@@ -150,6 +187,24 @@ type Store interface {
 	// After DropQueues names q it may return 0: a dropped queue's id is
 	// never used again.
 	LastSeq(q QueueID) (uint64, error)
+	// Queues calls fn for every queue that has stored entries or a
+	// LastSeq, in QueueID order, until fn returns false. A queue named by
+	// DropQueues is not listed (until entries are put in it again). fn
+	// owns the QueueState it is given.
+	Queues(fn func(QueueID, QueueState) bool) error
+	// ReadEntries appends to dst up to max entries of priority level prio
+	// of q with Seq >= from, in Seq order, and returns the extended slice.
+	// It reads metadata only: no body is loaded. The next window starts
+	// at the last returned Seq + 1; fewer than max entries means the level
+	// has no more. max <= 0 reads nothing.
+	ReadEntries(q QueueID, prio uint8, from uint64, max int, dst []EntryMeta) ([]EntryMeta, error)
+	// LoadMessages reads the messages ids name, bodies included, and calls
+	// fn(i, m) once for every index i of ids, in any order, after the
+	// reads (fn may call the store). An id listed twice is read once and
+	// both calls get the same *Message, which must not be modified. An id
+	// that is not stored fails the whole call with an error matching
+	// ErrUnknownMessage, before fn is called.
+	LoadMessages(ids []MsgID, fn func(i int, m *Message)) error
 	// ScanMeta calls fn for every definition whose key starts with prefix,
 	// in key order, until fn returns false.
 	ScanMeta(prefix string, fn func(key string, value []byte) bool) error
@@ -160,6 +215,13 @@ type Store interface {
 
 // ErrClosed is returned by every Store method called after Close.
 var ErrClosed = errors.New("store: closed")
+
+// ErrUnknownMessage is returned (wrapped) by LoadMessages for an id that is
+// not stored: never put, or removed with its last entry (a store may still
+// find such a message for a while: the disk store until its next
+// checkpoint). A paging queue that loads a body for an entry another
+// operation deleted meanwhile can get it; otherwise it means a broker bug.
+var ErrUnknownMessage = errors.New("store: unknown message")
 
 // ErrInvalidBatch is returned (through done) for a batch that refers to an
 // unknown message or entry, or puts an entry that already exists. It means a

@@ -47,3 +47,106 @@ func BenchmarkPublishAck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPagingReads shows that the reads a paging queue uses cost what
+// they return, not what the queue holds: one queue of 10k and of 200k
+// entries (all checkpointed into the index, plus an overlay of recent
+// puts and acks). ReadEntries reads windows of 256 from spread-out seqs,
+// Queues lists the counters of 10 queues, LoadMessages reads the bodies of
+// one window.
+func BenchmarkPagingReads(b *testing.B) {
+	for _, n := range []int{10_000, 200_000} {
+		b.Run(fmt.Sprint("entries=", n), func(b *testing.B) {
+			opts := quiet()
+			opts.Sync = wal.SyncNone
+			opts.CheckpointBytes = 1 << 40 // checkpoints only when the benchmark says
+			s := openDir(b, b.TempDir(), opts)
+			defer s.Close()
+			body := make([]byte, 100)
+			const q = store.QueueID(1)
+			var seq uint64
+			putN := func(k int) {
+				var bt store.Batch
+				for range k {
+					seq++
+					m := &store.Message{ID: s.AllocMsgID(), Body: body, Persistent: true}
+					bt.Messages = append(bt.Messages, m)
+					bt.Puts = append(bt.Puts, store.Entry{Ref: store.Ref{Queue: q, Seq: seq}, Msg: m})
+				}
+				mustApply(b, s, &bt)
+			}
+			for seq < uint64(n) {
+				putN(1000)
+			}
+			for other := store.QueueID(2); other <= 10; other++ {
+				m := &store.Message{ID: s.AllocMsgID(), Body: body, Persistent: true}
+				mustApply(b, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: other, Seq: 1}, Msg: m}}})
+			}
+			if err := s.Checkpoint(); err != nil {
+				b.Fatal(err)
+			}
+			// The overlay: 1000 new entries, 1000 acks at the head.
+			putN(1000)
+			var acks store.Batch
+			for i := uint64(1); i <= 1000; i++ {
+				acks.Deletes = append(acks.Deletes, store.Ref{Queue: q, Seq: i})
+			}
+			mustApply(b, s, &acks)
+			wantCount := int64(n)
+
+			b.Run("ReadEntries256", func(b *testing.B) {
+				var dst []store.EntryMeta
+				b.ReportAllocs()
+				i := uint64(0)
+				for b.Loop() {
+					i++
+					from := 1 + (i*7919)%uint64(n)
+					var err error
+					dst, err = s.ReadEntries(q, 0, from, 256, dst[:0])
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(dst) == 0 {
+						b.Fatalf("empty window from %d", from)
+					}
+				}
+				b.ReportMetric(float64(b.N*256)/b.Elapsed().Seconds(), "entries/s")
+			})
+			b.Run("Queues", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					var count int64
+					err := s.Queues(func(id store.QueueID, st store.QueueState) bool {
+						if id == q {
+							count = st.Levels[0].Count
+						}
+						return true
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if count != wantCount {
+						b.Fatalf("queue %d counts %d entries, want %d", q, count, wantCount)
+					}
+				}
+			})
+			b.Run("LoadMessages256", func(b *testing.B) {
+				ms, err := s.ReadEntries(q, 0, uint64(n/2), 256, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids := make([]store.MsgID, len(ms))
+				for i, m := range ms {
+					ids[i] = m.Msg
+				}
+				b.ReportAllocs()
+				b.SetBytes(int64(len(ids) * len(body)))
+				for b.Loop() {
+					if err := s.LoadMessages(ids, func(int, *store.Message) {}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

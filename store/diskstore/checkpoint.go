@@ -21,6 +21,11 @@ type checkpointer struct {
 	segs map[segment.ID]*index.SegmentState
 	// checkpoints counts finished checkpoints (tests wait on it).
 	checkpoints uint64
+	// afterFreeze and afterCommit, when set (by tests, under cpMu), run in
+	// checkpoint with only cpMu held: once the active overlay is frozen,
+	// and once the index batch committed but before the frozen overlay
+	// is let go. Reads and Applies in them see the in-between states.
+	afterFreeze, afterCommit func()
 }
 
 func (s *Store) wake() {
@@ -83,9 +88,13 @@ func (s *Store) checkpoint() error {
 		return nil
 	}
 	s.active = newOverlay()
+	s.active.below = f
 	s.frozen = f
 	nextID := s.nextID.Load()
 	s.mu.Unlock()
+	if s.cp.afterFreeze != nil {
+		s.cp.afterFreeze()
+	}
 
 	// Everything the index is about to hold must be durable in the WAL
 	// first, or a crash could keep a change whose record was lost.
@@ -96,8 +105,12 @@ func (s *Store) checkpoint() error {
 	if err != nil {
 		return err
 	}
+	if s.cp.afterCommit != nil {
+		s.cp.afterCommit()
+	}
 	s.mu.Lock()
 	s.frozen = nil
+	s.active.below = nil // f's bodies may go; the index has its sizes now
 	s.mu.Unlock()
 	if err := s.removeSegments(dead); err != nil {
 		return err
@@ -117,6 +130,7 @@ type cpBatch struct {
 	val   []byte
 	delta map[store.MsgID]int                // reference changes of messages already in the index
 	segs  map[segment.ID]*index.SegmentState // segments whose accounting changed
+	qs    map[store.QueueID]*queueCount      // new state of the overlay's queues (queues.go)
 }
 
 func (c *cpBatch) seg(id segment.ID) *index.SegmentState {
@@ -220,6 +234,7 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 		b:     s.db.NewBatch(),
 		delta: make(map[store.MsgID]int),
 		segs:  make(map[segment.ID]*index.SegmentState),
+		qs:    make(map[store.QueueID]*queueCount),
 	}
 	defer c.b.Close()
 	for id, d := range f.older {
@@ -235,10 +250,16 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 	var ev index.EntryValue
 	for _, q := range qids {
 		oq := f.queues[q]
+		if err := c.startQueueState(q, oq.dropped); err != nil {
+			return nil, err
+		}
 		if oq.dropped {
 			if err := c.dropQueue(q); err != nil {
 				return nil, err
 			}
+			// Deletes and updates the overlay holds after a drop name
+			// entries the drop removed: nothing is left to change.
+			continue
 		}
 		for seq, prio := range oq.dels {
 			ok, err := c.getEntry(q, prio, seq, &ev)
@@ -252,6 +273,7 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 			if err := c.dropEntry(q, prio, seq, &ev); err != nil {
 				return nil, err
 			}
+			c.countQueue(q, prio, -1, ev.Size)
 		}
 		for seq, u := range oq.upds {
 			ok, err := c.getEntry(q, u.Prio, seq, &ev)
@@ -269,18 +291,6 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 				return nil, err
 			}
 		}
-		if oq.lastSeq > 0 {
-			c.key = index.QueueStateKey(c.key[:0], uint64(q))
-			c.val = index.AppendQueueState(c.val[:0], &index.QueueState{LastSeq: oq.lastSeq})
-			if err := c.b.Set(c.key, c.val, nil); err != nil {
-				return nil, err
-			}
-		} else if oq.dropped {
-			c.key = index.QueueStateKey(c.key[:0], uint64(q))
-			if err := c.b.Delete(c.key, nil); err != nil {
-				return nil, err
-			}
-		}
 	}
 
 	// New bodies still referred to go to a segment; the rest (published
@@ -291,14 +301,22 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 	// Entries put in this interval and still live.
 	for _, q := range qids {
 		for _, e := range f.queues[q].entries {
-			size, err := c.bodySize(f, e)
-			if err != nil {
+			size := e.size
+			if !e.sized {
+				var err error
+				if size, err = c.bodySize(f, &e.Entry); err != nil {
+					return nil, err
+				}
+			}
+			if err := c.putEntry(&e.Entry, size); err != nil {
 				return nil, err
 			}
-			if err := c.putEntry(e, size); err != nil {
-				return nil, err
-			}
+			c.countQueue(q, e.Prio, +1, size)
 		}
+	}
+	// Queue states: counters as the index now holds them, and LastSeq.
+	if err := c.writeQueueStates(f, qids); err != nil {
+		return nil, err
 	}
 	// Reference changes of messages stored before this interval.
 	if err := c.applyDeltas(); err != nil {

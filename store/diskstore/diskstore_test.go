@@ -221,6 +221,7 @@ func snapshot(t *testing.T, s store.Store, queues []store.QueueID) string {
 			t.Fatalf("scan %d: %v", q, err)
 		}
 	}
+	pagingSnapshot(t, s, queues, &sb)
 	err := s.ScanMeta("", func(k string, v []byte) bool {
 		fmt.Fprintf(&sb, "meta %q=%q\n", k, v)
 		return true
@@ -236,6 +237,83 @@ func snapshot(t *testing.T, s store.Store, queues []store.QueueID) string {
 		t.Fatalf("scan deadlines: %v", err)
 	}
 	return sb.String()
+}
+
+// pagingSnapshot writes what the paging reads see: every queue's state,
+// every level read in windows of 3, and the windows' messages loaded by
+// id. It checks that each level's counters match its entries.
+func pagingSnapshot(t *testing.T, s store.Store, queues []store.QueueID, sb *strings.Builder) {
+	t.Helper()
+	states := make(map[store.QueueID]store.QueueState)
+	err := s.Queues(func(q store.QueueID, st store.QueueState) bool {
+		states[q] = st
+		fmt.Fprintf(sb, "state %d last %d", q, st.LastSeq)
+		for _, l := range st.Levels {
+			fmt.Fprintf(sb, " %d:%d/%d", l.Prio, l.Count, l.Bytes)
+		}
+		sb.WriteByte('\n')
+		return true
+	})
+	if err != nil {
+		t.Fatalf("queues: %v", err)
+	}
+	var ids []store.MsgID
+	for _, q := range queues {
+		for prio := range uint8(3) {
+			var count, bytes int64
+			var from uint64
+			for {
+				ms, err := s.ReadEntries(q, prio, from, 3, nil)
+				if err != nil {
+					t.Fatalf("read entries %d/%d from %d: %v", q, prio, from, err)
+				}
+				for _, m := range ms {
+					hdr := "-"
+					if m.Header != nil {
+						hdr = fmt.Sprintf("%q %q %x", m.Header.Exchange, m.Header.RoutingKeys, m.Header.Props)
+					}
+					fmt.Fprintf(sb, "  window %d/%d/%d msg %d size %d dl %d dc %d %q@%d hdr %s\n",
+						m.Queue, m.Prio, m.Seq, m.Msg, m.Size, m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt, hdr)
+					ids = append(ids, m.Msg)
+					count++
+					bytes += int64(m.Size)
+					from = m.Seq + 1
+				}
+				if len(ms) < 3 {
+					break
+				}
+			}
+			// A window from the middle of the queue's seqs.
+			mid := states[q].LastSeq / 2
+			ms, err := s.ReadEntries(q, prio, mid, 5, nil)
+			if err != nil {
+				t.Fatalf("read entries %d/%d from %d: %v", q, prio, mid, err)
+			}
+			for _, m := range ms {
+				fmt.Fprintf(sb, "  from %d: %d/%d/%d size %d dc %d\n", mid, m.Queue, m.Prio, m.Seq, m.Size, m.DeliveryCount)
+			}
+			var want store.LevelState
+			for _, l := range states[q].Levels {
+				if l.Prio == prio {
+					want = l
+				}
+			}
+			if want.Count != count || want.Bytes != bytes {
+				t.Fatalf("%T: queue %d level %d counts %d entries / %d bytes, its entries %d / %d", s, q, prio, want.Count, want.Bytes, count, bytes)
+			}
+		}
+	}
+	loaded := make([]*store.Message, len(ids))
+	err = s.LoadMessages(ids, func(i int, m *store.Message) { loaded[i] = m })
+	if err != nil {
+		t.Fatalf("load messages: %v", err)
+	}
+	for i, m := range loaded {
+		if m == nil || m.ID != ids[i] {
+			t.Fatalf("LoadMessages gave %+v for id %d", m, ids[i])
+		}
+		fmt.Fprintf(sb, "  load %d: %d:%x %q\n", m.ID, len(m.Body), hash(m.Body), m.Header.RoutingKeys)
+	}
 }
 
 func hash(b []byte) uint32 {
@@ -287,6 +365,68 @@ func (p *pair) crash() {
 	p.model = p.model.Reopen()
 }
 
+// checkpointUnderWork runs a checkpoint and, while it is stopped after
+// freezing the overlay and again after committing the index batch (the
+// instants where reads see a frozen overlay, and then one the index
+// already holds), applies random operations and compares with the model.
+func (p *pair) checkpointUnderWork(when string) {
+	p.t.Helper()
+	s := p.disk
+	stage := make(chan string)     // a hook says where the checkpoint stopped
+	resume := make(chan struct{})  // lets it go on
+	abandon := make(chan struct{}) // closed when the test leaves: hooks return at once
+	hook := func(name string) func() {
+		return func() {
+			select {
+			case stage <- name:
+			case <-abandon:
+				return
+			}
+			select {
+			case <-resume:
+			case <-abandon:
+			}
+		}
+	}
+	s.cpMu.Lock()
+	s.cp.afterFreeze, s.cp.afterCommit = hook("frozen"), hook("committed")
+	s.cpMu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Checkpoint() }()
+	finished := false
+	defer func() {
+		close(abandon) // also when a check failed: the checkpoint must end before Close
+		if !finished {
+			<-errc
+		}
+		s.cpMu.Lock()
+		s.cp.afterFreeze, s.cp.afterCommit = nil, nil
+		s.cpMu.Unlock()
+	}()
+	for {
+		var name string
+		select {
+		case name = <-stage:
+		case err := <-errc:
+			finished = true
+			if err != nil {
+				p.t.Fatalf("checkpoint: %v", err)
+			}
+			p.check(when + ": after a checkpoint under work")
+			return
+		}
+		p.check(fmt.Sprintf("%s: checkpoint %s", when, name))
+		for range 1 + p.rng.IntN(8) {
+			p.step()
+		}
+		if p.rng.IntN(4) == 0 {
+			p.dropQueue(p.queues[p.rng.IntN(len(p.queues))])
+		}
+		p.check(fmt.Sprintf("%s: checkpoint %s, after more batches", when, name))
+		resume <- struct{}{}
+	}
+}
+
 // TestModel applies random operations to the disk store and to memstore
 // and compares their whole contents after checkpoints, compactions, clean
 // restarts and crashes.
@@ -320,6 +460,8 @@ func TestModel(t *testing.T) {
 					p.check(fmt.Sprintf("step %d after crash", i))
 				case r < 12:
 					p.dropQueue(p.queues[p.rng.IntN(len(p.queues))])
+				case r < 15:
+					p.checkpointUnderWork(fmt.Sprintf("step %d", i))
 				}
 			}
 			p.check("end")

@@ -39,9 +39,52 @@
 //
 // A read sees the active overlay over the frozen one (during a checkpoint)
 // over an index snapshot taken at the same instant, so a concurrent
-// checkpoint never hides or doubles an entry. Bodies come from an overlay
-// when they are still there, else from their segment through the block
-// cache.
+// checkpoint never hides or doubles an entry. (The checkpoint commits its
+// index batch before it lets go of the frozen overlay: a read whose
+// snapshot already holds that checkpoint — its CheckpointLSN covers the
+// frozen overlay's last record — leaves the frozen overlay out, which
+// matters for counters, where applying it twice would count it twice.)
+// Bodies come from an overlay when they are still there, else from their
+// segment through the block cache.
+//
+// The reads a paging queue uses cost what they return:
+//
+//   - ReadEntries (window.go): one index range scan from (queue, prio,
+//     seq) merged with the overlays' changes to that level. Each overlay
+//     keeps, per queue and level, the seqs of its puts, deletes and
+//     updates in order, so the copy taken under the store's mutex is
+//     O(log + max + the level's overlay deletes and updates at or after
+//     the seq). Entries come back with their body size (the index value
+//     has it; an overlay entry has it from its message) and no body.
+//   - LoadMessages: bodies from the overlays, the rest from segments in
+//     one segment.ReadMany under segMu. A message whose last entry was
+//     deleted since the last checkpoint may still be found; after the
+//     checkpoint it is store.ErrUnknownMessage.
+//   - Queues (queues.go): per queue, the index's QueueState (LastSeq and
+//     per-level count and bytes, version 2 of the value) as of the last
+//     checkpoint, plus each overlay's per-level deltas.
+//
+// Counting without a read per ack. A put's size is its message's body
+// size, known when the batch carries the message or an overlay holds it;
+// a delete of an entry of the same overlay takes back its put. A delete
+// of an older entry names the entry but not its size: if the frozen
+// overlay holds the entry its size is taken from there; otherwise the
+// delete counts -1 entry at once and its bytes are pending (likewise the
+// size of a replayed put whose message was checkpointed before: the WAL
+// record names the message by id only). Queues resolves what is pending
+// exactly, with one index point read per pending change from its
+// snapshot (a delete of an entry the index does not have gives its count
+// back), and writes the results back into the active overlay so each is
+// read once. Queues therefore costs O(queues + overlay queues and levels)
+// plus, the first time, one index read per pending change: after a
+// restart that is every delete replayed from the WAL (bounded by
+// CheckpointBytes). The checkpoint does not trust these deltas: it reads
+// every deleted entry from the index anyway (for reference counts), so it
+// computes the new QueueState from the index's state, the entries it
+// deletes (their sizes from the index) and the entries it writes, in the
+// same Pebble batch; a dropped queue's state is deleted. A queue state
+// written before the counters existed (version 1) is counted once at
+// open, from the queue's index entries.
 //
 // # Validation
 //

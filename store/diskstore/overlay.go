@@ -12,7 +12,8 @@ import (
 // active overlay, then the frozen one, then the index.
 //
 // An overlay is not safe for concurrent use: the store's mutex guards the
-// active one; a frozen one is read-only.
+// active one; a frozen one is read-only, except for its levels' seq
+// indexes, which window reads may sort, under the mutex (seqIndex).
 type overlay struct {
 	last uint64 // LSN of the last record applied; 0 before any
 
@@ -30,6 +31,11 @@ type overlay struct {
 	queues map[store.QueueID]*ovQueue
 	meta   map[string][]byte // nil value: deleted
 
+	// below is the frozen overlay this one was started over, while that
+	// one's checkpoint runs (nil otherwise): apply finds the body sizes of
+	// entries and messages it holds there, without reading the index.
+	below *overlay
+
 	bytes int64 // rough memory held: bodies, headers and per-entry overhead
 	n     int   // records applied
 }
@@ -41,11 +47,25 @@ type ovMsg struct {
 
 // ovQueue is one queue's changes in an overlay.
 type ovQueue struct {
-	entries map[uint64]*store.Entry // entries put in this overlay, by seq, updates applied
+	entries map[uint64]*ovEntry     // entries put in this overlay, by seq, updates applied
 	dels    map[uint64]uint8        // seq → prio of deleted older entries
 	upds    map[uint64]store.Update // latest update of older entries
 	dropped bool                    // every older entry of the queue is gone
 	lastSeq uint64                  // highest seq put in this overlay
+
+	// levels are this overlay's changes per priority level: counter
+	// deltas (queues.go) and the level's seqs in order (window.go).
+	// pending and unsized say which counter deltas are not exact yet.
+	levels  map[uint8]*ovLevel
+	pending map[uint64]uint8 // seq → prio: deletes in dels whose size is unknown
+	unsized int              // entries whose size is unknown
+}
+
+// ovEntry is an entry put in an overlay, with its body size when known.
+type ovEntry struct {
+	store.Entry
+	size  uint32
+	sized bool // false: the message was stored before the overlay and its body was not at hand (queues.go)
 }
 
 // entryOverhead approximates an overlay entry's memory besides its body.
@@ -65,7 +85,7 @@ func (o *overlay) empty() bool { return o.n == 0 }
 func (o *overlay) queue(q store.QueueID) *ovQueue {
 	oq := o.queues[q]
 	if oq == nil {
-		oq = &ovQueue{entries: make(map[uint64]*store.Entry)}
+		oq = &ovQueue{entries: make(map[uint64]*ovEntry)}
 		o.queues[q] = oq
 	}
 	return oq
@@ -94,9 +114,14 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		}
 	}
 	for i := range b.Puts {
-		e := b.Puts[i] // a copy: the caller may reuse the batch
+		e := &ovEntry{Entry: b.Puts[i]} // a copy: the caller may reuse the batch
 		oq := o.queue(e.Queue)
-		oq.entries[e.Seq] = &e
+		if old := oq.entries[e.Seq]; old != nil {
+			oq.removePut(old) // a put over a put: the later one stays
+		}
+		e.size, e.sized = o.putSize(&e.Entry)
+		oq.entries[e.Seq] = e
+		oq.addPut(e)
 		if e.Seq > oq.lastSeq {
 			oq.lastSeq = e.Seq
 		}
@@ -112,6 +137,7 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		if oq.upds == nil {
 			oq.upds = make(map[uint64]store.Update)
 		}
+		oq.noteUpdate(u)
 		oq.upds[u.Seq] = u
 		o.bytes += entryOverhead
 	}
@@ -120,11 +146,13 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		if e := oq.entries[r.Seq]; e != nil {
 			delete(oq.entries, r.Seq)
 			o.ref(e.Msg.ID, -1)
+			oq.removePut(e)
 			continue
 		}
 		if oq.dels == nil {
 			oq.dels = make(map[uint64]uint8)
 		}
+		o.countOlderDelete(oq, r)
 		oq.dels[r.Seq] = r.Prio
 		delete(oq.upds, r.Seq)
 		o.bytes += entryOverhead / 4
@@ -136,6 +164,7 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		}
 		clear(oq.entries)
 		oq.dels, oq.upds = nil, nil
+		oq.levels, oq.pending, oq.unsized = nil, nil, 0
 		oq.dropped = true
 		oq.lastSeq = 0 // a dropped queue has no seqs; its id is never reused
 	}

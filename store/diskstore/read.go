@@ -60,7 +60,7 @@ func (s *Store) queueView(q store.QueueID, from uint64) ([]queueLayer, *view, er
 		}
 		for seq, e := range oq.entries {
 			if seq >= from {
-				l.entries = append(l.entries, *e)
+				l.entries = append(l.entries, e.Entry)
 			}
 		}
 		layers = append(layers, l)
@@ -192,7 +192,7 @@ func (v *view) loadMessages(entries []*store.Entry) error {
 		if m := loaded[e.Msg.ID]; m != nil {
 			e.Msg = m
 		} else {
-			return fmt.Errorf("entry %d/%d refers to message %d, which is not stored", e.Queue, e.Seq, e.Msg.ID)
+			return fmt.Errorf("entry %d/%d refers to message %d: %w", e.Queue, e.Seq, e.Msg.ID, store.ErrUnknownMessage)
 		}
 	}
 	return nil
@@ -225,7 +225,7 @@ func (v *view) readMessages(ids []store.MsgID, into map[store.MsgID]*store.Messa
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("message %d is not stored", id)
+			return fmt.Errorf("read message %d: %w", id, store.ErrUnknownMessage)
 		}
 		loc, err := segment.DecodeLoc(mv.Loc)
 		if err != nil {

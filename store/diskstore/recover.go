@@ -37,6 +37,9 @@ func (s *Store) recover(dir string) error {
 		}
 	}
 	s.nextID.Store(st.NextMsgID)
+	if err := s.upgradeQueueStates(); err != nil {
+		return err
+	}
 
 	if err := s.openSegments(dir); err != nil {
 		return err

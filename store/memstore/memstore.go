@@ -2,7 +2,9 @@
 //
 // It keeps everything in maps under one mutex; each Batch is validated and
 // then applied under that lock, so batches are atomic with respect to every
-// reader. Nothing survives the process. Reopen simulates a restart: it
+// reader. Each queue also keeps its priority levels' seqs in order with
+// their counters (queue.go), so the paging reads (Queues, ReadEntries) do
+// not walk whole queues. Nothing survives the process. Reopen simulates a restart: it
 // returns a new store holding the same durable data, which is what a disk
 // store would recover — the storetest conformance suite uses it to run its
 // restart cases against both implementations.
@@ -33,7 +35,7 @@ type Store struct {
 	closed bool
 	err    error // sticky
 	msgs   map[store.MsgID]*msgRec
-	queues map[store.QueueID]map[uint64]*store.Entry
+	queues map[store.QueueID]*queue // queues with entries
 	last   map[store.QueueID]uint64 // LastSeq; kept when the entries go
 	meta   map[string][]byte
 }
@@ -42,7 +44,7 @@ type Store struct {
 func New() *Store {
 	return &Store{
 		msgs:   make(map[store.MsgID]*msgRec),
-		queues: make(map[store.QueueID]map[uint64]*store.Entry),
+		queues: make(map[store.QueueID]*queue),
 		last:   make(map[store.QueueID]uint64),
 		meta:   make(map[string][]byte),
 	}
@@ -94,30 +96,31 @@ func (s *Store) apply(b *store.Batch) error {
 		e := b.Puts[i] // copy: the store owns its entries
 		q := s.queues[e.Queue]
 		if q == nil {
-			q = make(map[uint64]*store.Entry)
+			q = newQueue()
 			s.queues[e.Queue] = q
 		}
 		rec := s.msgs[e.Msg.ID]
 		e.Msg = rec.msg
 		rec.refs++
-		q[e.Seq] = &e
+		q.put(&e)
 		s.last[e.Queue] = max(s.last[e.Queue], e.Seq)
 	}
 	for _, u := range b.Updates {
-		e := s.queues[u.Queue][u.Seq]
+		e := s.queues[u.Queue].entries[u.Seq]
 		e.DeliveryCount, e.DeadLetter, e.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
 	}
 	for _, r := range b.Deletes {
 		q := s.queues[r.Queue]
-		s.unrefLocked(q[r.Seq].Msg.ID)
-		delete(q, r.Seq)
-		if len(q) == 0 {
+		s.unrefLocked(q.remove(r.Seq).Msg.ID)
+		if len(q.entries) == 0 {
 			delete(s.queues, r.Queue)
 		}
 	}
 	for _, qid := range b.DropQueues {
-		for _, e := range s.queues[qid] {
-			s.unrefLocked(e.Msg.ID)
+		if q := s.queues[qid]; q != nil {
+			for _, e := range q.entries {
+				s.unrefLocked(e.Msg.ID)
+			}
 		}
 		delete(s.queues, qid)
 		delete(s.last, qid)
@@ -160,14 +163,13 @@ func (s *Store) validateLocked(b *store.Batch) error {
 		if _, ok := s.msgs[e.Msg.ID]; !ok && !fresh[e.Msg.ID] {
 			return fmt.Errorf("%w: entry %v refers to unknown message %d", store.ErrInvalidBatch, e.Ref, e.Msg.ID)
 		}
-		if _, ok := s.queues[e.Queue][e.Seq]; ok || put[e.Ref] {
+		if s.entry(e.Queue, e.Seq) != nil || put[e.Ref] {
 			return fmt.Errorf("%w: entry %v already exists", store.ErrInvalidBatch, e.Ref)
 		}
 		put[e.Ref] = true
 	}
 	exists := func(r store.Ref) bool {
-		_, ok := s.queues[r.Queue][r.Seq]
-		return ok || put[r]
+		return s.entry(r.Queue, r.Seq) != nil || put[r]
 	}
 	for _, u := range b.Updates {
 		if !exists(u.Ref) {
@@ -183,6 +185,14 @@ func (s *Store) validateLocked(b *store.Batch) error {
 			return fmt.Errorf("%w: delete of unknown entry %v", store.ErrInvalidBatch, r)
 		}
 		del[r] = true
+	}
+	return nil
+}
+
+// entry returns the stored entry (q, seq), nil if there is none.
+func (s *Store) entry(q store.QueueID, seq uint64) *store.Entry {
+	if mq := s.queues[q]; mq != nil {
+		return mq.entries[seq]
 	}
 	return nil
 }
@@ -246,11 +256,13 @@ func (s *Store) collect(match func(*store.Entry) bool, q store.QueueID) ([]*stor
 		}
 	}
 	if q != 0 {
-		add(s.queues[q])
+		if mq := s.queues[q]; mq != nil {
+			add(mq.entries)
+		}
 		return out, nil
 	}
-	for _, m := range s.queues {
-		add(m)
+	for _, mq := range s.queues {
+		add(mq.entries)
 	}
 	return out, nil
 }

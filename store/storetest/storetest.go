@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener, reopen Reopener) {
 		{"PriorityLevels", testPriorityLevels},
 		{"ManyBatchesInOrder", testManyBatches},
 	}
+	cases = append(cases, pagingCases()...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, open, reopen) })
 	}

@@ -1,0 +1,104 @@
+package diskstore
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/brokerd/brokerd/store"
+)
+
+func segmentBytes(s *Store) (n int64, files int) {
+	for _, si := range s.segs.List() {
+		n += si.Size
+		files++
+	}
+	return n, files
+}
+
+// TestDiskFollowsLiveData: segment files hold live messages only. Acking
+// most of a checkpointed backlog makes compaction rewrite the survivors
+// and remove the old files; acking the rest removes every segment.
+func TestDiskFollowsLiveData(t *testing.T) {
+	opts := quiet()
+	opts.FS = vfs.NewMem()
+	opts.CheckpointBytes = 1 << 40 // checkpoints only when the test says
+	s := openDir(t, "data", opts)
+	defer s.Close()
+	const n = 2000
+	const size = 4096
+	rng := rand.New(rand.NewPCG(1, 2))
+	var refs []store.Ref
+	for i := uint64(1); i <= n; i++ {
+		body := make([]byte, size)
+		for j := range body {
+			body[j] = byte(rng.Uint32()) // incompressible: sizes stay visible
+		}
+		m := &store.Message{ID: s.AllocMsgID(), Body: body, Persistent: true}
+		r := store.Ref{Queue: 1, Seq: i}
+		refs = append(refs, r)
+		apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: r, Msg: m}}})
+	}
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := segmentBytes(s)
+	if full < n*1024 {
+		t.Fatalf("segments hold %d bytes after checkpointing %d messages", full, n)
+	}
+	// Ack 90 %: every message but each tenth.
+	var dels []store.Ref
+	for i, r := range refs {
+		if i%10 != 0 {
+			dels = append(dels, r)
+		}
+	}
+	apply(t, s, &store.Batch{Deletes: dels})
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := segmentBytes(s)
+	if after > full/5 {
+		t.Fatalf("segments hold %d bytes after acking 90%% of %d (compaction did not reclaim)", after, full)
+	}
+	got := 0
+	if err := s.ScanQueue(1, 0, func(e *store.Entry) bool {
+		if e.Seq%10 != 1 || len(e.Msg.Body) != size {
+			t.Fatalf("after compaction: seq %d with %d-byte body", e.Seq, len(e.Msg.Body))
+		}
+		got++
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got != n/10 {
+		t.Fatalf("after compaction %d entries, want %d", got, n/10)
+	}
+	// Ack the rest: no segment is left.
+	var rest []store.Ref
+	for i, r := range refs {
+		if i%10 == 0 {
+			rest = append(rest, r)
+		}
+	}
+	apply(t, s, &store.Batch{Deletes: rest})
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if left, files := segmentBytes(s); files != 0 {
+		t.Fatalf("%d segment files (%d bytes) left with no live message", files, left)
+	}
+}
+
+func apply(t *testing.T, s store.Store, b *store.Batch) {
+	t.Helper()
+	errc := make(chan error, 1)
+	s.Apply(b, func(err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+}

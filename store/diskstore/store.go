@@ -210,8 +210,18 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 // marks them stored.
 func (s *Store) freshLocked(b *store.Batch) []*store.Message {
 	var fresh []*store.Message
+	var put map[store.MsgID]bool // ids the puts refer to, for large batches (a tx commit)
+	if len(b.Messages) > 8 {
+		put = make(map[store.MsgID]bool, len(b.Puts))
+		for i := range b.Puts {
+			put[b.Puts[i].Msg.ID] = true
+		}
+	}
 	for _, m := range b.Messages {
-		if m.Stored.Load() || !referenced(b, m) {
+		if m.Stored.Load() {
+			continue
+		}
+		if put != nil && !put[m.ID] || put == nil && !referenced(b, m) {
 			continue
 		}
 		m.Stored.Store(true)
@@ -222,7 +232,7 @@ func (s *Store) freshLocked(b *store.Batch) []*store.Message {
 
 func referenced(b *store.Batch, m *store.Message) bool {
 	for i := range b.Puts {
-		if b.Puts[i].Msg == m || b.Puts[i].Msg.ID == m.ID {
+		if b.Puts[i].Msg.ID == m.ID {
 			return true
 		}
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -222,6 +223,7 @@ func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.S
 		return nil, amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", vhost, user)
 	}
 	c := &conn{b: b, ac: ac, vhost: v, user: u, perm: perm, channels: map[uint16]*channel{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if caps, ok := ac.ClientProperties().Get("capabilities"); ok {
 		if t, ok := caps.(amqp.Table); ok {
 			if v, ok := t.Get("consumer_cancel_notify"); ok {

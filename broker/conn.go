@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -8,6 +9,11 @@ import (
 
 // conn is the broker side of one AMQP connection (an amqp.Session).
 type conn struct {
+	// ctx ends when the connection closes: a publisher waiting for the
+	// store's room (Store.Reserve) stops waiting.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	b            *Broker
 	ac           *amqp.ServerConn
 	vhost        *VHost
@@ -54,6 +60,7 @@ func (c *conn) Drained() {
 // Closed implements amqp.Session: the connection is gone. Its channels
 // have been closed; its exclusive queues are deleted.
 func (c *conn) Closed() {
+	c.cancel()
 	c.mu.Lock()
 	chs := make([]*channel, 0, len(c.channels))
 	for _, ch := range c.channels {

@@ -28,6 +28,11 @@ func (ch *channel) Handle(m amqp.Method) error {
 // form of raw; body and raw become owned by the broker.
 func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, body []byte) error {
 	ch.conn.holdForAlarms()
+	// Backpressure from the store is taken here, before any lock: Apply
+	// never waits. An error means the connection is closing or the store
+	// failed; the publish then fails (or is nacked) in Apply as it would
+	// have anyway.
+	_ = ch.conn.b.store.Reserve(ch.conn.ctx, len(body)+len(raw))
 	p, err := ch.preparePublish(m, props, raw, body)
 	if err != nil {
 		err.ClassID, err.MethodID = m.ClassID(), m.MethodID()

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 )
@@ -208,6 +209,13 @@ type Store interface {
 	// ScanMeta calls fn for every definition whose key starts with prefix,
 	// in key order, until fn returns false.
 	ScanMeta(prefix string, fn func(key string, value []byte) bool) error
+	// Reserve waits until the store can take about n more bytes without
+	// its pending writes (queued for the log, or applied but not yet
+	// checkpointed) growing past their bound. Publishers call it before
+	// they take any broker lock, so Apply itself never has to block. It
+	// returns ctx's error if ctx ends first, or the store's sticky error;
+	// a caller that goes on anyway just writes without the wait.
+	Reserve(ctx context.Context, n int) error
 	// Close releases the store. It is idempotent; calls after Close return
 	// ErrClosed.
 	Close() error

@@ -77,6 +77,7 @@ func (s *Store) Checkpoint() error {
 func (s *Store) checkpoint() error {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
+	defer s.checkpointEnded() // also on failure: waiters then see the error
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()

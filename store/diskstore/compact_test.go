@@ -1,7 +1,10 @@
 package diskstore
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -100,5 +103,51 @@ func apply(t *testing.T, s store.Store, b *store.Batch) {
 	s.Apply(b, func(err error) { errc <- err })
 	if err := <-errc; err != nil {
 		t.Fatalf("apply: %v", err)
+	}
+}
+
+// TestReserveWaitsForCheckpoints: while a checkpoint is stuck and the
+// active overlay is past twice CheckpointBytes, Reserve does not return
+// (an already-ended context gets its error back instead of room); once the
+// checkpoint finishes it does.
+func TestReserveWaitsForCheckpoints(t *testing.T) {
+	opts := quiet()
+	opts.FS = vfs.NewMem()
+	opts.CheckpointBytes = 64 << 10
+	s := openDir(t, "data", opts)
+	defer s.Close()
+	frozen, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.cpMu.Lock()
+	s.cp.afterFreeze = func() { once.Do(func() { close(frozen); <-resume }) }
+	s.cpMu.Unlock()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	body := make([]byte, 1024)
+	seq := uint64(0)
+	put := func() {
+		seq++
+		m := &store.Message{ID: s.AllocMsgID(), Body: body, Persistent: true}
+		apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: seq}, Msg: m}}})
+	}
+	// Fill past CheckpointBytes: the checkpointer freezes and gets stuck.
+	for range 80 {
+		put()
+	}
+	<-frozen
+	if err := s.Reserve(ended, 1024); err != nil {
+		t.Fatalf("Reserve with room: %v", err)
+	}
+	for range 200 { // past twice CheckpointBytes in the new active overlay
+		put()
+	}
+	if err := s.Reserve(ended, 1024); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Reserve past the bound with a stuck checkpoint = %v, want it to wait (context.Canceled)", err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- s.Reserve(context.Background(), 1024) }()
+	close(resume) // the stuck checkpoint ends; the next one takes the overlay
+	if err := <-got; err != nil {
+		t.Fatalf("Reserve after the checkpoints: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,6 +102,10 @@ type Store struct {
 	// looked up a location in it reads the blob.
 	segMu sync.RWMutex
 
+	// cpDone is closed (and replaced) when a checkpoint ends: Reserve
+	// waits on it while the overlays are over their bound. Guarded by mu.
+	cpDone chan struct{}
+
 	// cpMu serialises checkpoints and compactions; cp is their state.
 	cpMu     sync.Mutex
 	cp       checkpointer
@@ -121,6 +126,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		log:     opts.Logger,
 		active:  newOverlay(),
 		kick:    make(chan struct{}, 1),
+		cpDone:  make(chan struct{}),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -252,6 +258,8 @@ func (s *Store) fail(err error) {
 	if s.err == nil {
 		s.err = err
 		s.log.Error("store failed; no further changes are accepted", "err", err)
+		close(s.cpDone) // Reserve calls waiting for a checkpoint see the error
+		s.cpDone = make(chan struct{})
 	}
 	s.mu.Unlock()
 }
@@ -306,6 +314,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.checkpointEnded() // Reserve calls waiting for a checkpoint see the store closed
 	close(s.stop)
 	<-s.stopped
 	var errs []error
@@ -338,4 +347,40 @@ func (s *Store) runAfterGroup() {
 		s.afterGroup[i] = nil
 	}
 	s.afterGroup = s.afterGroup[:0]
+}
+
+// Reserve implements store.Store. It waits while the WAL has more than its
+// bound queued for writing (a disk slower than the publishers), and while
+// the active overlay holds more than twice CheckpointBytes (checkpoints
+// slower than the publishers): memory stays bounded by configuration.
+func (s *Store) Reserve(ctx context.Context, n int) error {
+	if err := s.wal.Reserve(ctx, n); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.active.bytes >= 2*s.opts.CheckpointBytes {
+		if err := s.usableLocked(); err != nil {
+			return err
+		}
+		done := s.cpDone
+		s.mu.Unlock()
+		s.wake()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	return s.usableLocked()
+}
+
+// checkpointEnded wakes the Reserve calls waiting for a checkpoint.
+func (s *Store) checkpointEnded() {
+	s.mu.Lock()
+	close(s.cpDone)
+	s.cpDone = make(chan struct{})
+	s.mu.Unlock()
 }

@@ -13,6 +13,7 @@ package memstore
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -303,6 +304,10 @@ func (s *Store) ScanMeta(prefix string, fn func(key string, value []byte) bool) 
 	}
 	return nil
 }
+
+// Reserve implements store.Store: the memory store writes nothing that
+// could back up, so it never waits.
+func (s *Store) Reserve(context.Context, int) error { return nil }
 
 // Close implements store.Store.
 func (s *Store) Close() error {

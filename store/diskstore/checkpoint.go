@@ -19,8 +19,6 @@ import (
 type checkpointer struct {
 	// segs is the live accounting of every segment, as the index has it.
 	segs map[segment.ID]*index.SegmentState
-	// checkpoints counts finished checkpoints (tests wait on it).
-	checkpoints uint64
 	// afterFreeze and afterCommit, when set (by tests, under cpMu), run in
 	// checkpoint with only cpMu held: once the active overlay is frozen,
 	// and once the index batch committed but before the frozen overlay
@@ -119,7 +117,6 @@ func (s *Store) checkpoint() error {
 	if err := s.wal.RemoveBefore(wal.LSN(f.last + 1)); err != nil {
 		return fmt.Errorf("remove checkpointed wal files: %w", err)
 	}
-	s.cp.checkpoints++
 	return nil
 }
 
@@ -372,7 +369,7 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 
 // bodySize is the body length of e's message.
 func (c *cpBatch) bodySize(f *overlay, e *store.Entry) (uint32, error) {
-	if m := c.s.overlayMessage(f, e.Msg.ID); m != nil {
+	if m := f.message(e.Msg.ID); m != nil {
 		return uint32(len(m.Body)), nil
 	}
 	if e.Msg.Body != nil {
@@ -383,12 +380,6 @@ func (c *cpBatch) bodySize(f *overlay, e *store.Entry) (uint32, error) {
 		return 0, err
 	}
 	return mv.Size, nil
-}
-
-// overlayMessage finds a body-carrying message in f (checkpoint side: f
-// is frozen, so no lock is needed).
-func (s *Store) overlayMessage(f *overlay, id store.MsgID) *store.Message {
-	return f.message(id)
 }
 
 // writeMessages appends the bodies of f's live new messages to a segment.

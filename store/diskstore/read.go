@@ -171,7 +171,7 @@ func (v *view) loadMessages(entries []*store.Entry) error {
 		}
 		var m *store.Message
 		for i := len(v.layers) - 1; i >= 0 && m == nil; i-- {
-			m = v.layers[i].messageLocked(&v.s.mu, id)
+			m = v.s.overlayMessage(v.layers[i], id)
 		}
 		if m != nil {
 			loaded[id] = m
@@ -198,14 +198,11 @@ func (v *view) loadMessages(entries []*store.Entry) error {
 	return nil
 }
 
-// messageLocked looks id up in o, taking mu for the active overlay (the
-// frozen one does not change, but taking the lock for it too is harmless).
-func (o *overlay) messageLocked(mu interface {
-	Lock()
-	Unlock()
-}, id store.MsgID) *store.Message {
-	mu.Lock()
-	defer mu.Unlock()
+// overlayMessage looks id up in o under mu: o may be the active overlay,
+// which Apply changes.
+func (s *Store) overlayMessage(o *overlay, id store.MsgID) *store.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return o.message(id)
 }
 

@@ -49,6 +49,11 @@
 // an entry's put before any later change to it. Publisher confirms are
 // sent from the batch's completion.
 //
+// Backpressure from the store is taken before any lock: a publish calls
+// Store.Reserve (which waits while the store's log queue or un-checkpointed
+// state is past its bound) where it waits for alarms, so Apply, called
+// under queue locks, never blocks.
+//
 // Definitions follow the same rule: the store receives changes in the
 // order memory made them. A declaration, deletion, binding, unbinding,
 // policy or vhost change calls Apply while it still holds the lock under

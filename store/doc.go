@@ -88,6 +88,9 @@
 // The broker sends a publisher confirm only from that callback. The callback
 // may run on a store goroutine; it must not block.
 //
-// Implementations: memstore (in memory; nothing survives the process, used
-// for tests and as the reference for the conformance suite in storetest).
+// Implementations: diskstore (durable: a WAL with group commit, compressed
+// segments and a Pebble index; brokerd's default) and memstore (in memory;
+// nothing survives the process; for tests, storage.engine = "memory", and
+// the reference diskstore's model test compares against). Both run the
+// conformance suite in storetest.
 package store

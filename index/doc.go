@@ -101,8 +101,7 @@
 //	                                   levels ascend strictly by prio
 //	queue state, format 0x31 (read):   last seq uvarint (no levels)
 //	segment state, format 0x41:        live bytes varint, live msgs varint, total bytes varint
-//	store state, format 0x51:          checkpoint lsn uvarint, next msg id uvarint,
-//	                                   next segment uvarint
+//	store state, format 0x51:          checkpoint lsn uvarint, next msg id uvarint
 //
 // An entry's optional fields are present exactly when their flag is set, and
 // a flag is set exactly when the field is non-zero (the header: non-nil),

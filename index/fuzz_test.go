@@ -270,7 +270,7 @@ func FuzzStateValues(f *testing.F) {
 			AppendQueueState(nil, &QueueState{LastSeq: u, Levels: fuzzLevels(x, -x, x/7)}),
 			{formatQueueStateV1, byte(u & 0x7f)}, // an older build's value
 			AppendSegmentState(nil, &SegmentState{x, -x, x / 7}),
-			AppendStoreState(nil, &StoreState{u, ^u, uint32(u)}),
+			AppendStoreState(nil, &StoreState{u, ^u}),
 		} {
 			addDamaged(b, func(raw []byte) { f.Add(raw, x, -x, x/7) })
 		}
@@ -278,7 +278,7 @@ func FuzzStateValues(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, a, b, c int64) {
 		qs := QueueState{LastSeq: uint64(a), Levels: fuzzLevels(a, b, c)}
 		ss := SegmentState{a, b, c}
-		st := StoreState{uint64(a), uint64(b), uint32(c)}
+		st := StoreState{uint64(a), uint64(b)}
 		var gq QueueState
 		var gs SegmentState
 		var gt StoreState

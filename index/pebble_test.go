@@ -91,7 +91,7 @@ func TestPebble(t *testing.T) {
 	for _, s := range []uint32{2, 0, math.MaxUint32} {
 		put(SegmentKey(nil, s), AppendSegmentState(nil, &SegmentState{LiveBytes: int64(s)}))
 	}
-	put(StateKey(), AppendStoreState(nil, &StoreState{CheckpointLSN: 99, NextMsgID: 4, NextSegment: 3}))
+	put(StateKey(), AppendStoreState(nil, &StoreState{CheckpointLSN: 99, NextMsgID: 4}))
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestPebble(t *testing.T) {
 		return bytes.Clone(v)
 	}
 	var st StoreState
-	if err := DecodeStoreState(get(StateKey()), &st); err != nil || st != (StoreState{99, 4, 3}) {
+	if err := DecodeStoreState(get(StateKey()), &st); err != nil || st != (StoreState{99, 4}) {
 		t.Fatalf("store state %+v, %v", st, err)
 	}
 	var ev EntryValue

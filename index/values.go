@@ -318,8 +318,7 @@ func DecodeSegmentState(b []byte, v *SegmentState) error {
 // checkpoint.
 type StoreState struct {
 	CheckpointLSN uint64 // WAL position the index reflects
-	NextMsgID     uint64
-	NextSegment   uint32
+	NextMsgID     uint64 // the highest message id given out
 }
 
 // AppendStoreState appends the encoding of v to dst and returns the extended
@@ -327,8 +326,7 @@ type StoreState struct {
 func AppendStoreState(dst []byte, v *StoreState) []byte {
 	dst = append(dst, formatStoreStateV1)
 	dst = binary.AppendUvarint(dst, v.CheckpointLSN)
-	dst = binary.AppendUvarint(dst, v.NextMsgID)
-	return binary.AppendUvarint(dst, uint64(v.NextSegment))
+	return binary.AppendUvarint(dst, v.NextMsgID)
 }
 
 // DecodeStoreState decodes b into v, overwriting every field.
@@ -337,7 +335,6 @@ func DecodeStoreState(b []byte, v *StoreState) error {
 	d.format(formatStoreStateV1)
 	v.CheckpointLSN = d.uvarint("checkpoint lsn")
 	v.NextMsgID = d.uvarint("next message id")
-	v.NextSegment = d.uint32("next segment")
 	return d.finish()
 }
 

@@ -86,7 +86,7 @@ func TestStateValuesRoundTrip(t *testing.T) {
 				t.Errorf("queue state %+v: re-encoding %x gives %x", qs, b, again)
 			}
 		}
-		st := StoreState{CheckpointLSN: x, NextMsgID: ^x, NextSegment: uint32(x)}
+		st := StoreState{CheckpointLSN: x, NextMsgID: ^x}
 		var gs StoreState
 		if err := DecodeStoreState(AppendStoreState(nil, &st), &gs); err != nil || gs != st {
 			t.Errorf("store state %+v: got %+v, %v", st, gs, err)
@@ -161,7 +161,7 @@ func TestDecodeValueErrors(t *testing.T) {
 		{"msg truncated location", msg[:len(msg)-1], decMsgValue, false, "location length"},
 		{"queue state trailing", append(AppendQueueState(nil, &QueueState{LastSeq: 5}), 0), decQueueStateValue, false, "trailing"},
 		{"segment state truncated", AppendSegmentState(nil, &SegmentState{1, 2, 3})[:3], decSegmentState, false, "truncated total bytes"},
-		{"store state segment overflow", []byte{formatStoreStateV1, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10}, decStoreState, false, "next segment"},
+		{"store state trailing bytes", []byte{formatStoreStateV1, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10}, decStoreState, false, "trailing"},
 		{"store state as queue state", AppendStoreState(nil, &StoreState{}), decQueueStateValue, false, "format byte 0x51, want 0x32"},
 		{"queue state future version", []byte{0x33, 1, 0}, decQueueStateValue, true, "format byte 0x33"},
 		{"queue state levels descend", []byte{formatQueueStateV2, 9, 2, 5, 1, 1, 4, 1, 1}, decQueueStateValue, false, "level priority 4 after 5"},

@@ -60,13 +60,6 @@ func (b *Binding) destName() string {
 	return b.exchange.Name
 }
 
-func (b *Binding) destKind() string {
-	if b.queue != nil {
-		return "queue"
-	}
-	return "exchange"
-}
-
 func newExchange(name, typ string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
 	x := &Exchange{Name: name, Type: typ, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args}
 	if v, ok := args.Get("alternate-exchange"); ok {

@@ -64,16 +64,6 @@ func parseExpiration(s string) (int64, *amqp.Error) {
 	return n, nil
 }
 
-// propsPriority returns the priority property of raw properties (0 if
-// absent or undecodable: stored properties were validated on publish).
-func propsPriority(raw []byte) uint8 {
-	p, err := amqp.DecodeProperties(raw)
-	if err != nil {
-		return 0
-	}
-	return p.Priority
-}
-
 // erlString renders s as Erlang's ~p prints a string.
 func erlString(s string) string { return strconv.Quote(s) }
 

@@ -31,7 +31,7 @@ func TestOptions(t *testing.T) {
 	if o := Options(fs, 0); o.CacheSize != 0 {
 		t.Errorf("Options(fs, 0).CacheSize = %d, want 0 (Pebble's default)", o.CacheSize)
 	}
-	if Options(fs, 1) == Options(fs, 1) {
+	if a, b := Options(fs, 1), Options(fs, 1); a == b {
 		t.Error("Options returns a shared *Options")
 	}
 }

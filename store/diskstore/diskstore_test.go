@@ -70,7 +70,6 @@ type pair struct {
 	model *memstore.Store
 	rng   *rand.Rand
 
-	msgs   []*store.Message // messages with live entries, for dead-letter copies
 	live   map[store.Ref]*store.Message
 	seq    map[store.QueueID]uint64
 	queues []store.QueueID

@@ -19,6 +19,9 @@ const (
 	AlarmDisk   = "disk"
 )
 
+// neverClear is never closed: the wait of an alarm that cannot clear.
+var neverClear = make(chan struct{})
+
 // alarmState is guarded by Broker.mu.
 type alarmState struct {
 	active map[string]bool
@@ -72,6 +75,11 @@ func (b *Broker) alarmWait() (<-chan struct{}, string) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.alarms.clear == nil {
+		if b.storeErr.Load() != nil {
+			// The store failed and its alarm is on its way (raised off
+			// the failing goroutine, see storeFailed); it never clears.
+			return neverClear, "low on store"
+		}
 		return nil, ""
 	}
 	var parts []string

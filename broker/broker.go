@@ -37,6 +37,12 @@ type Options struct {
 	// (at-least-once) are retried besides when topology changes.
 	// Default 1s.
 	BacklogRetry time.Duration
+	// PageWindow is how many ready entries of each priority level of a
+	// durable queue stay in memory at the head (and again at the tail)
+	// once the level is deeper than that; the rest stay in the store
+	// only, so memory does not grow with queue depth. Default 2048;
+	// negative keeps every entry in memory.
+	PageWindow int
 }
 
 // UserSpec describes a bootstrap user. Exactly one of Password and
@@ -93,6 +99,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.PageWindow == 0 {
+		opts.PageWindow = 2048
 	}
 	if opts.BacklogRetry <= 0 {
 		opts.BacklogRetry = time.Second

@@ -102,3 +102,19 @@ func (d *deque) clear() []*entry {
 	*d = deque{}
 	return out
 }
+
+// compact drops the entries that are no longer ready.
+func (d *deque) compact() {
+	if d.n == 0 {
+		return
+	}
+	var live []*entry
+	for _, e := range d.clear() {
+		if e.state == stReady {
+			live = append(live, e)
+		}
+	}
+	for _, e := range live {
+		d.pushBack(e)
+	}
+}

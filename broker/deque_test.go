@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -12,7 +13,7 @@ import (
 // the way entries must leave (priority level descending, then Seq).
 
 func newTestEntry(seq uint64, prio uint8) *entry {
-	return &entry{Entry: store.Entry{Ref: store.Ref{Seq: seq}}, prio: prio}
+	return &entry{Entry: store.Entry{Ref: store.Ref{Seq: seq}, Msg: &store.Message{Body: make([]byte, seq%7)}}, prio: prio}
 }
 
 func seqs(es []*entry) []uint64 {
@@ -156,10 +157,47 @@ func (m *readyModel) pop() *entry {
 // readyOps drives a readyQueue and the model with ops decoded from data and
 // checks they agree after every step. Each op is two bytes: an opcode and
 // an argument (a priority for a publish, an index for a requeue).
-func readyOps(t *testing.T, maxPriority uint8, data []byte) {
+//
+// With window > 0 the queue pages: every entry counts as stored, page-outs
+// run after each arrival, and the fill reads the middle back from the
+// model (which holds exactly the ready entries, as the store would).
+func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 	t.Helper()
 	r := newReadyQueue(maxPriority)
 	m := &readyModel{max: maxPriority}
+	if window > 0 {
+		r.window = window
+		r.fill = func(l *level) {
+			want := max(window-l.head.len(), window/2, 1)
+			for _, e := range m.es { // level order, then seq
+				if want == 0 {
+					break
+				}
+				if m.level(e) != l.prio || e.Seq < l.mid.from || e.Seq > l.mid.to {
+					continue
+				}
+				l.head.pushBack(e)
+				l.mid.from = e.Seq + 1
+				l.mid.n--
+				l.mid.bytes -= int64(e.bodySize())
+				want--
+			}
+			if want > 0 && l.mid.n != 0 {
+				t.Fatalf("fill: middle of level %d counts %d entries the store does not hold", l.prio, l.mid.n)
+			}
+			if l.mid.n == 0 {
+				l.mid = midRange{}
+			}
+		}
+	}
+	arrive := func(e *entry) {
+		if window > 0 {
+			e.inStore = true
+			if l := r.level(e); l.tail.len() > window {
+				r.pageOut(l, math.MaxUint64)
+			}
+		}
+	}
 	var nextSeq uint64
 	var out []*entry // delivered, may be requeued
 	check := func(op string) {
@@ -181,12 +219,13 @@ func readyOps(t *testing.T, maxPriority uint8, data []byte) {
 	for len(data) >= 2 {
 		op, arg := data[0], data[1]
 		data = data[2:]
-		switch op % 4 {
+		switch op % 5 {
 		case 0, 1: // publish with priority arg (may exceed the maximum)
 			nextSeq++
 			e := newTestEntry(nextSeq, arg%16)
 			r.pushBack(e)
 			m.insert(e)
+			arrive(e)
 			check("pushBack")
 		case 2: // deliver the head
 			got, want := r.popFront(), m.pop()
@@ -197,6 +236,13 @@ func readyOps(t *testing.T, maxPriority uint8, data []byte) {
 				out = append(out, got)
 			}
 			check("popFront")
+		case 4: // a dead-lettered copy: a new seq, placed by insertSorted
+			nextSeq++
+			e := newTestEntry(nextSeq, arg%16)
+			r.insertSorted(e)
+			m.insert(e)
+			arrive(e)
+			check("insertSorted new")
 		case 3: // requeue a delivered entry
 			if len(out) == 0 {
 				continue
@@ -206,7 +252,16 @@ func readyOps(t *testing.T, maxPriority uint8, data []byte) {
 			out = slices.Delete(out, i, i+1)
 			r.insertSorted(e)
 			m.insert(e)
+			arrive(e)
 			check("insertSorted")
+		}
+	}
+	if window > 0 {
+		// The middles are not resident: drain through delivery.
+		for len(m.es) > 0 {
+			if got, want := r.popFront(), m.pop(); got != want {
+				t.Fatalf("drain: popFront = %v, model %v", got, want)
+			}
 		}
 	}
 	// Drain in order, then clear must leave it empty.
@@ -265,7 +320,7 @@ func TestReadyQueueModel(t *testing.T) {
 		for i := range data {
 			data[i] = byte(rng.IntN(256))
 		}
-		readyOps(t, maxP, data)
+		readyOps(t, maxP, []int{0, 1, 2, 4, 7}[iter%5], data)
 	}
 }
 
@@ -274,6 +329,6 @@ func FuzzReadyQueue(f *testing.F) {
 	f.Add(uint8(10), []byte{0, 1, 0, 5, 0, 3, 2, 0, 2, 0, 3, 0, 3, 0, 2, 0})
 	f.Add(uint8(3), []byte{0, 15, 1, 2, 2, 0, 0, 9, 3, 0, 2, 0, 2, 0, 3, 7})
 	f.Fuzz(func(t *testing.T, maxP uint8, data []byte) {
-		readyOps(t, maxP%12, data)
+		readyOps(t, maxP%12, int(maxP/12)%6, data)
 	})
 }

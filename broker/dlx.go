@@ -159,7 +159,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		// target's own message TTL applies.
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
-		ne := tq.newEntry(e.Msg, header, props.Priority, -1, nowMS)
+		ne := tq.newCopyEntry(e.Msg, header, props.Priority, nowMS)
 		if ne.stored {
 			t.put(ne)
 		}
@@ -180,6 +180,21 @@ func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowM
 		t.update(e)
 		q.vhost.b.counters.backlogged.Add(1)
 	}
+	if e.stored {
+		q.markBacklogLocked(t, true)
+	}
+}
+
+// markBacklogLocked sets or clears the backlog flag of q's stored
+// definition, in t, when it changes. A restart reads every entry of a
+// queue whose flag is set (to find the waiting dead letters among them)
+// and only the counters of the others.
+func (q *Queue) markBacklogLocked(t *txn, on bool) {
+	if q.backlogMarked == on || !q.Durable || q.Exclusive || q.isDeleted() {
+		return
+	}
+	q.backlogMarked = on
+	t.batch.Meta = append(t.batch.Meta, store.MetaOp{Key: metaKey(metaQueue, q.vhost.Name, q.Name), Value: encodeQueueDef(q)})
 }
 
 // retryBacklogLocked tries again to forward q's waiting dead letters, in
@@ -201,6 +216,9 @@ func (q *Queue) retryBacklogLocked(t *txn) {
 		}
 		q.deadLetterLocked(t, pending[:n], r, true)
 		pending = pending[n:]
+	}
+	if len(q.backlog) == 0 {
+		q.markBacklogLocked(t, false)
 	}
 }
 

@@ -54,6 +54,24 @@
 // state is past its bound) where it waits for alarms, so Apply, called
 // under queue locks, never blocks.
 //
+// # Paging
+//
+// A durable queue keeps about two windows (Options.PageWindow) of ready
+// entries per priority level in memory however deep it is: a resident
+// head, a middle held by the store alone (a seq range and counters) and a
+// resident tail of new arrivals (see readyQueue). Entries page out once
+// their put has been handed to the store and page back in, bodies
+// included, when the head runs low: a synchronous store read under the
+// queue's lock, one window at a time. Counters never depend on what is
+// resident. What cannot live in the store alone stays resident and stops
+// paging behind it: transient messages, entries with a deadline (their
+// timers need them), and anything behind a dead-lettered copy still on
+// its way to the queue (Queue.newCopyEntry). Recovery restores a queue
+// from the store's counters (store.Queues) without reading its entries,
+// unless it holds entries with deadlines or dead letters waiting for a
+// route (its definition's backlog flag): those are read whole, and page
+// out as they load.
+//
 // Definitions follow the same rule: the store receives changes in the
 // order memory made them. A declaration, deletion, binding, unbinding,
 // policy or vhost change calls Apply while it still holds the lock under

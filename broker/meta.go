@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/store"
@@ -168,6 +169,7 @@ func (b *Broker) recoverDefinitions() error {
 			return nil
 		}
 		q := newQueue(vh, store.QueueID(d.ID), p[1], true, false, d.AutoDelete, d.Args)
+		q.backlogMarked = d.Backlog
 		vh.queues[q.Name] = q
 		queues = append(queues, q)
 		return nil
@@ -236,8 +238,12 @@ func (b *Broker) recoverDefinitions() error {
 			return fmt.Errorf("delete dangling definitions: %w", w.err)
 		}
 	}
+	paged, err := b.pagedRecovery()
+	if err != nil {
+		return err
+	}
 	for _, q := range queues {
-		if err := b.recoverEntries(q); err != nil {
+		if err := b.recoverEntries(q, paged); err != nil {
 			return err
 		}
 	}
@@ -252,12 +258,46 @@ func (b *Broker) recoverDefinitions() error {
 	return nil
 }
 
-// recoverEntries loads a durable queue's stored entries. They are marked
-// redelivered: any of them may have been delivered before the restart.
-func (b *Broker) recoverEntries(q *Queue) error {
+// pagedRecovery returns the stored state of the queues that can be
+// recovered without reading their entries: those with none that has a
+// deadline (an entry with a deadline needs a resident timer: such a
+// queue's entries are all loaded, and page out as they load where they
+// can).
+func (b *Broker) pagedRecovery() (map[store.QueueID]store.QueueState, error) {
+	if b.opts.PageWindow <= 0 {
+		return nil, nil
+	}
+	states := make(map[store.QueueID]store.QueueState)
+	err := b.store.Queues(func(id store.QueueID, st store.QueueState) bool {
+		states[id] = st
+		return true
+	})
+	if err == nil {
+		err = b.store.ScanDeadlines(math.MaxInt64, func(e *store.Entry) bool {
+			delete(states, e.Queue)
+			return true
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recover queue states: %w", err)
+	}
+	return states, nil
+}
+
+// recoverEntries restores a durable queue's stored entries: their counts
+// only, where paged has the queue's state, else by loading every entry.
+// They are marked redelivered: any of them may have been delivered before
+// the restart.
+func (b *Broker) recoverEntries(q *Queue, paged map[store.QueueID]store.QueueState) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.recovering = true
+	// A queue that may hold dead letters waiting for a route is read
+	// whole, to find them.
+	if st, ok := paged[q.id]; ok && q.ready.window > 0 && !q.backlogMarked && q.recoverPagedLocked(st) {
+		q.seq.Store(st.LastSeq)
+		return nil
+	}
 	// The sequence continues after the last entry ever stored, even if
 	// none is left: seqs are never reused.
 	last, err := b.store.LastSeq(q.id)
@@ -265,8 +305,9 @@ func (b *Broker) recoverEntries(q *Queue) error {
 		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
 	}
 	q.seq.Store(last)
+	q.recoveredSeq = last // entries that page out as they load page in redelivered
 	err = b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
-		e := &entry{Entry: *se, q: q, redelivered: true, stored: true, prio: se.Prio}
+		e := &entry{Entry: *se, q: q, redelivered: true, stored: true, inStore: true, prio: se.Prio}
 		e.timer.Value = e
 		if e.DeadLetter != "" {
 			e.state = stBacklog

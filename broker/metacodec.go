@@ -46,10 +46,14 @@ import (
 //
 //	vhost     (nothing)
 //	exchange  bytes(type) flags(1: bit 0 auto-delete, bit 1 internal) bytes(args)
-//	queue     uvarint(queue id) flags(1: bit 0 auto-delete) bytes(args)
+//	queue     uvarint(queue id) flags(1: bit 0 auto-delete, bit 1 backlog) bytes(args)
 //	binding   (nothing: the key says it all)
 //	policy    the JSON document {"pattern","apply-to","priority","definition"}
 //	queue-id  uvarint(highest queue id ever given to a durable queue)
+//
+// A queue's backlog flag is set while it may hold dead letters waiting for
+// a route (at-least-once): recovery then reads its entries instead of
+// only its counters (see Queue.markBacklogLocked).
 //
 // Argument tables are in their AMQP encoding, so they come back bit for
 // bit. A decoder accepts trailing bytes after the fields it knows (a later
@@ -75,6 +79,7 @@ const (
 
 	flagAutoDelete byte = 1 << 0 // on-disk format
 	flagInternal   byte = 1 << 1 // on-disk format
+	flagBacklog    byte = 1 << 1 // on-disk format (queues)
 )
 
 // errMetaCorrupt is wrapped by every decoding error of a definition
@@ -199,6 +204,9 @@ func encodeQueueDef(q *Queue) []byte {
 	if q.AutoDelete {
 		flags |= flagAutoDelete
 	}
+	if q.backlogMarked {
+		flags |= flagBacklog
+	}
 	v := binary.AppendUvarint([]byte{metaVersion}, uint64(q.id))
 	v = append(v, flags)
 	return appendBytes(v, encodeArgs(q.Args))
@@ -302,6 +310,7 @@ func decodeExchangeDef(v []byte) (exchangeDef, error) {
 type queueDef struct {
 	ID         uint64
 	AutoDelete bool
+	Backlog    bool
 	Args       amqp.Table
 }
 
@@ -317,6 +326,7 @@ func decodeQueueDef(v []byte) (queueDef, error) {
 		return d, fmt.Errorf("%w: queue id 0", errMetaCorrupt)
 	}
 	d.AutoDelete = flags&flagAutoDelete != 0
+	d.Backlog = flags&flagBacklog != 0
 	var err error
 	if d.Args, err = decodeArgs(args); err != nil {
 		return d, fmt.Errorf("%w: arguments: %w", errMetaCorrupt, err)

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,6 +34,10 @@ type entry struct {
 	// stored reports whether the entry is in the store (persistent
 	// message in a durable queue): settling it writes a delete.
 	stored bool
+	// inStore is set once the batch putting a stored entry has been
+	// handed to the store (txn.write), so a read of the store finds it:
+	// only then may the entry leave memory (readyQueue.pageOut).
+	inStore bool
 	// prio is the message's priority property (0 without one).
 	prio uint8
 	// zeroTTL marks a message whose TTL was 0: deliverable only to a
@@ -84,6 +90,10 @@ type Queue struct {
 	resMu sync.Mutex
 	pendN int64
 	pendB int64
+	// inflight are the seqs of dead-lettered copies allocated for this
+	// queue (their puts may be in the store already) and not inserted
+	// yet: the middle of a level must not reach past them.
+	inflight []uint64
 
 	mu          sync.Mutex
 	ready       readyQueue
@@ -103,6 +113,19 @@ type Queue struct {
 	// a dead letter then (it may have room later even if nothing changed).
 	backlogGen  uint64
 	backlogFull bool
+
+	// recoveredSeq is the last seq when the queue was recovered: entries
+	// up to it that page in are marked redelivered. backlogUnread is set
+	// when the queue was recovered from its counters: a dead letter
+	// waiting for a route found among those entries joins the backlog
+	// then (see fillLocked).
+	recoveredSeq  uint64
+	backlogUnread bool
+	// backlogMarked mirrors the stored definition's backlog flag: set
+	// while stored dead letters may wait in the backlog.
+	backlogMarked bool
+	pageBuf       []store.EntryMeta // fillLocked's read buffer
+	pageIDs       []store.MsgID
 }
 
 // queueStats are per-queue counters.
@@ -134,6 +157,11 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 		q.sac, _ = x.(bool)
 	}
 	q.ready = newReadyQueue(q.maxPriority)
+	if v != nil && v.b.opts.PageWindow > 0 && durable && !exclusive {
+		// Only a durable queue's entries can be in the store alone.
+		q.ready.window = v.b.opts.PageWindow
+		q.ready.fill = q.fillLocked
+	}
 	q.lease.Value = q
 	cfg := resolveQueueConfig(q.qtype, args, nil)
 	q.cfg.Store(&cfg)
@@ -188,6 +216,40 @@ func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL
 	return e
 }
 
+// newCopyEntry is newEntry for a dead-lettered copy, which reaches q
+// (insertDeadLetters) after its put reached the store: its seq is
+// recorded as in flight until then.
+func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, now int64) *entry {
+	q.resMu.Lock()
+	defer q.resMu.Unlock()
+	e := q.newEntry(msg, h, prio, -1, now)
+	q.inflight = append(q.inflight, e.Seq)
+	return e
+}
+
+// landed ends the flight of the copies es (see newCopyEntry).
+func (q *Queue) landed(es []*entry) {
+	q.resMu.Lock()
+	defer q.resMu.Unlock()
+	for _, e := range es {
+		if i := slices.Index(q.inflight, e.Seq); i >= 0 {
+			q.inflight = slices.Delete(q.inflight, i, i+1)
+		}
+	}
+}
+
+// minInflight returns the lowest seq of a copy in flight to q, or the
+// maximum seq if none is.
+func (q *Queue) minInflight() uint64 {
+	q.resMu.Lock()
+	defer q.resMu.Unlock()
+	m := uint64(math.MaxUint64)
+	for _, s := range q.inflight {
+		m = min(m, s)
+	}
+	return m
+}
+
 // reserve claims room for a dead-lettered copy of size bytes that will be
 // inserted later (txn.finish). It fails when the copy would take a
 // reject-publish queue over its limits, counting the copies already
@@ -238,6 +300,11 @@ func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 	if !q.recovering {
 		q.armLocked(e)
 	}
+	if w := q.ready.window; w > 0 {
+		if l := q.ready.level(e); l.tail.len() > w {
+			q.ready.pageOut(l, q.minInflight())
+		}
+	}
 	q.syncCounts()
 }
 
@@ -257,14 +324,7 @@ func (q *Queue) armRecovered() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.recovering = false
-	for i := range q.ready.levels {
-		d := &q.ready.levels[i]
-		for j := 0; j < d.len(); j++ {
-			if e := d.at(j); e.state == stReady {
-				q.armLocked(e)
-			}
-		}
-	}
+	q.ready.each(q.armLocked)
 }
 
 // takeLocked removes and returns the head of the ready list (nil if
@@ -314,6 +374,7 @@ func (q *Queue) arriveLocked(t *txn, e *entry) {
 // written (see txn.finish).
 func (q *Queue) insertDeadLetters(es []*entry) {
 	q.mu.Lock()
+	q.landed(es)
 	t := q.vhost.b.newTxn()
 	if q.isDeleted() {
 		// The queue went after the copies reached it (in the store):
@@ -381,6 +442,9 @@ func (q *Queue) dispatchLocked(t *txn) {
 	var expired []*entry
 	for q.ready.len() > 0 && len(q.consumers) > 0 {
 		e := q.ready.front()
+		if e == nil {
+			break // the head could not be refilled (the store failed)
+		}
 		if e.expiredAt(now) && !e.arriving {
 			q.takeLocked()
 			e.state = stGone
@@ -573,7 +637,18 @@ func (q *Queue) removeConsumer(c *consumer) (autoDelete bool) {
 func (q *Queue) purge() (int, *storeWrite) {
 	w := &storeWrite{done: make(chan struct{})}
 	q.mu.Lock()
+	paged, err := q.middleRefsLocked()
+	if err != nil {
+		q.mu.Unlock()
+		w.err = fmt.Errorf("purge queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
+		close(w.done)
+		return 0, w
+	}
+	n := q.ready.len()
 	t := q.vhost.b.newTxn()
+	for _, ref := range paged {
+		t.batch.Deletes = append(t.batch.Deletes, ref)
+	}
 	es := q.ready.clear()
 	q.readyBytes = 0
 	for _, e := range es {
@@ -588,13 +663,14 @@ func (q *Queue) purge() (int, *storeWrite) {
 		e.state = stGone
 		t.del(e)
 	}
+	q.markBacklogLocked(t, false)
 	t.apply(func(err error) {
 		w.err = err
 		close(w.done)
 	})
 	q.mu.Unlock()
 	t.finish()
-	return len(es), w
+	return n, w
 }
 
 // markDeletedLocked empties the queue and returns its consumers (to be

@@ -1,74 +1,187 @@
 package broker
 
-// readyQueue holds a queue's ready entries: one deque per priority level
-// (a single level unless the queue was declared with x-max-priority).
+// readyQueue holds a queue's ready entries: one level per priority (a
+// single level unless the queue was declared with x-max-priority).
 // Entries leave from the highest non-empty level, oldest first within it.
 //
-// An entry can also leave from the middle (it expired where it stood):
-// remove marks it, and the deques drop marked entries when they reach the
-// head, or all at once when marked ones outnumber the live.
+// A level pages: it is a resident head, a middle that lives only in the
+// store (known as a seq range and counters), and a resident tail of newer
+// arrivals behind the middle. Delivery takes from the head; when the head
+// runs low it is refilled from the middle (a store read) or, with no
+// middle, from the tail; when the tail grows past the window its stored
+// entries move into the middle and their memory goes. So a level holds
+// about two windows of entries in memory however deep it is. Counters
+// (n, and the queue's ready bytes) include the middle: they never depend
+// on what is resident.
+//
+// Only entries the store already holds can enter the middle (see
+// Queue.pageableLocked): transient messages, non-durable queues and
+// entries with a deadline stay resident, and an entry the middle cannot
+// take stops paging behind it, so the level's order is kept.
+//
+// An entry can also leave from the middle of a resident deque (it expired
+// where it stood): remove marks it, and the deques drop marked entries
+// when they reach the head, or all at once when marked ones outnumber the
+// live.
 type readyQueue struct {
-	levels []deque // index = priority
-	n      int     // live entries
+	levels []level // index = priority
+	n      int     // live entries, middles included
 	dead   int     // removed entries still held by the deques
+	// window is the resident target per level; 0 disables paging (every
+	// entry stays in the head).
+	window int
+	// fill refills l's head from its middle (a store read); set by the
+	// queue when window > 0.
+	fill func(l *level)
+}
+
+// level is one priority level. Its order is head, then middle, then tail:
+// every seq in the middle is above every seq in the head and below every
+// seq in the tail.
+type level struct {
+	prio uint8
+	n    int // live entries, middle included
+	head deque
+	mid  midRange
+	tail deque
+}
+
+// midRange is a level's non-resident middle: the store holds its entries,
+// memory only their count. from and to bound their seqs while n > 0; the
+// store may hold other entries of the level in that range (dead letters
+// waiting for a route), which are not part of it.
+type midRange struct {
+	from, to uint64
+	n        int
+	bytes    int64
 }
 
 func newReadyQueue(maxPriority uint8) readyQueue {
-	return readyQueue{levels: make([]deque, int(maxPriority)+1)}
+	r := readyQueue{levels: make([]level, int(maxPriority)+1)}
+	for i := range r.levels {
+		r.levels[i].prio = uint8(i)
+	}
+	return r
 }
 
 func (r *readyQueue) len() int { return r.n }
 
-// level returns the deque for an entry's priority, capped at the maximum.
-func (r *readyQueue) level(e *entry) *deque {
+// level returns the level of an entry.
+func (r *readyQueue) level(e *entry) *level {
 	return &r.levels[min(int(e.prio), len(r.levels)-1)]
 }
 
-// top returns the highest level with a live entry, dropping removed
-// entries from the heads it looks at.
-func (r *readyQueue) top() *deque {
+// top returns the highest level with a live entry, with a live entry at
+// its head: dead entries at the heads it looks at are dropped, and an
+// empty head is refilled. It returns nil if there is none, or if the
+// highest level's middle could not be read (a store failure): a lower
+// level is never served ahead of a higher one.
+func (r *readyQueue) top() *level {
 	for i := len(r.levels) - 1; i >= 0; i-- {
-		d := &r.levels[i]
-		for d.len() > 0 && d.front().state != stReady {
-			d.popFront()
-			r.dead--
-		}
-		if d.len() > 0 {
-			return d
+		l := &r.levels[i]
+		for l.n > 0 {
+			for l.head.len() > 0 && l.head.front().state != stReady {
+				l.head.popFront()
+				r.dead--
+			}
+			if l.head.len() > 0 {
+				return l
+			}
+			before := l.n + l.tail.len() + l.mid.n
+			r.refill(l)
+			if l.head.len() == 0 && l.n+l.tail.len()+l.mid.n == before {
+				return nil // nothing could be read
+			}
 		}
 	}
 	return nil
 }
 
+// refill tops up l's head: from the middle while there is one, else from
+// the tail.
+func (r *readyQueue) refill(l *level) {
+	if l.mid.n > 0 && r.fill != nil {
+		r.fill(l)
+	}
+	if l.mid.n == 0 {
+		r.moveTail(l)
+	}
+}
+
+// moveTail moves entries from the tail's front to the head, up to the
+// window (all of them without paging). Only when the level has no middle.
+func (r *readyQueue) moveTail(l *level) {
+	room := l.tail.len()
+	if r.window > 0 {
+		room = max(r.window-l.head.len(), 1)
+	}
+	for ; room > 0 && l.tail.len() > 0; room-- {
+		l.head.pushBack(l.tail.popFront())
+	}
+}
+
+// pushBack appends a new arrival: to the head while the level is caught
+// up (no middle, no tail) and the head has room, else to the tail.
 func (r *readyQueue) pushBack(e *entry) {
-	r.level(e).pushBack(e)
+	l := r.level(e)
+	if l.mid.n == 0 && l.tail.len() == 0 && (r.window == 0 || l.head.len() < r.window) {
+		l.head.pushBack(e)
+	} else {
+		l.tail.pushBack(e)
+	}
+	l.n++
 	r.n++
 }
 
+// insertSorted places e by seq: a requeued entry goes back into the head
+// (it was delivered from there, so its seq is below the middle's); a
+// dead-lettered copy whose seq is above the head's goes into the tail.
 func (r *readyQueue) insertSorted(e *entry) {
-	r.level(e).insertSorted(e)
+	l := r.level(e)
+	var toHead bool
+	switch {
+	case l.mid.n > 0:
+		toHead = e.Seq < l.mid.from
+	case l.tail.len() > 0:
+		toHead = e.Seq < l.tail.front().Seq
+	default: // caught up: the tail starts where a full head ends
+		toHead = r.window == 0 || l.head.len() < r.window || e.Seq < l.head.at(l.head.len()-1).Seq
+	}
+	if toHead {
+		l.head.insertSorted(e)
+	} else {
+		l.tail.insertSorted(e)
+	}
+	l.n++
 	r.n++
 }
 
 func (r *readyQueue) front() *entry {
-	if d := r.top(); d != nil {
-		return d.front()
+	if l := r.top(); l != nil {
+		return l.head.front()
 	}
 	return nil
 }
 
 func (r *readyQueue) popFront() *entry {
-	d := r.top()
-	if d == nil {
+	l := r.top()
+	if l == nil {
 		return nil
 	}
+	e := l.head.popFront()
+	l.n--
 	r.n--
-	return d.popFront()
+	// Read ahead before the head runs dry.
+	if r.window > 0 && l.head.len() < r.window/2 && (l.mid.n > 0 || l.tail.len() > 0) {
+		r.refill(l)
+	}
+	return e
 }
 
-// remove accounts for e leaving from where it stands; the caller has
-// already set e.state to something other than stReady.
+// remove accounts for e leaving from where it stands (a resident deque);
+// the caller has already set e.state to something other than stReady.
 func (r *readyQueue) remove(e *entry) {
+	r.level(e).n--
 	r.n--
 	r.dead++
 	if r.dead > 1024 && r.dead > r.n {
@@ -78,30 +191,70 @@ func (r *readyQueue) remove(e *entry) {
 
 func (r *readyQueue) compact() {
 	for i := range r.levels {
-		d := &r.levels[i]
-		var live []*entry
-		for _, e := range d.clear() {
-			if e.state == stReady {
-				live = append(live, e)
-			}
-		}
-		for _, e := range live {
-			d.pushBack(e)
-		}
+		l := &r.levels[i]
+		l.head.compact()
+		l.tail.compact()
 	}
 	r.dead = 0
 }
 
-// clear removes every live entry and returns them, highest priority first.
+// pageOut moves the tail's front into the middle while the tail is over
+// the window and its front entry can live in the store alone: the store
+// holds it already (inStore), it has no deadline (timers need resident
+// entries), and its seq is below limit (no dead-lettered copy still on
+// its way to the queue has a seq below it: see Queue.minInflight).
+// Marked entries at the front are dropped on the way.
+func (r *readyQueue) pageOut(l *level, limit uint64) {
+	for l.tail.len() > 0 {
+		e := l.tail.front()
+		if e.state != stReady {
+			l.tail.popFront()
+			r.dead--
+			continue
+		}
+		if l.tail.len() <= r.window || !e.inStore || e.Deadline != 0 || e.Seq >= limit {
+			return
+		}
+		l.tail.popFront()
+		if l.mid.n == 0 {
+			l.mid.from = e.Seq
+		}
+		l.mid.to = e.Seq
+		l.mid.n++
+		l.mid.bytes += int64(e.bodySize())
+	}
+}
+
+// clear removes every live resident entry and returns them, highest
+// priority first, and forgets the middles (the caller deletes their
+// entries from the store, or drops the queue).
 func (r *readyQueue) clear() []*entry {
-	out := make([]*entry, 0, r.n)
+	out := make([]*entry, 0, min(r.n, 1<<16))
 	for i := len(r.levels) - 1; i >= 0; i-- {
-		for _, e := range r.levels[i].clear() {
-			if e.state == stReady {
-				out = append(out, e)
+		l := &r.levels[i]
+		for _, d := range []*deque{&l.head, &l.tail} {
+			for _, e := range d.clear() {
+				if e.state == stReady {
+					out = append(out, e)
+				}
 			}
 		}
+		l.n, l.mid = 0, midRange{}
 	}
 	r.n, r.dead = 0, 0
 	return out
+}
+
+// each calls fn for every live resident entry.
+func (r *readyQueue) each(fn func(*entry)) {
+	for i := range r.levels {
+		l := &r.levels[i]
+		for _, d := range []*deque{&l.head, &l.tail} {
+			for j := 0; j < d.len(); j++ {
+				if e := d.at(j); e.state == stReady {
+					fn(e)
+				}
+			}
+		}
+	}
 }

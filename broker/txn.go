@@ -24,6 +24,7 @@ type txn struct {
 	putAt   map[store.Ref]int       // index of batch.Puts, built once it is large
 	listed  map[*store.Message]bool // set of batch.Messages, likewise
 	inserts []*entry                // dead-lettered copies for target queues
+	puts    []*entry                // the entries of batch.Puts (inStore is set on write)
 	vhost   *VHost                  // read-locked until apply (holdVHost)
 }
 
@@ -47,6 +48,7 @@ const smallBatch = 16
 // put writes a new stored entry.
 func (t *txn) put(e *entry) {
 	t.batch.Puts = append(t.batch.Puts, e.Entry)
+	t.puts = append(t.puts, e)
 	if t.putAt != nil {
 		t.putAt[e.Ref] = len(t.batch.Puts) - 1
 	} else if len(t.batch.Puts) > smallBatch {
@@ -167,6 +169,10 @@ func (t *txn) write(done func(error)) bool {
 			done(err)
 		}
 	})
+	// A read of the store finds these entries now: they may page out.
+	for _, e := range t.puts {
+		e.inStore = true
+	}
 	return true
 }
 

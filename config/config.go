@@ -59,6 +59,11 @@ type Storage struct {
 	CheckpointInterval Duration      `toml:"checkpoint_interval"`
 	SegmentCache       ByteSize      `toml:"segment_cache"`
 	IndexCache         ByteSize      `toml:"index_cache"`
+	// PageWindow is how many ready messages of each priority level of a
+	// durable queue stay in memory at its head (and at its tail); the
+	// rest of a deeper queue is read from the store as it is consumed.
+	// 0 keeps every message in memory.
+	PageWindow int `toml:"page_window"`
 }
 
 // Limits is the [limits] table: resource alarms that block publishers.
@@ -118,6 +123,7 @@ func Default() Config {
 			CheckpointInterval: Duration(30 * time.Second),
 			SegmentCache:       32 * MiB,
 			IndexCache:         32 * MiB,
+			PageWindow:         2048,
 		},
 		Limits: Limits{
 			MemoryHighWatermark: 0.4,

@@ -114,6 +114,9 @@ func (c *Config) Validate() error {
 	if b := c.Storage.IndexCache; b < 1*MiB || b > 1024*GiB {
 		k.addf("storage.index_cache", "must be at least 1MiB, got %d", uint64(b))
 	}
+	if w := c.Storage.PageWindow; w < 0 || w > 1<<20 {
+		k.addf("storage.page_window", "must be between 0 and 1048576, got %d", w)
+	}
 
 	if w := c.Limits.MemoryHighWatermark; !(w > 0 && w < 1) {
 		k.addf("limits.memory_high_watermark", "must be a fraction of RAM between 0 and 1 (exclusive), got %v", w)

@@ -136,6 +136,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	b, err := broker.Open(broker.Options{
 		Store: st, Logger: log, VHosts: vhosts, Users: users,
 		MaxMessageSize: int(cfg.AMQP.MaxMessageSize),
+		PageWindow:     pageWindow(cfg.Storage.PageWindow),
 	})
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)
@@ -300,4 +301,13 @@ func openStore(c config.Storage, dir string, log *slog.Logger) (store.Store, err
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
 	return st, nil
+}
+
+// pageWindow maps storage.page_window to broker.Options.PageWindow, where
+// 0 means the default and a negative value no paging.
+func pageWindow(w int) int {
+	if w == 0 {
+		return -1
+	}
+	return w
 }

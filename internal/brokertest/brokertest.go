@@ -18,6 +18,12 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
+// TestPageWindow is the broker's page window in tests that do not set
+// one: tiny, so every test that holds more than a few messages in a
+// durable queue runs through paging (refills, page-outs, recovery from
+// counters) on every store.
+const TestPageWindow = 4
+
 // Instance is a running broker.
 type Instance struct {
 	URL    string // amqp://guest:guest@127.0.0.1:port/
@@ -72,6 +78,9 @@ func (i *Instance) start(addr string) {
 	t.Helper()
 	bo := i.cfg.Broker
 	bo.Store = i.Store
+	if bo.PageWindow == 0 {
+		bo.PageWindow = TestPageWindow
+	}
 	if i.cfg.WrapStore != nil {
 		bo.Store = i.cfg.WrapStore(i.Store)
 	}

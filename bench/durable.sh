@@ -7,6 +7,7 @@
 # bytes, time from start to serving with that backlog, drain).
 #
 #   bench/durable.sh amqp://guest:guest@127.0.0.1:5690/ [backlog-sizes]
+#   bench/durable.sh - 1000000     # the backlog runs only
 #
 # brokerd is built from this tree and started on 127.0.0.1:5680. Results go
 # to stdout as one JSON line per run, progress to stderr.
@@ -51,6 +52,7 @@ run() { # name, bench args...
   "$tmp/bench" -json -url "$other" -persistent -queue-type quorum "$@" | tag "$name" other-quorum
 }
 
+if [ "$other" != - ]; then
 run publish-1p  -scenario publish -n 200000 -size 1024 -confirm 1000
 run publish-4p  -scenario publish -n 200000 -size 1024 -confirm 1000 -producers 4
 run consume     -scenario consume -n 200000 -size 1024 -ack manual -prefetch 1000
@@ -58,6 +60,7 @@ run dlx-reject  -scenario dlx-reject -n 100000 -size 1024 -confirm 1000
 run e2e-5000    -scenario e2e -duration 20s -rate 5000 -size 1024 -confirm 1000 -ack manual
 run ttl-expire  -scenario ttl-expire -n 100000 -size 1024 -confirm 1000 -ttl 1s
 run maxlen      -scenario maxlen -n 100000 -size 1024 -confirm 1000 -max-length 1000
+fi
 
 # Backlogs: fill one queue, restart brokerd on it (time to serve), then
 # drain; RSS and disk bytes after the fill and after the restart.

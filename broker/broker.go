@@ -76,8 +76,12 @@ type Broker struct {
 	cycles   cycleLog
 
 	timers *ttl.Scheduler // message deadlines and queue leases
-	quit   chan struct{}  // stops the backlog retry loop
-	wg     sync.WaitGroup
+	// horizon is the latest deadline the store's expiry keys have been
+	// scanned to (see horizon.go).
+	horizon     atomic.Int64
+	horizonScan horizonState
+	quit        chan struct{} // stops the backlog retry loop
+	wg          sync.WaitGroup
 }
 
 // Open starts a broker over opts.Store, recovering its durable state.
@@ -119,6 +123,9 @@ func Open(opts Options) (*Broker, error) {
 	if err := b.recoverDefinitions(); err != nil {
 		b.timers.Close()
 		return nil, fmt.Errorf("recover definitions: %w", err)
+	}
+	if opts.PageWindow > 0 {
+		b.startHorizon()
 	}
 	var mb metaBatch
 	b.mu.Lock()

@@ -64,13 +64,14 @@
 // included, when the head runs low: a synchronous store read under the
 // queue's lock, one window at a time. Counters never depend on what is
 // resident. What cannot live in the store alone stays resident and stops
-// paging behind it: transient messages, entries with a deadline (their
-// timers need them), and anything behind a dead-lettered copy still on
-// its way to the queue (Queue.newCopyEntry). Recovery restores a queue
-// from the store's counters (store.Queues) without reading its entries,
-// unless it holds entries with deadlines or dead letters waiting for a
-// route (its definition's backlog flag): those are read whole, and page
-// out as they load.
+// paging behind it: transient messages, and anything behind a
+// dead-lettered copy still on its way to the queue (Queue.newCopyEntry).
+// Deadlines of paged entries stay in the store's expiry keys; the timer
+// wheel holds only those within a short horizon, armed by periodic scans
+// of those keys (horizon.go). Recovery restores a queue from the store's
+// counters (store.Queues) without reading its entries, unless it holds
+// dead letters waiting for a route (its definition's backlog flag): such
+// a queue is read whole, and pages out as it loads.
 //
 // Definitions follow the same rule: the store receives changes in the
 // order memory made them. A declaration, deletion, binding, unbinding,

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/brokerd/brokerd/deadletter"
@@ -20,6 +22,7 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 	byQueue := map[*Queue][]*entry{}
 	var order []*Queue
 	var leases []*Queue
+	paged := map[*Queue][]*pagedTimer{}
 	for _, tm := range due {
 		switch v := tm.Value.(type) {
 		case *entry:
@@ -27,26 +30,35 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 				order = append(order, v.q)
 			}
 			byQueue[v.q] = append(byQueue[v.q], v)
+		case *pagedTimer:
+			if _, ok := byQueue[v.q]; !ok {
+				order = append(order, v.q)
+				byQueue[v.q] = nil
+			}
+			paged[v.q] = append(paged[v.q], v)
 		case *Queue:
 			leases = append(leases, v)
+		case horizonTick:
+			b.kickHorizon()
 		}
 	}
 	for _, q := range order {
-		q.expireEntries(byQueue[q])
+		q.expireEntries(byQueue[q], paged[q])
 	}
 	for _, q := range leases {
 		q.expireLease()
 	}
 }
 
-// expireEntries dead-letters those of es still ready.
-func (q *Queue) expireEntries(es []*entry) {
+// expireEntries dead-letters those of es still ready, and the middle
+// entries of the paged timers pts, in deadline order, then seq order.
+func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
 	q.locked(func(t *txn) {
 		if q.isDeleted() {
 			return
 		}
 		now := q.vhost.b.nowMS()
-		var expired []*entry
+		expired := q.expirePagedLocked(pts, now)
 		for _, e := range es {
 			switch {
 			case e.state != stReady:
@@ -58,6 +70,11 @@ func (q *Queue) expireEntries(es []*entry) {
 				// the scheduler's reading and ours): wait again.
 				q.armLocked(e)
 			}
+		}
+		if len(pts) > 0 {
+			slices.SortFunc(expired, func(a, b *entry) int {
+				return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Seq, b.Seq))
+			})
 		}
 		q.deadLetterLocked(t, expired, deadletter.Expired, true)
 	})

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/store"
@@ -258,11 +257,8 @@ func (b *Broker) recoverDefinitions() error {
 	return nil
 }
 
-// pagedRecovery returns the stored state of the queues that can be
-// recovered without reading their entries: those with none that has a
-// deadline (an entry with a deadline needs a resident timer: such a
-// queue's entries are all loaded, and page out as they load where they
-// can).
+// pagedRecovery returns the stored state of every queue, for recovery
+// from counters (their deadlines are armed by the horizon scans).
 func (b *Broker) pagedRecovery() (map[store.QueueID]store.QueueState, error) {
 	if b.opts.PageWindow <= 0 {
 		return nil, nil
@@ -272,12 +268,6 @@ func (b *Broker) pagedRecovery() (map[store.QueueID]store.QueueState, error) {
 		states[id] = st
 		return true
 	})
-	if err == nil {
-		err = b.store.ScanDeadlines(math.MaxInt64, func(e *store.Entry) bool {
-			delete(states, e.Queue)
-			return true
-		})
-	}
 	if err != nil {
 		return nil, fmt.Errorf("recover queue states: %w", err)
 	}
@@ -285,7 +275,8 @@ func (b *Broker) pagedRecovery() (map[store.QueueID]store.QueueState, error) {
 }
 
 // recoverEntries restores a durable queue's stored entries: their counts
-// only, where paged has the queue's state, else by loading every entry.
+// only, where paged has the queue's state and no dead letter waits in its
+// backlog, else by loading every entry.
 // They are marked redelivered: any of them may have been delivered before
 // the restart.
 func (b *Broker) recoverEntries(q *Queue, paged map[store.QueueID]store.QueueState) error {

@@ -48,10 +48,8 @@ func (q *Queue) fillLocked(l *level) {
 			// resident when it died): not part of the middle.
 			continue
 		}
-		e := &entry{q: q, prio: m.Prio, stored: true, inStore: true, redelivered: m.Seq <= q.recoveredSeq}
-		e.Ref, e.Msg, e.Header = m.Ref, msgs[i], m.Header
-		e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt = m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt
-		e.timer.Value = e
+		q.unpageTimerLocked(m.Seq)
+		e := q.entryFromMeta(m, msgs[i])
 		l.mid.n--
 		l.mid.bytes -= int64(m.Size)
 		if m.DeadLetter != "" {
@@ -92,6 +90,37 @@ func (q *Queue) fillLocked(l *level) {
 // was recovered with the queue's counters and not read yet (rather than
 // already in the backlog).
 func (q *Queue) unreadBacklog(seq uint64) bool { return q.backlogUnread && seq <= q.recoveredSeq }
+
+// entryFromMeta makes the resident entry of a stored one read back.
+func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *entry {
+	e := &entry{q: q, prio: m.Prio, stored: true, inStore: true, redelivered: m.Seq <= q.recoveredSeq}
+	e.Ref, e.Msg, e.Header = m.Ref, msg, m.Header
+	e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt = m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt
+	e.timer.Value = e
+	return e
+}
+
+// dropMiddleLocked forgets l's middle entry of size bytes that left it
+// from where it stood (it expired).
+func (q *Queue) dropMiddleLocked(l *level, size int64) {
+	l.mid.n--
+	l.mid.bytes -= size
+	l.n--
+	q.ready.n--
+	q.readyBytes -= size
+	if l.mid.n == 0 {
+		l.mid = midRange{}
+	}
+}
+
+// inMiddle reports whether seq of level prio lies in that level's middle.
+func (q *Queue) inMiddle(prio uint8, seq uint64) (*level, bool) {
+	if int(prio) >= len(q.ready.levels) {
+		return nil, false
+	}
+	l := &q.ready.levels[prio]
+	return l, l.mid.n > 0 && seq >= l.mid.from && seq <= l.mid.to
+}
 
 // middleRefs returns the refs of the entries in q's middles, read from the
 // store (purge deletes them). Dead letters waiting in the backlog are left

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -241,4 +242,52 @@ func TestPagingMixedTransient(t *testing.T) {
 	want = append(slices.DeleteFunc(slices.Clone(all[:40]), func(s string) bool { return !slices.Contains(kept, s) }), want...)
 	dvWantReady(t, ch, "mix", len(want))
 	dvWantBodies(t, "after restart", dvGetN(t, ch, "mix", len(want)), want...)
+}
+
+// Deadlines in the middle of a deep queue fire on time — from the store's
+// expiry keys, as the horizon reaches them — before and after a restart;
+// the entries behind a longer deadline stay, paged.
+func TestPagingDeadlinesExpireInTheMiddle(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			clk := tlNewClock()
+			b := tlStartClock(t, clk)
+			_, ch := tlChannel(t, b)
+			tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+			tlDeclareDurable(t, ch, "delay", "classic", true, tlDLX("dlq", nil))
+			var short, long []string
+			for i := range 300 {
+				body := fmt.Sprintf("d%d", i)
+				exp := "600000"
+				if i%3 == 1 {
+					exp = "1000"
+					short = append(short, body)
+				} else {
+					long = append(long, body)
+				}
+				tlPubPersistent(t, ch, "delay", body, exp)
+			}
+			pgWantResident(t, b, "delay", 1, 0, 300)
+			if restart {
+				b.Restart()
+				_, ch = tlChannel(t, b)
+				pgWantResident(t, b, "delay", 1, 0, 300)
+			}
+			clk.Advance(999 * time.Millisecond)
+			tlSync(t, ch)
+			if n := dvReady(t, ch, "dlq"); n != 0 {
+				t.Fatalf("%d dead-lettered before their deadline", n)
+			}
+			clk.Advance(2 * time.Millisecond)
+			tlEventuallyReady(t, b, "dlq", len(short))
+			tlEventuallyReady(t, b, "delay", len(long))
+			pgWantResident(t, b, "delay", 1, 0, len(long))
+			ds := dvGetN(t, ch, "dlq", len(short))
+			dvWantBodies(t, "expired", ds, short...)
+			for _, d := range ds {
+				tlWantDeath(t, d, "delay", "expired")
+			}
+			dvWantBodies(t, "kept", dvGetN(t, ch, "delay", len(long)), long...)
+		})
+	}
 }

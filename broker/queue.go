@@ -126,6 +126,9 @@ type Queue struct {
 	backlogMarked bool
 	pageBuf       []store.EntryMeta // fillLocked's read buffer
 	pageIDs       []store.MsgID
+	// paged are the timers of entries in a middle whose deadline is
+	// within the broker's horizon, by seq (see horizon.go).
+	paged map[uint64]*pagedTimer
 }
 
 // queueStats are per-queue counters.
@@ -161,6 +164,7 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 		// Only a durable queue's entries can be in the store alone.
 		q.ready.window = v.b.opts.PageWindow
 		q.ready.fill = q.fillLocked
+		q.ready.paged = q.pagedOutLocked
 	}
 	q.lease.Value = q
 	cfg := resolveQueueConfig(q.qtype, args, nil)
@@ -650,6 +654,7 @@ func (q *Queue) purge() (int, *storeWrite) {
 		t.batch.Deletes = append(t.batch.Deletes, ref)
 	}
 	es := q.ready.clear()
+	q.dropPagedLocked()
 	q.readyBytes = 0
 	for _, e := range es {
 		e.state = stGone
@@ -680,6 +685,7 @@ func (q *Queue) purge() (int, *storeWrite) {
 func (q *Queue) markDeletedLocked() (consumers []*consumer, ready int) {
 	q.deleted.Store(true)
 	ready = q.ready.len()
+	q.dropPagedLocked()
 	for _, e := range q.ready.clear() {
 		e.state = stGone
 		if e.Deadline != 0 {

@@ -15,9 +15,9 @@ package broker
 // on what is resident.
 //
 // Only entries the store already holds can enter the middle (see
-// Queue.pageableLocked): transient messages, non-durable queues and
-// entries with a deadline stay resident, and an entry the middle cannot
-// take stops paging behind it, so the level's order is kept.
+// pageOut): transient messages and non-durable queues stay resident, and
+// an entry the middle cannot take stops paging behind it, so the level's
+// order is kept.
 //
 // An entry can also leave from the middle of a resident deque (it expired
 // where it stood): remove marks it, and the deques drop marked entries
@@ -33,6 +33,9 @@ type readyQueue struct {
 	// fill refills l's head from its middle (a store read); set by the
 	// queue when window > 0.
 	fill func(l *level)
+	// paged, if set, is told of each entry that pageOut moves into a
+	// middle (its timer moves with it).
+	paged func(e *entry)
 }
 
 // level is one priority level. Its order is head, then middle, then tail:
@@ -200,10 +203,10 @@ func (r *readyQueue) compact() {
 
 // pageOut moves the tail's front into the middle while the tail is over
 // the window and its front entry can live in the store alone: the store
-// holds it already (inStore), it has no deadline (timers need resident
-// entries), and its seq is below limit (no dead-lettered copy still on
-// its way to the queue has a seq below it: see Queue.minInflight).
-// Marked entries at the front are dropped on the way.
+// holds it already (inStore), it is not a TTL-0 arrival, and its seq is
+// below limit (no dead-lettered copy still on its way to the queue has a
+// seq below it: see Queue.minInflight). Marked entries at the front are
+// dropped on the way.
 func (r *readyQueue) pageOut(l *level, limit uint64) {
 	for l.tail.len() > 0 {
 		e := l.tail.front()
@@ -212,10 +215,13 @@ func (r *readyQueue) pageOut(l *level, limit uint64) {
 			r.dead--
 			continue
 		}
-		if l.tail.len() <= r.window || !e.inStore || e.Deadline != 0 || e.Seq >= limit {
+		if l.tail.len() <= r.window || !e.inStore || e.zeroTTL || e.Seq >= limit {
 			return
 		}
 		l.tail.popFront()
+		if r.paged != nil {
+			r.paged(e)
+		}
 		if l.mid.n == 0 {
 			l.mid.from = e.Seq
 		}

@@ -181,6 +181,14 @@ type Store interface {
 	// ScanDeadlines calls fn for entries with 0 < Deadline <= until, in
 	// (Deadline, Queue, Seq) order, until fn returns false.
 	ScanDeadlines(until int64, fn func(*Entry) bool) error
+	// DeadlineRefs calls fn with the deadline and ref of every entry
+	// whose deadline is in [from, until], in (deadline, queue, prio, seq)
+	// order, until fn returns false; fn runs without the store's locks.
+	// It reads no entry and no body: a disk store reads only its expiry
+	// keys, so the cost follows the refs reported, not the queues' depth.
+	// It may also report an entry deleted since the store last
+	// checkpointed: a caller reads the entry (ReadEntries) before it acts.
+	DeadlineRefs(from, until int64, fn func(deadline int64, r Ref) bool) error
 	// LastSeq returns the highest Seq ever put for q, 0 if none. It
 	// survives the deletion of all of q's entries and a restart, so a
 	// recovered queue continues its sequence instead of reusing numbers

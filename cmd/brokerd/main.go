@@ -136,7 +136,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	b, err := broker.Open(broker.Options{
 		Store: st, Logger: log, VHosts: vhosts, Users: users,
 		MaxMessageSize: int(cfg.AMQP.MaxMessageSize),
-		PageWindow:     pageWindow(cfg.Storage.PageWindow),
+		PageWindow:     pageWindow(cfg.Storage),
 	})
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)
@@ -304,10 +304,11 @@ func openStore(c config.Storage, dir string, log *slog.Logger) (store.Store, err
 }
 
 // pageWindow maps storage.page_window to broker.Options.PageWindow, where
-// 0 means the default and a negative value no paging.
-func pageWindow(w int) int {
-	if w == 0 {
+// 0 means the default and a negative value no paging. The memory engine
+// does not page: its store holds every message in memory anyway.
+func pageWindow(c config.Storage) int {
+	if c.PageWindow == 0 || c.Engine == config.EngineMemory {
 		return -1
 	}
-	return w
+	return c.PageWindow
 }

@@ -308,6 +308,82 @@ func (s *Store) ScanDeadlines(until int64, fn func(*store.Entry) bool) error {
 	return nil
 }
 
+// deadlineRef is one report of DeadlineRefs.
+type deadlineRef struct {
+	deadline int64
+	ref      store.Ref
+}
+
+func cmpDeadlineRef(a, b deadlineRef) int {
+	return cmp.Or(cmp.Compare(a.deadline, b.deadline), cmp.Compare(a.ref.Queue, b.ref.Queue),
+		cmp.Compare(a.ref.Prio, b.ref.Prio), cmp.Compare(a.ref.Seq, b.ref.Seq))
+}
+
+// DeadlineRefs implements store.Store: the index's expiry keys in the
+// range, merged with the overlays' puts that have a deadline in it. An
+// entry deleted in an overlay may still be reported from the index (the
+// contract allows it), so no overlay's deletes need copying.
+func (s *Store) DeadlineRefs(from, until int64, fn func(deadline int64, r store.Ref) bool) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return store.ErrClosed
+	}
+	v := s.newSnapView()
+	var puts []deadlineRef
+	for _, o := range []*overlay{v.frozen, v.active} {
+		if o == nil {
+			continue
+		}
+		for _, oq := range o.queues {
+			for _, e := range oq.entries {
+				if e.Deadline != 0 && e.Deadline >= from && e.Deadline <= until {
+					puts = append(puts, deadlineRef{e.Deadline, e.Ref})
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	defer v.snap.Close()
+	if err := v.settle(); err != nil {
+		return err
+	}
+	slices.SortFunc(puts, cmpDeadlineRef)
+	puts = slices.Compact(puts) // a frozen overlay's put may be in the active one's view too
+	lo, hi := index.ExpiryBounds(from, until)
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	it.First()
+	for {
+		var next deadlineRef
+		fromIndex := it.Valid()
+		if fromIndex {
+			d, q, prio, seq, err := index.DecodeExpiryKey(it.Key())
+			if err != nil {
+				return err
+			}
+			next = deadlineRef{d, store.Ref{Queue: store.QueueID(q), Prio: prio, Seq: seq}}
+		}
+		switch {
+		case len(puts) > 0 && (!fromIndex || cmpDeadlineRef(puts[0], next) <= 0):
+			if fromIndex && puts[0] == next {
+				it.Next()
+			}
+			next, puts = puts[0], puts[1:]
+		case fromIndex:
+			it.Next()
+		default:
+			return nil
+		}
+		if !fn(next.deadline, next.ref) {
+			return nil
+		}
+	}
+}
+
 // ScanMeta implements store.Store.
 func (s *Store) ScanMeta(prefix string, fn func(key string, value []byte) bool) error {
 	s.mu.Lock()

@@ -318,3 +318,21 @@ func (s *Store) Close() error {
 }
 
 var _ store.Store = (*Store)(nil)
+
+// DeadlineRefs implements store.Store. It walks every entry: a memory
+// store is not meant to page.
+func (s *Store) DeadlineRefs(from, until int64, fn func(deadline int64, r store.Ref) bool) error {
+	entries, err := s.collect(func(e *store.Entry) bool { return e.Deadline != 0 && e.Deadline >= from && e.Deadline <= until }, 0)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b *store.Entry) int {
+		return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Prio, b.Prio), cmp.Compare(a.Seq, b.Seq))
+	})
+	for _, e := range entries {
+		if !fn(e.Deadline, e.Ref) {
+			break
+		}
+	}
+	return nil
+}

@@ -32,6 +32,7 @@ func Run(t *testing.T, open Opener, reopen Reopener) {
 		{"UpdateDeliveryCount", testUpdate},
 		{"DropQueues", testDropQueues},
 		{"ScanDeadlines", testScanDeadlines},
+		{"DeadlineRefs", testDeadlineRefs},
 		{"Meta", testMeta},
 		{"Reopen", testReopen},
 		{"Closed", testClosed},
@@ -254,6 +255,56 @@ func testScanDeadlines(t *testing.T, open Opener, reopen Reopener) {
 		t.Fatal(err)
 	}
 	expect(t, "deadlines", got, []string{"100@1/2", "100@2/1", "200@1/3", "300@1/1"})
+}
+
+// testDeadlineRefs: refs in deadline order within [from, until], levels
+// kept, deleted entries gone once the store is reopened, fn able to stop.
+func testDeadlineRefs(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	var b store.Batch
+	add := func(q store.QueueID, prio uint8, seq uint64, deadline int64) {
+		m := newMsg(s, fmt.Sprintf("%d/%d", q, seq))
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: q, Prio: prio, Seq: seq}, Msg: m, Deadline: deadline})
+	}
+	add(1, 0, 1, 300)
+	add(1, 2, 2, 100)
+	add(2, 0, 1, 100)
+	add(2, 0, 2, 0)
+	add(1, 0, 3, 200)
+	add(3, 1, 1, 900)
+	add(3, 0, 2, 50)
+	apply(t, s, &b)
+	refs := func(from, until int64, limit int) []string {
+		t.Helper()
+		var got []string
+		err := s.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
+			got = append(got, fmt.Sprintf("%d@%d/%d/%d", d, r.Queue, r.Prio, r.Seq))
+			return len(got) < limit
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	all := []string{"50@3/0/2", "100@1/2/2", "100@2/0/1", "200@1/0/3", "300@1/0/1", "900@3/1/1"}
+	expect(t, "all, before reopen", refs(0, 1000, 100), all)
+	expect(t, "[100, 300]", refs(100, 300, 100), all[1:5])
+	expect(t, "stopped after 2", refs(0, 1000, 2), all[:2])
+	s = reopen(t, s)
+	defer s.Close()
+	expect(t, "all, after reopen", refs(0, 1000, 100), all)
+	expect(t, "[100, 300] after reopen", refs(100, 300, 100), all[1:5])
+	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Prio: 2, Seq: 2}, {Queue: 3, Prio: 1, Seq: 1}}})
+	m := newMsg(s, "new")
+	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 2, Seq: 3}, Msg: m, Deadline: 150}}})
+	got := refs(0, 1000, 100)
+	// The deleted ones may still be reported until the store checkpoints.
+	got = slices.DeleteFunc(got, func(r string) bool { return r == "100@1/2/2" || r == "900@3/1/1" })
+	expect(t, "after delete and put", got, []string{"50@3/0/2", "100@2/0/1", "150@2/0/3", "200@1/0/3", "300@1/0/1"})
+	s = reopen(t, s)
+	defer s.Close()
+	expect(t, "after delete, put and reopen", refs(0, 1000, 100), []string{"50@3/0/2", "100@2/0/1", "150@2/0/3", "200@1/0/3", "300@1/0/1"})
 }
 
 func testMeta(t *testing.T, open Opener, reopen Reopener) {

@@ -1,0 +1,241 @@
+package broker
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/ttl"
+)
+
+// Deadlines of entries that are not resident (in a middle, see
+// readyQueue) live in the store's expiry keys. The timer wheel holds a
+// timer only for those due within a short horizon: a scan of the store's
+// expiry keys (Store.DeadlineRefs) arms them, each scan covering the next
+// stretch of time, so a million pending deadlines cost memory only for
+// the few seconds ahead. A paged-out entry whose deadline the last scan
+// already passed is armed as it pages out; one that pages back in takes a
+// resident timer instead. When a paged timer fires, the entry is read from
+// the store and dead-lettered like any other that expired.
+
+// horizonMS is how far ahead of now a scan arms deadlines; scans run every
+// half of it.
+const horizonMS = 2000
+
+// pagedTimer is the timer of an entry in a middle.
+type pagedTimer struct {
+	timer ttl.Timer
+	q     *Queue
+	ref   store.Ref
+}
+
+// horizonTick is the Value of the scheduler timer that starts the next
+// scan.
+type horizonTick struct{}
+
+// horizonState is the scan's progress; scanned and the timer are touched
+// only by the scan goroutine.
+type horizonState struct {
+	scanned int64         // deadlines up to this have been scanned
+	kick    chan struct{} // wakes the scan goroutine (cap 1)
+	timer   ttl.Timer
+}
+
+// startHorizon starts the scan goroutine, which scans at once (deadlines
+// that passed while the broker was down fire then).
+func (b *Broker) startHorizon() {
+	b.horizonScan.kick = make(chan struct{}, 1)
+	b.horizonScan.timer.Value = horizonTick{}
+	b.horizonScan.kick <- struct{}{}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			select {
+			case <-b.quit:
+				return
+			case <-b.horizonScan.kick:
+				b.scanHorizon()
+			}
+		}
+	}()
+}
+
+// kickHorizon asks for a scan (the horizon timer fired).
+func (b *Broker) kickHorizon() {
+	select {
+	case b.horizonScan.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scanHorizon arms the paged timers of the deadlines from the last scan
+// to now + horizonMS, then sets the timer for the next scan.
+func (b *Broker) scanHorizon() {
+	h := &b.horizonScan
+	from := h.scanned + 1
+	if h.scanned == 0 {
+		from = math.MinInt64 // the first scan: whatever is overdue too
+	}
+	until := b.nowMS() + horizonMS
+	// Publish the new horizon before reading: an entry that pages out
+	// from now on with a deadline up to it is armed as it pages out, and
+	// one that paged out before is in the store for this read.
+	b.horizon.Store(until)
+	byQueue := map[store.QueueID][]pagedRef{}
+	err := b.store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
+		byQueue[r.Queue] = append(byQueue[r.Queue], pagedRef{d, r})
+		return true
+	})
+	if err != nil {
+		b.storeFailed(fmt.Errorf("read deadlines: %w", err))
+		return // the store's errors are sticky: no more scans
+	}
+	h.scanned = until
+	if len(byQueue) > 0 {
+		for _, q := range b.queuesByID(byQueue) {
+			q.armPaged(byQueue[q.id])
+		}
+	}
+	h.timer.Deadline = until - horizonMS/2
+	b.timers.Add(&h.timer)
+}
+
+type pagedRef struct {
+	deadline int64
+	ref      store.Ref
+}
+
+// queuesByID returns the durable queues whose ids are keys of ids.
+func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
+	b.mu.RLock()
+	vhosts := make([]*VHost, 0, len(b.vhosts))
+	for _, v := range b.vhosts {
+		vhosts = append(vhosts, v)
+	}
+	b.mu.RUnlock()
+	var out []*Queue
+	for _, v := range vhosts {
+		v.mu.RLock()
+		for _, q := range v.queues {
+			if _, ok := ids[q.id]; ok && q.Durable {
+				out = append(out, q)
+			}
+		}
+		v.mu.RUnlock()
+	}
+	return out
+}
+
+// armPaged arms the timers of refs that are in q's middles.
+func (q *Queue) armPaged(refs []pagedRef) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.isDeleted() {
+		return
+	}
+	for _, r := range refs {
+		if _, ok := q.inMiddle(r.ref.Prio, r.ref.Seq); ok {
+			q.armPagedLocked(r.deadline, r.ref)
+		}
+	}
+}
+
+// armPagedLocked arms the paged timer of the middle entry ref, unless it
+// has one.
+func (q *Queue) armPagedLocked(deadline int64, ref store.Ref) {
+	if q.paged[ref.Seq] != nil {
+		return
+	}
+	if q.paged == nil {
+		q.paged = make(map[uint64]*pagedTimer)
+	}
+	pt := &pagedTimer{q: q, ref: ref}
+	pt.timer.Deadline, pt.timer.Value = deadline, pt
+	q.paged[ref.Seq] = pt
+	q.vhost.b.timers.Add(&pt.timer)
+}
+
+// pagedOutLocked moves e's timer into the store as e pages out: armed as
+// a paged timer if a scan has passed its deadline already.
+func (q *Queue) pagedOutLocked(e *entry) {
+	if e.Deadline == 0 {
+		return
+	}
+	b := q.vhost.b
+	b.timers.Remove(&e.timer)
+	if e.Deadline <= b.horizon.Load() {
+		q.armPagedLocked(e.Deadline, e.Ref)
+	}
+}
+
+// unpageTimerLocked drops the paged timer of seq (its entry is paging in,
+// with a resident timer).
+func (q *Queue) unpageTimerLocked(seq uint64) {
+	if pt := q.paged[seq]; pt != nil {
+		q.vhost.b.timers.Remove(&pt.timer)
+		delete(q.paged, seq)
+	}
+}
+
+// dropPagedLocked drops every paged timer (the middles are gone).
+func (q *Queue) dropPagedLocked() {
+	for _, pt := range q.paged {
+		q.vhost.b.timers.Remove(&pt.timer)
+	}
+	q.paged = nil
+}
+
+// expirePagedLocked takes the middle entries of fired paged timers out of
+// their middles and returns them, read from the store, to be dead-lettered
+// like any expired entry.
+func (q *Queue) expirePagedLocked(pts []*pagedTimer, now int64) []*entry {
+	b := q.vhost.b
+	var metas []store.EntryMeta
+	for _, pt := range pts {
+		if q.paged[pt.ref.Seq] != pt {
+			continue // paged in or dropped meanwhile
+		}
+		if pt.timer.Deadline > now {
+			b.timers.Add(&pt.timer) // fired early by our clock: wait again
+			continue
+		}
+		delete(q.paged, pt.ref.Seq)
+		if _, ok := q.inMiddle(pt.ref.Prio, pt.ref.Seq); !ok {
+			continue
+		}
+		n := len(metas)
+		var err error
+		metas, err = b.store.ReadEntries(q.id, pt.ref.Prio, pt.ref.Seq, 1, metas)
+		if err != nil {
+			b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+			return nil
+		}
+		if len(metas) > n && (metas[n].Seq != pt.ref.Seq || metas[n].DeadLetter != "" || metas[n].Deadline > now) {
+			metas = metas[:n] // gone, or a dead letter waiting for a route
+		}
+	}
+	if len(metas) == 0 {
+		return nil
+	}
+	ids := make([]store.MsgID, len(metas))
+	for i := range metas {
+		ids[i] = metas[i].Msg
+	}
+	msgs := make([]*store.Message, len(ids))
+	if err := b.store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m }); err != nil {
+		b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+		return nil
+	}
+	expired := make([]*entry, len(metas))
+	for i := range metas {
+		m := &metas[i]
+		l, _ := q.inMiddle(m.Prio, m.Seq)
+		q.dropMiddleLocked(l, int64(m.Size))
+		e := q.entryFromMeta(m, msgs[i])
+		e.state = stGone
+		expired[i] = e
+	}
+	q.syncCounts()
+	return expired
+}

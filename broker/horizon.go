@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -188,10 +190,12 @@ func (q *Queue) dropPagedLocked() {
 
 // expirePagedLocked takes the middle entries of fired paged timers out of
 // their middles and returns them, read from the store, to be dead-lettered
-// like any expired entry.
+// like any expired entry. Entries are read in runs: one store read covers
+// the due entries of a level that lie close together (a burst published
+// with one TTL expires together).
 func (q *Queue) expirePagedLocked(pts []*pagedTimer, now int64) []*entry {
 	b := q.vhost.b
-	var metas []store.EntryMeta
+	var due []store.Ref
 	for _, pt := range pts {
 		if q.paged[pt.ref.Seq] != pt {
 			continue // paged in or dropped meanwhile
@@ -201,19 +205,58 @@ func (q *Queue) expirePagedLocked(pts []*pagedTimer, now int64) []*entry {
 			continue
 		}
 		delete(q.paged, pt.ref.Seq)
-		if _, ok := q.inMiddle(pt.ref.Prio, pt.ref.Seq); !ok {
-			continue
+		if _, ok := q.inMiddle(pt.ref.Prio, pt.ref.Seq); ok {
+			due = append(due, pt.ref)
 		}
-		n := len(metas)
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	slices.SortFunc(due, func(a, b store.Ref) int { return cmp.Or(cmp.Compare(a.Prio, b.Prio), cmp.Compare(a.Seq, b.Seq)) })
+	var metas []store.EntryMeta
+	for len(due) > 0 {
+		// One read from the first due entry, long enough to reach the
+		// due entries of its level within twice their count.
+		n := 1
+		for n < len(due) && n < 512 && due[n].Prio == due[0].Prio {
+			n++
+		}
+		from := len(metas)
 		var err error
-		metas, err = b.store.ReadEntries(q.id, pt.ref.Prio, pt.ref.Seq, 1, metas)
+		metas, err = b.store.ReadEntries(q.id, due[0].Prio, due[0].Seq, 2*n, metas)
 		if err != nil {
 			b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 			return nil
 		}
-		if len(metas) > n && (metas[n].Seq != pt.ref.Seq || metas[n].DeadLetter != "" || metas[n].Deadline > now) {
-			metas = metas[:n] // gone, or a dead letter waiting for a route
+		// Keep the read entries that are due (and not dead letters
+		// waiting for a route), and drop the due refs the read passed.
+		// (Filtered in place: an entry is appended at or before the
+		// position it was read from.)
+		read := metas[from:]
+		metas = metas[:from]
+		last := due[0].Seq
+		if len(read) > 0 {
+			last = read[len(read)-1].Seq
 		}
+		k := 0
+		for _, m := range read {
+			for k < n && due[k].Seq < m.Seq {
+				k++
+			}
+			if k < n && due[k].Seq == m.Seq {
+				if m.DeadLetter == "" && m.Deadline <= now {
+					metas = append(metas, m)
+				}
+				k++
+			}
+		}
+		for k < n && due[k].Seq <= last {
+			k++
+		}
+		if len(read) < 2*n {
+			k = n // the level has nothing further: the rest are gone
+		}
+		due = due[max(k, 1):]
 	}
 	if len(metas) == 0 {
 		return nil

@@ -282,6 +282,7 @@ func TestPagingDeadlinesExpireInTheMiddle(t *testing.T) {
 			tlEventuallyReady(t, b, "dlq", len(short))
 			tlEventuallyReady(t, b, "delay", len(long))
 			pgWantResident(t, b, "delay", 1, 0, len(long))
+			pgWantResident(t, b, "dlq", 1, 0, len(short))
 			ds := dvGetN(t, ch, "dlq", len(short))
 			dvWantBodies(t, "expired", ds, short...)
 			for _, d := range ds {

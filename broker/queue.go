@@ -235,23 +235,29 @@ func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, no
 func (q *Queue) landed(es []*entry) {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
-	for _, e := range es {
-		if i := slices.Index(q.inflight, e.Seq); i >= 0 {
+	if len(es) == 1 {
+		if i, ok := slices.BinarySearch(q.inflight, es[0].Seq); ok {
 			q.inflight = slices.Delete(q.inflight, i, i+1)
 		}
+		return
 	}
+	gone := make(map[uint64]bool, len(es))
+	for _, e := range es {
+		gone[e.Seq] = true
+	}
+	q.inflight = slices.DeleteFunc(q.inflight, func(s uint64) bool { return gone[s] })
 }
 
 // minInflight returns the lowest seq of a copy in flight to q, or the
-// maximum seq if none is.
+// maximum seq if none is. (Seqs enter inflight in ascending order: they
+// are allocated under resMu.)
 func (q *Queue) minInflight() uint64 {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
-	m := uint64(math.MaxUint64)
-	for _, s := range q.inflight {
-		m = min(m, s)
+	if len(q.inflight) == 0 {
+		return math.MaxUint64
 	}
-	return m
+	return q.inflight[0]
 }
 
 // reserve claims room for a dead-lettered copy of size bytes that will be

@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -124,6 +125,7 @@ func (s *Store) checkpoint() error {
 type cpBatch struct {
 	s     *Store
 	b     *pebble.Batch
+	pr    *pointReader // live-index lookups of older entries (getEntry)
 	key   []byte
 	val   []byte
 	delta map[store.MsgID]int                // reference changes of messages already in the index
@@ -143,17 +145,17 @@ func (c *cpBatch) seg(id segment.ID) *index.SegmentState {
 	return st
 }
 
-// getEntry reads an entry as the index has it.
+// getEntry reads an entry as the index has it, through c.pr: callers go
+// in key order.
 func (c *cpBatch) getEntry(q store.QueueID, prio uint8, seq uint64, v *index.EntryValue) (bool, error) {
 	c.key = index.EntryKey(c.key[:0], uint64(q), prio, seq)
-	raw, closer, err := c.s.db.Get(c.key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
+	raw, ok, err := c.pr.get(c.key)
 	if err != nil {
 		return false, fmt.Errorf("read entry %d/%d/%d: %w", q, prio, seq, err)
 	}
-	defer closer.Close()
+	if !ok {
+		return false, nil
+	}
 	// The decoded value may alias raw; keep copies of what outlives it.
 	if err := index.DecodeEntryValue(slices.Clone(raw), v); err != nil {
 		return false, fmt.Errorf("read entry %d/%d/%d: %w", q, prio, seq, err)
@@ -246,6 +248,13 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 	}
 	slices.Sort(qids)
 	var ev index.EntryValue
+	pr, err := s.newPointReader()
+	if err != nil {
+		return nil, err
+	}
+	defer pr.close()
+	c.pr = pr
+	var refs []store.Ref
 	for _, q := range qids {
 		oq := f.queues[q]
 		if err := c.startQueueState(q, oq.dropped); err != nil {
@@ -259,7 +268,14 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 			// entries the drop removed: nothing is left to change.
 			continue
 		}
+		// Deletes, then updates, in key order (one sweep of c.pr each).
+		refs = refs[:0]
 		for seq, prio := range oq.dels {
+			refs = append(refs, store.Ref{Queue: q, Prio: prio, Seq: seq})
+		}
+		sortRefs(refs)
+		for _, r := range refs {
+			prio, seq := r.Prio, r.Seq
 			ok, err := c.getEntry(q, prio, seq, &ev)
 			if err != nil {
 				return nil, err
@@ -273,7 +289,13 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 			}
 			c.countQueue(q, prio, -1, ev.Size)
 		}
+		refs = refs[:0]
 		for seq, u := range oq.upds {
+			refs = append(refs, store.Ref{Queue: q, Prio: u.Prio, Seq: seq})
+		}
+		sortRefs(refs)
+		for _, r := range refs {
+			seq, u := r.Seq, oq.upds[r.Seq]
 			ok, err := c.getEntry(q, u.Prio, seq, &ev)
 			if err != nil {
 				return nil, err
@@ -522,4 +544,9 @@ func (s *Store) removeSegments(ids []segment.ID) error {
 		}
 	}
 	return nil
+}
+
+// sortRefs sorts refs of one queue in index key order.
+func sortRefs(refs []store.Ref) {
+	slices.SortFunc(refs, func(a, b store.Ref) int { return cmp.Or(cmp.Compare(a.Prio, b.Prio), cmp.Compare(a.Seq, b.Seq)) })
 }

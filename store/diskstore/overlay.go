@@ -120,6 +120,13 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 			oq.removePut(old) // a put over a put: the later one stays
 		}
 		e.size, e.sized = o.putSize(&e.Entry)
+		if e.sized && o.msgs[e.Msg.ID] == nil {
+			// The body is stored already (a dead-lettered copy, or a
+			// message read back by a paging queue): keep only the id,
+			// as a replayed record does, so the overlay does not hold
+			// bodies its byte count does not include.
+			e.Msg = &store.Message{ID: e.Msg.ID}
+		}
 		oq.entries[e.Seq] = e
 		oq.addPut(e)
 		if e.Seq > oq.lastSeq {

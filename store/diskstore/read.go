@@ -211,24 +211,39 @@ func (v *view) readMessages(ids []store.MsgID, into map[store.MsgID]*store.Messa
 	s := v.s
 	s.segMu.RLock()
 	defer s.segMu.RUnlock()
-	locs := make([]segment.Loc, 0, len(ids))
+	locs := make([]segment.Loc, len(ids))
+	// Message records are read from the live index, not the snapshot:
+	// compaction may have moved the body since, and segMu keeps the
+	// location it names readable until we are done. In id order: one
+	// forward sweep of an iterator.
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ids[a], ids[b]) })
+	pr, err := s.newPointReader()
+	if err != nil {
+		return err
+	}
+	defer pr.close()
 	var key []byte
-	for _, id := range ids {
-		// Message records are read from the live index, not the snapshot:
-		// compaction may have moved the body since, and segMu keeps the
-		// location it names readable until we are done.
-		mv, ok, err := s.msgValue(id, key)
+	var mv index.MsgValue
+	for _, i := range order {
+		id := ids[i]
+		key = index.MsgKey(key[:0], uint64(id))
+		raw, ok, err := pr.get(key)
 		if err != nil {
-			return err
+			return fmt.Errorf("read message %d: %w", id, err)
 		}
 		if !ok {
 			return fmt.Errorf("read message %d: %w", id, store.ErrUnknownMessage)
 		}
-		loc, err := segment.DecodeLoc(mv.Loc)
-		if err != nil {
+		if err := index.DecodeMsgValue(raw, &mv); err != nil {
+			return fmt.Errorf("read message %d: %w", id, err)
+		}
+		if locs[i], err = segment.DecodeLoc(mv.Loc); err != nil {
 			return fmt.Errorf("message %d location: %w", id, err)
 		}
-		locs = append(locs, loc)
 	}
 	return s.segs.ReadMany(locs, func(i int, blob []byte) error {
 		m, err := decodeBlob(blob)

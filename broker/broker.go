@@ -80,6 +80,11 @@ type Broker struct {
 	// scanned to (see horizon.go).
 	horizon     atomic.Int64
 	horizonScan horizonState
+	// async counts background reads (paging prefetches); asyncMu guards
+	// asyncClosed, after which none starts (innermost lock).
+	async       sync.WaitGroup
+	asyncMu     sync.Mutex
+	asyncClosed bool
 	quit        chan struct{} // stops the backlog retry loop
 	wg          sync.WaitGroup
 }
@@ -124,9 +129,6 @@ func Open(opts Options) (*Broker, error) {
 		b.timers.Close()
 		return nil, fmt.Errorf("recover definitions: %w", err)
 	}
-	if opts.PageWindow > 0 {
-		b.startHorizon()
-	}
 	var mb metaBatch
 	b.mu.Lock()
 	for _, name := range opts.VHosts {
@@ -157,6 +159,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	b.wg.Add(1)
 	go b.retryLoop()
+	if opts.PageWindow > 0 {
+		b.startHorizon()
+	}
 	return b, nil
 }
 
@@ -201,10 +206,28 @@ func (b *Broker) Close() {
 	for _, c := range conns {
 		c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
 	}
+	b.asyncMu.Lock()
+	b.asyncClosed = true
+	b.asyncMu.Unlock()
+	b.async.Wait()
 	close(b.quit)
 	b.wg.Wait()
 	b.timers.Close()
 }
+
+// goAsync registers a background task (call asyncDone when it ends), or
+// reports false once the broker is closing.
+func (b *Broker) goAsync() bool {
+	b.asyncMu.Lock()
+	defer b.asyncMu.Unlock()
+	if b.asyncClosed {
+		return false
+	}
+	b.async.Add(1)
+	return true
+}
+
+func (b *Broker) asyncDone() { b.async.Done() }
 
 // Authenticate implements amqp.Handler.
 func (b *Broker) Authenticate(user, password string, remote net.Addr) error {

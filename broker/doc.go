@@ -61,8 +61,10 @@
 // head, a middle held by the store alone (a seq range and counters) and a
 // resident tail of new arrivals (see readyQueue). Entries page out once
 // their put has been handed to the store and page back in, bodies
-// included, when the head runs low: a synchronous store read under the
-// queue's lock, one window at a time. Counters never depend on what is
+// included, when the head runs low: one window at a time, read outside
+// the queue's lock and merged under it unless the middle changed
+// meanwhile; only an empty head that must deliver now is read under the
+// lock. Counters never depend on what is
 // resident. What cannot live in the store alone stays resident and stops
 // paging behind it: transient messages, and anything behind a
 // dead-lettered copy still on its way to the queue (Queue.newCopyEntry).

@@ -8,40 +8,101 @@ import (
 
 // Paging: a durable queue keeps about two windows of entries per priority
 // level in memory (see readyQueue); the rest of a deep level lives in the
-// store only. The store reads below run under the queue's lock: a refill
-// reads one window of entries and their bodies (from the store's memory
-// for recent entries, its block cache or segments for older ones).
+// store only. A level's head is topped up ahead of need by a read outside
+// the queue's lock (prefetchLocked: one window of entries and their
+// bodies, from the store's memory for recent entries, its block cache or
+// segments for older ones), merged under the lock if the middle has not
+// changed meanwhile. Only when the head is empty and an entry is needed
+// now (a delivery, basic.get, a length limit) is the read made under the
+// lock (fillLocked).
 
-// fillLocked reads the next window of l's middle into its head. A store
-// failure leaves the head as it was (delivery from the level stops and the
-// store alarm is raised).
-func (q *Queue) fillLocked(l *level) {
-	b := q.vhost.b
-	want := max(q.ready.window-l.head.len(), q.ready.window/2, 1)
-	metas, err := b.store.ReadEntries(q.id, l.prio, l.mid.from, want, q.pageBuf[:0])
+// pageRead is one read of a level's middle.
+type pageRead struct {
+	metas []store.EntryMeta
+	msgs  []*store.Message
+	// done: the read covered the middle as it was bounded then (to).
+	done bool
+}
+
+// readMiddle reads up to want entries of level prio from seq from, up to
+// seq to, with their messages. It touches no queue state: callers hold
+// the queue's lock or not.
+func (q *Queue) readMiddle(prio uint8, from, to uint64, want int, buf []store.EntryMeta) (pageRead, error) {
+	st := q.vhost.b.store
+	metas, err := st.ReadEntries(q.id, prio, from, want, buf)
 	if err != nil {
-		b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
-		return
+		return pageRead{}, err
 	}
-	// Entries past the middle's end are resident in the tail.
-	exhausted := len(metas) < want
+	r := pageRead{metas: metas, done: len(metas) < want}
 	for i, m := range metas {
-		if m.Seq > l.mid.to {
-			metas, exhausted = metas[:i], true
+		if m.Seq > to { // resident in the tail, or paged after the read began
+			r.metas, r.done = metas[:i], true
 			break
 		}
 	}
-	ids := q.pageIDs[:0]
-	for _, m := range metas {
-		ids = append(ids, m.Msg)
+	ids := make([]store.MsgID, len(r.metas))
+	for i := range r.metas {
+		ids[i] = r.metas[i].Msg
 	}
-	msgs := make([]*store.Message, len(ids))
-	if err := b.store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m }); err != nil {
-		b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+	r.msgs = make([]*store.Message, len(ids))
+	err = st.LoadMessages(ids, func(i int, m *store.Message) { r.msgs[i] = m })
+	return r, err
+}
+
+// fillLocked reads the next window of l's middle into its head, under the
+// queue's lock. A store failure leaves the head as it was (delivery from
+// the level stops and the store alarm is raised).
+func (q *Queue) fillLocked(l *level) {
+	want := max(q.ready.window-l.head.len(), q.ready.window/2, 1)
+	r, err := q.readMiddle(l.prio, l.mid.from, l.mid.to, want, q.pageBuf[:0])
+	if err != nil {
+		q.vhost.b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 		return
 	}
-	for i := range metas {
-		m := &metas[i]
+	q.mergeLocked(l, r)
+	clear(r.metas)
+	q.pageBuf = r.metas[:0]
+}
+
+// prefetchLocked starts a read of l's next window outside the lock, unless
+// one is under way: when it completes, it is merged if l's middle is as it
+// was (same start, no entry taken out of it), else dropped.
+func (q *Queue) prefetchLocked(l *level) {
+	b := q.vhost.b
+	if l.filling || q.recovering || !b.goAsync() {
+		return
+	}
+	l.filling = true
+	prio, from, to, gen := l.prio, l.mid.from, l.mid.to, l.gen
+	want := max(q.ready.window-l.head.len(), q.ready.window/2, 1)
+	go func() {
+		defer b.asyncDone()
+		r, err := q.readMiddle(prio, from, to, want, nil)
+		q.locked(func(t *txn) {
+			l := &q.ready.levels[prio]
+			l.filling = false
+			if err != nil {
+				if !q.isDeleted() && l.gen == gen && l.mid.from == from {
+					b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				}
+				return
+			}
+			if q.isDeleted() || l.gen != gen || l.mid.n == 0 || l.mid.from != from {
+				return // the middle changed meanwhile: the read may be stale
+			}
+			// Entries paged out since the read began are read next time.
+			r.done = r.done && l.mid.to == to
+			q.mergeLocked(l, r)
+			q.dispatchLocked(t)
+		})
+	}()
+}
+
+// mergeLocked moves the entries of read r into l's head.
+func (q *Queue) mergeLocked(l *level, r pageRead) {
+	b := q.vhost.b
+	for i := range r.metas {
+		m := &r.metas[i]
 		l.mid.from = m.Seq + 1
 		if m.DeadLetter != "" && !q.unreadBacklog(m.Seq) {
 			// A dead letter that waits in the backlog (it was
@@ -49,7 +110,7 @@ func (q *Queue) fillLocked(l *level) {
 			continue
 		}
 		q.unpageTimerLocked(m.Seq)
-		e := q.entryFromMeta(m, msgs[i])
+		e := q.entryFromMeta(m, r.msgs[i])
 		l.mid.n--
 		l.mid.bytes -= int64(m.Size)
 		if m.DeadLetter != "" {
@@ -68,9 +129,7 @@ func (q *Queue) fillLocked(l *level) {
 			q.armLocked(e)
 		}
 	}
-	clear(metas)
-	q.pageBuf, q.pageIDs = metas[:0], ids[:0]
-	if exhausted && l.mid.n != 0 {
+	if r.done && l.mid.n != 0 {
 		// The counters disagree with the store: trust the store, and
 		// say so (a broker or store bug).
 		b.log.Error("paging: queue level counters disagree with the store; correcting",
@@ -82,6 +141,7 @@ func (q *Queue) fillLocked(l *level) {
 	}
 	if l.mid.n == 0 {
 		l.mid = midRange{}
+		l.gen++
 	}
 	q.syncCounts()
 }
@@ -103,6 +163,7 @@ func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *entry {
 // dropMiddleLocked forgets l's middle entry of size bytes that left it
 // from where it stood (it expired).
 func (q *Queue) dropMiddleLocked(l *level, size int64) {
+	l.gen++ // a read under way may hold it
 	l.mid.n--
 	l.mid.bytes -= size
 	l.n--

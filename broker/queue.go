@@ -164,6 +164,7 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 		// Only a durable queue's entries can be in the store alone.
 		q.ready.window = v.b.opts.PageWindow
 		q.ready.fill = q.fillLocked
+		q.ready.prefetch = q.prefetchLocked
 		q.ready.paged = q.pagedOutLocked
 	}
 	q.lease.Value = q

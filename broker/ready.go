@@ -30,9 +30,11 @@ type readyQueue struct {
 	// window is the resident target per level; 0 disables paging (every
 	// entry stays in the head).
 	window int
-	// fill refills l's head from its middle (a store read); set by the
-	// queue when window > 0.
-	fill func(l *level)
+	// fill refills l's head from its middle (a store read), prefetch
+	// starts such a read to complete later; both set by the queue when
+	// window > 0.
+	fill     func(l *level)
+	prefetch func(l *level)
 	// paged, if set, is told of each entry that pageOut moves into a
 	// middle (its timer moves with it).
 	paged func(e *entry)
@@ -47,6 +49,12 @@ type level struct {
 	head deque
 	mid  midRange
 	tail deque
+	// gen changes whenever an entry leaves the middle other than by a
+	// read into the head, and when the middle empties: a read that
+	// started before is stale. filling is set while a prefetch is under
+	// way.
+	gen     uint64
+	filling bool
 }
 
 // midRange is a level's non-resident middle: the store holds its entries,
@@ -175,8 +183,15 @@ func (r *readyQueue) popFront() *entry {
 	l.n--
 	r.n--
 	// Read ahead before the head runs dry.
-	if r.window > 0 && l.head.len() < r.window/2 && (l.mid.n > 0 || l.tail.len() > 0) {
-		r.refill(l)
+	if r.window > 0 && l.head.len() < r.window/2 {
+		switch {
+		case l.mid.n > 0 && r.prefetch != nil:
+			r.prefetch(l)
+		case l.mid.n > 0:
+			r.refill(l)
+		case l.tail.len() > 0:
+			r.moveTail(l)
+		}
 	}
 	return e
 }
@@ -246,6 +261,7 @@ func (r *readyQueue) clear() []*entry {
 			}
 		}
 		l.n, l.mid = 0, midRange{}
+		l.gen++
 	}
 	r.n, r.dead = 0, 0
 	return out

@@ -119,7 +119,7 @@ func Default() Config {
 			Engine:             EngineDisk,
 			Sync:               SyncFsync,
 			SyncInterval:       Duration(10 * time.Millisecond),
-			CheckpointBytes:    64 * MiB,
+			CheckpointBytes:    32 * MiB,
 			CheckpointInterval: Duration(30 * time.Second),
 			SegmentCache:       32 * MiB,
 			IndexCache:         32 * MiB,

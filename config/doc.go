@@ -84,7 +84,7 @@
 //	                                        "none":     never fsync; confirms after write. For
 //	                                                    benchmarks.
 //	storage.sync_interval        "10ms"     fsync period under "interval", 1ms..1m.
-//	storage.checkpoint_bytes     "64MiB"    Checkpoint once this much awaits one, 1MiB..16GiB.
+//	storage.checkpoint_bytes     "32MiB"    Checkpoint once this much awaits one, 1MiB..16GiB.
 //	storage.checkpoint_interval  "30s"      ... or this long after the last, 1s..1h.
 //	storage.segment_cache        "32MiB"    Block cache of decompressed message bodies.
 //	storage.index_cache          "32MiB"    Pebble's block cache.

@@ -55,7 +55,7 @@ func (o *Options) fill() {
 		o.FS = vfs.Default
 	}
 	if o.CheckpointBytes <= 0 {
-		o.CheckpointBytes = 64 << 20
+		o.CheckpointBytes = 32 << 20
 	}
 	if o.CheckpointInterval <= 0 {
 		o.CheckpointInterval = 30 * time.Second

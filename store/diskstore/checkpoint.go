@@ -397,7 +397,7 @@ func (c *cpBatch) bodySize(f *overlay, e *store.Entry) (uint32, error) {
 	if e.Msg.Body != nil {
 		return uint32(len(e.Msg.Body)), nil
 	}
-	mv, ok, err := c.s.msgValue(e.Msg.ID, c.key)
+	mv, ok, err := c.pr.msgValue(e.Msg.ID, c.key)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -465,7 +465,7 @@ func (c *cpBatch) applyDeltas() error {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		mv, ok, err := c.s.msgValue(id, c.key)
+		mv, ok, err := c.pr.msgValue(id, c.key)
 		if err != nil {
 			return err
 		}

@@ -51,13 +51,20 @@ func (s *Store) Compact() error {
 	fresh := make(map[segment.ID]*index.SegmentState)
 	var key, val []byte
 	moved := 0
+	// Message records in one sweep per segment: a segment holds its
+	// messages mostly in id order.
+	pr, err := s.newPointReader()
+	if err != nil {
+		return err
+	}
+	defer pr.close()
 	for _, old := range cands {
 		err := s.segs.Scan(old, func(loc segment.Loc, blob []byte) error {
 			id, err := blobMsgID(blob)
 			if err != nil {
 				return err
 			}
-			mv, ok, err := s.msgValue(id, key)
+			mv, ok, err := pr.msgValue(id, key)
 			if err != nil || !ok {
 				return err
 			}

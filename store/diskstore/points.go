@@ -2,8 +2,13 @@ package diskstore
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/brokerd/brokerd/index"
+	"github.com/brokerd/brokerd/store"
 )
 
 // pointReader looks keys up in the live index through one iterator: a run
@@ -36,3 +41,19 @@ func (p *pointReader) get(key []byte) ([]byte, bool, error) {
 }
 
 func (p *pointReader) close() error { return p.it.Close() }
+
+// msgValue is Store.msgValue through p; key is scratch space.
+func (p *pointReader) msgValue(id store.MsgID, key []byte) (index.MsgValue, bool, error) {
+	var mv index.MsgValue
+	raw, ok, err := p.get(index.MsgKey(key[:0], uint64(id)))
+	if err != nil {
+		return mv, false, fmt.Errorf("read message %d: %w", id, err)
+	}
+	if !ok {
+		return mv, false, nil
+	}
+	if err := index.DecodeMsgValue(slices.Clone(raw), &mv); err != nil {
+		return mv, false, fmt.Errorf("read message %d: %w", id, err)
+	}
+	return mv, true, nil
+}

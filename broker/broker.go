@@ -43,6 +43,11 @@ type Options struct {
 	// only, so memory does not grow with queue depth. Default 2048;
 	// negative keeps every entry in memory.
 	PageWindow int
+	// DeliveredMarkChunk is how far ahead of deliveries a durable queue
+	// writes its delivered marks (see marks.go): after a crash at most
+	// this many never-delivered messages per priority level come back
+	// with redelivered=true. Default 512.
+	DeliveredMarkChunk int
 }
 
 // UserSpec describes a bootstrap user. Exactly one of Password and
@@ -111,6 +116,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	if opts.PageWindow == 0 {
 		opts.PageWindow = 2048
+	}
+	if opts.DeliveredMarkChunk <= 0 {
+		opts.DeliveredMarkChunk = 512
 	}
 	if opts.BacklogRetry <= 0 {
 		opts.BacklogRetry = time.Second

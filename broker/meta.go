@@ -169,6 +169,7 @@ func (b *Broker) recoverDefinitions() error {
 		}
 		q := newQueue(vh, store.QueueID(d.ID), p[1], true, false, d.AutoDelete, d.Args)
 		q.backlogMarked = d.Backlog
+		q.initMarks(d.Marks)
 		vh.queues[q.Name] = q
 		queues = append(queues, q)
 		return nil
@@ -296,9 +297,8 @@ func (b *Broker) recoverEntries(q *Queue, paged map[store.QueueID]store.QueueSta
 		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
 	}
 	q.seq.Store(last)
-	q.recoveredSeq = last // entries that page out as they load page in redelivered
 	err = b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
-		e := &entry{Entry: *se, q: q, redelivered: true, stored: true, inStore: true, prio: se.Prio}
+		e := &entry{Entry: *se, q: q, redelivered: q.deliveredBefore(se.Prio, se.Seq, se.DeliveryCount), stored: true, inStore: true, prio: se.Prio}
 		e.timer.Value = e
 		if e.DeadLetter != "" {
 			e.state = stBacklog

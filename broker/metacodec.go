@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -47,6 +48,7 @@ import (
 //	vhost     (nothing)
 //	exchange  bytes(type) flags(1: bit 0 auto-delete, bit 1 internal) bytes(args)
 //	queue     uvarint(queue id) flags(1: bit 0 auto-delete, bit 1 backlog) bytes(args)
+//	          [uvarint(n) uvarint(mark)*n]  delivered marks by priority level (marks.go)
 //	binding   (nothing: the key says it all)
 //	policy    the JSON document {"pattern","apply-to","priority","definition"}
 //	queue-id  uvarint(highest queue id ever given to a durable queue)
@@ -209,7 +211,14 @@ func encodeQueueDef(q *Queue) []byte {
 	}
 	v := binary.AppendUvarint([]byte{metaVersion}, uint64(q.id))
 	v = append(v, flags)
-	return appendBytes(v, encodeArgs(q.Args))
+	v = appendBytes(v, encodeArgs(q.Args))
+	if marks := q.marksLocked(); slices.ContainsFunc(marks, func(m uint64) bool { return m > 0 }) {
+		v = binary.AppendUvarint(v, uint64(len(marks)))
+		for _, m := range marks {
+			v = binary.AppendUvarint(v, m)
+		}
+	}
+	return v
 }
 
 func encodeQueueIDMark(id uint64) []byte {
@@ -312,6 +321,7 @@ type queueDef struct {
 	AutoDelete bool
 	Backlog    bool
 	Args       amqp.Table
+	Marks      []uint64 // delivered marks by priority level, if any
 }
 
 func decodeQueueDef(v []byte) (queueDef, error) {
@@ -319,6 +329,15 @@ func decodeQueueDef(v []byte) (queueDef, error) {
 	d := queueDef{ID: r.uvarint()}
 	flags := r.byte()
 	args := r.bytes()
+	if r.err == nil && len(r.b) > 0 {
+		n := r.uvarint()
+		if n > 256 {
+			return d, fmt.Errorf("%w: %d delivered marks", errMetaCorrupt, n)
+		}
+		for range n {
+			d.Marks = append(d.Marks, r.uvarint())
+		}
+	}
 	if r.err != nil {
 		return d, r.err
 	}

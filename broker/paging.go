@@ -153,7 +153,7 @@ func (q *Queue) unreadBacklog(seq uint64) bool { return q.backlogUnread && seq <
 
 // entryFromMeta makes the resident entry of a stored one read back.
 func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *entry {
-	e := &entry{q: q, prio: m.Prio, stored: true, inStore: true, redelivered: m.Seq <= q.recoveredSeq}
+	e := &entry{q: q, prio: m.Prio, stored: true, inStore: true, redelivered: q.deliveredBefore(m.Prio, m.Seq, m.DeliveryCount)}
 	e.Ref, e.Msg, e.Header = m.Ref, msg, m.Header
 	e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt = m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt
 	e.timer.Value = e

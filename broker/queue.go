@@ -114,11 +114,9 @@ type Queue struct {
 	backlogGen  uint64
 	backlogFull bool
 
-	// recoveredSeq is the last seq when the queue was recovered: entries
-	// up to it that page in are marked redelivered. backlogUnread is set
-	// when the queue was recovered from its counters: a dead letter
-	// waiting for a route found among those entries joins the backlog
-	// then (see fillLocked).
+	// recoveredSeq is the last seq when the queue was recovered from its
+	// counters (backlogUnread set): a dead letter waiting for a route
+	// found among entries up to it joins the backlog then (fillLocked).
 	recoveredSeq  uint64
 	backlogUnread bool
 	// backlogMarked mirrors the stored definition's backlog flag: set
@@ -129,6 +127,13 @@ type Queue struct {
 	// paged are the timers of entries in a middle whose deadline is
 	// within the broker's horizon, by seq (see horizon.go).
 	paged map[uint64]*pagedTimer
+
+	// Delivered marks per level (marks.go): durable, asked for (written,
+	// maybe not durable yet), and as recovered. markWaiting is set when
+	// a delivery waits for a mark write, markWake when a basic.get does.
+	marks, markAsked, recMarks []uint64
+	markWaiting                bool
+	markWake                   chan struct{}
 }
 
 // queueStats are per-queue counters.
@@ -167,6 +172,7 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 		q.ready.prefetch = q.prefetchLocked
 		q.ready.paged = q.pagedOutLocked
 	}
+	q.initMarks(nil)
 	q.lease.Value = q
 	cfg := resolveQueueConfig(q.qtype, args, nil)
 	q.cfg.Store(&cfg)
@@ -462,6 +468,10 @@ func (q *Queue) dispatchLocked(t *txn) {
 			expired = append(expired, e)
 			continue
 		}
+		if !q.markReadyLocked(e) {
+			q.markWaiting = true // marksWritten dispatches again
+			break
+		}
 		props := q.deliveryProps(e)
 		var got *consumer
 		if q.sac {
@@ -552,6 +562,17 @@ func (q *Queue) dispatch() {
 // get takes the head for basic.get, skipping (and expiring) entries past
 // their deadline. It returns nil when the queue is empty.
 func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int) {
+	for {
+		var wait chan struct{}
+		e, tag, props, remaining, wait = q.tryGet(ch, noAck)
+		if wait == nil {
+			return e, tag, props, remaining
+		}
+		<-wait // the head's delivered mark is being written
+	}
+}
+
+func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int, wait chan struct{}) {
 	q.locked(func(t *txn) {
 		if q.isDeleted() {
 			return
@@ -560,6 +581,11 @@ func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte
 		now := q.vhost.b.nowMS()
 		var expired []*entry
 		for {
+			f := q.ready.front()
+			if f != nil && !f.expiredAt(now) && !q.markReadyLocked(f) {
+				wait = q.markWaitLocked()
+				break
+			}
 			e = q.takeLocked()
 			if e == nil || !e.expiredAt(now) {
 				break
@@ -568,7 +594,8 @@ func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte
 			expired = append(expired, e)
 		}
 		q.deadLetterLocked(t, expired, deadletter.Expired, true)
-		if e == nil {
+		if e == nil || wait != nil {
+			e = nil
 			return
 		}
 		props = q.deliveryProps(e)
@@ -582,7 +609,7 @@ func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte
 		}
 		remaining = q.ready.len()
 	})
-	return e, tag, props, remaining
+	return e, tag, props, remaining, wait
 }
 
 // addConsumer subscribes c; it fails if an exclusive consumer is present or

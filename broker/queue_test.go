@@ -650,8 +650,8 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("get from dq: %v %v", ok, err)
 	}
-	if !d.Redelivered {
-		t.Error("recovered message not marked redelivered")
+	if d.Redelivered {
+		t.Error("a recovered message that was never delivered is marked redelivered")
 	}
 	want := rqDeliveryProps(amqp091.Delivery{
 		Headers: full.Headers, ContentType: full.ContentType, ContentEncoding: full.ContentEncoding,

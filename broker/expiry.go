@@ -2,6 +2,7 @@ package broker
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -52,32 +53,73 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 
 // expireEntries dead-letters those of es still ready, and the middle
 // entries of the paged timers pts, in deadline order, then seq order.
+// With paged entries among them, the store is read outside the queue's
+// lock (on a goroutine of its own, so the scheduler goes on) and all of
+// them expire together once it is back.
 func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
-	q.locked(func(t *txn) {
-		if q.isDeleted() {
-			return
-		}
-		now := q.vhost.b.nowMS()
-		expired := q.expirePagedLocked(pts, now)
-		for _, e := range es {
-			switch {
-			case e.state != stReady:
-			case e.expiredAt(now):
-				q.removeReadyLocked(e)
-				expired = append(expired, e)
-			default:
-				// Fired early by our clock (it stepped back between
-				// the scheduler's reading and ours): wait again.
-				q.armLocked(e)
+	b := q.vhost.b
+	if len(pts) == 0 {
+		q.locked(func(t *txn) { q.expireLocked(t, es, nil) })
+		return
+	}
+	q.mu.Lock()
+	due := q.duePagedLocked(pts, b.nowMS())
+	q.mu.Unlock()
+	if len(due) == 0 {
+		q.locked(func(t *txn) { q.expireLocked(t, es, nil) })
+		return
+	}
+	if !b.goAsync() {
+		return // closing
+	}
+	go func() {
+		defer b.asyncDone()
+		paged, err := q.readPaged(due)
+		q.locked(func(t *txn) {
+			if err != nil {
+				if !q.isDeleted() {
+					b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				}
+				paged = nil
 			}
+			q.expireLocked(t, es, paged)
+		})
+	}()
+}
+
+// expireLocked dead-letters those of es still ready and expired, and
+// those of paged (read from the store) still in their middle.
+func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
+	if q.isDeleted() {
+		return
+	}
+	now := q.vhost.b.nowMS()
+	var expired []*entry
+	for _, e := range paged {
+		if l, ok := q.inMiddle(e.Prio, e.Seq); ok {
+			q.dropMiddleLocked(l, int64(e.bodySize()))
+			expired = append(expired, e)
 		}
-		if len(pts) > 0 {
-			slices.SortFunc(expired, func(a, b *entry) int {
-				return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Seq, b.Seq))
-			})
+	}
+	q.syncCounts()
+	for _, e := range es {
+		switch {
+		case e.state != stReady:
+		case e.expiredAt(now):
+			q.removeReadyLocked(e)
+			expired = append(expired, e)
+		default:
+			// Fired early by our clock (it stepped back between
+			// the scheduler's reading and ours): wait again.
+			q.armLocked(e)
 		}
-		q.deadLetterLocked(t, expired, deadletter.Expired, true)
-	})
+	}
+	if len(paged) > 0 {
+		slices.SortFunc(expired, func(a, b *entry) int {
+			return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Seq, b.Seq))
+		})
+	}
+	q.deadLetterLocked(t, expired, deadletter.Expired, true)
 }
 
 // touchLocked records a use of the queue (declare, basic.get, the last

@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"cmp"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -188,12 +186,9 @@ func (q *Queue) dropPagedLocked() {
 	q.paged = nil
 }
 
-// expirePagedLocked takes the middle entries of fired paged timers out of
-// their middles and returns them, read from the store, to be dead-lettered
-// like any expired entry. Entries are read in runs: one store read covers
-// the due entries of a level that lie close together (a burst published
-// with one TTL expires together).
-func (q *Queue) expirePagedLocked(pts []*pagedTimer, now int64) []*entry {
+// duePagedLocked takes the fired paged timers pts that are due and whose
+// entry is still in a middle, and returns their refs.
+func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) []store.Ref {
 	b := q.vhost.b
 	var due []store.Ref
 	for _, pt := range pts {
@@ -209,76 +204,39 @@ func (q *Queue) expirePagedLocked(pts []*pagedTimer, now int64) []*entry {
 			due = append(due, pt.ref)
 		}
 	}
-	if len(due) == 0 {
-		return nil
+	return due
+}
+
+// readPaged reads the due entries refs name, with their messages, as
+// entries to expire (one point read, Store.ReadRefs, wherever they lie).
+// It takes no lock: the caller checks under the queue's lock that each is
+// still in its middle. A gone entry, or a dead letter waiting for a route,
+// is left out.
+func (q *Queue) readPaged(refs []store.Ref) ([]*entry, error) {
+	st := q.vhost.b.store
+	read, err := st.ReadRefs(refs, nil)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(due, func(a, b store.Ref) int { return cmp.Or(cmp.Compare(a.Prio, b.Prio), cmp.Compare(a.Seq, b.Seq)) })
-	var metas []store.EntryMeta
-	for len(due) > 0 {
-		// One read from the first due entry, long enough to reach the
-		// due entries of its level within twice their count.
-		n := 1
-		for n < len(due) && n < 512 && due[n].Prio == due[0].Prio {
-			n++
+	metas := read[:0]
+	for _, m := range read {
+		if m.DeadLetter == "" && m.Deadline != 0 {
+			metas = append(metas, m)
 		}
-		from := len(metas)
-		var err error
-		metas, err = b.store.ReadEntries(q.id, due[0].Prio, due[0].Seq, 2*n, metas)
-		if err != nil {
-			b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
-			return nil
-		}
-		// Keep the read entries that are due (and not dead letters
-		// waiting for a route), and drop the due refs the read passed.
-		// (Filtered in place: an entry is appended at or before the
-		// position it was read from.)
-		read := metas[from:]
-		metas = metas[:from]
-		last := due[0].Seq
-		if len(read) > 0 {
-			last = read[len(read)-1].Seq
-		}
-		k := 0
-		for _, m := range read {
-			for k < n && due[k].Seq < m.Seq {
-				k++
-			}
-			if k < n && due[k].Seq == m.Seq {
-				if m.DeadLetter == "" && m.Deadline <= now {
-					metas = append(metas, m)
-				}
-				k++
-			}
-		}
-		for k < n && due[k].Seq <= last {
-			k++
-		}
-		if len(read) < 2*n {
-			k = n // the level has nothing further: the rest are gone
-		}
-		due = due[max(k, 1):]
-	}
-	if len(metas) == 0 {
-		return nil
 	}
 	ids := make([]store.MsgID, len(metas))
 	for i := range metas {
 		ids[i] = metas[i].Msg
 	}
 	msgs := make([]*store.Message, len(ids))
-	if err := b.store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m }); err != nil {
-		b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
-		return nil
+	if err := st.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m }); err != nil {
+		return nil, err
 	}
-	expired := make([]*entry, len(metas))
+	out := make([]*entry, len(metas))
 	for i := range metas {
-		m := &metas[i]
-		l, _ := q.inMiddle(m.Prio, m.Seq)
-		q.dropMiddleLocked(l, int64(m.Size))
-		e := q.entryFromMeta(m, msgs[i])
+		e := q.entryFromMeta(&metas[i], msgs[i])
 		e.state = stGone
-		expired[i] = e
+		out[i] = e
 	}
-	q.syncCounts()
-	return expired
+	return out, nil
 }

@@ -207,6 +207,12 @@ type Store interface {
 	// at the last returned Seq + 1; fewer than max entries means the level
 	// has no more. max <= 0 reads nothing.
 	ReadEntries(q QueueID, prio uint8, from uint64, max int, dst []EntryMeta) ([]EntryMeta, error)
+	// ReadRefs appends to dst the stored entries refs name, as
+	// ReadEntries reads them (metadata only), in the order of refs,
+	// skipping a ref with no stored entry, and returns the extended
+	// slice. It costs a point lookup per ref, not a range read: an
+	// expiry of entries scattered through a deep queue reads only them.
+	ReadRefs(refs []Ref, dst []EntryMeta) ([]EntryMeta, error)
 	// LoadMessages reads the messages ids name, bodies included, and calls
 	// fn(i, m) once for every index i of ids, in any order, after the
 	// reads (fn may call the store). An id listed twice is read once and

@@ -231,6 +231,107 @@ func (s *Store) ReadEntries(q store.QueueID, prio uint8, from uint64, max int, d
 	return dst, nil
 }
 
+// ReadRefs implements store.Store: each ref is looked up in the overlays,
+// newest first (a put there is the entry; a delete or a drop means none;
+// the newest update applies to what an older layer or the index holds),
+// and the rest in the index through one snapshot iterator, in key order.
+func (s *Store) ReadRefs(refs []store.Ref, dst []store.EntryMeta) ([]store.EntryMeta, error) {
+	type refRead struct {
+		put   *ovEntry
+		upd   *store.Update // the newest update, if any
+		gone  bool
+		found bool
+		meta  store.EntryMeta
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return dst, store.ErrClosed
+	}
+	v := s.newSnapView()
+	reads := make([]refRead, len(refs))
+	var fromIndex []int
+	for i, r := range refs {
+		rr := &reads[i]
+		resolved := false
+		for _, o := range []*overlay{v.active, v.frozen} {
+			if o == nil {
+				continue
+			}
+			oq := o.queues[r.Queue]
+			if oq == nil {
+				continue
+			}
+			if e := oq.entries[r.Seq]; e != nil && e.Prio == r.Prio {
+				c := *e
+				rr.put, resolved = &c, true
+				break
+			}
+			if p, ok := oq.dels[r.Seq]; (ok && p == r.Prio) || oq.dropped {
+				rr.gone, resolved = true, true
+				break
+			}
+			if u, ok := oq.upds[r.Seq]; ok && u.Prio == r.Prio && rr.upd == nil {
+				rr.upd = &u
+			}
+		}
+		if !resolved {
+			fromIndex = append(fromIndex, i)
+		}
+	}
+	s.mu.Unlock()
+	defer v.snap.Close()
+	for i := range reads {
+		rr := &reads[i]
+		if rr.put == nil {
+			continue
+		}
+		m, err := v.putMeta(rr.put)
+		if err != nil {
+			return dst, err
+		}
+		rr.meta, rr.found = m, true
+	}
+	if len(fromIndex) > 0 {
+		slices.SortFunc(fromIndex, func(a, b int) int {
+			ra, rb := refs[a], refs[b]
+			return cmp.Or(cmp.Compare(ra.Queue, rb.Queue), cmp.Compare(ra.Prio, rb.Prio), cmp.Compare(ra.Seq, rb.Seq))
+		})
+		it, err := v.snap.NewIter(nil)
+		if err != nil {
+			return dst, err
+		}
+		defer it.Close()
+		var key []byte
+		var ev index.EntryValue
+		for _, i := range fromIndex {
+			r := refs[i]
+			key = index.EntryKey(key[:0], uint64(r.Queue), r.Prio, r.Seq)
+			if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+				if err := it.Error(); err != nil {
+					return dst, err
+				}
+				continue
+			}
+			if err := index.DecodeEntryValue(it.Value(), &ev); err != nil {
+				return dst, fmt.Errorf("read entry %d/%d/%d: %w", r.Queue, r.Prio, r.Seq, err)
+			}
+			reads[i].meta, reads[i].found = metaFromIndex(r, &ev), true
+		}
+	}
+	for i := range reads {
+		rr := &reads[i]
+		if !rr.found {
+			continue
+		}
+		if u := rr.upd; u != nil {
+			rr.meta.DeliveryCount, rr.meta.DeadLetter, rr.meta.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+		}
+		dst = append(dst, rr.meta)
+	}
+	return dst, nil
+}
+
 // putMeta is an overlay entry's metadata.
 func (v *snapView) putMeta(e *ovEntry) (store.EntryMeta, error) {
 	size := e.size

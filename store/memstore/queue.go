@@ -185,6 +185,28 @@ func (s *Store) ReadEntries(q store.QueueID, prio uint8, from uint64, max int, d
 	return dst, nil
 }
 
+// ReadRefs implements store.Store.
+func (s *Store) ReadRefs(refs []store.Ref, dst []store.EntryMeta) ([]store.EntryMeta, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return dst, store.ErrClosed
+	}
+	for _, r := range refs {
+		mq := s.queues[r.Queue]
+		if mq == nil {
+			continue
+		}
+		if e := mq.entries[r.Seq]; e != nil && e.Prio == r.Prio {
+			dst = append(dst, store.EntryMeta{
+				Ref: e.Ref, Msg: e.Msg.ID, Size: uint32(len(e.Msg.Body)), Deadline: e.Deadline,
+				DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt, Header: e.Header,
+			})
+		}
+	}
+	return dst, nil
+}
+
 // LoadMessages implements store.Store.
 func (s *Store) LoadMessages(ids []store.MsgID, fn func(i int, m *store.Message)) error {
 	s.mu.Lock()

@@ -315,6 +315,21 @@ func testReadEntriesOverlayAndIndex(t *testing.T, open Opener, reopen Reopener) 
 		}
 		expect(t, when+": from a deleted seq", read(3, 2), want[1:3])
 		expect(t, when+": from the new part", read(10, 5), want[4:])
+		// ReadRefs: the named entries that exist, in the order named.
+		var refs []store.Ref
+		for _, seq := range []uint64{12, 1, 3, 5, 7, 9, 10, 11, 13} {
+			refs = append(refs, store.Ref{Queue: 1, Prio: 4, Seq: seq})
+		}
+		refs = append(refs, store.Ref{Queue: 1, Prio: 0, Seq: 1}, store.Ref{Queue: 2, Prio: 4, Seq: 1})
+		ms, err := s.ReadRefs(refs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range ms {
+			got = append(got, fmt.Sprintf("%d:%d dc=%d", m.Seq, m.Size, m.DeliveryCount))
+		}
+		expect(t, when+": ReadRefs", got, append([]string{want[5]}, want[:5]...))
 	}
 	check("mixed")
 	expect(t, "counters", queues(t, s), []string{"1 last=12 4:6/104"})

@@ -66,9 +66,18 @@
 //     changes to the level: O(max + the level's overlay deletes and
 //     updates at or after the seq), whatever the level's depth. The
 //     window after it starts at its last Seq + 1.
+//   - ReadRefs reads named entries, as ReadEntries does, one point lookup
+//     each (the disk store: the overlays, then one snapshot iterator in
+//     key order): what a paging queue's expiries read.
+//   - DeadlineRefs lists (deadline, ref) of entries whose deadline is in
+//     a range, in deadline order, reading no entry: the disk store reads
+//     its expiry keys and its overlays' puts. It may list an entry deleted
+//     since the last checkpoint. A paging broker arms timers from it for
+//     the deadlines of a near horizon.
 //   - LoadMessages reads the bodies of messages named by id, each once
 //     however many entries (or ids) name it; the disk store reads what
-//     its overlays do not hold from segments in one batched read.
+//     its overlays do not hold from segments in one batched read, their
+//     message records through one forward-seeking iterator.
 //   - LastSeq reads one queue's LastSeq.
 //
 // Each read sees one consistent state: the effect of every Apply that
@@ -78,8 +87,8 @@
 // ScanQueue (every entry of a queue from a seq, bodies included) and
 // ScanDeadlines (entries in deadline order up to a time) load whole
 // entries and are O(stored entries of the queue) or worse; they remain
-// for recovery of a broker that does not page and for tests, and are not
-// for paging.
+// for recovery of a queue that cannot page (a legacy dead-letter backlog
+// flag) and for tests, and are not for paging.
 //
 // # Durability completion
 //

@@ -56,10 +56,25 @@
 //     O(log + max + the level's overlay deletes and updates at or after
 //     the seq). Entries come back with their body size (the index value
 //     has it; an overlay entry has it from its message) and no body.
+//   - ReadRefs (window.go): each ref resolved in the overlays, newest
+//     first (a put is the entry, a delete or drop means none, the newest
+//     update applies below), the rest through one snapshot iterator in
+//     key order.
+//   - DeadlineRefs (read.go): the index's expiry keys in the range merged
+//     with the overlays' puts that have a deadline in it; overlay deletes
+//     are not copied, so a recently deleted entry may be listed.
 //   - LoadMessages: bodies from the overlays, the rest from segments in
-//     one segment.ReadMany under segMu. A message whose last entry was
-//     deleted since the last checkpoint may still be found; after the
-//     checkpoint it is store.ErrUnknownMessage.
+//     one segment.ReadMany under segMu, their message records read
+//     through one forward-seeking iterator (points.go) in id order. A
+//     message whose last entry was deleted since the last checkpoint may
+//     still be found; after the checkpoint it is store.ErrUnknownMessage.
+//
+// A checkpoint reads the index entries its deletes and updates name, and
+// the message records whose references change, the same way: sorted, one
+// iterator sweep, not a Get each. An overlay put whose message is stored
+// already (a dead-lettered copy, a message read back) keeps only the
+// message's id, so the overlay never holds a body its byte count leaves
+// out.
 //   - Queues (queues.go): per queue, the index's QueueState (LastSeq and
 //     per-level count and bytes, version 2 of the value) as of the last
 //     checkpoint, plus each overlay's per-level deltas.

@@ -364,7 +364,7 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 	}
 	batch := &store.Batch{Meta: mb.ops}
 	if q.Durable {
-		batch.DropQueues = []store.QueueID{q.id}
+		batch.DropQueues = []store.QueueID{q.id, q.backlogID()}
 	}
 	q.deletion = b.startWrite(batch)
 	v.mu.Unlock()

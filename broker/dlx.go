@@ -170,36 +170,38 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 }
 
 // toBacklogLocked keeps a dead letter that found no route in q's
-// dead-letter backlog: not delivered, still stored, forwarded by
-// retryBacklogLocked once a route exists.
+// dead-letter backlog, forwarded by retryBacklogLocked once a route
+// exists: a stored one in the store's backlog range (backlog.go), a
+// transient one in memory.
 func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
+	if e.stored {
+		q.storeBacklogLocked(t, e, reason, nowMS)
+		return
+	}
 	e.state = stBacklog
 	q.addBacklogLocked(e)
 	if e.DeadLetter != string(reason) { // not already recorded (a retry)
 		e.DeadLetter, e.DeadAt = string(reason), nowMS
-		t.update(e)
 		q.vhost.b.counters.backlogged.Add(1)
-	}
-	if e.stored {
-		q.markBacklogLocked(t, true)
 	}
 }
 
-// markBacklogLocked sets or clears the backlog flag of q's stored
-// definition, in t, when it changes. A restart reads every entry of a
-// queue whose flag is set (to find the waiting dead letters among them)
-// and only the counters of the others.
-func (q *Queue) markBacklogLocked(t *txn, on bool) {
-	if q.backlogMarked == on || !q.Durable || q.Exclusive || q.isDeleted() {
+// clearBacklogFlagLocked clears the backlog flag of q's stored definition, in
+// t: a layout before the stored backlog (backlog.go) kept waiting dead
+// letters among the queue's entries and set it, and a restart reads every
+// entry of a queue whose flag is set. Nothing sets it any more.
+func (q *Queue) clearBacklogFlagLocked(t *txn) {
+	if !q.backlogMarked || q.isDeleted() {
 		return
 	}
-	q.backlogMarked = on
+	q.backlogMarked = false
 	t.batch.Meta = append(t.batch.Meta, store.MetaOp{Key: metaKey(metaQueue, q.vhost.Name, q.Name), Value: encodeQueueDef(q)})
 }
 
 // retryBacklogLocked tries again to forward q's waiting dead letters, in
 // the order they were dead-lettered.
 func (q *Queue) retryBacklogLocked(t *txn) {
+	q.retryStoredLocked()
 	if len(q.backlog) == 0 || q.isDeleted() {
 		return
 	}
@@ -218,7 +220,7 @@ func (q *Queue) retryBacklogLocked(t *txn) {
 		pending = pending[n:]
 	}
 	if len(q.backlog) == 0 {
-		q.markBacklogLocked(t, false)
+		q.clearBacklogFlagLocked(t)
 	}
 }
 

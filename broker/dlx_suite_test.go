@@ -2083,6 +2083,7 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				e.plainQueue("dlq", nil)
 				e.bind("dlq", "dlq", "dlx", nil)
 				e.waitFor("src", 1, 0, 1)
+				e.waitFor("dlq", 2, 2, 0) // forwarded by an asynchronous retry
 				for _, d := range e.get("dlq", "p1", "p2") {
 					e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 					dsWantFirstLast(t, d.Headers, [3]string{"rejected", "src", ""}, [3]string{"rejected", "src", ""})

@@ -71,9 +71,11 @@
 // Deadlines of paged entries stay in the store's expiry keys; the timer
 // wheel holds only those within a short horizon, armed by periodic scans
 // of those keys (horizon.go). Recovery restores a queue from the store's
-// counters (store.Queues) without reading its entries, unless it holds
-// dead letters waiting for a route (its definition's backlog flag): such
-// a queue is read whole, and pages out as it loads.
+// counters (store.Queues) without reading its entries. Persistent dead
+// letters waiting for a route (at-least-once) wait in a store range of
+// their own, retried in chunks (backlog.go); only a queue whose stored
+// definition still has the backlog flag of an older layout is read whole
+// at recovery.
 //
 // Definitions follow the same rule: the store receives changes in the
 // order memory made them. A declaration, deletion, binding, unbinding,

@@ -47,18 +47,32 @@ func (d *DefsForTest) Policy(vhost, name, pattern string, def map[string]any) {
 // Ops returns the records built so far.
 func (d *DefsForTest) Ops() []store.MetaOp { return d.m.ops }
 
-// ResidentForTest returns how many of queue's ready entries are in memory
-// (live or removed but still held) and its ready count, middles included.
-func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {
+// lockedQueueForTest returns the named queue, locked.
+func (b *Broker) lockedQueueForTest(vhost, queue string) *Queue {
 	v := b.VHost(vhost)
 	v.mu.RLock()
 	q := v.queues[queue]
 	v.mu.RUnlock()
 	q.mu.Lock()
+	return q
+}
+
+// ResidentForTest returns how many of queue's ready entries are in memory
+// (live or removed but still held) and its ready count, middles included.
+func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {
+	q := b.lockedQueueForTest(vhost, queue)
 	defer q.mu.Unlock()
 	for i := range q.ready.levels {
 		l := &q.ready.levels[i]
 		resident += l.head.len() + l.tail.len()
 	}
 	return resident, q.ready.len()
+}
+
+// BacklogResidentForTest returns how many of queue's waiting dead letters
+// are held in memory.
+func (b *Broker) BacklogResidentForTest(vhost, queue string) int {
+	q := b.lockedQueueForTest(vhost, queue)
+	defer q.mu.Unlock()
+	return len(q.backlog)
 }

@@ -238,12 +238,12 @@ func (b *Broker) recoverDefinitions() error {
 			return fmt.Errorf("delete dangling definitions: %w", w.err)
 		}
 	}
-	paged, err := b.pagedRecovery()
+	states, err := b.queueStates()
 	if err != nil {
 		return err
 	}
 	for _, q := range queues {
-		if err := b.recoverEntries(q, paged); err != nil {
+		if err := b.recoverEntries(q, states); err != nil {
 			return err
 		}
 	}
@@ -258,12 +258,10 @@ func (b *Broker) recoverDefinitions() error {
 	return nil
 }
 
-// pagedRecovery returns the stored state of every queue, for recovery
-// from counters (their deadlines are armed by the horizon scans).
-func (b *Broker) pagedRecovery() (map[store.QueueID]store.QueueState, error) {
-	if b.opts.PageWindow <= 0 {
-		return nil, nil
-	}
+// queueStates returns the stored state of every store queue: for
+// recovery from counters (deadlines are armed by the horizon scans), and
+// of stored backlogs.
+func (b *Broker) queueStates() (map[store.QueueID]store.QueueState, error) {
 	states := make(map[store.QueueID]store.QueueState)
 	err := b.store.Queues(func(id store.QueueID, st store.QueueState) bool {
 		states[id] = st
@@ -276,13 +274,21 @@ func (b *Broker) pagedRecovery() (map[store.QueueID]store.QueueState, error) {
 }
 
 // recoverEntries restores a durable queue's stored entries: their counts
-// only, where paged has the queue's state and no dead letter waits in its
-// backlog, else by loading every entry.
-// They are marked redelivered: any of them may have been delivered before
-// the restart.
-func (b *Broker) recoverEntries(q *Queue, paged map[store.QueueID]store.QueueState) error {
+// only, where the queue pages and no legacy dead letter waits among its
+// entries (the backlog flag), else by loading every entry; and the count
+// of its stored backlog. Those that may have been delivered before the
+// restart are marked redelivered (marks.go).
+func (b *Broker) recoverEntries(q *Queue, states map[store.QueueID]store.QueueState) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if st, ok := states[q.backlogID()]; ok {
+		for _, l := range st.Levels {
+			q.blStored += int(l.Count)
+		}
+		q.blSeq = st.LastSeq
+		q.vhost.waiting.Add(int64(q.blStored))
+	}
+	paged := states
 	q.recovering = true
 	// A queue that may hold dead letters waiting for a route is read
 	// whole, to find them.

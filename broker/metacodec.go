@@ -53,9 +53,11 @@ import (
 //	policy    the JSON document {"pattern","apply-to","priority","definition"}
 //	queue-id  uvarint(highest queue id ever given to a durable queue)
 //
-// A queue's backlog flag is set while it may hold dead letters waiting for
-// a route (at-least-once): recovery then reads its entries instead of
-// only its counters (see Queue.markBacklogLocked).
+// A queue's backlog flag was set, by a layout before the stored backlog
+// range (backlog.go), while dead letters waited for a route among its
+// entries: recovery then reads its entries instead of only its counters.
+// Nothing sets it any more; it clears once such a backlog drains (see
+// Queue.clearBacklogFlagLocked).
 //
 // Argument tables are in their AMQP encoding, so they come back bit for
 // bit. A decoder accepts trailing bytes after the fields it knows (a later

@@ -405,3 +405,66 @@ func TestRedeliveredAfterCrashOnlyIfDelivered(t *testing.T) {
 		}
 	}
 }
+
+// At-least-once dead letters that find no route wait in the store, not in
+// memory: counted, kept across a restart, forwarded in the order they died
+// once a route exists (in chunks: more than one retry read), and purged
+// with the queue's messages.
+func TestStoredBacklogBoundedAndForwardedInOrder(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{BacklogRetry: time.Hour}})
+	_, ch := tlChannel(t, b)
+	args := amqp091.Table{"x-dead-letter-exchange": "later", "x-dead-letter-strategy": "at-least-once", "x-queue-type": "quorum", "x-overflow": "reject-publish"}
+	tlDeclareDurable(t, ch, "src", "quorum", true, args)
+	tlDeclareDurable(t, ch, "other", "quorum", true, args)
+	bodies := dvNumbered("w", 300)
+	pgPublish(t, ch, "src", bodies, nil)
+	pgPublish(t, ch, "other", dvNumbered("o", 10), nil)
+	for _, q := range []string{"src", "other"} {
+		msgs := dvConsume(t, ch, q, "c-"+q, false, nil)
+		n := 300
+		if q == "other" {
+			n = 10
+		}
+		for range n {
+			if err := dvRecv(t, msgs).Reject(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ch.Cancel("c-"+q, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantBacklog := func(q string, n int) {
+		t.Helper()
+		tlEventually(t, fmt.Sprintf("%d dead letters waiting in %s", n, q), func() bool {
+			st, ok := b.Broker.QueueStats("/", q)
+			return ok && st.DeadLetterBacklog == n
+		})
+		if r := b.Broker.BacklogResidentForTest("/", q); r != 0 {
+			t.Fatalf("%s: %d waiting dead letters in memory", q, r)
+		}
+	}
+	wantBacklog("src", 300)
+	wantBacklog("other", 10)
+	if _, err := ch.QueuePurge("other", false); err != nil {
+		t.Fatal(err)
+	}
+	wantBacklog("other", 0)
+	b.Restart()
+	_, ch = tlChannel(t, b)
+	wantBacklog("src", 300)
+	wantBacklog("other", 0)
+	// A route appears: everything is forwarded, in the order it died.
+	tlExchange(t, ch, "later", "fanout", nil)
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlBind(t, ch, "dlq", "", "later")
+	tlEventuallyReady(t, b, "dlq", 300)
+	wantBacklog("src", 0)
+	ds := dvGetN(t, ch, "dlq", 300)
+	dvWantBodies(t, "forwarded", ds, bodies...)
+	tlWantDeath(t, ds[0], "src", "rejected")
+	b.Restart()
+	_, ch = tlChannel(t, b)
+	wantBacklog("src", 0)
+	dvWantReady(t, ch, "dlq", 300) // got without acks: they come back
+}

@@ -408,7 +408,7 @@ func (b *Broker) retryBacklogsIfChanged(v *VHost) {
 	v.mu.RUnlock()
 	for _, q := range qs {
 		q.mu.Lock()
-		worth := len(q.backlog) > 0 && (q.backlogGen != gen || q.backlogFull)
+		worth := q.backlogLen() > 0 && (q.backlogGen != gen || q.backlogFull)
 		q.mu.Unlock()
 		if worth {
 			q.locked(func(t *txn) {

@@ -114,6 +114,15 @@ type Queue struct {
 	backlogGen  uint64
 	backlogFull bool
 
+	// The stored backlog (backlog.go): how many dead letters wait in the
+	// backlog range, the range's last seq, a retry pass under way (and
+	// another asked for), and a generation a purge or deletion changes.
+	blStored   int
+	blSeq      uint64
+	blRetrying bool
+	blAgain    bool
+	blGen      uint64
+
 	// recoveredSeq is the last seq when the queue was recovered from its
 	// counters (backlogUnread set): a dead letter waiting for a route
 	// found among entries up to it joins the backlog then (fillLocked).
@@ -325,6 +334,20 @@ func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 	q.syncCounts()
 }
 
+// pageOutLocked pages out every level whose tail is over the window.
+func (q *Queue) pageOutLocked() {
+	w := q.ready.window
+	if w <= 0 {
+		return
+	}
+	limit := q.minInflight()
+	for i := range q.ready.levels {
+		if l := &q.ready.levels[i]; l.tail.len() > w {
+			q.ready.pageOut(l, limit)
+		}
+	}
+}
+
 // armLocked starts e's expiry timer if it has a deadline. A deadline
 // already passed fires at once.
 func (q *Queue) armLocked(e *entry) {
@@ -391,9 +414,9 @@ func (q *Queue) arriveLocked(t *txn, e *entry) {
 // written (see txn.finish).
 func (q *Queue) insertDeadLetters(es []*entry) {
 	q.mu.Lock()
-	q.landed(es)
 	t := q.vhost.b.newTxn()
 	if q.isDeleted() {
+		q.landed(es)
 		// The queue went after the copies reached it (in the store):
 		// they go with it, like every message it held.
 		for _, e := range es {
@@ -403,11 +426,16 @@ func (q *Queue) insertDeadLetters(es []*entry) {
 			}
 		}
 	} else {
+		// The copies stay in flight until all of them are in place: a
+		// level may page out only below its lowest seq still to come,
+		// or its middle would skip the copies inserted after it.
 		for _, e := range es {
 			q.makeReadyLocked(e, false)
 			q.release(e.bodySize())
 			e.arriving = e.zeroTTL
 		}
+		q.landed(es)
+		q.pageOutLocked()
 		q.dispatchLocked(t)
 		for _, e := range es {
 			e.arriving = false
@@ -676,6 +704,10 @@ func (q *Queue) purge() (int, *storeWrite) {
 	w := &storeWrite{done: make(chan struct{})}
 	q.mu.Lock()
 	paged, err := q.middleRefsLocked()
+	var stored []store.Ref
+	if err == nil {
+		stored, err = q.backlogRefsLocked()
+	}
 	if err != nil {
 		q.mu.Unlock()
 		w.err = fmt.Errorf("purge queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
@@ -702,7 +734,11 @@ func (q *Queue) purge() (int, *storeWrite) {
 		e.state = stGone
 		t.del(e)
 	}
-	q.markBacklogLocked(t, false)
+	for _, ref := range stored {
+		t.batch.Deletes = append(t.batch.Deletes, ref)
+	}
+	q.dropStoredBacklogLocked()
+	q.clearBacklogFlagLocked(t)
 	t.apply(func(err error) {
 		w.err = err
 		close(w.done)
@@ -729,6 +765,7 @@ func (q *Queue) markDeletedLocked() (consumers []*consumer, ready int) {
 	q.readyBytes = 0
 	q.syncCounts()
 	q.takeBacklogLocked()
+	q.dropStoredBacklogLocked()
 	q.vhost.b.timers.Remove(&q.lease)
 	consumers, q.consumers = q.consumers, nil
 	return consumers, ready

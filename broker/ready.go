@@ -233,6 +233,11 @@ func (r *readyQueue) pageOut(l *level, limit uint64) {
 		if l.tail.len() <= r.window || !e.inStore || e.zeroTTL || e.Seq >= limit {
 			return
 		}
+		if l.mid.n > 0 && e.Seq <= l.mid.to {
+			// Never: the middle is a seq range, so an entry below its
+			// end must not join it (reads would skip what lies above).
+			return
+		}
 		l.tail.popFront()
 		if r.paged != nil {
 			r.paged(e)

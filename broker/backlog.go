@@ -1,0 +1,182 @@
+package broker
+
+import (
+	"fmt"
+
+	"github.com/brokerd/brokerd/deadletter"
+	"github.com/brokerd/brokerd/store"
+)
+
+// The stored dead-letter backlog. A persistent dead letter that waits for a
+// route (at-least-once) moves, in the batch that decides it must wait, to
+// the queue's backlog range: the store queue backlogID(q), one level, in
+// the order the dead letters died — its body is not copied. Memory holds
+// only its count, and a restart reads that count (Store.Queues). Retries
+// read the range in bounded chunks outside the queue's lock and forward
+// what now has a route; what still has none stays where it is, unwritten.
+// Transient dead letters wait in memory (Queue.backlog), as transient
+// messages do.
+
+// backlogChunk is how many stored dead letters one retry step reads.
+const backlogChunk = 256
+
+// backlogBit marks a store queue id as a queue's backlog range; queue ids
+// are counters far below it.
+const backlogBit = 1 << 62
+
+// backlogID is the store queue of q's stored backlog.
+func (q *Queue) backlogID() store.QueueID { return q.id | backlogBit }
+
+// backlogLen is the number of dead letters waiting in q's backlog.
+func (q *Queue) backlogLen() int { return len(q.backlog) + q.blStored }
+
+// storeBacklogLocked moves the stored dead letter e into q's backlog
+// range (e has just died for reason, or is a legacy waiting entry).
+func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
+	if e.Queue == q.backlogID() {
+		// Read back by a retry and still without a route: it stays.
+		q.blStored++
+		q.vhost.waiting.Add(1)
+		return
+	}
+	if e.DeadLetter == "" {
+		q.vhost.b.counters.backlogged.Add(1)
+	}
+	w := &entry{q: q, stored: true, state: stBacklog}
+	w.Ref = store.Ref{Queue: q.backlogID(), Seq: q.blSeq + 1}
+	q.blSeq++
+	w.Msg, w.Header, w.DeliveryCount = e.Msg, e.Header, e.DeliveryCount
+	w.DeadLetter, w.DeadAt = string(reason), nowMS
+	if e.DeadLetter != "" { // a legacy waiting entry keeps its death
+		w.DeadLetter, w.DeadAt = e.DeadLetter, e.DeadAt
+	}
+	e.state = stGone
+	t.del(e)
+	t.put(w)
+	q.blStored++
+	q.vhost.waiting.Add(1)
+}
+
+// retryStoredLocked starts a pass over the stored backlog, unless one is
+// under way (then it runs again when that one ends).
+func (q *Queue) retryStoredLocked() {
+	if q.blStored == 0 || q.isDeleted() {
+		return
+	}
+	if q.blRetrying {
+		q.blAgain = true
+		return
+	}
+	b := q.vhost.b
+	if !b.goAsync() {
+		return
+	}
+	q.blRetrying = true
+	gen := q.blGen
+	go func() {
+		defer b.asyncDone()
+		q.retryStored(gen)
+	}()
+}
+
+// retryStored reads the backlog range chunk by chunk from its start and
+// dead-letters each chunk again under the queue's lock; a chunk read
+// before a purge or deletion (gen changed) is dropped and the pass ends.
+func (q *Queue) retryStored(gen uint64) {
+	b := q.vhost.b
+	var from uint64
+	for {
+		metas, err := b.store.ReadEntries(q.backlogID(), 0, from, backlogChunk, nil)
+		var msgs []*store.Message
+		if err == nil && len(metas) > 0 {
+			ids := make([]store.MsgID, len(metas))
+			for i := range metas {
+				ids[i] = metas[i].Msg
+			}
+			msgs = make([]*store.Message, len(ids))
+			err = b.store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m })
+		}
+		more, taken := false, 0
+		q.locked(func(t *txn) {
+			if q.isDeleted() || q.blGen != gen {
+				return
+			}
+			if err != nil {
+				b.storeFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				return
+			}
+			es := make([]*entry, len(metas))
+			for i := range metas {
+				e := q.entryFromMeta(&metas[i], msgs[i])
+				e.state = stGone
+				es[i] = e
+			}
+			// They leave the count once their copies are in their
+			// targets (below): a client that sees the backlog shrink
+			// finds them there. One still without a route is counted
+			// again at once (storeBacklogLocked).
+			taken = len(es)
+			// Runs of one reason, in order.
+			for len(es) > 0 {
+				r := deadletter.Reason(es[0].DeadLetter)
+				n := 1
+				for n < len(es) && es[n].DeadLetter == string(r) {
+					n++
+				}
+				q.deadLetterLocked(t, es[:n], r, true)
+				es = es[n:]
+			}
+			if len(metas) == backlogChunk {
+				from, more = metas[len(metas)-1].Seq+1, true
+			}
+		})
+		if taken > 0 {
+			q.mu.Lock()
+			if q.blGen == gen { // else a purge or deletion zeroed the count
+				q.blStored -= taken
+				q.vhost.waiting.Add(-int64(taken))
+			}
+			q.mu.Unlock()
+		}
+		if !more {
+			break
+		}
+	}
+	q.mu.Lock()
+	q.blRetrying = false
+	again := q.blAgain
+	q.blAgain = false
+	if again {
+		q.retryStoredLocked()
+	}
+	q.mu.Unlock()
+}
+
+// backlogRefsLocked reads the refs of q's stored backlog (purge deletes
+// them).
+func (q *Queue) backlogRefsLocked() ([]store.Ref, error) {
+	var refs []store.Ref
+	var from uint64
+	for q.blStored > 0 {
+		metas, err := q.vhost.b.store.ReadEntries(q.backlogID(), 0, from, 4096, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range metas {
+			refs = append(refs, m.Ref)
+		}
+		if len(metas) < 4096 {
+			break
+		}
+		from = metas[len(metas)-1].Seq + 1
+	}
+	return refs, nil
+}
+
+// dropStoredBacklogLocked forgets the stored backlog (purged or deleted):
+// a retry pass under way drops what it read.
+func (q *Queue) dropStoredBacklogLocked() {
+	q.vhost.waiting.Add(-int64(q.blStored))
+	q.blStored = 0
+	q.blGen++
+}

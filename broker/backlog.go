@@ -35,6 +35,7 @@ func (q *Queue) backlogLen() int { return len(q.backlog) + q.blStored }
 func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
 	if e.Queue == q.backlogID() {
 		// Read back by a retry and still without a route: it stays.
+		q.blStayed++
 		q.blStored++
 		q.vhost.waiting.Add(1)
 		return
@@ -116,6 +117,7 @@ func (q *Queue) retryStored(gen uint64) {
 			// finds them there. One still without a route is counted
 			// again at once (storeBacklogLocked).
 			taken = len(es)
+			q.blStayed = 0
 			// Runs of one reason, in order.
 			for len(es) > 0 {
 				r := deadletter.Reason(es[0].DeadLetter)
@@ -126,7 +128,10 @@ func (q *Queue) retryStored(gen uint64) {
 				q.deadLetterLocked(t, es[:n], r, true)
 				es = es[n:]
 			}
-			if len(metas) == backlogChunk {
+			// A pass ends at a chunk in which one stayed: the ones
+			// behind it must not overtake it (a route that appears
+			// meanwhile starts a pass from the start).
+			if len(metas) == backlogChunk && q.blStayed == 0 {
 				from, more = metas[len(metas)-1].Seq+1, true
 			}
 		})

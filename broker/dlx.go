@@ -154,12 +154,26 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		return dropUnroutable
 	}
 	header := &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
+	var clone *store.Message
 	for _, tq := range taking {
+		// A stored copy refers to its message's stored body. Only a
+		// source entry that is stored itself proves that body is still
+		// there when the copy's put lands (the batch puts before it
+		// deletes); otherwise its other entries may all be gone and
+		// the store may have dropped it, so the copy gets a message of
+		// its own, written with it.
+		msg := e.Msg
+		if !e.stored && tq.isStoredFor(msg) {
+			if clone == nil {
+				clone = &store.Message{ID: b.store.AllocMsgID(), Header: msg.Header, Body: msg.Body, Persistent: msg.Persistent}
+			}
+			msg = clone
+		}
 		// The copy has no expiration property any more: only the
 		// target's own message TTL applies.
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
-		ne := tq.newCopyEntry(e.Msg, header, props.Priority, nowMS)
+		ne := tq.newCopyEntry(msg, header, props.Priority, nowMS)
 		if ne.stored {
 			t.put(ne)
 		}

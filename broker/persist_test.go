@@ -595,3 +595,72 @@ func TestDeleteRepliesWaitForDurability(t *testing.T) {
 		})
 	}
 }
+
+// A persistent message routed to a durable queue and to a non-durable one
+// is stored once, for the durable queue's entry. Once that entry is
+// consumed (and a checkpoint has let the store forget the body), the
+// non-durable queue's copy can still be dead-lettered into a durable
+// queue: the dead letter is written with its body and survives a restart.
+func TestDeadLetterFromTransientEntryAfterStoredBodyWent(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := tlChannel(t, b)
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlDeclareDurable(t, ch, "kept", "classic", true, nil)
+	if _, err := ch.QueueDeclare("passing", false, false, false, false, tlDLX("dlq", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare("fan", "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"kept", "passing"} {
+		if err := ch.QueueBind(q, "", "fan", false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := []byte("one body, two queues")
+	if !tlPublish(t, ch, "fan", "", amqp091.Publishing{Body: body, DeliveryMode: amqp091.Persistent}) {
+		t.Fatal("publish nacked")
+	}
+	d, ok, err := ch.Get("kept", false)
+	if err != nil || !ok {
+		t.Fatalf("get kept: %v %v", ok, err)
+	}
+	if err := d.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	checkpoint := func() {
+		if cp, ok := b.Store.(interface{ Checkpoint() error }); ok {
+			if err := cp.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tlEventually(t, "kept to be empty", func() bool { return tlReady(t, b, "kept") == 0 })
+	// The ack's delete reaches the store before a checkpoint that
+	// follows it: a persistent publish after it is confirmed.
+	if !tlPublish(t, ch, "", "kept", amqp091.Publishing{Body: []byte("marker"), DeliveryMode: amqp091.Persistent}) {
+		t.Fatal("publish nacked")
+	}
+	checkpoint()
+	d, ok, err = ch.Get("passing", false)
+	if err != nil || !ok {
+		t.Fatalf("get passing: %v %v", ok, err)
+	}
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	tlEventually(t, "the dead letter in dlq", func() bool { return tlReady(t, b, "dlq") == 1 })
+	if !tlPublish(t, ch, "", "kept", amqp091.Publishing{Body: []byte("marker"), DeliveryMode: amqp091.Persistent}) {
+		t.Fatal("publish nacked")
+	}
+	checkpoint()
+	b.Restart()
+	_, ch = tlChannel(t, b)
+	d, ok, err = ch.Get("dlq", true)
+	if err != nil || !ok {
+		t.Fatalf("get dlq after restart: %v %v", ok, err)
+	}
+	if string(d.Body) != string(body) {
+		t.Fatalf("dead letter body %q, want %q", d.Body, body)
+	}
+}

@@ -118,6 +118,7 @@ type Queue struct {
 	// backlog range, the range's last seq, a retry pass under way (and
 	// another asked for), and a generation a purge or deletion changes.
 	blStored   int
+	blStayed   int // dead letters of the chunk being retried that found no route
 	blSeq      uint64
 	blRetrying bool
 	blAgain    bool

@@ -38,7 +38,7 @@ type Options struct {
 	// Default 1s.
 	BacklogRetry time.Duration
 	// PageWindow is how many ready entries of each priority level of a
-	// durable queue stay in memory at the head (and again at the tail)
+	// queue stay in memory at the head (and again at the tail)
 	// once the level is deeper than that; the rest stay in the store
 	// only, so memory does not grow with queue depth. Default 2048;
 	// negative keeps every entry in memory.
@@ -363,8 +363,11 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 		mb.deleteQueue(v.Name, q.Name)
 	}
 	batch := &store.Batch{Meta: mb.ops}
-	if q.Durable {
+	if q.Durable && !q.Exclusive {
 		batch.DropQueues = []store.QueueID{q.id, q.backlogID()}
+	}
+	if q.spilled {
+		batch.DropQueues = append(batch.DropQueues, q.volID())
 	}
 	q.deletion = b.startWrite(batch)
 	v.mu.Unlock()

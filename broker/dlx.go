@@ -157,13 +157,14 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 	var clone *store.Message
 	for _, tq := range taking {
 		// A stored copy refers to its message's stored body. Only a
-		// source entry that is stored itself proves that body is still
-		// there when the copy's put lands (the batch puts before it
+		// source entry that is stored itself, durably, proves that body
+		// is still there, and will survive a crash, when the copy's put
+		// lands (the batch puts before it
 		// deletes); otherwise its other entries may all be gone and
 		// the store may have dropped it, so the copy gets a message of
 		// its own, written with it.
 		msg := e.Msg
-		if !e.stored && tq.isStoredFor(msg) {
+		if !e.durable() && tq.isStoredFor(msg) {
 			if clone == nil {
 				clone = &store.Message{ID: b.store.AllocMsgID(), Header: msg.Header, Body: msg.Body, Persistent: msg.Persistent}
 			}
@@ -188,7 +189,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 // exists: a stored one in the store's backlog range (backlog.go), a
 // transient one in memory.
 func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
-	if e.stored {
+	if e.durable() {
 		q.storeBacklogLocked(t, e, reason, nowMS)
 		return
 	}

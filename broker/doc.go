@@ -56,8 +56,8 @@
 //
 // # Paging
 //
-// A durable queue keeps about two windows (Options.PageWindow) of ready
-// entries per priority level in memory however deep it is: a resident
+// A queue keeps about two windows (Options.PageWindow) of ready entries
+// per priority level in memory however deep it is: a resident
 // head, a middle held by the store alone (a seq range and counters) and a
 // resident tail of new arrivals (see readyQueue). Entries page out once
 // their put has been handed to the store and page back in, bodies
@@ -65,9 +65,13 @@
 // the queue's lock and merged under it unless the middle changed
 // meanwhile; only an empty head that must deliver now is read under the
 // lock. Counters never depend on what is
-// resident. What cannot live in the store alone stays resident and stops
-// paging behind it: transient messages, and anything behind a
-// dead-lettered copy still on its way to the queue (Queue.newCopyEntry).
+// resident. Transient entries (transient messages, every message of a
+// queue that does not survive a restart) page out through the queue's
+// volatile store range, written a chunk at a time once the tail is past
+// its window and dropped at recovery (spill.go); a queue within its window
+// never writes. What cannot page out stops paging behind it: a TTL-0
+// arrival, and anything behind a dead-lettered copy still on its way to
+// the queue (Queue.newCopyEntry).
 // Deadlines of paged entries stay in the store's expiry keys; the timer
 // wheel holds only those within a short horizon, armed by periodic scans
 // of those keys (horizon.go). Recovery restores a queue from the store's

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/deadletter"
+	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
 
@@ -55,27 +56,44 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 // entries of the paged timers pts, in deadline order, then seq order.
 // With paged entries among them, the store is read outside the queue's
 // lock (on a goroutine of its own, so the scheduler goes on) and all of
-// them expire together once it is back.
+// them expire together once it is back; entries that fire meanwhile wait
+// for that read, so dead letters still leave in deadline order.
 func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
 	b := q.vhost.b
-	if len(pts) == 0 {
-		q.locked(func(t *txn) { q.expireLocked(t, es, nil) })
+	q.mu.Lock()
+	if q.expReading {
+		q.expHeld = append(q.expHeld, es...)
+		q.expHeldPaged = append(q.expHeldPaged, pts...)
+		q.mu.Unlock()
 		return
 	}
-	q.mu.Lock()
-	due := q.duePagedLocked(pts, b.nowMS())
-	q.mu.Unlock()
+	var due []store.Ref
+	if len(pts) > 0 {
+		due = q.duePagedLocked(pts, b.nowMS())
+	}
 	if len(due) == 0 {
-		q.locked(func(t *txn) { q.expireLocked(t, es, nil) })
+		t := b.newTxn()
+		q.expireLocked(t, es, nil)
+		t.apply(nil)
+		q.mu.Unlock()
+		t.finish()
 		return
 	}
 	if !b.goAsync() {
+		q.mu.Unlock()
 		return // closing
 	}
+	q.expReading = true
+	q.mu.Unlock()
 	go func() {
 		defer b.asyncDone()
 		paged, err := q.readPaged(due)
+		var heldEs []*entry
+		var heldPts []*pagedTimer
 		q.locked(func(t *txn) {
+			q.expReading = false
+			heldEs, heldPts = q.expHeld, q.expHeldPaged
+			q.expHeld, q.expHeldPaged = nil, nil
 			if err != nil {
 				if !q.isDeleted() {
 					b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
@@ -84,6 +102,9 @@ func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
 			}
 			q.expireLocked(t, es, paged)
 		})
+		if len(heldEs) > 0 || len(heldPts) > 0 {
+			q.expireEntries(heldEs, heldPts)
+		}
 	}()
 }
 

@@ -94,7 +94,7 @@ func (b *Broker) scanHorizon() {
 	h.scanned = until
 	if len(byQueue) > 0 {
 		for _, q := range b.queuesByID(byQueue) {
-			q.armPaged(byQueue[q.id])
+			q.armPaged(append(byQueue[q.id], byQueue[q.volID()]...))
 		}
 	}
 	h.timer.Deadline = until - horizonMS/2
@@ -106,7 +106,8 @@ type pagedRef struct {
 	ref      store.Ref
 }
 
-// queuesByID returns the durable queues whose ids are keys of ids.
+// queuesByID returns the queues whose store ranges (durable or volatile)
+// are keys of ids.
 func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
 	b.mu.RLock()
 	vhosts := make([]*VHost, 0, len(b.vhosts))
@@ -118,7 +119,9 @@ func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
 	for _, v := range vhosts {
 		v.mu.RLock()
 		for _, q := range v.queues {
-			if _, ok := ids[q.id]; ok && q.Durable {
+			_, durable := ids[q.id]
+			_, volatile := ids[q.volID()]
+			if durable && q.Durable && !q.Exclusive || volatile {
 				out = append(out, q)
 			}
 		}

@@ -48,7 +48,7 @@ func (q *Queue) deliveredBefore(prio uint8, seq uint64, deliveryCount uint32) bo
 // for a mark write and the caller waits for it (markWaitLocked). It also
 // writes the mark ahead while deliveries approach it.
 func (q *Queue) markReadyLocked(e *entry) bool {
-	if q.marks == nil || !e.stored || q.vhost.b.storeErr.Load() != nil {
+	if q.marks == nil || !e.durable() || q.vhost.b.storeErr.Load() != nil {
 		return true // nothing to mark, or nothing durable any more
 	}
 	lv := min(int(e.Prio), len(q.marks)-1)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/store"
@@ -242,6 +243,9 @@ func (b *Broker) recoverDefinitions() error {
 	if err != nil {
 		return err
 	}
+	if err := b.dropVolatileQueues(states); err != nil {
+		return err
+	}
 	for _, q := range queues {
 		if err := b.recoverEntries(q, states); err != nil {
 			return err
@@ -254,6 +258,34 @@ func (b *Broker) recoverDefinitions() error {
 	for _, q := range queues {
 		q.armRecovered()
 		q.touch()
+	}
+	return nil
+}
+
+// dropVolatileQueues drops the volatile ranges (spill.go) a previous run
+// left in the store, and takes them out of states. Queue ids continue
+// above theirs: a non-durable queue's id is not recorded anywhere else.
+func (b *Broker) dropVolatileQueues(states map[store.QueueID]store.QueueState) error {
+	var drop []store.QueueID
+	for id := range states {
+		if id.Volatile() {
+			drop = append(drop, id)
+			delete(states, id)
+			if low := uint64(id &^ store.VolatileQueue); low > b.queueID.Load() {
+				b.queueID.Store(low)
+			}
+		}
+	}
+	if len(drop) == 0 {
+		return nil
+	}
+	slices.Sort(drop)
+	b.log.Info("recovery: dropping the paged-out transient messages of the previous run", "queues", len(drop))
+	if w := b.startWrite(&store.Batch{DropQueues: drop}); w != nil {
+		<-w.done
+		if w.err != nil {
+			return fmt.Errorf("drop transient messages: %w", w.err)
+		}
 	}
 	return nil
 }

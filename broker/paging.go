@@ -27,9 +27,9 @@ type pageRead struct {
 // readMiddle reads up to want entries of level prio from seq from, up to
 // seq to, with their messages. It touches no queue state: callers hold
 // the queue's lock or not.
-func (q *Queue) readMiddle(prio uint8, from, to uint64, want int, buf []store.EntryMeta) (pageRead, error) {
+func (q *Queue) readMiddle(spilled bool, prio uint8, from, to uint64, want int, buf []store.EntryMeta) (pageRead, error) {
 	st := q.vhost.b.store
-	metas, err := st.ReadEntries(q.id, prio, from, want, buf)
+	metas, err := q.readLevel(spilled, prio, from, want, buf)
 	if err != nil {
 		return pageRead{}, err
 	}
@@ -49,12 +49,56 @@ func (q *Queue) readMiddle(prio uint8, from, to uint64, want int, buf []store.En
 	return r, err
 }
 
+// readLevel reads up to want entries of level prio with seq >= from, in
+// seq order, from the store ranges q's middles may lie in: its durable
+// range (a durable queue) and its volatile range (if spilled, q.spilled
+// as the caller saw it under the lock: a read that began before a first
+// spill is stale anyway, as the spill paged entries out), merged. Fewer
+// than want means the level has no more.
+func (q *Queue) readLevel(spilled bool, prio uint8, from uint64, want int, buf []store.EntryMeta) ([]store.EntryMeta, error) {
+	st := q.vhost.b.store
+	durable := q.Durable && !q.Exclusive
+	if !spilled {
+		if !durable {
+			return buf, nil
+		}
+		return st.ReadEntries(q.id, prio, from, want, buf)
+	}
+	if !durable {
+		return st.ReadEntries(q.volID(), prio, from, want, buf)
+	}
+	a, err := st.ReadEntries(q.id, prio, from, want, buf)
+	if err != nil {
+		return nil, err
+	}
+	v, err := st.ReadEntries(q.volID(), prio, from, want, nil)
+	if err != nil || len(v) == 0 {
+		return a, err
+	}
+	if len(a) == 0 {
+		return append(a, v...), nil
+	}
+	merged := make([]store.EntryMeta, 0, min(len(a)+len(v), want))
+	i, j := 0, 0
+	for len(merged) < want && (i < len(a) || j < len(v)) {
+		if j == len(v) || i < len(a) && a[i].Seq < v[j].Seq {
+			merged = append(merged, a[i])
+			i++
+		} else {
+			merged = append(merged, v[j])
+			j++
+		}
+	}
+	clear(a)
+	return merged, nil
+}
+
 // fillLocked reads the next window of l's middle into its head, under the
 // queue's lock. A store failure leaves the head as it was (delivery from
 // the level stops and the store alarm is raised).
 func (q *Queue) fillLocked(l *level) {
 	want := max(q.ready.window-l.head.len(), q.ready.window/2, 1)
-	r, err := q.readMiddle(l.prio, l.mid.from, l.mid.to, want, q.pageBuf[:0])
+	r, err := q.readMiddle(q.spilled, l.prio, l.mid.from, l.mid.to, want, q.pageBuf[:0])
 	if err != nil {
 		q.vhost.b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 		return
@@ -73,11 +117,11 @@ func (q *Queue) prefetchLocked(l *level) {
 		return
 	}
 	l.filling = true
-	prio, from, to, gen := l.prio, l.mid.from, l.mid.to, l.gen
+	prio, from, to, gen, spilled := l.prio, l.mid.from, l.mid.to, l.gen, q.spilled
 	want := max(q.ready.window-l.head.len(), q.ready.window/2, 1)
 	go func() {
 		defer b.asyncDone()
-		r, err := q.readMiddle(prio, from, to, want, nil)
+		r, err := q.readMiddle(spilled, prio, from, to, want, nil)
 		q.locked(func(t *txn) {
 			l := &q.ready.levels[prio]
 			l.filling = false
@@ -195,7 +239,7 @@ func (q *Queue) middleRefsLocked() ([]store.Ref, error) {
 		}
 		from := l.mid.from
 		for {
-			metas, err := q.vhost.b.store.ReadEntries(q.id, l.prio, from, 4096, q.pageBuf[:0])
+			metas, err := q.readLevel(q.spilled, l.prio, from, 4096, q.pageBuf[:0])
 			if err != nil {
 				return nil, err
 			}

@@ -70,6 +70,7 @@ type Queue struct {
 	Args       amqp.Table
 
 	id          store.QueueID
+	spilled     bool // transient entries were written to the volatile range (spill.go)
 	qtype       string
 	vhost       *VHost
 	maxPriority uint8 // x-max-priority; 0 = no priorities
@@ -117,6 +118,12 @@ type Queue struct {
 	// The stored backlog (backlog.go): how many dead letters wait in the
 	// backlog range, the range's last seq, a retry pass under way (and
 	// another asked for), and a generation a purge or deletion changes.
+	// expReading is set while paged entries due to expire are read
+	// (expireEntries); expiries that fire meanwhile are held for it.
+	expReading   bool
+	expHeld      []*entry
+	expHeldPaged []*pagedTimer
+
 	blStored   int
 	blStayed   int // dead letters of the chunk being retried that found no route
 	blSeq      uint64
@@ -175,8 +182,7 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 		q.sac, _ = x.(bool)
 	}
 	q.ready = newReadyQueue(q.maxPriority)
-	if v != nil && v.b.opts.PageWindow > 0 && durable && !exclusive {
-		// Only a durable queue's entries can be in the store alone.
+	if v != nil && v.b.opts.PageWindow > 0 {
 		q.ready.window = v.b.opts.PageWindow
 		q.ready.fill = q.fillLocked
 		q.ready.prefetch = q.prefetchLocked
@@ -329,7 +335,9 @@ func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 	}
 	if w := q.ready.window; w > 0 {
 		if l := q.ready.level(e); l.tail.len() > w {
-			q.ready.pageOut(l, q.minInflight())
+			limit := q.minInflight()
+			q.spillLocked(l, limit)
+			q.ready.pageOut(l, limit)
 		}
 	}
 	q.syncCounts()
@@ -344,6 +352,7 @@ func (q *Queue) pageOutLocked() {
 	limit := q.minInflight()
 	for i := range q.ready.levels {
 		if l := &q.ready.levels[i]; l.tail.len() > w {
+			q.spillLocked(l, limit)
 			q.ready.pageOut(l, limit)
 		}
 	}

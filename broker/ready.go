@@ -15,9 +15,9 @@ package broker
 // on what is resident.
 //
 // Only entries the store already holds can enter the middle (see
-// pageOut): transient messages and non-durable queues stay resident, and
-// an entry the middle cannot take stops paging behind it, so the level's
-// order is kept.
+// pageOut; transient entries are written to the queue's volatile range
+// first, spill.go), and an entry the middle cannot take stops paging
+// behind it, so the level's order is kept.
 //
 // An entry can also leave from the middle of a resident deque (it expired
 // where it stood): remove marks it, and the deques drop marked entries

@@ -60,8 +60,9 @@ type Storage struct {
 	SegmentCache       ByteSize      `toml:"segment_cache"`
 	IndexCache         ByteSize      `toml:"index_cache"`
 	// PageWindow is how many ready messages of each priority level of a
-	// durable queue stay in memory at its head (and at its tail); the
-	// rest of a deeper queue is read from the store as it is consumed.
+	// queue stay in memory at its head (and at its tail); the rest of a
+	// deeper queue is read from the store as it is consumed (transient
+	// messages too, from a part of the store a restart discards).
 	// 0 keeps every message in memory.
 	PageWindow int `toml:"page_window"`
 }

@@ -88,7 +88,7 @@
 //	storage.checkpoint_interval  "30s"      ... or this long after the last, 1s..1h.
 //	storage.segment_cache        "32MiB"    Block cache of decompressed message bodies.
 //	storage.index_cache          "32MiB"    Pebble's block cache.
-//	storage.page_window          2048       Ready messages per priority level of a durable queue
+//	storage.page_window          2048       Ready messages per priority level of a queue
 //	                                        kept in memory at its head (and tail), 0..1048576; the
 //	                                        rest of a deeper queue stays on disk. 0: all in memory.
 //

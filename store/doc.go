@@ -4,8 +4,9 @@
 // deliveries) in memory; the store is where the part of that state that must
 // survive a restart is written: durable definitions (vhosts, exchanges,
 // queues, bindings, policies, users) and the entries of persistent messages
-// in durable queues. Transient messages and non-durable queues never reach
-// the store.
+// in durable queues. Transient messages and non-durable queues reach it only
+// to bound memory, in volatile queues that never outlive a restart
+// (VolatileQueue).
 //
 // Everything the broker changes is expressed as one Batch applied with
 // Apply. A Batch is atomic: after a crash at any instant either all of it is

@@ -11,6 +11,29 @@ import (
 // it is never reused.
 type QueueID uint64
 
+// VolatileQueue is the QueueID bit of a volatile queue: one whose entries
+// hold transient data that a broker keeps in the store only to bound its
+// memory (transient messages, and queues that do not survive a restart,
+// paged out of memory). Nothing of a volatile queue needs to survive a
+// restart, and the broker drops every volatile queue when it recovers. So:
+//
+//   - A batch that changes only volatile queues (no definitions) is
+//     written without waiting for an fsync: its done runs once it is
+//     written, and a disk store does not recover it after a crash. Nor does
+//     it recover what a later batch changes in volatile queues: those
+//     changes may name entries that are gone.
+//   - A message such a batch stores must never be referred to by a put
+//     into a non-volatile queue (it may not survive a crash): a broker
+//     that pages a persistent message into a volatile queue gives it a
+//     message of its own, with its own id.
+//
+// Everything else — reads, counters, deadlines — works for volatile queues
+// as for any other.
+const VolatileQueue QueueID = 1 << 61
+
+// Volatile reports whether q names a volatile queue.
+func (q QueueID) Volatile() bool { return q&VolatileQueue != 0 }
+
 // MsgID identifies a stored message. IDs are allocated by the store
 // (AllocMsgID) and never reused within one store.
 type MsgID uint64

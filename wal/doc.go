@@ -13,7 +13,8 @@
 //
 // A record has a class. Durable records are synced per the SyncPolicy and
 // given to Replay. Volatile records are written but never waited on for an
-// fsync, and Replay skips them: they are discarded at Open.
+// fsync, and Replay skips them: they are discarded at Open. (ReplayClasses
+// shows them too, for what a caller must not lose track of, such as ids.)
 //
 // # Files
 //

@@ -15,6 +15,19 @@ import (
 // or RemoveBefore. It may be called more than once. A from below the first
 // LSN still on disk is an error wrapping ErrRemoved; from 0 means 1.
 func (w *WAL) Replay(from LSN, fn func(lsn LSN, rec []byte) error) error {
+	return w.ReplayClasses(from, func(lsn LSN, c Class, rec []byte) error {
+		if c != Durable {
+			return nil
+		}
+		return fn(lsn, rec)
+	})
+}
+
+// ReplayClasses is Replay for a caller that also reads the Volatile
+// records still on disk, each with its class: one written before a crash
+// may be missing (it was never synced), so a caller takes from it only
+// what it can do without, such as the highest id it used.
+func (w *WAL) ReplayClasses(from LSN, fn func(lsn LSN, c Class, rec []byte) error) error {
 	w.mu.Lock()
 	err := w.usableLocked()
 	if err == nil && w.appended {
@@ -44,7 +57,7 @@ func (w *WAL) Replay(from LSN, fn func(lsn LSN, rec []byte) error) error {
 	return nil
 }
 
-func replayFile(w *WAL, fm fileMeta, from LSN, fn func(LSN, []byte) error) error {
+func replayFile(w *WAL, fm fileMeta, from LSN, fn func(LSN, Class, []byte) error) error {
 	r, err := openSegment(w.fs, fm.path, fm.first)
 	if err != nil {
 		return err
@@ -58,10 +71,10 @@ func replayFile(w *WAL, fm fileMeta, from LSN, fn func(LSN, []byte) error) error
 		if err != nil {
 			return err
 		}
-		if h.lsn < from || h.class != Durable {
+		if h.lsn < from {
 			continue
 		}
-		if err := fn(h.lsn, payload); err != nil {
+		if err := fn(h.lsn, h.class, payload); err != nil {
 			return err
 		}
 	}

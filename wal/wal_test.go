@@ -125,6 +125,20 @@ func TestVolatileRecordsAreSkipped(t *testing.T) {
 			t.Fatalf("LSN %d: %q, want %q", r.lsn, r.rec, want[r.lsn])
 		}
 	}
+	var classes []Class
+	err := w.ReplayClasses(1, func(lsn LSN, c Class, rec []byte) error {
+		if lsn != LSN(len(classes)+1) || !bytes.Equal(rec, payload(int(lsn))) {
+			t.Fatalf("ReplayClasses: LSN %d %q, want LSN %d %q", lsn, rec, len(classes)+1, payload(len(classes)+1))
+		}
+		classes = append(classes, c)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(classes) != 30 || classes[2] != Volatile || classes[3] != Durable {
+		t.Fatalf("ReplayClasses: classes %v, want every record, every third Volatile", classes)
+	}
 	if lsn := appendWait(t, w, Durable, nil)[0]; lsn != 31 {
 		t.Fatalf("LSN after reopen = %d, want 31: Volatile records take LSNs too", lsn)
 	}

@@ -35,6 +35,13 @@
 // overlay. Recovery time grows with the WAL (bounded by CheckpointBytes)
 // and the number of segments, not with the number of stored messages.
 //
+// A batch that changes only volatile queues (store.VolatileQueue: paged-out
+// transient messages) is a Volatile WAL record: no fsync is waited for,
+// and recovery does not replay it — it reads it only for the message ids
+// it used, which are never handed out again — nor what a replayed durable
+// record changes in volatile queues. Checkpoints move volatile entries into
+// the index like any other; the broker drops those queues at recovery.
+//
 // # Reads
 //
 // A read sees the active overlay over the frozen one (during a checkpoint)

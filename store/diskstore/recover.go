@@ -64,10 +64,16 @@ func (s *Store) recover(dir string) error {
 		// done.
 		return fmt.Errorf("open wal: it ends at record %d but the index was checkpointed through %d: WAL files are missing", w.LastLSN(), st.CheckpointLSN)
 	}
-	replayed := 0
-	err = w.Replay(wal.LSN(st.CheckpointLSN+1), func(lsn wal.LSN, rec []byte) error {
+	replayed, skipped := 0, 0
+	err = w.ReplayClasses(wal.LSN(st.CheckpointLSN+1), func(lsn wal.LSN, class wal.Class, rec []byte) error {
 		b, err := decodeRecord(rec)
 		if err != nil {
+			if class == wal.Volatile {
+				// Nothing of it is recovered anyway.
+				s.log.Warn("skipping an undecodable volatile wal record", "lsn", lsn, "err", err)
+				skipped++
+				return nil
+			}
 			return fmt.Errorf("wal record %d: %w", lsn, err)
 		}
 		for _, m := range b.Messages {
@@ -80,6 +86,13 @@ func (s *Store) recover(dir string) error {
 				s.nextID.Store(id)
 			}
 		}
+		// The ids above are never handed out again; a Volatile
+		// record's changes are not recovered (store.VolatileQueue).
+		if class == wal.Volatile {
+			skipped++
+			return nil
+		}
+		withoutVolatile(b)
 		s.active.apply(b, b.Messages, uint64(lsn))
 		replayed++
 		return nil
@@ -88,7 +101,7 @@ func (s *Store) recover(dir string) error {
 		return fmt.Errorf("replay wal: %w", err)
 	}
 	s.log.Info("store recovered", "dir", dir, "checkpoint_lsn", st.CheckpointLSN,
-		"wal_records_replayed", replayed, "segments", len(s.cp.segs))
+		"wal_records_replayed", replayed, "volatile_records_skipped", skipped, "segments", len(s.cp.segs))
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,7 +193,11 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 	}
 	fresh := s.freshLocked(b)
 	s.encBuf = encodeRecord(s.encBuf[:0], b, fresh)
-	lsn := s.wal.Append(s.encBuf, wal.Durable, func(_ wal.LSN, err error) {
+	class := wal.Durable
+	if volatileOnly(b) {
+		class = wal.Volatile
+	}
+	lsn := s.wal.Append(s.encBuf, class, func(_ wal.LSN, err error) {
 		if err != nil {
 			s.fail(err)
 		}
@@ -209,6 +214,45 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 	if full {
 		s.wake()
 	}
+}
+
+// volatileOnly reports whether b changes volatile queues only: its record
+// is written as a Volatile one (no fsync waited for, not replayed).
+func volatileOnly(b *store.Batch) bool {
+	if len(b.Meta) > 0 {
+		return false
+	}
+	for i := range b.Puts {
+		if !b.Puts[i].Queue.Volatile() {
+			return false
+		}
+	}
+	for i := range b.Updates {
+		if !b.Updates[i].Queue.Volatile() {
+			return false
+		}
+	}
+	for _, r := range b.Deletes {
+		if !r.Queue.Volatile() {
+			return false
+		}
+	}
+	for _, q := range b.DropQueues {
+		if !q.Volatile() {
+			return false
+		}
+	}
+	return true
+}
+
+// withoutVolatile removes from b, a replayed durable record, what it
+// changes in volatile queues: those changes may name entries of Volatile
+// records that were not replayed.
+func withoutVolatile(b *store.Batch) {
+	b.Puts = slices.DeleteFunc(b.Puts, func(e store.Entry) bool { return e.Queue.Volatile() })
+	b.Updates = slices.DeleteFunc(b.Updates, func(u store.Update) bool { return u.Queue.Volatile() })
+	b.Deletes = slices.DeleteFunc(b.Deletes, func(r store.Ref) bool { return r.Queue.Volatile() })
+	b.DropQueues = slices.DeleteFunc(b.DropQueues, func(q store.QueueID) bool { return q.Volatile() })
 }
 
 // freshLocked returns the messages of b whose bodies the record must

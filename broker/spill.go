@@ -1,0 +1,80 @@
+package broker
+
+import (
+	"github.com/brokerd/brokerd/store"
+)
+
+// Transient paging. An entry the store does not hold — a transient
+// message, or any message of a queue that does not survive a restart — can
+// page out too: once a level's tail is a chunk past the window, the
+// transient entries at its front are written, in one batch, to the
+// queue's volatile range (store.VolatileQueue | q.id), and from then on
+// they are stored entries like any other: they page out, are read back,
+// expire where they lie and are deleted when settled. Nothing of the
+// volatile range survives a restart: the store never fsyncs a batch that
+// changes volatile queues only, and recovery drops every volatile queue
+// (dropVolatileQueues). A queue that stays within its window never writes.
+//
+// A message written to a volatile range must never be what a durable put
+// refers to (store.VolatileQueue), and the store may forget a body once
+// its last stored entry goes, which it cannot tell the other holders of
+// the message. So a persistent message, or one a store holds already,
+// goes to the volatile range as a message of its own (a new id; the body
+// is shared in memory); a transient message stored for the first time goes
+// as itself.
+
+// volID is the store queue of q's volatile range.
+func (q *Queue) volID() store.QueueID { return store.VolatileQueue | q.id }
+
+// durable reports whether e is stored in a range that survives a restart.
+func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
+
+// spillChunk is how far past the window a level's tail grows before its
+// transient front is written: a write per chunk, not per arrival.
+func spillChunk(window int) int { return max(window/8, 1) }
+
+// spillLocked writes the transient entries among the front of l's tail
+// that are to page out (those beyond the window) to q's volatile range,
+// so pageOut can move them into the middle. It stops where pageOut would
+// (an entry that may not page out), and skips stored entries whose put is
+// on its way.
+func (q *Queue) spillLocked(l *level, limit uint64) {
+	w := q.ready.window
+	n := l.tail.len() - w
+	if n < spillChunk(w) {
+		return
+	}
+	var b store.Batch
+	var es []*entry
+	for i := 0; i < n; i++ {
+		e := l.tail.at(i)
+		if e.state != stReady || e.stored {
+			continue
+		}
+		if e.zeroTTL || e.Seq >= limit {
+			break
+		}
+		m := e.Msg
+		if m.Persistent || m.Stored.Load() {
+			m = &store.Message{ID: q.vhost.b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
+		}
+		e.Msg = m
+		e.Ref.Queue = q.volID()
+		e.stored = true
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, e.Entry)
+		es = append(es, e)
+	}
+	if len(es) == 0 {
+		return
+	}
+	q.spilled = true
+	q.vhost.b.store.Apply(&b, func(err error) {
+		if err != nil {
+			q.vhost.b.storeFailed(err)
+		}
+	})
+	for _, e := range es {
+		e.inStore = true
+	}
+}

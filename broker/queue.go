@@ -335,9 +335,7 @@ func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 	}
 	if w := q.ready.window; w > 0 {
 		if l := q.ready.level(e); l.tail.len() > w {
-			limit := q.minInflight()
-			q.spillLocked(l, limit)
-			q.ready.pageOut(l, limit)
+			q.pageOutLevelLocked(l, q.minInflight())
 		}
 	}
 	q.syncCounts()
@@ -352,8 +350,7 @@ func (q *Queue) pageOutLocked() {
 	limit := q.minInflight()
 	for i := range q.ready.levels {
 		if l := &q.ready.levels[i]; l.tail.len() > w {
-			q.spillLocked(l, limit)
-			q.ready.pageOut(l, limit)
+			q.pageOutLevelLocked(l, limit)
 		}
 	}
 }

@@ -33,26 +33,38 @@ func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
 // transient front is written: a write per chunk, not per arrival.
 func spillChunk(window int) int { return max(window/8, 1) }
 
+// pageOutLevelLocked pages out the front of l's tail (see readyQueue.pageOut)
+// and, where a transient entry stops it a chunk past the window, spills
+// the transient entries among those to page out and pages them out too.
+func (q *Queue) pageOutLevelLocked(l *level, limit uint64) {
+	q.ready.pageOut(l, limit)
+	w := q.ready.window
+	if l.tail.len()-w < spillChunk(w) || l.tail.front().stored {
+		return // within the chunk, or stopped by what a spill cannot help
+	}
+	q.spillLocked(l, limit)
+	q.ready.pageOut(l, limit)
+}
+
 // spillLocked writes the transient entries among the front of l's tail
 // that are to page out (those beyond the window) to q's volatile range,
 // so pageOut can move them into the middle. It stops where pageOut would
-// (an entry that may not page out), and skips stored entries whose put is
-// on its way.
+// (an entry that may not page out, or a stored one whose put is still on
+// its way), so its cost follows what then pages out.
 func (q *Queue) spillLocked(l *level, limit uint64) {
-	w := q.ready.window
-	n := l.tail.len() - w
-	if n < spillChunk(w) {
-		return
-	}
+	n := l.tail.len() - q.ready.window
 	var b store.Batch
 	var es []*entry
 	for i := 0; i < n; i++ {
 		e := l.tail.at(i)
-		if e.state != stReady || e.stored {
+		if e.state != stReady {
 			continue
 		}
-		if e.zeroTTL || e.Seq >= limit {
+		if e.zeroTTL || e.Seq >= limit || e.stored && !e.inStore {
 			break
+		}
+		if e.stored {
+			continue
 		}
 		m := e.Msg
 		if m.Persistent || m.Stored.Load() {

@@ -664,3 +664,33 @@ func TestDeadLetterFromTransientEntryAfterStoredBodyWent(t *testing.T) {
 		t.Fatalf("dead letter body %q, want %q", d.Body, body)
 	}
 }
+
+// A quorum queue keeps every message across a restart, transient ones too,
+// as RabbitMQ's do (reference B62); they keep their delivery mode. A
+// classic durable queue keeps only the persistent ones.
+func TestQuorumQueueKeepsTransientMessages(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := tlChannel(t, b)
+	tlDeclareDurable(t, ch, "qq", "quorum", true, nil)
+	tlDeclareDurable(t, ch, "cq", "classic", true, nil)
+	for _, q := range []string{"qq", "cq"} {
+		for _, mode := range []uint8{amqp091.Transient, amqp091.Persistent} {
+			body := fmt.Sprintf("%s-%d", q, mode)
+			if !tlPublish(t, ch, "", q, amqp091.Publishing{Body: []byte(body), DeliveryMode: mode}) {
+				t.Fatalf("publish %s nacked", body)
+			}
+		}
+	}
+	b.Crash()
+	_, ch = tlChannel(t, b)
+	for q, want := range map[string][]string{"qq": {"qq-1", "qq-2"}, "cq": {"cq-2"}} {
+		ds := dvGetN(t, ch, q, len(want))
+		dvWantBodies(t, q, ds, want...)
+		for _, d := range ds {
+			if mode := uint8(d.Body[len(d.Body)-1] - '0'); d.DeliveryMode != mode {
+				t.Fatalf("%s: delivery mode %d, want %d", d.Body, d.DeliveryMode, mode)
+			}
+		}
+		dvWantEmpty(t, ch, q)
+	}
+}

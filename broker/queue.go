@@ -212,9 +212,13 @@ func (q *Queue) takeBacklogLocked() []*entry {
 }
 
 // isStoredFor reports whether m's entries in q are persisted: persistent
-// messages in durable queues. An exclusive queue is gone after a restart,
-// so its messages never need the store.
-func (q *Queue) isStoredFor(m *store.Message) bool { return q.Durable && !q.Exclusive && m.Persistent }
+// messages in durable queues, and every message of a quorum queue (as
+// RabbitMQ's quorum queues keep transient messages too: reference B62;
+// the message keeps its delivery mode). An exclusive queue is gone after
+// a restart, so its messages never need the store.
+func (q *Queue) isStoredFor(m *store.Message) bool {
+	return q.Durable && !q.Exclusive && (m.Persistent || q.qtype == queueQuorum)
+}
 
 func (q *Queue) isDeleted() bool { return q.deleted.Load() }
 

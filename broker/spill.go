@@ -18,10 +18,10 @@ import (
 // A message written to a volatile range must never be what a durable put
 // refers to (store.VolatileQueue), and the store may forget a body once
 // its last stored entry goes, which it cannot tell the other holders of
-// the message. So a persistent message, or one a store holds already,
-// goes to the volatile range as a message of its own (a new id; the body
-// is shared in memory); a transient message stored for the first time goes
-// as itself.
+// the message. The same message may be on its way into a durable range
+// (a publish to a quorum queue too, under way) or stored already. So an
+// entry goes to the volatile range with a message of its own: a new id,
+// the body shared in memory (written once per queue that pages it).
 
 // volID is the store queue of q's volatile range.
 func (q *Queue) volID() store.QueueID { return store.VolatileQueue | q.id }
@@ -67,10 +67,8 @@ func (q *Queue) spillLocked(l *level, limit uint64) {
 			continue
 		}
 		m := e.Msg
-		if m.Persistent || m.Stored.Load() {
-			m = &store.Message{ID: q.vhost.b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
-		}
-		e.Msg = m
+		e.Msg = &store.Message{ID: q.vhost.b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
+		m = e.Msg
 		e.Ref.Queue = q.volID()
 		e.stored = true
 		b.Messages = append(b.Messages, m)

@@ -7,15 +7,17 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
-// The stored dead-letter backlog. A persistent dead letter that waits for a
-// route (at-least-once) moves, in the batch that decides it must wait, to
-// the queue's backlog range: the store queue backlogID(q), one level, in
-// the order the dead letters died — its body is not copied. Memory holds
-// only its count, and a restart reads that count (Store.Queues). Retries
-// read the range in bounded chunks outside the queue's lock and forward
-// what now has a route; what still has none stays where it is, unwritten.
-// Transient dead letters wait in memory (Queue.backlog), as transient
-// messages do.
+// The stored dead-letter backlog. A dead letter that waits for a route
+// (at-least-once) moves, in the batch that decides it must wait, to the
+// queue's backlog range, one level, in the order the dead letters died: a
+// durably stored one to backlogID(q) (its body is not copied), a transient
+// one to the volatile volBacklogID(q) (with a message of its own, as
+// spill.go writes them; dropped at recovery like every volatile range).
+// The two ranges share one seq, and are read merged. Memory holds only the
+// count, and a restart reads the durable range's count (Store.Queues).
+// Retries read the ranges in bounded chunks outside the queue's lock and
+// forward what now has a route; what still has none stays where it is,
+// unwritten.
 
 // backlogChunk is how many stored dead letters one retry step reads.
 const backlogChunk = 256
@@ -27,13 +29,31 @@ const backlogBit = 1 << 62
 // backlogID is the store queue of q's stored backlog.
 func (q *Queue) backlogID() store.QueueID { return q.id | backlogBit }
 
+// volBacklogID is the store queue of q's backlog of transient dead letters.
+func (q *Queue) volBacklogID() store.QueueID { return store.VolatileQueue | backlogBit | q.id }
+
+// readBacklog reads up to max entries of q's backlog ranges from seq from,
+// merged in seq order (blVolatile as the caller saw it under the lock).
+func (q *Queue) readBacklog(blVolatile bool, from uint64, max int) ([]store.EntryMeta, error) {
+	st := q.vhost.b.store
+	a, err := st.ReadEntries(q.backlogID(), 0, from, max, nil)
+	if err != nil || !blVolatile {
+		return a, err
+	}
+	v, err := st.ReadEntries(q.volBacklogID(), 0, from, max, nil)
+	if err != nil {
+		return nil, err
+	}
+	return mergeBySeq(a, v, max), nil
+}
+
 // backlogLen is the number of dead letters waiting in q's backlog.
 func (q *Queue) backlogLen() int { return len(q.backlog) + q.blStored }
 
-// storeBacklogLocked moves the stored dead letter e into q's backlog
-// range (e has just died for reason, or is a legacy waiting entry).
+// storeBacklogLocked moves the dead letter e into q's backlog (e has just
+// died for reason, or is a legacy waiting entry).
 func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
-	if e.Queue == q.backlogID() {
+	if e.Queue == q.backlogID() || e.Queue == q.volBacklogID() {
 		// Read back by a retry and still without a route: it stays.
 		q.blStayed++
 		q.blStored++
@@ -45,8 +65,14 @@ func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, n
 	}
 	w := &entry{q: q, stored: true, state: stBacklog}
 	w.Ref = store.Ref{Queue: q.backlogID(), Seq: q.blSeq + 1}
+	w.Msg = e.Msg
+	if !e.durable() {
+		w.Ref.Queue = q.volBacklogID()
+		w.Msg = &store.Message{ID: q.vhost.b.store.AllocMsgID(), Header: e.Msg.Header, Body: e.Msg.Body, Persistent: e.Msg.Persistent}
+		q.blVolatile = true
+	}
 	q.blSeq++
-	w.Msg, w.Header, w.DeliveryCount = e.Msg, e.Header, e.DeliveryCount
+	w.Header, w.DeliveryCount = e.Header, e.DeliveryCount
 	w.DeadLetter, w.DeadAt = string(reason), nowMS
 	if e.DeadLetter != "" { // a legacy waiting entry keeps its death
 		w.DeadLetter, w.DeadAt = e.DeadLetter, e.DeadAt
@@ -73,21 +99,21 @@ func (q *Queue) retryStoredLocked() {
 		return
 	}
 	q.blRetrying = true
-	gen := q.blGen
+	gen, vol := q.blGen, q.blVolatile
 	go func() {
 		defer b.asyncDone()
-		q.retryStored(gen)
+		q.retryStored(gen, vol)
 	}()
 }
 
 // retryStored reads the backlog range chunk by chunk from its start and
 // dead-letters each chunk again under the queue's lock; a chunk read
 // before a purge or deletion (gen changed) is dropped and the pass ends.
-func (q *Queue) retryStored(gen uint64) {
+func (q *Queue) retryStored(gen uint64, vol bool) {
 	b := q.vhost.b
 	var from uint64
 	for {
-		metas, err := b.store.ReadEntries(q.backlogID(), 0, from, backlogChunk, nil)
+		metas, err := q.readBacklog(vol, from, backlogChunk)
 		var msgs []*store.Message
 		if err == nil && len(metas) > 0 {
 			ids := make([]store.MsgID, len(metas))
@@ -163,7 +189,7 @@ func (q *Queue) backlogRefsLocked() ([]store.Ref, error) {
 	var refs []store.Ref
 	var from uint64
 	for q.blStored > 0 {
-		metas, err := q.vhost.b.store.ReadEntries(q.backlogID(), 0, from, 4096, nil)
+		metas, err := q.readBacklog(q.blVolatile, from, 4096)
 		if err != nil {
 			return nil, err
 		}

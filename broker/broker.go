@@ -369,6 +369,9 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 	if q.spilled {
 		batch.DropQueues = append(batch.DropQueues, q.volID())
 	}
+	if q.blVolatile {
+		batch.DropQueues = append(batch.DropQueues, q.volBacklogID())
+	}
 	q.deletion = b.startWrite(batch)
 	v.mu.Unlock()
 	consumers, ready := q.markDeletedLocked()

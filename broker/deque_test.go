@@ -159,24 +159,28 @@ func (m *readyModel) pop() *entry {
 // an argument (a priority for a publish, an index for a requeue).
 //
 // With window > 0 the queue pages: every entry counts as stored, page-outs
-// run after each arrival, and the fill reads the middle back from the
-// model (which holds exactly the ready entries, as the store would).
+// run after each arrival, and the fill reads the middle back from every
+// entry ever stored, delivered ones too (a delivery is not acked here, so
+// its entry stays in the store, as it would until the ack): a middle
+// whose range held a delivered entry would deliver it twice.
 func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 	t.Helper()
 	r := newReadyQueue(maxPriority)
 	m := &readyModel{max: maxPriority}
+	var stored []*entry // every entry, in seq order (the store's view)
 	if window > 0 {
 		r.window = window
 		r.fill = func(l *level) {
 			want := max(window-l.head.len(), window/2, 1)
-			for _, e := range m.es { // level order, then seq
+			for _, e := range stored { // seq order
 				if want == 0 {
 					break
 				}
 				if m.level(e) != l.prio || e.Seq < l.mid.from || e.Seq > l.mid.to {
 					continue
 				}
-				l.head.pushBack(e)
+				e.state = stReady // read back (the broker makes a new entry)
+				l.intoHead(e)
 				l.mid.from = e.Seq + 1
 				l.mid.n--
 				l.mid.bytes -= int64(e.bodySize())
@@ -223,6 +227,7 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 		case 0, 1: // publish with priority arg (may exceed the maximum)
 			nextSeq++
 			e := newTestEntry(nextSeq, arg%16)
+			stored = append(stored, e)
 			r.pushBack(e)
 			m.insert(e)
 			arrive(e)
@@ -239,6 +244,7 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 		case 4: // a dead-lettered copy: a new seq, placed by insertSorted
 			nextSeq++
 			e := newTestEntry(nextSeq, arg%16)
+			stored = append(stored, e)
 			r.insertSorted(e)
 			m.insert(e)
 			arrive(e)
@@ -331,4 +337,74 @@ func FuzzReadyQueue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, maxP uint8, data []byte) {
 		readyOps(t, maxP%12, int(maxP/12)%6, data)
 	})
+}
+
+// A requeued entry whose seq is above a full head's last goes back into the
+// head, not the tail: entries still delivered (unacked, so still in the
+// store) have seqs between, and a middle formed from the tail would read
+// them back and deliver them twice.
+func TestReadyQueueRequeueAboveFullHeadStaysInHead(t *testing.T) {
+	const window = 2
+	r := newReadyQueue(0)
+	r.window = window
+	var stored []*entry // the store's view: every entry, delivered ones too
+	r.fill = func(l *level) {
+		for _, e := range stored {
+			if e.Seq < l.mid.from || e.Seq > l.mid.to {
+				continue
+			}
+			e.state = stReady // read back (the broker makes a new entry)
+			l.intoHead(e)
+			l.mid.from = e.Seq + 1
+			l.mid.n--
+		}
+		l.mid = midRange{}
+	}
+	var seq uint64
+	publish := func() {
+		seq++
+		e := newTestEntry(seq, 0)
+		e.inStore = true
+		stored = append(stored, e)
+		r.pushBack(e)
+		if l := r.level(e); l.tail.len() > window {
+			r.pageOut(l, math.MaxUint64)
+		}
+	}
+	out := map[uint64]*entry{}
+	deliver := func() uint64 {
+		e := r.popFront()
+		if e == nil {
+			t.Fatal("nothing to deliver")
+		}
+		if out[e.Seq] != nil {
+			t.Fatalf("entry %d delivered while it is still out", e.Seq)
+		}
+		out[e.Seq] = e
+		return e.Seq
+	}
+	requeue := func(s uint64) {
+		e := out[s]
+		delete(out, s)
+		r.insertSorted(e)
+	}
+	for range 5 {
+		publish()
+	}
+	for range 5 {
+		deliver() // 1..5 out
+	}
+	requeue(1)
+	requeue(2) // the head is full
+	requeue(4) // above the head's last; 3 and 5 are still out
+	for range 3 {
+		publish() // 6, 7, 8: a middle may form
+	}
+	var got []uint64
+	for r.len() > 0 {
+		got = append(got, deliver())
+	}
+	if want := []uint64{1, 2, 4, 6, 7, 8}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
 }

@@ -185,20 +185,10 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 }
 
 // toBacklogLocked keeps a dead letter that found no route in q's
-// dead-letter backlog, forwarded by retryBacklogLocked once a route
-// exists: a stored one in the store's backlog range (backlog.go), a
-// transient one in memory.
+// dead-letter backlog, in the store's backlog ranges (backlog.go),
+// forwarded by retryBacklogLocked once a route exists.
 func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
-	if e.durable() {
-		q.storeBacklogLocked(t, e, reason, nowMS)
-		return
-	}
-	e.state = stBacklog
-	q.addBacklogLocked(e)
-	if e.DeadLetter != string(reason) { // not already recorded (a retry)
-		e.DeadLetter, e.DeadAt = string(reason), nowMS
-		q.vhost.b.counters.backlogged.Add(1)
-	}
+	q.storeBacklogLocked(t, e, reason, nowMS)
 }
 
 // clearBacklogFlagLocked clears the backlog flag of q's stored definition, in

@@ -271,7 +271,7 @@ func (b *Broker) dropVolatileQueues(states map[store.QueueID]store.QueueState) e
 		if id.Volatile() {
 			drop = append(drop, id)
 			delete(states, id)
-			if low := uint64(id &^ store.VolatileQueue); low > b.queueID.Load() {
+			if low := uint64(id &^ (store.VolatileQueue | backlogBit)); low > b.queueID.Load() {
 				b.queueID.Store(low)
 			}
 		}

@@ -72,15 +72,24 @@ func (q *Queue) readLevel(spilled bool, prio uint8, from uint64, want int, buf [
 		return nil, err
 	}
 	v, err := st.ReadEntries(q.volID(), prio, from, want, nil)
-	if err != nil || len(v) == 0 {
-		return a, err
+	if err != nil {
+		return nil, err
+	}
+	return mergeBySeq(a, v, want), nil
+}
+
+// mergeBySeq merges a and v, each in seq order, into the first max entries
+// in seq order (a itself when v is empty).
+func mergeBySeq(a, v []store.EntryMeta, max int) []store.EntryMeta {
+	if len(v) == 0 {
+		return a
 	}
 	if len(a) == 0 {
-		return append(a, v...), nil
+		return append(a, v...)
 	}
-	merged := make([]store.EntryMeta, 0, min(len(a)+len(v), want))
+	merged := make([]store.EntryMeta, 0, min(len(a)+len(v), max))
 	i, j := 0, 0
-	for len(merged) < want && (i < len(a) || j < len(v)) {
+	for len(merged) < max && (i < len(a) || j < len(v)) {
 		if j == len(v) || i < len(a) && a[i].Seq < v[j].Seq {
 			merged = append(merged, a[i])
 			i++
@@ -90,7 +99,7 @@ func (q *Queue) readLevel(spilled bool, prio uint8, from uint64, want int, buf [
 		}
 	}
 	clear(a)
-	return merged, nil
+	return merged
 }
 
 // fillLocked reads the next window of l's middle into its head, under the
@@ -168,7 +177,7 @@ func (q *Queue) mergeLocked(l *level, r pageRead) {
 			continue
 		}
 		e.state = stReady
-		l.head.pushBack(e)
+		l.intoHead(e)
 		if !q.recovering {
 			q.armLocked(e)
 		}

@@ -20,6 +20,10 @@ const (
 	stUnacked                   // delivered, awaiting ack
 	stBacklog                   // waiting in the dead-letter backlog (at-least-once)
 	stGone                      // settled, dropped or dead-lettered
+	// stPaged: the entry paged out. The store holds it, and it comes back
+	// as a new entry read from there; this one is left only to a timer
+	// that had fired already, which must let it be.
+	stPaged
 )
 
 // entry is a message's place in a queue, with the in-memory state that is
@@ -127,6 +131,7 @@ type Queue struct {
 	blStored   int
 	blStayed   int // dead letters of the chunk being retried that found no route
 	blSeq      uint64
+	blVolatile bool // transient dead letters were written to the volatile backlog range
 	blRetrying bool
 	blAgain    bool
 	blGen      uint64

@@ -55,6 +55,19 @@ type level struct {
 	// way.
 	gen     uint64
 	filling bool
+	// headMax is the highest seq that ever entered the head. Every entry
+	// delivered from the level (and maybe still unacked, so still in the
+	// store) has a seq up to it, so the tail and the middle hold only
+	// seqs above it: an entry returning with a seq up to it goes back
+	// into the head, or a middle read would find delivered entries in its
+	// range.
+	headMax uint64
+}
+
+// intoHead appends e to l's head (e's seq is above the head's).
+func (l *level) intoHead(e *entry) {
+	l.head.pushBack(e)
+	l.headMax = max(l.headMax, e.Seq)
 }
 
 // midRange is a level's non-resident middle: the store holds its entries,
@@ -127,7 +140,7 @@ func (r *readyQueue) moveTail(l *level) {
 		room = max(r.window-l.head.len(), 1)
 	}
 	for ; room > 0 && l.tail.len() > 0; room-- {
-		l.head.pushBack(l.tail.popFront())
+		l.intoHead(l.tail.popFront())
 	}
 }
 
@@ -136,7 +149,7 @@ func (r *readyQueue) moveTail(l *level) {
 func (r *readyQueue) pushBack(e *entry) {
 	l := r.level(e)
 	if l.mid.n == 0 && l.tail.len() == 0 && (r.window == 0 || l.head.len() < r.window) {
-		l.head.pushBack(e)
+		l.intoHead(e)
 	} else {
 		l.tail.pushBack(e)
 	}
@@ -145,12 +158,16 @@ func (r *readyQueue) pushBack(e *entry) {
 }
 
 // insertSorted places e by seq: a requeued entry goes back into the head
-// (it was delivered from there, so its seq is below the middle's); a
-// dead-lettered copy whose seq is above the head's goes into the tail.
+// (it was delivered from there, so its seq is at most headMax), and so
+// does a dead-lettered copy landing with a seq up to headMax (one with a
+// higher seq was delivered meanwhile); one above it goes into the tail
+// unless the level is caught up and the head has room.
 func (r *readyQueue) insertSorted(e *entry) {
 	l := r.level(e)
 	var toHead bool
 	switch {
+	case e.Seq <= l.headMax:
+		toHead = true
 	case l.mid.n > 0:
 		toHead = e.Seq < l.mid.from
 	case l.tail.len() > 0:
@@ -160,6 +177,7 @@ func (r *readyQueue) insertSorted(e *entry) {
 	}
 	if toHead {
 		l.head.insertSorted(e)
+		l.headMax = max(l.headMax, e.Seq)
 	} else {
 		l.tail.insertSorted(e)
 	}
@@ -239,6 +257,7 @@ func (r *readyQueue) pageOut(l *level, limit uint64) {
 			return
 		}
 		l.tail.popFront()
+		e.state = stPaged
 		if r.paged != nil {
 			r.paged(e)
 		}

@@ -8,6 +8,7 @@ package broker_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -162,4 +163,83 @@ func TestTransientPagingExpiryDeadLettersAndPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	tlEventually(t, "the volatile ranges to be dropped", func() bool { return tpVolatileQueues(t, b) == 0 })
+}
+
+// Transient dead letters that wait for a route (at-least-once) wait in the
+// store's volatile backlog range, not in memory: counted, forwarded in the
+// order they died, with persistent ones interleaved; after a restart only
+// the persistent ones still wait.
+func TestTransientBacklogStoredAndForwardedInOrder(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := tlChannel(t, b)
+	args := amqp091.Table{"x-dead-letter-exchange": "later", "x-dead-letter-strategy": "at-least-once"}
+	tlDeclareDurable(t, ch, "src", "classic", true, args)
+	const n = 40
+	var all, persistent []string
+	for i := range n {
+		body := fmt.Sprintf("d%d", i)
+		mode := uint8(amqp091.Transient)
+		if i%4 == 0 {
+			mode = amqp091.Persistent
+			persistent = append(persistent, body)
+		}
+		all = append(all, body)
+		tpPublish(t, ch, "src", body, mode, "")
+	}
+	for _, d := range dvGetN(t, ch, "src", n) {
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitBacklog := func(want int) {
+		t.Helper()
+		tlEventually(t, fmt.Sprintf("%d dead letters waiting", want), func() bool {
+			st, ok := b.Broker.QueueStats("/", "src")
+			return ok && st.DeadLetterBacklog == want
+		})
+		if r := b.Broker.BacklogResidentForTest("/", "src"); r != 0 {
+			t.Fatalf("%d waiting dead letters in memory", r)
+		}
+	}
+	waitBacklog(n)
+	tlExchange(t, ch, "later", "fanout", nil)
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlBind(t, ch, "dlq", "", "later")
+	tlEventuallyReady(t, b, "dlq", n)
+	waitBacklog(0)
+	got := dvGetN(t, ch, "dlq", n)
+	dvWantBodies(t, "forwarded", got, all...)
+	for _, d := range got {
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Again, with a restart before the route exists.
+	if err := ch.QueueUnbind("dlq", "", "later", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueuePurge("dlq", false); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range all {
+		mode := uint8(amqp091.Transient)
+		if slices.Contains(persistent, body) {
+			mode = amqp091.Persistent
+		}
+		tpPublish(t, ch, "src", body, mode, "")
+	}
+	for _, d := range dvGetN(t, ch, "src", n) {
+		if err := d.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitBacklog(n)
+	b.Restart()
+	_, ch = tlChannel(t, b)
+	waitBacklog(len(persistent))
+	tlExchange(t, ch, "later", "fanout", nil) // not durable: gone with the restart
+	tlBind(t, ch, "dlq", "", "later")
+	tlEventuallyReady(t, b, "dlq", len(persistent))
+	dvWantBodies(t, "forwarded after restart", dvGetN(t, ch, "dlq", len(persistent)), persistent...)
 }

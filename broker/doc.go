@@ -75,11 +75,11 @@
 // Deadlines of paged entries stay in the store's expiry keys; the timer
 // wheel holds only those within a short horizon, armed by periodic scans
 // of those keys (horizon.go). Recovery restores a queue from the store's
-// counters (store.Queues) without reading its entries. Persistent dead
-// letters waiting for a route (at-least-once) wait in a store range of
-// their own, retried in chunks (backlog.go); only a queue whose stored
-// definition still has the backlog flag of an older layout is read whole
-// at recovery.
+// counters (store.Queues) without reading its entries. Dead letters
+// waiting for a route (at-least-once) wait in store ranges of their own
+// (transient ones in a volatile one), retried in chunks (backlog.go);
+// only a queue whose stored definition still has the backlog flag of an
+// older layout is read whole at recovery.
 //
 // Definitions follow the same rule: the store receives changes in the
 // order memory made them. A declaration, deletion, binding, unbinding,

@@ -104,7 +104,7 @@ type Queue struct {
 	ready       readyQueue
 	readyBytes  int64
 	unacked     int
-	backlog     []*entry    // dead letters waiting for a route (at-least-once)
+	backlog     []*entry    // dead letters waiting for a route found among recovered entries (an older layout; backlog.go holds the rest)
 	consumers   []*consumer // highest priority first; round-robin within a priority
 	exclusiveC  bool        // the single consumer is exclusive
 	hadConsumer bool

@@ -53,58 +53,43 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 }
 
 // expireEntries dead-letters those of es still ready, and the middle
-// entries of the paged timers pts, in deadline order, then seq order.
-// With paged entries among them, the store is read outside the queue's
-// lock (on a goroutine of its own, so the scheduler goes on) and all of
-// them expire together once it is back; entries that fire meanwhile wait
-// for that read, so dead letters still leave in deadline order.
+// entries of the paged timers pts that are due, in deadline order, then
+// seq order. Paged entries are read ahead of their deadline (horizon.go):
+// a read-ahead timer starts a read of the store outside the queue's lock
+// (on a goroutine of its own, so the scheduler goes on); what it reads
+// waits on timers at the deadlines, or expires at once if due (a timer
+// armed late). Nothing that is due waits for a read.
 func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
 	b := q.vhost.b
 	q.mu.Lock()
-	if q.expReading {
-		q.expHeld = append(q.expHeld, es...)
-		q.expHeldPaged = append(q.expHeldPaged, pts...)
-		q.mu.Unlock()
-		return
-	}
-	var due []store.Ref
+	var toRead []store.Ref
+	var pre []*entry
 	if len(pts) > 0 {
-		due = q.duePagedLocked(pts, b.nowMS())
+		toRead, pre = q.duePagedLocked(pts, b.nowMS())
 	}
-	if len(due) == 0 {
-		t := b.newTxn()
-		q.expireLocked(t, es, nil)
-		t.apply(nil)
-		q.mu.Unlock()
-		t.finish()
-		return
-	}
-	if !b.goAsync() {
-		q.mu.Unlock()
-		return // closing
-	}
-	q.expReading = true
+	t := b.newTxn()
+	q.expireLocked(t, es, pre)
+	t.apply(nil)
+	reading := len(toRead) > 0 && b.goAsync()
 	q.mu.Unlock()
+	t.finish()
+	if !reading {
+		return // nothing to read, or closing
+	}
 	go func() {
 		defer b.asyncDone()
-		paged, err := q.readPaged(due)
-		var heldEs []*entry
-		var heldPts []*pagedTimer
+		read, err := q.readPaged(toRead)
 		q.locked(func(t *txn) {
-			q.expReading = false
-			heldEs, heldPts = q.expHeld, q.expHeldPaged
-			q.expHeld, q.expHeldPaged = nil, nil
 			if err != nil {
 				if !q.isDeleted() {
 					b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 				}
-				paged = nil
+				return
 			}
-			q.expireLocked(t, es, paged)
+			if !q.isDeleted() {
+				q.expireLocked(t, nil, q.holdReadLocked(read, b.nowMS()))
+			}
 		})
-		if len(heldEs) > 0 || len(heldPts) > 0 {
-			q.expireEntries(heldEs, heldPts)
-		}
 	}()
 }
 

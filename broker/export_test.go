@@ -76,3 +76,18 @@ func (b *Broker) BacklogResidentForTest(vhost, queue string) int {
 	defer q.mu.Unlock()
 	return len(q.backlog)
 }
+
+// ReadAheadPendingForTest returns how many of queue's paged entries are
+// due to be read ahead of their deadline (their read-ahead timer's time
+// has come) and not read yet.
+func (b *Broker) ReadAheadPendingForTest(vhost, queue string) int {
+	q := b.lockedQueueForTest(vhost, queue)
+	defer q.mu.Unlock()
+	now, n := b.nowMS(), 0
+	for _, pt := range q.paged {
+		if pt.pre == nil && pt.timer.Deadline <= now {
+			n++
+		}
+	}
+	return n
+}

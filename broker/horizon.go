@@ -15,18 +15,27 @@ import (
 // stretch of time, so a million pending deadlines cost memory only for
 // the few seconds ahead. A paged-out entry whose deadline the last scan
 // already passed is armed as it pages out; one that pages back in takes a
-// resident timer instead. When a paged timer fires, the entry is read from
-// the store and dead-lettered like any other that expired.
+// resident timer instead. A paged timer fires readAheadMS before the
+// deadline: the entry is read from the store then (off the queue's lock),
+// kept with a timer at its deadline, and dead-lettered then like any other
+// that expired, so the read's time does not make it late.
 
 // horizonMS is how far ahead of now a scan arms deadlines; scans run every
 // half of it.
 const horizonMS = 2000
 
-// pagedTimer is the timer of an entry in a middle.
+// readAheadMS is how long before its deadline a paged entry is read; the
+// entries read ahead (the expiries of that long) are held in memory.
+const readAheadMS = 100
+
+// pagedTimer is the timer of an entry in a middle: first the read-ahead
+// timer (read ahead of the deadline), then, once read (pre set), the timer
+// of its deadline.
 type pagedTimer struct {
 	timer ttl.Timer
 	q     *Queue
 	ref   store.Ref
+	pre   *entry // the entry, read ahead; nil before the read
 }
 
 // horizonTick is the Value of the scheduler timer that starts the next
@@ -154,7 +163,7 @@ func (q *Queue) armPagedLocked(deadline int64, ref store.Ref) {
 		q.paged = make(map[uint64]*pagedTimer)
 	}
 	pt := &pagedTimer{q: q, ref: ref}
-	pt.timer.Deadline, pt.timer.Value = deadline, pt
+	pt.timer.Deadline, pt.timer.Value = deadline-readAheadMS, pt
 	q.paged[ref.Seq] = pt
 	q.vhost.b.timers.Add(&pt.timer)
 }
@@ -189,11 +198,11 @@ func (q *Queue) dropPagedLocked() {
 	q.paged = nil
 }
 
-// duePagedLocked takes the fired paged timers pts that are due and whose
-// entry is still in a middle, and returns their refs.
-func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) []store.Ref {
+// duePagedLocked takes the fired paged timers pts whose entry is still in
+// a middle: the refs to read (read-ahead timers that are due) and the
+// entries read ahead whose deadline has come.
+func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) (read []store.Ref, expired []*entry) {
 	b := q.vhost.b
-	var due []store.Ref
 	for _, pt := range pts {
 		if q.paged[pt.ref.Seq] != pt {
 			continue // paged in or dropped meanwhile
@@ -202,10 +211,39 @@ func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) []store.Ref {
 			b.timers.Add(&pt.timer) // fired early by our clock: wait again
 			continue
 		}
-		delete(q.paged, pt.ref.Seq)
-		if _, ok := q.inMiddle(pt.ref.Prio, pt.ref.Seq); ok {
-			due = append(due, pt.ref)
+		if _, ok := q.inMiddle(pt.ref.Prio, pt.ref.Seq); !ok {
+			delete(q.paged, pt.ref.Seq)
+			continue
 		}
+		if pt.pre != nil {
+			delete(q.paged, pt.ref.Seq)
+			expired = append(expired, pt.pre)
+			continue
+		}
+		read = append(read, pt.ref)
+	}
+	return read, expired
+}
+
+// holdReadLocked keeps the entries read ahead (readPaged) whose deadline
+// is still ahead, each on its paged timer, now set to its deadline, and
+// returns those due now. An entry whose timer went meanwhile (paged in,
+// dropped) is left out.
+func (q *Queue) holdReadLocked(read []*entry, now int64) []*entry {
+	var due []*entry
+	for _, e := range read {
+		pt := q.paged[e.Seq]
+		if pt == nil || pt.pre != nil {
+			continue
+		}
+		if e.Deadline <= now {
+			delete(q.paged, e.Seq)
+			due = append(due, e)
+			continue
+		}
+		pt.pre = e
+		pt.timer.Deadline = e.Deadline
+		q.vhost.b.timers.Add(&pt.timer)
 	}
 	return due
 }

@@ -279,6 +279,12 @@ func TestPagingDeadlinesExpireInTheMiddle(t *testing.T) {
 				pgWantResident(t, b, "delay", 1, 0, 300)
 			}
 			clk.Advance(999 * time.Millisecond)
+			// The paged ones are read ahead of their deadline; this clock
+			// jumps, so wait for the reads (with a real clock they have
+			// readAheadMS), else the resident ones would expire first.
+			tlEventually(t, "the paged deadlines to be read ahead", func() bool {
+				return b.Broker.ReadAheadPendingForTest("/", "delay") == 0
+			})
 			tlSync(t, ch)
 			if n := dvReady(t, ch, "dlq"); n != 0 {
 				t.Fatalf("%d dead-lettered before their deadline", n)

@@ -122,12 +122,6 @@ type Queue struct {
 	// The stored backlog (backlog.go): how many dead letters wait in the
 	// backlog range, the range's last seq, a retry pass under way (and
 	// another asked for), and a generation a purge or deletion changes.
-	// expReading is set while paged entries due to expire are read
-	// (expireEntries); expiries that fire meanwhile are held for it.
-	expReading   bool
-	expHeld      []*entry
-	expHeldPaged []*pagedTimer
-
 	blStored   int
 	blStayed   int // dead letters of the chunk being retried that found no route
 	blSeq      uint64

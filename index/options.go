@@ -22,6 +22,7 @@ const (
 	memTableSize      = 16 << 20 // bytes
 	memTableStopCount = 4        // memtables queued before writes stall
 	bloomBitsPerKey   = 10       // ~1% false positives
+	l0Compaction      = 8        // L0 files (sublevels) before L0 is compacted
 )
 
 // Options returns Pebble options for the index on fs (nil: the OS
@@ -44,6 +45,12 @@ const (
 //     flush in the middle; up to 4 of them may queue while one flushes so a
 //     checkpoint does not stall behind a slow flush, and memory stays bounded
 //     at 64 MiB.
+//   - L0 is compacted once it holds 8 files (Pebble's default is 4): while
+//     a backlog fills, every checkpoint flushes an sstable into L0, and
+//     compacting them in larger groups cut the CPU Pebble spends rewriting
+//     keys (29 % of the broker's CPU with 4 publishers): publish with 4
+//     producers +4 %, a 1M backlog's fill +10 %, its drain unchanged
+//     (point lookups skip L0 files by their bloom filters).
 //   - The logger drops Pebble's informational chatter and keeps errors; a
 //     fatal error (Pebble's invariant violations, data corruption) panics
 //     after logging, as Pebble requires Fatalf not to return.
@@ -57,6 +64,7 @@ func Options(fs vfs.FS, cacheBytes int64) *pebble.Options {
 		FormatMajorVersion:          FormatMajorVersion,
 		MemTableSize:                memTableSize,
 		MemTableStopWritesThreshold: memTableStopCount,
+		L0CompactionThreshold:       l0Compaction,
 		Logger:                      quietLogger{},
 	}
 	if cacheBytes > 0 {

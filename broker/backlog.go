@@ -68,7 +68,7 @@ func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, n
 	w.Msg = e.Msg
 	if !e.durable() {
 		w.Ref.Queue = q.volBacklogID()
-		w.Msg = &store.Message{ID: q.vhost.b.store.AllocMsgID(), Header: e.Msg.Header, Body: e.Msg.Body, Persistent: e.Msg.Persistent}
+		w.Msg = q.vhost.b.ownMessage(e.Msg)
 		q.blVolatile = true
 	}
 	q.blSeq++

@@ -166,7 +166,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		msg := e.Msg
 		if !e.durable() && tq.isStoredFor(msg) {
 			if clone == nil {
-				clone = &store.Message{ID: b.store.AllocMsgID(), Header: msg.Header, Body: msg.Body, Persistent: msg.Persistent}
+				clone = b.ownMessage(msg)
 			}
 			msg = clone
 		}

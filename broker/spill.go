@@ -26,6 +26,13 @@ import (
 // volID is the store queue of q's volatile range.
 func (q *Queue) volID() store.QueueID { return store.VolatileQueue | q.id }
 
+// ownMessage returns a copy of m with an id of its own (the body is shared
+// in memory): what goes where m's stored body may not be (see above and
+// planDeadLetterLocked).
+func (b *Broker) ownMessage(m *store.Message) *store.Message {
+	return &store.Message{ID: b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
+}
+
 // durable reports whether e is stored in a range that survives a restart.
 func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
 
@@ -66,12 +73,10 @@ func (q *Queue) spillLocked(l *level, limit uint64) {
 		if e.stored {
 			continue
 		}
-		m := e.Msg
-		e.Msg = &store.Message{ID: q.vhost.b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
-		m = e.Msg
+		e.Msg = q.vhost.b.ownMessage(e.Msg)
 		e.Ref.Queue = q.volID()
 		e.stored = true
-		b.Messages = append(b.Messages, m)
+		b.Messages = append(b.Messages, e.Msg)
 		b.Puts = append(b.Puts, e.Entry)
 		es = append(es, e)
 	}

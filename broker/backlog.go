@@ -22,30 +22,11 @@ import (
 // backlogChunk is how many stored dead letters one retry step reads.
 const backlogChunk = 256
 
-// backlogBit marks a store queue id as a queue's backlog range; queue ids
-// are counters far below it.
-const backlogBit = 1 << 62
-
 // backlogID is the store queue of q's stored backlog.
-func (q *Queue) backlogID() store.QueueID { return q.id | backlogBit }
+func (q *Queue) backlogID() store.QueueID { return q.ranges().BacklogID() }
 
 // volBacklogID is the store queue of q's backlog of transient dead letters.
-func (q *Queue) volBacklogID() store.QueueID { return store.VolatileQueue | backlogBit | q.id }
-
-// readBacklog reads up to max entries of q's backlog ranges from seq from,
-// merged in seq order (blVolatile as the caller saw it under the lock).
-func (q *Queue) readBacklog(blVolatile bool, from uint64, max int) ([]store.EntryMeta, error) {
-	st := q.vhost.b.store
-	a, err := st.ReadEntries(q.backlogID(), 0, from, max, nil)
-	if err != nil || !blVolatile {
-		return a, err
-	}
-	v, err := st.ReadEntries(q.volBacklogID(), 0, from, max, nil)
-	if err != nil {
-		return nil, err
-	}
-	return mergeBySeq(a, v, max), nil
-}
+func (q *Queue) volBacklogID() store.QueueID { return q.ranges().VolatileBacklogID() }
 
 // backlogLen is the number of dead letters waiting in q's backlog.
 func (q *Queue) backlogLen() int { return len(q.backlog) + q.blStored }
@@ -113,7 +94,7 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 	b := q.vhost.b
 	var from uint64
 	for {
-		metas, err := q.readBacklog(vol, from, backlogChunk)
+		metas, err := q.ranges().ReadBacklog(vol, from, backlogChunk)
 		var msgs []*store.Message
 		if err == nil && len(metas) > 0 {
 			ids := make([]store.MsgID, len(metas))
@@ -189,7 +170,7 @@ func (q *Queue) backlogRefsLocked() ([]store.Ref, error) {
 	var refs []store.Ref
 	var from uint64
 	for q.blStored > 0 {
-		metas, err := q.readBacklog(q.blVolatile, from, 4096)
+		metas, err := q.ranges().ReadBacklog(q.blVolatile, from, 4096)
 		if err != nil {
 			return nil, err
 		}

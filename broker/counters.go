@@ -117,7 +117,7 @@ func (b *Broker) QueueStats(vhost, name string) (QueueStats, bool) {
 		return QueueStats{}, false
 	}
 	q.mu.Lock()
-	st := QueueStats{Ready: q.ready.len(), Unacked: q.unacked, Consumers: len(q.consumers), DeadLetterBacklog: q.backlogLen(),
+	st := QueueStats{Ready: q.ready.Len(), Unacked: q.unacked, Consumers: len(q.consumers), DeadLetterBacklog: q.backlogLen(),
 		DeadLettered: map[string]uint64{}, Policy: q.config().policy}
 	q.mu.Unlock()
 	for i, r := range reasons {

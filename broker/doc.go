@@ -59,7 +59,7 @@
 // A queue keeps about two windows (Options.PageWindow) of ready entries
 // per priority level in memory however deep it is: a resident
 // head, a middle held by the store alone (a seq range and counters) and a
-// resident tail of new arrivals (see readyQueue). Entries page out once
+// resident tail of new arrivals (package engine). Entries page out once
 // their put has been handed to the store and page back in, bodies
 // included, when the head runs low: one window at a time, read outside
 // the queue's lock and merged under it unless the middle changed

@@ -102,8 +102,8 @@ func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
 	now := q.vhost.b.nowMS()
 	var expired []*entry
 	for _, e := range paged {
-		if l, ok := q.inMiddle(e.Prio, e.Seq); ok {
-			q.dropMiddleLocked(l, int64(e.bodySize()))
+		if l, ok := q.ready.InMiddle(e.Prio, e.Seq); ok {
+			q.ready.TakeOut(l, int64(e.bodySize()), false)
 			expired = append(expired, e)
 		}
 	}

@@ -62,11 +62,11 @@ func (b *Broker) lockedQueueForTest(vhost, queue string) *Queue {
 func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {
 	q := b.lockedQueueForTest(vhost, queue)
 	defer q.mu.Unlock()
-	for i := range q.ready.levels {
-		l := &q.ready.levels[i]
-		resident += l.head.len() + l.tail.len()
+	for i := range q.ready.Levels() {
+		l := q.ready.Level(uint8(i))
+		resident += l.Head.Len() + l.Tail.Len()
 	}
-	return resident, q.ready.len()
+	return resident, q.ready.Len()
 }
 
 // BacklogResidentForTest returns how many of queue's waiting dead letters

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
 
 // Deadlines of entries that are not resident (in a middle, see
-// readyQueue) live in the store's expiry keys. The timer wheel holds a
+// engine.Ready) live in the store's expiry keys. The timer wheel holds a
 // timer only for those due within a short horizon: a scan of the store's
 // expiry keys (Store.DeadlineRefs) arms them, each scan covering the next
 // stretch of time, so a million pending deadlines cost memory only for
@@ -147,7 +148,7 @@ func (q *Queue) armPaged(refs []pagedRef) {
 		return
 	}
 	for _, r := range refs {
-		if _, ok := q.inMiddle(r.ref.Prio, r.ref.Seq); ok {
+		if _, ok := q.ready.InMiddle(r.ref.Prio, r.ref.Seq); ok {
 			q.armPagedLocked(r.deadline, r.ref)
 		}
 	}
@@ -211,7 +212,7 @@ func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) (read []store.Ref, 
 			b.timers.Add(&pt.timer) // fired early by our clock: wait again
 			continue
 		}
-		if _, ok := q.inMiddle(pt.ref.Prio, pt.ref.Seq); !ok {
+		if _, ok := q.ready.InMiddle(pt.ref.Prio, pt.ref.Seq); !ok {
 			delete(q.paged, pt.ref.Seq)
 			continue
 		}
@@ -254,23 +255,8 @@ func (q *Queue) holdReadLocked(read []*entry, now int64) []*entry {
 // still in its middle. A gone entry, or a dead letter waiting for a route,
 // is left out.
 func (q *Queue) readPaged(refs []store.Ref) ([]*entry, error) {
-	st := q.vhost.b.store
-	read, err := st.ReadRefs(refs, nil)
+	metas, msgs, err := engine.ReadDue(q.vhost.b.store, refs)
 	if err != nil {
-		return nil, err
-	}
-	metas := read[:0]
-	for _, m := range read {
-		if m.DeadLetter == "" && m.Deadline != 0 {
-			metas = append(metas, m)
-		}
-	}
-	ids := make([]store.MsgID, len(metas))
-	for i := range metas {
-		ids[i] = metas[i].Msg
-	}
-	msgs := make([]*store.Message, len(ids))
-	if err := st.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m }); err != nil {
 		return nil, err
 	}
 	out := make([]*entry, len(metas))

@@ -27,7 +27,7 @@ func (q *Queue) initMarks(recovered []uint64) {
 	if !q.Durable || q.Exclusive {
 		return
 	}
-	n := len(q.ready.levels)
+	n := q.ready.Levels()
 	q.recMarks = make([]uint64, n)
 	copy(q.recMarks, recovered)
 	q.marks = slices.Clone(q.recMarks)

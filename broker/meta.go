@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -271,7 +272,7 @@ func (b *Broker) dropVolatileQueues(states map[store.QueueID]store.QueueState) e
 		if id.Volatile() {
 			drop = append(drop, id)
 			delete(states, id)
-			if low := uint64(id &^ (store.VolatileQueue | backlogBit)); low > b.queueID.Load() {
+			if low := uint64(id &^ (store.VolatileQueue | engine.BacklogBit)); low > b.queueID.Load() {
 				b.queueID.Store(low)
 			}
 		}
@@ -324,7 +325,7 @@ func (b *Broker) recoverEntries(q *Queue, states map[store.QueueID]store.QueueSt
 	q.recovering = true
 	// A queue that may hold dead letters waiting for a route is read
 	// whole, to find them.
-	if st, ok := paged[q.id]; ok && q.ready.window > 0 && !q.backlogMarked && q.recoverPagedLocked(st) {
+	if st, ok := paged[q.id]; ok && q.ready.Window > 0 && !q.backlogMarked && q.recoverPagedLocked(st) {
 		q.seq.Store(st.LastSeq)
 		return nil
 	}

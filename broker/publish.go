@@ -266,7 +266,7 @@ func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, now int64
 		}
 		lim := q.config().limits
 		pendN, pendB := q.pending()
-		if lim.Refuses(q.ready.len()+int(pendN), q.readyBytes+pendB, len(msg.Body)) {
+		if lim.Refuses(q.ready.Len()+int(pendN), q.ready.Bytes()+pendB, len(msg.Body)) {
 			refused = true
 			b.counters.overflowed.Add(1)
 			if lim.Mode == overflow.RejectPublishDLX {

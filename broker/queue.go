@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -40,7 +41,7 @@ type entry struct {
 	stored bool
 	// inStore is set once the batch putting a stored entry has been
 	// handed to the store (txn.write), so a read of the store finds it:
-	// only then may the entry leave memory (readyQueue.pageOut).
+	// only then may the entry leave memory (engine.Ready.PageOut).
 	inStore bool
 	// prio is the message's priority property (0 without one).
 	prio uint8
@@ -86,7 +87,7 @@ type Queue struct {
 	cfg     atomic.Pointer[queueConfig] // effective settings (arguments + policy)
 	seq     atomic.Uint64               // last assigned sequence number
 	readyN  atomic.Int64                // mirrors ready.len() for lock-free readers
-	readyB  atomic.Int64                // mirrors readyBytes
+	readyB  atomic.Int64                // mirrors ready.Bytes()
 	deleted atomic.Bool                 // set under mu
 	stats   queueStats
 
@@ -102,7 +103,6 @@ type Queue struct {
 
 	mu          sync.Mutex
 	ready       readyQueue
-	readyBytes  int64
 	unacked     int
 	backlog     []*entry    // dead letters waiting for a route found among recovered entries (an older layout; backlog.go holds the rest)
 	consumers   []*consumer // highest priority first; round-robin within a priority
@@ -180,12 +180,12 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 	if x, ok := args.Get("x-single-active-consumer"); ok {
 		q.sac, _ = x.(bool)
 	}
-	q.ready = newReadyQueue(q.maxPriority)
+	q.ready = engine.NewReady[*entry](q.maxPriority)
 	if v != nil && v.b.opts.PageWindow > 0 {
-		q.ready.window = v.b.opts.PageWindow
-		q.ready.fill = q.fillLocked
-		q.ready.prefetch = q.prefetchLocked
-		q.ready.paged = q.pagedOutLocked
+		q.ready.Window = v.b.opts.PageWindow
+		q.ready.Fill = q.fillLocked
+		q.ready.Prefetch = q.prefetchLocked
+		q.ready.Paged = q.pagedOutLocked
 	}
 	q.initMarks(nil)
 	q.lease.Value = q
@@ -225,7 +225,7 @@ func (q *Queue) isDeleted() bool { return q.deleted.Load() }
 func (q *Queue) counts() (ready, unacked, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.ready.len(), q.unacked, len(q.consumers)
+	return q.ready.Len(), q.unacked, len(q.consumers)
 }
 
 // newEntry makes the entry for msg entering q now, with the deadline from
@@ -319,8 +319,8 @@ func (q *Queue) pending() (n int64, bytes int64) {
 // --- the ready list; every change goes through these --------------------
 
 func (q *Queue) syncCounts() {
-	q.readyN.Store(int64(q.ready.len()))
-	q.readyB.Store(q.readyBytes)
+	q.readyN.Store(int64(q.ready.Len()))
+	q.readyB.Store(q.ready.Bytes())
 }
 
 // makeReadyLocked puts e into the ready list (appended if append, else at
@@ -328,16 +328,15 @@ func (q *Queue) syncCounts() {
 func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 	e.state = stReady
 	if appendIt {
-		q.ready.pushBack(e)
+		q.ready.PushBack(e)
 	} else {
-		q.ready.insertSorted(e)
+		q.ready.InsertSorted(e)
 	}
-	q.readyBytes += int64(e.bodySize())
 	if !q.recovering {
 		q.armLocked(e)
 	}
-	if w := q.ready.window; w > 0 {
-		if l := q.ready.level(e); l.tail.len() > w {
+	if w := q.ready.Window; w > 0 {
+		if l := q.ready.LevelOf(e); l.Tail.Len() > w {
 			q.pageOutLevelLocked(l, q.minInflight())
 		}
 	}
@@ -346,13 +345,13 @@ func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 
 // pageOutLocked pages out every level whose tail is over the window.
 func (q *Queue) pageOutLocked() {
-	w := q.ready.window
+	w := q.ready.Window
 	if w <= 0 {
 		return
 	}
 	limit := q.minInflight()
-	for i := range q.ready.levels {
-		if l := &q.ready.levels[i]; l.tail.len() > w {
+	for i := range q.ready.Levels() {
+		if l := q.ready.Level(uint8(i)); l.Tail.Len() > w {
 			q.pageOutLevelLocked(l, limit)
 		}
 	}
@@ -374,13 +373,13 @@ func (q *Queue) armRecovered() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.recovering = false
-	q.ready.each(q.armLocked)
+	q.ready.Each(q.armLocked)
 }
 
 // takeLocked removes and returns the head of the ready list (nil if
 // empty), disarming its timer.
 func (q *Queue) takeLocked() *entry {
-	e := q.ready.popFront()
+	e := q.ready.PopFront()
 	if e == nil {
 		return nil
 	}
@@ -391,12 +390,11 @@ func (q *Queue) takeLocked() *entry {
 // removeReadyLocked takes e out of the ready list from where it stands.
 func (q *Queue) removeReadyLocked(e *entry) {
 	e.state = stGone
-	q.ready.remove(e)
+	q.ready.Remove(e)
 	q.leaveReadyLocked(e)
 }
 
 func (q *Queue) leaveReadyLocked(e *entry) {
-	q.readyBytes -= int64(e.bodySize())
 	if e.Deadline != 0 {
 		q.vhost.b.timers.Remove(&e.timer)
 	}
@@ -469,7 +467,7 @@ func (q *Queue) enforceLimitsLocked(t *txn) {
 		return
 	}
 	var evicted []*entry
-	for lim.Over(q.ready.len(), q.readyBytes) {
+	for lim.Over(q.ready.Len(), q.ready.Bytes()) {
 		e := q.takeLocked()
 		if e == nil {
 			break
@@ -490,13 +488,13 @@ func (q *Queue) enforceLimitsLocked(t *txn) {
 // never delivered: it is dead-lettered instead (unless it is arriving now
 // with a TTL of 0, which a consumer may still take at once).
 func (q *Queue) dispatchLocked(t *txn) {
-	if len(q.consumers) == 0 || q.ready.len() == 0 {
+	if len(q.consumers) == 0 || q.ready.Len() == 0 {
 		return
 	}
 	now := q.vhost.b.nowMS()
 	var expired []*entry
-	for q.ready.len() > 0 && len(q.consumers) > 0 {
-		e := q.ready.front()
+	for q.ready.Len() > 0 && len(q.consumers) > 0 {
+		e := q.ready.Front()
 		if e == nil {
 			break // the head could not be refilled (the store failed)
 		}
@@ -619,7 +617,7 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 		now := q.vhost.b.nowMS()
 		var expired []*entry
 		for {
-			f := q.ready.front()
+			f := q.ready.Front()
 			if f != nil && !f.expiredAt(now) && !q.markReadyLocked(f) {
 				wait = q.markWaitLocked()
 				break
@@ -645,7 +643,7 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 			e.state = stUnacked
 			q.unacked++
 		}
-		remaining = q.ready.len()
+		remaining = q.ready.Len()
 	})
 	return e, tag, props, remaining, wait
 }
@@ -681,7 +679,7 @@ func (q *Queue) claimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 	if ifUnused && len(q.consumers) > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.vhost.Name)
 	}
-	if ifEmpty && q.ready.len() > 0 {
+	if ifEmpty && q.ready.Len() > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' is not empty", q.Name, q.vhost.Name)
 	}
 	q.closing = true
@@ -724,14 +722,13 @@ func (q *Queue) purge() (int, *storeWrite) {
 		close(w.done)
 		return 0, w
 	}
-	n := q.ready.len()
+	n := q.ready.Len()
 	t := q.vhost.b.newTxn()
 	for _, ref := range paged {
 		t.batch.Deletes = append(t.batch.Deletes, ref)
 	}
-	es := q.ready.clear()
+	es := q.ready.Clear()
 	q.dropPagedLocked()
-	q.readyBytes = 0
 	for _, e := range es {
 		e.state = stGone
 		if e.Deadline != 0 {
@@ -764,15 +761,14 @@ func (q *Queue) purge() (int, *storeWrite) {
 // the same hold of q.mu (see Broker.deleteQueue).
 func (q *Queue) markDeletedLocked() (consumers []*consumer, ready int) {
 	q.deleted.Store(true)
-	ready = q.ready.len()
+	ready = q.ready.Len()
 	q.dropPagedLocked()
-	for _, e := range q.ready.clear() {
+	for _, e := range q.ready.Clear() {
 		e.state = stGone
 		if e.Deadline != 0 {
 			q.vhost.b.timers.Remove(&e.timer)
 		}
 	}
-	q.readyBytes = 0
 	q.syncCounts()
 	q.takeBacklogLocked()
 	q.dropStoredBacklogLocked()

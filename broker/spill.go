@@ -24,7 +24,7 @@ import (
 // the body shared in memory (written once per queue that pages it).
 
 // volID is the store queue of q's volatile range.
-func (q *Queue) volID() store.QueueID { return store.VolatileQueue | q.id }
+func (q *Queue) volID() store.QueueID { return q.ranges().VolatileID() }
 
 // ownMessage returns a copy of m with an id of its own (the body is shared
 // in memory): what goes where m's stored body may not be (see above and
@@ -40,30 +40,30 @@ func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
 // transient front is written: a write per chunk, not per arrival.
 func spillChunk(window int) int { return max(window/8, 1) }
 
-// pageOutLevelLocked pages out the front of l's tail (see readyQueue.pageOut)
+// pageOutLevelLocked pages out the front of l's tail (see engine.Ready.PageOut)
 // and, where a transient entry stops it a chunk past the window, spills
 // the transient entries among those to page out and pages them out too.
 func (q *Queue) pageOutLevelLocked(l *level, limit uint64) {
-	q.ready.pageOut(l, limit)
-	w := q.ready.window
-	if l.tail.len()-w < spillChunk(w) || l.tail.front().stored {
+	q.ready.PageOut(l, limit)
+	w := q.ready.Window
+	if l.Tail.Len()-w < spillChunk(w) || l.Tail.Front().stored {
 		return // within the chunk, or stopped by what a spill cannot help
 	}
 	q.spillLocked(l, limit)
-	q.ready.pageOut(l, limit)
+	q.ready.PageOut(l, limit)
 }
 
 // spillLocked writes the transient entries among the front of l's tail
 // that are to page out (those beyond the window) to q's volatile range,
-// so pageOut can move them into the middle. It stops where pageOut would
+// so PageOut can move them into the middle. It stops where PageOut would
 // (an entry that may not page out, or a stored one whose put is still on
 // its way), so its cost follows what then pages out.
 func (q *Queue) spillLocked(l *level, limit uint64) {
-	n := l.tail.len() - q.ready.window
+	n := l.Tail.Len() - q.ready.Window
 	var b store.Batch
 	var es []*entry
 	for i := 0; i < n; i++ {
-		e := l.tail.at(i)
+		e := l.Tail.At(i)
 		if e.state != stReady {
 			continue
 		}

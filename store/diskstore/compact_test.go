@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/store/storetest"
 )
 
 func segmentBytes(s *Store) (n int64, files int) {
@@ -41,7 +42,7 @@ func TestDiskFollowsLiveData(t *testing.T) {
 		m := &store.Message{ID: s.AllocMsgID(), Body: body, Persistent: true}
 		r := store.Ref{Queue: 1, Seq: i}
 		refs = append(refs, r)
-		apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: r, Msg: m}}})
+		storetest.Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: r, Msg: m}}})
 	}
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestDiskFollowsLiveData(t *testing.T) {
 			dels = append(dels, r)
 		}
 	}
-	apply(t, s, &store.Batch{Deletes: dels})
+	storetest.Apply(t, s, &store.Batch{Deletes: dels})
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -88,21 +89,12 @@ func TestDiskFollowsLiveData(t *testing.T) {
 			rest = append(rest, r)
 		}
 	}
-	apply(t, s, &store.Batch{Deletes: rest})
+	storetest.Apply(t, s, &store.Batch{Deletes: rest})
 	if err := s.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
 	if left, files := segmentBytes(s); files != 0 {
 		t.Fatalf("%d segment files (%d bytes) left with no live message", files, left)
-	}
-}
-
-func apply(t *testing.T, s store.Store, b *store.Batch) {
-	t.Helper()
-	errc := make(chan error, 1)
-	s.Apply(b, func(err error) { errc <- err })
-	if err := <-errc; err != nil {
-		t.Fatalf("apply: %v", err)
 	}
 }
 
@@ -128,7 +120,7 @@ func TestReserveWaitsForCheckpoints(t *testing.T) {
 	put := func() {
 		seq++
 		m := &store.Message{ID: s.AllocMsgID(), Body: body, Persistent: true}
-		apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: seq}, Msg: m}}})
+		storetest.Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: seq}, Msg: m}}})
 	}
 	// Fill past CheckpointBytes: the checkpointer freezes and gets stuck.
 	for range 80 {

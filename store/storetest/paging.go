@@ -87,27 +87,27 @@ func testQueueStateCounts(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	expect(t, "empty store", queues(t, s), nil)
 	a, b, c, d := sized(s, 10), sized(s, 200), sized(s, 0), sized(s, 3000)
-	apply(t, s, &store.Batch{Messages: []*store.Message{a, b, c, d}, Puts: []store.Entry{
+	Apply(t, s, &store.Batch{Messages: []*store.Message{a, b, c, d}, Puts: []store.Entry{
 		put(5, 0, 1, a), put(5, 0, 2, b), put(5, 3, 3, c), put(5, 9, 4, d), put(5, 3, 5, a),
 		put(2, 0, 1, d),
 	}})
 	want := []string{"2 last=1 0:1/3000", "5 last=5 0:2/210 3:2/10 9:1/3000"}
 	expect(t, "after puts", queues(t, s), want)
-	apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 5, Prio: 9, Seq: 4}, DeliveryCount: 2}}})
+	Apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 5, Prio: 9, Seq: 4}, DeliveryCount: 2}}})
 	expect(t, "after update", queues(t, s), want)
 	s = reopen(t, s)
 	expect(t, "after reopen", queues(t, s), want)
 
 	// Deletes of entries stored before the restart and of new ones.
 	e := sized(s, 7)
-	apply(t, s, &store.Batch{Messages: []*store.Message{e}, Puts: []store.Entry{put(5, 3, 6, e), put(5, 3, 7, e)}})
-	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 5, Prio: 0, Seq: 2}, {Queue: 5, Prio: 3, Seq: 6}, {Queue: 2, Prio: 0, Seq: 1}}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{e}, Puts: []store.Entry{put(5, 3, 6, e), put(5, 3, 7, e)}})
+	Apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 5, Prio: 0, Seq: 2}, {Queue: 5, Prio: 3, Seq: 6}, {Queue: 2, Prio: 0, Seq: 1}}})
 	want = []string{"2 last=1", "5 last=7 0:1/10 3:3/17 9:1/3000"}
 	expect(t, "after deletes", queues(t, s), want)
 	s = reopen(t, s)
 	expect(t, "after deletes and reopen", queues(t, s), want)
 
-	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 5, Prio: 9, Seq: 4}, {Queue: 5, Prio: 0, Seq: 1}}})
+	Apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 5, Prio: 9, Seq: 4}, {Queue: 5, Prio: 0, Seq: 1}}})
 	want = []string{"2 last=1", "5 last=7 3:3/17"}
 	expect(t, "after emptying levels", queues(t, s), want)
 
@@ -129,10 +129,10 @@ func testQueueStateCounts(t *testing.T, open Opener, reopen Reopener) {
 func testQueueStateDeadLetterAndDrop(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m, m2 := sized(s, 100), sized(s, 50)
-	apply(t, s, &store.Batch{Messages: []*store.Message{m, m2}, Puts: []store.Entry{put(1, 2, 1, m), put(1, 2, 2, m2)}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m, m2}, Puts: []store.Entry{put(1, 2, 1, m), put(1, 2, 2, m2)}})
 	s = reopen(t, s) // the source entry is an older one from now on
 	h := &store.Header{Exchange: "dlx", RoutingKeys: []string{"dead"}}
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Deletes: []store.Ref{{Queue: 1, Prio: 2, Seq: 1}}, Puts: []store.Entry{
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Deletes: []store.Ref{{Queue: 1, Prio: 2, Seq: 1}}, Puts: []store.Entry{
 		{Ref: store.Ref{Queue: 3, Prio: 0, Seq: 1}, Msg: m, Header: h},
 		{Ref: store.Ref{Queue: 4, Prio: 1, Seq: 8}, Msg: m, Header: h},
 	}})
@@ -142,21 +142,21 @@ func testQueueStateDeadLetterAndDrop(t *testing.T, open Opener, reopen Reopener)
 	expect(t, "after dead-lettering and reopen", queues(t, s), want)
 
 	// Dead-letter a copy again, from a target that was itself a target.
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Deletes: []store.Ref{{Queue: 3, Prio: 0, Seq: 1}}, Puts: []store.Entry{
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Deletes: []store.Ref{{Queue: 3, Prio: 0, Seq: 1}}, Puts: []store.Entry{
 		{Ref: store.Ref{Queue: 4, Prio: 1, Seq: 9}, Msg: m, Header: h},
 	}})
 	want = []string{"1 last=2 2:1/50", "3 last=1", "4 last=9 1:2/200"}
 	expect(t, "after a second move", queues(t, s), want)
 
-	apply(t, s, &store.Batch{DropQueues: []store.QueueID{4, 3}})
+	Apply(t, s, &store.Batch{DropQueues: []store.QueueID{4, 3}})
 	want = []string{"1 last=2 2:1/50"}
 	expect(t, "after drop", queues(t, s), want)
 	s = reopen(t, s)
 	expect(t, "after drop and reopen", queues(t, s), want)
 	// A queue dropped with entries stored before and after a restart.
 	n := sized(s, 9)
-	apply(t, s, &store.Batch{Messages: []*store.Message{n}, Puts: []store.Entry{put(1, 2, 3, n)}})
-	apply(t, s, &store.Batch{DropQueues: []store.QueueID{1}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{n}, Puts: []store.Entry{put(1, 2, 3, n)}})
+	Apply(t, s, &store.Batch{DropQueues: []store.QueueID{1}})
 	expect(t, "after dropping the last queue", queues(t, s), nil)
 	s = reopen(t, s)
 	defer s.Close()
@@ -168,7 +168,7 @@ func testQueueStateDeadLetterAndDrop(t *testing.T, open Opener, reopen Reopener)
 func testQueueStateUnknownDelete(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := sized(s, 30)
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{put(1, 0, 1, m)}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{put(1, 0, 1, m)}})
 	s = reopen(t, s)
 	err := applyErr(s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Prio: 0, Seq: 99}}})
 	if errors.Is(err, store.ErrInvalidBatch) {
@@ -198,7 +198,7 @@ func testReadEntriesWindows(t *testing.T, open Opener, reopen Reopener) {
 	m := sized(s, 1)
 	b.Messages = append(b.Messages, m)
 	b.Puts = append(b.Puts, put(4, 0, 1, m), put(2, 0, 100, m))
-	apply(t, s, &b)
+	Apply(t, s, &b)
 	// Level 0 holds 3, 6, ..., 39; level 1 holds 1, 4, ..., 40.
 	level0 := func(from, to uint64) []string {
 		var out []string
@@ -234,7 +234,7 @@ func testReadEntriesWindows(t *testing.T, open Opener, reopen Reopener) {
 			del = append(del, store.Ref{Queue: 3, Prio: uint8(seq % 3), Seq: seq})
 		}
 	}
-	apply(t, s, &store.Batch{Deletes: del})
+	Apply(t, s, &store.Batch{Deletes: del})
 	checkDeleted := func(when string) {
 		t.Helper()
 		expect(t, when+": level 0 head", window(t, s, 3, 0, 0, 3), []string{"9:9", "12:12", "15:15"})
@@ -269,7 +269,7 @@ func testReadEntriesOverlayAndIndex(t *testing.T, open Opener, reopen Reopener) 
 		b.Messages = append(b.Messages, m)
 		b.Puts = append(b.Puts, put(1, 4, seq, m))
 	}
-	apply(t, s, &b)
+	Apply(t, s, &b)
 	s = reopen(t, s)
 	b = store.Batch{}
 	for _, seq := range []uint64{10, 11, 12} {
@@ -277,8 +277,8 @@ func testReadEntriesOverlayAndIndex(t *testing.T, open Opener, reopen Reopener) 
 		b.Messages = append(b.Messages, m)
 		b.Puts = append(b.Puts, put(1, 4, seq, m))
 	}
-	apply(t, s, &b)
-	apply(t, s, &store.Batch{
+	Apply(t, s, &b)
+	Apply(t, s, &store.Batch{
 		Deletes: []store.Ref{{Queue: 1, Prio: 4, Seq: 3}, {Queue: 1, Prio: 4, Seq: 11}},
 		Updates: []store.Update{{Ref: store.Ref{Queue: 1, Prio: 4, Seq: 5}, DeliveryCount: 4}, {Ref: store.Ref{Queue: 1, Prio: 4, Seq: 12}, DeliveryCount: 1}},
 	})
@@ -344,7 +344,7 @@ func testReadEntriesMetadata(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := sized(s, 123)
 	h := &store.Header{Exchange: "dlx", RoutingKeys: []string{"dead", "cc"}, Props: []byte{0x20, 0x00, 9, 0xff}}
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
 		{Ref: store.Ref{Queue: 6, Prio: 1, Seq: 1}, Msg: m, Deadline: 5000},
 		{Ref: store.Ref{Queue: 6, Prio: 1, Seq: 2}, Msg: m, Header: h, DeadLetter: "expired", DeadAt: 4000, DeliveryCount: 3},
 	}})
@@ -384,12 +384,12 @@ func testLoadMessages(t *testing.T, open Opener, reopen Reopener) {
 	old := newMsg(s, "stored before the restart")
 	old.Header = store.Header{Exchange: "ex", RoutingKeys: []string{"a", "b"}, Props: []byte{0x80, 0x00, 1, 2, 3}}
 	gone := newMsg(s, "acked")
-	apply(t, s, &store.Batch{Messages: []*store.Message{old, gone}, Puts: []store.Entry{put(1, 0, 1, old), put(2, 0, 1, old), put(1, 0, 2, gone)}})
-	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Prio: 0, Seq: 2}}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{old, gone}, Puts: []store.Entry{put(1, 0, 1, old), put(2, 0, 1, old), put(1, 0, 2, gone)}})
+	Apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Prio: 0, Seq: 2}}})
 	s = reopen(t, s)
 	fresh := newMsg(s, "")
 	fresh.Persistent = false
-	apply(t, s, &store.Batch{Messages: []*store.Message{fresh}, Puts: []store.Entry{put(3, 0, 1, fresh)}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{fresh}, Puts: []store.Entry{put(3, 0, 1, fresh)}})
 
 	load := func(ids ...store.MsgID) ([]*store.Message, error) {
 		got := make([]*store.Message, len(ids))

@@ -47,7 +47,9 @@ func Run(t *testing.T, open Opener, reopen Reopener) {
 	}
 }
 
-func apply(t *testing.T, s store.Store, b *store.Batch) {
+// Apply applies b to s and waits for its completion; a failure fails the
+// test.
+func Apply(t testing.TB, s store.Store, b *store.Batch) {
 	t.Helper()
 	errc := make(chan error, 1)
 	s.Apply(b, func(err error) { errc <- err })
@@ -101,7 +103,7 @@ func testScanQueueOrder(t *testing.T, open Opener, _ Reopener) {
 		b.Messages = append(b.Messages, m)
 		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: 7, Seq: seq}, Msg: m})
 	}
-	apply(t, s, &b)
+	Apply(t, s, &b)
 	expect(t, "queue 7", dump(t, s, 7, 0), []string{"1:m1", "2:m2", "3:m3", "4:m4", "5:m5"})
 	expect(t, "queue 7 from 3", dump(t, s, 7, 3), []string{"3:m3", "4:m4", "5:m5"})
 	expect(t, "queue 8", dump(t, s, 8, 0), nil)
@@ -117,26 +119,26 @@ func testScanQueueOrder(t *testing.T, open Opener, _ Reopener) {
 func testSharedMessage(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "shared")
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
 		{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m},
 		{Ref: store.Ref{Queue: 2, Seq: 1}, Msg: m},
 	}})
-	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Seq: 1}}})
+	Apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Seq: 1}}})
 	s = reopen(t, s)
 	defer s.Close()
 	expect(t, "queue 1", dump(t, s, 1, 0), nil)
 	expect(t, "queue 2", dump(t, s, 2, 0), []string{"1:shared"})
 	// The message is still stored: a new entry can refer to it.
-	apply(t, s, &store.Batch{Puts: []store.Entry{{Ref: store.Ref{Queue: 3, Seq: 9}, Msg: m}}})
+	Apply(t, s, &store.Batch{Puts: []store.Entry{{Ref: store.Ref{Queue: 3, Seq: 9}, Msg: m}}})
 	expect(t, "queue 3", dump(t, s, 3, 0), []string{"9:shared"})
 }
 
 func testDeadLetterMove(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "dl")
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 4}, Msg: m, Deadline: 100}}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 4}, Msg: m, Deadline: 100}}})
 	h := &store.Header{Exchange: "dlx", RoutingKeys: []string{"dead"}, Props: []byte{0x20, 0x00, 9}}
-	apply(t, s, &store.Batch{
+	Apply(t, s, &store.Batch{
 		Messages: []*store.Message{m}, // already stored: allowed, not written again
 		Deletes:  []store.Ref{{Queue: 1, Seq: 4}},
 		Puts: []store.Entry{
@@ -175,7 +177,7 @@ func testDeadLetterMove(t *testing.T, open Opener, reopen Reopener) {
 func testInvalidBatch(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "a")
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
 	m2 := newMsg(s, "b")
 	// Valid put of m2 plus a delete of an entry that does not exist.
 	err := applyErr(s, &store.Batch{
@@ -203,8 +205,8 @@ func testInvalidBatch(t *testing.T, open Opener, reopen Reopener) {
 func testUpdate(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "u")
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
-	apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 1, Seq: 1}, DeliveryCount: 3, DeadLetter: "rejected", DeadAt: 1234}}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	Apply(t, s, &store.Batch{Updates: []store.Update{{Ref: store.Ref{Queue: 1, Seq: 1}, DeliveryCount: 3, DeadLetter: "rejected", DeadAt: 1234}}})
 	s = reopen(t, s)
 	defer s.Close()
 	var got store.Entry
@@ -223,8 +225,8 @@ func testDropQueues(t *testing.T, open Opener, _ Reopener) {
 		b.Messages = append(b.Messages, m)
 		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: 1, Seq: i}, Msg: m}, store.Entry{Ref: store.Ref{Queue: 2, Seq: i}, Msg: m})
 	}
-	apply(t, s, &b)
-	apply(t, s, &store.Batch{DropQueues: []store.QueueID{1}, Meta: []store.MetaOp{{Key: "queue/1", Value: nil}}})
+	Apply(t, s, &b)
+	Apply(t, s, &store.Batch{DropQueues: []store.QueueID{1}, Meta: []store.MetaOp{{Key: "queue/1", Value: nil}}})
 	expect(t, "queue 1", dump(t, s, 1, 0), nil)
 	expect(t, "queue 2", dump(t, s, 2, 0), []string{"1:1", "2:2", "3:3"})
 }
@@ -243,7 +245,7 @@ func testScanDeadlines(t *testing.T, open Opener, reopen Reopener) {
 	add(2, 2, 0)
 	add(1, 3, 200)
 	add(3, 1, 900)
-	apply(t, s, &b)
+	Apply(t, s, &b)
 	s = reopen(t, s)
 	defer s.Close()
 	var got []string
@@ -274,7 +276,7 @@ func testDeadlineRefs(t *testing.T, open Opener, reopen Reopener) {
 	add(1, 0, 3, 200)
 	add(3, 1, 1, 900)
 	add(3, 0, 2, 50)
-	apply(t, s, &b)
+	Apply(t, s, &b)
 	refs := func(from, until int64, limit int) []string {
 		t.Helper()
 		var got []string
@@ -295,9 +297,9 @@ func testDeadlineRefs(t *testing.T, open Opener, reopen Reopener) {
 	defer s.Close()
 	expect(t, "all, after reopen", refs(0, 1000, 100), all)
 	expect(t, "[100, 300] after reopen", refs(100, 300, 100), all[1:5])
-	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Prio: 2, Seq: 2}, {Queue: 3, Prio: 1, Seq: 1}}})
+	Apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Prio: 2, Seq: 2}, {Queue: 3, Prio: 1, Seq: 1}}})
 	m := newMsg(s, "new")
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 2, Seq: 3}, Msg: m, Deadline: 150}}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 2, Seq: 3}, Msg: m, Deadline: 150}}})
 	got := refs(0, 1000, 100)
 	// The deleted ones may still be reported until the store checkpoints.
 	got = slices.DeleteFunc(got, func(r string) bool { return r == "100@1/2/2" || r == "900@3/1/1" })
@@ -309,13 +311,13 @@ func testDeadlineRefs(t *testing.T, open Opener, reopen Reopener) {
 
 func testMeta(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
-	apply(t, s, &store.Batch{Meta: []store.MetaOp{
+	Apply(t, s, &store.Batch{Meta: []store.MetaOp{
 		{Key: "queue/b", Value: []byte("2")},
 		{Key: "queue/a", Value: []byte("1")},
 		{Key: "exchange/x", Value: []byte("x")},
 		{Key: "queue/c", Value: []byte("3")},
 	}})
-	apply(t, s, &store.Batch{Meta: []store.MetaOp{{Key: "queue/c"}, {Key: "queue/a", Value: []byte("1'")}}})
+	Apply(t, s, &store.Batch{Meta: []store.MetaOp{{Key: "queue/c"}, {Key: "queue/a", Value: []byte("1'")}}})
 	s = reopen(t, s)
 	defer s.Close()
 	var got []string
@@ -328,7 +330,7 @@ func testMeta(t *testing.T, open Opener, reopen Reopener) {
 func testReopen(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "r")
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
 	s = reopen(t, s)
 	defer s.Close()
 	var got *store.Entry
@@ -400,10 +402,10 @@ func testDoneOnce(t *testing.T, open Opener, _ Reopener) {
 func testLastSeq(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := newMsg(s, "s")
-	apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
+	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
 		{Ref: store.Ref{Queue: 1, Seq: 7}, Msg: m}, {Ref: store.Ref{Queue: 1, Prio: 3, Seq: 9}, Msg: m},
 	}})
-	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Seq: 7}, {Queue: 1, Prio: 3, Seq: 9}}})
+	Apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 1, Seq: 7}, {Queue: 1, Prio: 3, Seq: 9}}})
 	want := map[store.QueueID]uint64{1: 9, 2: 0}
 	check := func(when string) {
 		for q, w := range want {
@@ -429,8 +431,8 @@ func testPriorityLevels(t *testing.T, open Opener, reopen Reopener) {
 		b.Messages = append(b.Messages, m)
 		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: 4, Prio: prio, Seq: uint64(i + 1)}, Msg: m})
 	}
-	apply(t, s, &b)
-	apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 4, Prio: 9, Seq: 2}}})
+	Apply(t, s, &b)
+	Apply(t, s, &store.Batch{Deletes: []store.Ref{{Queue: 4, Prio: 9, Seq: 2}}})
 	s = reopen(t, s)
 	defer s.Close()
 	var got []string

@@ -1,19 +1,32 @@
-package broker
+package engine
 
 import (
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
-
-	"github.com/brokerd/brokerd/store"
 )
 
 // The deque and readyQueue are checked against a model: a slice kept sorted
 // the way entries must leave (priority level descending, then Seq).
 
+// entry is the tests' queue entry.
+type entry struct {
+	Seq     uint64
+	prio    uint8
+	size    int64
+	gone    bool // left the ready list
+	inStore bool
+}
+
+func (e *entry) EntrySeq() uint64 { return e.Seq }
+func (e *entry) EntryPrio() uint8 { return e.prio }
+func (e *entry) EntrySize() int64 { return e.size }
+func (e *entry) Ready() bool      { return !e.gone }
+func (e *entry) Pageable() bool   { return e.inStore }
+
 func newTestEntry(seq uint64, prio uint8) *entry {
-	return &entry{Entry: store.Entry{Ref: store.Ref{Seq: seq}, Msg: &store.Message{Body: make([]byte, seq%7)}}, prio: prio}
+	return &entry{Seq: seq, prio: prio, size: int64(seq % 7)}
 }
 
 func seqs(es []*entry) []uint64 {
@@ -25,32 +38,32 @@ func seqs(es []*entry) []uint64 {
 }
 
 // dequeContents reads d front to back without changing it.
-func dequeContents(d *deque) []uint64 {
-	out := make([]uint64, d.len())
+func dequeContents(d *Deque[*entry]) []uint64 {
+	out := make([]uint64, d.Len())
 	for i := range out {
-		out[i] = d.at(i).Seq
+		out[i] = d.At(i).Seq
 	}
 	return out
 }
 
 func TestDequeFIFO(t *testing.T) {
-	var d deque
-	if d.front() != nil || d.popFront() != nil || d.len() != 0 {
+	var d Deque[*entry]
+	if d.Front() != nil || d.PopFront() != nil || d.Len() != 0 {
 		t.Fatal("empty deque not empty")
 	}
 	// Enough to grow several times.
 	for i := uint64(1); i <= 100; i++ {
-		d.pushBack(newTestEntry(i, 0))
+		d.PushBack(newTestEntry(i, 0))
 	}
 	for i := uint64(1); i <= 100; i++ {
-		if f := d.front(); f == nil || f.Seq != i {
+		if f := d.Front(); f == nil || f.Seq != i {
 			t.Fatalf("front = %v, want seq %d", f, i)
 		}
-		if e := d.popFront(); e.Seq != i {
+		if e := d.PopFront(); e.Seq != i {
 			t.Fatalf("popFront = %d, want %d", e.Seq, i)
 		}
 	}
-	if d.len() != 0 || d.popFront() != nil {
+	if d.Len() != 0 || d.PopFront() != nil {
 		t.Fatal("deque not empty after popping everything")
 	}
 }
@@ -63,29 +76,29 @@ func TestDequeInsertSortedWrapped(t *testing.T) {
 		want = append(want, i*10)
 	}
 	for _, victim := range want[1:] {
-		var d deque
+		var d Deque[*entry]
 		// Leave one entry (seq 0) in slot 10 of a 16-slot ring so that
 		// what follows wraps.
 		for range 11 {
-			d.pushBack(newTestEntry(0, 0))
+			d.PushBack(newTestEntry(0, 0))
 		}
 		for range 10 {
-			d.popFront()
+			d.PopFront()
 		}
 		for _, s := range want[1:] {
 			if s != victim {
-				d.pushBack(newTestEntry(s, 0))
+				d.PushBack(newTestEntry(s, 0))
 			}
 		}
 		if len(d.buf) != 16 || d.head != 10 {
 			t.Fatalf("setup: buf %d head %d, want a wrapped 16-slot ring with head 10", len(d.buf), d.head)
 		}
-		d.insertSorted(newTestEntry(victim, 0))
+		d.InsertSorted(newTestEntry(victim, 0))
 		if got := dequeContents(&d); !slices.Equal(got, want) {
 			t.Fatalf("after reinserting %d: %v, want %v", victim, got, want)
 		}
 		// The ring is now full and wrapped: a middle insert must grow it.
-		d.insertSorted(newTestEntry(victim-5, 0))
+		d.InsertSorted(newTestEntry(victim-5, 0))
 		w2 := slices.Clone(want)
 		w2 = slices.Insert(w2, slices.Index(w2, victim), victim-5)
 		if got := dequeContents(&d); !slices.Equal(got, w2) {
@@ -95,24 +108,24 @@ func TestDequeInsertSortedWrapped(t *testing.T) {
 }
 
 func TestDequeInsertSortedFrontAndBack(t *testing.T) {
-	var d deque
-	d.insertSorted(newTestEntry(5, 0)) // empty
-	d.insertSorted(newTestEntry(3, 0)) // front
-	d.insertSorted(newTestEntry(9, 0)) // back
-	d.insertSorted(newTestEntry(1, 0)) // front again
-	d.insertSorted(newTestEntry(4, 0)) // middle
+	var d Deque[*entry]
+	d.InsertSorted(newTestEntry(5, 0)) // empty
+	d.InsertSorted(newTestEntry(3, 0)) // front
+	d.InsertSorted(newTestEntry(9, 0)) // back
+	d.InsertSorted(newTestEntry(1, 0)) // front again
+	d.InsertSorted(newTestEntry(4, 0)) // middle
 	if got, want := dequeContents(&d), []uint64{1, 3, 4, 5, 9}; !slices.Equal(got, want) {
 		t.Fatalf("contents %v, want %v", got, want)
 	}
-	out := d.clear()
+	out := d.Clear()
 	if got, want := seqs(out), []uint64{1, 3, 4, 5, 9}; !slices.Equal(got, want) {
 		t.Fatalf("clear returned %v, want %v", got, want)
 	}
-	if d.len() != 0 || d.front() != nil {
+	if d.Len() != 0 || d.Front() != nil {
 		t.Fatal("deque not empty after clear")
 	}
-	d.pushBack(newTestEntry(7, 0)) // usable after clear
-	if d.popFront().Seq != 7 {
+	d.PushBack(newTestEntry(7, 0)) // usable after clear
+	if d.PopFront().Seq != 7 {
 		t.Fatal("deque unusable after clear")
 	}
 }
@@ -165,40 +178,37 @@ func (m *readyModel) pop() *entry {
 // whose range held a delivered entry would deliver it twice.
 func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 	t.Helper()
-	r := newReadyQueue(maxPriority)
+	r := NewReady[*entry](maxPriority)
 	m := &readyModel{max: maxPriority}
 	var stored []*entry // every entry, in seq order (the store's view)
 	if window > 0 {
-		r.window = window
-		r.fill = func(l *level) {
-			want := max(window-l.head.len(), window/2, 1)
+		r.Window = window
+		r.Fill = func(l *Level[*entry]) {
+			want := max(window-l.Head.Len(), window/2, 1)
 			for _, e := range stored { // seq order
 				if want == 0 {
 					break
 				}
-				if m.level(e) != l.prio || e.Seq < l.mid.from || e.Seq > l.mid.to {
+				if m.level(e) != l.Prio || e.Seq < l.Mid.From || e.Seq > l.Mid.To {
 					continue
 				}
-				e.state = stReady // read back (the broker makes a new entry)
-				l.intoHead(e)
-				l.mid.from = e.Seq + 1
-				l.mid.n--
-				l.mid.bytes -= int64(e.bodySize())
+				e.gone = false // read back (the broker makes a new entry)
+				l.Skip(e.Seq)
+				r.MoveIn(l, e)
 				want--
 			}
-			if want > 0 && l.mid.n != 0 {
-				t.Fatalf("fill: middle of level %d counts %d entries the store does not hold", l.prio, l.mid.n)
+			if want > 0 && l.Mid.N != 0 {
+				t.Fatalf("fill: middle of level %d counts %d entries the store does not hold", l.Prio, l.Mid.N)
 			}
-			if l.mid.n == 0 {
-				l.mid = midRange{}
-			}
+			r.ReadDone(l, false)
 		}
+		r.Paged = func(e *entry) { e.gone = true }
 	}
 	arrive := func(e *entry) {
 		if window > 0 {
 			e.inStore = true
-			if l := r.level(e); l.tail.len() > window {
-				r.pageOut(l, math.MaxUint64)
+			if l := r.LevelOf(e); l.Tail.Len() > window {
+				r.PageOut(l, math.MaxUint64)
 			}
 		}
 	}
@@ -206,10 +216,17 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 	var out []*entry // delivered, may be requeued
 	check := func(op string) {
 		t.Helper()
-		if r.len() != len(m.es) {
-			t.Fatalf("%s: len %d, model %d", op, r.len(), len(m.es))
+		if r.Len() != len(m.es) {
+			t.Fatalf("%s: len %d, model %d", op, r.Len(), len(m.es))
 		}
-		f := r.front()
+		var bytes int64
+		for _, e := range m.es {
+			bytes += e.size
+		}
+		if r.Bytes() != bytes {
+			t.Fatalf("%s: bytes %d, model %d", op, r.Bytes(), bytes)
+		}
+		f := r.Front()
 		if len(m.es) == 0 {
 			if f != nil {
 				t.Fatalf("%s: front %d of an empty queue", op, f.Seq)
@@ -228,12 +245,12 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 			nextSeq++
 			e := newTestEntry(nextSeq, arg%16)
 			stored = append(stored, e)
-			r.pushBack(e)
+			r.PushBack(e)
 			m.insert(e)
 			arrive(e)
 			check("pushBack")
 		case 2: // deliver the head
-			got, want := r.popFront(), m.pop()
+			got, want := r.PopFront(), m.pop()
 			if got != want {
 				t.Fatalf("popFront = %v, model %v", got, want)
 			}
@@ -245,7 +262,7 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 			nextSeq++
 			e := newTestEntry(nextSeq, arg%16)
 			stored = append(stored, e)
-			r.insertSorted(e)
+			r.InsertSorted(e)
 			m.insert(e)
 			arrive(e)
 			check("insertSorted new")
@@ -256,7 +273,7 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 			i := int(arg) % len(out)
 			e := out[i]
 			out = slices.Delete(out, i, i+1)
-			r.insertSorted(e)
+			r.InsertSorted(e)
 			m.insert(e)
 			arrive(e)
 			check("insertSorted")
@@ -265,7 +282,7 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 	if window > 0 {
 		// The middles are not resident: drain through delivery.
 		for len(m.es) > 0 {
-			if got, want := r.popFront(), m.pop(); got != want {
+			if got, want := r.PopFront(), m.pop(); got != want {
 				t.Fatalf("drain: popFront = %v, model %v", got, want)
 			}
 		}
@@ -273,29 +290,29 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 	// Drain in order, then clear must leave it empty.
 	want := seqs(m.es)
 	var got []uint64
-	snapshot := r.clear()
+	snapshot := r.Clear()
 	got = seqs(snapshot)
 	// clear returns highest priority first, each level in Seq order,
 	// which is exactly the delivery order.
 	if !slices.Equal(got, want) {
 		t.Fatalf("clear returned %v, model order %v", got, want)
 	}
-	if r.len() != 0 || r.front() != nil || r.popFront() != nil {
+	if r.Len() != 0 || r.Front() != nil || r.PopFront() != nil {
 		t.Fatal("readyQueue not empty after clear")
 	}
 }
 
 func TestReadyQueuePriorities(t *testing.T) {
-	r := newReadyQueue(10)
+	r := NewReady[*entry](10)
 	for i, p := range []uint8{1, 5, 3, 0, 200, 10, 5} {
-		r.pushBack(newTestEntry(uint64(i+1), p))
+		r.PushBack(newTestEntry(uint64(i+1), p))
 	}
 	// Priorities above the maximum count as the maximum: 200 (seq 5) and
 	// 10 (seq 6) share level 10 in arrival order.
 	want := []uint64{5, 6, 2, 7, 3, 1, 4}
 	var got []uint64
-	for r.len() > 0 {
-		got = append(got, r.popFront().Seq)
+	for r.Len() > 0 {
+		got = append(got, r.PopFront().Seq)
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("delivery order %v, want %v", got, want)
@@ -303,13 +320,13 @@ func TestReadyQueuePriorities(t *testing.T) {
 }
 
 func TestReadyQueueWithoutPrioritiesIgnoresPriority(t *testing.T) {
-	r := newReadyQueue(0)
+	r := NewReady[*entry](0)
 	for i, p := range []uint8{9, 0, 255, 3} {
-		r.pushBack(newTestEntry(uint64(i+1), p))
+		r.PushBack(newTestEntry(uint64(i+1), p))
 	}
 	var got []uint64
-	for r.len() > 0 {
-		got = append(got, r.popFront().Seq)
+	for r.Len() > 0 {
+		got = append(got, r.PopFront().Seq)
 	}
 	if want := []uint64{1, 2, 3, 4}; !slices.Equal(got, want) {
 		t.Fatalf("delivery order %v, want FIFO %v", got, want)
@@ -345,35 +362,35 @@ func FuzzReadyQueue(f *testing.F) {
 // them back and deliver them twice.
 func TestReadyQueueRequeueAboveFullHeadStaysInHead(t *testing.T) {
 	const window = 2
-	r := newReadyQueue(0)
-	r.window = window
+	r := NewReady[*entry](0)
+	r.Window = window
 	var stored []*entry // the store's view: every entry, delivered ones too
-	r.fill = func(l *level) {
+	r.Fill = func(l *Level[*entry]) {
 		for _, e := range stored {
-			if e.Seq < l.mid.from || e.Seq > l.mid.to {
+			if e.Seq < l.Mid.From || e.Seq > l.Mid.To {
 				continue
 			}
-			e.state = stReady // read back (the broker makes a new entry)
-			l.intoHead(e)
-			l.mid.from = e.Seq + 1
-			l.mid.n--
+			e.gone = false // read back (the broker makes a new entry)
+			l.Skip(e.Seq)
+			r.MoveIn(l, e)
 		}
-		l.mid = midRange{}
+		r.ReadDone(l, true)
 	}
+	r.Paged = func(e *entry) { e.gone = true }
 	var seq uint64
 	publish := func() {
 		seq++
 		e := newTestEntry(seq, 0)
 		e.inStore = true
 		stored = append(stored, e)
-		r.pushBack(e)
-		if l := r.level(e); l.tail.len() > window {
-			r.pageOut(l, math.MaxUint64)
+		r.PushBack(e)
+		if l := r.LevelOf(e); l.Tail.Len() > window {
+			r.PageOut(l, math.MaxUint64)
 		}
 	}
 	out := map[uint64]*entry{}
 	deliver := func() uint64 {
-		e := r.popFront()
+		e := r.PopFront()
 		if e == nil {
 			t.Fatal("nothing to deliver")
 		}
@@ -386,7 +403,7 @@ func TestReadyQueueRequeueAboveFullHeadStaysInHead(t *testing.T) {
 	requeue := func(s uint64) {
 		e := out[s]
 		delete(out, s)
-		r.insertSorted(e)
+		r.InsertSorted(e)
 	}
 	for range 5 {
 		publish()
@@ -401,7 +418,7 @@ func TestReadyQueueRequeueAboveFullHeadStaysInHead(t *testing.T) {
 		publish() // 6, 7, 8: a middle may form
 	}
 	var got []uint64
-	for r.len() > 0 {
+	for r.Len() > 0 {
 		got = append(got, deliver())
 	}
 	if want := []uint64{1, 2, 4, 6, 7, 8}; !slices.Equal(got, want) {

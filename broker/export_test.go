@@ -91,3 +91,11 @@ func (b *Broker) ReadAheadPendingForTest(vhost, queue string) int {
 	}
 	return n
 }
+
+// SetConsumerAddedHookForTest makes f run once each basic.consume has
+// added its consumer, before the queue dispatches to it; the returned
+// function removes it.
+func SetConsumerAddedHookForTest(f func()) (restore func()) {
+	consumerAddedHook = f
+	return func() { consumerAddedHook = nil }
+}

@@ -151,6 +151,10 @@ func (ch *channel) basicQos(m *amqp.BasicQos) *amqp.Error {
 	return nil
 }
 
+// consumerAddedHook, if set (by tests), runs once a basic.consume has
+// added its consumer to the queue, before the queue dispatches to it.
+var consumerAddedHook func()
+
 func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if m.Queue == replyToQueue {
 		return ch.consumeReplyTo(m)
@@ -179,14 +183,22 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	cons := &consumer{tag: tag, ch: ch, q: q, noAck: m.NoAck, exclusive: m.Exclusive, priority: priority, prefetch: ch.prefetch}
 	ch.consumers[tag] = cons
 	ch.mu.Unlock()
-	if err := q.addConsumer(cons); err != nil {
+	// consume-ok goes out as the consumer is added, under the queue's
+	// lock: a delivery dispatched by another goroutine (a publish, an ack)
+	// must not overtake it.
+	err = q.addConsumer(cons, func() {
+		if !m.Nowait {
+			ch.out.Send(&amqp.BasicConsumeOk{ConsumerTag: tag})
+		}
+	})
+	if err != nil {
 		ch.mu.Lock()
 		delete(ch.consumers, tag)
 		ch.mu.Unlock()
 		return err
 	}
-	if !m.Nowait {
-		ch.out.Send(&amqp.BasicConsumeOk{ConsumerTag: tag})
+	if consumerAddedHook != nil {
+		consumerAddedHook()
 	}
 	q.dispatch()
 	return nil

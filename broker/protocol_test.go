@@ -1031,3 +1031,49 @@ func TestPika(t *testing.T) {
 		t.Fatalf("pika script printed:\n%s\nwant:\n%s", out, want)
 	}
 }
+
+// TestConsumeOkPrecedesDeliveries: basic.consume-ok is the first thing a
+// new consumer sees, even when another goroutine dispatches to the queue
+// the moment the consumer is added (here a confirmed publish from a second
+// connection, made from that very moment): a client that learns its
+// consumer tag from consume-ok (the Java client, the bench's raw client)
+// cannot handle a delivery that overtakes it.
+func TestConsumeOkPrecedesDeliveries(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c := b.Dial(t)
+	pch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pch.QueueDeclare("q", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := pch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := pch.NotifyPublish(make(chan amqp091.Confirmation, 1))
+	var hookErr error
+	defer broker.SetConsumerAddedHookForTest(func() {
+		// The confirm comes after the message was routed and handed to
+		// the queue's consumer: the delivery is written by then.
+		if err := pch.Publish("", "q", false, false, amqp091.Publishing{Body: []byte("m")}); err != nil {
+			hookErr = err
+			return
+		}
+		if c := <-confirms; !c.Ack {
+			hookErr = fmt.Errorf("publish nacked")
+		}
+	})()
+	r := dialRawOpen(t, b.Addr)
+	r.openChannel(1)
+	r.send(1, &amqp.BasicConsume{Queue: "q", ConsumerTag: "c", NoAck: true})
+	if ok := rawExpect[*amqp.BasicConsumeOk](r, 1); ok.ConsumerTag != "c" {
+		t.Fatalf("consume-ok for %q, want c", ok.ConsumerTag)
+	}
+	if d := rawExpect[*amqp.BasicDeliver](r, 1); d.ConsumerTag != "c" {
+		t.Fatalf("delivery to %q, want c", d.ConsumerTag)
+	}
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+}

@@ -648,9 +648,10 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 	return e, tag, props, remaining, wait
 }
 
-// addConsumer subscribes c; it fails if an exclusive consumer is present or
-// c is exclusive and others are.
-func (q *Queue) addConsumer(c *consumer) *amqp.Error {
+// addConsumer subscribes c and calls added under the queue's lock, before
+// any delivery to c can be sent; it fails if an exclusive consumer is
+// present or c is exclusive and others are.
+func (q *Queue) addConsumer(c *consumer, added func()) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.isDeleted() || q.closing {
@@ -667,6 +668,9 @@ func (q *Queue) addConsumer(c *consumer) *amqp.Error {
 	q.exclusiveC = c.exclusive
 	q.hadConsumer = true
 	q.vhost.b.timers.Remove(&q.lease) // in use while it has consumers
+	// Under the lock: no delivery to c can be sent before what added
+	// sends (basic.consume-ok, which a client must see first).
+	added()
 	return nil
 }
 

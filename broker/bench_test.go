@@ -10,14 +10,27 @@ import (
 	"github.com/brokerd/brokerd/store/memstore"
 )
 
-// discardOut is a ChannelOut that drops every frame but remembers the last
-// delivery tag, so the benchmark can ack.
-type discardOut struct{ lastTag uint64 }
+// discardOut is a ChannelOut that drops every frame but passes on the
+// delivery tags, so the benchmark can ack (a delivery from a durable queue
+// may wait for its delivered mark to be written, so it can come from a
+// store goroutine after the publish returned), and whether each basic.get
+// found a message.
+type discardOut struct {
+	tags chan uint64
+	gets chan bool
+}
 
-func (o *discardOut) Send(amqp.Method) {}
+func (o *discardOut) Send(m amqp.Method) {
+	if _, ok := m.(*amqp.BasicGetEmpty); ok {
+		o.gets <- false
+	}
+}
 func (o *discardOut) SendContent(m amqp.Method, props, body []byte) {
-	if d, ok := m.(*amqp.BasicDeliver); ok {
-		o.lastTag = d.DeliveryTag
+	switch d := m.(type) {
+	case *amqp.BasicDeliver:
+		o.tags <- d.DeliveryTag
+	case *amqp.BasicGetOk:
+		o.gets <- true
 	}
 }
 func (o *discardOut) Writable() bool { return true }
@@ -33,7 +46,7 @@ func benchChannel(b *testing.B, durable bool, args amqp.Table) (*Broker, *channe
 	v := br.VHost("/")
 	u := br.users["guest"]
 	c := &conn{b: br, vhost: v, user: u, perm: u.Permissions["/"], channels: map[uint16]*channel{}}
-	out := &discardOut{}
+	out := &discardOut{tags: make(chan uint64, 16), gets: make(chan bool, 1)}
 	ch := newChannel(c, 1, out)
 	if err := ch.Handle(&amqp.QueueDeclare{Queue: "q", Durable: durable, Arguments: args}); err != nil {
 		b.Fatal(err)
@@ -71,7 +84,7 @@ func BenchmarkPublishDeliverAck(b *testing.B) {
 					if err := ch.Publish(pub, &p, raw, body); err != nil {
 						b.Fatal(err)
 					}
-					if err := ch.Handle(&amqp.BasicAck{DeliveryTag: out.lastTag}); err != nil {
+					if err := ch.Handle(&amqp.BasicAck{DeliveryTag: <-out.tags}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -109,11 +122,13 @@ func BenchmarkRejectDeadLetter(b *testing.B) {
 				if err := ch.Publish(pub, &p, raw, body); err != nil {
 					b.Fatal(err)
 				}
-				if err := ch.Handle(&amqp.BasicReject{DeliveryTag: out.lastTag}); err != nil {
+				if err := ch.Handle(&amqp.BasicReject{DeliveryTag: <-out.tags}); err != nil {
 					b.Fatal(err)
 				}
-				if err := ch.Handle(&amqp.BasicGet{Queue: "dlq", NoAck: true}); err != nil {
-					b.Fatal(err)
+				for got := false; !got; got = <-out.gets {
+					if err := ch.Handle(&amqp.BasicGet{Queue: "dlq", NoAck: true}); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 			b.StopTimer()

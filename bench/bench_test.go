@@ -19,36 +19,45 @@ func opts(url, scenario string) options {
 	return options{
 		url: url, scenario: scenario, n: 2000, size: 256, producers: 2, consumers: 2, confirm: 100,
 		prefetch: 100, ack: "manual", queueType: "classic", ttl: 50 * time.Millisecond, ttlMode: "queue",
-		maxLength: 100, queues: 3, timeout: 20 * time.Second,
+		maxLength: 100, queues: 3, timeout: 20 * time.Second, client: "amqp091",
 	}
 }
+
+// clients are the -client values every scenario test runs with.
+var clients = []string{"amqp091", "raw"}
 
 // TestScenarios runs each scenario briefly against a real broker and checks
 // the counts it reports.
 func TestScenarios(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	for _, sc := range []string{"publish", "consume", "e2e", "backlog", "fanout"} {
-		t.Run(sc, func(t *testing.T) {
-			o := opts(b.URL, sc)
-			res, err := run(context.Background(), o, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Msgs != uint64(o.n) || res.Lost != 0 || res.Duplicated != 0 || res.Nacked != 0 {
-				t.Fatalf("result = %+v, want %d msgs, none lost, duplicated or nacked", res, o.n)
-			}
-			if res.MsgsPerS <= 0 {
-				t.Fatalf("msgs_per_s = %v", res.MsgsPerS)
-			}
-			if sc == "e2e" || sc == "fanout" {
-				if res.P50MS <= 0 || res.P99MS < res.P50MS || res.MaxMS < res.P99MS {
-					t.Fatalf("latencies p50 %v p99 %v max %v", res.P50MS, res.P99MS, res.MaxMS)
+	for _, client := range clients {
+		for _, sc := range []string{"publish", "consume", "e2e", "backlog", "fanout"} {
+			t.Run(client+"/"+sc, func(t *testing.T) {
+				o := opts(b.URL, sc)
+				o.client = client
+				res, err := run(context.Background(), o, io.Discard)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			if sc == "backlog" && res.DrainMsgsPerS <= 0 {
-				t.Fatalf("backlog drain rate = %v", res.DrainMsgsPerS)
-			}
-		})
+				if res.Msgs != uint64(o.n) || res.Lost != 0 || res.Duplicated != 0 || res.Nacked != 0 {
+					t.Fatalf("result = %+v, want %d msgs, none lost, duplicated or nacked", res, o.n)
+				}
+				if res.MsgsPerS <= 0 {
+					t.Fatalf("msgs_per_s = %v", res.MsgsPerS)
+				}
+				if sc == "e2e" || sc == "fanout" {
+					if res.P50MS <= 0 || res.P99MS < res.P50MS || res.MaxMS < res.P99MS {
+						t.Fatalf("latencies p50 %v p99 %v max %v", res.P50MS, res.P99MS, res.MaxMS)
+					}
+				}
+				if sc == "backlog" && res.DrainMsgsPerS <= 0 {
+					t.Fatalf("backlog drain rate = %v", res.DrainMsgsPerS)
+				}
+				if res.Client != client || res.ClientCPUS <= 0 {
+					t.Fatalf("client %q cpu %v s, want %q and a positive time", res.Client, res.ClientCPUS, client)
+				}
+			})
+		}
 	}
 }
 
@@ -64,6 +73,11 @@ func TestDeadLetterScenarios(t *testing.T) {
 		{"maxlen", nil},
 		{"ttl-expire", nil},
 		{"ttl-expire", func(o *options) { o.ttlMode, o.ttl, o.ttlMax = "message", 20*time.Millisecond, 300*time.Millisecond }},
+		{"dlx-reject", func(o *options) { o.client = "raw" }},
+		{"maxlen", func(o *options) { o.client = "raw" }},
+		{"ttl-expire", func(o *options) {
+			o.client, o.ttlMode, o.ttl, o.ttlMax = "raw", "message", 20*time.Millisecond, 300*time.Millisecond
+		}},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			o := opts(b.URL, c.scenario)
@@ -102,15 +116,17 @@ func TestDurationAndRate(t *testing.T) {
 // the run must report it lost and the command must exit 1.
 func TestDetectsLoss(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	proxy := startDroppingProxy(t, b.Addr)
-	o := opts("amqp://guest:guest@"+proxy+"/", "e2e")
-	o.producers, o.consumers, o.timeout = 1, 1, 3*time.Second
-	res, err := run(context.Background(), o, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Lost != 1 {
-		t.Fatalf("lost = %d, want 1 (result %+v)", res.Lost, res)
+	for _, client := range clients {
+		proxy := startDroppingProxy(t, b.Addr)
+		o := opts("amqp://guest:guest@"+proxy+"/", "e2e")
+		o.producers, o.consumers, o.timeout, o.client = 1, 1, 3*time.Second, client
+		res, err := run(context.Background(), o, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Lost != 1 {
+			t.Fatalf("%s: lost = %d, want 1 (result %+v)", client, res.Lost, res)
+		}
 	}
 
 	var stdout, stderr bytes.Buffer

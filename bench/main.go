@@ -101,6 +101,7 @@ type options struct {
 	timeout    time.Duration
 	id         string // queue and exchange name prefix
 	keep       bool   // leave the run's queues and exchanges in place
+	client     string // amqp091 or raw
 }
 
 var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout"}
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for messages after this long")
 	fs.StringVar(&o.id, "id", "", "name prefix of the run's queues and exchanges (default random); with -keep and scenario drain, a later run finds an earlier run's queue")
 	fs.BoolVar(&o.keep, "keep", false, "leave the run's queues and exchanges in place (e.g. publish -keep, restart the broker, then drain)")
+	fs.StringVar(&o.client, "client", "amqp091", "client library for producers and consumers: amqp091 (github.com/rabbitmq/amqp091-go, what users run) or raw (pre-encoded frames over brokerd's codec, batched writes: a load generator that is not the bottleneck)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -148,6 +150,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.n < 0 || o.size < bodyHeader || o.producers < 1 || o.consumers < 1 || o.confirm < 0 || o.prefetch < 0 || o.queues < 1 || o.maxLength < 0 || o.rate < 0 {
 		problems = append(problems, fmt.Sprintf("need -n >= 0, -size >= %d, -producers >= 1, -consumers >= 1, -queues >= 1, and non-negative -confirm, -prefetch, -max-length, -rate", bodyHeader))
+	}
+	if o.client != "amqp091" && o.client != "raw" {
+		problems = append(problems, "-client must be amqp091 or raw")
 	}
 	if o.ack != "manual" && o.ack != "auto" {
 		problems = append(problems, "-ack must be manual or auto")
@@ -224,6 +229,11 @@ type result struct {
 	QueueType  string  `json:"queue_type"`
 	Rate       float64 `json:"rate,omitempty"`
 	Latency    string  `json:"latency"` // what p50/p99/max measure
+	Client     string  `json:"client"`
+	// ClientCPUS is the CPU time (user + system) the benchmark process
+	// used during the run, so a reader can tell whether the client was
+	// the bottleneck.
+	ClientCPUS float64 `json:"client_cpu_s"`
 }
 
 func printTable(w io.Writer, rs []result) {
@@ -251,6 +261,7 @@ func printTable(w io.Writer, rs []result) {
 		fmt.Fprintln(tw, line)
 	}
 	row("msgs", func(r result) float64 { return float64(r.Msgs) }, "%.0f")
+	row("client cpu s", func(r result) float64 { return r.ClientCPUS }, "%.2f")
 	row("msgs/s", func(r result) float64 { return r.MsgsPerS }, "%.0f")
 	row("MB/s", func(r result) float64 { return r.MBPerS }, "%.1f")
 	if rs[0].DrainMsgsPerS > 0 {

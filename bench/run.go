@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -67,8 +69,9 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 	res = result{
 		Scenario: o.scenario, URL: redact(o.url), Size: o.size, Producers: o.producers, Consumers: o.consumers,
 		Confirm: o.confirm, Persistent: o.persistent, Prefetch: o.prefetch, Ack: o.ack, QueueType: o.queueType,
-		Rate: o.rate, Latency: "none",
+		Rate: o.rate, Latency: "none", Client: o.client,
 	}
+	cpu0 := cpuTime()
 	var elapsed time.Duration
 	switch o.scenario {
 	case "publish":
@@ -93,6 +96,7 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 	if err != nil {
 		return res, err
 	}
+	res.ClientCPUS = (cpuTime() - cpu0).Seconds()
 	res.Seconds = elapsed.Seconds()
 	if res.Seconds > 0 {
 		res.MsgsPerS = float64(res.Msgs) / res.Seconds
@@ -231,34 +235,109 @@ func (r *runner) produceAll(ctx context.Context, exchange, key string, ttl func(
 	return time.Since(start), first
 }
 
-func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time, exchange, key string, ttl func() (uint32, string)) error {
+// publisher is one publishing connection of either client.
+type publisher interface {
+	// publish sends (or buffers) one message.
+	publish(body []byte, expiration string) error
+	// flush sends what is buffered (before the producer pauses).
+	flush() error
+	// confirm returns the next confirm, in publish order.
+	confirm() (ack bool, err error)
+	// close closes the channel (a barrier: the broker has handled every
+	// publish when it answers close-ok) and the connection.
+	close() error
+}
+
+// dialPublisher connects a publisher with the run's client.
+func (r *runner) dialPublisher(ctx context.Context, exchange, key string) (publisher, error) {
+	if r.o.client == "raw" {
+		c, err := rawDial(r.o.url)
+		if err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		p, err := newRawPublisher(c, exchange, key, r.o.persistent, r.o.confirm > 0)
+		if err != nil {
+			c.nc.Close()
+			return nil, err
+		}
+		return p, nil
+	}
 	conn, err := amqp091.Dial(r.o.url)
 	if err != nil {
-		return fmt.Errorf("producer %d: connect: %w", id, err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("producer %d: open channel: %w", id, err)
+		conn.Close()
+		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	var confirms chan amqp091.Confirmation
-	var sentAt []time.Time // send times of unconfirmed publishes, in order
+	p := &goPublisher{ctx: ctx, conn: conn, ch: ch, exchange: exchange, key: key, mode: amqp091.Transient}
+	if r.o.persistent {
+		p.mode = amqp091.Persistent
+	}
 	if r.o.confirm > 0 {
 		if err := ch.Confirm(false); err != nil {
-			return fmt.Errorf("producer %d: confirm.select: %w", id, err)
+			conn.Close()
+			return nil, fmt.Errorf("confirm.select: %w", err)
 		}
-		confirms = ch.NotifyPublish(make(chan amqp091.Confirmation, r.o.confirm+1))
+		p.confirms = ch.NotifyPublish(make(chan amqp091.Confirmation, r.o.confirm+1))
 	}
+	return p, nil
+}
+
+// goPublisher publishes with amqp091-go.
+type goPublisher struct {
+	ctx           context.Context
+	conn          *amqp091.Connection
+	ch            *amqp091.Channel
+	confirms      chan amqp091.Confirmation
+	exchange, key string
+	mode          uint8
+}
+
+func (p *goPublisher) publish(body []byte, expiration string) error {
+	return p.ch.PublishWithContext(p.ctx, p.exchange, p.key, false, false, amqp091.Publishing{
+		Body: body, DeliveryMode: p.mode, Expiration: expiration,
+	})
+}
+
+func (p *goPublisher) flush() error { return nil }
+
+func (p *goPublisher) confirm() (bool, error) {
+	c, ok := <-p.confirms
+	if !ok {
+		return false, errors.New("channel closed while awaiting confirms")
+	}
+	return c.Ack, nil
+}
+
+func (p *goPublisher) close() error {
+	defer p.conn.Close()
+	return p.ch.Close()
+}
+
+func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time, exchange, key string, ttl func() (uint32, string)) error {
+	p, err := r.dialPublisher(ctx, exchange, key)
+	if err != nil {
+		return fmt.Errorf("producer %d: %w", id, err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			p.close()
+		}
+	}()
+	var sentAt []time.Time // send times of unconfirmed publishes, in order
 	await := func() error {
-		c, ok := <-confirms
-		if !ok {
-			return fmt.Errorf("producer %d: channel closed while awaiting confirms", id)
+		ack, err := p.confirm()
+		if err != nil {
+			return fmt.Errorf("producer %d: %w", id, err)
 		}
 		if r.confirmLatency {
 			r.lat.add(float64(time.Since(sentAt[0])) / 1e6)
 		}
 		sentAt = sentAt[1:]
-		if c.Ack {
+		if ack {
 			r.published.Add(1)
 		} else {
 			r.nacked.Add(1)
@@ -266,10 +345,6 @@ func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time,
 		return nil
 	}
 	perProducerRate := r.o.rate / float64(r.o.producers)
-	mode := amqp091.Transient
-	if r.o.persistent {
-		mode = amqp091.Persistent
-	}
 	start := time.Now()
 	buf := make([]byte, r.o.size)
 	i := 0
@@ -282,6 +357,9 @@ func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time,
 		}
 		if perProducerRate > 0 {
 			if d := time.Until(start.Add(time.Duration(float64(i) / perProducerRate * 1e9))); d > 0 {
+				if err := p.flush(); err != nil {
+					return fmt.Errorf("producer %d: publish: %w", id, err)
+				}
 				time.Sleep(d)
 			}
 		}
@@ -292,14 +370,11 @@ func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time,
 		}
 		now := time.Now()
 		body := makeBody(buf, r.o.size, id, uint64(i), now, ttlMS)
-		err := ch.PublishWithContext(ctx, exchange, key, false, false, amqp091.Publishing{
-			Body: body, DeliveryMode: mode, Expiration: expiration,
-		})
-		if err != nil {
+		if err := p.publish(body, expiration); err != nil {
 			return fmt.Errorf("producer %d: publish: %w", id, err)
 		}
 		r.sent.Add(1)
-		if confirms == nil {
+		if r.o.confirm == 0 {
 			r.published.Add(1)
 			continue
 		}
@@ -316,9 +391,8 @@ func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time,
 		}
 	}
 	r.perProd[id].Store(uint64(i))
-	// A clean channel close is a barrier: the broker has handled every
-	// publish before it answers close-ok.
-	return ch.Close()
+	closed = true
+	return p.close()
 }
 
 // consumeAction says what a consumer does with each delivery.
@@ -341,63 +415,117 @@ type consumerSpec struct {
 	slot int
 }
 
-// consumer runs one consuming connection until stop is closed.
-func (r *runner) consumer(s consumerSpec, stop <-chan struct{}, ready chan<- error) {
-	queue, action, record, latency := s.queue, s.action, s.record, s.latency
+// subscriber is one consuming connection of either client.
+type subscriber interface {
+	// next returns the next delivery's tag and body (valid until the
+	// next call); it fails once close was called.
+	next() (tag uint64, body []byte, err error)
+	ack(tag uint64)
+	reject(tag uint64)
+	// close ends the connection; a next under way returns.
+	close()
+}
+
+// dialSubscriber connects a consumer of queue with the run's client.
+func (r *runner) dialSubscriber(queue string, noAck bool) (subscriber, error) {
+	if r.o.client == "raw" {
+		c, err := rawDial(r.o.url)
+		if err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		s, err := newRawSubscriber(c, queue, r.o.prefetch, noAck)
+		if err != nil {
+			c.nc.Close()
+			return nil, err
+		}
+		return s, nil
+	}
 	conn, err := amqp091.Dial(r.o.url)
 	if err != nil {
-		ready <- fmt.Errorf("consumer: connect: %w", err)
-		return
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		ready <- fmt.Errorf("consumer: open channel: %w", err)
-		return
+		conn.Close()
+		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	auto := r.o.ack == "auto" && action == actAck
-	if !auto {
+	if !noAck {
 		if err := ch.Qos(r.o.prefetch, 0, false); err != nil {
-			ready <- fmt.Errorf("consumer: qos: %w", err)
-			return
+			conn.Close()
+			return nil, fmt.Errorf("qos: %w", err)
 		}
 	}
-	deliveries, err := ch.Consume(queue, "", auto, false, false, false, nil)
+	deliveries, err := ch.Consume(queue, "", noAck, false, false, false, nil)
 	if err != nil {
-		ready <- fmt.Errorf("consumer: consume %s: %w", queue, err)
+		conn.Close()
+		return nil, fmt.Errorf("consume %s: %w", queue, err)
+	}
+	return &goSubscriber{conn: conn, ch: ch, deliveries: deliveries}, nil
+}
+
+// goSubscriber consumes with amqp091-go.
+type goSubscriber struct {
+	conn       *amqp091.Connection
+	ch         *amqp091.Channel
+	deliveries <-chan amqp091.Delivery
+}
+
+func (s *goSubscriber) next() (uint64, []byte, error) {
+	d, ok := <-s.deliveries
+	if !ok {
+		return 0, nil, errors.New("consumer closed")
+	}
+	return d.DeliveryTag, d.Body, nil
+}
+
+func (s *goSubscriber) ack(tag uint64)    { s.ch.Ack(tag, false) }
+func (s *goSubscriber) reject(tag uint64) { s.ch.Reject(tag, false) }
+func (s *goSubscriber) close()            { s.conn.Close() }
+
+// consumer runs one consuming connection until stop is closed.
+func (r *runner) consumer(spec consumerSpec, stop <-chan struct{}, ready chan<- error) {
+	auto := r.o.ack == "auto" && spec.action == actAck
+	s, err := r.dialSubscriber(spec.queue, auto)
+	if err != nil {
+		ready <- fmt.Errorf("consumer: %w", err)
 		return
 	}
 	ready <- nil
-	for {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
 		select {
 		case <-stop:
+		case <-done:
+		}
+		s.close()
+	}()
+	for {
+		tag, body, err := s.next()
+		if err != nil {
 			return
-		case d, ok := <-deliveries:
-			if !ok {
-				return
+		}
+		now := time.Now()
+		if !auto {
+			if spec.action == actReject {
+				s.reject(tag)
+			} else {
+				s.ack(tag)
 			}
-			now := time.Now()
-			if !auto {
-				if action == actReject {
-					d.Reject(false)
-				} else {
-					d.Ack(false)
-				}
+		}
+		if !spec.record {
+			continue
+		}
+		info, err := parseBody(body)
+		if err != nil {
+			r.strays.Add(1)
+			continue
+		}
+		if r.track.record(spec.slot+info.producer, info.seq) {
+			if spec.latency != nil {
+				r.lat.add(spec.latency(info, now))
 			}
-			if !record {
-				continue
-			}
-			info, err := parseBody(d.Body)
-			if err != nil {
-				r.strays.Add(1)
-				continue
-			}
-			if r.track.record(s.slot+info.producer, info.seq) {
-				if latency != nil {
-					r.lat.add(latency(info, now))
-				}
-				r.arrived()
-			}
+			r.arrived()
 		}
 	}
 }
@@ -431,4 +559,13 @@ func (r *runner) queueDepth(name string) (int, error) {
 		return 0, fmt.Errorf("inspect queue %s: %w", name, err)
 	}
 	return q.Messages, nil
+}
+
+// cpuTime returns the CPU time (user + system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"slices"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -104,20 +105,32 @@ func Rewrite(src Source, to Target) Result {
 		history = append(history, d)
 	}
 
-	h = h.With("x-death", history)
-	if first {
-		h = h.With("x-first-death-reason", string(src.Reason)).
-			With("x-first-death-queue", src.Queue).
-			With("x-first-death-exchange", src.Exchange)
+	// One copy of the headers, then set in place (as Table.With would,
+	// field by field: a key present keeps its position).
+	h = append(make(amqp.Table, 0, len(h)+7), h...)
+	set := func(key string, v any) {
+		for i := range h {
+			if h[i].Key == key {
+				h[i].Value = v
+				return
+			}
+		}
+		h = append(h, amqp.Field{Key: key, Value: v})
 	}
-	h = h.With("x-last-death-reason", string(src.Reason)).
-		With("x-last-death-queue", src.Queue).
-		With("x-last-death-exchange", src.Exchange)
+	set("x-death", history)
+	if first {
+		set("x-first-death-reason", string(src.Reason))
+		set("x-first-death-queue", src.Queue)
+		set("x-first-death-exchange", src.Exchange)
+	}
+	set("x-last-death-reason", string(src.Reason))
+	set("x-last-death-queue", src.Queue)
+	set("x-last-death-exchange", src.Exchange)
 
 	keys := src.RoutingKeys
 	if to.HasRoutingKey {
 		keys = []string{to.RoutingKey}
-		h = h.Without("CC")
+		h = slices.DeleteFunc(h, func(f amqp.Field) bool { return f.Key == "CC" })
 	}
 	p.Headers = h
 	p.Flags |= amqp.FlagHeaders

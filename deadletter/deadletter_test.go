@@ -235,3 +235,28 @@ func FuzzRewrite(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRewrite: a first death (expired, with an application header
+// and an expiration), then the same message dying again elsewhere.
+func BenchmarkRewrite(b *testing.B) {
+	t0 := time.Unix(1700000000, 0)
+	first := Source{
+		Props:    amqp.Properties{Flags: amqp.FlagExpiration | amqp.FlagHeaders, Expiration: "1000", Headers: amqp.Table{{Key: "app", Value: "orders"}}},
+		Exchange: "x", RoutingKeys: []string{"k"}, Queue: "work", Reason: Expired, Time: t0,
+	}
+	again := first
+	again.Props = Rewrite(first, Target{Exchange: "dlx"}).Props
+	again.Queue, again.Reason = "retry", Rejected
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			Rewrite(first, Target{Exchange: "dlx"})
+		}
+	})
+	b.Run("again", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			Rewrite(again, Target{Exchange: "dlx", RoutingKey: "r", HasRoutingKey: true})
+		}
+	})
+}

@@ -3,7 +3,12 @@ package broker
 // Hooks for the external tests (package broker_test), compiled only into
 // tests.
 
-import "github.com/brokerd/brokerd/store"
+import (
+	"sync"
+
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/ttl"
+)
 
 // VHostLockedForTest reports whether vhost's lock is held (or waited for)
 // exclusively: a store hook calls it to see whether a definition reaches
@@ -98,4 +103,38 @@ func (b *Broker) ReadAheadPendingForTest(vhost, queue string) int {
 func SetConsumerAddedHookForTest(f func()) (restore func()) {
 	consumerAddedHook = f
 	return func() { consumerAddedHook = nil }
+}
+
+// PagedOutCapture holds the entries that paged out while it was set.
+type PagedOutCapture struct {
+	mu sync.Mutex
+	es []*entry
+}
+
+// CapturePagedOutForTest records every entry that pages out from now on
+// (set it before the broker has connections); restore stops it.
+func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
+	c = &PagedOutCapture{}
+	pagedOutHook = func(e *entry) {
+		c.mu.Lock()
+		c.es = append(c.es, e)
+		c.mu.Unlock()
+	}
+	return c, func() { pagedOutHook = nil }
+}
+
+// FireStale hands the resident timers of the captured entries that have a
+// deadline to b's expiry, as the scheduler does when it took them just
+// before they paged out; it returns how many.
+func (c *PagedOutCapture) FireStale(b *Broker) int {
+	c.mu.Lock()
+	var due []*ttl.Timer
+	for _, e := range c.es {
+		if e.Deadline != 0 {
+			due = append(due, &e.timer)
+		}
+	}
+	c.mu.Unlock() // expiry pages entries out too
+	b.fireTimers(due)
+	return len(due)
 }

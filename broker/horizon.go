@@ -169,9 +169,16 @@ func (q *Queue) armPagedLocked(deadline int64, ref store.Ref) {
 	q.vhost.b.timers.Add(&pt.timer)
 }
 
-// pagedOutLocked moves e's timer into the store as e pages out: armed as
-// a paged timer if a scan has passed its deadline already.
+// pagedOutLocked marks e paged out (the store holds it; it comes back as
+// a new entry, so a timer of e's that the scheduler took before e paged
+// out must find it not ready and let it be), and moves its timer into
+// the store: armed as a paged timer if a scan has passed its deadline
+// already.
 func (q *Queue) pagedOutLocked(e *entry) {
+	e.state = stPaged
+	if pagedOutHook != nil {
+		pagedOutHook(e)
+	}
 	if e.Deadline == 0 {
 		return
 	}
@@ -181,6 +188,10 @@ func (q *Queue) pagedOutLocked(e *entry) {
 		q.armPagedLocked(e.Deadline, e.Ref)
 	}
 }
+
+// pagedOutHook, if set (by tests), is called with each entry that pages
+// out.
+var pagedOutHook func(*entry)
 
 // unpageTimerLocked drops the paged timer of seq (its entry is paging in,
 // with a resident timer).

@@ -474,3 +474,41 @@ func TestStoredBacklogBoundedAndForwardedInOrder(t *testing.T) {
 	wantBacklog("src", 0)
 	dvWantReady(t, ch, "dlq", 300) // got without acks: they come back
 }
+
+// An entry whose resident timer the scheduler has taken when it pages out
+// is left to that timer no more: it expires once, from the store, by its
+// paged timer. (The timer used to find it still ready, so it expired
+// twice: a dead letter duplicated, the ready count one too low — and a
+// later read of the middle lost a confirmed message to the correction.)
+func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
+	capture, restore := broker.CapturePagedOutForTest()
+	defer restore()
+	clk := tlNewClock()
+	b := tlStartClock(t, clk)
+	_, ch := tlChannel(t, b)
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", nil))
+	const n = 40
+	bodies := dvNumbered("s", n)
+	for _, body := range bodies {
+		tlPubPersistent(t, ch, "src", body, "1000")
+	}
+	pgWantResident(t, b, "src", 1, 0, n)
+	// Before the deadlines: a stale timer must not re-arm the entry.
+	if fired := capture.FireStale(b.Broker); fired == 0 {
+		t.Fatal("no entry paged out")
+	}
+	clk.Advance(999 * time.Millisecond)
+	tlEventually(t, "the paged deadlines to be read ahead", func() bool {
+		return b.Broker.ReadAheadPendingForTest("/", "src") == 0
+	})
+	clk.Advance(2 * time.Millisecond)
+	// At the deadlines: the stale timers fire again, beside the paged ones.
+	capture.FireStale(b.Broker)
+	tlEventuallyReady(t, b, "dlq", n)
+	tlSync(t, ch)
+	dvWantReady(t, ch, "src", 0)
+	dvWantReady(t, ch, "dlq", n)
+	dvWantBodies(t, "dead-lettered once each, in order", dvGetN(t, ch, "dlq", n), bodies...)
+	dvWantEmpty(t, ch, "dlq")
+}

@@ -58,8 +58,10 @@ type Ready[E Entry] struct {
 	Fill     func(l *Level[E])
 	Prefetch func(l *Level[E])
 	// Paged, if set, is told of each entry that PageOut moves into a
-	// middle: the engine forgets it, and the owner marks it so (a timer
-	// that fired already must let it be) and moves its timer.
+	// middle: the engine forgets it, and the owner must mark it so (it
+	// reports !Ready from then on: a timer that fired already must let it
+	// be; the middle's read brings it back as a new entry) and moves its
+	// timer.
 	Paged func(e E)
 }
 

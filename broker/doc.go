@@ -62,10 +62,13 @@
 // resident tail of new arrivals (package engine). Entries page out once
 // their put has been handed to the store and page back in, bodies
 // included, when the head runs low: one window at a time, read outside
-// the queue's lock and merged under it unless the middle changed
-// meanwhile; only an empty head that must deliver now is read under the
-// lock. Counters never depend on what is
-// resident. Transient entries (transient messages, every message of a
+// the queue's lock and merged under it (skipping what expired meanwhile)
+// unless the middle was emptied or replaced. No read runs under a queue's
+// lock while the broker serves: a head that empties before its read
+// completes gives nothing until then (deliveries wait, a basic.get waits,
+// and a publish that takes a drop-head queue over its limit has its
+// confirm wait for the eviction, so a client never sees the queue over
+// its limit). Counters never depend on what is resident. Transient entries (transient messages, every message of a
 // queue that does not survive a restart) page out through the queue's
 // volatile store range, written a chunk at a time once the tail is past
 // its window and dropped at recovery (spill.go); a queue within its window

@@ -103,7 +103,7 @@ func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
 	var expired []*entry
 	for _, e := range paged {
 		if l, ok := q.ready.InMiddle(e.Prio, e.Seq); ok {
-			q.ready.TakeOut(l, int64(e.bodySize()), false)
+			q.ready.TakeOut(l, e.Seq, int64(e.bodySize()), false)
 			expired = append(expired, e)
 		}
 	}

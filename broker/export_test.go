@@ -138,3 +138,40 @@ func (c *PagedOutCapture) FireStale(b *Broker) int {
 	b.fireTimers(due)
 	return len(due)
 }
+
+// queueIfFreeForTest returns queue locked, or nil if its lock is held
+// (a test that polls must not wait behind a lock held across a read).
+func (b *Broker) queueIfFreeForTest(vhost, queue string) *Queue {
+	v := b.VHost(vhost)
+	v.mu.RLock()
+	q := v.queues[queue]
+	v.mu.RUnlock()
+	if !q.mu.TryLock() {
+		return nil
+	}
+	return q
+}
+
+// EvictionOwedForTest returns how many publishes wait for queue's
+// drop-head eviction (its head is being read back from the store); 0
+// while the queue's lock is held.
+func (b *Broker) EvictionOwedForTest(vhost, queue string) int {
+	q := b.queueIfFreeForTest(vhost, queue)
+	if q == nil {
+		return 0
+	}
+	defer q.mu.Unlock()
+	return len(q.evictWaiters)
+}
+
+// GetWaitingForTest reports whether a basic.get on queue waits for its
+// head to be read back from the store (false while the queue's lock is
+// held).
+func (b *Broker) GetWaitingForTest(vhost, queue string) bool {
+	q := b.queueIfFreeForTest(vhost, queue)
+	if q == nil {
+		return false
+	}
+	defer q.mu.Unlock()
+	return q.fillWake != nil
+}

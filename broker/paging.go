@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/brokerd/brokerd/broker/engine"
@@ -8,14 +9,18 @@ import (
 )
 
 // Paging: a durable queue keeps about two windows of entries per priority
-// level in memory (the engine package's Ready); the rest of a deep level lives in the
-// store only. A level's head is topped up ahead of need by a read outside
+// level in memory (the engine package's Ready); the rest of a deep level
+// lives in the store only. A level's head is refilled by a read outside
 // the queue's lock (prefetchLocked: one window of entries and their
 // bodies, from the store's memory for recent entries, its block cache or
-// segments for older ones), merged under the lock if the middle has not
-// changed meanwhile. Only when the head is empty and an entry is needed
-// now (a delivery, basic.get, a length limit) is the read made under the
-// lock (fillLocked).
+// segments for older ones), merged under the lock. The read starts ahead
+// of need, when the head runs low; when the head is empty before it
+// completes, the level has nothing to give until it does: deliveries
+// resume, a drop-head limit evicts and a waiting basic.get answers when
+// it is merged. So no store read ever runs under a queue's lock while
+// clients are served: a publisher never waits for a disk. Only while the
+// broker recovers or closes (no goroutine may start) is the read made
+// under the lock (fillLocked).
 
 // ranges names q's store ranges for the engine's reads.
 func (q *Queue) ranges() engine.Ranges {
@@ -35,10 +40,15 @@ func (e *entry) EntrySize() int64 { return int64(len(e.Msg.Body)) }
 func (e *entry) Ready() bool      { return e.state == stReady }
 func (e *entry) Pageable() bool   { return e.inStore && !e.zeroTTL }
 
-// fillLocked reads the next window of l's middle into its head, under the
-// queue's lock. A store failure leaves the head as it was (delivery from
-// the level stops and the store alarm is raised).
+// fillLocked refills l's head from its middle now that it is empty: by a
+// read outside the lock (prefetchLocked) while the broker serves, under
+// the lock while it recovers or closes. A store failure leaves the head
+// as it was (delivery from the level stops and the store alarm is
+// raised).
 func (q *Queue) fillLocked(l *level) {
+	if q.prefetchLocked(l) {
+		return
+	}
 	want := max(q.ready.Window-l.Head.Len(), q.ready.Window/2, 1)
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, q.pageBuf[:0])
 	if err != nil {
@@ -50,13 +60,20 @@ func (q *Queue) fillLocked(l *level) {
 	q.pageBuf = r.Metas[:0]
 }
 
-// prefetchLocked starts a read of l's next window outside the lock, unless
-// one is under way: when it completes, it is merged if l's middle is as it
-// was (same start, no entry taken out of it), else dropped.
-func (q *Queue) prefetchLocked(l *level) {
+// prefetchLocked starts a read of l's next window outside the lock,
+// unless one is under way, and reports whether one is (false while the
+// broker recovers or closes). When it completes it is merged if l's
+// middle is still the one it read (entries taken out of it meanwhile are
+// skipped), else dropped; then waiting gets are woken and the queue
+// delivers and enforces its limits, which starts the next read if the
+// head still needs one.
+func (q *Queue) prefetchLocked(l *level) bool {
 	b := q.vhost.b
-	if l.Filling || q.recovering || !b.goAsync() {
-		return
+	if l.Filling {
+		return true
+	}
+	if q.recovering || !b.goAsync() {
+		return false
 	}
 	l.Filling = true
 	prio, from, to, gen, spilled := l.Prio, l.Mid.From, l.Mid.To, l.Gen, q.spilled
@@ -64,24 +81,87 @@ func (q *Queue) prefetchLocked(l *level) {
 	go func() {
 		defer b.asyncDone()
 		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, nil)
-		q.locked(func(t *txn) {
-			l := q.ready.Level(prio)
-			l.Filling = false
-			if err != nil {
-				if !q.isDeleted() && l.Gen == gen && l.Mid.From == from {
-					b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
-				}
-				return
+		q.mu.Lock()
+		t := b.newTxn()
+		l := q.ready.Level(prio)
+		current := !q.isDeleted() && l.Gen == gen && l.Mid.N > 0 && l.Mid.From == from
+		switch {
+		case err != nil:
+			if current {
+				b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 			}
-			if q.isDeleted() || l.Gen != gen || l.Mid.N == 0 || l.Mid.From != from {
-				return // the middle changed meanwhile: the read may be stale
-			}
+		case current:
 			// Entries paged out since the read began are read next time.
 			r.Done = r.Done && l.Mid.To == to
 			q.mergeLocked(l, r)
+		}
+		l.EndRead()
+		if err == nil && !q.isDeleted() {
+			// Evict first: what a drop-head limit owes goes before
+			// anything is delivered.
+			q.enforceLimitsLocked(t)
 			q.dispatchLocked(t)
-		})
+		}
+		var evicted []func(error)
+		if err != nil || !q.evictionOwedLocked() {
+			evicted, q.evictWaiters = q.evictWaiters, nil
+		}
+		evictedDone := func(applyErr error) {
+			for _, w := range evicted {
+				w(cmp.Or(err, applyErr))
+			}
+		}
+		wrote := t.write(evictedDone)
+		q.wakeFillWaitersLocked(err)
+		q.mu.Unlock()
+		t.finish()
+		if !wrote {
+			evictedDone(nil)
+		}
 	}()
+	return true
+}
+
+// evictionOwedLocked reports whether q is a drop-head queue over its
+// limits that could not evict yet: its head is being read back from the
+// store (a publish that took it over waits for its eviction: awaitEviction).
+func (q *Queue) evictionOwedLocked() bool {
+	if q.isDeleted() {
+		return false
+	}
+	lim := q.config().limits
+	return lim.Limited() && lim.Over(q.ready.Len(), q.ready.Bytes()) && q.fillWaitLocked() != nil
+}
+
+// fillWait is a wait for the reads of a queue's middles under way.
+type fillWait struct {
+	done chan struct{} // closed when one completes
+	err  error         // its error, set before done is closed
+}
+
+// fillWaitLocked returns a wait that ends when a read of q's middles under
+// way completes (a basic.get that found the head empty waits on it), or
+// nil when none is under way.
+func (q *Queue) fillWaitLocked() *fillWait {
+	for i := range q.ready.Levels() {
+		if q.ready.Level(uint8(i)).Filling {
+			if q.fillWake == nil {
+				q.fillWake = &fillWait{done: make(chan struct{})}
+			}
+			return q.fillWake
+		}
+	}
+	return nil
+}
+
+// wakeFillWaitersLocked ends the wait of fillWaitLocked's callers: a read
+// completed, with err.
+func (q *Queue) wakeFillWaitersLocked(err error) {
+	if w := q.fillWake; w != nil {
+		q.fillWake = nil
+		w.err = err
+		close(w.done)
+	}
 }
 
 // mergeLocked moves the entries of read r into l's head.
@@ -89,6 +169,9 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 	for i := range r.Metas {
 		m := &r.Metas[i]
 		l.Skip(m.Seq)
+		if l.Taken(m.Seq) {
+			continue // taken out (expired) while the read ran
+		}
 		if m.DeadLetter != "" && !q.unreadBacklog(m.Seq) {
 			// A dead letter that waits in the backlog (it was
 			// resident when it died): not part of the middle.
@@ -101,7 +184,7 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 			// backlog and leaves the ready count.
 			e.state = stBacklog
 			q.addBacklogLocked(e)
-			q.ready.TakeOut(l, int64(m.Size), true)
+			q.ready.TakeOut(l, m.Seq, int64(m.Size), true)
 			continue
 		}
 		e.state = stReady

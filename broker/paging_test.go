@@ -512,3 +512,144 @@ func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
 	dvWantBodies(t, "dead-lettered once each, in order", dvGetN(t, ch, "dlq", n), bodies...)
 	dvWantEmpty(t, ch, "dlq")
 }
+
+// gatedReads is a store whose reads of queue entries wait, once armed,
+// until released: a disk slow to answer.
+type gatedReads struct {
+	store.Store
+	armed   atomic.Bool
+	release chan struct{}
+}
+
+func newGatedReads() *gatedReads { return &gatedReads{release: make(chan struct{})} }
+
+func (g *gatedReads) ReadEntries(q store.QueueID, prio uint8, from uint64, max int, dst []store.EntryMeta) ([]store.EntryMeta, error) {
+	if g.armed.Load() {
+		<-g.release
+	}
+	return g.Store.ReadEntries(q, prio, from, max, dst)
+}
+
+// open lets every read through from now on.
+func (g *gatedReads) open() {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.release)
+	}
+}
+
+// While a deep queue's head is being read back from the store, the queue's
+// lock is free: a publish to it is confirmed, and a basic.get waits for
+// the read and answers with the right message (not get-empty).
+func TestPageInReadDoesNotHoldTheQueue(t *testing.T) {
+	g := newGatedReads()
+	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
+	defer g.open() // before the cleanups: they close connections blocked behind a read
+	_, ch := tlChannel(t, b)
+	tlDeclareDurable(t, ch, "deep", "classic", true, nil)
+	bodies := dvNumbered("d", 40)
+	pgPublish(t, ch, "deep", bodies, nil)
+	g.armed.Store(true)
+	type got struct {
+		body string
+		err  error
+	}
+	gets := make(chan got, len(bodies)+1)
+	go func() {
+		c := b.Dial(t)
+		gch, err := c.Channel()
+		for err == nil {
+			var d amqp091.Delivery
+			var ok bool
+			d, ok, err = gch.Get("deep", true)
+			switch {
+			case err != nil:
+			case !ok:
+				err = errors.New("get-empty")
+			default:
+				gets <- got{body: string(d.Body)}
+			}
+		}
+		gets <- got{err: err}
+	}()
+	tlEventually(t, "a get to wait for the head to be read back", func() bool {
+		return b.Broker.GetWaitingForTest("/", "deep")
+	})
+	_, pch := tlChannel(t, b)
+	if !tlPublish(t, pch, "", "deep", amqp091.Publishing{Body: []byte("late"), DeliveryMode: amqp091.Persistent}) {
+		t.Fatal("publish during the read: nacked")
+	}
+	g.open()
+	want := append(slices.Clone(bodies), "late")
+	for i, w := range want {
+		r := <-gets
+		if r.err != nil {
+			t.Fatalf("get %d: %v", i, r.err)
+		}
+		if r.body != w {
+			t.Fatalf("get %d = %q, want %q", i, r.body, w)
+		}
+	}
+	if r := <-gets; r.err == nil || r.err.Error() != "get-empty" {
+		t.Fatalf("after the last: %v, want get-empty", r.err)
+	}
+}
+
+// A publish that takes a drop-head queue over its limit while the queue's
+// head is being read back is confirmed only once the eviction it causes
+// is made: then the queue is exactly at its limit, and the oldest are in
+// the dead-letter queue, in order.
+func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
+	g := newGatedReads()
+	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
+	defer g.open() // before the cleanups: they close connections blocked behind a read
+	_, ch := tlChannel(t, b)
+	const limit = 20
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlDeclareDurable(t, ch, "lim", "classic", true, tlDLX("dlq", amqp091.Table{"x-max-length": int32(limit)}))
+	bodies := dvNumbered("m", 60)
+	pgPublish(t, ch, "lim", bodies[:limit], nil)
+	g.armed.Store(true)
+	// Each publish now evicts from the head; the read that refills it
+	// waits at the gate, so a publish soon finds the head empty.
+	ctx := tlCtx(t)
+	owed := false
+	sent := 0
+	for _, body := range bodies[limit:] {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", "lim", false, false, amqp091.Publishing{Body: []byte(body), DeliveryMode: amqp091.Persistent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent++
+		tlEventually(t, "a confirm, or a publish waiting for its eviction", func() bool {
+			select {
+			case <-dc.Done():
+				return true
+			default:
+				return b.Broker.EvictionOwedForTest("/", "lim") > 0
+			}
+		})
+		if b.Broker.EvictionOwedForTest("/", "lim") == 0 {
+			continue // confirmed: its eviction was made at once
+		}
+		owed = true
+		select {
+		case <-dc.Done():
+			t.Fatalf("publish %q confirmed before the eviction it owes", body)
+		default:
+		}
+		g.open()
+		if ack, err := dc.WaitContext(ctx); err != nil || !ack {
+			t.Fatalf("confirm after the eviction: ack=%v err=%v", ack, err)
+		}
+		// Confirmed: the queue is back at its limit already.
+		dvWantReady(t, ch, "lim", limit)
+		break
+	}
+	if !owed {
+		t.Fatal("no publish found the head being read back")
+	}
+	total := limit + sent
+	tlEventuallyReady(t, b, "dlq", total-limit)
+	dvWantBodies(t, "evicted", dvGetN(t, ch, "dlq", total-limit), bodies[:total-limit]...)
+	dvWantBodies(t, "kept", dvGetN(t, ch, "lim", limit), bodies[total-limit:total]...)
+}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/deadletter"
@@ -243,6 +245,9 @@ func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup 
 	qs = lockQueues(qs)
 	t := b.newTxn()
 	refused := b.enqueueLocked(t, qs, p, b.nowMS())
+	if done != nil {
+		done = awaitEvictions(qs, done)
+	}
 	var wrote bool
 	if done == nil {
 		t.write(nil)
@@ -254,6 +259,100 @@ func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup 
 	if done != nil && !wrote {
 		done(!refused, false)
 	}
+}
+
+// awaitEvictions returns done, made to wait also for the evictions the
+// publish owes to queues of qs (locked by the caller) that it took over a
+// drop-head limit while their heads were being read back from the store
+// (evictionOwedLocked): a publisher sees its confirm only once the queue
+// is back within its limits, as if the eviction had been made at once.
+func awaitEvictions(qs []*Queue, done func(ack, inGroup bool)) func(ack, inGroup bool) {
+	var mu sync.Mutex
+	ok := true
+	left := registerEvictionWaits(qs, func(err error) {
+		mu.Lock()
+		ok = ok && err == nil
+		mu.Unlock()
+	}, func() {
+		mu.Lock()
+		v := ok
+		mu.Unlock()
+		done(v, false)
+	})
+	if left == nil {
+		return done
+	}
+	return func(ack, inGroup bool) {
+		mu.Lock()
+		ok = ok && ack
+		mu.Unlock()
+		if left() {
+			mu.Lock()
+			v := ok
+			mu.Unlock()
+			done(v, inGroup)
+		}
+	}
+}
+
+// awaitEvictionsErr is awaitEvictions for a completion that takes an
+// error (tx.commit's): it gets the first error of the operation and of
+// the evictions.
+func awaitEvictionsErr(qs []*Queue, done func(error)) func(error) {
+	var mu sync.Mutex
+	var first error
+	keep := func(err error) {
+		mu.Lock()
+		first = cmp.Or(first, err)
+		mu.Unlock()
+	}
+	left := registerEvictionWaits(qs, keep, func() {
+		mu.Lock()
+		v := first
+		mu.Unlock()
+		done(v)
+	})
+	if left == nil {
+		return done
+	}
+	return func(err error) {
+		keep(err)
+		if left() {
+			mu.Lock()
+			v := first
+			mu.Unlock()
+			done(v)
+		}
+	}
+}
+
+// registerEvictionWaits adds a waiter to each queue of qs that owes an
+// eviction. Each waiter passes its error to each, then counts down; the
+// last of the waiters and the operation's own completion to count down
+// runs last. It returns nil if no queue owes one, else the operation's
+// count-down, which reports whether the operation's completion is the
+// last (and must run what last would).
+func registerEvictionWaits(qs []*Queue, each func(error), last func()) (countDown func() bool) {
+	var owed []*Queue
+	for _, q := range qs {
+		if q.evictionOwedLocked() {
+			owed = append(owed, q)
+		}
+	}
+	if len(owed) == 0 {
+		return nil
+	}
+	var n atomic.Int32
+	n.Store(int32(len(owed) + 1))
+	for _, q := range owed {
+		q.evictWaiters = append(q.evictWaiters, func(err error) {
+			each(err)
+			if n.Add(-1) == 0 {
+				last()
+			}
+		})
+	}
+	return func() bool { return n.Add(-1) == 0 }
 }
 
 // enqueueLocked is enqueue's work on queues qs, locked by the caller,
@@ -354,6 +453,7 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 	for _, a := range acks {
 		forEachQueue(a.ds, func(q *Queue, es []*entry) { q.settleLocked(t, es, a.action) })
 	}
+	done = awaitEvictionsErr(qs, done)
 	wrote := t.write(done)
 	unlockQueues(qs)
 	t.finish()

@@ -150,6 +150,13 @@ type Queue struct {
 	marks, markAsked, recMarks []uint64
 	markWaiting                bool
 	markWake                   chan struct{}
+	// fillWake is the wait of basic.gets for a read of a middle
+	// (fillWaitLocked).
+	fillWake *fillWait
+	// evictWaiters are the completions of publishes that took q over a
+	// drop-head limit while its head was being read back: they run once
+	// the eviction is written (prefetchLocked).
+	evictWaiters []func(error)
 }
 
 // queueStats are per-queue counters.
@@ -184,7 +191,7 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 	if v != nil && v.b.opts.PageWindow > 0 {
 		q.ready.Window = v.b.opts.PageWindow
 		q.ready.Fill = q.fillLocked
-		q.ready.Prefetch = q.prefetchLocked
+		q.ready.Prefetch = func(l *level) { q.prefetchLocked(l) }
 		q.ready.Paged = q.pagedOutLocked
 	}
 	q.initMarks(nil)
@@ -596,19 +603,28 @@ func (q *Queue) dispatch() {
 }
 
 // get takes the head for basic.get, skipping (and expiring) entries past
-// their deadline. It returns nil when the queue is empty.
+// their deadline. It returns nil when the queue is empty, or when its head
+// could not be read back from the store.
 func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int) {
 	for {
-		var wait chan struct{}
-		e, tag, props, remaining, wait = q.tryGet(ch, noAck)
-		if wait == nil {
+		var mark chan struct{}
+		var fill *fillWait
+		e, tag, props, remaining, mark, fill = q.tryGet(ch, noAck)
+		switch {
+		case mark != nil:
+			<-mark // the head's delivered mark is being written
+		case fill != nil:
+			<-fill.done // the head is being read back from the store
+			if fill.err != nil {
+				return nil, 0, nil, 0
+			}
+		default:
 			return e, tag, props, remaining
 		}
-		<-wait // the head's delivered mark is being written
 	}
 }
 
-func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int, wait chan struct{}) {
+func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int, mark chan struct{}, fill *fillWait) {
 	q.locked(func(t *txn) {
 		if q.isDeleted() {
 			return
@@ -619,7 +635,7 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 		for {
 			f := q.ready.Front()
 			if f != nil && !f.expiredAt(now) && !q.markReadyLocked(f) {
-				wait = q.markWaitLocked()
+				mark = q.markWaitLocked()
 				break
 			}
 			e = q.takeLocked()
@@ -630,7 +646,10 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 			expired = append(expired, e)
 		}
 		q.deadLetterLocked(t, expired, deadletter.Expired, true)
-		if e == nil || wait != nil {
+		if e == nil && mark == nil && q.ready.Len() > 0 {
+			fill = q.fillWaitLocked() // nil if the store failed
+		}
+		if e == nil || mark != nil {
 			e = nil
 			return
 		}
@@ -645,7 +664,7 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 		}
 		remaining = q.ready.Len()
 	})
-	return e, tag, props, remaining, wait
+	return e, tag, props, remaining, mark, fill
 }
 
 // addConsumer subscribes c and calls added under the queue's lock, before

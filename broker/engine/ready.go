@@ -75,12 +75,16 @@ type Level[E Entry] struct {
 	Head Deque[E]
 	Mid  Middle
 	Tail Deque[E]
-	// Gen changes whenever an entry leaves the middle other than by a
-	// read into the head, and when the middle empties: a read that
-	// started before is stale.
+	// Gen changes whenever the middle empties or is forgotten (Clear): a
+	// read that started before is stale.
 	Gen uint64
-	// Filling is set by the owner while a prefetch is under way.
+	// Filling is set by the owner while a read of the middle is under
+	// way outside its lock (Prefetch); EndRead clears it.
 	Filling bool
+	// taken holds the seqs of entries taken out of the middle while
+	// Filling (TakeOut): the read under way may hold them, and its merge
+	// skips them (Taken) instead of moving them in.
+	taken []uint64
 	// HeadMax is the highest seq that ever entered the head. Every entry
 	// delivered from the level (and maybe still unacked, so still in the
 	// store) has a seq up to it, so the tail and the middle hold only
@@ -372,13 +376,14 @@ func (r *Ready[E]) MoveIn(l *Level[E], e E) {
 	l.intoHead(e)
 }
 
-// TakeOut accounts for an entry of l's middle of size bytes leaving the
-// ready list: read back and found to be something else (a dead letter
-// waiting for a route), or gone from where it lay (expired). A read under
-// way is made stale unless read is set (it is that read).
-func (r *Ready[E]) TakeOut(l *Level[E], size int64, read bool) {
-	if !read {
-		l.Gen++ // a read under way may hold it
+// TakeOut accounts for the entry at seq of l's middle, of size bytes,
+// leaving the ready list: read back and found to be something else (a
+// dead letter waiting for a route), or gone from where it lay (expired).
+// Unless read is set (it is that read), a read under way may hold it:
+// its merge must skip it (Taken).
+func (r *Ready[E]) TakeOut(l *Level[E], seq uint64, size int64, read bool) {
+	if !read && l.Filling {
+		l.taken = append(l.taken, seq)
 	}
 	l.Mid.N--
 	l.Mid.Bytes -= size
@@ -387,7 +392,25 @@ func (r *Ready[E]) TakeOut(l *Level[E], size int64, read bool) {
 	r.bytes -= size
 	if l.Mid.N == 0 {
 		l.Mid = Middle{}
+		l.Gen++
 	}
+}
+
+// Taken reports whether the entry at seq, found by the read under way,
+// was taken out of the middle while it ran (TakeOut): the merge skips it.
+func (l *Level[E]) Taken(seq uint64) bool {
+	for _, s := range l.taken {
+		if s == seq {
+			return true
+		}
+	}
+	return false
+}
+
+// EndRead ends the owner's read under way (Filling), merged or not.
+func (l *Level[E]) EndRead() {
+	l.Filling = false
+	l.taken = l.taken[:0]
 }
 
 // ReadDone ends a read of l's middle; done says the read reached the end

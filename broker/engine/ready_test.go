@@ -425,3 +425,45 @@ func TestReadyQueueRequeueAboveFullHeadStaysInHead(t *testing.T) {
 		t.Fatalf("delivered %v, want %v", got, want)
 	}
 }
+
+// An entry taken out of a middle while the owner's read of it is under
+// way (Filling) is remembered for that read only: its merge skips it, the
+// read is not made stale, and the counters stay exact.
+func TestTakeOutDuringReadIsSkippedByItsMerge(t *testing.T) {
+	r := NewReady[*entry](0)
+	r.Recover(0, 10, 10, 10)
+	l := r.Level(0)
+	gen := l.Gen
+	l.Filling = true
+	r.TakeOut(l, 3, 1, false) // expired while the read ran
+	if l.Gen != gen {
+		t.Fatal("a take-out made the read under way stale")
+	}
+	for seq := uint64(1); seq <= 10; seq++ { // what the read found
+		l.Skip(seq)
+		if l.Taken(seq) != (seq == 3) {
+			t.Fatalf("Taken(%d) = %v", seq, l.Taken(seq))
+		}
+		if seq != 3 {
+			r.MoveIn(l, &entry{Seq: seq, size: 1})
+		}
+	}
+	if n, _ := r.ReadDone(l, true); n != 0 {
+		t.Fatalf("%d missing after the merge", n)
+	}
+	l.EndRead()
+	if l.Filling || l.Taken(3) {
+		t.Fatal("EndRead kept the read's state")
+	}
+	if r.Len() != 9 || r.Bytes() != 9 || l.Mid.N != 0 {
+		t.Fatalf("len %d bytes %d middle %+v, want 9, 9, empty", r.Len(), r.Bytes(), l.Mid)
+	}
+	// Without a read under way, nothing is remembered; emptying the
+	// middle makes any later read stale.
+	r.Recover(0, 20, 1, 1)
+	gen = l.Gen
+	r.TakeOut(l, 20, 1, false)
+	if l.Taken(20) || l.Gen == gen {
+		t.Fatalf("taken %v, gen %d -> %d", l.Taken(20), gen, l.Gen)
+	}
+}

@@ -35,10 +35,14 @@ start_brokerd() {
   local mode=$1; shift
   kill ${bpid:-} 2>/dev/null || true; wait ${bpid:-} 2>/dev/null || true
   [ "$mode" = fresh ] && rm -rf "$tmp/data"
+  if (echo > /dev/tcp/127.0.0.1/5680) 2>/dev/null; then
+    echo "127.0.0.1:5680 is taken by another process: stop it first" >&2; exit 1
+  fi
   local t0; t0=$(date +%s%N)
   "$tmp/brokerd" -listen 127.0.0.1:5680 -mgmt-listen off -data "$tmp/data" "$@" >/dev/null 2>"$tmp/brokerd.log" &
   bpid=$!
   for _ in $(seq 3000); do
+    kill -0 $bpid 2>/dev/null || { echo "brokerd exited" >&2; cat "$tmp/brokerd.log" >&2; exit 1; }
     (echo > /dev/tcp/127.0.0.1/5680) 2>/dev/null && { started_ms=$(( ($(date +%s%N) - t0) / 1000000 )); return; }
     sleep 0.01
   done

@@ -270,8 +270,8 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 		}
 		// Deletes, then updates, in key order (one sweep of c.pr each).
 		refs = refs[:0]
-		for seq, prio := range oq.dels {
-			refs = append(refs, store.Ref{Queue: q, Prio: prio, Seq: seq})
+		for seq, m := range oq.dels {
+			refs = append(refs, store.Ref{Queue: q, Prio: m.prio(), Seq: seq})
 		}
 		sortRefs(refs)
 		for _, r := range refs {

@@ -48,7 +48,7 @@ type ovMsg struct {
 // ovQueue is one queue's changes in an overlay.
 type ovQueue struct {
 	entries map[uint64]*ovEntry     // entries put in this overlay, by seq, updates applied
-	dels    map[uint64]uint8        // seq → prio of deleted older entries
+	dels    map[uint64]delMark      // seq → prio of deleted older entries
 	upds    map[uint64]store.Update // latest update of older entries
 	dropped bool                    // every older entry of the queue is gone
 	lastSeq uint64                  // highest seq put in this overlay
@@ -57,9 +57,20 @@ type ovQueue struct {
 	// deltas (queues.go) and the level's seqs in order (window.go).
 	// pending and unsized say which counter deltas are not exact yet.
 	levels  map[uint8]*ovLevel
-	pending map[uint64]uint8 // seq → prio: deletes in dels whose size is unknown
-	unsized int              // entries whose size is unknown
+	pending int // deletes in dels whose size is unknown (delMark.pending)
+	unsized int // entries whose size is unknown
 }
+
+// delMark is a delete of an older entry in an overlay: the entry's
+// priority, and whether the deleted size is still to be read from the
+// index (queues.go). One map for both: a consumer's acks make one delete
+// each, and a second map per delete cost a tenth of the broker's CPU.
+type delMark uint16
+
+const delPending delMark = 1 << 8
+
+func (m delMark) prio() uint8     { return uint8(m) }
+func (m delMark) isPending() bool { return m&delPending != 0 }
 
 // ovEntry is an entry put in an overlay, with its body size when known.
 type ovEntry struct {
@@ -164,10 +175,9 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 			continue
 		}
 		if oq.dels == nil {
-			oq.dels = make(map[uint64]uint8)
+			oq.dels = make(map[uint64]delMark)
 		}
 		o.countOlderDelete(oq, r)
-		oq.dels[r.Seq] = r.Prio
 		delete(oq.upds, r.Seq)
 		o.bytes += deleteOverhead
 	}
@@ -178,7 +188,7 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		}
 		clear(oq.entries)
 		oq.dels, oq.upds = nil, nil
-		oq.levels, oq.pending, oq.unsized = nil, nil, 0
+		oq.levels, oq.pending, oq.unsized = nil, 0, 0
 		oq.dropped = true
 		oq.lastSeq = 0 // a dropped queue has no seqs; its id is never reused
 	}

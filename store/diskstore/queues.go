@@ -116,28 +116,32 @@ func (o *overlay) putSize(e *store.Entry) (uint32, bool) {
 }
 
 // countOlderDelete counts the delete of r, an entry older than this
-// overlay. It runs before r enters oq.dels.
+// overlay, and records it in oq.dels.
 func (o *overlay) countOlderDelete(oq *ovQueue, r store.Ref) {
-	if oq.dropped {
-		return // the drop removed it
+	if m, again := oq.dels[r.Seq]; again {
+		if !m.isPending() {
+			oq.dels[r.Seq] = delMark(r.Prio) // counted already
+		}
+		return
 	}
-	if _, again := oq.dels[r.Seq]; again {
+	if oq.dropped {
+		oq.dels[r.Seq] = delMark(r.Prio) // the drop removed it
 		return
 	}
 	oq.level(r.Prio).dels.add(r.Seq)
 	size, exists, known := o.belowEntry(r)
+	mark := delMark(r.Prio)
 	switch {
 	case !known:
 		oq.level(r.Prio).count--
-		if oq.pending == nil {
-			oq.pending = make(map[uint64]uint8)
-		}
-		oq.pending[r.Seq] = r.Prio
+		mark |= delPending
+		oq.pending++
 	case exists:
 		d := oq.level(r.Prio)
 		d.count--
 		d.bytes -= int64(size)
 	}
+	oq.dels[r.Seq] = mark
 }
 
 // belowEntry looks r up in the frozen overlay under o. known is false when
@@ -193,8 +197,12 @@ func (o *overlay) capture() []queueDelta {
 				d.levels = append(d.levels, store.LevelState{Prio: prio, Count: l.count, Bytes: l.bytes})
 			}
 		}
-		for seq, prio := range oq.pending {
-			d.pending = append(d.pending, store.Ref{Queue: q, Prio: prio, Seq: seq})
+		if oq.pending > 0 {
+			for seq, m := range oq.dels {
+				if m.isPending() {
+					d.pending = append(d.pending, store.Ref{Queue: q, Prio: m.prio(), Seq: seq})
+				}
+			}
 		}
 		if oq.unsized > 0 {
 			for _, e := range oq.entries {
@@ -385,9 +393,10 @@ func (s *Store) keepResolved(o *overlay, rs []resolved) {
 			}
 			continue
 		}
-		if prio, ok := oq.pending[r.ref.Seq]; ok && prio == r.ref.Prio {
-			delete(oq.pending, r.ref.Seq)
-			d := oq.level(prio)
+		if m, ok := oq.dels[r.ref.Seq]; ok && m.isPending() && m.prio() == r.ref.Prio {
+			oq.dels[r.ref.Seq] = m &^ delPending
+			oq.pending--
+			d := oq.level(m.prio())
 			if r.exists {
 				d.bytes -= int64(r.size)
 			} else {

@@ -87,7 +87,7 @@ func (o *overlay) levelLayer(q store.QueueID, prio uint8, from uint64, max int, 
 		return l
 	}
 	for _, seq := range lv.dels.from(from) {
-		if p, ok := oq.dels[seq]; ok && p == prio {
+		if p, ok := oq.dels[seq]; ok && p.prio() == prio {
 			l.dels = append(l.dels, seq)
 		}
 	}
@@ -109,7 +109,7 @@ func (o *overlay) levelLayer(q store.QueueID, prio uint8, from uint64, max int, 
 		}
 		c := *e
 		if later != nil {
-			if p, gone := later.dels[seq]; gone && p == prio {
+			if p, gone := later.dels[seq]; gone && p.prio() == prio {
 				continue
 			}
 			if u, ok := later.upds[seq]; ok && u.Prio == prio {
@@ -267,7 +267,7 @@ func (s *Store) ReadRefs(refs []store.Ref, dst []store.EntryMeta) ([]store.Entry
 				rr.put, resolved = &c, true
 				break
 			}
-			if p, ok := oq.dels[r.Seq]; (ok && p == r.Prio) || oq.dropped {
+			if p, ok := oq.dels[r.Seq]; (ok && p.prio() == r.Prio) || oq.dropped {
 				rr.gone, resolved = true, true
 				break
 			}

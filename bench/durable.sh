@@ -9,6 +9,10 @@
 #   bench/durable.sh amqp://guest:guest@127.0.0.1:5690/ [backlog-sizes]
 #   bench/durable.sh - 1000000     # the backlog runs only
 #   CLIENT=amqp091 bench/durable.sh ...   # with amqp091-go instead of the raw client
+#   ROUNDS=5 bench/durable.sh ...         # each scenario 5 times, brokers taking turns
+#
+# On a small shared machine one run of a scenario can be off by 20 % or
+# more either way; the README's table gives the median of ROUNDS=5.
 #
 # The default client is bench's raw AMQP client (-client raw): it costs the
 # machine a small fraction of what amqp091-go does, so on 2 cores the figures
@@ -22,6 +26,7 @@ cd "$(dirname "$0")/.."
 other=${1:?usage: bench/durable.sh OTHER_AMQP_URL [BACKLOG_SIZES]}
 backlogs=${2:-1000000}
 client=${CLIENT:-raw}
+rounds=${ROUNDS:-1}
 tmp=$(mktemp -d)
 trap 'kill $bpid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 go build -o "$tmp/brokerd" ./cmd/brokerd
@@ -49,18 +54,20 @@ start_brokerd() {
   echo "brokerd did not start" >&2; cat "$tmp/brokerd.log" >&2; exit 1
 }
 
-tag() { sed "s/^/{\"run\":\"$1\",\"broker\":\"$2\",\"r\":/; s/\$/}/"; }
+tag() { sed "s/^/{\"run\":\"$1\",\"broker\":\"$2\",\"round\":${3:-1},\"r\":/; s/\$/}/"; }
 
-run() { # name, bench args...
+run() { # name, bench args...: ROUNDS rounds, the brokers taking turns
   local name=$1; shift
-  echo "== $name: $*" >&2
-  start_brokerd fresh
-  "$tmp/bench" -json -client "$client" -url "$url" -persistent -queue-type quorum "$@" | tag "$name" brokerd-disk
-  if [[ $name == publish* ]]; then
-    start_brokerd fresh -config "$tmp/memory.toml"
-    "$tmp/bench" -json -client "$client" -url "$url" -persistent -queue-type quorum "$@" | tag "$name" brokerd-memory
-  fi
-  "$tmp/bench" -json -client "$client" -url "$other" -persistent -queue-type quorum "$@" | tag "$name" other-quorum
+  for round in $(seq "$rounds"); do
+    echo "== $name (round $round of $rounds): $*" >&2
+    start_brokerd fresh
+    "$tmp/bench" -json -client "$client" -url "$url" -persistent -queue-type quorum "$@" | tag "$name" brokerd-disk "$round"
+    if [[ $name == publish* ]]; then
+      start_brokerd fresh -config "$tmp/memory.toml"
+      "$tmp/bench" -json -client "$client" -url "$url" -persistent -queue-type quorum "$@" | tag "$name" brokerd-memory "$round"
+    fi
+    "$tmp/bench" -json -client "$client" -url "$other" -persistent -queue-type quorum "$@" | tag "$name" other-quorum "$round"
+  done
 }
 
 if [ "$other" != - ]; then

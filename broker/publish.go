@@ -2,11 +2,11 @@ package broker
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/deadletter"
@@ -266,93 +266,68 @@ func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup 
 // drop-head limit while their heads were being read back from the store
 // (evictionOwedLocked): a publisher sees its confirm only once the queue
 // is back within its limits, as if the eviction had been made at once.
+// In that (rare) case the confirm flushes itself rather than riding the
+// store's group.
 func awaitEvictions(qs []*Queue, done func(ack, inGroup bool)) func(ack, inGroup bool) {
-	var mu sync.Mutex
-	ok := true
-	left := registerEvictionWaits(qs, func(err error) {
-		mu.Lock()
-		ok = ok && err == nil
-		mu.Unlock()
-	}, func() {
-		mu.Lock()
-		v := ok
-		mu.Unlock()
-		done(v, false)
-	})
-	if left == nil {
+	owed := owedEvictions(qs)
+	if len(owed) == 0 {
 		return done
 	}
-	return func(ack, inGroup bool) {
-		mu.Lock()
-		ok = ok && ack
-		mu.Unlock()
-		if left() {
-			mu.Lock()
-			v := ok
-			mu.Unlock()
-			done(v, inGroup)
+	arrive := joinEvictions(owed, func(err error) { done(err == nil, false) })
+	return func(ack, _ bool) {
+		if ack {
+			arrive(nil)
+		} else {
+			arrive(errNotAcked)
 		}
 	}
 }
 
-// awaitEvictionsErr is awaitEvictions for a completion that takes an
-// error (tx.commit's): it gets the first error of the operation and of
-// the evictions.
+// awaitEvictionsErr is awaitEvictions for tx.commit's completion: done
+// gets the first error of the commit and of the evictions.
 func awaitEvictionsErr(qs []*Queue, done func(error)) func(error) {
-	var mu sync.Mutex
-	var first error
-	keep := func(err error) {
-		mu.Lock()
-		first = cmp.Or(first, err)
-		mu.Unlock()
-	}
-	left := registerEvictionWaits(qs, keep, func() {
-		mu.Lock()
-		v := first
-		mu.Unlock()
-		done(v)
-	})
-	if left == nil {
+	owed := owedEvictions(qs)
+	if len(owed) == 0 {
 		return done
 	}
-	return func(err error) {
-		keep(err)
-		if left() {
-			mu.Lock()
-			v := first
-			mu.Unlock()
-			done(v)
-		}
-	}
+	return joinEvictions(owed, done)
 }
 
-// registerEvictionWaits adds a waiter to each queue of qs that owes an
-// eviction. Each waiter passes its error to each, then counts down; the
-// last of the waiters and the operation's own completion to count down
-// runs last. It returns nil if no queue owes one, else the operation's
-// count-down, which reports whether the operation's completion is the
-// last (and must run what last would).
-func registerEvictionWaits(qs []*Queue, each func(error), last func()) (countDown func() bool) {
+// errNotAcked stands for a publish's own nack in joinEvictions.
+var errNotAcked = errors.New("publish not acked")
+
+// owedEvictions returns the queues of qs (locked) that owe an eviction.
+func owedEvictions(qs []*Queue) []*Queue {
 	var owed []*Queue
 	for _, q := range qs {
 		if q.evictionOwedLocked() {
 			owed = append(owed, q)
 		}
 	}
-	if len(owed) == 0 {
-		return nil
+	return owed
+}
+
+// joinEvictions returns the operation's completion: done runs, with the
+// first error, once it and a waiter added to each queue of owed (run
+// when that queue's eviction is written) have all arrived.
+func joinEvictions(owed []*Queue, done func(error)) func(error) {
+	var mu sync.Mutex
+	left := len(owed) + 1
+	var first error
+	arrive := func(err error) {
+		mu.Lock()
+		first = cmp.Or(first, err)
+		left--
+		last, v := left == 0, first
+		mu.Unlock()
+		if last {
+			done(v)
+		}
 	}
-	var n atomic.Int32
-	n.Store(int32(len(owed) + 1))
 	for _, q := range owed {
-		q.evictWaiters = append(q.evictWaiters, func(err error) {
-			each(err)
-			if n.Add(-1) == 0 {
-				last()
-			}
-		})
+		q.evictWaiters = append(q.evictWaiters, arrive)
 	}
-	return func() bool { return n.Add(-1) == 0 }
+	return arrive
 }
 
 // enqueueLocked is enqueue's work on queues qs, locked by the caller,

@@ -596,8 +596,8 @@ func TestPageInReadDoesNotHoldTheQueue(t *testing.T) {
 
 // A publish that takes a drop-head queue over its limit while the queue's
 // head is being read back is confirmed only once the eviction it causes
-// is made: then the queue is exactly at its limit, and the oldest are in
-// the dead-letter queue, in order.
+// is made, and so is a tx.commit: then the queue is exactly at its limit,
+// and the oldest are in the dead-letter queue, in order.
 func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 	g := newGatedReads()
 	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
@@ -632,16 +632,41 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 			continue // confirmed: its eviction was made at once
 		}
 		owed = true
+		// A transaction's publish meanwhile owes an eviction too: its
+		// commit-ok waits as the confirm does.
+		txc := b.Dial(t)
+		txch, err := txc.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := txch.Tx(); err != nil {
+			t.Fatal(err)
+		}
+		txBody := bodies[limit+sent]
+		if err := txch.PublishWithContext(ctx, "", "lim", false, false, amqp091.Publishing{Body: []byte(txBody), DeliveryMode: amqp091.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+		sent++
+		committed := make(chan error, 1)
+		go func() { committed <- txch.TxCommit() }()
+		tlEventually(t, "the commit to wait for its eviction too", func() bool {
+			return b.Broker.EvictionOwedForTest("/", "lim") == 2
+		})
 		select {
 		case <-dc.Done():
 			t.Fatalf("publish %q confirmed before the eviction it owes", body)
+		case err := <-committed:
+			t.Fatalf("tx.commit of %q answered (%v) before the eviction it owes", txBody, err)
 		default:
 		}
 		g.open()
 		if ack, err := dc.WaitContext(ctx); err != nil || !ack {
 			t.Fatalf("confirm after the eviction: ack=%v err=%v", ack, err)
 		}
-		// Confirmed: the queue is back at its limit already.
+		if err := <-committed; err != nil {
+			t.Fatalf("tx.commit after the eviction: %v", err)
+		}
+		// Confirmed and committed: the queue is back at its limit already.
 		dvWantReady(t, ch, "lim", limit)
 		break
 	}

@@ -54,12 +54,16 @@ func (d *DefsForTest) Ops() []store.MetaOp { return d.m.ops }
 
 // lockedQueueForTest returns the named queue, locked.
 func (b *Broker) lockedQueueForTest(vhost, queue string) *Queue {
-	v := b.VHost(vhost)
-	v.mu.RLock()
-	q := v.queues[queue]
-	v.mu.RUnlock()
+	q := b.queueForTest(vhost, queue)
 	q.mu.Lock()
 	return q
+}
+
+func (b *Broker) queueForTest(vhost, queue string) *Queue {
+	v := b.VHost(vhost)
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.queues[queue]
 }
 
 // ResidentForTest returns how many of queue's ready entries are in memory
@@ -142,10 +146,7 @@ func (c *PagedOutCapture) FireStale(b *Broker) int {
 // queueIfFreeForTest returns queue locked, or nil if its lock is held
 // (a test that polls must not wait behind a lock held across a read).
 func (b *Broker) queueIfFreeForTest(vhost, queue string) *Queue {
-	v := b.VHost(vhost)
-	v.mu.RLock()
-	q := v.queues[queue]
-	v.mu.RUnlock()
+	q := b.queueForTest(vhost, queue)
 	if !q.mu.TryLock() {
 		return nil
 	}

@@ -124,13 +124,23 @@ func (q *Queue) prefetchLocked(l *level) bool {
 
 // evictionOwedLocked reports whether q is a drop-head queue over its
 // limits that could not evict yet: its head is being read back from the
-// store (a publish that took it over waits for its eviction: awaitEviction).
+// store (a publish that took it over waits for its eviction: awaitEvictions).
 func (q *Queue) evictionOwedLocked() bool {
 	if q.isDeleted() {
 		return false
 	}
 	lim := q.config().limits
-	return lim.Limited() && lim.Over(q.ready.Len(), q.ready.Bytes()) && q.fillWaitLocked() != nil
+	return lim.Limited() && lim.Over(q.ready.Len(), q.ready.Bytes()) && q.readingLocked()
+}
+
+// readingLocked reports whether a read of one of q's middles is under way.
+func (q *Queue) readingLocked() bool {
+	for i := range q.ready.Levels() {
+		if q.ready.Level(uint8(i)).Filling {
+			return true
+		}
+	}
+	return false
 }
 
 // fillWait is a wait for the reads of a queue's middles under way.
@@ -143,15 +153,13 @@ type fillWait struct {
 // way completes (a basic.get that found the head empty waits on it), or
 // nil when none is under way.
 func (q *Queue) fillWaitLocked() *fillWait {
-	for i := range q.ready.Levels() {
-		if q.ready.Level(uint8(i)).Filling {
-			if q.fillWake == nil {
-				q.fillWake = &fillWait{done: make(chan struct{})}
-			}
-			return q.fillWake
-		}
+	if !q.readingLocked() {
+		return nil
 	}
-	return nil
+	if q.fillWake == nil {
+		q.fillWake = &fillWait{done: make(chan struct{})}
+	}
+	return q.fillWake
 }
 
 // wakeFillWaitersLocked ends the wait of fillWaitLocked's callers: a read

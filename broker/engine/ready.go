@@ -1,5 +1,7 @@
 package engine
 
+import "slices"
+
 // Entry is what the engine asks of a queue entry. The broker's entry is
 // one; the tests have their own.
 type Entry interface {
@@ -398,14 +400,7 @@ func (r *Ready[E]) TakeOut(l *Level[E], seq uint64, size int64, read bool) {
 
 // Taken reports whether the entry at seq, found by the read under way,
 // was taken out of the middle while it ran (TakeOut): the merge skips it.
-func (l *Level[E]) Taken(seq uint64) bool {
-	for _, s := range l.taken {
-		if s == seq {
-			return true
-		}
-	}
-	return false
-}
+func (l *Level[E]) Taken(seq uint64) bool { return slices.Contains(l.taken, seq) }
 
 // EndRead ends the owner's read under way (Filling), merged or not.
 func (l *Level[E]) EndRead() {

@@ -2,7 +2,6 @@ package diskstore
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -206,23 +205,6 @@ func (c *cpBatch) putEntry(e *store.Entry, size uint32) error {
 		return c.b.Set(c.key, nil, nil)
 	}
 	return nil
-}
-
-// msgValue reads a message's index record.
-func (s *Store) msgValue(id store.MsgID, key []byte) (index.MsgValue, bool, error) {
-	var mv index.MsgValue
-	raw, closer, err := s.db.Get(index.MsgKey(key[:0], uint64(id)))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return mv, false, nil
-	}
-	if err != nil {
-		return mv, false, fmt.Errorf("read message %d: %w", id, err)
-	}
-	defer closer.Close()
-	if err := index.DecodeMsgValue(slices.Clone(raw), &mv); err != nil {
-		return mv, false, fmt.Errorf("read message %d: %w", id, err)
-	}
-	return mv, true, nil
 }
 
 // writeCheckpoint writes frozen overlay f: new bodies into a segment,

@@ -43,6 +43,11 @@ type Options struct {
 	// only, so memory does not grow with queue depth. Default 2048;
 	// negative keeps every entry in memory.
 	PageWindow int
+	// PageWindowBytes also bounds a window by the body bytes it holds,
+	// so a queue of large messages keeps fewer of them resident (a
+	// message larger than it is resident alone). Default 4 MiB; negative:
+	// no byte bound.
+	PageWindowBytes int64
 	// DeliveredMarkChunk is how far ahead of deliveries a durable queue
 	// writes its delivered marks (see marks.go): after a crash at most
 	// this many never-delivered messages per priority level come back
@@ -116,6 +121,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	if opts.PageWindow == 0 {
 		opts.PageWindow = 2048
+	}
+	if opts.PageWindowBytes == 0 {
+		opts.PageWindowBytes = 4 << 20
 	}
 	if opts.DeliveredMarkChunk <= 0 {
 		opts.DeliveredMarkChunk = 512

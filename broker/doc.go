@@ -56,8 +56,9 @@
 //
 // # Paging
 //
-// A queue keeps about two windows (Options.PageWindow) of ready entries
-// per priority level in memory however deep it is: a resident
+// A queue keeps about two windows of ready entries per priority level in
+// memory however deep it is, a window being Options.PageWindow entries or
+// Options.PageWindowBytes of bodies, whichever is reached first: a resident
 // head, a middle held by the store alone (a seq range and counters) and a
 // resident tail of new arrivals (package engine). Entries page out once
 // their put has been handed to the store and page back in, bodies

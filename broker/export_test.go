@@ -78,6 +78,19 @@ func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {
 	return resident, q.ready.Len()
 }
 
+// ResidentBytesForTest returns the body bytes of queue's ready entries in
+// memory (live or removed but still held).
+func (b *Broker) ResidentBytesForTest(vhost, queue string) int64 {
+	q := b.lockedQueueForTest(vhost, queue)
+	defer q.mu.Unlock()
+	var n int64
+	for i := range q.ready.Levels() {
+		l := q.ready.Level(uint8(i))
+		n += l.Head.Bytes() + l.Tail.Bytes()
+	}
+	return n
+}
+
 // BacklogResidentForTest returns how many of queue's waiting dead letters
 // are held in memory.
 func (b *Broker) BacklogResidentForTest(vhost, queue string) int {

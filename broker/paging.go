@@ -49,8 +49,8 @@ func (q *Queue) fillLocked(l *level) {
 	if q.prefetchLocked(l) {
 		return
 	}
-	want := max(q.ready.Window-l.Head.Len(), q.ready.Window/2, 1)
-	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, q.pageBuf[:0])
+	want, wantBytes := q.ready.HeadRoom(l)
+	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
 	if err != nil {
 		q.vhost.b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 		return
@@ -77,10 +77,10 @@ func (q *Queue) prefetchLocked(l *level) bool {
 	}
 	l.Filling = true
 	prio, from, to, gen, spilled := l.Prio, l.Mid.From, l.Mid.To, l.Gen, q.spilled
-	want := max(q.ready.Window-l.Head.Len(), q.ready.Window/2, 1)
+	want, wantBytes := q.ready.HeadRoom(l)
 	go func() {
 		defer b.asyncDone()
-		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, nil)
+		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
 		q.mu.Lock()
 		t := b.newTxn()
 		l := q.ready.Level(prio)

@@ -117,6 +117,73 @@ func TestPagingDeepQueueOrderAcrossRestart(t *testing.T) {
 	}
 }
 
+// A window is bounded in bytes as well as entries: a queue of large
+// messages keeps a few of them in memory, not a window's count of them,
+// and delivers every one in order with its body, live and after a
+// restart; transient ones page (spill) by bytes too.
+func TestPagingLargeMessagesBoundedByBytes(t *testing.T) {
+	const (
+		size        = 16 << 10
+		n           = 60
+		windowBytes = 64 << 10
+		// head and tail windows, each up to one message over, and a
+		// batch of two arriving while the tail pages out
+		bound = 2*(windowBytes+size) + 2*size
+	)
+	for _, mode := range []string{"live", "restart", "transient"} {
+		t.Run(mode, func(t *testing.T) {
+			restart := mode == "restart"
+			dm := amqp091.Persistent
+			if mode == "transient" {
+				dm = amqp091.Transient
+			}
+			b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{PageWindow: 1000, PageWindowBytes: windowBytes}})
+			_, ch := tlChannel(t, b)
+			tlDeclareDurable(t, ch, "big", "classic", true, nil)
+			body := func(i int) []byte {
+				p := make([]byte, size)
+				for j := range p {
+					p[j] = byte(i + j/251)
+				}
+				return fmt.Appendf(p[:0], "m%03d", i)[:size]
+			}
+			wantBound := func(when string) {
+				t.Helper()
+				if got := b.Broker.ResidentBytesForTest("/", "big"); got > bound {
+					res, ready := b.Broker.ResidentForTest("/", "big")
+					t.Fatalf("%s: %d bytes (%d of %d messages) in memory, want at most %d", when, got, res, ready, bound)
+				}
+			}
+			for i := range n {
+				if !tlPublish(t, ch, "", "big", amqp091.Publishing{Body: body(i), DeliveryMode: dm}) {
+					t.Fatalf("publish %d nacked", i)
+				}
+			}
+			dvWantReady(t, ch, "big", n)
+			wantBound("after publishing")
+			if restart {
+				b.Restart()
+				_, ch = tlChannel(t, b)
+				dvWantReady(t, ch, "big", n)
+				wantBound("after the restart")
+			}
+			if err := ch.Qos(2, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			msgs := dvConsume(t, ch, "big", "c", false, nil)
+			for i := range n {
+				d := dvRecv(t, msgs)
+				if !slices.Equal(d.Body, body(i)) {
+					t.Fatalf("delivery %d: body starts %q (%d bytes), want %q", i, d.Body[:min(len(d.Body), 4)], len(d.Body), body(i)[:4])
+				}
+				dvAck(t, d, false)
+				wantBound(fmt.Sprintf("after %d deliveries", i+1))
+			}
+			dvWantReady(t, ch, "big", 0)
+		})
+	}
+}
+
 // basic.get reads through the middle, and requeued messages go back to the
 // head in their place, ahead of the paged ones.
 func TestPagingGetAndRequeue(t *testing.T) {

@@ -190,6 +190,7 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 	q.ready = engine.NewReady[*entry](q.maxPriority)
 	if v != nil && v.b.opts.PageWindow > 0 {
 		q.ready.Window = v.b.opts.PageWindow
+		q.ready.WindowBytes = max(v.b.opts.PageWindowBytes, 0)
 		q.ready.Fill = q.fillLocked
 		q.ready.Prefetch = func(l *level) { q.prefetchLocked(l) }
 		q.ready.Paged = q.pagedOutLocked
@@ -342,23 +343,20 @@ func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
 	if !q.recovering {
 		q.armLocked(e)
 	}
-	if w := q.ready.Window; w > 0 {
-		if l := q.ready.LevelOf(e); l.Tail.Len() > w {
-			q.pageOutLevelLocked(l, q.minInflight())
-		}
+	if l := q.ready.LevelOf(e); q.ready.TailOver(l) {
+		q.pageOutLevelLocked(l, q.minInflight())
 	}
 	q.syncCounts()
 }
 
 // pageOutLocked pages out every level whose tail is over the window.
 func (q *Queue) pageOutLocked() {
-	w := q.ready.Window
-	if w <= 0 {
+	if q.ready.Window <= 0 {
 		return
 	}
 	limit := q.minInflight()
 	for i := range q.ready.Levels() {
-		if l := q.ready.Level(uint8(i)); l.Tail.Len() > w {
+		if l := q.ready.Level(uint8(i)); q.ready.TailOver(l) {
 			q.pageOutLevelLocked(l, limit)
 		}
 	}

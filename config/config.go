@@ -65,6 +65,10 @@ type Storage struct {
 	// messages too, from a part of the store a restart discards).
 	// 0 keeps every message in memory.
 	PageWindow int `toml:"page_window"`
+	// PageWindowBytes bounds those windows by message body bytes as
+	// well: a queue of large messages keeps fewer of them in memory (one
+	// larger than it still fits alone).
+	PageWindowBytes ByteSize `toml:"page_window_bytes"`
 }
 
 // Limits is the [limits] table: resource alarms that block publishers.
@@ -125,6 +129,7 @@ func Default() Config {
 			SegmentCache:       32 * MiB,
 			IndexCache:         32 * MiB,
 			PageWindow:         2048,
+			PageWindowBytes:    4 * MiB,
 		},
 		Limits: Limits{
 			MemoryHighWatermark: 0.4,

@@ -91,6 +91,8 @@
 //	storage.page_window          2048       Ready messages per priority level of a queue
 //	                                        kept in memory at its head (and tail), 0..1048576; the
 //	                                        rest of a deeper queue stays on disk. 0: all in memory.
+//	storage.page_window_bytes    "4MiB"     ... and at most this many body bytes of them,
+//	                                        64KiB..16GiB (a larger message fits alone).
 //
 // [limits] — resource alarms. While one is raised, publishing connections get
 // connection.blocked and are not read from; nothing is dropped.

@@ -224,6 +224,7 @@ func TestLoadProblems(t *testing.T) {
 		{"tls cert empty", "[amqp.tls]\nlisten = \":5671\"\nkey_file = \"k\"\ncert_file = \"\"\n", "4: amqp.tls.cert_file: required when amqp.tls.listen is set"},
 		{"verify_peer without ca", "[amqp.tls]\nlisten = \":5671\"\ncert_file = \"c\"\nkey_file = \"k\"\nverify_peer = true\n", "5: amqp.tls.ca_file: required when amqp.tls.verify_peer is true"},
 		{"empty data_dir", "[storage]\ndata_dir = \"\"\n", `2: storage.data_dir: must not be empty`},
+		{"page_window_bytes too small", "[storage]\npage_window_bytes = \"4KiB\"\n", `2: storage.page_window_bytes: must be between 64KiB and 16GiB, got 4096`},
 		{"bad sync", "[storage]\nsync = \"sometimes\"\n", `2: storage.sync: invalid value "sometimes": want one of "fsync", "interval", "none"`},
 		{"watermark of 1", "[limits]\nmemory_high_watermark = 1\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got 1`},
 		{"watermark nan", "[limits]\nmemory_high_watermark = nan\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got NaN`},

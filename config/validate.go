@@ -117,6 +117,9 @@ func (c *Config) Validate() error {
 	if w := c.Storage.PageWindow; w < 0 || w > 1<<20 {
 		k.addf("storage.page_window", "must be between 0 and 1048576, got %d", w)
 	}
+	if b := c.Storage.PageWindowBytes; b < 64*KiB || b > 16*GiB {
+		k.addf("storage.page_window_bytes", "must be between 64KiB and 16GiB, got %d", uint64(b))
+	}
 
 	if w := c.Limits.MemoryHighWatermark; !(w > 0 && w < 1) {
 		k.addf("limits.memory_high_watermark", "must be a fraction of RAM between 0 and 1 (exclusive), got %v", w)

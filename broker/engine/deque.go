@@ -4,13 +4,18 @@ package engine
 // returning entries are inserted at their seq position, which is almost
 // always the front (they were delivered from the head).
 type Deque[E Entry] struct {
-	buf  []E
-	head int
-	n    int
+	buf   []E
+	head  int
+	n     int
+	bytes int64 // body bytes of the entries held, live or not
 }
 
 // Len returns the number of entries held, live or not.
 func (d *Deque[E]) Len() int { return d.n }
+
+// Bytes returns the body bytes of the entries held, live or not (an entry
+// that left from where it stood keeps its body until the deque drops it).
+func (d *Deque[E]) Bytes() int64 { return d.bytes }
 
 // At returns the i-th entry from the front.
 func (d *Deque[E]) At(i int) E { return d.buf[(d.head+i)&(len(d.buf)-1)] }
@@ -36,6 +41,7 @@ func (d *Deque[E]) PushBack(e E) {
 	}
 	d.set(d.n, e)
 	d.n++
+	d.bytes += e.EntrySize()
 }
 
 func (d *Deque[E]) pushFront(e E) {
@@ -45,6 +51,7 @@ func (d *Deque[E]) pushFront(e E) {
 	d.head = (d.head - 1) & (len(d.buf) - 1)
 	d.buf[d.head] = e
 	d.n++
+	d.bytes += e.EntrySize()
 }
 
 // Front returns the first entry, the zero E if there is none.
@@ -67,6 +74,7 @@ func (d *Deque[E]) PopFront() E {
 	d.buf[d.head] = zero
 	d.head = (d.head + 1) & (len(d.buf) - 1)
 	d.n--
+	d.bytes -= e.EntrySize()
 	if d.n == 0 {
 		d.head = 0
 	}
@@ -95,12 +103,15 @@ func (d *Deque[E]) InsertSorted(e E) {
 			hi = m
 		}
 	}
-	var zero E
-	d.PushBack(zero)
+	if d.n == len(d.buf) {
+		d.grow()
+	}
+	d.n++
 	for i := d.n - 1; i > lo; i-- {
 		d.set(i, d.At(i-1))
 	}
 	d.set(lo, e)
+	d.bytes += e.EntrySize()
 }
 
 // Clear removes every entry and returns them in order.

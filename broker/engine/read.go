@@ -63,19 +63,29 @@ type PageRead struct {
 }
 
 // ReadMiddle reads up to want entries of level prio from seq from, up to
-// seq to, with their messages (ReadLevel, then one Store.LoadMessages).
-// It touches no queue state: callers hold the queue's lock or not.
-func (s Ranges) ReadMiddle(spilled bool, prio uint8, from, to uint64, want int, buf []store.EntryMeta) (PageRead, error) {
+// seq to, with their messages (ReadLevel, then one Store.LoadMessages),
+// and if wantBytes > 0 only as many as hold wantBytes of bodies (at least
+// one): the entries' sizes are in the index, so the bodies left out are
+// never read. It touches no queue state: callers hold the queue's lock or
+// not.
+func (s Ranges) ReadMiddle(spilled bool, prio uint8, from, to uint64, want int, wantBytes int64, buf []store.EntryMeta) (PageRead, error) {
 	metas, err := s.ReadLevel(spilled, prio, from, want, buf)
 	if err != nil {
 		return PageRead{}, err
 	}
 	r := PageRead{Metas: metas, Done: len(metas) < want}
+	var bytes int64
 	for i, m := range metas {
 		if m.Seq > to { // resident in the tail, or paged after the read began
 			r.Metas, r.Done = metas[:i], true
 			break
 		}
+		if wantBytes > 0 && i > 0 && bytes >= wantBytes {
+			clear(metas[i:])
+			r.Metas, r.Done = metas[:i], false
+			break
+		}
+		bytes += int64(m.Size)
 	}
 	ids := make([]store.MsgID, len(r.Metas))
 	for i := range r.Metas {

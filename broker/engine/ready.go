@@ -35,7 +35,9 @@ type Entry interface {
 // Fill or Prefetch) or, with no middle, from the tail; when the tail grows
 // past the window its front moves into the middle and its memory goes. So
 // a level holds about two windows of entries in memory however deep it
-// is. The counters (Len, Bytes) include the middles: they never depend on
+// is. A window is bounded in entries (Window) and, if WindowBytes is set,
+// in body bytes too: whichever bound is reached first makes it full, so
+// large messages page with fewer entries resident. The counters (Len, Bytes) include the middles: they never depend on
 // what is resident.
 //
 // Only entries the store already holds can enter the middle (Pageable),
@@ -53,6 +55,9 @@ type Ready[E Entry] struct {
 	// Window is the resident target per level; 0 disables paging (every
 	// entry stays in the head).
 	Window int
+	// WindowBytes, if > 0, also bounds a window's body bytes (with
+	// Window > 0; a single entry larger than it still fits alone).
+	WindowBytes int64
 	// Fill refills l's head from its middle now (a store read, under the
 	// owner's lock); Prefetch starts such a read to complete later. Both
 	// are set by the owner when Window > 0; they move what they read in
@@ -182,22 +187,71 @@ func (r *Ready[E]) refill(l *Level[E]) {
 }
 
 // moveTail moves entries from the tail's front to the head, up to the
-// window (all of them without paging). Only when the level has no middle.
+// window (at least one; all of them without paging). Only when the level
+// has no middle.
 func (r *Ready[E]) moveTail(l *Level[E]) {
-	room := l.Tail.Len()
-	if r.Window > 0 {
-		room = max(r.Window-l.Head.Len(), 1)
-	}
-	for ; room > 0 && l.Tail.Len() > 0; room-- {
+	for moved := 0; l.Tail.Len() > 0 && (moved == 0 || !r.headFull(l)); moved++ {
 		l.intoHead(l.Tail.PopFront())
 	}
+}
+
+// headFull reports whether l's head holds a window.
+func (r *Ready[E]) headFull(l *Level[E]) bool {
+	return r.Window > 0 && (l.Head.Len() >= r.Window || r.WindowBytes > 0 && l.Head.Bytes() >= r.WindowBytes)
+}
+
+// headLow reports whether l's head holds less than half a window in both
+// bounds: time to read the next one.
+func (r *Ready[E]) headLow(l *Level[E]) bool {
+	return r.Window > 0 && l.Head.Len() < r.Window/2 && (r.WindowBytes <= 0 || l.Head.Bytes() < r.WindowBytes/2)
+}
+
+// HeadRoom returns how much a read of l's middle should bring in: what
+// fills the head to a window, and at least half a window, in entries and
+// in body bytes (0 bytes: no byte bound). Where the bytes bind, the
+// entries asked for are twice what the middle's mean size says fit, so
+// the read of the index stays near what is used.
+func (r *Ready[E]) HeadRoom(l *Level[E]) (n int, bytes int64) {
+	n = max(r.Window-l.Head.Len(), r.Window/2, 1)
+	if r.WindowBytes > 0 {
+		bytes = max(r.WindowBytes-l.Head.Bytes(), r.WindowBytes/2, 1)
+		if l.Mid.N > 0 && l.Mid.Bytes > 0 {
+			if k := 2*bytes/max(l.Mid.Bytes/int64(l.Mid.N), 1) + 2; k < int64(n) {
+				n = int(k)
+			}
+		}
+	}
+	return n, bytes
+}
+
+// TailOver reports whether l's tail holds more than a window: its front
+// is to page out.
+func (r *Ready[E]) TailOver(l *Level[E]) bool {
+	return r.Window > 0 && (l.Tail.Len() > r.Window || r.WindowBytes > 0 && l.Tail.Bytes() > r.WindowBytes)
+}
+
+// TailExcess returns how many entries at the front of l's tail, and their
+// body bytes, are beyond a window (what PageOut would move if it could).
+func (r *Ready[E]) TailExcess(l *Level[E]) (n int, bytes int64) {
+	if r.Window <= 0 {
+		return 0, 0
+	}
+	count, size := l.Tail.Len(), l.Tail.Bytes()
+	for n < l.Tail.Len() && (count > r.Window || r.WindowBytes > 0 && size > r.WindowBytes) {
+		s := l.Tail.At(n).EntrySize()
+		count--
+		size -= s
+		bytes += s
+		n++
+	}
+	return n, bytes
 }
 
 // PushBack appends a new arrival: to the head while the level is caught
 // up (no middle, no tail) and the head has room, else to the tail.
 func (r *Ready[E]) PushBack(e E) {
 	l := r.LevelOf(e)
-	if l.Mid.N == 0 && l.Tail.Len() == 0 && (r.Window == 0 || l.Head.Len() < r.Window) {
+	if l.Mid.N == 0 && l.Tail.Len() == 0 && !r.headFull(l) {
 		l.intoHead(e)
 	} else {
 		l.Tail.PushBack(e)
@@ -222,7 +276,7 @@ func (r *Ready[E]) InsertSorted(e E) {
 	case l.Tail.Len() > 0:
 		toHead = seq < l.Tail.Front().EntrySeq()
 	default: // caught up: the tail starts where a full head ends
-		toHead = r.Window == 0 || l.Head.Len() < r.Window || seq < l.Head.At(l.Head.Len()-1).EntrySeq()
+		toHead = !r.headFull(l) || seq < l.Head.At(l.Head.Len()-1).EntrySeq()
 	}
 	if toHead {
 		l.Head.InsertSorted(e)
@@ -261,7 +315,7 @@ func (r *Ready[E]) PopFront() E {
 	l.n--
 	r.n--
 	r.bytes -= e.EntrySize()
-	if r.Window > 0 && l.Head.Len() < r.Window/2 {
+	if r.headLow(l) {
 		switch {
 		case l.Mid.N > 0 && r.Prefetch != nil:
 			r.Prefetch(l)
@@ -308,7 +362,7 @@ func (r *Ready[E]) PageOut(l *Level[E], limit uint64) {
 			continue
 		}
 		seq := e.EntrySeq()
-		if l.Tail.Len() <= r.Window || !e.Pageable() || seq >= limit {
+		if !r.TailOver(l) || !e.Pageable() || seq >= limit {
 			return
 		}
 		if l.Mid.N > 0 && seq <= l.Mid.To {

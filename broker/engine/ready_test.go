@@ -175,18 +175,21 @@ func (m *readyModel) pop() *entry {
 // run after each arrival, and the fill reads the middle back from every
 // entry ever stored, delivered ones too (a delivery is not acked here, so
 // its entry stays in the store, as it would until the ack): a middle
-// whose range held a delivered entry would deliver it twice.
-func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
+// whose range held a delivered entry would deliver it twice. With
+// windowBytes > 0 the windows are bounded in body bytes as well (entries
+// are 0 to 6 bytes), and the tails are checked to stay within both bounds.
+func readyOps(t *testing.T, maxPriority uint8, window int, windowBytes int64, data []byte) {
 	t.Helper()
 	r := NewReady[*entry](maxPriority)
 	m := &readyModel{max: maxPriority}
 	var stored []*entry // every entry, in seq order (the store's view)
 	if window > 0 {
-		r.Window = window
+		r.Window, r.WindowBytes = window, windowBytes
 		r.Fill = func(l *Level[*entry]) {
-			want := max(window-l.Head.Len(), window/2, 1)
+			want, wantBytes := r.HeadRoom(l)
+			var got int64
 			for _, e := range stored { // seq order
-				if want == 0 {
+				if want == 0 || wantBytes > 0 && got >= wantBytes {
 					break
 				}
 				if m.level(e) != l.Prio || e.Seq < l.Mid.From || e.Seq > l.Mid.To {
@@ -196,8 +199,9 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 				l.Skip(e.Seq)
 				r.MoveIn(l, e)
 				want--
+				got += e.size
 			}
-			if want > 0 && l.Mid.N != 0 {
+			if want > 0 && (wantBytes == 0 || got < wantBytes) && l.Mid.N != 0 {
 				t.Fatalf("fill: middle of level %d counts %d entries the store does not hold", l.Prio, l.Mid.N)
 			}
 			r.ReadDone(l, false)
@@ -207,8 +211,12 @@ func readyOps(t *testing.T, maxPriority uint8, window int, data []byte) {
 	arrive := func(e *entry) {
 		if window > 0 {
 			e.inStore = true
-			if l := r.LevelOf(e); l.Tail.Len() > window {
+			l := r.LevelOf(e)
+			if r.TailOver(l) {
 				r.PageOut(l, math.MaxUint64)
+			}
+			if r.TailOver(l) {
+				t.Fatalf("level %d: tail of %d entries, %d bytes after a page-out (window %d, %d bytes)", l.Prio, l.Tail.Len(), l.Tail.Bytes(), window, windowBytes)
 			}
 		}
 	}
@@ -343,7 +351,12 @@ func TestReadyQueueModel(t *testing.T) {
 		for i := range data {
 			data[i] = byte(rng.IntN(256))
 		}
-		readyOps(t, maxP, []int{0, 1, 2, 4, 7}[iter%5], data)
+		window := []int{0, 1, 2, 4, 7}[iter%5]
+		var windowBytes int64
+		if window > 0 {
+			windowBytes = []int64{0, 3, 8, 20}[iter/5%4]
+		}
+		readyOps(t, maxP, window, windowBytes, data)
 	}
 }
 
@@ -352,7 +365,8 @@ func FuzzReadyQueue(f *testing.F) {
 	f.Add(uint8(10), []byte{0, 1, 0, 5, 0, 3, 2, 0, 2, 0, 3, 0, 3, 0, 2, 0})
 	f.Add(uint8(3), []byte{0, 15, 1, 2, 2, 0, 0, 9, 3, 0, 2, 0, 2, 0, 3, 7})
 	f.Fuzz(func(t *testing.T, maxP uint8, data []byte) {
-		readyOps(t, maxP%12, int(maxP/12)%6, data)
+		window := int(maxP/12) % 6
+		readyOps(t, maxP%12, window, int64(maxP/72)*int64(min(window, 1))*7, data)
 	})
 }
 

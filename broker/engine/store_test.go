@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/brokerd/brokerd/store"
@@ -52,147 +53,169 @@ type storedEntry struct {
 // delivered once, in order (level, then seq), with its own body, and that
 // the counters agree with a model throughout; halfway through, a disk
 // store checkpoints, so reads come from segments and the index as well as
-// the WAL's overlay.
+// the WAL's overlay. Bodies are 6 to 45 bytes; with a byte bound on the
+// window, the tails stay within it and a read brings in no more than it
+// asked for and one more entry.
 func TestPagingThroughStore(t *testing.T) {
 	for _, ts := range testStores() {
-		t.Run(ts.name, func(t *testing.T) {
-			s := ts.open(t)
-			const window = 4
-			rg := Ranges{Store: s, ID: 7, Durable: true}
-			r := NewReady[*storedEntry](1)
-			r.Window = window
-			spilled := false
-			r.Paged = func(e *storedEntry) { e.gone = true }
-			r.Fill = func(l *Level[*storedEntry]) {
-				want := max(window-l.Head.Len(), window/2, 1)
-				pr, err := rg.ReadMiddle(spilled, l.Prio, l.Mid.From, l.Mid.To, want, nil)
-				if err != nil {
-					t.Fatalf("read middle: %v", err)
-				}
-				for i, m := range pr.Metas {
-					l.Skip(m.Seq)
-					e := &storedEntry{entry: entry{Seq: m.Seq, prio: m.Prio, size: int64(m.Size), inStore: true}, ref: m.Ref, msg: pr.Msgs[i]}
-					r.MoveIn(l, e)
-				}
-				if n, _ := r.ReadDone(l, pr.Done); n != 0 {
-					t.Fatalf("level %d: the middle counted %d entries the store does not hold", l.Prio, n)
-				}
-			}
+		for _, windowBytes := range []int64{0, 60} {
+			t.Run(fmt.Sprintf("%s/window_bytes=%d", ts.name, windowBytes), func(t *testing.T) {
+				pagingThroughStore(t, ts, windowBytes)
+			})
+		}
+	}
+}
 
-			rng := rand.New(rand.NewPCG(3, 4))
-			var seq uint64
-			model := map[uint64]*storedEntry{} // ready entries by seq
-			publish := func() {
-				seq++
-				prio := uint8(rng.IntN(2))
-				m := &store.Message{ID: s.AllocMsgID(), Body: []byte(fmt.Sprintf("body %d", seq)), Persistent: true}
-				q := rg.ID
-				if rng.IntN(3) == 0 { // transient: written to the volatile range
-					q, spilled = rg.VolatileID(), true
-				}
-				e := &storedEntry{entry: entry{Seq: seq, prio: prio, size: int64(len(m.Body))}, ref: store.Ref{Queue: q, Prio: prio, Seq: seq}, msg: m}
-				storetest.Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: e.ref, Msg: m}}})
-				e.inStore = true
-				r.PushBack(e)
-				model[seq] = e
-				if l := r.LevelOf(e); l.Tail.Len() > window {
-					r.PageOut(l, seq+1)
-				}
-			}
-			nextInModel := func() uint64 {
-				var best uint64
-				var bestPrio int = -1
-				for sq, e := range model {
-					if int(e.prio) > bestPrio || int(e.prio) == bestPrio && sq < best {
-						best, bestPrio = sq, int(e.prio)
-					}
-				}
-				return best
-			}
-			check := func(what string) {
-				t.Helper()
-				var bytes int64
-				for _, e := range model {
-					bytes += e.size
-				}
-				if r.Len() != len(model) || r.Bytes() != bytes {
-					t.Fatalf("%s: len %d bytes %d, model %d and %d", what, r.Len(), r.Bytes(), len(model), bytes)
-				}
-			}
-			var out []*storedEntry // delivered, not acked
-			delivered := map[uint64]bool{}
-			deliver := func() {
-				want := nextInModel()
-				e := r.PopFront()
-				if e == nil {
-					t.Fatalf("nothing delivered, model has %d", len(model))
-				}
-				if e.Seq != want {
-					t.Fatalf("delivered seq %d (level %d), model says %d", e.Seq, e.prio, want)
-				}
-				if got := string(e.msg.Body); got != "body "+strconv.FormatUint(e.Seq, 10) {
-					t.Fatalf("seq %d delivered with body %q", e.Seq, got)
-				}
-				if delivered[e.Seq] {
-					t.Fatalf("seq %d delivered twice without a return", e.Seq)
-				}
-				delivered[e.Seq] = true
-				delete(model, e.Seq)
-				out = append(out, e)
-			}
-			settle := func(requeue bool) {
-				i := rng.IntN(len(out))
-				e := out[i]
-				out = slices.Delete(out, i, i+1)
-				delete(delivered, e.Seq)
-				if requeue {
-					e.gone = false
-					r.InsertSorted(e)
-					model[e.Seq] = e
-					return
-				}
-				storetest.Apply(t, s, &store.Batch{Deletes: []store.Ref{e.ref}})
-			}
+func pagingThroughStore(t *testing.T, ts testStore, windowBytes int64) {
+	s := ts.open(t)
+	const window = 4
+	const maxBody = 45
+	rg := Ranges{Store: s, ID: 7, Durable: true}
+	r := NewReady[*storedEntry](1)
+	r.Window, r.WindowBytes = window, windowBytes
+	spilled := false
+	r.Paged = func(e *storedEntry) { e.gone = true }
+	r.Fill = func(l *Level[*storedEntry]) {
+		want, wantBytes := r.HeadRoom(l)
+		pr, err := rg.ReadMiddle(spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, nil)
+		if err != nil {
+			t.Fatalf("read middle: %v", err)
+		}
+		var got int64
+		for _, m := range pr.Metas {
+			got += int64(m.Size)
+		}
+		if len(pr.Metas) > want || wantBytes > 0 && got >= wantBytes+maxBody {
+			t.Fatalf("read %d entries of %d bytes, asked for %d and %d bytes", len(pr.Metas), got, want, wantBytes)
+		}
+		for i, m := range pr.Metas {
+			l.Skip(m.Seq)
+			e := &storedEntry{entry: entry{Seq: m.Seq, prio: m.Prio, size: int64(m.Size), inStore: true}, ref: m.Ref, msg: pr.Msgs[i]}
+			r.MoveIn(l, e)
+		}
+		if n, _ := r.ReadDone(l, pr.Done); n != 0 {
+			t.Fatalf("level %d: the middle counted %d entries the store does not hold", l.Prio, n)
+		}
+	}
 
-			for step := 0; step < 4000; step++ {
-				if step == 2000 && ts.checkpoint != nil {
-					if err := ts.checkpoint(s); err != nil {
-						t.Fatal(err)
-					}
-				}
-				switch k := rng.IntN(10); {
-				case k < 5:
-					publish()
-				case k < 8 && len(model) > 0:
-					deliver()
-				case len(out) > 0:
-					settle(k == 9)
-				}
-				check(fmt.Sprintf("step %d", step))
+	rng := rand.New(rand.NewPCG(3, 4))
+	var seq uint64
+	model := map[uint64]*storedEntry{} // ready entries by seq
+	publish := func() {
+		seq++
+		prio := uint8(rng.IntN(2))
+		pad := make([]byte, rng.IntN(maxBody-5-len(strconv.FormatUint(seq, 10))))
+		m := &store.Message{ID: s.AllocMsgID(), Body: fmt.Appendf(nil, "body %d|%s", seq, pad), Persistent: true}
+		q := rg.ID
+		if rng.IntN(3) == 0 { // transient: written to the volatile range
+			q, spilled = rg.VolatileID(), true
+		}
+		e := &storedEntry{entry: entry{Seq: seq, prio: prio, size: int64(len(m.Body))}, ref: store.Ref{Queue: q, Prio: prio, Seq: seq}, msg: m}
+		storetest.Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: e.ref, Msg: m}}})
+		e.inStore = true
+		r.PushBack(e)
+		model[seq] = e
+		l := r.LevelOf(e)
+		if r.TailOver(l) {
+			r.PageOut(l, seq+1)
+		}
+		if r.TailOver(l) {
+			t.Fatalf("level %d: tail of %d entries, %d bytes after a page-out", l.Prio, l.Tail.Len(), l.Tail.Bytes())
+		}
+	}
+	nextInModel := func() uint64 {
+		var best uint64
+		var bestPrio int = -1
+		for sq, e := range model {
+			if int(e.prio) > bestPrio || int(e.prio) == bestPrio && sq < best {
+				best, bestPrio = sq, int(e.prio)
 			}
-			for len(model) > 0 {
-				deliver()
-				check("drain")
+		}
+		return best
+	}
+	check := func(what string) {
+		t.Helper()
+		var bytes int64
+		for _, e := range model {
+			bytes += e.size
+		}
+		if r.Len() != len(model) || r.Bytes() != bytes {
+			t.Fatalf("%s: len %d bytes %d, model %d and %d", what, r.Len(), r.Bytes(), len(model), bytes)
+		}
+	}
+	var out []*storedEntry // delivered, not acked
+	delivered := map[uint64]bool{}
+	deliver := func() {
+		want := nextInModel()
+		e := r.PopFront()
+		if e == nil {
+			t.Fatalf("nothing delivered, model has %d", len(model))
+		}
+		if e.Seq != want {
+			t.Fatalf("delivered seq %d (level %d), model says %d", e.Seq, e.prio, want)
+		}
+		if got, _, _ := strings.Cut(string(e.msg.Body), "|"); got != "body "+strconv.FormatUint(e.Seq, 10) {
+			t.Fatalf("seq %d delivered with body %q", e.Seq, got)
+		}
+		if delivered[e.Seq] {
+			t.Fatalf("seq %d delivered twice without a return", e.Seq)
+		}
+		delivered[e.Seq] = true
+		delete(model, e.Seq)
+		out = append(out, e)
+	}
+	settle := func(requeue bool) {
+		i := rng.IntN(len(out))
+		e := out[i]
+		out = slices.Delete(out, i, i+1)
+		delete(delivered, e.Seq)
+		if requeue {
+			e.gone = false
+			r.InsertSorted(e)
+			model[e.Seq] = e
+			return
+		}
+		storetest.Apply(t, s, &store.Batch{Deletes: []store.Ref{e.ref}})
+	}
+
+	for step := 0; step < 4000; step++ {
+		if step == 2000 && ts.checkpoint != nil {
+			if err := ts.checkpoint(s); err != nil {
+				t.Fatal(err)
 			}
-			for len(out) > 0 {
-				settle(false)
-			}
-			for prio := range uint8(2) {
-				left, err := rg.ReadLevel(spilled, prio, 0, 10, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(left) != 0 {
-					t.Fatalf("level %d: %d entries left in the store after every ack, first seq %d", prio, len(left), left[0].Seq)
-				}
-			}
-		})
+		}
+		switch k := rng.IntN(10); {
+		case k < 5:
+			publish()
+		case k < 8 && len(model) > 0:
+			deliver()
+		case len(out) > 0:
+			settle(k == 9)
+		}
+		check(fmt.Sprintf("step %d", step))
+	}
+	for len(model) > 0 {
+		deliver()
+		check("drain")
+	}
+	for len(out) > 0 {
+		settle(false)
+	}
+	for prio := range uint8(2) {
+		left, err := rg.ReadLevel(spilled, prio, 0, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 0 {
+			t.Fatalf("level %d: %d entries left in the store after every ack, first seq %d", prio, len(left), left[0].Seq)
+		}
 	}
 }
 
 // TestReadMiddleStopsAtItsEnd: entries above the middle's end (resident
 // in the tail, or paged out after the read began) are left out, and the
-// read then says it reached the end.
+// read then says it reached the end; a read bounded in bytes stops once
+// it holds them (and then has not reached the end).
 func TestReadMiddleStopsAtItsEnd(t *testing.T) {
 	for _, ts := range testStores() {
 		t.Run(ts.name, func(t *testing.T) {
@@ -206,16 +229,21 @@ func TestReadMiddleStopsAtItsEnd(t *testing.T) {
 			}
 			storetest.Apply(t, s, &b)
 			for _, c := range []struct {
-				from, to uint64
-				want     int
-				seqs     []uint64
-				done     bool
+				from, to  uint64
+				want      int
+				wantBytes int64 // bodies are 1 byte
+				seqs      []uint64
+				done      bool
 			}{
-				{1, 10, 4, []uint64{1, 2, 3, 4}, false},
-				{3, 5, 4, []uint64{3, 4, 5}, true},
-				{9, 10, 4, []uint64{9, 10}, true},
+				{1, 10, 4, 0, []uint64{1, 2, 3, 4}, false},
+				{3, 5, 4, 0, []uint64{3, 4, 5}, true},
+				{9, 10, 4, 0, []uint64{9, 10}, true},
+				{1, 10, 8, 3, []uint64{1, 2, 3}, false},
+				{8, 10, 8, 5, []uint64{8, 9, 10}, true},
+				{9, 10, 4, 1, []uint64{9}, false},
+				{9, 10, 1, 5, []uint64{9}, false},
 			} {
-				pr, err := rg.ReadMiddle(false, 0, c.from, c.to, c.want, nil)
+				pr, err := rg.ReadMiddle(false, 0, c.from, c.to, c.want, c.wantBytes, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -135,8 +135,9 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	}
 	b, err := broker.Open(broker.Options{
 		Store: st, Logger: log, VHosts: vhosts, Users: users,
-		MaxMessageSize: int(cfg.AMQP.MaxMessageSize),
-		PageWindow:     pageWindow(cfg.Storage),
+		MaxMessageSize:  int(cfg.AMQP.MaxMessageSize),
+		PageWindow:      pageWindow(cfg.Storage),
+		PageWindowBytes: int64(cfg.Storage.PageWindowBytes),
 	})
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)

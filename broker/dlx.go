@@ -61,7 +61,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	}
 	v := q.vhost
 	now := b.now()
-	nowMS := now.UnixMilli()
+	arrival := ceilMS(now) // the copies' deadlines count from it
 	// Held until the batch is applied, so no target can be deleted
 	// between routing to it and the put that gives it the copy.
 	t.holdVHost(v)
@@ -75,7 +75,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			if e.DeadAt != 0 {
 				died = time.UnixMilli(e.DeadAt)
 			}
-			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, nowMS, backlogOK)
+			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, arrival, backlogOK)
 		}
 		if cause < 0 {
 			q.stats.deadLettered[reasonIndex(reason)].Add(1)
@@ -83,7 +83,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			continue
 		}
 		if cfg.atLeastOnce && backlogOK {
-			q.toBacklogLocked(t, e, reason, nowMS)
+			q.toBacklogLocked(t, e, reason, now.UnixMilli())
 			if cause == dropTargetFull {
 				q.backlogFull = true // worth retrying without a topology change
 			}
@@ -101,7 +101,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 // backlogOK), it goes to all its targets or to none: a full target keeps
 // it waiting rather than deliver it to some. Caller holds q.mu and, through
 // t, v.mu (shared).
-func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, nowMS int64, backlogOK bool) int {
+func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool) int {
 	b := q.vhost.b
 	h := e.EffectiveHeader()
 	props, err := amqp.DecodeProperties(h.Props)
@@ -174,7 +174,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		// target's own message TTL applies.
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
-		ne := tq.newCopyEntry(msg, header, props.Priority, nowMS)
+		ne := tq.newCopyEntry(msg, header, props.Priority, arrival)
 		if ne.stored {
 			t.put(ne)
 		}

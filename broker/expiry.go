@@ -16,6 +16,21 @@ func (b *Broker) now() time.Time { return b.opts.Now() }
 
 func (b *Broker) nowMS() int64 { return b.opts.Now().UnixMilli() }
 
+// arrivalMS is the broker's clock in milliseconds rounded up: the time a
+// message's deadline counts from. Deadlines are whole milliseconds, and
+// an entry expires once the clock, rounded down, reaches its deadline;
+// rounding the arrival up makes that never earlier than arrival + TTL.
+func (b *Broker) arrivalMS() int64 { return ceilMS(b.opts.Now()) }
+
+// ceilMS returns t in Unix milliseconds, rounded up.
+func ceilMS(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
+}
+
 // fireTimers runs on the scheduler's goroutine: message deadlines and
 // queue leases that are due. A message expires where it stands in its
 // queue (not only at the head) and is dead-lettered with reason expired;
@@ -138,7 +153,7 @@ func (q *Queue) touchLocked() {
 	if exp < 0 || len(q.consumers) > 0 || q.isDeleted() {
 		return
 	}
-	q.lease.Deadline = q.vhost.b.nowMS() + exp
+	q.lease.Deadline = q.vhost.b.arrivalMS() + exp // never early, as message deadlines
 	s.Add(&q.lease)
 }
 

@@ -244,7 +244,7 @@ func (ch *channel) confirmDone(seq uint64, ack, inGroup bool) {
 func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup bool)) {
 	qs = lockQueues(qs)
 	t := b.newTxn()
-	refused := b.enqueueLocked(t, qs, p, b.nowMS())
+	refused := b.enqueueLocked(t, qs, p, b.arrivalMS())
 	if done != nil {
 		done = awaitEvictions(qs, done)
 	}
@@ -419,11 +419,11 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 	}
 	qs = lockQueues(qs)
 	t := b.newTxn()
-	now := b.nowMS()
+	arrival := b.arrivalMS()
 	for _, r := range rs {
 		// A message a reject-publish queue refuses is dropped: a
 		// transaction has no per-message nack.
-		b.enqueueLocked(t, r.qs, r.p, now)
+		b.enqueueLocked(t, r.qs, r.p, arrival)
 	}
 	for _, a := range acks {
 		forEachQueue(a.ds, func(q *Queue, es []*entry) { q.settleLocked(t, es, a.action) })

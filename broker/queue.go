@@ -57,7 +57,12 @@ type entry struct {
 
 func (e *entry) bodySize() int { return len(e.Msg.Body) }
 
-func (e *entry) expiredAt(now int64) bool { return e.Deadline != 0 && e.Deadline <= now }
+// expiredAt reports whether e's deadline has passed at now. A TTL-0
+// message has expired once it was not delivered at once (arriving), even
+// within the millisecond it arrived in (its deadline is rounded up).
+func (e *entry) expiredAt(now int64) bool {
+	return e.Deadline != 0 && (e.Deadline <= now || e.zeroTTL)
+}
 
 // Queue is a message queue. Definition fields are fixed at declaration.
 //
@@ -236,9 +241,10 @@ func (q *Queue) counts() (ready, unacked, consumers int) {
 	return q.ready.Len(), q.unacked, len(q.consumers)
 }
 
-// newEntry makes the entry for msg entering q now, with the deadline from
-// the queue's message TTL and msgTTL (the expiration property, -1 if none).
-func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, now int64) *entry {
+// newEntry makes the entry for msg entering q at arrival (arrivalMS), with
+// the deadline from the queue's message TTL and msgTTL (the expiration
+// property, -1 if none).
+func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, arrival int64) *entry {
 	e := &entry{q: q, prio: prio, stored: q.isStoredFor(msg)}
 	e.Ref = store.Ref{Queue: q.id, Prio: min(prio, q.maxPriority), Seq: q.seq.Add(1)}
 	e.Msg, e.Header = msg, h
@@ -247,7 +253,7 @@ func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL
 		ttlMS = msgTTL
 	}
 	if ttlMS >= 0 {
-		e.Deadline = now + ttlMS
+		e.Deadline = arrival + ttlMS
 		e.zeroTTL = ttlMS == 0
 	}
 	e.timer.Value = e
@@ -257,10 +263,10 @@ func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL
 // newCopyEntry is newEntry for a dead-lettered copy, which reaches q
 // (insertDeadLetters) after its put reached the store: its seq is
 // recorded as in flight until then.
-func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, now int64) *entry {
+func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, arrival int64) *entry {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
-	e := q.newEntry(msg, h, prio, -1, now)
+	e := q.newEntry(msg, h, prio, -1, arrival)
 	q.inflight = append(q.inflight, e.Seq)
 	return e
 }

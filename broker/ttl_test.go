@@ -622,6 +622,70 @@ func TestTTLExpiredNeverDelivered(t *testing.T) {
 	}
 }
 
+// A message never expires before its arrival plus its TTL, though
+// deadlines are whole milliseconds: arriving 0.6 ms into a millisecond, a
+// 100 ms TTL (queue or message) is still alive 99.4 ms later and gone
+// 100.4 ms later; a dead-lettered copy arriving 0.4 ms into a millisecond
+// under its target's TTL is alive 99.7 ms later, gone 100.7 ms later. The
+// timers are frozen: basic.get's own expiry check is what is observed.
+func TestTTLNeverExpiresEarly(t *testing.T) {
+	t.Parallel()
+	clk, frozen := tlNewClock(), tlNewClock()
+	clk.Advance(600 * time.Microsecond)
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: clk.Now, TimerClock: frozen.Timers()}})
+	_, ch := tlChannel(t, b)
+	tlDeclare(t, ch, "q", "classic", amqp091.Table{"x-message-ttl": int32(100)})
+	tlDeclare(t, ch, "per-msg", "classic", nil)
+	tlDeclare(t, ch, "dlq", "classic", amqp091.Table{"x-message-ttl": int32(100)})
+	tlDeclare(t, ch, "src", "classic", tlDLX("dlq", nil))
+	expired := func() uint64 { return b.Broker.Stats().Discarded["expired"] }
+
+	for _, q := range []string{"q", "per-msg"} {
+		tlPub(t, ch, q, q+" 1", "100")
+		tlPub(t, ch, q, q+" 2", "100")
+	}
+	tlPub(t, ch, "src", "rejected", "")
+	clk.Advance(99400 * time.Microsecond) // 99.4 ms after they arrived
+	for _, q := range []string{"q", "per-msg"} {
+		d, ok := tlGet(t, ch, q)
+		if !ok || string(d.Body) != q+" 1" {
+			t.Fatalf("%s: basic.get 99.4 ms after arrival with a TTL of 100 ms: %q, %v; want %q", q, d.Body, ok, q+" 1")
+		}
+		dvAck(t, d, false)
+	}
+	if got := expired(); got != 0 {
+		t.Fatalf("%d expired 99.4 ms after arrival, want 0", got)
+	}
+	clk.Advance(time.Millisecond) // 100.4 ms
+	for _, q := range []string{"q", "per-msg"} {
+		if d, ok := tlGet(t, ch, q); ok {
+			t.Fatalf("%s: basic.get 100.4 ms after arrival returned %q, expired", q, d.Body)
+		}
+	}
+	if got := expired(); got != 2 {
+		t.Fatalf("%d expired 100.4 ms after arrival, want 2", got)
+	}
+
+	// The copy arrives in dlq 0.4 ms into a millisecond.
+	clk.Advance(400 * time.Microsecond)
+	if err := tlMustGet(t, ch, "src").Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	tlEventually(t, "the copy in dlq", func() bool { return tlReady(t, b, "dlq") == 1 })
+	clk.Advance(99700 * time.Microsecond) // 99.7 ms after the copy arrived
+	d, ok := tlGet(t, ch, "dlq")
+	if !ok || string(d.Body) != "rejected" {
+		t.Fatalf("dlq: basic.get 99.7 ms after the copy arrived: %q, %v; want the copy", d.Body, ok)
+	}
+	if err := d.Nack(false, true); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Millisecond) // 100.7 ms
+	if d, ok := tlGet(t, ch, "dlq"); ok {
+		t.Fatalf("dlq: basic.get 100.7 ms after the copy arrived returned %q, expired", d.Body)
+	}
+}
+
 // SPEC §3 beyond: a message expires at its deadline wherever it is in the
 // queue; a short-TTL message behind a 10-minute one does not wait.
 func TestTTLExpiresAnywhere(t *testing.T) {

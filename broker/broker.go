@@ -382,7 +382,7 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 	}
 	q.deletion = b.startWrite(batch)
 	v.mu.Unlock()
-	consumers, ready := q.markDeletedLocked()
+	consumers, messages := q.markDeletedLocked()
 	w := q.deletion
 	q.mu.Unlock()
 	for _, c := range consumers {
@@ -391,7 +391,7 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 	if q.owner != nil {
 		q.owner.removeExclusive(q)
 	}
-	return ready, w
+	return messages, w
 }
 
 // VHost returns the named vhost, or nil.

@@ -332,8 +332,8 @@ func (ch *channel) declared(q *Queue, nowait bool) {
 		return
 	}
 	q.touch()
-	ready, _, consumers := q.counts()
-	ch.out.Send(&amqp.QueueDeclareOk{Queue: q.Name, MessageCount: uint32(ready), ConsumerCount: uint32(consumers)})
+	messages, consumers := q.declareCounts()
+	ch.out.Send(&amqp.QueueDeclareOk{Queue: q.Name, MessageCount: uint32(messages), ConsumerCount: uint32(consumers)})
 }
 
 // queueBind handles queue.bind and queue.unbind.

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -1946,8 +1947,21 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				}
 				e.waitFor("src", 2, 0, 0)
 				e.waitBacklog("src", 2)
-				if q, err := e.ch.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 0 {
-					t.Fatalf("passive declare: %d messages, %v; want 0 ready", q.Messages, err)
+				// Counted as messages (declare-ok, and delete if-empty
+				// refuses), though basic.get finds none.
+				if q, err := e.ch.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 2 {
+					t.Fatalf("passive declare: %d messages, %v; want the 2 waiting", q.Messages, err)
+				}
+				if _, ok, err := e.ch.Get("src", false); ok || err != nil {
+					t.Fatalf("basic.get: %v, %v; want get-empty", ok, err)
+				}
+				dch, err := e.conn.Channel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ae *amqp091.Error
+				if _, err := dch.QueueDelete("src", false, true, false); !errors.As(err, &ae) || ae.Code != amqp091.PreconditionFailed {
+					t.Fatalf("delete if-empty with dead letters waiting: %v, want 406", err)
 				}
 				// Not delivered: the consumer's next message is a new one.
 				e.publish("src", "after")
@@ -1962,6 +1976,9 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				e.waitFor("src", 2, 0, 0)
 				e.bind("dlq", "dlq", "dlx", nil)
 				e.waitFor("src", 0, 0, 0)
+				if q, err := e.ch.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 0 {
+					t.Fatalf("passive declare once forwarded: %d messages, %v; want 0", q.Messages, err)
+				}
 				for _, d := range e.get("dlq", "p1", "p2") {
 					dsWantRoute(t, d, "dlx", "dlq")
 					e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})

@@ -234,11 +234,14 @@ func (q *Queue) isStoredFor(m *store.Message) bool {
 
 func (q *Queue) isDeleted() bool { return q.deleted.Load() }
 
-// counts returns (ready, unacked, consumers).
-func (q *Queue) counts() (ready, unacked, consumers int) {
+// declareCounts returns what queue.declare-ok reports: the messages (the
+// ready ones and the dead letters waiting for a route in the backlog,
+// which count as messages though none can be delivered: SPEC §2) and the
+// consumers.
+func (q *Queue) declareCounts() (messages, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.ready.Len(), q.unacked, len(q.consumers)
+	return q.ready.Len() + q.backlogLen(), len(q.consumers)
 }
 
 // newEntry makes the entry for msg entering q at arrival (arrivalMS), with
@@ -706,7 +709,7 @@ func (q *Queue) claimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 	if ifUnused && len(q.consumers) > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.vhost.Name)
 	}
-	if ifEmpty && q.ready.Len() > 0 {
+	if ifEmpty && q.ready.Len()+q.backlogLen() > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' is not empty", q.Name, q.vhost.Name)
 	}
 	q.closing = true
@@ -783,12 +786,13 @@ func (q *Queue) purge() (int, *storeWrite) {
 }
 
 // markDeletedLocked empties the queue and returns its consumers (to be
-// told) and the number of ready messages it held. Its messages are not
+// told) and the number of messages it held (ready, and dead letters
+// waiting for a route: what delete-ok reports). Its messages are not
 // dead-lettered. The caller has written the deletion to the store under
 // the same hold of q.mu (see Broker.deleteQueue).
-func (q *Queue) markDeletedLocked() (consumers []*consumer, ready int) {
+func (q *Queue) markDeletedLocked() (consumers []*consumer, messages int) {
 	q.deleted.Store(true)
-	ready = q.ready.Len()
+	messages = q.ready.Len() + q.backlogLen()
 	q.dropPagedLocked()
 	for _, e := range q.ready.Clear() {
 		e.state = stGone
@@ -801,5 +805,5 @@ func (q *Queue) markDeletedLocked() (consumers []*consumer, ready int) {
 	q.dropStoredBacklogLocked()
 	q.vhost.b.timers.Remove(&q.lease)
 	consumers, q.consumers = q.consumers, nil
-	return consumers, ready
+	return consumers, messages
 }

@@ -44,6 +44,9 @@ func (s *Store) checkpointLoop() {
 		case <-s.stop:
 			return
 		case <-s.kick:
+			if !s.overlayFull() {
+				continue
+			}
 		case <-t.C:
 		}
 		if err := s.checkpoint(); err != nil {
@@ -54,6 +57,20 @@ func (s *Store) checkpointLoop() {
 			s.fail(fmt.Errorf("compact segments: %w", err))
 		}
 	}
+}
+
+// overlayFull reports whether the active overlay holds CheckpointBytes. A
+// wake can be stale: Applies that found the overlay full before the
+// checkpoint froze it each leave one, and the overlay after it has barely
+// started.
+func (s *Store) overlayFull() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	full := s.active.bytes >= s.opts.CheckpointBytes
+	if !full && s.staleWake != nil {
+		s.staleWake()
+	}
+	return full
 }
 
 // Checkpoint moves everything applied so far into segments and the index

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -141,5 +142,52 @@ func TestReserveWaitsForCheckpoints(t *testing.T) {
 	close(resume) // the stuck checkpoint ends; the next one takes the overlay
 	if err := <-got; err != nil {
 		t.Fatalf("Reserve after the checkpoints: %v", err)
+	}
+}
+
+// TestStaleWakeStartsNoCheckpoint: the Applies that find the active
+// overlay full before the checkpoint freezes it each wake the
+// checkpointer; once that checkpoint took the overlay, a wake left over
+// must not checkpoint the next, barely started one (each full checkpoint
+// was followed by a small one, at the same fixed cost).
+func TestStaleWakeStartsNoCheckpoint(t *testing.T) {
+	opts := quiet()
+	opts.FS = vfs.NewMem()
+	opts.CheckpointBytes = 64 << 10
+	opts.CheckpointInterval = time.Hour
+	s := openDir(t, "data", opts)
+	defer s.Close()
+	frozen := make(chan struct{}, 8)
+	committed, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.cpMu.Lock()
+	s.cp.afterFreeze = func() { frozen <- struct{}{} }
+	s.cp.afterCommit = func() { once.Do(func() { close(committed); <-resume }) }
+	s.cpMu.Unlock()
+	stale := make(chan struct{}, 8)
+	s.mu.Lock()
+	s.staleWake = func() { stale <- struct{}{} }
+	s.mu.Unlock()
+	body := make([]byte, 1024)
+	seq := uint64(0)
+	put := func() {
+		seq++
+		m := &store.Message{ID: s.AllocMsgID(), Body: body, Persistent: true}
+		storetest.Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: seq}, Msg: m}}})
+	}
+	for range 80 { // past CheckpointBytes: a checkpoint starts
+		put()
+	}
+	<-frozen
+	<-committed
+	s.wake() // as an Apply that found the overlay full before the freeze
+	for range 5 {
+		put() // the next overlay, far from full
+	}
+	close(resume)
+	select {
+	case <-stale:
+	case <-frozen:
+		t.Fatal("a stale wake checkpointed an overlay of 5 KiB (CheckpointBytes 64 KiB)")
 	}
 }

@@ -94,6 +94,9 @@ type Store struct {
 	active *overlay // changed by Apply
 	frozen *overlay // being checkpointed; read-only; nil when none
 	encBuf []byte
+	// staleWake, when set (by tests), is called when the checkpointer
+	// ignores a wake because the active overlay is not full.
+	staleWake func()
 
 	// afterGroup holds the functions AfterGroup was given during the
 	// current group's completions; only the WAL's goroutine touches it.

@@ -81,6 +81,14 @@ type ServerConfig struct {
 	HandshakeTimeout time.Duration
 	// MaxMessageSize bounds a message body (default 128 MiB).
 	MaxMessageSize uint64
+	// MaxUnfinishedContent bounds the body bytes a connection holds for
+	// messages whose body frames have not all arrived, across its
+	// channels (default twice MaxMessageSize). A body frame that would
+	// take it past the bound closes the connection with 506
+	// RESOURCE_ERROR (a connection error in AMQP 0-9-1).
+	// Bodies are held as their frames arrive, never reserved from the
+	// size a content header announces.
+	MaxUnfinishedContent uint64
 	// Product and Version appear in the server properties.
 	Product, Version string
 }
@@ -103,6 +111,9 @@ func (c *ServerConfig) setDefaults() {
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 128 << 20
+	}
+	if c.MaxUnfinishedContent == 0 {
+		c.MaxUnfinishedContent = 2 * c.MaxMessageSize
 	}
 	if c.Product == "" {
 		c.Product = "brokerd"

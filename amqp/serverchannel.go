@@ -47,7 +47,8 @@ func (ch *serverChannel) release() {
 	ch.c.wmu.Lock()
 	ch.dead = true
 	ch.c.wmu.Unlock()
-	ch.pub, ch.body, ch.raw = nil, nil, nil
+	ch.dropBody()
+	ch.pub, ch.raw = nil, nil
 	ch.h.Close()
 }
 
@@ -121,29 +122,58 @@ func (ch *serverChannel) header(f Frame) error {
 	if size == 0 {
 		return ch.complete()
 	}
-	ch.body = make([]byte, 0, min(size, 1<<20))
 	ch.inBody = true
 	return nil
 }
 
+// bodyFrame appends a body frame to the body being assembled. The buffer
+// grows with what arrives (doubling, never past the declared size, which
+// a single-frame body gets at once), so a header announcing a large body
+// costs nothing until its bytes come; what the connection's unfinished
+// bodies hold is bounded (MaxUnfinishedContent).
 func (ch *serverChannel) bodyFrame(f Frame) error {
 	if f.Type != FrameBody {
 		return Errorf(UnexpectedFrame, "expected content body, got non content body frame instead")
 	}
-	if uint64(len(ch.body))+uint64(len(f.Payload)) > ch.bodySize {
-		return Errorf(FrameError, "content body of %d bytes exceeds the declared size %d", uint64(len(ch.body))+uint64(len(f.Payload)), ch.bodySize)
+	n := uint64(len(ch.body)) + uint64(len(f.Payload))
+	if n > ch.bodySize {
+		return Errorf(FrameError, "content body of %d bytes exceeds the declared size %d", n, ch.bodySize)
+	}
+	if n > uint64(cap(ch.body)) {
+		grown := max(2*uint64(cap(ch.body)), n)
+		if n < ch.bodySize {
+			grown = min(grown, ch.bodySize)
+		} else {
+			grown = n // complete: no room for more
+		}
+		c := ch.c
+		held := c.unfinished - uint64(cap(ch.body)) + grown
+		if limit := c.srv.cfg.MaxUnfinishedContent; n < ch.bodySize && held > limit {
+			return Errorf(ResourceError, "unfinished message bodies on this connection would hold %d bytes, over the limit of %d", held, limit)
+		}
+		b := make([]byte, len(ch.body), grown)
+		copy(b, ch.body)
+		c.unfinished = held
+		ch.body = b
 	}
 	ch.body = append(ch.body, f.Payload...)
-	if uint64(len(ch.body)) == ch.bodySize {
+	if n == ch.bodySize {
 		ch.inBody = false
 		return ch.complete()
 	}
 	return nil
 }
 
+// dropBody lets go of the body being assembled, if any.
+func (ch *serverChannel) dropBody() {
+	ch.c.unfinished -= uint64(cap(ch.body))
+	ch.body = nil
+}
+
 func (ch *serverChannel) complete() error {
 	pub, props, raw, body := ch.pub, ch.props, ch.raw, ch.body
-	ch.pub, ch.props, ch.raw, ch.body = nil, Properties{}, nil, nil
+	ch.dropBody()
+	ch.pub, ch.props, ch.raw = nil, Properties{}, nil
 	if body == nil {
 		body = []byte{}
 	}

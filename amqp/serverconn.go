@@ -43,6 +43,9 @@ type ServerConn struct {
 
 	session  Session                   // set under wmu (the writer reads it)
 	channels map[uint16]*serverChannel // reader goroutine only
+	// unfinished is the capacity of the channels' bodies still being
+	// assembled (reader goroutine only; bounded by MaxUnfinishedContent).
+	unfinished uint64
 
 	// Outbound queue, guarded by wmu.
 	wmu      sync.Mutex

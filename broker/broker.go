@@ -385,6 +385,7 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 	consumers, messages := q.markDeletedLocked()
 	w := q.deletion
 	q.mu.Unlock()
+	b.forgetCycles(q)
 	for _, c := range consumers {
 		c.ch.serverCancel(c)
 	}

@@ -230,10 +230,25 @@ func (q *Queue) retryBacklogLocked(t *txn) {
 }
 
 // cycleLog rate-limits the warning for dead-letter cycles: once a minute
-// per (source, target) pair.
+// per (source, target) pair, for at most cycleLogPairs pairs a minute (the
+// cycles counter counts them all). It forgets a pair once its minute is
+// over or a queue of it is deleted, so it holds no deleted queue.
 type cycleLog struct {
 	mu   sync.Mutex
 	last map[[2]*Queue]time.Time
+}
+
+const cycleLogPairs = 256
+
+// forgetCycles drops the pairs of the deleted queue q.
+func (b *Broker) forgetCycles(q *Queue) {
+	b.cycles.mu.Lock()
+	defer b.cycles.mu.Unlock()
+	for k := range b.cycles.last {
+		if k[0] == q || k[1] == q {
+			delete(b.cycles.last, k)
+		}
+	}
 }
 
 func (b *Broker) logCycle(from, to *Queue, reason deadletter.Reason) {
@@ -243,9 +258,20 @@ func (b *Broker) logCycle(from, to *Queue, reason deadletter.Reason) {
 	if b.cycles.last == nil {
 		b.cycles.last = make(map[[2]*Queue]time.Time)
 	}
-	if now.Sub(b.cycles.last[key]) < time.Minute {
+	if t, ok := b.cycles.last[key]; ok && now.Sub(t) < time.Minute {
 		b.cycles.mu.Unlock()
 		return
+	}
+	if len(b.cycles.last) >= cycleLogPairs {
+		for k, t := range b.cycles.last {
+			if now.Sub(t) >= time.Minute || k[0].isDeleted() || k[1].isDeleted() {
+				delete(b.cycles.last, k)
+			}
+		}
+		if len(b.cycles.last) >= cycleLogPairs {
+			b.cycles.mu.Unlock()
+			return
+		}
 	}
 	b.cycles.last[key] = now
 	b.cycles.mu.Unlock()

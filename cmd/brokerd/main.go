@@ -144,8 +144,12 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	}
 	defer b.Close()
 
+	memLimit := memoryLimit(cfg.Limits, log)
+	if gl := alarm.SetGoMemoryLimit(memLimit); memLimit > 0 {
+		log.Info("memory alarm", "watermark", memLimit, "go_memory_limit", gl)
+	}
 	mon := alarm.Start(alarm.Options{
-		MemoryLimit:   memoryLimit(cfg.Limits, log),
+		MemoryLimit:   memLimit,
 		DiskPath:      dir.Path,
 		DiskFreeLimit: uint64(cfg.Limits.DiskFreeLimit),
 		OnChange:      b.SetAlarm,
@@ -222,7 +226,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	}
 }
 
-// memoryLimit is the memory alarm's RSS limit: the absolute setting, else
+// memoryLimit is the memory alarm's limit: the absolute setting, else
 // the fraction of physical memory (0 when neither applies).
 func memoryLimit(l config.Limits, log *slog.Logger) uint64 {
 	if l.MemoryHighWatermarkBytes > 0 {

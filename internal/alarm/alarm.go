@@ -1,7 +1,29 @@
-// Package alarm watches the broker's resources — its resident memory and the
+// Package alarm watches the broker's resources — the memory it holds and the
 // free space of its data directory's filesystem — and reports when either
 // crosses its limit, so the broker can block publishers (SPEC §7) until it
 // is back under.
+//
+// # Memory
+//
+// The memory measured is what the process holds: its resident set less
+// the Go heap memory that is free but not yet returned to the operating
+// system (runtime/metrics /memory/classes/heap/free:bytes). RSS alone stays
+// high after a large queue is deleted until the runtime scavenges, which
+// kept publishers blocked for minutes with nothing held.
+//
+// The alarm is raised at the first check (every Interval, 1 s by default)
+// that finds more held than MemoryLimit. When it is raised, and at every
+// check while it stays raised, the monitor first collects garbage and
+// returns free memory to the OS (Reclaim: debug.FreeOSMemory), because
+// blocked publishers allocate nothing and so trigger no collection: what a
+// deleted queue or an acked backlog held is counted free within one check.
+// It clears at the first check that finds less held than MemoryLimit: there
+// is no band below the limit, the hysteresis is the check interval and the
+// reclaim before each check, so an alarm clears within about one Interval
+// of usage falling below the watermark and a raised one is never held by
+// garbage. SetGoMemoryLimit (called by cmd/brokerd) sets the Go runtime's
+// soft memory limit below the watermark, so the collector works harder as
+// the heap nears the watermark, before the alarm trips.
 package alarm
 
 import (
@@ -9,7 +31,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,8 +44,8 @@ import (
 
 // Options configures a Monitor. A zero limit turns that alarm off.
 type Options struct {
-	// MemoryLimit is the RSS, in bytes, above which the memory alarm is
-	// raised.
+	// MemoryLimit is the memory held, in bytes, above which the memory
+	// alarm is raised (see the package doc).
 	MemoryLimit uint64
 	// DiskPath is a path on the filesystem to watch; DiskFreeLimit the free
 	// space, in bytes, below which the disk alarm is raised.
@@ -28,10 +53,13 @@ type Options struct {
 	DiskFreeLimit uint64
 	// Interval between checks (default 1s).
 	Interval time.Duration
-	// RSS and DiskFree read the current values; defaults read
-	// /proc/self/statm and statfs(2). Tests replace them.
-	RSS      func() (uint64, error)
+	// Held and DiskFree read the current values; defaults are HeldMemory
+	// and FreeBytes. Reclaim collects garbage and returns free memory to
+	// the OS before a memory check while the alarm is raised (default
+	// debug.FreeOSMemory). Tests replace them.
+	Held     func() (uint64, error)
 	DiskFree func(path string) (uint64, error)
+	Reclaim  func()
 	// OnChange is called, from the monitor's goroutine, when an alarm
 	// ("memory" or "disk") is raised or cleared.
 	OnChange func(resource string, raised bool)
@@ -54,8 +82,11 @@ func Start(o Options) *Monitor {
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}
-	if o.RSS == nil {
-		o.RSS = ProcessRSS
+	if o.Held == nil {
+		o.Held = HeldMemory
+	}
+	if o.Reclaim == nil {
+		o.Reclaim = debug.FreeOSMemory
 	}
 	if o.DiskFree == nil {
 		o.DiskFree = FreeBytes
@@ -92,10 +123,20 @@ func (m *Monitor) run() {
 func (m *Monitor) check() {
 	o := &m.opts
 	if o.MemoryLimit > 0 {
-		if rss, err := o.RSS(); err != nil {
+		if m.mem {
+			o.Reclaim()
+		}
+		held, err := o.Held()
+		if err == nil && !m.mem && held > o.MemoryLimit {
+			// Raising: count only what is live, and give back what is
+			// not before publishers wait on it.
+			o.Reclaim()
+			held, err = o.Held()
+		}
+		if err != nil {
 			o.Logger.Warn("cannot read memory use; memory alarm not evaluated", "err", err)
 		} else {
-			m.set("memory", &m.mem, rss > o.MemoryLimit, "rss", rss, "limit", o.MemoryLimit)
+			m.set("memory", &m.mem, held > o.MemoryLimit, "held", held, "limit", o.MemoryLimit)
 		}
 	}
 	if o.DiskFreeLimit > 0 {
@@ -116,6 +157,46 @@ func (m *Monitor) set(resource string, state *bool, raised bool, attrs ...any) {
 	if m.opts.OnChange != nil {
 		m.opts.OnChange(resource, raised)
 	}
+}
+
+// HeldMemory returns the memory this process holds: its resident set
+// less the Go heap memory that is free but still resident (see the
+// package doc).
+func HeldMemory() (uint64, error) {
+	rss, err := ProcessRSS()
+	if err != nil {
+		return 0, err
+	}
+	s := []metrics.Sample{{Name: heapFreeMetric}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return rss, nil
+	}
+	free := s[0].Value.Uint64()
+	if free >= rss {
+		return 0, nil
+	}
+	return rss - free, nil
+}
+
+// heapFreeMetric is the Go heap memory that is free and resident: eligible
+// to be returned to the OS but not returned yet.
+const heapFreeMetric = "/memory/classes/heap/free:bytes"
+
+// SetGoMemoryLimit sets the Go runtime's soft memory limit to 90 % of the
+// memory watermark (so the collector works harder as the heap nears it,
+// before the alarm trips) unless GOMEMLIMIT set one, and returns the limit
+// in force. A watermark of 0 changes nothing.
+func SetGoMemoryLimit(watermark uint64) int64 {
+	if watermark == 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return debug.SetMemoryLimit(-1)
+	}
+	limit := watermark / 10 * 9
+	if limit > math.MaxInt64 {
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(int64(limit))
+	return int64(limit)
 }
 
 // ProcessRSS returns this process's resident set size from

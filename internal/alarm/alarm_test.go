@@ -2,6 +2,8 @@ package alarm
 
 import (
 	"errors"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,7 +61,8 @@ func TestRaiseAndClear(t *testing.T) {
 	ev := &events{ch: make(chan struct{}, 10)}
 	m := Start(Options{
 		MemoryLimit: 100, DiskPath: "/data", DiskFreeLimit: 500, Interval: time.Millisecond,
-		RSS:      func() (uint64, error) { return rss.Load(), nil },
+		Held:     func() (uint64, error) { return rss.Load(), nil },
+		Reclaim:  func() {},
 		DiskFree: func(p string) (uint64, error) { return free.Load(), nil },
 		OnChange: ev.on,
 	})
@@ -76,7 +79,7 @@ func TestRaiseAndClear(t *testing.T) {
 
 func TestAlarmAtStart(t *testing.T) {
 	ev := &events{ch: make(chan struct{}, 10)}
-	m := Start(Options{MemoryLimit: 1, Interval: time.Hour, RSS: func() (uint64, error) { return 2, nil }, OnChange: ev.on})
+	m := Start(Options{MemoryLimit: 1, Interval: time.Hour, Held: func() (uint64, error) { return 2, nil }, Reclaim: func() {}, OnChange: ev.on})
 	defer m.Close()
 	// Raised synchronously by Start, before any tick.
 	ev.mu.Lock()
@@ -89,7 +92,7 @@ func TestAlarmAtStart(t *testing.T) {
 
 func TestReadErrorsKeepState(t *testing.T) {
 	calls := atomic.Int32{}
-	m := Start(Options{MemoryLimit: 1, Interval: time.Millisecond, RSS: func() (uint64, error) {
+	m := Start(Options{MemoryLimit: 1, Interval: time.Millisecond, Reclaim: func() {}, Held: func() (uint64, error) {
 		calls.Add(1)
 		return 0, errors.New("boom")
 	}, OnChange: func(string, bool) { t.Error("OnChange called although the value could not be read") }})
@@ -100,7 +103,101 @@ func TestReadErrorsKeepState(t *testing.T) {
 	m.Close() // idempotent
 }
 
+// The monitor reclaims (collects garbage, returns free memory) before it
+// raises the alarm and before every check while it is raised: garbage
+// alone never raises it, and a raised alarm clears once what was held is
+// garbage, although nothing allocates (publishers are blocked) to make the
+// runtime collect it.
+func TestReclaimBeforeRaisingAndWhileRaised(t *testing.T) {
+	var live, garbage atomic.Uint64 // what Held counts: live + garbage
+	reclaimed := make(chan struct{}, 1)
+	ev := &events{ch: make(chan struct{}, 10)}
+	m := Start(Options{
+		MemoryLimit: 100, Interval: time.Millisecond,
+		Held: func() (uint64, error) { return live.Load() + garbage.Load(), nil },
+		Reclaim: func() {
+			garbage.Store(0)
+			select {
+			case reclaimed <- struct{}{}:
+			default:
+			}
+		},
+		OnChange: ev.on,
+	})
+	defer m.Close()
+	select {
+	case <-reclaimed:
+		t.Fatal("reclaimed under the limit")
+	default:
+	}
+	// Over the limit with garbage only: reclaimed, not raised.
+	live.Store(60)
+	garbage.Store(60)
+	select {
+	case <-reclaimed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reclaim with 120 held over a limit of 100")
+	}
+	// Over the limit with live memory: raised.
+	live.Store(150)
+	ev.wait(t, "memory+")
+	// The queue is deleted: what it held is garbage nobody collects but
+	// the monitor.
+	live.Store(40)
+	garbage.Store(110)
+	ev.wait(t, "memory+", "memory-")
+}
+
+// HeldMemory counts a live Go buffer and stops counting it once it is
+// collected, though the runtime keeps the pages resident; a monitor with
+// the defaults raises the alarm for a buffer and clears it within seconds
+// of the buffer being dropped (it stayed raised for minutes when the
+// alarm read RSS alone and nothing collected).
+func TestHeldMemoryFollowsTheGoHeap(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory stays resident after the heap is freed; run without -race")
+	}
+	const size = 256 << 20
+	runtime.GC()
+	base, err := HeldMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &events{ch: make(chan struct{}, 10)}
+	m := Start(Options{MemoryLimit: base + size/2, Interval: 10 * time.Millisecond, OnChange: ev.on})
+	defer m.Close()
+	buf := make([]byte, size)
+	for i := 0; i < len(buf); i += 4096 {
+		buf[i] = 1 // resident
+	}
+	if held, _ := HeldMemory(); held < base+size*3/4 {
+		t.Fatalf("held %d with a %d-byte buffer live, base %d", held, size, base)
+	}
+	ev.wait(t, "memory+")
+	runtime.KeepAlive(buf)
+	buf = nil
+	ev.wait(t, "memory+", "memory-")
+	if held, _ := HeldMemory(); held > base+size/4 {
+		t.Fatalf("held %d after the buffer was collected, base %d", held, base)
+	}
+}
+
+func TestSetGoMemoryLimit(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	t.Setenv("GOMEMLIMIT", "")
+	if got := SetGoMemoryLimit(1000 << 20); got != 900<<20 {
+		t.Fatalf("limit %d for a 1000 MiB watermark, want 900 MiB", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 900<<20 {
+		t.Fatalf("runtime limit %d, want 900 MiB", got)
+	}
+}
+
 func TestDefaultsReadThisMachine(t *testing.T) {
+	held, err := HeldMemory()
+	if err != nil || held == 0 {
+		t.Fatalf("HeldMemory = %d, %v", held, err)
+	}
 	rss, err := ProcessRSS()
 	if err != nil || rss == 0 {
 		t.Fatalf("ProcessRSS = %d, %v", rss, err)

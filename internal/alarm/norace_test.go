@@ -1,0 +1,5 @@
+//go:build !race
+
+package alarm
+
+const raceEnabled = false

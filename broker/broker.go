@@ -95,6 +95,8 @@ type Broker struct {
 	async       sync.WaitGroup
 	asyncMu     sync.Mutex
 	asyncClosed bool
+	asyncN      int           // tasks running, guarded by asyncMu
+	asyncIdle   *sync.Cond    // on asyncMu: broadcast when asyncN drops to 0
 	quit        chan struct{} // stops the backlog retry loop
 	wg          sync.WaitGroup
 }
@@ -240,10 +242,31 @@ func (b *Broker) goAsync() bool {
 		return false
 	}
 	b.async.Add(1)
+	b.asyncN++
 	return true
 }
 
-func (b *Broker) asyncDone() { b.async.Done() }
+func (b *Broker) asyncDone() {
+	b.asyncMu.Lock()
+	if b.asyncN--; b.asyncN == 0 && b.asyncIdle != nil {
+		b.asyncIdle.Broadcast()
+	}
+	b.asyncMu.Unlock()
+	b.async.Done()
+}
+
+// waitAsyncIdle waits until no background task runs (for tests: one may
+// start right after).
+func (b *Broker) waitAsyncIdle() {
+	b.asyncMu.Lock()
+	defer b.asyncMu.Unlock()
+	if b.asyncIdle == nil {
+		b.asyncIdle = sync.NewCond(&b.asyncMu)
+	}
+	for b.asyncN > 0 {
+		b.asyncIdle.Wait()
+	}
+}
 
 // Authenticate implements amqp.Handler.
 func (b *Broker) Authenticate(user, password string, remote net.Addr) error {

@@ -189,3 +189,15 @@ func (b *Broker) GetWaitingForTest(vhost, queue string) bool {
 	defer q.mu.Unlock()
 	return q.fillWake != nil
 }
+
+// SettleTimersForTest waits until every timer due by the broker's timer
+// clock has fired, with the store reads that expiry started for paged
+// entries: after a fake clock moves, what is due has happened (what
+// follows a store write, a dead-lettered copy reaching its target, may
+// still be on its way).
+func (b *Broker) SettleTimersForTest() {
+	for range 3 { // a read's merge may arm timers already due
+		b.timers.Sync()
+		b.waitAsyncIdle()
+	}
+}

@@ -29,8 +29,14 @@ import (
 const tlWait = 5 * time.Second
 
 // tlSettle is how long a test waits before asserting that something did
-// NOT happen (no event to await).
+// NOT happen where there is no event to await (tlNoRecv: a delivery that
+// must not come).
 const tlSettle = 60 * time.Millisecond
+
+// tlSettleTimers waits until every timer due by the broker's fake timer
+// clock has fired (and the reads expiry started): the barrier after a
+// clk.Advance, before asserting what the deadlines did or did not do.
+func tlSettleTimers(b *brokertest.Instance) { b.Broker.SettleTimersForTest() }
 
 // --- broker and channels ---
 
@@ -740,7 +746,7 @@ func TestTTLUnackedDoNotExpireWhileHeld(t *testing.T) {
 	ds := dvRecvN(t, msgs, 3)
 
 	clk.Advance(5 * time.Second)
-	time.Sleep(tlSettle)
+	tlSettleTimers(b)
 	if st := tlQueueStats(t, b, "held"); st.Unacked != 3 || st.Ready != 0 {
 		t.Fatalf("after the deadline: unacked %d ready %d, want 3 0", st.Unacked, st.Ready)
 	}
@@ -798,7 +804,7 @@ func TestTTLRequeueKeepsDeadline(t *testing.T) {
 	}
 	tlSync(t, ch)
 	clk.Advance(300 * time.Millisecond) // 900 ms after publish
-	time.Sleep(tlSettle)
+	tlSettleTimers(b)
 	tlWantReady(t, b, "by-queue", 1)
 	tlWantReady(t, b, "by-message", 1)
 	clk.Advance(200 * time.Millisecond) // 1100 ms: past the original deadline
@@ -977,7 +983,9 @@ func TestTTLSurvivesRestart(t *testing.T) {
 	tlWantReady(t, b, "per-msg", 2)
 	tlWantReady(t, b, "per-queue", 1)
 	clk.Advance(400 * time.Millisecond) // 900 ms after publish
-	time.Sleep(tlSettle)
+	tlSettleTimers(b)
+	tlWantReady(t, b, "per-msg", 2)
+	tlWantReady(t, b, "per-queue", 1)
 	tlWantReady(t, b, "dlq", 0)
 	clk.Advance(200 * time.Millisecond) // 1100 ms
 	tlEventuallyReady(t, b, "dlq", 2)
@@ -1030,7 +1038,8 @@ func TestTTLRestartExpiryIntoLaterRecoveredQueue(t *testing.T) {
 	clk.Advance(5 * time.Second)
 	b.Restart()
 	tlEventually(t, "a-src and a-pol to be empty", func() bool { return tlReady(t, b, "a-src")+tlReady(t, b, "a-pol") == 0 })
-	time.Sleep(tlSettle)
+	tlEventuallyReady(t, b, "z-dlq", old+n)
+	tlSettleTimers(b)
 	_, ch = tlChannel(t, b)
 	got := tlDrain(t, ch, "z-dlq")
 	seen := map[string]int{}
@@ -1101,19 +1110,19 @@ func TestQueueTTL(t *testing.T) {
 			if !tc.renewed {
 				tlEventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
 			} else {
-				time.Sleep(tlSettle)
+				tlSettleTimers(b)
 				if !tlExists(b, "lease") {
 					t.Fatal("queue deleted although its lease was renewed at 600 ms")
 				}
 				clk.Advance(400 * time.Millisecond) // 1500 ms: renewed lease runs to 1600
-				time.Sleep(tlSettle)
+				tlSettleTimers(b)
 				if !tlExists(b, "lease") {
 					t.Fatal("renewed lease ran out early")
 				}
 				clk.Advance(200 * time.Millisecond)
 				tlEventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
 			}
-			time.Sleep(tlSettle)
+			tlSettleTimers(b)
 			tlWantReady(t, b, "dlq", 0)
 			st := b.Broker.Stats()
 			for r, n := range st.DeadLettered {
@@ -1146,7 +1155,7 @@ func TestQueueTTLConsumerKeepsAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(5 * time.Second)
-	time.Sleep(tlSettle)
+	tlSettleTimers(b)
 	if !tlExists(b, "lease") {
 		t.Fatal("queue with a consumer expired")
 	}
@@ -1154,7 +1163,7 @@ func TestQueueTTLConsumerKeepsAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(900 * time.Millisecond)
-	time.Sleep(tlSettle)
+	tlSettleTimers(b)
 	if !tlExists(b, "lease") {
 		t.Fatal("queue expired 900 ms after its last consumer went")
 	}
@@ -1222,7 +1231,7 @@ func TestQueueTTLPolicyOnExistingQueue(t *testing.T) {
 	clk.Advance(10 * time.Second)
 	tlSetPolicy(t, b, broker.Policy{Name: "exp", Pattern: "^existing$", Definition: map[string]any{"expires": 1000}})
 	clk.Advance(900 * time.Millisecond)
-	time.Sleep(tlSettle)
+	tlSettleTimers(b)
 	if !tlExists(b, "existing") {
 		t.Fatal("expired 900 ms after the policy was set")
 	}

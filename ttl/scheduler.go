@@ -57,6 +57,9 @@ type Scheduler struct {
 
 	wake  chan struct{} // capacity 1: a pending wake-up
 	batch []*Timer      // owned by the goroutine
+	// syncs are closed when the goroutine next goes to sleep with
+	// nothing due (Sync); guarded by mu.
+	syncs []chan struct{}
 	stop  chan struct{} // closed by Close
 	done  chan struct{} // closed when the goroutine exits
 
@@ -125,6 +128,27 @@ func (s *Scheduler) Len() int {
 	return n
 }
 
+// Sync waits until every timer due by the clock when it is called has
+// been passed to fire and fire has returned: the goroutine has looked at
+// the wheel since, found nothing more due and gone to sleep. It returns at
+// once if the scheduler is closed. A barrier for tests that move a fake
+// clock and then assert what fired (or did not).
+func (s *Scheduler) Sync() {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.syncs = append(s.syncs, ch)
+	s.sleepUntil = math.MinInt64 // the goroutine must look again
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-ch:
+	case <-s.done:
+	}
+}
+
 // Close stops the scheduler's goroutine and waits for it to exit (and so for a running
 // fire to return). It is idempotent and must not be called from fire. Timers still
 // scheduled never fire; Add and Remove keep working on the stopped wheel.
@@ -158,14 +182,19 @@ func (s *Scheduler) run() {
 		}
 		s.wheel.Advance(now, s.collect)
 		next := int64(math.MinInt64) // awake: will look again after fire
+		var synced []chan struct{}
 		if len(s.batch) == 0 {
 			next = math.MaxInt64
 			if d, ok := s.wheel.NextDeadline(); ok {
 				next = d
 			}
+			synced, s.syncs = s.syncs, nil
 		}
 		s.sleepUntil = next
 		s.mu.Unlock()
+		for _, ch := range synced {
+			close(ch)
+		}
 
 		if len(s.batch) > 0 {
 			s.fire(s.batch)

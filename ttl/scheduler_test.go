@@ -479,3 +479,43 @@ func TestSchedulerConcurrentUse(t *testing.T) {
 		t.Fatalf("Len = %d", s.Len())
 	}
 }
+
+// Sync returns once everything due when it was called has been fired and
+// fire has returned, and not before; what is not due yet does not fire.
+// After Close it returns at once.
+func TestSchedulerSync(t *testing.T) {
+	clock := newFakeClock(t0)
+	release := make(chan struct{})
+	var returned atomic.Int32
+	fired := make(chan []*Timer, 10)
+	s := NewScheduler(clock, func(due []*Timer) {
+		<-release
+		fired <- slices.Clone(due)
+		returned.Add(1)
+	})
+	var a, b Timer
+	a.Deadline, b.Deadline = t0+100, t0+200
+	s.Add(&a)
+	s.Add(&b)
+	s.Sync() // nothing due: returns
+	if n := returned.Load(); n != 0 {
+		t.Fatalf("%d fires before any deadline", n)
+	}
+	clock.advance(150 * time.Millisecond)
+	synced := make(chan int32)
+	go func() { s.Sync(); synced <- returned.Load() }()
+	close(release)
+	if n := <-synced; n != 1 {
+		t.Fatalf("Sync returned after %d fires returned, want 1 (a's)", n)
+	}
+	if got := <-fired; len(got) != 1 || got[0] != &a {
+		t.Fatalf("fired %d timers, want a alone", len(got))
+	}
+	select {
+	case got := <-fired:
+		t.Fatalf("fired %d more timers after Sync; b is due at %d, the clock is at %d", len(got), b.Deadline, t0+150)
+	default:
+	}
+	s.Close()
+	s.Sync()
+}

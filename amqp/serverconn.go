@@ -52,9 +52,11 @@ type ServerConn struct {
 	wsignal  chan struct{}
 	wdone    chan struct{} // closed when the writer exits
 
-	// Connection close state, guarded by cmu.
+	// Connection close state, guarded by cmu. cmu also orders the
+	// changes of the read deadline that are made off the reader goroutine.
 	cmu       sync.Mutex
 	closing   bool          // connection.close sent, waiting for close-ok
+	paused    bool          // the heartbeat monitor is paused (Blocked)
 	closingCh chan struct{} // closed with closing, or when the connection ends
 	closeOnce sync.Once
 	quit      chan struct{} // closed to stop the writer
@@ -94,16 +96,31 @@ func (c *ServerConn) Close(err *Error) {
 }
 
 // Blocked tells the client that its publishes are held back (a resource
-// alarm), if it announced the connection.blocked capability. Safe from any
-// goroutine.
+// alarm), if it announced the connection.blocked capability, and pauses
+// the heartbeat monitor until Unblocked: the caller stops reading the
+// connection (it parks the reader goroutine in ChannelHandler.Publish), so
+// the client's heartbeats cannot be seen, and a client blocked for longer
+// than two heartbeat intervals must not be dropped for it — RabbitMQ pauses
+// its monitor the same way. Safe from any goroutine.
 func (c *ServerConn) Blocked(reason string) {
+	c.cmu.Lock()
+	c.paused = true
+	c.armReadDeadlineLocked()
+	c.cmu.Unlock()
 	if c.clientCapability("connection.blocked") {
 		c.send(0, &ConnectionBlocked{Reason: reason})
 	}
 }
 
-// Unblocked tells the client that publishing may resume.
+// Unblocked tells the client that publishing may resume and restarts the
+// heartbeat monitor: the client has two intervals from now to be heard.
 func (c *ServerConn) Unblocked() {
+	c.cmu.Lock()
+	if c.paused {
+		c.paused = false
+		c.armReadDeadlineLocked()
+	}
+	c.cmu.Unlock()
 	if c.clientCapability("connection.blocked") {
 		c.send(0, &ConnectionUnblocked{})
 	}
@@ -360,11 +377,21 @@ func (c *ServerConn) isClosing() bool {
 // armReadDeadline sets the deadline for the next frame: two heartbeat
 // intervals plus a quarter (the read loop re-arms at most every quarter
 // interval, so a peer is dropped after between 2 and 2.25 silent intervals,
-// never sooner than 2), or none without heartbeats.
+// never sooner than 2), or none without heartbeats or while the monitor is
+// paused (Blocked). Once the connection is closing the close handshake owns
+// the deadline and it is left alone.
 func (c *ServerConn) armReadDeadline() {
-	if c.heartbeat > 0 {
+	c.cmu.Lock()
+	c.armReadDeadlineLocked()
+	c.cmu.Unlock()
+}
+
+func (c *ServerConn) armReadDeadlineLocked() {
+	switch {
+	case c.closing:
+	case c.heartbeat > 0 && !c.paused:
 		c.nc.SetReadDeadline(time.Now().Add(2*c.heartbeat + c.heartbeat/4))
-	} else {
+	default:
 		c.nc.SetReadDeadline(time.Time{})
 	}
 }

@@ -81,6 +81,12 @@ type ServerConfig struct {
 	HandshakeTimeout time.Duration
 	// MaxMessageSize bounds a message body (default 128 MiB).
 	MaxMessageSize uint64
+	// CloseLinger bounds the time a connection is kept after its close
+	// handshake, half-closed, discarding what the client still sends until
+	// it hangs up (default 3s). It is what lets a client that was writing
+	// when the connection closed read close-ok and a clean end of stream
+	// rather than a reset.
+	CloseLinger time.Duration
 	// Product and Version appear in the server properties.
 	Product, Version string
 }
@@ -103,6 +109,9 @@ func (c *ServerConfig) setDefaults() {
 	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 128 << 20
+	}
+	if c.CloseLinger <= 0 {
+		c.CloseLinger = 3 * time.Second
 	}
 	if c.Product == "" {
 		c.Product = "brokerd"

@@ -41,6 +41,11 @@ type ServerConn struct {
 	user        string
 	spoke       atomic.Bool // the client sent a valid protocol header
 
+	// linger asks finish to half-close the socket and discard input until
+	// the client hangs up (see ServerConfig.CloseLinger). Reader goroutine
+	// only.
+	linger bool
+
 	session  Session                   // set under wmu (the writer reads it)
 	channels map[uint16]*serverChannel // reader goroutine only
 
@@ -174,8 +179,28 @@ func (c *ServerConn) finish() {
 		c.session.Closed()
 	}
 	c.stopWriter()
-	<-c.wdone
+	<-c.wdone // everything queued, close-ok included, is written
+	if c.linger {
+		c.lingerClose()
+	}
 	c.nc.Close()
+}
+
+// lingerClose ends a connection whose close handshake the client may still
+// be writing into (it sent connection.close ahead of publishes, or was
+// writing when the server closed). Closing the socket with unread input
+// would make the kernel answer with a reset, which can destroy the
+// close-ok in flight and fails the client's pending writes. Instead the
+// write side is shut (the client reads everything sent, then end of
+// stream) and input is discarded until the client hangs up or
+// ServerConfig.CloseLinger passes, as RabbitMQ does.
+func (c *ServerConn) lingerClose() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.CloseLinger))
+	io.Copy(io.Discard, c.nc)
 }
 
 func (c *ServerConn) stopWriter() {
@@ -194,6 +219,7 @@ func (c *ServerConn) handshake() error {
 		// Tell the client which protocol we speak, then hang up.
 		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		c.nc.Write(ProtocolHeader[:])
+		c.linger = true // an HTTP client, say, sent more than 8 bytes
 		return fmt.Errorf("bad protocol header %q", hdr[:])
 	}
 	c.spoke.Store(true)
@@ -290,6 +316,7 @@ func (c *ServerConn) expect(ch uint16, name string) (Method, error) {
 		}
 		if _, ok := m.(*ConnectionClose); ok {
 			c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+			c.linger = true
 			return nil, errClosedByPeer
 		}
 		if _, ok := m.(*ConnectionCloseOk); ok && c.isClosing() {
@@ -343,12 +370,15 @@ func (c *ServerConn) sendClose(err *Error) {
 }
 
 // awaitCloseOk discards frames until connection.close-ok (or close),
-// a read error, or the close timeout.
+// a read error, or the close timeout. Unless the client answered or timed
+// out, the connection then lingers (see lingerClose): after a frame error
+// the stream cannot be parsed, but the client may still be writing.
 func (c *ServerConn) awaitCloseOk() {
 	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
+			c.linger = !errors.Is(err, os.ErrDeadlineExceeded)
 			return
 		}
 		if f.Type != FrameMethod || f.Channel != 0 {
@@ -356,6 +386,7 @@ func (c *ServerConn) awaitCloseOk() {
 		}
 		m, err := DecodeMethod(f.Payload)
 		if err != nil {
+			c.linger = true
 			return
 		}
 		switch m.(type) {
@@ -363,6 +394,7 @@ func (c *ServerConn) awaitCloseOk() {
 			return
 		case *ConnectionClose:
 			c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+			c.linger = true
 			return
 		}
 	}
@@ -465,6 +497,7 @@ func (c *ServerConn) connectionFrame(f Frame) error {
 	switch m.(type) {
 	case *ConnectionClose:
 		c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+		c.linger = true // the client may have written more after its close
 		return errClosedByPeer
 	case *ConnectionCloseOk:
 		return errClosedByPeer

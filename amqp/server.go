@@ -14,8 +14,10 @@ import (
 // goroutine.
 type Handler interface {
 	// Authenticate checks a login (already decoded from PLAIN or
-	// AMQPLAIN). A non-nil error refuses it; the error is logged, the
-	// client sees RabbitMQ's generic refusal.
+	// AMQPLAIN). A non-nil error refuses it: after
+	// ServerConfig.LoginFailureDelay the client sees RabbitMQ's generic
+	// refusal, whatever the error; the error is logged, aggregated with
+	// other refusals.
 	Authenticate(user, password string, remote net.Addr) error
 	// OpenConnection is called on connection.open. A returned *Error
 	// closes the connection with that code.
@@ -81,6 +83,12 @@ type ServerConfig struct {
 	HandshakeTimeout time.Duration
 	// MaxMessageSize bounds a message body (default 128 MiB).
 	MaxMessageSize uint64
+	// LoginFailureDelay is how long a refused login waits before the
+	// refusal (connection.close or hang-up) is sent, counted from the
+	// start-ok, so that one client cannot try passwords at the speed of the
+	// network and every refusal takes the same time (default 1s; negative:
+	// none).
+	LoginFailureDelay time.Duration
 	// CloseLinger bounds the time a connection is kept after its close
 	// handshake, half-closed, discarding what the client still sends until
 	// it hangs up (default 3s). It is what lets a client that was writing
@@ -110,6 +118,9 @@ func (c *ServerConfig) setDefaults() {
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 128 << 20
 	}
+	if c.LoginFailureDelay == 0 {
+		c.LoginFailureDelay = time.Second
+	}
 	if c.CloseLinger <= 0 {
 		c.CloseLinger = 3 * time.Second
 	}
@@ -123,6 +134,11 @@ func (c *ServerConfig) setDefaults() {
 type Server struct {
 	cfg ServerConfig
 
+	// Events a peer can cause at will are logged through these, so that no
+	// peer decides how much the server logs.
+	loginLog     *logLimiter // login refused
+	handshakeLog *logLimiter // handshake failed before the login succeeded
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*ServerConn]struct{}
@@ -133,7 +149,14 @@ type Server struct {
 // NewServer returns a server; Serve starts it on a listener.
 func NewServer(cfg ServerConfig) *Server {
 	cfg.setDefaults()
-	return &Server{cfg: cfg, listeners: map[net.Listener]struct{}{}, conns: map[*ServerConn]struct{}{}}
+	log := cfg.Logger
+	return &Server{
+		cfg:          cfg,
+		loginLog:     newLogLimiter(log, slog.LevelWarn, "login refused", logInterval),
+		handshakeLog: newLogLimiter(log, slog.LevelInfo, "handshake failed", logInterval),
+		listeners:    map[net.Listener]struct{}{},
+		conns:        map[*ServerConn]struct{}{},
+	}
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -188,6 +211,7 @@ func (s *Server) Serve(l net.Listener) error {
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
+			c.logEnd()
 		}()
 	}
 }
@@ -211,9 +235,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.conns {
@@ -221,6 +245,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	for _, l := range []*logLimiter{s.loginLog, s.handshakeLog} {
+		l.stop()
+	}
+	return err
 }

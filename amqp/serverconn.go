@@ -41,6 +41,12 @@ type ServerConn struct {
 	user        string
 	spoke       atomic.Bool // the client sent a valid protocol header
 
+	// How serve ended, for logEnd: the error, whether the handshake had
+	// completed, and whether the failure was a refused login (logged
+	// then, aggregated).
+	endErr      error
+	opened      bool
+	loginFailed bool
 	// linger asks finish to half-close the socket and discard input until
 	// the client hangs up (see ServerConfig.CloseLinger). Reader goroutine
 	// only.
@@ -135,24 +141,31 @@ func (c *ServerConn) Unblocked() {
 // ended: code that waits on behalf of the connection should stop.
 func (c *ServerConn) Done() <-chan struct{} { return c.closingCh }
 
-// serve runs the connection until it ends.
+// serve runs the connection until it ends. The server calls logEnd after.
 func (c *ServerConn) serve() {
 	go c.writer()
 	defer c.finish()
-	if err := c.handshake(); err != nil {
-		c.logEnd(err)
+	if c.endErr = c.handshake(); c.endErr != nil {
 		return
 	}
+	c.opened = true
 	c.log.Info("connection open", "user", c.user)
-	err := c.readLoop()
-	c.logEnd(err)
+	c.endErr = c.readLoop()
 }
 
-func (c *ServerConn) logEnd(err error) {
+// logEnd logs how the connection ended. Failures before the login
+// succeeded go through the server's aggregating loggers: any peer can
+// cause them, as often as it likes.
+func (c *ServerConn) logEnd() {
+	err := c.endErr
 	var ae *Error
 	switch {
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, errClosedByPeer):
 		c.log.Debug("connection closed")
+	case c.loginFailed:
+		// Logged when it was refused.
+	case !c.opened && c.user == "":
+		c.srv.handshakeLog.event("remote", c.nc.RemoteAddr().String(), "err", err)
 	case errors.As(err, &ae):
 		c.log.Warn("connection closed with error", "code", ae.Code, "text", ae.Text)
 	default:
@@ -236,18 +249,9 @@ func (c *ServerConn) handshake() error {
 	}
 	so := m.(*ConnectionStartOk)
 	c.clientProps = so.ClientProperties
-	user, pass, aerr := parseLogin(so.Mechanism, []byte(so.Response))
-	if aerr != nil {
-		return c.fatal(aerr)
+	if err := c.login(so); err != nil {
+		return err
 	}
-	if err := cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
-		c.log.Warn("login refused", "user", user, "mechanism", so.Mechanism, "reason", err.Error())
-		if c.clientCapability("authentication_failure_close") {
-			return c.fatal(Errorf(AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism))
-		}
-		return fmt.Errorf("login refused for user %q: %w", user, err)
-	}
-	c.user = user
 	c.send(0, &ConnectionTune{
 		ChannelMax: cfg.ChannelMax,
 		FrameMax:   cfg.FrameMax,
@@ -284,7 +288,7 @@ func (c *ServerConn) handshake() error {
 		return err
 	}
 	open := m.(*ConnectionOpen)
-	sess, oerr := cfg.Handler.OpenConnection(c, user, open.VirtualHost)
+	sess, oerr := cfg.Handler.OpenConnection(c, c.user, open.VirtualHost)
 	if oerr != nil {
 		return c.fatal(oerr)
 	}
@@ -294,6 +298,41 @@ func (c *ServerConn) handshake() error {
 	c.send(0, &ConnectionOpenOk{})
 	c.armReadDeadline()
 	return nil
+}
+
+// login authenticates start-ok and sets c.user, or refuses the login. A
+// refusal — malformed response, unknown mechanism, unknown user, wrong
+// password alike — is sent LoginFailureDelay after the start-ok was read,
+// whichever path it took and however long the Handler took to decide, and
+// is logged through the server's aggregating logger.
+func (c *ServerConn) login(so *ConnectionStartOk) error {
+	cfg := &c.srv.cfg
+	refuseAt := time.Now().Add(cfg.LoginFailureDelay)
+	user, pass, refusal := parseLogin(so.Mechanism, []byte(so.Response))
+	var reason error
+	if refusal != nil {
+		reason = refusal
+	} else if reason = cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr()); reason == nil {
+		c.user = user
+		return nil
+	}
+	c.loginFailed = true
+	c.srv.loginLog.event("remote", c.nc.RemoteAddr().String(), "user", user, "mechanism", so.Mechanism, "reason", reason.Error())
+	if d := time.Until(refuseAt); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.closingCh: // the server is shutting down
+			t.Stop()
+		}
+	}
+	if refusal != nil {
+		return c.fatal(refusal)
+	}
+	if c.clientCapability("authentication_failure_close") {
+		return c.fatal(Errorf(AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism))
+	}
+	return fmt.Errorf("login refused for user %q: %w", user, reason)
 }
 
 // expect reads the next frame, which must be the named method on channel

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -238,6 +240,163 @@ func TestLoginBadPassword(t *testing.T) {
 		}
 	})
 	by.check(t)
+}
+
+// A refused login is answered LoginFailureDelay after the start-ok, and an
+// unknown user and a wrong password get the same answer; a good login is
+// not delayed.
+func TestLoginFailureDelayed(t *testing.T) {
+	t.Parallel()
+	const delay = 400 * time.Millisecond
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{LoginFailureDelay: delay}})
+	afc := amqp.Table{{Key: "capabilities", Value: amqp.Table{{Key: "authentication_failure_close", Value: true}}}}
+	refuse := func(user, password string) (*amqp.ConnectionClose, time.Duration) {
+		t.Helper()
+		r := dialRaw(t, b.Addr)
+		r.start()
+		start := time.Now()
+		r.startOk(rawOpts{User: user, Password: password, ClientProps: afc})
+		cl := rawExpect[*amqp.ConnectionClose](r, 0)
+		took := time.Since(start)
+		r.send(0, &amqp.ConnectionCloseOk{})
+		r.expectHangup(prWait)
+		return cl, took
+	}
+	unknown, tookUnknown := refuse("nobody", "guest")
+	wrong, tookWrong := refuse("guest", "wrong")
+	for _, took := range []time.Duration{tookUnknown, tookWrong} {
+		if took < delay {
+			t.Errorf("login refused after %v, before the %v delay", took, delay)
+		}
+	}
+	if *unknown != *wrong {
+		t.Errorf("unknown user refused with %+v, wrong password with %+v: a client can tell them apart", unknown, wrong)
+	}
+	if unknown.ReplyCode != amqp.AccessRefused {
+		t.Errorf("refused with %d %q, want 403", unknown.ReplyCode, unknown.ReplyText)
+	}
+
+	// Without authentication_failure_close the server hangs up, as late.
+	r := dialRaw(t, b.Addr)
+	r.start()
+	r.startOk(rawOpts{User: "guest", Password: "wrong"})
+	if took := r.expectHangup(prWait); took < delay {
+		t.Errorf("hung up %v after a refused login, before the %v delay", took, delay)
+	}
+
+	// A good login goes straight on to tune.
+	r = dialRaw(t, b.Addr)
+	r.start()
+	start := time.Now()
+	r.startOk(rawOpts{})
+	rawExpect[*amqp.ConnectionTune](r, 0)
+	if took := time.Since(start); took >= delay {
+		t.Errorf("a good login was answered after %v, as late as a refusal", took)
+	}
+}
+
+// prLog records what the server logs.
+type prLog struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *prLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *prLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+func (h *prLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *prLog) WithGroup(string) slog.Handler      { return h }
+
+// events returns how many lines have message msg and how many events they
+// stand for: an aggregated line carries its count, any other is one.
+func (h *prLog) events(msg string) (lines, events int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		if r.Message != msg {
+			continue
+		}
+		lines++
+		n := 1
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "count" {
+				n = int(a.Value.Int64())
+			}
+			return true
+		})
+		events += n
+	}
+	return lines, events
+}
+
+// Failed logins and handshakes that time out, which any peer can cause
+// as often as it likes, are logged as counts: at most about one line a
+// second each, and every one of them counted.
+func TestHandshakeFailuresLoggedAsCounts(t *testing.T) {
+	t.Parallel()
+	logs := &prLog{}
+	start := time.Now()
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{
+		Logger:            slog.New(logs),
+		LoginFailureDelay: 5 * time.Millisecond,
+		HandshakeTimeout:  200 * time.Millisecond,
+	}})
+	const logins, idle = 40, 20
+	var idlers []*rawConn
+	for range idle {
+		r := dialRaw(t, b.Addr)
+		r.mustWrite(amqp.ProtocolHeader[:])
+		idlers = append(idlers, r)
+	}
+	errs := make(chan error, logins)
+	for i := range logins {
+		go func() {
+			u := strings.Replace(b.URL, "guest:guest", "guest:wrong", 1)
+			if i%2 == 0 {
+				u = strings.Replace(b.URL, "guest:guest", fmt.Sprintf("nobody%d:x", i), 1)
+			}
+			c, err := amqp091.Dial(u)
+			if err == nil {
+				c.Close()
+				err = errors.New("login succeeded")
+			} else if e := (*amqp091.Error)(nil); errors.As(err, &e) && e.Code == amqp091.AccessRefused {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	for range logins {
+		if err := <-errs; err != nil {
+			t.Fatalf("bad login: %v, want 403 ACCESS_REFUSED", err)
+		}
+	}
+	for _, r := range idlers {
+		r.expectHangup(prWait)
+	}
+	b.Stop() // logs the counts still pending
+	bound := 2 + int(time.Since(start)/time.Second)
+	for _, c := range []struct {
+		msg  string
+		want int
+	}{{"login refused", logins}, {"handshake failed", idle}} {
+		lines, events := logs.events(c.msg)
+		if events != c.want {
+			t.Errorf("%q lines count %d events, want %d", c.msg, events, c.want)
+		}
+		if lines > bound {
+			t.Errorf("%d %q lines for %d events in %v; want at most %d", lines, c.msg, c.want, time.Since(start), bound)
+		}
+		t.Logf("%d events, %d %q lines", c.want, lines, c.msg)
+	}
+	for _, msg := range []string{"connection ended", "connection closed with error"} {
+		if lines, _ := logs.events(msg); lines > 0 {
+			t.Errorf("%d %q lines, want none: each failed handshake is in the counts", lines, msg)
+		}
+	}
 }
 
 func TestGuestLoopbackOnly(t *testing.T) {

@@ -83,6 +83,10 @@ type ServerConfig struct {
 	HandshakeTimeout time.Duration
 	// MaxMessageSize bounds a message body (default 128 MiB).
 	MaxMessageSize uint64
+	// MaxConnections bounds the open connections, over all listeners
+	// (RabbitMQ's connection_max). A connection accepted beyond it is
+	// closed at once, without a handshake. 0: no limit.
+	MaxConnections int
 	// LoginFailureDelay is how long a refused login waits before the
 	// refusal (connection.close or hang-up) is sent, counted from the
 	// start-ok, so that one client cannot try passwords at the speed of the
@@ -136,6 +140,8 @@ type Server struct {
 
 	// Events a peer can cause at will are logged through these, so that no
 	// peer decides how much the server logs.
+	acceptLog    *logLimiter // Accept failed (out of file descriptors, ...)
+	overLimitLog *logLimiter // connection refused over MaxConnections
 	loginLog     *logLimiter // login refused
 	handshakeLog *logLimiter // handshake failed before the login succeeded
 
@@ -143,6 +149,7 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*ServerConn]struct{}
 	closing   bool
+	done      chan struct{} // closed with closing
 	wg        sync.WaitGroup
 }
 
@@ -152,17 +159,25 @@ func NewServer(cfg ServerConfig) *Server {
 	log := cfg.Logger
 	return &Server{
 		cfg:          cfg,
+		acceptLog:    newLogLimiter(log, slog.LevelError, "accept failed; retrying", logInterval),
+		overLimitLog: newLogLimiter(log, slog.LevelWarn, "connection refused: max_connections reached", logInterval),
 		loginLog:     newLogLimiter(log, slog.LevelWarn, "login refused", logInterval),
 		handshakeLog: newLogLimiter(log, slog.LevelInfo, "handshake failed", logInterval),
 		listeners:    map[net.Listener]struct{}{},
 		conns:        map[*ServerConn]struct{}{},
+		done:         make(chan struct{}),
 	}
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("amqp: server closed")
 
-// Serve accepts connections on l until l fails or Shutdown is called.
+// Serve accepts connections on l until l is closed or Shutdown is called.
+// Other accept errors — out of file descriptors (EMFILE, ENFILE), out of
+// buffers, a connection aborted before it was accepted — do not end it:
+// they are logged (at most about once a second, with a count) and accepting
+// is retried after a pause that doubles from 5ms to 1s, as net/http does,
+// while the connections already open are served as before.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
@@ -180,28 +195,39 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
+			select {
+			case <-s.done:
+				return ErrServerClosed
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.acceptLog.event("listener", l.Addr().String(), "err", err, "retry_in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
+			continue
 		}
 		backoff = 0
-		c := newServerConn(s, nc)
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
 			nc.Close()
 			continue
 		}
+		if limit := s.cfg.MaxConnections; limit > 0 && len(s.conns) >= limit {
+			s.mu.Unlock()
+			nc.Close()
+			s.overLimitLog.event("remote", nc.RemoteAddr().String(), "max_connections", limit)
+			continue
+		}
+		c := newServerConn(s, nc)
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -211,6 +237,8 @@ func (s *Server) Serve(l net.Listener) error {
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
+			// Logged once the connection no longer counts against
+			// MaxConnections.
 			c.logEnd()
 		}()
 	}
@@ -221,7 +249,10 @@ func (s *Server) Serve(l net.Listener) error {
 // ctx ends first the remaining sockets are closed at once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
+	if !s.closing {
+		s.closing = true
+		close(s.done)
+	}
 	for l := range s.listeners {
 		l.Close()
 	}
@@ -247,7 +278,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 		err = ctx.Err()
 	}
-	for _, l := range []*logLimiter{s.loginLog, s.handshakeLog} {
+	for _, l := range []*logLimiter{s.acceptLog, s.overLimitLog, s.loginLog, s.handshakeLog} {
 		l.stop()
 	}
 	return err

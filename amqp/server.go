@@ -14,8 +14,10 @@ import (
 // goroutine.
 type Handler interface {
 	// Authenticate checks a login (already decoded from PLAIN or
-	// AMQPLAIN). A non-nil error refuses it; the error is logged, the
-	// client sees RabbitMQ's generic refusal.
+	// AMQPLAIN). A non-nil error refuses it: after
+	// ServerConfig.LoginFailureDelay the client sees RabbitMQ's generic
+	// refusal, whatever the error; the error is logged, aggregated with
+	// other refusals.
 	Authenticate(user, password string, remote net.Addr) error
 	// OpenConnection is called on connection.open. A returned *Error
 	// closes the connection with that code.
@@ -89,6 +91,22 @@ type ServerConfig struct {
 	// Bodies are held as their frames arrive, never reserved from the
 	// size a content header announces.
 	MaxUnfinishedContent uint64
+	// MaxConnections bounds the open connections, over all listeners
+	// (RabbitMQ's connection_max). A connection accepted beyond it is
+	// closed at once, without a handshake. 0: no limit.
+	MaxConnections int
+	// LoginFailureDelay is how long a refused login waits before the
+	// refusal (connection.close or hang-up) is sent, counted from the
+	// start-ok, so that one client cannot try passwords at the speed of the
+	// network and every refusal takes the same time (default 1s; negative:
+	// none).
+	LoginFailureDelay time.Duration
+	// CloseLinger bounds the time a connection is kept after its close
+	// handshake, half-closed, discarding what the client still sends until
+	// it hangs up (default 3s). It is what lets a client that was writing
+	// when the connection closed read close-ok and a clean end of stream
+	// rather than a reset.
+	CloseLinger time.Duration
 	// Product and Version appear in the server properties.
 	Product, Version string
 }
@@ -115,6 +133,12 @@ func (c *ServerConfig) setDefaults() {
 	if c.MaxUnfinishedContent == 0 {
 		c.MaxUnfinishedContent = 2 * c.MaxMessageSize
 	}
+	if c.LoginFailureDelay == 0 {
+		c.LoginFailureDelay = time.Second
+	}
+	if c.CloseLinger <= 0 {
+		c.CloseLinger = 3 * time.Second
+	}
 	if c.Product == "" {
 		c.Product = "brokerd"
 	}
@@ -125,23 +149,46 @@ func (c *ServerConfig) setDefaults() {
 type Server struct {
 	cfg ServerConfig
 
+	// Events a peer can cause at will are logged through these, so that no
+	// peer decides how much the server logs.
+	acceptLog    *logLimiter // Accept failed (out of file descriptors, ...)
+	overLimitLog *logLimiter // connection refused over MaxConnections
+	loginLog     *logLimiter // login refused
+	handshakeLog *logLimiter // handshake failed before the login succeeded
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*ServerConn]struct{}
 	closing   bool
+	done      chan struct{} // closed with closing
 	wg        sync.WaitGroup
 }
 
 // NewServer returns a server; Serve starts it on a listener.
 func NewServer(cfg ServerConfig) *Server {
 	cfg.setDefaults()
-	return &Server{cfg: cfg, listeners: map[net.Listener]struct{}{}, conns: map[*ServerConn]struct{}{}}
+	log := cfg.Logger
+	return &Server{
+		cfg:          cfg,
+		acceptLog:    newLogLimiter(log, slog.LevelError, "accept failed; retrying", logInterval),
+		overLimitLog: newLogLimiter(log, slog.LevelWarn, "connection refused: max_connections reached", logInterval),
+		loginLog:     newLogLimiter(log, slog.LevelWarn, "login refused", logInterval),
+		handshakeLog: newLogLimiter(log, slog.LevelInfo, "handshake failed", logInterval),
+		listeners:    map[net.Listener]struct{}{},
+		conns:        map[*ServerConn]struct{}{},
+		done:         make(chan struct{}),
+	}
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("amqp: server closed")
 
-// Serve accepts connections on l until l fails or Shutdown is called.
+// Serve accepts connections on l until l is closed or Shutdown is called.
+// Other accept errors — out of file descriptors (EMFILE, ENFILE), out of
+// buffers, a connection aborted before it was accepted — do not end it:
+// they are logged (at most about once a second, with a count) and accepting
+// is retried after a pause that doubles from 5ms to 1s, as net/http does,
+// while the connections already open are served as before.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
@@ -159,28 +206,39 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		nc, err := l.Accept()
 		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
+			select {
+			case <-s.done:
+				return ErrServerClosed
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.acceptLog.event("listener", l.Addr().String(), "err", err, "retry_in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
-			}
-			return err
+			continue
 		}
 		backoff = 0
-		c := newServerConn(s, nc)
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
 			nc.Close()
 			continue
 		}
+		if limit := s.cfg.MaxConnections; limit > 0 && len(s.conns) >= limit {
+			s.mu.Unlock()
+			nc.Close()
+			s.overLimitLog.event("remote", nc.RemoteAddr().String(), "max_connections", limit)
+			continue
+		}
+		c := newServerConn(s, nc)
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -190,6 +248,9 @@ func (s *Server) Serve(l net.Listener) error {
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
+			// Logged once the connection no longer counts against
+			// MaxConnections.
+			c.logEnd()
 		}()
 	}
 }
@@ -199,7 +260,10 @@ func (s *Server) Serve(l net.Listener) error {
 // ctx ends first the remaining sockets are closed at once.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
+	if !s.closing {
+		s.closing = true
+		close(s.done)
+	}
 	for l := range s.listeners {
 		l.Close()
 	}
@@ -213,9 +277,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.conns {
@@ -223,6 +287,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	for _, l := range []*logLimiter{s.acceptLog, s.overLimitLog, s.loginLog, s.handshakeLog} {
+		l.stop()
+	}
+	return err
 }

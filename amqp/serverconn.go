@@ -41,6 +41,17 @@ type ServerConn struct {
 	user        string
 	spoke       atomic.Bool // the client sent a valid protocol header
 
+	// How serve ended, for logEnd: the error, whether the handshake had
+	// completed, and whether the failure was a refused login (logged
+	// then, aggregated).
+	endErr      error
+	opened      bool
+	loginFailed bool
+	// linger asks finish to half-close the socket and discard input until
+	// the client hangs up (see ServerConfig.CloseLinger). Reader goroutine
+	// only.
+	linger bool
+
 	session  Session                   // set under wmu (the writer reads it)
 	channels map[uint16]*serverChannel // reader goroutine only
 	// unfinished is the capacity of the channels' bodies still being
@@ -55,9 +66,11 @@ type ServerConn struct {
 	wsignal  chan struct{}
 	wdone    chan struct{} // closed when the writer exits
 
-	// Connection close state, guarded by cmu.
+	// Connection close state, guarded by cmu. cmu also orders the
+	// changes of the read deadline that are made off the reader goroutine.
 	cmu       sync.Mutex
 	closing   bool          // connection.close sent, waiting for close-ok
+	paused    bool          // the heartbeat monitor is paused (Blocked)
 	closingCh chan struct{} // closed with closing, or when the connection ends
 	closeOnce sync.Once
 	quit      chan struct{} // closed to stop the writer
@@ -97,16 +110,31 @@ func (c *ServerConn) Close(err *Error) {
 }
 
 // Blocked tells the client that its publishes are held back (a resource
-// alarm), if it announced the connection.blocked capability. Safe from any
-// goroutine.
+// alarm), if it announced the connection.blocked capability, and pauses
+// the heartbeat monitor until Unblocked: the caller stops reading the
+// connection (it parks the reader goroutine in ChannelHandler.Publish), so
+// the client's heartbeats cannot be seen, and a client blocked for longer
+// than two heartbeat intervals must not be dropped for it — RabbitMQ pauses
+// its monitor the same way. Safe from any goroutine.
 func (c *ServerConn) Blocked(reason string) {
+	c.cmu.Lock()
+	c.paused = true
+	c.armReadDeadlineLocked()
+	c.cmu.Unlock()
 	if c.clientCapability("connection.blocked") {
 		c.send(0, &ConnectionBlocked{Reason: reason})
 	}
 }
 
-// Unblocked tells the client that publishing may resume.
+// Unblocked tells the client that publishing may resume and restarts the
+// heartbeat monitor: the client has two intervals from now to be heard.
 func (c *ServerConn) Unblocked() {
+	c.cmu.Lock()
+	if c.paused {
+		c.paused = false
+		c.armReadDeadlineLocked()
+	}
+	c.cmu.Unlock()
 	if c.clientCapability("connection.blocked") {
 		c.send(0, &ConnectionUnblocked{})
 	}
@@ -116,24 +144,31 @@ func (c *ServerConn) Unblocked() {
 // ended: code that waits on behalf of the connection should stop.
 func (c *ServerConn) Done() <-chan struct{} { return c.closingCh }
 
-// serve runs the connection until it ends.
+// serve runs the connection until it ends. The server calls logEnd after.
 func (c *ServerConn) serve() {
 	go c.writer()
 	defer c.finish()
-	if err := c.handshake(); err != nil {
-		c.logEnd(err)
+	if c.endErr = c.handshake(); c.endErr != nil {
 		return
 	}
+	c.opened = true
 	c.log.Info("connection open", "user", c.user)
-	err := c.readLoop()
-	c.logEnd(err)
+	c.endErr = c.readLoop()
 }
 
-func (c *ServerConn) logEnd(err error) {
+// logEnd logs how the connection ended. Failures before the login
+// succeeded go through the server's aggregating loggers: any peer can
+// cause them, as often as it likes.
+func (c *ServerConn) logEnd() {
+	err := c.endErr
 	var ae *Error
 	switch {
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, errClosedByPeer):
 		c.log.Debug("connection closed")
+	case c.loginFailed:
+		// Logged when it was refused.
+	case !c.opened && c.user == "":
+		c.srv.handshakeLog.event("remote", c.nc.RemoteAddr().String(), "err", err)
 	case errors.As(err, &ae):
 		c.log.Warn("connection closed with error", "code", ae.Code, "text", ae.Text)
 	default:
@@ -160,8 +195,28 @@ func (c *ServerConn) finish() {
 		c.session.Closed()
 	}
 	c.stopWriter()
-	<-c.wdone
+	<-c.wdone // everything queued, close-ok included, is written
+	if c.linger {
+		c.lingerClose()
+	}
 	c.nc.Close()
+}
+
+// lingerClose ends a connection whose close handshake the client may still
+// be writing into (it sent connection.close ahead of publishes, or was
+// writing when the server closed). Closing the socket with unread input
+// would make the kernel answer with a reset, which can destroy the
+// close-ok in flight and fails the client's pending writes. Instead the
+// write side is shut (the client reads everything sent, then end of
+// stream) and input is discarded until the client hangs up or
+// ServerConfig.CloseLinger passes, as RabbitMQ does.
+func (c *ServerConn) lingerClose() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.CloseLinger))
+	io.Copy(io.Discard, c.nc)
 }
 
 func (c *ServerConn) stopWriter() {
@@ -180,6 +235,7 @@ func (c *ServerConn) handshake() error {
 		// Tell the client which protocol we speak, then hang up.
 		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		c.nc.Write(ProtocolHeader[:])
+		c.linger = true // an HTTP client, say, sent more than 8 bytes
 		return fmt.Errorf("bad protocol header %q", hdr[:])
 	}
 	c.spoke.Store(true)
@@ -196,18 +252,9 @@ func (c *ServerConn) handshake() error {
 	}
 	so := m.(*ConnectionStartOk)
 	c.clientProps = so.ClientProperties
-	user, pass, aerr := parseLogin(so.Mechanism, []byte(so.Response))
-	if aerr != nil {
-		return c.fatal(aerr)
+	if err := c.login(so); err != nil {
+		return err
 	}
-	if err := cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr()); err != nil {
-		c.log.Warn("login refused", "user", user, "mechanism", so.Mechanism, "reason", err.Error())
-		if c.clientCapability("authentication_failure_close") {
-			return c.fatal(Errorf(AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism))
-		}
-		return fmt.Errorf("login refused for user %q: %w", user, err)
-	}
-	c.user = user
 	c.send(0, &ConnectionTune{
 		ChannelMax: cfg.ChannelMax,
 		FrameMax:   cfg.FrameMax,
@@ -244,7 +291,7 @@ func (c *ServerConn) handshake() error {
 		return err
 	}
 	open := m.(*ConnectionOpen)
-	sess, oerr := cfg.Handler.OpenConnection(c, user, open.VirtualHost)
+	sess, oerr := cfg.Handler.OpenConnection(c, c.user, open.VirtualHost)
 	if oerr != nil {
 		return c.fatal(oerr)
 	}
@@ -254,6 +301,41 @@ func (c *ServerConn) handshake() error {
 	c.send(0, &ConnectionOpenOk{})
 	c.armReadDeadline()
 	return nil
+}
+
+// login authenticates start-ok and sets c.user, or refuses the login. A
+// refusal — malformed response, unknown mechanism, unknown user, wrong
+// password alike — is sent LoginFailureDelay after the start-ok was read,
+// whichever path it took and however long the Handler took to decide, and
+// is logged through the server's aggregating logger.
+func (c *ServerConn) login(so *ConnectionStartOk) error {
+	cfg := &c.srv.cfg
+	refuseAt := time.Now().Add(cfg.LoginFailureDelay)
+	user, pass, refusal := parseLogin(so.Mechanism, []byte(so.Response))
+	var reason error
+	if refusal != nil {
+		reason = refusal
+	} else if reason = cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr()); reason == nil {
+		c.user = user
+		return nil
+	}
+	c.loginFailed = true
+	c.srv.loginLog.event("remote", c.nc.RemoteAddr().String(), "user", user, "mechanism", so.Mechanism, "reason", reason.Error())
+	if d := time.Until(refuseAt); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-c.closingCh: // the server is shutting down
+			t.Stop()
+		}
+	}
+	if refusal != nil {
+		return c.fatal(refusal)
+	}
+	if c.clientCapability("authentication_failure_close") {
+		return c.fatal(Errorf(AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism))
+	}
+	return fmt.Errorf("login refused for user %q: %w", user, reason)
 }
 
 // expect reads the next frame, which must be the named method on channel
@@ -276,6 +358,7 @@ func (c *ServerConn) expect(ch uint16, name string) (Method, error) {
 		}
 		if _, ok := m.(*ConnectionClose); ok {
 			c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+			c.linger = true
 			return nil, errClosedByPeer
 		}
 		if _, ok := m.(*ConnectionCloseOk); ok && c.isClosing() {
@@ -329,12 +412,15 @@ func (c *ServerConn) sendClose(err *Error) {
 }
 
 // awaitCloseOk discards frames until connection.close-ok (or close),
-// a read error, or the close timeout.
+// a read error, or the close timeout. Unless the client answered or timed
+// out, the connection then lingers (see lingerClose): after a frame error
+// the stream cannot be parsed, but the client may still be writing.
 func (c *ServerConn) awaitCloseOk() {
 	c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
+			c.linger = !errors.Is(err, os.ErrDeadlineExceeded)
 			return
 		}
 		if f.Type != FrameMethod || f.Channel != 0 {
@@ -342,6 +428,7 @@ func (c *ServerConn) awaitCloseOk() {
 		}
 		m, err := DecodeMethod(f.Payload)
 		if err != nil {
+			c.linger = true
 			return
 		}
 		switch m.(type) {
@@ -349,6 +436,7 @@ func (c *ServerConn) awaitCloseOk() {
 			return
 		case *ConnectionClose:
 			c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+			c.linger = true
 			return
 		}
 	}
@@ -363,11 +451,21 @@ func (c *ServerConn) isClosing() bool {
 // armReadDeadline sets the deadline for the next frame: two heartbeat
 // intervals plus a quarter (the read loop re-arms at most every quarter
 // interval, so a peer is dropped after between 2 and 2.25 silent intervals,
-// never sooner than 2), or none without heartbeats.
+// never sooner than 2), or none without heartbeats or while the monitor is
+// paused (Blocked). Once the connection is closing the close handshake owns
+// the deadline and it is left alone.
 func (c *ServerConn) armReadDeadline() {
-	if c.heartbeat > 0 {
+	c.cmu.Lock()
+	c.armReadDeadlineLocked()
+	c.cmu.Unlock()
+}
+
+func (c *ServerConn) armReadDeadlineLocked() {
+	switch {
+	case c.closing:
+	case c.heartbeat > 0 && !c.paused:
 		c.nc.SetReadDeadline(time.Now().Add(2*c.heartbeat + c.heartbeat/4))
-	} else {
+	default:
 		c.nc.SetReadDeadline(time.Time{})
 	}
 }
@@ -441,6 +539,7 @@ func (c *ServerConn) connectionFrame(f Frame) error {
 	switch m.(type) {
 	case *ConnectionClose:
 		c.sendRaw(AppendMethodFrame(nil, 0, &ConnectionCloseOk{}))
+		c.linger = true // the client may have written more after its close
 		return errClosedByPeer
 	case *ConnectionCloseOk:
 		return errClosedByPeer

@@ -8,6 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/internal/brokertest"
 )
@@ -126,5 +127,95 @@ func TestAlarmShutdownReleasesBlockedPublisher(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("client not told of the shutdown")
+	}
+}
+
+// A publisher blocked by an alarm is not read from, so it cannot be heard
+// heartbeating: the heartbeat monitor pauses while the connection is
+// blocked, as RabbitMQ's does, and an alarm that outlasts two heartbeat
+// intervals does not cost the publisher its connection when it clears.
+func TestAlarmPausesHeartbeatMonitor(t *testing.T) {
+	t.Parallel()
+	const hb = time.Second
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{Heartbeat: hb}})
+	conn, err := amqp091.DialConfig(b.URL, amqp091.Config{Heartbeat: hb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if conn.Config.Heartbeat != hb {
+		t.Fatalf("negotiated heartbeat %v, want %v", conn.Config.Heartbeat, hb)
+	}
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	blocked := conn.NotifyBlocked(make(chan amqp091.Blocking, 2))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("hb-alarm-q", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+
+	b.Broker.SetAlarm(broker.AlarmMemory, true)
+	ctx := context.Background()
+	held, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", "hb-alarm-q", false, false, amqp091.Publishing{Body: []byte("held")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case bl := <-blocked:
+		if !bl.Active {
+			t.Fatalf("blocking = %+v, want active", bl)
+		}
+	case e := <-closed:
+		t.Fatalf("connection closed before it was blocked: %v", e)
+	case <-time.After(prWait):
+		t.Fatal("publisher not blocked")
+	}
+	// Time is the point: the reader stays parked for more than the 2.25
+	// intervals after which a silent client is dropped.
+	select {
+	case e := <-closed:
+		t.Fatalf("connection closed while blocked: %v", e)
+	case <-time.After(3 * hb):
+	}
+	b.Broker.SetAlarm(broker.AlarmMemory, false)
+	select {
+	case bl := <-blocked:
+		if bl.Active {
+			t.Fatalf("blocking = %+v after the alarm cleared", bl)
+		}
+	case e := <-closed:
+		t.Fatalf("connection closed when the alarm cleared: %v", e)
+	case <-time.After(prWait):
+		t.Fatal("no connection.unblocked after the alarm cleared")
+	}
+
+	// The connection is alive: the held publish is confirmed, a round trip
+	// sees it queued, and a new publish is confirmed too.
+	wctx, cancel := context.WithTimeout(ctx, prWait)
+	defer cancel()
+	if ok, err := held.WaitContext(wctx); !ok || err != nil {
+		t.Fatalf("held publish: confirmed %v, err %v", ok, err)
+	}
+	q, err := ch.QueueDeclarePassive("hb-alarm-q", false, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("round trip after the alarm: %v", err)
+	}
+	if q.Messages != 1 {
+		t.Fatalf("queue holds %d messages, want the held one", q.Messages)
+	}
+	after, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", "hb-alarm-q", false, false, amqp091.Publishing{Body: []byte("after")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := after.WaitContext(wctx); !ok || err != nil {
+		t.Fatalf("publish after the alarm: confirmed %v, err %v", ok, err)
+	}
+	if conn.IsClosed() {
+		t.Fatal("connection closed")
 	}
 }

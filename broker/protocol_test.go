@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,6 +240,163 @@ func TestLoginBadPassword(t *testing.T) {
 		}
 	})
 	by.check(t)
+}
+
+// A refused login is answered LoginFailureDelay after the start-ok, and an
+// unknown user and a wrong password get the same answer; a good login is
+// not delayed.
+func TestLoginFailureDelayed(t *testing.T) {
+	t.Parallel()
+	const delay = 400 * time.Millisecond
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{LoginFailureDelay: delay}})
+	afc := amqp.Table{{Key: "capabilities", Value: amqp.Table{{Key: "authentication_failure_close", Value: true}}}}
+	refuse := func(user, password string) (*amqp.ConnectionClose, time.Duration) {
+		t.Helper()
+		r := dialRaw(t, b.Addr)
+		r.start()
+		start := time.Now()
+		r.startOk(rawOpts{User: user, Password: password, ClientProps: afc})
+		cl := rawExpect[*amqp.ConnectionClose](r, 0)
+		took := time.Since(start)
+		r.send(0, &amqp.ConnectionCloseOk{})
+		r.expectHangup(prWait)
+		return cl, took
+	}
+	unknown, tookUnknown := refuse("nobody", "guest")
+	wrong, tookWrong := refuse("guest", "wrong")
+	for _, took := range []time.Duration{tookUnknown, tookWrong} {
+		if took < delay {
+			t.Errorf("login refused after %v, before the %v delay", took, delay)
+		}
+	}
+	if *unknown != *wrong {
+		t.Errorf("unknown user refused with %+v, wrong password with %+v: a client can tell them apart", unknown, wrong)
+	}
+	if unknown.ReplyCode != amqp.AccessRefused {
+		t.Errorf("refused with %d %q, want 403", unknown.ReplyCode, unknown.ReplyText)
+	}
+
+	// Without authentication_failure_close the server hangs up, as late.
+	r := dialRaw(t, b.Addr)
+	r.start()
+	r.startOk(rawOpts{User: "guest", Password: "wrong"})
+	if took := r.expectHangup(prWait); took < delay {
+		t.Errorf("hung up %v after a refused login, before the %v delay", took, delay)
+	}
+
+	// A good login goes straight on to tune.
+	r = dialRaw(t, b.Addr)
+	r.start()
+	start := time.Now()
+	r.startOk(rawOpts{})
+	rawExpect[*amqp.ConnectionTune](r, 0)
+	if took := time.Since(start); took >= delay {
+		t.Errorf("a good login was answered after %v, as late as a refusal", took)
+	}
+}
+
+// prLog records what the server logs.
+type prLog struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *prLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *prLog) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r.Clone())
+	h.mu.Unlock()
+	return nil
+}
+func (h *prLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *prLog) WithGroup(string) slog.Handler      { return h }
+
+// events returns how many lines have message msg and how many events they
+// stand for: an aggregated line carries its count, any other is one.
+func (h *prLog) events(msg string) (lines, events int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		if r.Message != msg {
+			continue
+		}
+		lines++
+		n := 1
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "count" {
+				n = int(a.Value.Int64())
+			}
+			return true
+		})
+		events += n
+	}
+	return lines, events
+}
+
+// Failed logins and handshakes that time out, which any peer can cause
+// as often as it likes, are logged as counts: at most about one line a
+// second each, and every one of them counted.
+func TestHandshakeFailuresLoggedAsCounts(t *testing.T) {
+	t.Parallel()
+	logs := &prLog{}
+	start := time.Now()
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{
+		Logger:            slog.New(logs),
+		LoginFailureDelay: 5 * time.Millisecond,
+		HandshakeTimeout:  200 * time.Millisecond,
+	}})
+	const logins, idle = 40, 20
+	var idlers []*rawConn
+	for range idle {
+		r := dialRaw(t, b.Addr)
+		r.mustWrite(amqp.ProtocolHeader[:])
+		idlers = append(idlers, r)
+	}
+	errs := make(chan error, logins)
+	for i := range logins {
+		go func() {
+			u := strings.Replace(b.URL, "guest:guest", "guest:wrong", 1)
+			if i%2 == 0 {
+				u = strings.Replace(b.URL, "guest:guest", fmt.Sprintf("nobody%d:x", i), 1)
+			}
+			c, err := amqp091.Dial(u)
+			if err == nil {
+				c.Close()
+				err = errors.New("login succeeded")
+			} else if e := (*amqp091.Error)(nil); errors.As(err, &e) && e.Code == amqp091.AccessRefused {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	for range logins {
+		if err := <-errs; err != nil {
+			t.Fatalf("bad login: %v, want 403 ACCESS_REFUSED", err)
+		}
+	}
+	for _, r := range idlers {
+		r.expectHangup(prWait)
+	}
+	b.Stop() // logs the counts still pending
+	bound := 2 + int(time.Since(start)/time.Second)
+	for _, c := range []struct {
+		msg  string
+		want int
+	}{{"login refused", logins}, {"handshake failed", idle}} {
+		lines, events := logs.events(c.msg)
+		if events != c.want {
+			t.Errorf("%q lines count %d events, want %d", c.msg, events, c.want)
+		}
+		if lines > bound {
+			t.Errorf("%d %q lines for %d events in %v; want at most %d", lines, c.msg, c.want, time.Since(start), bound)
+		}
+		t.Logf("%d events, %d %q lines", c.want, lines, c.msg)
+	}
+	for _, msg := range []string{"connection ended", "connection closed with error"} {
+		if lines, _ := logs.events(msg); lines > 0 {
+			t.Errorf("%d %q lines, want none: each failed handshake is in the counts", lines, msg)
+		}
+	}
 }
 
 func TestGuestLoopbackOnly(t *testing.T) {
@@ -592,6 +752,107 @@ func TestConnectionCloseHandshake(t *testing.T) {
 	}
 }
 
+// prFlood returns publishes to the default exchange adding up to more than
+// the socket buffers of both ends can hold, so that a client writing them
+// is still writing when the server closes.
+func prFlood(ch uint16, key string) []byte {
+	body := bytes.Repeat([]byte("x"), 100_000)
+	var b []byte
+	for len(b) < 16<<20 {
+		b = amqp.AppendMethodFrame(b, ch, &amqp.BasicPublish{RoutingKey: key})
+		b = amqp.AppendHeaderFrame(b, ch, 60, uint64(len(body)), rawEmptyProps)
+		b = amqp.AppendBodyFrames(b, ch, body, 131072)
+	}
+	return b
+}
+
+// writeAsync writes b from another goroutine and reports the result.
+func (r *rawConn) writeAsync(b []byte) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		r.nc.SetWriteDeadline(time.Now().Add(4 * rawWait))
+		_, err := r.nc.Write(b)
+		done <- err
+	}()
+	return done
+}
+
+// expectEOF checks that the next read finds the end of the stream (the
+// server's FIN), not a reset and not more data.
+func (r *rawConn) expectEOF() {
+	r.t.Helper()
+	r.nc.SetReadDeadline(time.Now().Add(rawWait))
+	n, err := r.fr.ReadFrame()
+	if !errors.Is(err, io.EOF) {
+		r.t.Fatalf("after the close: frame type %d, err %v; want end of stream", n.Type, err)
+	}
+}
+
+// A client that sends connection.close ahead of more frames (amqplib
+// sends close while publishes are still queued) reads close-ok and then a
+// clean end of stream, not a reset, and everything it writes is taken in
+// and discarded: nothing after the close is executed.
+func TestConnectionCloseWhileClientWrites(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	if _, err := ch.QueueDeclare("after-close", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := dialRawOpen(t, b.Addr)
+	r.openChannel(1)
+	wrote := r.writeAsync(prCat(amqp.AppendMethodFrame(nil, 0, &amqp.ConnectionClose{ReplyCode: 200, ReplyText: "bye"}), prFlood(1, "after-close")))
+	rawExpect[*amqp.ConnectionCloseOk](r, 0)
+	r.expectEOF()
+	if err := <-wrote; err != nil {
+		t.Fatalf("writing after connection.close: %v (the server reset the connection)", err)
+	}
+	q, err := ch.QueueDeclarePassive("after-close", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Messages != 0 {
+		t.Fatalf("%d publishes sent after connection.close were executed", q.Messages)
+	}
+}
+
+// After a frame error the server cannot parse the rest of the stream, but
+// a client still writing reads the connection.close and a clean end of
+// stream, not a reset.
+func TestServerCloseWhileClientWrites(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	r := dialRawOpen(t, b.Addr)
+	r.openChannel(1)
+	wrote := r.writeAsync(prCat(prFrame(9, 1, bytes.Repeat([]byte{0xff}, 100)), prFlood(1, "nowhere")))
+	cl := rawExpect[*amqp.ConnectionClose](r, 0)
+	if cl.ReplyCode != amqp.FrameError {
+		t.Fatalf("connection.close %d %q, want 501", cl.ReplyCode, cl.ReplyText)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("writing after the server's connection.close: %v (the server reset the connection)", err)
+	}
+	r.expectEOF()
+}
+
+// A client that never hangs up after close-ok is let go after CloseLinger:
+// a shutdown waits for no more than that.
+func TestCloseLingerBounded(t *testing.T) {
+	const linger = 300 * time.Millisecond
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{CloseLinger: linger}})
+	r := dialRawOpen(t, b.Addr)
+	r.send(0, &amqp.ConnectionClose{ReplyCode: 200})
+	rawExpect[*amqp.ConnectionCloseOk](r, 0)
+	closed := time.Now()
+	r.expectEOF()
+	// r keeps its socket open. The shutdown waits for the linger, which
+	// ends on its own, well before the shutdown's own deadline.
+	b.Stop()
+	if took := time.Since(closed); took < linger {
+		t.Fatalf("the server let go %v after close-ok, before the %v linger", took, linger)
+	} else if took > prWait {
+		t.Fatalf("the server let go %v after close-ok; the linger is %v", took, linger)
+	}
+}
+
 func TestChannelCloseAndReopen(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
 	r := dialRawOpen(t, b.Addr)
@@ -719,6 +980,10 @@ func TestShutdownMidHandshake(t *testing.T) {
 	probe := dialRawOpen(t, b.Addr)
 	probe.send(0, &amqp.ConnectionClose{ReplyCode: 200})
 	rawExpect[*amqp.ConnectionCloseOk](probe, 0)
+	// Hang up, as a client does after close-ok: the server would otherwise
+	// keep the socket for its close linger.
+	probe.expectEOF()
+	probe.nc.Close()
 
 	stopped := make(chan time.Duration, 1)
 	go func() {

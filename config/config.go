@@ -71,13 +71,17 @@ type Storage struct {
 	PageWindowBytes ByteSize `toml:"page_window_bytes"`
 }
 
-// Limits is the [limits] table: resource alarms that block publishers.
+// Limits is the [limits] table: resource alarms that block publishers, and
+// bounds on what clients may hold.
 type Limits struct {
 	// MemoryHighWatermark is a fraction of physical RAM, used when
 	// MemoryHighWatermarkBytes is 0.
 	MemoryHighWatermark      float64  `toml:"memory_high_watermark"`
 	MemoryHighWatermarkBytes ByteSize `toml:"memory_high_watermark_bytes"`
 	DiskFreeLimit            ByteSize `toml:"disk_free_limit"` // 0: no disk alarm
+	// MaxConnections bounds the open AMQP connections, over all listeners
+	// (RabbitMQ's connection_max); 0: no limit.
+	MaxConnections int `toml:"max_connections"`
 }
 
 // Log is the [log] table.

@@ -94,13 +94,19 @@
 //	storage.page_window_bytes    "4MiB"     ... and at most this many body bytes of them,
 //	                                        64KiB..16GiB (a larger message fits alone).
 //
-// [limits] — resource alarms. While one is raised, publishing connections get
-// connection.blocked and are not read from; nothing is dropped.
+// [limits] — resource alarms and bounds. While an alarm is raised, publishing
+// connections get connection.blocked and are not read from; nothing is
+// dropped.
 //
 //	limits.memory_high_watermark        0.4     Memory alarm at this fraction of RAM, 0..1 exclusive.
 //	limits.memory_high_watermark_bytes  0       If above 0, the alarm is at this many bytes instead.
 //	limits.disk_free_limit              "50MB"  Disk alarm when free space on data_dir's disk drops
 //	                                            below this; 0 disables it.
+//	limits.max_connections              0       Most open AMQP connections, over all listeners
+//	                                            (RabbitMQ's connection_max); 0: no limit. A
+//	                                            connection beyond it is closed at once, without a
+//	                                            handshake. Each connection holds a file descriptor:
+//	                                            keep it below the process's limit (ulimit -n).
 //
 // [log] — slog to stderr.
 //

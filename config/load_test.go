@@ -129,6 +129,7 @@ engine = "memory"
 memory_high_watermark = 0.6
 memory_high_watermark_bytes = "2GiB"
 disk_free_limit = 1000000
+max_connections = 1000
 
 [log]
 level = "debug"
@@ -158,7 +159,7 @@ loopback_users = []
 	want.AMQP.TLS = TLS{Listen: "0.0.0.0:5671", CertFile: "/etc/brokerd/cert.pem", KeyFile: "/etc/brokerd/key.pem"}
 	want.Storage.Sync = SyncInterval
 	want.Storage.Engine = EngineMemory
-	want.Limits = Limits{MemoryHighWatermark: 0.6, MemoryHighWatermarkBytes: 2 * GiB, DiskFreeLimit: 1_000_000}
+	want.Limits = Limits{MemoryHighWatermark: 0.6, MemoryHighWatermarkBytes: 2 * GiB, DiskFreeLimit: 1_000_000, MaxConnections: 1000}
 	want.Log = Log{Level: LevelDebug, Format: FormatJSON}
 	want.Users = []User{
 		{Name: "admin", PasswordHash: "kI1KsWtT+9nON3W1/o0imLIDVd6oA+fMrA2rpagBHSiDQ/O9", Tags: []string{"administrator", "monitoring"}},
@@ -228,6 +229,7 @@ func TestLoadProblems(t *testing.T) {
 		{"bad sync", "[storage]\nsync = \"sometimes\"\n", `2: storage.sync: invalid value "sometimes": want one of "fsync", "interval", "none"`},
 		{"watermark of 1", "[limits]\nmemory_high_watermark = 1\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got 1`},
 		{"watermark nan", "[limits]\nmemory_high_watermark = nan\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got NaN`},
+		{"negative max_connections", "[limits]\nmax_connections = -1\n", `2: limits.max_connections: must not be negative (0 means no limit), got -1`},
 		{"bad level", "[log]\nlevel = \"verbose\"\n", `2: log.level: invalid value "verbose": want one of "debug", "info", "warn", "error"`},
 		{"bad format", "[log]\nformat = \"xml\"\n", `2: log.format: invalid value "xml": want one of "text", "json"`},
 		{"password and hash", "[[users]]\nname = \"a\"\npassword = \"p\"\npassword_hash = \"kI1KsWtT+9nON3W1/o0imLIDVd6oA+fMrA2rpagBHSiDQ/O9\"\n", `4: users[0]: password and password_hash are mutually exclusive: set one`},

@@ -124,6 +124,9 @@ func (c *Config) Validate() error {
 	if w := c.Limits.MemoryHighWatermark; !(w > 0 && w < 1) {
 		k.addf("limits.memory_high_watermark", "must be a fraction of RAM between 0 and 1 (exclusive), got %v", w)
 	}
+	if n := c.Limits.MaxConnections; n < 0 {
+		k.addf("limits.max_connections", "must not be negative (0 means no limit), got %d", n)
+	}
 
 	if !slices.Contains(LogLevels, c.Log.Level) {
 		k.addf("log.level", "invalid value %q: want one of %s", c.Log.Level, quoteList(LogLevels))

@@ -165,6 +165,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		ChannelMax:       uint16(cfg.AMQP.ChannelMax),
 		HandshakeTimeout: time.Duration(cfg.AMQP.HandshakeTimeout),
 		MaxMessageSize:   uint64(cfg.AMQP.MaxMessageSize),
+		MaxConnections:   cfg.Limits.MaxConnections,
 		Version:          version(),
 	})
 	errc := make(chan error, 2)

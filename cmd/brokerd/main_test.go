@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,12 +24,39 @@ import (
 // codes and stderr are the real ones.
 const daemonEnv = "BROKERD_TEST_RUN_MAIN"
 
+// nofileEnv, if set, is the soft RLIMIT_NOFILE the daemon runs with.
+const nofileEnv = "BROKERD_TEST_NOFILE"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(daemonEnv) == "1" {
+		if n := os.Getenv(nofileEnv); n != "" {
+			if err := setNofile(n); err != nil {
+				fmt.Fprintf(os.Stderr, "brokerd test: %v\n", err)
+				os.Exit(3)
+			}
+		}
 		main()
 		return
 	}
 	os.Exit(m.Run())
+}
+
+// setNofile lowers the soft limit on open files (the Go runtime raised it
+// to the hard limit at start).
+func setNofile(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", nofileEnv, err)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("get RLIMIT_NOFILE: %w", err)
+	}
+	lim.Cur = n
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("set RLIMIT_NOFILE to %d: %w", n, err)
+	}
+	return nil
 }
 
 // daemon is a brokerd process.
@@ -48,9 +77,15 @@ var acceptRE = regexp.MustCompile(`accepting AMQP connections.* addr=(\S+)`)
 // startDaemon runs brokerd with args in dir ("" for the test's directory).
 func startDaemon(t *testing.T, dir string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, dir, nil, args...)
+}
+
+// startDaemonEnv is startDaemon with more environment variables.
+func startDaemonEnv(t *testing.T, dir string, env []string, args ...string) *daemon {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), daemonEnv+"=1", "NOTIFY_SOCKET=")
+	cmd.Env = append(append(os.Environ(), daemonEnv+"=1", "NOTIFY_SOCKET="), env...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -199,14 +200,32 @@ func SetGoMemoryLimit(watermark uint64) int64 {
 	return int64(limit)
 }
 
+// statm is /proc/self/statm, opened once and read from offset 0 at each
+// check: a broker out of file descriptors (a flood of connections) still
+// evaluates its memory alarm.
+var statm struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
 // ProcessRSS returns this process's resident set size from
 // /proc/self/statm.
 func ProcessRSS() (uint64, error) {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
+	statm.mu.Lock()
+	defer statm.mu.Unlock()
+	if statm.f == nil {
+		f, err := os.Open("/proc/self/statm")
+		if err != nil {
+			return 0, fmt.Errorf("open statm: %w", err)
+		}
+		statm.f = f
+	}
+	var buf [256]byte
+	n, err := statm.f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		return 0, fmt.Errorf("read statm: %w", err)
 	}
-	f := strings.Fields(string(b))
+	f := strings.Fields(string(buf[:n]))
 	if len(f) < 2 {
 		return 0, errors.New("alarm: malformed /proc/self/statm")
 	}

@@ -2,10 +2,12 @@ package alarm
 
 import (
 	"errors"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,5 +214,42 @@ func TestDefaultsReadThisMachine(t *testing.T) {
 	}
 	if _, err := FreeBytes("/nonexistent/path"); err == nil {
 		t.Fatal("FreeBytes of a missing path succeeded")
+	}
+}
+
+// Out of file descriptors (a flood of idle connections), the memory is
+// still read: the statm file stays open.
+func TestProcessRSSWithoutFreeDescriptors(t *testing.T) {
+	if _, err := ProcessRSS(); err != nil {
+		t.Fatal(err)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = 256
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("cannot lower RLIMIT_NOFILE: %v", err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			if !errors.Is(err, syscall.EMFILE) {
+				t.Fatalf("open: %v, want EMFILE", err)
+			}
+			break
+		}
+		held = append(held, f)
+	}
+	if rss, err := ProcessRSS(); err != nil || rss == 0 {
+		t.Fatalf("ProcessRSS with no descriptor free = %d, %v", rss, err)
 	}
 }

@@ -65,6 +65,14 @@ type ChannelOut interface {
 	// Writable reports whether the connection's outbound queue is below
 	// its high-water mark.
 	Writable() bool
+	// Close closes the channel from the server's side with e (a soft
+	// error), from any goroutine, as a handler's returned error does:
+	// channel.close is sent at once and the channel's later sends are
+	// dropped. The handler's Close is called from the connection's
+	// reader when the client's next frame for the channel arrives (its
+	// close-ok, normally) or when the connection ends. A channel
+	// closing already is left as it is.
+	Close(e *Error)
 }
 
 // ServerConfig configures a Server. Zero fields take the defaults noted.

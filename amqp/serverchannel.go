@@ -1,6 +1,9 @@
 package amqp
 
-import "errors"
+import (
+	"errors"
+	"sync/atomic"
+)
 
 // serverChannel is one open channel of a ServerConn: content assembly and
 // the channel.close handshake. It implements ChannelOut for the handler.
@@ -16,6 +19,9 @@ type serverChannel struct {
 	dead     bool
 	released bool
 	closing  bool // channel.close sent, waiting for close-ok
+	// closedByServer is set (under c.wmu, with dead) by Close: the reader
+	// finishes the close at the channel's next frame.
+	closedByServer atomic.Bool
 
 	// content assembly of a basic.publish
 	pub      *BasicPublish
@@ -38,6 +44,30 @@ func (ch *serverChannel) SendContent(m Method, props, body []byte) {
 // Writable implements ChannelOut.
 func (ch *serverChannel) Writable() bool { return ch.c.writable() }
 
+// Close implements ChannelOut.
+func (ch *serverChannel) Close(e *Error) {
+	if ch.sendClose(e) {
+		ch.closedByServer.Store(true)
+	}
+}
+
+// sendClose queues channel.close with e and silences the channel, unless
+// it is silent already (closing, or closed by the client); it reports
+// whether it did. Any goroutine.
+func (ch *serverChannel) sendClose(e *Error) bool {
+	c := ch.c
+	c.wmu.Lock()
+	if c.wclosed || ch.dead {
+		c.wmu.Unlock()
+		return false
+	}
+	ch.dead = true
+	c.wbuf = AppendMethodFrame(c.wbuf, ch.id, &ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
+	c.wmu.Unlock()
+	c.signal()
+	return true
+}
+
 // release closes the handler once and silences the channel.
 func (ch *serverChannel) release() {
 	if ch.released {
@@ -54,6 +84,12 @@ func (ch *serverChannel) release() {
 
 // frame handles one frame for this channel.
 func (ch *serverChannel) frame(f Frame) error {
+	if !ch.closing && ch.closedByServer.Load() {
+		// Closed by Close from another goroutine: finish it here.
+		ch.release()
+		ch.closing = true
+		ch.inHeader, ch.inBody = false, false
+	}
 	if ch.closing {
 		return ch.frameWhileClosing(f)
 	}
@@ -193,10 +229,10 @@ func (ch *serverChannel) result(err error) error {
 	if ae.Hard() {
 		return ae
 	}
+	ch.sendClose(ae) // unless Close sent one already
 	ch.release()
 	ch.closing = true
 	ch.inHeader, ch.inBody = false, false
-	ch.c.send(ch.id, &ChannelClose{ReplyCode: ae.Code, ReplyText: ae.Text, FailingClassID: ae.ClassID, FailingMethodID: ae.MethodID})
 	return nil
 }
 

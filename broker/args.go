@@ -41,6 +41,7 @@ var queueArgs = map[string]argScope{
 	"x-dead-letter-routing-key":       scopeBoth,
 	"x-dead-letter-strategy":          scopeBoth,
 	"x-delivery-limit":                scopeBoth,
+	"x-consumer-timeout":              scopeBoth,
 	"x-single-active-consumer":        scopeBoth,
 	"x-queue-leader-locator":          scopeBoth,
 	"x-max-priority":                  scopeClassic,
@@ -167,7 +168,7 @@ func checkQueueArg(key string, v any, all amqp.Table) string {
 			return fmt.Sprintf("expected integer, got %s", amqp.TypeName(v))
 		}
 		return intArg(1, maxExpiration)
-	case "x-max-length", "x-max-length-bytes":
+	case "x-max-length", "x-max-length-bytes", "x-consumer-timeout":
 		return intArg(0, 0)
 	case "x-overflow":
 		if e := strArg(); e != "" {

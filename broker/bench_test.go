@@ -33,7 +33,8 @@ func (o *discardOut) SendContent(m amqp.Method, props, body []byte) {
 		o.gets <- true
 	}
 }
-func (o *discardOut) Writable() bool { return true }
+func (o *discardOut) Writable() bool    { return true }
+func (o *discardOut) Close(*amqp.Error) {}
 
 // benchChannel opens a broker over a memory store and one channel on it,
 // with a queue q declared (durable if durable).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,14 @@ type Options struct {
 	// this many never-delivered messages per priority level come back
 	// with redelivered=true. Default 512.
 	DeliveredMarkChunk int
+	// ConsumerTimeout is how long a delivery may stay unacknowledged
+	// before its channel is closed (RabbitMQ's consumer_timeout), unless
+	// its queue sets one (x-consumer-timeout, policy consumer-timeout).
+	// Default 30 minutes; negative: none.
+	ConsumerTimeout time.Duration
+	// ConsumerTimeoutCheck is how often deliveries are checked against
+	// their timeout. Default 1s.
+	ConsumerTimeoutCheck time.Duration
 }
 
 // UserSpec describes a bootstrap user. Exactly one of Password and
@@ -97,8 +106,11 @@ type Broker struct {
 	asyncClosed bool
 	asyncN      int           // tasks running, guarded by asyncMu
 	asyncIdle   *sync.Cond    // on asyncMu: broadcast when asyncN drops to 0
-	quit        chan struct{} // stops the backlog retry loop
-	wg          sync.WaitGroup
+	quit        chan struct{} // stops the backlog retry and consumer timeout loops
+	// minConsumerTimeout is at most every consumer timeout in force (ms;
+	// it only decreases): deliveries younger than it are not checked.
+	minConsumerTimeout atomic.Int64
+	wg                 sync.WaitGroup
 }
 
 // Open starts a broker over opts.Store, recovering its durable state.
@@ -133,6 +145,12 @@ func Open(opts Options) (*Broker, error) {
 	if opts.BacklogRetry <= 0 {
 		opts.BacklogRetry = time.Second
 	}
+	if opts.ConsumerTimeout == 0 {
+		opts.ConsumerTimeout = 30 * time.Minute
+	}
+	if opts.ConsumerTimeoutCheck <= 0 {
+		opts.ConsumerTimeoutCheck = time.Second
+	}
 	b := &Broker{
 		opts:   opts,
 		log:    opts.Logger,
@@ -142,6 +160,8 @@ func Open(opts Options) (*Broker, error) {
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}
+	b.minConsumerTimeout.Store(math.MaxInt64)
+	b.noteConsumerTimeout(b.globalConsumerTimeout())
 	b.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
 	if err := b.recoverDefinitions(); err != nil {
 		b.timers.Close()
@@ -175,8 +195,9 @@ func Open(opts Options) (*Broker, error) {
 		}
 		b.users[u.Name] = u
 	}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.retryLoop()
+	go b.consumerTimeoutLoop()
 	if opts.PageWindow > 0 {
 		b.startHorizon()
 	}

@@ -14,6 +14,7 @@ type delivery struct {
 	q   *Queue
 	e   *entry
 	c   *consumer // nil for basic.get
+	at  int64     // when it was delivered (broker clock, ms): consumer timeout
 }
 
 // channel is the broker side of an AMQP channel.
@@ -31,6 +32,7 @@ type channel struct {
 
 	mu             sync.Mutex
 	closed         bool
+	timedOut       bool // closed for a consumer timeout, the close-ok not yet in
 	flowActive     bool
 	nextTag        uint64
 	unacked        []*delivery // ascending tags; settled slots are nil
@@ -76,7 +78,7 @@ func newChannel(c *conn, id uint16, out amqp.ChannelOut) *channel {
 func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.closed || !ch.flowActive || ch.consumers[c.tag] != c {
+	if ch.closed || ch.timedOut || !ch.flowActive || ch.consumers[c.tag] != c {
 		return false
 	}
 	if !c.noAck {
@@ -93,7 +95,7 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 	tag := ch.nextTag
 	ch.nextTag++
 	if !c.noAck {
-		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c})
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.vhost.b.nowMS()})
 		c.unacked++
 	}
 	h := e.EffectiveHeader()
@@ -114,7 +116,7 @@ func (ch *channel) recordGet(q *Queue, e *entry, noAck bool) uint64 {
 	tag := ch.nextTag
 	ch.nextTag++
 	if !noAck {
-		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e})
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, at: q.vhost.b.nowMS()})
 	}
 	return tag
 }

@@ -49,7 +49,8 @@ func (c *confirmClient) Send(m amqp.Method) {
 func (c *confirmClient) SendContent(amqp.Method, []byte, []byte) {
 	c.t.Fatal("content on a confirm path")
 }
-func (c *confirmClient) Writable() bool { return true }
+func (c *confirmClient) Writable() bool    { return true }
+func (c *confirmClient) Close(*amqp.Error) {}
 
 // caughtUp checks that every tag below the first pending one is confirmed.
 func (c *confirmClient) caughtUp(when string) {
@@ -145,6 +146,7 @@ type countOut struct{ frames int }
 func (o *countOut) Send(amqp.Method)                        { o.frames++ }
 func (o *countOut) SendContent(amqp.Method, []byte, []byte) { o.frames++ }
 func (o *countOut) Writable() bool                          { return true }
+func (o *countOut) Close(*amqp.Error)                       {}
 
 // BenchmarkConfirmTracker measures a channel's confirms when the store
 // completes its publishes in groups of the given size (group=1: every

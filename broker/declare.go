@@ -297,6 +297,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if p := v.policyForQueueLocked(name, q.qtype); p != nil {
 		cfg := resolveQueueConfig(q.qtype, q.Args, p)
 		q.cfg.Store(&cfg)
+		c.b.noteConsumerTimeout(cfg.consumerTimeout)
 	}
 	v.queues[name] = q
 	var mb metaBatch

@@ -201,3 +201,6 @@ func (b *Broker) SettleTimersForTest() {
 		b.waitAsyncIdle()
 	}
 }
+
+// CheckConsumerTimeoutsForTest runs one consumer timeout check now.
+func (b *Broker) CheckConsumerTimeoutsForTest() { b.checkConsumerTimeouts() }

@@ -39,6 +39,7 @@ var policyKeys = map[string]string{
 	"max-length-bytes":        "queue",
 	"overflow":                "queue",
 	"delivery-limit":          "queue",
+	"consumer-timeout":        "queue",
 	"alternate-exchange":      "exchange",
 }
 
@@ -147,6 +148,8 @@ func validatePolicyValue(k string, v any) error {
 		return num(0, "maximum length in bytes")
 	case "delivery-limit":
 		return num(math.MinInt64, "delivery limit")
+	case "consumer-timeout":
+		return num(0, "consumer timeout")
 	case "overflow":
 		s, _ := str()
 		if _, err := overflow.ParseMode(s); err != nil {
@@ -377,6 +380,7 @@ func (q *Queue) setConfig(cfg queueConfig) {
 			return
 		}
 		old := q.cfg.Swap(&cfg)
+		q.vhost.b.noteConsumerTimeout(cfg.consumerTimeout)
 		if old.expires != cfg.expires {
 			q.touchLocked()
 		}

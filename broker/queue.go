@@ -204,6 +204,9 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 	q.lease.Value = q
 	cfg := resolveQueueConfig(q.qtype, args, nil)
 	q.cfg.Store(&cfg)
+	if v != nil {
+		v.b.noteConsumerTimeout(cfg.consumerTimeout)
+	}
 	return q
 }
 

@@ -19,13 +19,16 @@ type queueConfig struct {
 	expires       int64 // ms; -1 = none
 	limits        overflow.Limits
 	deliveryLimit int64 // -1 = none
+	// consumerTimeout is the queue's own consumer timeout (ms), -1 when
+	// neither argument nor policy sets one (the broker's applies).
+	consumerTimeout int64
 }
 
 // quorumDeliveryLimit is the quorum queue default (RabbitMQ 4.x).
 const quorumDeliveryLimit = 20
 
 func resolveQueueConfig(qtype string, args amqp.Table, p *Policy) queueConfig {
-	c := queueConfig{messageTTL: -1, expires: -1, limits: overflow.None, deliveryLimit: -1}
+	c := queueConfig{messageTTL: -1, expires: -1, limits: overflow.None, deliveryLimit: -1, consumerTimeout: -1}
 	pol := map[string]any{}
 	if p != nil {
 		c.policy = p.Name
@@ -87,6 +90,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, p *Policy) queueConfig {
 	c.expires = minOf("x-expires", "expires")
 	c.limits.MaxLen = minOf("x-max-length", "max-length")
 	c.limits.MaxBytes = minOf("x-max-length-bytes", "max-length-bytes")
+	c.consumerTimeout = minOf("x-consumer-timeout", "consumer-timeout")
 
 	// Overflow: a classic queue's argument wins, a quorum queue's policy.
 	ov, ok := argStr("x-overflow")

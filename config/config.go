@@ -32,7 +32,11 @@ type AMQP struct {
 	ChannelMax       int      `toml:"channel_max"`
 	MaxMessageSize   ByteSize `toml:"max_message_size"`
 	HandshakeTimeout Duration `toml:"handshake_timeout"`
-	TLS              TLS      `toml:"tls"`
+	// ConsumerTimeout closes a channel holding a delivery unacknowledged
+	// for longer (RabbitMQ's consumer_timeout); queues may set their own.
+	// 0 disables it.
+	ConsumerTimeout Duration `toml:"consumer_timeout"`
+	TLS             TLS      `toml:"tls"`
 }
 
 // TLS is the [amqp.tls] table: the amqps listener.
@@ -121,6 +125,7 @@ func Default() Config {
 			ChannelMax:       2047,
 			MaxMessageSize:   128 * MiB,
 			HandshakeTimeout: Duration(10 * time.Second),
+			ConsumerTimeout:  Duration(30 * time.Minute),
 		},
 		Mgmt: Mgmt{Listen: "127.0.0.1:15672"},
 		Storage: Storage{

@@ -54,6 +54,10 @@
 //	amqp.max_message_size    128MiB          Largest message body, 1 byte..512MiB (RabbitMQ's limit).
 //	                                         Larger publishes close the channel with 406 PRECONDITION_FAILED.
 //	amqp.handshake_timeout   "10s"           Time from TCP accept to connection.open-ok; must be positive.
+//	amqp.consumer_timeout    "30m"           A delivery unacknowledged longer closes its channel with
+//	                                         406 PRECONDITION_FAILED and is requeued (RabbitMQ's
+//	                                         consumer_timeout); queues set their own with
+//	                                         x-consumer-timeout or policy consumer-timeout. "0s": off.
 //
 // [amqp.tls] — the amqps listener.
 //

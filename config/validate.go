@@ -171,6 +171,9 @@ func (c *Config) validateAMQP(k *checker) {
 	if a.HandshakeTimeout <= 0 {
 		k.addf("amqp.handshake_timeout", "must be positive, got %s", a.HandshakeTimeout)
 	}
+	if a.ConsumerTimeout < 0 {
+		k.addf("amqp.consumer_timeout", "must not be negative (0 disables it), got %s", a.ConsumerTimeout)
+	}
 
 	t := &a.TLS
 	k.listen("amqp.tls.listen", t.Listen)

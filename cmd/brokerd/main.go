@@ -138,6 +138,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		MaxMessageSize:  int(cfg.AMQP.MaxMessageSize),
 		PageWindow:      pageWindow(cfg.Storage),
 		PageWindowBytes: int64(cfg.Storage.PageWindowBytes),
+		ConsumerTimeout: consumerTimeout(cfg.AMQP.ConsumerTimeout),
 	})
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)
@@ -225,6 +226,15 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 			return nil
 		}
 	}
+}
+
+// consumerTimeout maps amqp.consumer_timeout to broker.Options, where 0
+// means the default and a negative value none.
+func consumerTimeout(d config.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return time.Duration(d)
 }
 
 // memoryLimit is the memory alarm's limit: the absolute setting, else

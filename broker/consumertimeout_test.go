@@ -1,0 +1,160 @@
+package broker_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/brokertest"
+)
+
+// ctStart starts a broker on a fake clock whose consumer timeout checks
+// run only when the test calls ctCheck.
+func ctStart(t *testing.T, clk *tlClock, timeout time.Duration) *brokertest.Instance {
+	t.Helper()
+	return brokertest.Start(t, brokertest.Config{Broker: broker.Options{
+		Now: clk.Now, TimerClock: clk.Timers(), ConsumerTimeout: timeout, ConsumerTimeoutCheck: time.Hour,
+	}})
+}
+
+func ctCheck(b *brokertest.Instance) { b.Broker.CheckConsumerTimeoutsForTest() }
+
+// ctWantOpen checks that ch is still open with a round trip on it.
+func ctWantOpen(t *testing.T, ch *amqp091.Channel, q string) {
+	t.Helper()
+	if _, err := ch.QueueDeclarePassive(q, false, false, false, false, nil); err != nil {
+		t.Fatalf("channel closed: %v", err)
+	}
+}
+
+// ctWantTimedOut waits for ch's close by the consumer timeout of ms.
+func ctWantTimedOut(t *testing.T, closed <-chan *amqp091.Error, ms int) {
+	t.Helper()
+	e := prAwaitClose(t, closed, "channel")
+	want := "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: " +
+		strconv.Itoa(ms) + " ms. This timeout value can be configured, see consumers doc guide to learn more"
+	if e.Code != amqp091.PreconditionFailed || e.Reason != want {
+		t.Fatalf("channel closed with %d %q, want 406 %q", e.Code, e.Reason, want)
+	}
+}
+
+// SPEC §1, RabbitMQ's consumer_timeout: deliveries unacknowledged past the
+// timeout (30 minutes by default) close their channel with 406, and come
+// back to the queue redelivered; the connection and its other channels
+// stay; until the timeout the channel is left alone.
+func TestConsumerTimeoutClosesChannelAndRequeues(t *testing.T) {
+	clk := tlNewClock()
+	b := ctStart(t, clk, 0) // the default
+	_, ch := tlChannel(t, b)
+	tlDeclare(t, ch, "work", "classic", nil)
+	for _, body := range []string{"a", "b", "c"} {
+		tlPub(t, ch, "work", body, "")
+	}
+	cconn := b.Dial(t) // the consumer's: its channel 1
+	cch, err := cconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := cch.NotifyClose(make(chan *amqp091.Error, 1))
+	if err := cch.Qos(2, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	msgs := dvConsume(t, cch, "work", "slow", false, nil)
+	d1, d2 := dvRecv(t, msgs), dvRecv(t, msgs)
+	if string(d1.Body) != "a" || string(d2.Body) != "b" {
+		t.Fatalf("delivered %q %q", d1.Body, d2.Body)
+	}
+
+	clk.Advance(30*time.Minute - time.Second)
+	ctCheck(b)
+	ctWantOpen(t, cch, "work")
+	clk.Advance(2 * time.Second)
+	ctCheck(b)
+	ctWantTimedOut(t, closed, 1800000)
+
+	if cconn.IsClosed() {
+		t.Fatal("the connection closed with the channel")
+	}
+	ctWantOpen(t, ch, "work")
+	tlEventuallyReady(t, b, "work", 3)
+	for _, want := range []string{"a", "b", "c"} {
+		d := tlMustGet(t, ch, "work")
+		if string(d.Body) != want || d.Redelivered != (want != "c") {
+			t.Fatalf("got %q redelivered %v, want %q redelivered %v", d.Body, d.Redelivered, want, want != "c")
+		}
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A late ack of a requeued delivery finds its channel gone.
+	if err := d1.Ack(false); err == nil || !errors.Is(err, amqp091.ErrClosed) {
+		t.Fatalf("late ack: %v, want the channel closed", err)
+	}
+}
+
+// The queue's own timeout, the smaller of x-consumer-timeout and the
+// policy's consumer-timeout, applies before the broker's; basic.get
+// deliveries count; a queue without one keeps the broker's; negative
+// disables the broker's.
+func TestConsumerTimeoutPerQueue(t *testing.T) {
+	clk := tlNewClock()
+	b := ctStart(t, clk, -1) // no broker-wide timeout
+	_, ch := tlChannel(t, b)
+	tlDeclare(t, ch, "by-arg", "classic", amqp091.Table{"x-consumer-timeout": int64(60000)})
+	tlDeclare(t, ch, "by-both", "classic", amqp091.Table{"x-consumer-timeout": int64(60000)})
+	tlDeclare(t, ch, "none", "classic", nil)
+	tlSetPolicy(t, b, broker.Policy{Name: "ct", Pattern: "^by-both$", Definition: map[string]any{"consumer-timeout": 5000}})
+	for _, q := range []string{"by-arg", "by-both", "none"} {
+		tlPub(t, ch, q, q, "")
+	}
+	get := func(q string) (*amqp091.Channel, <-chan *amqp091.Error) {
+		c := b.Dial(t)
+		gch, err := c.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := gch.Get(q, false); !ok || err != nil {
+			t.Fatalf("get %s: %v %v", q, ok, err)
+		}
+		return gch, gch.NotifyClose(make(chan *amqp091.Error, 1))
+	}
+	argCh, argClosed := get("by-arg")
+	_, bothClosed := get("by-both")
+	noneCh, _ := get("none")
+
+	clk.Advance(6 * time.Second)
+	ctCheck(b)
+	ctWantTimedOut(t, bothClosed, 5000)
+	ctWantOpen(t, argCh, "by-arg")
+	clk.Advance(55 * time.Second)
+	ctCheck(b)
+	ctWantTimedOut(t, argClosed, 60000)
+	clk.Advance(24 * time.Hour)
+	ctCheck(b)
+	ctWantOpen(t, noneCh, "none")
+}
+
+// x-consumer-timeout and the policy key take non-negative integers, with
+// RabbitMQ's errors.
+func TestConsumerTimeoutValidation(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := tlChannel(t, b)
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	if _, err := ch.QueueDeclare("bad", false, false, false, false, amqp091.Table{"x-consumer-timeout": int32(-1)}); err == nil {
+		t.Fatal("declare with x-consumer-timeout -1 succeeded")
+	}
+	e := prAwaitClose(t, closed, "channel")
+	if want := "PRECONDITION_FAILED - invalid arg 'x-consumer-timeout' for queue 'bad' in vhost '/': {value_negative,-1}"; e.Reason != want {
+		t.Fatalf("got %q, want %q", e.Reason, want)
+	}
+	err := b.Broker.SetPolicy("/", broker.Policy{Name: "p", Pattern: ".*", Definition: map[string]any{"consumer-timeout": -5}})
+	var pe *broker.PolicyError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "-5 is not a valid consumer timeout") {
+		t.Fatalf("policy with consumer-timeout -5: %v", err)
+	}
+}

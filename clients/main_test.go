@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -160,28 +159,32 @@ func (b *broker) log() string {
 // the program fails or overruns.
 func runClient(t *testing.T, timeout time.Duration, env []string, name string, args ...string) []byte {
 	t.Helper()
+	stdout, stderr, err := execClient(t, timeout, env, name, args...)
+	if err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	if len(stderr) > 0 {
+		t.Logf("%s stderr:\n%s", name, stderr)
+	}
+	return stdout
+}
+
+// execClient runs a client program to completion, at most timeout.
+func execClient(t *testing.T, timeout time.Duration, env []string, name string, args ...string) (stdout, stderr []byte, err error) {
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.WaitDelay = 5 * time.Second // a grandchild holding the pipes open
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("%s did not finish within %v\nstdout:\n%s\nstderr:\n%s", name, timeout, &stdout, &stderr)
+		err = fmt.Errorf("%s did not finish within %v", name, timeout)
+	} else if err != nil {
+		err = fmt.Errorf("%s failed: %w", name, err)
 	}
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("%s failed (%v)\nstdout:\n%s\nstderr:\n%s", name, err, &stdout, &stderr)
-		}
-		t.Fatalf("run %s: %v", name, err)
-	}
-	if stderr.Len() > 0 {
-		t.Logf("%s stderr:\n%s", name, &stderr)
-	}
-	return stdout.Bytes()
+	return out.Bytes(), errOut.Bytes(), err
 }
 
 // result is what a client program prints, as one line of JSON, after the

@@ -28,8 +28,11 @@
 // and closes the connection at once, which must complete (amqplib writes
 // connection.close while its publishes may still be in flight).
 //
-// The C client (amqp-tools) can neither wait for confirms nor reject: the
-// Go side rejects, the tools publish and read the dead letter back.
+// The C client's command-line tools (amqp-tools) cannot declare queue
+// arguments, select confirm mode, reject, or show headers: the Go side
+// (amqp091-go) does those, amqp-publish publishes, amqp-consume consumes
+// without acking (the message returns when it disconnects), and amqp-get
+// takes the dead letter.
 //
 // A client that is not installed skips its test, naming the Debian or npm
 // package to install; .ci/run installs them all.

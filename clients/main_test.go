@@ -248,12 +248,21 @@ func checkDeadLetter(t *testing.T, r result, p string, start time.Time) {
 	if r.Rejected.Body != body(p) || r.Rejected.Redelivered {
 		t.Errorf("rejected delivery: body %q redelivered %v, want %q, false", r.Rejected.Body, r.Rejected.Redelivered, body(p))
 	}
+	if r.DeadLetter.MessageID != messageID(p) {
+		t.Errorf("dead letter's message-id %q, want %q", r.DeadLetter.MessageID, messageID(p))
+	}
+	checkDeath(t, r, p, start)
+}
+
+// checkDeath checks the dead letter and its headers in r.
+func checkDeath(t *testing.T, r result, p string, start time.Time) {
+	t.Helper()
 	dl := r.DeadLetter
 	if dl.Exchange != p+".dlx" || dl.RoutingKey != p+".dead" {
 		t.Errorf("dead letter delivered from exchange %q with key %q, want %q, %q", dl.Exchange, dl.RoutingKey, p+".dlx", p+".dead")
 	}
-	if dl.Body != body(p) || dl.DeliveryMode != 2 || dl.MessageID != messageID(p) {
-		t.Errorf("dead letter: body %q delivery-mode %d message-id %q, want %q, 2, %q", dl.Body, dl.DeliveryMode, dl.MessageID, body(p), messageID(p))
+	if dl.Body != body(p) || dl.DeliveryMode != 2 {
+		t.Errorf("dead letter: body %q delivery-mode %d, want %q, 2", dl.Body, dl.DeliveryMode, body(p))
 	}
 	if len(r.XDeath) != 1 {
 		t.Fatalf("x-death has %d entries, want 1: %+v", len(r.XDeath), r.XDeath)

@@ -12,6 +12,25 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
+// The C client library, librabbitmq, through a program built against it:
+// the whole round trip, in librabbitmq's field kinds.
+func TestCLibrabbitmq(t *testing.T) {
+	if _, err := os.Stat("/usr/include/amqp.h"); err != nil {
+		t.Skipf("no librabbitmq headers: install Debian package librabbitmq-dev (%v)", err)
+	}
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Skipf("no C compiler: install Debian package gcc (%v)", err)
+	}
+	bin := filepath.Join(t.TempDir(), "client")
+	if out, err := exec.Command("cc", "-Wall", "-Werror", "-o", bin, testdata(t, "client.c"), "-lrabbitmq").CombinedOutput(); err != nil {
+		t.Fatalf("build client.c: %v\n%s", err, out)
+	}
+	b := startBroker(t)
+	start := time.Now()
+	out := runClient(t, time.Minute, nil, bin, b.host, b.port, "clib")
+	checkDeadLetter(t, parseResult(t, out), "clib", start)
+}
+
 // The C client as its command-line tools (Debian amqp-tools, on
 // librabbitmq). They publish and consume message bodies but cannot declare
 // queue arguments, select confirm mode, reject, or show headers: the Go

@@ -28,7 +28,8 @@
 // and closes the connection at once, which must complete (amqplib writes
 // connection.close while its publishes may still be in flight).
 //
-// The C client's command-line tools (amqp-tools) cannot declare queue
+// The C client, librabbitmq, runs the round trip from a small program
+// built against it; its command-line tools (amqp-tools) cannot declare queue
 // arguments, select confirm mode, reject, or show headers: the Go side
 // (amqp091-go) does those, amqp-publish publishes, amqp-consume consumes
 // without acking (the message returns when it disconnects), and amqp-get
@@ -37,7 +38,12 @@
 // A client that is not installed skips its test, naming the Debian or npm
 // package to install; .ci/run installs them all.
 //
-// Each test builds nothing of its own: TestMain builds cmd/brokerd once
-// (with -race when the tests run with it) and every test starts its own
-// brokerd on a loopback port with a fresh data directory.
+// The clients, one test each: the Java client (java_test.go), php-amqplib
+// (php_test.go), kombu and aio-pika (python_test.go; pika is driven by
+// broker/protocol_test.go), amqplib (node_test.go), librabbitmq and
+// amqp-tools (c_test.go). The programs are in testdata/.
+//
+// brokerd is built once, on first use (with -race when the tests run with
+// it), and every test starts its own on a loopback port with a fresh data
+// directory; it must exit 0 on SIGTERM and report no data race.
 package clients

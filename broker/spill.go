@@ -36,12 +36,13 @@ func (b *Broker) ownMessage(m *store.Message) *store.Message {
 // durable reports whether e is stored in a range that survives a restart.
 func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
 
-// spillChunk reports whether n entries of bytes body bytes past the window
-// are a chunk: how far past the window a level's tail grows before its
-// transient front is written, a write per chunk, not per arrival.
+// spillChunk reports whether a tail over the window by n entries and
+// bytes body bytes (Ready.TailOverBy) is a chunk over: how far past the
+// window a level's tail grows before its transient front is written, a
+// write per chunk, not per arrival.
 func (q *Queue) spillChunk(n int, bytes int64) bool {
 	wb := q.ready.WindowBytes
-	return n > 0 && (n >= max(q.ready.Window/8, 1) || wb > 0 && bytes >= max(wb/8, 1))
+	return n >= max(q.ready.Window/8, 1) || wb > 0 && bytes >= max(wb/8, 1)
 }
 
 // pageOutLevelLocked pages out the front of l's tail (see engine.Ready.PageOut)
@@ -49,7 +50,7 @@ func (q *Queue) spillChunk(n int, bytes int64) bool {
 // the transient entries among those to page out and pages them out too.
 func (q *Queue) pageOutLevelLocked(l *level, limit uint64) {
 	q.ready.PageOut(l, limit)
-	if !q.spillChunk(q.ready.TailExcess(l)) || l.Tail.Front().stored {
+	if l.Tail.Len() == 0 || l.Tail.Front().stored || !q.spillChunk(q.ready.TailOverBy(l)) {
 		return // within the chunk, or stopped by what a spill cannot help
 	}
 	q.spillLocked(l, limit)
@@ -62,7 +63,7 @@ func (q *Queue) pageOutLevelLocked(l *level, limit uint64) {
 // (an entry that may not page out, or a stored one whose put is still on
 // its way), so its cost follows what then pages out.
 func (q *Queue) spillLocked(l *level, limit uint64) {
-	n, _ := q.ready.TailExcess(l)
+	n := q.ready.TailExcess(l)
 	var b store.Batch
 	var es []*entry
 	for i := 0; i < n; i++ {

@@ -230,21 +230,30 @@ func (r *Ready[E]) TailOver(l *Level[E]) bool {
 	return r.Window > 0 && (l.Tail.Len() > r.Window || r.WindowBytes > 0 && l.Tail.Bytes() > r.WindowBytes)
 }
 
-// TailExcess returns how many entries at the front of l's tail, and their
-// body bytes, are beyond a window (what PageOut would move if it could).
-func (r *Ready[E]) TailExcess(l *Level[E]) (n int, bytes int64) {
+// TailOverBy returns by how many entries and how many body bytes l's
+// tail is over a window (0 where it is within a bound). O(1): it is asked
+// on every arrival to a level whose tail is over.
+func (r *Ready[E]) TailOverBy(l *Level[E]) (n int, bytes int64) {
 	if r.Window <= 0 {
 		return 0, 0
 	}
-	count, size := l.Tail.Len(), l.Tail.Bytes()
-	for n < l.Tail.Len() && (count > r.Window || r.WindowBytes > 0 && size > r.WindowBytes) {
-		s := l.Tail.At(n).EntrySize()
-		count--
-		size -= s
-		bytes += s
-		n++
+	n = max(l.Tail.Len()-r.Window, 0)
+	if r.WindowBytes > 0 {
+		bytes = max(l.Tail.Bytes()-r.WindowBytes, 0)
 	}
 	return n, bytes
+}
+
+// TailExcess returns how many entries at the front of l's tail are beyond
+// a window: what PageOut would move if it could. It walks the front only
+// where the byte bound binds (large messages, so few entries).
+func (r *Ready[E]) TailExcess(l *Level[E]) int {
+	n, over := r.TailOverBy(l)
+	for i := 0; over > 0 && i < l.Tail.Len(); i++ {
+		over -= l.Tail.At(i).EntrySize()
+		n = max(n, i+1)
+	}
+	return n
 }
 
 // PushBack appends a new arrival: to the head while the level is caught

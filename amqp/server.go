@@ -65,6 +65,9 @@ type ChannelOut interface {
 	// Writable reports whether the connection's outbound queue is below
 	// its high-water mark.
 	Writable() bool
+	// Saturated reports whether the outbound queue is at its hard limit:
+	// what would add to it unasked (a direct reply-to reply) is refused.
+	Saturated() bool
 	// Close closes the channel from the server's side with e (a soft
 	// error), from any goroutine, as a handler's returned error does:
 	// channel.close is sent at once and the channel's later sends are

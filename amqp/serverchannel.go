@@ -44,6 +44,9 @@ func (ch *serverChannel) SendContent(m Method, props, body []byte) {
 // Writable implements ChannelOut.
 func (ch *serverChannel) Writable() bool { return ch.c.writable() }
 
+// Saturated implements ChannelOut.
+func (ch *serverChannel) Saturated() bool { return ch.c.saturated() }
+
 // Close implements ChannelOut.
 func (ch *serverChannel) Close(e *Error) {
 	if ch.sendClose(e) {

@@ -15,10 +15,17 @@ import (
 
 // Outbound queue marks: deliveries pause while more than writeHighWater
 // bytes wait for the socket, and resume (Session.Drained) once the writer
-// has brought it below writeLowWater.
+// has brought it below writeLowWater. What deliveries do not cover —
+// confirms and basic.return, answers to the connection's own publishes,
+// and direct reply-to replies, pushed by other connections — is bounded by
+// writeHardLimit: past it the reader stops reading the client (until the
+// writer has taken the queue) and replies are refused (Saturated), so a
+// client that does not read holds at most about twice writeHardLimit
+// (the queue and the write in progress) until writeTimeout drops it.
 const (
 	writeHighWater = 4 << 20
 	writeLowWater  = 1 << 20
+	writeHardLimit = 32 << 20
 	// closeTimeout bounds the wait for connection.close-ok.
 	closeTimeout = 3 * time.Second
 )
@@ -65,12 +72,15 @@ type ServerConn struct {
 	wblocked bool // a Writable() call returned false since the last drain
 	wsignal  chan struct{}
 	wdone    chan struct{} // closed when the writer exits
+	wtaken   chan struct{} // closed (and replaced) when the writer takes a queue of writeHardLimit, or fails
+	wfull    atomic.Bool   // the queue reached writeHardLimit since the writer last took it
 
 	// Connection close state, guarded by cmu. cmu also orders the
 	// changes of the read deadline that are made off the reader goroutine.
 	cmu       sync.Mutex
 	closing   bool          // connection.close sent, waiting for close-ok
 	paused    bool          // the heartbeat monitor is paused (Blocked)
+	outPaused bool          // ... or the reader waits for outbound room
 	closingCh chan struct{} // closed with closing, or when the connection ends
 	closeOnce sync.Once
 	quit      chan struct{} // closed to stop the writer
@@ -85,6 +95,7 @@ func newServerConn(s *Server, nc net.Conn) *ServerConn {
 		channels:  map[uint16]*serverChannel{},
 		wsignal:   make(chan struct{}, 1),
 		wdone:     make(chan struct{}),
+		wtaken:    make(chan struct{}),
 		quit:      make(chan struct{}),
 		closingCh: make(chan struct{}),
 		frameMax:  s.cfg.FrameMax,
@@ -463,7 +474,7 @@ func (c *ServerConn) armReadDeadline() {
 func (c *ServerConn) armReadDeadlineLocked() {
 	switch {
 	case c.closing:
-	case c.heartbeat > 0 && !c.paused:
+	case c.heartbeat > 0 && !c.paused && !c.outPaused:
 		c.nc.SetReadDeadline(time.Now().Add(2*c.heartbeat + c.heartbeat/4))
 	default:
 		c.nc.SetReadDeadline(time.Time{})
@@ -478,6 +489,7 @@ func (c *ServerConn) readLoop() error {
 			c.awaitCloseOk()
 			return nil
 		}
+		c.awaitOutboundRoom()
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			if c.isClosing() {

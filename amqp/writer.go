@@ -23,6 +23,7 @@ func (c *ServerConn) send(ch uint16, m Method) {
 	c.wmu.Lock()
 	if !c.wclosed {
 		c.wbuf = AppendMethodFrame(c.wbuf, ch, m)
+		c.noteQueuedLocked()
 	}
 	c.wmu.Unlock()
 	c.signal()
@@ -33,6 +34,7 @@ func (c *ServerConn) sendRaw(b []byte) {
 	c.wmu.Lock()
 	if !c.wclosed {
 		c.wbuf = append(c.wbuf, b...)
+		c.noteQueuedLocked()
 	}
 	c.wmu.Unlock()
 	c.signal()
@@ -47,6 +49,7 @@ func (c *ServerConn) sendContent(ch *serverChannel, m Method, props, body []byte
 		c.wbuf = AppendMethodFrame(c.wbuf, ch.id, m)
 		c.wbuf = AppendHeaderFrame(c.wbuf, ch.id, m.ClassID(), uint64(len(body)), props)
 		c.wbuf = AppendBodyFrames(c.wbuf, ch.id, body, c.frameMax)
+		c.noteQueuedLocked()
 	}
 	c.wmu.Unlock()
 	c.signal()
@@ -57,9 +60,62 @@ func (c *ServerConn) sendOn(ch *serverChannel, m Method) {
 	c.wmu.Lock()
 	if !c.wclosed && !ch.dead {
 		c.wbuf = AppendMethodFrame(c.wbuf, ch.id, m)
+		c.noteQueuedLocked()
 	}
 	c.wmu.Unlock()
 	c.signal()
+}
+
+// noteQueuedLocked flags a queue that reached writeHardLimit for the
+// reader (awaitOutboundRoom), which looks at the flag on every frame.
+func (c *ServerConn) noteQueuedLocked() {
+	if len(c.wbuf) >= writeHardLimit {
+		c.wfull.Store(true)
+	}
+}
+
+// saturated reports whether the outbound queue holds writeHardLimit.
+func (c *ServerConn) saturated() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return len(c.wbuf) >= writeHardLimit
+}
+
+// awaitOutboundRoom parks the reader while the outbound queue holds
+// writeHardLimit or more, until the writer takes it (or the connection
+// ends): a client that publishes but does not read its confirms or
+// returns is not read either. The heartbeat monitor pauses meanwhile: it
+// is the server that does not read.
+func (c *ServerConn) awaitOutboundRoom() {
+	if !c.wfull.Load() {
+		return
+	}
+	c.wmu.Lock()
+	if len(c.wbuf) < writeHardLimit || c.wclosed {
+		c.wmu.Unlock()
+		return
+	}
+	c.wmu.Unlock()
+	c.cmu.Lock()
+	c.outPaused = true
+	c.armReadDeadlineLocked()
+	c.cmu.Unlock()
+	for {
+		c.wmu.Lock()
+		full, taken := len(c.wbuf) >= writeHardLimit && !c.wclosed, c.wtaken
+		c.wmu.Unlock()
+		if !full {
+			break
+		}
+		select {
+		case <-taken:
+		case <-c.wdone:
+		}
+	}
+	c.cmu.Lock()
+	c.outPaused = false
+	c.armReadDeadlineLocked()
+	c.cmu.Unlock()
 }
 
 func (c *ServerConn) writable() bool {
@@ -100,6 +156,11 @@ func (c *ServerConn) writer() {
 		if quit {
 			c.wclosed = true
 		}
+		if len(buf) >= writeHardLimit {
+			c.wfull.Store(false)
+			close(c.wtaken) // the reader may wait for it (awaitOutboundRoom)
+			c.wtaken = make(chan struct{})
+		}
 		c.wmu.Unlock()
 		if len(buf) > 0 {
 			c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
@@ -107,6 +168,8 @@ func (c *ServerConn) writer() {
 				c.wmu.Lock()
 				c.wclosed = true
 				c.wbuf = nil
+				close(c.wtaken)
+				c.wtaken = make(chan struct{})
 				c.wmu.Unlock()
 				c.nc.Close() // the reader sees the error and ends the connection
 				<-c.quit

@@ -51,6 +51,7 @@ func (c *confirmClient) SendContent(amqp.Method, []byte, []byte) {
 }
 func (c *confirmClient) Writable() bool    { return true }
 func (c *confirmClient) Close(*amqp.Error) {}
+func (c *confirmClient) Saturated() bool   { return false }
 
 // caughtUp checks that every tag below the first pending one is confirmed.
 func (c *confirmClient) caughtUp(when string) {
@@ -147,6 +148,7 @@ func (o *countOut) Send(amqp.Method)                        { o.frames++ }
 func (o *countOut) SendContent(amqp.Method, []byte, []byte) { o.frames++ }
 func (o *countOut) Writable() bool                          { return true }
 func (o *countOut) Close(*amqp.Error)                       {}
+func (o *countOut) Saturated() bool                         { return false }
 
 // BenchmarkConfirmTracker measures a channel's confirms when the store
 // completes its publishes in groups of the given size (group=1: every

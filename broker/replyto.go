@@ -61,7 +61,8 @@ func (ch *channel) replyAddress() (string, *amqp.Error) {
 
 // deliverReply sends a reply published to a direct reply-to address to its
 // consumer. It reports false when the address is unknown (the requester
-// has gone): the reply is then unroutable.
+// has gone) or the requester's connection has its outbound queue full (it
+// does not read): the reply is then unroutable.
 func (b *Broker) deliverReply(addr string, m *store.Message) bool {
 	v, ok := b.replyTo.Load(addr)
 	if !ok {
@@ -70,7 +71,7 @@ func (b *Broker) deliverReply(addr string, m *store.Message) bool {
 	ch := v.(*channel)
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.closed || ch.replyTo != addr {
+	if ch.closed || ch.replyTo != addr || ch.out.Saturated() {
 		return false
 	}
 	tag := ch.nextTag

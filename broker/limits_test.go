@@ -455,7 +455,7 @@ func TestDeliveryLimitOne(t *testing.T) {
 					t.Fatal(err)
 				}
 				tlSync(t, ch)
-				tlNoRecv(t, msgs, "after the second failure")
+				tlNoRecv(t, ch, msgs, "after the second failure")
 				if st := tlQueueStats(t, b, "poison"); st.Ready != 0 || st.Unacked != 0 {
 					t.Fatalf("ready %d unacked %d, want 0 0", st.Ready, st.Unacked)
 				}

@@ -222,9 +222,14 @@ func tlWantDrain(t testing.TB, ch *amqp091.Channel, q string, want ...string) {
 	}
 }
 
-// tlNoRecv asserts that nothing is delivered for tlSettle.
-func tlNoRecv(t testing.TB, msgs <-chan amqp091.Delivery, why string) {
+// tlNoRecv asserts that nothing is delivered: after a round trip on ch,
+// the consumer's channel, nothing has come within tlSettle.
+func tlNoRecv(t testing.TB, ch *amqp091.Channel, msgs <-chan amqp091.Delivery, why string) {
 	t.Helper()
+	// A delivery the broker made would precede the answer to this round
+	// trip on the consumer's channel; tlSettle only covers the client's
+	// hand-off from its reader to msgs.
+	tlSync(t, ch)
 	select {
 	case d := <-msgs:
 		t.Fatalf("%s: got delivery %q (redelivered %v), want none", why, d.Body, d.Redelivered)
@@ -575,7 +580,7 @@ func TestTTLDeadlineFixedAtEnqueue(t *testing.T) {
 	tlWantDeath(t, d, "fixed", "expired")
 
 	set(1) // lowering it does not shorten "old" or "late"
-	tlNoRecv(t, dlq, "after lowering the policy TTL")
+	tlNoRecv(t, ch, dlq, "after lowering the policy TTL")
 	tlClearPolicy(t, b, "ttl")
 	tlWantReady(t, b, "fixed", 2)
 	tlWantDrain(t, ch, "fixed", "old", "late")
@@ -617,7 +622,7 @@ func TestTTLExpiredNeverDelivered(t *testing.T) {
 	tlPub(t, ch, "q", "c2", "")
 	clk.Advance(150 * time.Millisecond)
 	msgs := dvConsume(t, ch, "q", "", false, nil)
-	tlNoRecv(t, msgs, "consumer attached after the deadline")
+	tlNoRecv(t, ch, msgs, "consumer attached after the deadline")
 	if got := expired(); got != 5 {
 		t.Fatalf("expired count %d after consume, want 5", got)
 	}
@@ -762,7 +767,7 @@ func TestTTLUnackedDoNotExpireWhileHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	tlSync(t, ch)
-	tlNoRecv(t, msgs, "requeued after the deadline")
+	tlNoRecv(t, ch, msgs, "requeued after the deadline")
 	tlEventuallyReady(t, b, "dlq", 2)
 	for _, want := range []string{"nacked", "rejected"} {
 		d := tlMustGet(t, ch, "dlq")
@@ -845,7 +850,7 @@ func TestTTLZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	tlSync(t, cch)
-	tlNoRecv(t, msgs, "TTL-0 message requeued")
+	tlNoRecv(t, cch, msgs, "TTL-0 message requeued")
 	tlEventuallyReady(t, b, "dlq", 2)
 	for _, want := range []string{"no-room", "taken"} {
 		d := tlMustGet(t, ch, "dlq")

@@ -62,7 +62,8 @@
 //	NextDeadline     O(levels)
 //	Advance          O(levels × slots visited + timers cascaded + timers fired), no allocation
 //
-// The wheel costs ~20 KB (512 slot lists) plus 32 bytes per Timer, embedded by the caller.
+// The wheel costs ~20 KB (512 slot lists) plus 48 bytes per Timer, embedded by the caller
+// (TestTimerSize keeps the figure true).
 //
 // # Ownership and concurrency
 //

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 const nowMs = 1_750_000_000_123 // a unix time in ms, not aligned to any level
@@ -387,5 +388,12 @@ func TestWheelZeroAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocs per run, want 0", allocs)
+	}
+}
+
+// TestTimerSize keeps the package doc's per-timer cost true.
+func TestTimerSize(t *testing.T) {
+	if got := unsafe.Sizeof(Timer{}); got != 48 {
+		t.Fatalf("a Timer is %d bytes; the package doc says 48: update it", got)
 	}
 }

@@ -14,9 +14,9 @@ import (
 
 // Tests of policies (SPEC §6 first bullet, reference §2 policy table and
 // §3 P1–P6), set through the broker's internal API and observed through
-// amqp091-go. Helpers (tl*) are in ttl_test.go; the TTL, expires, length
-// and delivery-limit keys are also covered by their own tests there and
-// in limits_test.go.
+// amqp091-go. Helpers (tl*) are in ttl_helpers_test.go; the TTL, expires,
+// length and delivery-limit keys are also covered by their own tests in
+// ttl_*_test.go and limits_test.go.
 
 func tlPolicyOf(t testing.TB, b *brokertest.Instance, q string) string {
 	t.Helper()

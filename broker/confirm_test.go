@@ -13,29 +13,7 @@ import (
 )
 
 // Mandatory returns, publisher confirms and transactions. Helpers are in
-// delivery_test.go.
-
-func dvConfirmChannel(t testing.TB, ch *amqp091.Channel, n int) chan amqp091.Confirmation {
-	t.Helper()
-	if err := ch.Confirm(false); err != nil {
-		t.Fatalf("confirm.select: %v", err)
-	}
-	return ch.NotifyPublish(make(chan amqp091.Confirmation, n))
-}
-
-func dvConfirm(t testing.TB, confirms chan amqp091.Confirmation) amqp091.Confirmation {
-	t.Helper()
-	select {
-	case c, ok := <-confirms:
-		if !ok {
-			t.Fatal("confirm channel closed")
-		}
-		return c
-	case <-time.After(dvWait):
-		t.Fatal("no confirm")
-	}
-	panic("unreachable")
-}
+// delivery_helpers_test.go.
 
 // dvWantAcks awaits acks for publish numbers from..to, in order.
 func dvWantAcks(t testing.TB, confirms chan amqp091.Confirmation, from, to uint64) {

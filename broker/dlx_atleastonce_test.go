@@ -202,3 +202,85 @@ func TestDLXAtLeastOnce(t *testing.T) {
 		})
 	}
 }
+
+// At-least-once dead-lettering is all or nothing across targets: while
+// one target is full (reject-publish), the message waits in the source's
+// backlog and no target gets it; once there is room, every target does.
+//
+// Review finding R7 of an adversarial review of the broker's
+// concurrency and store ordering; it failed before the fix.
+func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
+	// Retries run when the test says (RetryBacklogsForTest), not on a timer.
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{BacklogRetry: time.Hour}})
+	_, ch := b.Channel(t)
+	if err := ch.ExchangeDeclare("fan", "fanout", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string]amqp091.Table{
+		"t-ok":   nil,
+		"t-full": {"x-max-length": int32(1), "x-overflow": "reject-publish"},
+	} {
+		if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Fill t-full before binding it, so only the dead letter meets the limit.
+	if err := ch.Publish("", "t-full", false, false, amqp091.Publishing{Body: []byte("filler")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"t-ok", "t-full"} {
+		if err := ch.QueueBind(name, "", "fan", false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ch.QueueDeclare("alo-src", false, false, false, false, amqp091.Table{
+		"x-dead-letter-exchange": "fan", "x-dead-letter-strategy": "at-least-once",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "alo-src", false, false, amqp091.Publishing{Body: []byte("m")}); err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get("alo-src", false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	stats := func(q string) broker.QueueStats {
+		st, ok := b.Broker.QueueStats("/", q)
+		if !ok {
+			t.Fatalf("no queue %s", q)
+		}
+		return st
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for stats("alo-src").DeadLetterBacklog != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not waiting in the backlog: %+v", stats("alo-src"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Several retries pass while t-full stays full: still no target has it.
+	for range 3 {
+		b.Broker.RetryBacklogsForTest()
+	}
+	if n, st := stats("t-ok").Ready, stats("alo-src"); n != 0 || st.DeadLetterBacklog != 1 {
+		t.Fatalf("t-ok got the message while t-full was full (%d ready; source %+v)", n, st)
+	}
+	// Make room in t-full: the next retry delivers to both.
+	if f, ok, err := ch.Get("t-full", true); err != nil || !ok || string(f.Body) != "filler" {
+		t.Fatalf("draining t-full: %q %v %v", f.Body, ok, err)
+	}
+	b.Broker.RetryBacklogsForTest()
+	for stats("t-ok").Ready != 1 || stats("t-full").Ready != 1 { // the copies land after their store write
+		if time.Now().After(deadline) {
+			t.Fatalf("not forwarded to every target once there was room: t-ok %+v, t-full %+v, src %+v", stats("t-ok"), stats("t-full"), stats("alo-src"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := stats("alo-src"); st.DeadLetterBacklog != 0 {
+		t.Fatalf("still waiting after forwarding: %+v", st)
+	}
+}

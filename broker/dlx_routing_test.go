@@ -1,15 +1,20 @@
 package broker_test
 
 // Tests of where a dead letter goes (SPEC §2): the dead-letter exchange,
-// of any type, and routing key, a missing exchange, and the CC and BCC
-// headers of the original publish.
+// of any type, and routing key, a missing exchange, the CC and BCC
+// headers of the original publish, and the target queues: their limits
+// hold for a batch of dead letters, and deleting one waits for a copy on
+// its way to it.
 
 import (
+	"sync/atomic"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/store"
 )
 
 func dsMissingExchange(e *dsEnv) {
@@ -212,5 +217,109 @@ func TestDLXExchangeTypes(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// Dead-lettering several entries in one operation (nack multiple,
+// several expiries in one timer batch, drop-head evicting many, a backlog
+// retry) checks the target's reject-publish limit against the target's
+// readyN, which does not count the copies already planned in the same
+// call (they enter the target only in txn.finish). A target with
+// x-max-length 1 / reject-publish receives every copy.
+//
+// Review finding R1 of an adversarial review of the broker's
+// concurrency and store ordering; it failed before the fix.
+func TestDeadLetterBatchIntoFullRejectPublishTarget(t *testing.T) {
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	tlDeclare(t, ch, "dlq", "classic", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	tlDeclare(t, ch, "src", "classic", tlDLX("dlq", nil))
+	tlPubAll(t, ch, "src", "a", "b", "c")
+	var last amqp091.Delivery
+	for range 3 {
+		last = tlMustGet(t, ch, "src")
+	}
+	if err := ch.Nack(last.DeliveryTag, true, false); err != nil {
+		t.Fatal(err)
+	}
+	tlSync(t, ch)
+	if got := tlReady(t, b, "dlq"); got != 1 {
+		t.Fatalf("reject-publish target with x-max-length 1 holds %d messages after a nack-multiple of 3 (SPEC §4: limits are exact)", got)
+	}
+}
+
+// A dead-letter target deleted while a dead letter is on its
+// way: the delete must not slip between routing the copy to the target and
+// writing it, or the copy would land in a dropped queue and the message be
+// in neither place. The vhost lock held from routing to the store write
+// fences it: the delete waits for the dead letter's batch, then takes the
+// copy with the queue like any message it held, leaving nothing orphaned in
+// the store and nothing in the source.
+//
+// Review finding R4 (revised) of an adversarial review of the broker's
+// concurrency and store ordering; it failed before the fix.
+func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
+	var armed atomic.Bool
+	var hook func(dlq store.QueueID)
+	hs := &hookStore{}
+	var dlqID atomic.Uint64
+	hs.hook = func(bt *store.Batch) {
+		if len(bt.Puts) == 0 || len(bt.Deletes) == 0 || bt.Puts[0].Queue == bt.Deletes[0].Queue {
+			return
+		}
+		if armed.CompareAndSwap(true, false) {
+			dlqID.Store(uint64(bt.Puts[0].Queue))
+			hook(bt.Puts[0].Queue)
+		}
+	}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { hs.Store = s; return hs }})
+	_, ch := tlChannel(t, b)
+	_, other := b.Channel(t)
+	deleted := make(chan struct{}) // closed when the delete has returned
+	var deleteErr error
+	hook = func(store.QueueID) {
+		// Inside the dead letter's store write: start deleting the
+		// target; it must not finish before this write does.
+		go func() {
+			_, deleteErr = other.QueueDelete("dlq", false, false, false)
+			close(deleted)
+		}()
+		select {
+		case <-deleted:
+			t.Errorf("target deleted in the middle of the dead letter's store write (err %v)", deleteErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", amqp091.Table{"x-dead-letter-strategy": "at-least-once"}))
+	tlPubPersistent(t, ch, "src", "m", "")
+	d := tlMustGet(t, ch, "src")
+	armed.Store(true)
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-deleted:
+		if deleteErr != nil {
+			t.Fatalf("delete dlq: %v", deleteErr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("target delete never completed")
+	}
+	tlSync(t, ch)
+	if armed.Load() {
+		t.Fatal("hook did not run")
+	}
+	// The copy reached the target, then went with it: nothing of the
+	// deleted queue is left in the store, and the source is empty.
+	var orphans int
+	if err := b.Store.ScanQueue(store.QueueID(dlqID.Load()), 0, func(*store.Entry) bool { orphans++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 {
+		t.Fatalf("%d entries of the deleted target left in the store", orphans)
+	}
+	if st := tlQueueStats(t, b, "src"); st.Ready+st.Unacked+st.DeadLetterBacklog != 0 {
+		t.Fatalf("source still holds the message: %+v", st)
 	}
 }

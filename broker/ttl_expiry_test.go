@@ -2,7 +2,8 @@ package broker_test
 
 // Tests of where and when an expired message goes (SPEC §3): never to a
 // consumer or basic.get, at its deadline wherever it sits in the queue,
-// not while a consumer holds it unacked, and at once with TTL 0.
+// not while a consumer holds it unacked, at once with TTL 0, and even
+// when its timer fires before the broker's clock reaches the deadline.
 
 import (
 	"testing"
@@ -215,4 +216,39 @@ func TestTTLZero(t *testing.T) {
 	tlPub(t, ch, "zero-qq", "qq", "")
 	tlEventuallyReady(t, b, "dlq", 2)
 	tlWantReady(t, b, "zero-qq", 0)
+}
+
+// expireEntries (and expireLease) skip an entry whose timer fired but
+// which is not expired by the broker clock, and never re-arm it. The
+// scheduler fires by its clock's reading; the broker then reads its own
+// clock again. If the broker's reading is behind (wall clock stepped back
+// between the two readings, or the wheel firing up to maxClockStep early
+// after a small step back), the timer is lost: the message then expires
+// only if it reaches a consumer or basic.get, never where it sits.
+// Simulated here with the timer clock ahead of the broker clock.
+//
+// Review finding R3 of an adversarial review of the broker's
+// concurrency and store ordering; it failed before the fix.
+func TestTTLTimerFiredEarlyIsReArmed(t *testing.T) {
+	clk, timers := tlNewClock(), tlNewClock()
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: clk.Now, TimerClock: timers.Timers()}})
+	_, ch := tlChannel(t, b)
+	tlDeclare(t, ch, "dlq", "classic", nil)
+	tlDeclare(t, ch, "src", "classic", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
+	tlPub(t, ch, "src", "m", "")
+
+	timers.Advance(1500 * time.Millisecond) // the scheduler sees the deadline pass...
+	time.Sleep(200 * time.Millisecond)      // ...and fires; the broker clock is 0 ms on
+	tlWantReady(t, b, "src", 1)
+
+	clk.Advance(5 * time.Second) // now the broker clock is 4 s past the deadline
+	timers.Advance(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if tlReady(t, b, "dlq") == 1 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("message 4 s past its deadline still ready in src (%d ready) and never dead-lettered: its timer fired early and was not re-armed", tlReady(t, b, "src"))
 }

@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -14,9 +13,7 @@ import (
 
 // Tests of length limits and overflow (SPEC §4, reference B44–B51) and of
 // delivery limits (SPEC §5, B52–B55), through amqp091-go against a real
-// broker. Helpers (tl*) are in ttl_test.go.
-
-var tlQueueTypes = []string{"classic", "quorum"}
+// broker. Helpers (tl*) are in ttl_helpers_test.go.
 
 // tlOverflowed returns the broker's Overflowed counter.
 func tlOverflowed(b *brokertest.Instance) uint64 { return b.Broker.Stats().Overflowed }
@@ -25,40 +22,6 @@ func tlWantOverflowed(t testing.TB, b *brokertest.Instance, want uint64) {
 	t.Helper()
 	if got := tlOverflowed(b); got != want {
 		t.Fatalf("Stats().Overflowed = %d, want %d", got, want)
-	}
-}
-
-// tlPubAcks publishes each body to q and returns the confirms as a
-// string of '+' (ack) and '-' (nack).
-func tlPubAcks(t testing.TB, ch *amqp091.Channel, exchange, key string, bodies ...string) string {
-	t.Helper()
-	var sb strings.Builder
-	for _, body := range bodies {
-		if tlPublish(t, ch, exchange, key, amqp091.Publishing{Body: []byte(body)}) {
-			sb.WriteByte('+')
-		} else {
-			sb.WriteByte('-')
-		}
-	}
-	return sb.String()
-}
-
-// tlWantDeadLetters drains dlq (after waiting for n messages) and checks
-// the bodies, in order, and that each died in queue for reason.
-func tlWantDeadLetters(t testing.TB, b *brokertest.Instance, ch *amqp091.Channel, dlq, queue, reason string, want ...string) {
-	t.Helper()
-	tlEventuallyReady(t, b, dlq, len(want))
-	var got []string
-	for range want {
-		d := tlMustGet(t, ch, dlq)
-		tlWantDeath(t, d, queue, reason)
-		if err := d.Ack(false); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, string(d.Body))
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("%s holds %q, want %q", dlq, got, want)
 	}
 }
 

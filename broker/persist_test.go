@@ -1,7 +1,8 @@
 package broker_test
 
-// Tests of what the broker writes to the store: entry positions, sequence
-// numbers across restarts, definitions and their order.
+// Tests of what the broker writes to the store: entry positions, queue
+// ids and sequence numbers across restarts and crashes, definitions and
+// their order.
 
 import (
 	"context"
@@ -693,4 +694,69 @@ func TestQuorumQueueKeepsTransientMessages(t *testing.T) {
 		}
 		dvWantEmpty(t, ch, q)
 	}
+}
+
+// Queue ids are reused after a restart: b.queueID is recovered as the
+// largest id among the *stored queue definitions*. An exclusive durable
+// queue's definition is never stored, but its persistent entries are
+// (isStoredFor = Durable && Persistent). After a crash (no graceful
+// connection close, so no DropQueues), its entries stay in the store under
+// an id the restarted broker hands to the next queue declared:
+//   - the first persistent publish to the new queue puts (id, 1), which
+//     already exists: memstore fails the batch with ErrInvalidBatch, which
+//     is sticky, so every later persistent operation fails too;
+//   - if nothing is published before the next restart, the stale entry is
+//     recovered into the unrelated new queue.
+//
+// The same happens with dead-letter copies orphaned in a target deleted
+// between planning and txn.finish (insertDeadLetters cleans them only if
+// the process lives that long).
+//
+// Review finding R2 of an adversarial review of the broker's
+// concurrency and store ordering; it failed before the fix.
+func TestQueueIDNotReusedAfterCrash(t *testing.T) {
+	// A broker that crashed (kill -9: the store as it is, without the
+	// connection's teardown, which would delete the exclusive queue) and
+	// came back.
+	crashWithExclusiveEntry := func(t *testing.T) *brokertest.Instance {
+		b := brokertest.Start(t, brokertest.Config{})
+		_, ch := tlChannel(t, b)
+		if _, err := ch.QueueDeclare("x", true, false, true, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		tlPubPersistent(t, ch, "x", "stale", "")
+		b.Crash()
+		return b
+	}
+
+	t.Run("publish-fails", func(t *testing.T) {
+		b := crashWithExclusiveEntry(t)
+		_, ch := tlChannel(t, b)
+		tlDeclareDurable(t, ch, "b", "classic", true, nil)
+		p := amqp091.Publishing{Body: []byte("fresh"), DeliveryMode: amqp091.Persistent}
+		if !tlPublish(t, ch, "", "b", p) {
+			t.Fatalf("persistent publish to a fresh durable queue nacked: the reused queue id collides with the dead exclusive queue's stored entry (store now failed for good)")
+		}
+	})
+
+	t.Run("leaks-into-new-queue", func(t *testing.T) {
+		b := crashWithExclusiveEntry(t)
+		_, ch := tlChannel(t, b)
+		tlDeclareDurable(t, ch, "b", "classic", true, nil)
+		b.Restart()
+		if n := tlReady(t, b, "b"); n != 0 {
+			_, ch3 := tlChannel(t, b)
+			t.Fatalf("freshly declared empty queue b holds %v after a restart: the dead exclusive queue's message leaked into it", tlDrain(t, ch3, "b"))
+		}
+	})
+}
+
+type hookStore struct {
+	store.Store
+	hook func(*store.Batch)
+}
+
+func (h *hookStore) Apply(b *store.Batch, done func(error)) {
+	h.hook(b)
+	h.Store.Apply(b, done)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -14,9 +15,9 @@ import (
 
 // Tests of policies (SPEC §6 first bullet, reference §2 policy table and
 // §3 P1–P6), set through the broker's internal API and observed through
-// amqp091-go. Helpers (tl*) are in ttl_test.go; the TTL, expires, length
-// and delivery-limit keys are also covered by their own tests there and
-// in limits_test.go.
+// amqp091-go. Helpers (tl*) are in ttl_helpers_test.go; the TTL, expires,
+// length and delivery-limit keys are also covered by their own tests in
+// ttl_*_test.go and limits_test.go.
 
 func tlPolicyOf(t testing.TB, b *brokertest.Instance, q string) string {
 	t.Helper()
@@ -413,4 +414,40 @@ func TestPolicySurvivesRestart(t *testing.T) {
 	tlPubAll(t, ch, "dur-q", "P1", "P2")
 	tlWantDrain(t, ch, "dur-q", "P2")
 	tlWantDeadLetters(t, b, ch, "dlq", "dur-q", "maxlen", "P1")
+}
+
+// applyPolicies computes every queue's new config under v.mu, releases
+// it, then installs them one queue at a time. Two policy changes racing
+// install in either order per queue: a queue can keep the config computed
+// from the older policy set (here: policy "b", priority 2, is in force but
+// a queue still runs policy "a").
+//
+// Review finding R5 of an adversarial review of the broker's
+// concurrency and store ordering; it failed before the fix.
+func TestPolicyConcurrentChangesNoLostUpdate(t *testing.T) {
+	b := tlStart(t)
+	_, ch := tlChannel(t, b)
+	const n = 300
+	for i := range n {
+		tlDeclare(t, ch, fmt.Sprintf("q%d", i), "classic", nil)
+	}
+	pol := func(name string, prio int) broker.Policy {
+		return broker.Policy{Name: name, Pattern: "^q", ApplyTo: "queues", Priority: prio,
+			Definition: map[string]any{"max-length": 1000 + prio}}
+	}
+	for round := range 30 {
+		_ = b.Broker.ClearPolicy("/", "a")
+		_ = b.Broker.ClearPolicy("/", "b")
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = b.Broker.SetPolicy("/", pol("a", 1)) }()
+		go func() { defer wg.Done(); _ = b.Broker.SetPolicy("/", pol("b", 2)) }()
+		wg.Wait()
+		for i := range n {
+			q := fmt.Sprintf("q%d", i)
+			if st := tlQueueStats(t, b, q); st.Policy != "b" {
+				t.Fatalf("round %d: queue %s runs policy %q while %q (higher priority) is in force", round, q, st.Policy, "b")
+			}
+		}
+	}
 }

@@ -1,0 +1,162 @@
+package broker_test
+
+// Tests of how far deliveries run ahead of the client: basic.qos prefetch
+// (per consumer and global), channel.flow, and a consumer that stops
+// reading its socket.
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/internal/brokertest"
+)
+
+func TestDeliveryQosPerConsumer(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "qos", nil)
+	if err := ch.Qos(3, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	msgs := dvConsume(t, ch, q, "c", false, nil)
+	dvPublishBodies(t, ch, q, dvNumbered("m", 10)...)
+	ds := dvRecvN(t, msgs, 3)
+	dvWantBodies(t, "within prefetch", ds, "m0", "m1", "m2")
+	dvWantReady(t, ch, q, 7)
+	dvAck(t, ds[0], false)
+	dvWantBodies(t, "after one ack", dvRecvN(t, msgs, 1), "m3")
+	dvWantReady(t, ch, q, 6)
+	dvAck(t, ds[2], true) // m1, m2: two more
+	dvWantBodies(t, "after two acks", dvRecvN(t, msgs, 2), "m4", "m5")
+	dvWantReady(t, ch, q, 4)
+}
+
+func TestDeliveryQosGlobal(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	qa := dvDeclare(t, ch, "qa", nil)
+	qb := dvDeclare(t, ch, "qb", nil)
+	if err := ch.Qos(3, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	a := dvConsume(t, ch, qa, "a", false, nil)
+	dvConsume(t, ch, qb, "b", false, nil)
+	dvPublishBodies(t, ch, qa, dvNumbered("a", 5)...)
+	dvPublishBodies(t, ch, qb, dvNumbered("b", 5)...)
+	// The five to qa came first: they take the channel's three.
+	dvWantBodies(t, "qa within the channel limit", dvRecvN(t, a, 3), "a0", "a1", "a2")
+	if ra, rb := dvReady(t, ch, qa), dvReady(t, ch, qb); ra+rb != 7 {
+		t.Fatalf("ready %d + %d, want 7 (3 in flight across the channel)", ra, rb)
+	}
+	// Raising the limit lets more flow at once.
+	if err := ch.Qos(5, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if ra, rb := dvReady(t, ch, qa), dvReady(t, ch, qb); ra+rb != 5 {
+		t.Fatalf("after raising prefetch: ready %d + %d, want 5", ra, rb)
+	}
+}
+
+func TestDeliveryQosAppliesToLaterConsumers(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	qa := dvDeclare(t, ch, "qa", nil)
+	qb := dvDeclare(t, ch, "qb", nil)
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	dvConsume(t, ch, qa, "a", false, nil)
+	if err := ch.Qos(3, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	dvConsume(t, ch, qb, "b", false, nil)
+	dvPublishBodies(t, ch, qa, dvNumbered("a", 5)...)
+	dvPublishBodies(t, ch, qb, dvNumbered("b", 5)...)
+	dvWantReady(t, ch, qa, 4) // prefetch 1, unchanged by the later qos
+	dvWantReady(t, ch, qb, 2) // prefetch 3
+}
+
+func TestDeliveryQosPrefetchSizeNotImplemented(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	err := ch.Qos(1, 1024, false)
+	dvWantErr(t, err, 540, "NOT_IMPLEMENTED - prefetch_size!=0 (1024)")
+}
+
+func TestDeliveryChannelFlow(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	c, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "flow", nil)
+	consumerCh := dvChannel(t, c)
+	msgs := dvConsume(t, consumerCh, q, "c", true, nil)
+	if err := consumerCh.Flow(false); err != nil {
+		t.Fatal(err)
+	}
+	dvPublishBodies(t, ch, q, "a", "b", "c")
+	dvWantReady(t, ch, q, 3) // paused: nothing delivered
+	if err := consumerCh.Flow(true); err != nil {
+		t.Fatal(err)
+	}
+	dvWantBodies(t, "after flow resumed", dvRecvN(t, msgs, 3), "a", "b", "c")
+}
+
+// TestDeliverySlowConsumerLosesNothing: a no-ack consumer that stops
+// reading its socket must not make the broker drop messages. The broker
+// stops writing at its outbound high-water mark and keeps the rest queued.
+func TestDeliverySlowConsumerLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 30 MiB")
+	}
+	b := brokertest.Start(t, brokertest.Config{})
+	w := dvDialWire(t, b.Addr, 64<<10)
+	w.send(1, &amqp.QueueDeclare{Queue: "slow"})
+	dvExpectMethod[*amqp.QueueDeclareOk](w, 1)
+	w.send(1, &amqp.BasicConsume{Queue: "slow", ConsumerTag: "slow", NoAck: true})
+	dvExpectMethod[*amqp.BasicConsumeOk](w, 1)
+	// From here the consumer reads nothing until everything is published.
+
+	_, pub := b.Channel(t)
+	if err := pub.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	// About 8 MiB fits in the broker's outbound queue and the socket
+	// buffers here; the rest must wait in the queue.
+	const n = 30_000
+	confirms := pub.NotifyPublish(make(chan amqp091.Confirmation, n))
+	body := make([]byte, 1024)
+	for i := range n {
+		binary.BigEndian.PutUint32(body, uint32(i))
+		dvPublish(t, pub, "", "slow", amqp091.Publishing{Body: body})
+	}
+	for i := range n {
+		select {
+		case c := <-confirms:
+			if !c.Ack || c.DeliveryTag != uint64(i+1) {
+				t.Fatalf("confirm %+v, want ack %d", c, i+1)
+			}
+		case <-time.After(dvWait):
+			t.Fatalf("confirm %d missing", i+1)
+		}
+	}
+	// Back-pressure held the rest in the queue rather than in memory
+	// bound for the socket.
+	if ready := dvReady(t, pub, "slow"); ready == 0 {
+		t.Fatalf("all %d messages left the queue for a consumer that reads nothing", n)
+	}
+
+	for i := range n {
+		m, _, got := w.content(1)
+		d, ok := m.(*amqp.BasicDeliver)
+		if !ok {
+			t.Fatalf("got %s", m.Name())
+		}
+		if len(got) != len(body) || binary.BigEndian.Uint32(got) != uint32(i) || d.DeliveryTag != uint64(i+1) {
+			t.Fatalf("delivery %d: message %d (%d bytes), tag %d", i, binary.BigEndian.Uint32(got), len(got), d.DeliveryTag)
+		}
+	}
+	dvWantReady(t, pub, "slow", 0)
+}

@@ -1,0 +1,286 @@
+package broker_test
+
+// Tests of at-least-once dead-lettering (x-dead-letter-strategy
+// at-least-once, SPEC §2): a dead letter without a route waits in the
+// source's backlog until every target can take it.
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/brokertest"
+)
+
+// TestDLXAtLeastOnce: with x-dead-letter-strategy at-least-once, a dead
+// letter without a route waits in the source's backlog — counted as a
+// message, never ready, never delivered — and is forwarded as soon as a
+// route exists. The periodic retry is disabled (an hour) unless the case
+// needs it, so forwarding is shown to follow the event itself.
+func TestDLXAtLeastOnce(t *testing.T) {
+	noRetry := brokertest.Config{Broker: broker.Options{BacklogRetry: time.Hour}}
+	for _, g := range dsALOGroups {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("binding_added", func(t *testing.T) {
+				t.Parallel()
+				e := dsStart(t, g, noRetry)
+				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
+				e.publish("src", "p1", "p2")
+				msgs := e.consume("src", "c", false)
+				for _, d := range dsRecv(t, msgs, "p1", "p2") {
+					e.reject(d, false)
+				}
+				e.waitFor("src", 2, 0, 0)
+				e.waitBacklog("src", 2)
+				// Counted as messages (declare-ok, and delete if-empty
+				// refuses), though basic.get finds none.
+				if q, err := e.ch.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 2 {
+					t.Fatalf("passive declare: %d messages, %v; want the 2 waiting", q.Messages, err)
+				}
+				if _, ok, err := e.ch.Get("src", false); ok || err != nil {
+					t.Fatalf("basic.get: %v, %v; want get-empty", ok, err)
+				}
+				dch, err := e.conn.Channel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ae *amqp091.Error
+				if _, err := dch.QueueDelete("src", false, true, false); !errors.As(err, &ae) || ae.Code != amqp091.PreconditionFailed {
+					t.Fatalf("delete if-empty with dead letters waiting: %v, want 406", err)
+				}
+				// Not delivered: the consumer's next message is a new one.
+				e.publish("src", "after")
+				if err := dsRecv(t, msgs, "after")[0].Ack(false); err != nil {
+					t.Fatal(err)
+				}
+				e.wantCounters(map[string]uint64{"backlogged": 2})
+				// The exchange alone is no route yet.
+				e.exchange("dlx", "direct", nil)
+				e.waitFor("src", 2, 0, 0)
+				e.plainQueue("dlq", nil)
+				e.waitFor("src", 2, 0, 0)
+				e.bind("dlq", "dlq", "dlx", nil)
+				e.waitFor("src", 0, 0, 0)
+				if q, err := e.ch.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 0 {
+					t.Fatalf("passive declare once forwarded: %d messages, %v; want 0", q.Messages, err)
+				}
+				for _, d := range e.get("dlq", "p1", "p2") {
+					dsWantRoute(t, d, "dlx", "dlq")
+					e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
+				}
+				e.wantCounters(map[string]uint64{"backlogged": 2, "dead_lettered.rejected": 2})
+			})
+			t.Run("exchange_declared", func(t *testing.T) {
+				t.Parallel()
+				e := dsStart(t, g, noRetry)
+				e.exchange("ae", "fanout", nil)
+				e.plainQueue("dlq", nil)
+				e.bind("dlq", "", "ae", nil)
+				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
+				e.publish("src", "p")
+				e.reject(e.get("src", "p")[0], false)
+				e.waitFor("src", 1, 0, 0)
+				// Declared with an alternate exchange that routes: a route
+				// exists without any binding.
+				e.exchange("dlx", "direct", amqp091.Table{"alternate-exchange": "ae"})
+				e.waitFor("src", 0, 0, 0)
+				dsWantRoute(t, e.get("dlq", "p")[0], "dlx", "src")
+			})
+			t.Run("queue_declared", func(t *testing.T) {
+				t.Parallel()
+				e := dsStart(t, g, noRetry)
+				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "later"})
+				e.publish("src", "p")
+				e.reject(e.get("src", "p")[0], false)
+				e.waitFor("src", 1, 0, 0)
+				// The default exchange routes to a queue once it exists.
+				e.plainQueue("later", nil)
+				e.waitFor("src", 0, 0, 0)
+				e.get("later", "p")
+			})
+			t.Run("policy_changed", func(t *testing.T) {
+				t.Parallel()
+				e := dsStart(t, g, noRetry)
+				e.setup(nil)
+				e.queue("pq", nil)
+				pol := broker.Policy{Name: "dl", Pattern: "^pq$", ApplyTo: "queues",
+					Definition: map[string]any{"dead-letter-exchange": "dlx", "dead-letter-routing-key": "nowhere"}}
+				e.policy(pol)
+				e.publish("pq", "p")
+				e.reject(e.get("pq", "p")[0], false)
+				e.waitFor("pq", 1, 0, 0)
+				pol.Definition = map[string]any{"dead-letter-exchange": "dlx", "dead-letter-routing-key": "dlq"}
+				e.policy(pol)
+				e.waitFor("pq", 0, 0, 0)
+				dsWantRoute(t, e.get("dlq", "p")[0], "dlx", "dlq")
+			})
+			t.Run("cycle", func(t *testing.T) {
+				t.Parallel()
+				// rabbit_fifo_dlx_integration_SUITE:cycle (B30).
+				e := dsStart(t, g, noRetry)
+				e.queue("src", amqp091.Table{"x-message-ttl": int64(5), "x-dead-letter-exchange": ""})
+				e.publish("src", "p")
+				e.waitFor("src", 1, 0, 0)
+				e.wantCounters(map[string]uint64{"backlogged": 1, "cycles": 1})
+				e.plainQueue("dlq", nil)
+				e.policy(broker.Policy{Name: "dlrk", Pattern: "^src$", Definition: map[string]any{"dead-letter-routing-key": "dlq"}})
+				e.waitFor("src", 0, 0, 0)
+				e.get("dlq", "p")
+			})
+			t.Run("target_full_retried", func(t *testing.T) {
+				t.Parallel()
+				e := dsStart(t, g, brokertest.Config{Broker: broker.Options{BacklogRetry: 10 * time.Millisecond}})
+				e.plainQueue("full", amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+				e.publish("full", "already")
+				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "full"})
+				e.publish("src", "p")
+				e.reject(e.get("src", "p")[0], false)
+				e.waitFor("src", 1, 0, 0)
+				e.get("full", "already")
+				e.waitFor("src", 0, 0, 0)
+				e.get("full", "p")
+				e.wantCounters(map[string]uint64{"backlogged": 1, "dead_lettered.rejected": 1})
+			})
+			t.Run("deleted_with_queue", func(t *testing.T) {
+				t.Parallel()
+				e := dsStart(t, g, noRetry)
+				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
+				e.publish("src", "p")
+				e.reject(e.get("src", "p")[0], false)
+				e.waitFor("src", 1, 0, 0)
+				if _, err := e.ch.QueueDelete("src", false, false, false); err != nil {
+					t.Fatal(err)
+				}
+				e.exchange("dlx", "direct", nil)
+				e.plainQueue("dlq", nil)
+				e.bind("dlq", "dlq", "dlx", nil)
+				e.getEmpty("dlq")
+			})
+			t.Run("reject_publish_dlx_not_kept", func(t *testing.T) {
+				t.Parallel()
+				// The refused message never entered the queue; its
+				// publisher is nacked and still owns it.
+				e := dsStart(t, g, noRetry)
+				e.queue("src", amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish-dlx", "x-dead-letter-exchange": "missing"})
+				e.publish("src", "p1", "p2")
+				e.wantCounters(map[string]uint64{"discarded.maxlen": 1, "dropped.dlx_missing": 1})
+				e.waitFor("src", 1, 1, 0)
+			})
+			t.Run("survives_restart", func(t *testing.T) {
+				t.Parallel()
+				e := dsStart(t, g, noRetry)
+				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
+				e.publish("src", "p1", "p2", "p3")
+				ds := e.get("src", "p1", "p2")
+				e.nack(ds[1], true, false)
+				e.waitFor("src", 3, 1, 0)
+				e.b.Restart()
+				e.conn, e.ch = e.b.Channel(t)
+				e.waitFor("src", 3, 1, 0)
+				e.waitBacklog("src", 2)
+				// Only p3 is delivered.
+				msgs := e.consume("src", "c", false)
+				dsRecv(t, msgs, "p3")
+				e.exchange("dlx", "direct", nil)
+				e.plainQueue("dlq", nil)
+				e.bind("dlq", "dlq", "dlx", nil)
+				e.waitFor("src", 1, 0, 1)
+				e.waitFor("dlq", 2, 2, 0) // forwarded by an asynchronous retry
+				for _, d := range e.get("dlq", "p1", "p2") {
+					e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
+					dsWantFirstLast(t, d.Headers, [3]string{"rejected", "src", ""}, [3]string{"rejected", "src", ""})
+					if d.DeliveryMode != amqp091.Persistent {
+						t.Fatalf("delivery mode %d, want 2", d.DeliveryMode)
+					}
+				}
+				e.getEmpty("dlq")
+			})
+		})
+	}
+}
+
+// At-least-once dead-lettering is all or nothing across targets: while
+// one target is full (reject-publish), the message waits in the source's
+// backlog and no target gets it; once there is room, every target does.
+//
+// Review finding R7 of an adversarial review of the broker's
+// concurrency and store ordering; it failed before the fix.
+func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
+	// Retries run when the test says (RetryBacklogsForTest), not on a timer.
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{BacklogRetry: time.Hour}})
+	_, ch := b.Channel(t)
+	if err := ch.ExchangeDeclare("fan", "fanout", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string]amqp091.Table{
+		"t-ok":   nil,
+		"t-full": {"x-max-length": int32(1), "x-overflow": "reject-publish"},
+	} {
+		if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Fill t-full before binding it, so only the dead letter meets the limit.
+	if err := ch.Publish("", "t-full", false, false, amqp091.Publishing{Body: []byte("filler")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"t-ok", "t-full"} {
+		if err := ch.QueueBind(name, "", "fan", false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ch.QueueDeclare("alo-src", false, false, false, false, amqp091.Table{
+		"x-dead-letter-exchange": "fan", "x-dead-letter-strategy": "at-least-once",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "alo-src", false, false, amqp091.Publishing{Body: []byte("m")}); err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get("alo-src", false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	if err := d.Reject(false); err != nil {
+		t.Fatal(err)
+	}
+	stats := func(q string) broker.QueueStats {
+		st, ok := b.Broker.QueueStats("/", q)
+		if !ok {
+			t.Fatalf("no queue %s", q)
+		}
+		return st
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for stats("alo-src").DeadLetterBacklog != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not waiting in the backlog: %+v", stats("alo-src"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Several retries pass while t-full stays full: still no target has it.
+	for range 3 {
+		b.Broker.RetryBacklogsForTest()
+	}
+	if n, st := stats("t-ok").Ready, stats("alo-src"); n != 0 || st.DeadLetterBacklog != 1 {
+		t.Fatalf("t-ok got the message while t-full was full (%d ready; source %+v)", n, st)
+	}
+	// Make room in t-full: the next retry delivers to both.
+	if f, ok, err := ch.Get("t-full", true); err != nil || !ok || string(f.Body) != "filler" {
+		t.Fatalf("draining t-full: %q %v %v", f.Body, ok, err)
+	}
+	b.Broker.RetryBacklogsForTest()
+	for stats("t-ok").Ready != 1 || stats("t-full").Ready != 1 { // the copies land after their store write
+		if time.Now().After(deadline) {
+			t.Fatalf("not forwarded to every target once there was room: t-ok %+v, t-full %+v, src %+v", stats("t-ok"), stats("t-full"), stats("alo-src"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := stats("alo-src"); st.DeadLetterBacklog != 0 {
+		t.Fatalf("still waiting after forwarding: %+v", st)
+	}
+}

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/brokerd/brokerd/store"
+import (
+	"errors"
+
+	"github.com/brokerd/brokerd/store"
+)
 
 // BacklogBit marks a store queue id as a queue's dead-letter backlog
 // range; queue ids are counters far below it.
@@ -69,6 +73,33 @@ type PageRead struct {
 // never read. It touches no queue state: callers hold the queue's lock or
 // not.
 func (s Ranges) ReadMiddle(spilled bool, prio uint8, from, to uint64, want int, wantBytes int64, buf []store.EntryMeta) (PageRead, error) {
+	var r PageRead
+	for attempt := 1; ; attempt++ {
+		var err error
+		r, err = s.readMiddleOnce(spilled, prio, from, to, want, wantBytes, buf)
+		if !retryLoad(err, attempt) {
+			return r, err
+		}
+		buf = r.Metas[:0]
+	}
+}
+
+// maxLoadAttempts bounds the reads of entries whose messages vanished
+// before they were loaded (retryLoad).
+const maxLoadAttempts = 4
+
+// retryLoad reports whether a read whose message load failed with err
+// (attempt n) is to be made again. Reading entries and loading their
+// messages are two store calls: an entry deleted between them (acked,
+// expired, purged by someone holding the queue's lock while the read runs
+// without it) may have taken its message with it, and the store then
+// answers ErrUnknownMessage. A second read no longer lists the entry. Only
+// if the message stays missing is it an error.
+func retryLoad(err error, attempt int) bool {
+	return errors.Is(err, store.ErrUnknownMessage) && attempt < maxLoadAttempts
+}
+
+func (s Ranges) readMiddleOnce(spilled bool, prio uint8, from, to uint64, want int, wantBytes int64, buf []store.EntryMeta) (PageRead, error) {
 	metas, err := s.ReadLevel(spilled, prio, from, want, buf)
 	if err != nil {
 		return PageRead{}, err
@@ -140,6 +171,15 @@ func MergeBySeq(a, v []store.EntryMeta, max int) []store.EntryMeta {
 // a gone entry is left out, and so is a dead letter waiting for a route or
 // an entry without a deadline (not the entry the ref was taken for).
 func ReadDue(st store.Store, refs []store.Ref) ([]store.EntryMeta, []*store.Message, error) {
+	for attempt := 1; ; attempt++ {
+		metas, msgs, err := readDueOnce(st, refs)
+		if !retryLoad(err, attempt) {
+			return metas, msgs, err
+		}
+	}
+}
+
+func readDueOnce(st store.Store, refs []store.Ref) ([]store.EntryMeta, []*store.Message, error) {
 	read, err := st.ReadRefs(refs, nil)
 	if err != nil {
 		return nil, nil, err

@@ -62,7 +62,20 @@ func TestConservationUnderRandomInterleavings(t *testing.T) {
 			cvWorker(t, inst, st, w, rand.New(rand.NewSource(wseed)), opsPerWorker, deadline)
 		}()
 	}
-	wg.Wait()
+	// A store failure blocks publishers for good (the store alarm never
+	// clears): report it at once rather than wait for the test timeout.
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	for done := false; !done; {
+		select {
+		case <-finished:
+			done = true
+		case <-time.After(50 * time.Millisecond):
+			if err := inst.Broker.StoreFailureForTest(); err != nil {
+				t.Fatalf("seed %d: the broker's store failed: %v", seed, err)
+			}
+		}
+	}
 	if t.Failed() {
 		t.Fatalf("seed %d: a worker failed", seed)
 	}

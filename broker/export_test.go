@@ -219,3 +219,12 @@ func (b *Broker) RetryBacklogsForTest() {
 	}
 	b.waitAsyncIdle()
 }
+
+// StoreFailureForTest returns the error that failed the broker's store,
+// nil while it has not.
+func (b *Broker) StoreFailureForTest() error {
+	if p := b.storeErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

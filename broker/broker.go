@@ -196,35 +196,42 @@ func Open(opts Options) (*Broker, error) {
 		b.users[u.Name] = u
 	}
 	b.wg.Add(2)
-	go b.retryLoop()
-	go b.consumerTimeoutLoop()
+	go b.every(opts.BacklogRetry, b.retryAllBacklogs)
+	go b.every(opts.ConsumerTimeoutCheck, b.checkConsumerTimeouts)
 	if opts.PageWindow > 0 {
 		b.startHorizon()
 	}
 	return b, nil
 }
 
-// retryLoop retries waiting dead letters periodically: besides topology
-// changes (handled at once), a target that was full may have room now.
-func (b *Broker) retryLoop() {
+// every runs fn each period until the broker closes; it is one of the
+// goroutines Close waits for (b.wg).
+func (b *Broker) every(period time.Duration, fn func()) {
 	defer b.wg.Done()
-	t := time.NewTicker(b.opts.BacklogRetry)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-b.quit:
 			return
 		case <-t.C:
-			b.mu.RLock()
-			vs := make([]*VHost, 0, len(b.vhosts))
-			for _, v := range b.vhosts {
-				vs = append(vs, v)
-			}
-			b.mu.RUnlock()
-			for _, v := range vs {
-				b.retryBacklogsIfChanged(v)
-			}
+			fn()
 		}
+	}
+}
+
+// retryAllBacklogs retries the waiting dead letters of every vhost that
+// may succeed now. It runs periodically: besides topology changes
+// (handled at once), a target that was full may have room now.
+func (b *Broker) retryAllBacklogs() {
+	b.mu.RLock()
+	vs := make([]*VHost, 0, len(b.vhosts))
+	for _, v := range b.vhosts {
+		vs = append(vs, v)
+	}
+	b.mu.RUnlock()
+	for _, v := range vs {
+		b.retryBacklogsIfChanged(v)
 	}
 }
 

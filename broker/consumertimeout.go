@@ -1,10 +1,6 @@
 package broker
 
-import (
-	"time"
-
-	"github.com/brokerd/brokerd/amqp"
-)
+import "github.com/brokerd/brokerd/amqp"
 
 // Consumer timeout, as RabbitMQ's consumer_timeout (3.12 and later, every
 // queue type): a delivery left unacknowledged longer than its queue's
@@ -50,20 +46,6 @@ func (q *Queue) consumerTimeout() int64 {
 		return ms
 	}
 	return q.vhost.b.globalConsumerTimeout()
-}
-
-func (b *Broker) consumerTimeoutLoop() {
-	defer b.wg.Done()
-	t := time.NewTicker(b.opts.ConsumerTimeoutCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.quit:
-			return
-		case <-t.C:
-			b.checkConsumerTimeouts()
-		}
-	}
 }
 
 // checkConsumerTimeouts closes the channels holding a delivery past its

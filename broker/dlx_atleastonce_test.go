@@ -255,13 +255,7 @@ func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
 		}
 		return st
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for stats("alo-src").DeadLetterBacklog != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not waiting in the backlog: %+v", stats("alo-src"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	tlEventually(t, "the dead letter waiting in alo-src's backlog", func() bool { return stats("alo-src").DeadLetterBacklog == 1 })
 	// Several retries pass while t-full stays full: still no target has it.
 	for range 3 {
 		b.Broker.RetryBacklogsForTest()
@@ -274,12 +268,10 @@ func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
 		t.Fatalf("draining t-full: %q %v %v", f.Body, ok, err)
 	}
 	b.Broker.RetryBacklogsForTest()
-	for stats("t-ok").Ready != 1 || stats("t-full").Ready != 1 { // the copies land after their store write
-		if time.Now().After(deadline) {
-			t.Fatalf("not forwarded to every target once there was room: t-ok %+v, t-full %+v, src %+v", stats("t-ok"), stats("t-full"), stats("alo-src"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The copies land after their store write.
+	tlEventually(t, "the dead letter forwarded to t-ok and t-full once there was room", func() bool {
+		return stats("t-ok").Ready == 1 && stats("t-full").Ready == 1
+	})
 	if st := stats("alo-src"); st.DeadLetterBacklog != 0 {
 		t.Fatalf("still waiting after forwarding: %+v", st)
 	}

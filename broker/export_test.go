@@ -208,15 +208,7 @@ func (b *Broker) CheckConsumerTimeoutsForTest() { b.checkConsumerTimeouts() }
 // RetryBacklogsForTest runs one pass of the periodic dead-letter backlog
 // retry over every vhost now, with the reads it starts.
 func (b *Broker) RetryBacklogsForTest() {
-	b.mu.RLock()
-	vs := make([]*VHost, 0, len(b.vhosts))
-	for _, v := range b.vhosts {
-		vs = append(vs, v)
-	}
-	b.mu.RUnlock()
-	for _, v := range vs {
-		b.retryBacklogsIfChanged(v)
-	}
+	b.retryAllBacklogs()
 	b.waitAsyncIdle()
 }
 

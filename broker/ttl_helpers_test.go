@@ -351,7 +351,9 @@ func tlExists(b *brokertest.Instance, q string) bool {
 	return ok
 }
 
-// tlEventually polls cond until it holds, failing after tlWait.
+// tlEventually polls cond until it holds, failing after tlWait. For
+// conditions with no event to wait on (a broker counter, a store write
+// landing); the 2 ms between polls is the only sleep the helpers need.
 func tlEventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(tlWait)

@@ -43,15 +43,11 @@ var policyKeys = map[string]string{
 	"alternate-exchange":      "exchange",
 }
 
-// PolicyError is a policy refused at set time; Error is the reason in
+// PolicyError is a policy refused at set time; Msg is the reason in
 // RabbitMQ's words.
-type PolicyError struct{ Msg string }
+type PolicyError = InvalidError
 
-func (e *PolicyError) Error() string { return e.Msg }
-
-func policyErr(format string, args ...any) error {
-	return &PolicyError{Msg: fmt.Sprintf(format, args...)}
-}
+func policyErr(format string, args ...any) error { return invalidf(format, args...) }
 
 // policyInt reads an integer policy value (JSON numbers arrive as float64).
 func policyInt(v any) (int64, bool) {
@@ -246,7 +242,7 @@ type policyDef struct {
 func (b *Broker) SetPolicy(vhost string, p Policy) error {
 	v := b.VHost(vhost)
 	if v == nil {
-		return policyErr("no vhost '%s'", vhost)
+		return notFoundf("no vhost '%s'", vhost)
 	}
 	p.Definition = maps.Clone(p.Definition)
 	if err := validatePolicy(&p); err != nil {
@@ -276,7 +272,7 @@ func (b *Broker) SetPolicy(vhost string, p Policy) error {
 func (b *Broker) ClearPolicy(vhost, name string) error {
 	v := b.VHost(vhost)
 	if v == nil {
-		return policyErr("no vhost '%s'", vhost)
+		return notFoundf("no vhost '%s'", vhost)
 	}
 	v.policyMu.Lock()
 	defer v.policyMu.Unlock()
@@ -284,7 +280,7 @@ func (b *Broker) ClearPolicy(vhost, name string) error {
 	old := v.policies[name]
 	if old == nil {
 		v.mu.Unlock()
-		return policyErr("no policy '%s' in vhost '%s'", name, vhost)
+		return notFoundf("no policy '%s' in vhost '%s'", name, vhost)
 	}
 	delete(v.policies, name)
 	var mb metaBatch

@@ -1,0 +1,30 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The management operations (users, vhosts, permissions, policies, the
+// HTTP API's declarations) report two kinds of refusal a caller maps onto
+// its own codes (HTTP 404 and 400):
+
+// ErrNotFound is wrapped by the error of a management operation whose
+// subject (user, vhost, permission, policy, queue, exchange) does not
+// exist.
+var ErrNotFound = errors.New("broker: not found")
+
+// InvalidError is a management request refused for its content (a bad
+// pattern, an unknown tag, an invalid policy value); Msg says why in
+// RabbitMQ's words where RabbitMQ has them. It changes nothing.
+type InvalidError struct{ Msg string }
+
+func (e *InvalidError) Error() string { return e.Msg }
+
+func invalidf(format string, args ...any) error {
+	return &InvalidError{Msg: fmt.Sprintf(format, args...)}
+}
+
+func notFoundf(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrNotFound)
+}

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,7 @@ type ServerConn struct {
 	hbNanos     atomic.Int64 // heartbeat, for the writer goroutine
 	clientProps Table
 	user        string
+	mechanism   string
 	spoke       atomic.Bool // the client sent a valid protocol header
 
 	// How serve ended, for logEnd: the error, whether the handshake had
@@ -107,6 +109,31 @@ func (c *ServerConn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
 // ClientProperties returns the properties the client sent in start-ok.
 func (c *ServerConn) ClientProperties() Table { return c.clientProps }
+
+// LocalAddr returns the server's address of the connection.
+func (c *ServerConn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+
+// Tuning is what a connection negotiated at its handshake.
+type Tuning struct {
+	FrameMax   uint32
+	ChannelMax uint16
+	Heartbeat  time.Duration
+	// Mechanism is the SASL mechanism the client logged in with.
+	Mechanism string
+	// TLS is set for a connection over TLS.
+	TLS *tls.ConnectionState
+}
+
+// Tuning returns what the connection negotiated. Valid once the
+// connection is open (from Handler.OpenConnection on); fixed afterwards.
+func (c *ServerConn) Tuning() Tuning {
+	t := Tuning{FrameMax: c.frameMax, ChannelMax: c.channelMax, Heartbeat: c.heartbeat, Mechanism: c.mechanism}
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		st := tc.ConnectionState()
+		t.TLS = &st
+	}
+	return t
+}
 
 // Close closes the connection from the server side with err (a hard
 // error: connection.close). Safe to call from any goroutine, more than once.
@@ -327,7 +354,7 @@ func (c *ServerConn) login(so *ConnectionStartOk) error {
 	if refusal != nil {
 		reason = refusal
 	} else if reason = cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr()); reason == nil {
-		c.user = user
+		c.user, c.mechanism = user, so.Mechanism
 		return nil
 	}
 	c.loginFailed = true

@@ -94,8 +94,8 @@ func (b *Broker) alarmWait() (<-chan struct{}, string) {
 // It returns when the alarms clear, or the connection or the broker closes.
 func (c *conn) holdForAlarms() {
 	clear, reason := c.b.alarmWait()
-	if clear == nil {
-		return
+	if clear == nil || c.ac == nil {
+		return // a Direct is refused in Direct.Publish instead
 	}
 	c.ac.Blocked(reason)
 	select {

@@ -328,7 +328,7 @@ func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.S
 	if perm == nil {
 		return nil, amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", vhost, user)
 	}
-	c := &conn{b: b, ac: ac, vhost: v, user: u, perm: perm, channels: map[uint16]*channel{}}
+	c := &conn{b: b, ac: ac, vhost: v, user: u, perm: perm, channels: map[uint16]*channel{}, opened: time.Now()}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if caps, ok := ac.ClientProperties().Get("capabilities"); ok {
 		if t, ok := caps.(amqp.Table); ok {

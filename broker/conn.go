@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/brokerd/brokerd/amqp"
 )
@@ -20,6 +21,7 @@ type conn struct {
 	user         *User
 	perm         *Permission
 	cancelNotify bool
+	opened       time.Time
 
 	mu        sync.Mutex
 	channels  map[uint16]*channel

@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -33,6 +34,7 @@ import (
 	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/datadir"
 	"github.com/brokerd/brokerd/internal/sdnotify"
+	"github.com/brokerd/brokerd/mgmt"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/store/diskstore"
 	"github.com/brokerd/brokerd/store/memstore"
@@ -169,7 +171,8 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		MaxConnections:   cfg.Limits.MaxConnections,
 		Version:          version(),
 	})
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
+	var listeners []mgmt.Listener
 	listen := func(name, addr string, tlsCfg *tls.Config) error {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -179,6 +182,11 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 			l = tls.NewListener(l, tlsCfg)
 		}
 		log.Info("accepting AMQP connections", "listener", name, "addr", l.Addr().String())
+		proto := "amqp"
+		if tlsCfg != nil {
+			proto = "amqp/ssl"
+		}
+		listeners = append(listeners, mgmt.Listener{Protocol: proto, Addr: l.Addr()})
 		go func() { errc <- srv.Serve(l) }()
 		return nil
 	}
@@ -196,8 +204,15 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 			return err
 		}
 	}
+	var api *mgmt.Server
 	if !config.Disabled(cfg.Mgmt.Listen) {
-		log.Warn("the management HTTP API is not part of this build yet; mgmt.listen is ignored", "addr", cfg.Mgmt.Listen)
+		l, err := net.Listen("tcp", cfg.Mgmt.Listen)
+		if err != nil {
+			return fmt.Errorf("listen management HTTP API on %s: %w", cfg.Mgmt.Listen, err)
+		}
+		api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version(), Listeners: listeners})
+		log.Info("serving management HTTP API", "addr", l.Addr().String())
+		go func() { errc <- api.Serve(l) }()
 	}
 	if err := sdnotify.Notify("READY=1"); err != nil {
 		log.Warn("sd_notify failed", "err", err)
@@ -206,7 +221,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	for {
 		select {
 		case err := <-errc:
-			if !errors.Is(err, amqp.ErrServerClosed) {
+			if !errors.Is(err, amqp.ErrServerClosed) && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serve: %w", err)
 			}
 		case s := <-sigs:
@@ -217,6 +232,11 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 			log.Info("shutting down", "signal", s.String())
 			sdnotify.Notify("STOPPING=1")
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if api != nil {
+				if err := api.Shutdown(ctx); err != nil {
+					log.Warn("management HTTP requests did not finish in time", "err", err)
+				}
+			}
 			err := srv.Shutdown(ctx)
 			cancel()
 			if err != nil {

@@ -1,0 +1,409 @@
+package broker
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// What the management API shows of the broker: snapshots of queues,
+// exchanges, bindings, connections and channels. Each is read under the
+// locks of what it describes, one object at a time, so a listing is not
+// one atomic picture of the broker (nor is RabbitMQ's).
+
+// QueueInfo describes a queue.
+type QueueInfo struct {
+	VHost, Name                    string
+	Durable, AutoDelete, Exclusive bool
+	Arguments                      amqp.Table
+	Type                           string // classic, quorum
+	// Policy is the name of the policy applied, "" if none.
+	Policy string
+	// Ready and Unacked count messages ready for delivery and delivered
+	// but not settled; DeadLetterBacklog the dead letters waiting for a
+	// route (at-least-once), which count as messages too.
+	Ready, Unacked, DeadLetterBacklog int
+	// ReadyBytes and UnackedBytes are body bytes.
+	ReadyBytes, UnackedBytes int64
+	Consumers                int
+	// ExclusiveOwner names the connection owning an exclusive queue.
+	ExclusiveOwner string
+	// DeadLettered counts messages dead-lettered from the queue to at
+	// least one target, by reason.
+	DeadLettered map[string]uint64
+}
+
+// Messages is what RabbitMQ calls a queue's depth: ready, unacknowledged
+// and waiting dead letters.
+func (qi *QueueInfo) Messages() int { return qi.Ready + qi.Unacked + qi.DeadLetterBacklog }
+
+// Queues describes the queues of vhost ("" for every vhost), sorted by
+// vhost and name.
+func (b *Broker) Queues(vhost string) []QueueInfo {
+	unackedBytes := b.unackedBytes()
+	var out []QueueInfo
+	for _, v := range b.vhostsNamed(vhost) {
+		v.mu.RLock()
+		qs := slices.Collect(maps.Values(v.queues))
+		v.mu.RUnlock()
+		for _, q := range qs {
+			out = append(out, q.info(unackedBytes))
+		}
+	}
+	slices.SortFunc(out, func(a, b QueueInfo) int {
+		return cmp.Or(cmp.Compare(a.VHost, b.VHost), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// Queue describes one queue; the error wraps ErrNotFound when the vhost or
+// the queue does not exist.
+func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
+	v := b.VHost(vhost)
+	if v == nil {
+		return QueueInfo{}, notFoundf("no vhost '%s'", vhost)
+	}
+	v.mu.RLock()
+	q := v.queues[name]
+	v.mu.RUnlock()
+	if q == nil {
+		return QueueInfo{}, notFoundf("no queue '%s' in vhost '%s'", name, vhost)
+	}
+	return q.info(b.unackedBytes()), nil
+}
+
+func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
+	qi := QueueInfo{
+		VHost: q.vhost.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
+		Arguments: q.Args, Type: q.qtype, Policy: q.config().policy, UnackedBytes: unackedBytes[q],
+		DeadLettered: map[string]uint64{},
+	}
+	if q.owner != nil {
+		qi.ExclusiveOwner = q.owner.name()
+	}
+	q.mu.Lock()
+	qi.Ready, qi.ReadyBytes = q.ready.Len(), q.ready.Bytes()
+	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = q.unacked, q.backlogLen(), len(q.consumers)
+	q.mu.Unlock()
+	for i, r := range reasons {
+		qi.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
+	}
+	return qi
+}
+
+// unackedBytes sums the body bytes of the deliveries not yet settled, by
+// queue, over every connection's channels.
+func (b *Broker) unackedBytes() map[*Queue]int64 {
+	out := map[*Queue]int64{}
+	for _, c := range b.connList() {
+		for _, ch := range c.channelList() {
+			ch.mu.Lock()
+			for _, d := range ch.unacked[ch.unackedHead:] {
+				if d != nil {
+					out[d.q] += int64(d.e.bodySize())
+				}
+			}
+			ch.mu.Unlock()
+		}
+	}
+	return out
+}
+
+// ExchangeInfo describes an exchange.
+type ExchangeInfo struct {
+	VHost, Name, Type             string
+	Durable, AutoDelete, Internal bool
+	Arguments                     amqp.Table
+	Policy                        string // the policy applied, "" if none
+}
+
+// Exchanges describes the exchanges of vhost ("" for every vhost), sorted
+// by vhost and name; the default exchange is named "".
+func (b *Broker) Exchanges(vhost string) []ExchangeInfo {
+	var out []ExchangeInfo
+	for _, v := range b.vhostsNamed(vhost) {
+		v.mu.RLock()
+		ps := sortedPolicies(v.policies)
+		for _, x := range v.exchanges {
+			out = append(out, x.infoLocked(v, ps))
+		}
+		v.mu.RUnlock()
+	}
+	slices.SortFunc(out, func(a, b ExchangeInfo) int {
+		return cmp.Or(cmp.Compare(a.VHost, b.VHost), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// Exchange describes one exchange; the error wraps ErrNotFound when the
+// vhost or the exchange does not exist.
+func (b *Broker) Exchange(vhost, name string) (ExchangeInfo, error) {
+	v := b.VHost(vhost)
+	if v == nil {
+		return ExchangeInfo{}, notFoundf("no vhost '%s'", vhost)
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	x := v.exchanges[name]
+	if x == nil {
+		return ExchangeInfo{}, notFoundf("no exchange '%s' in vhost '%s'", name, vhost)
+	}
+	return x.infoLocked(v, sortedPolicies(v.policies)), nil
+}
+
+func (x *Exchange) infoLocked(v *VHost, ps []*Policy) ExchangeInfo {
+	xi := ExchangeInfo{VHost: v.Name, Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: x.Args}
+	if x.Name != "" {
+		if p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToExchange(x.Name) }); p != nil {
+			xi.Policy = p.Name
+		}
+	}
+	return xi
+}
+
+// BindingInfo describes a binding. The default exchange's implicit
+// bindings (every queue by its name) are listed too, as RabbitMQ does,
+// with Source "".
+type BindingInfo struct {
+	VHost, Source, Destination string
+	// DestinationType is "queue" or "exchange".
+	DestinationType string
+	RoutingKey      string
+	Arguments       amqp.Table
+}
+
+// PropertiesKey is RabbitMQ's name for a binding within its source and
+// destination in the HTTP API: "~" for an empty routing key without
+// arguments, the routing key (percent-encoding is the caller's) without
+// arguments, and otherwise the routing key and a hash of the arguments.
+func (bi *BindingInfo) PropertiesKey() string {
+	if len(bi.Arguments) == 0 {
+		if bi.RoutingKey == "" {
+			return "~"
+		}
+		return bi.RoutingKey
+	}
+	return bi.RoutingKey + "~" + argsHash(bi.Arguments)
+}
+
+// argsHash names an argument table in a properties key: a stable hash of
+// its AMQP encoding, URL-safe.
+func argsHash(t amqp.Table) string {
+	var h uint64 = 14695981039346656037 // FNV-1a
+	for _, c := range encodeArgs(t) {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return strconv.FormatUint(h, 36)
+}
+
+// Bindings describes the bindings of vhost ("" for every vhost): per
+// vhost, the default exchange's implicit ones first (by queue name), then
+// by source, destination and routing key.
+func (b *Broker) Bindings(vhost string) []BindingInfo {
+	var out []BindingInfo
+	for _, v := range b.vhostsNamed(vhost) {
+		var implicit, explicit []BindingInfo
+		v.mu.RLock()
+		for _, q := range v.queues {
+			implicit = append(implicit, BindingInfo{VHost: v.Name, Destination: q.Name, DestinationType: "queue", RoutingKey: q.Name, Arguments: amqp.Table{}})
+		}
+		for _, x := range v.exchanges {
+			for _, bd := range x.bindings {
+				bi := BindingInfo{VHost: v.Name, Source: x.Name, Destination: bd.destName(), DestinationType: "queue", RoutingKey: bd.Key, Arguments: bd.Args}
+				if bd.queue == nil {
+					bi.DestinationType = "exchange"
+				}
+				explicit = append(explicit, bi)
+			}
+		}
+		v.mu.RUnlock()
+		byDest := func(a, b BindingInfo) int {
+			return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.DestinationType, b.DestinationType),
+				cmp.Compare(a.Destination, b.Destination), cmp.Compare(a.RoutingKey, b.RoutingKey))
+		}
+		slices.SortStableFunc(implicit, byDest)
+		slices.SortStableFunc(explicit, byDest)
+		out = append(append(out, implicit...), explicit...)
+	}
+	return out
+}
+
+// ConnectionInfo describes a client connection.
+type ConnectionInfo struct {
+	// Name is RabbitMQ's: "peer-host:peer-port -> host:port".
+	Name             string
+	VHost, User      string
+	Peer, Local      net.Addr
+	ClientProperties amqp.Table
+	Channels         int
+	ConnectedAt      time.Time
+	Tuning           amqp.Tuning
+}
+
+// Connections describes the open client connections of vhost ("" for
+// every vhost), sorted by name.
+func (b *Broker) Connections(vhost string) []ConnectionInfo {
+	var out []ConnectionInfo
+	for _, c := range b.connList() {
+		if vhost != "" && c.vhost.Name != vhost {
+			continue
+		}
+		out = append(out, c.info())
+	}
+	slices.SortFunc(out, func(a, b ConnectionInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Connection describes one connection by name; the error wraps
+// ErrNotFound when there is none.
+func (b *Broker) Connection(name string) (ConnectionInfo, error) {
+	if c := b.connNamed(name); c != nil {
+		return c.info(), nil
+	}
+	return ConnectionInfo{}, notFoundf("no connection '%s'", name)
+}
+
+// CloseConnection closes the named connection with 320 CONNECTION_FORCED
+// and reason as the reply text, as RabbitMQ's management API does. The
+// error wraps ErrNotFound when there is no such connection.
+func (b *Broker) CloseConnection(name, reason string) error {
+	c := b.connNamed(name)
+	if c == nil {
+		return notFoundf("no connection '%s'", name)
+	}
+	c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "%s", reason))
+	return nil
+}
+
+func (c *conn) info() ConnectionInfo {
+	return ConnectionInfo{
+		Name: c.name(), VHost: c.vhost.Name, User: c.user.Name,
+		Peer: c.ac.RemoteAddr(), Local: c.ac.LocalAddr(), ClientProperties: c.ac.ClientProperties(),
+		Channels: len(c.channelList()), ConnectedAt: c.opened, Tuning: c.ac.Tuning(),
+	}
+}
+
+// name is the connection's name as RabbitMQ gives it.
+func (c *conn) name() string {
+	if c.ac == nil {
+		return "direct"
+	}
+	return fmt.Sprintf("%s -> %s", c.ac.RemoteAddr(), c.ac.LocalAddr())
+}
+
+// ChannelInfo describes a channel of a client connection.
+type ChannelInfo struct {
+	// Name is RabbitMQ's: the connection's name and " (number)".
+	Name, Connection string
+	Number           uint16
+	VHost, User      string
+	Consumers        int
+	Unacked          int
+	Prefetch         int // per consumer (basic.qos global=false)
+	GlobalPrefetch   int
+	Confirm, Tx      bool
+	// NextPublishSeq is the sequence number the next publish gets in
+	// confirm mode.
+	NextPublishSeq uint64
+	Flow           bool // channel.flow active
+}
+
+// Channels describes the channels of every client connection of vhost
+// ("" for every vhost), sorted by name.
+func (b *Broker) Channels(vhost string) []ChannelInfo {
+	var out []ChannelInfo
+	for _, c := range b.connList() {
+		if vhost != "" && c.vhost.Name != vhost {
+			continue
+		}
+		cn := c.name()
+		for _, ch := range c.channelList() {
+			ch.mu.Lock()
+			out = append(out, ChannelInfo{
+				Name: fmt.Sprintf("%s (%d)", cn, ch.id), Connection: cn, Number: ch.id,
+				VHost: c.vhost.Name, User: c.user.Name, Consumers: len(ch.consumers), Unacked: ch.unackedN,
+				Prefetch: ch.prefetch, GlobalPrefetch: ch.globalPrefetch, Confirm: ch.confirm, Tx: ch.tx,
+				NextPublishSeq: ch.publishSeq + 1, Flow: ch.flowActive,
+			})
+			ch.mu.Unlock()
+		}
+	}
+	slices.SortFunc(out, func(a, b ChannelInfo) int {
+		return cmp.Or(cmp.Compare(a.Connection, b.Connection), cmp.Compare(a.Number, b.Number))
+	})
+	return out
+}
+
+// ConsumerInfo describes a consumer.
+type ConsumerInfo struct {
+	VHost, Queue, Tag string
+	Channel           string // the channel's name
+	NoAck, Exclusive  bool
+	Prefetch          int
+	Priority          int64
+}
+
+// Consumers describes the consumers of vhost ("" for every vhost).
+func (b *Broker) Consumers(vhost string) []ConsumerInfo {
+	var out []ConsumerInfo
+	for _, c := range b.connList() {
+		if vhost != "" && c.vhost.Name != vhost {
+			continue
+		}
+		cn := c.name()
+		for _, ch := range c.channelList() {
+			ch.mu.Lock()
+			for _, cs := range ch.consumers {
+				out = append(out, ConsumerInfo{VHost: c.vhost.Name, Queue: cs.q.Name, Tag: cs.tag,
+					Channel: fmt.Sprintf("%s (%d)", cn, ch.id), NoAck: cs.noAck, Exclusive: cs.exclusive,
+					Prefetch: cs.prefetch, Priority: cs.priority})
+			}
+			ch.mu.Unlock()
+		}
+	}
+	slices.SortFunc(out, func(a, b ConsumerInfo) int {
+		return cmp.Or(cmp.Compare(a.VHost, b.VHost), cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Tag, b.Tag))
+	})
+	return out
+}
+
+// vhostsNamed returns the named vhost, or every vhost for "".
+func (b *Broker) vhostsNamed(name string) []*VHost {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if name != "" {
+		if v := b.vhosts[name]; v != nil {
+			return []*VHost{v}
+		}
+		return nil
+	}
+	return slices.Collect(maps.Values(b.vhosts))
+}
+
+func (b *Broker) connList() []*conn {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return slices.Collect(maps.Keys(b.conns))
+}
+
+func (b *Broker) connNamed(name string) *conn {
+	for _, c := range b.connList() {
+		if c.name() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (c *conn) channelList() []*channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Collect(maps.Values(c.channels))
+}

@@ -1,0 +1,172 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/brokerd/brokerd/amqp"
+)
+
+// Direct is an in-process AMQP channel for management operations. Its
+// methods run through the code of a client's channel, so they are checked,
+// validated and refused exactly as over the wire, with the same texts:
+// RabbitMQ's management plugin works the same way, over its direct Erlang
+// client. A Direct is not listed among connections and takes no alarms (it
+// never publishes).
+//
+// A Direct is for one caller at a time; Close releases what it holds
+// (messages it got and did not settle go back to their queues).
+type Direct struct {
+	c   *conn
+	ch  *channel
+	out directOut
+}
+
+// Reply is a method a Direct received, with its content for basic.get-ok.
+type Reply struct {
+	Method amqp.Method
+	// Props is the raw property list and Body the body of a content
+	// method; copies, owned by the caller.
+	Props, Body []byte
+}
+
+// directOut collects what the channel sends.
+type directOut struct {
+	mu      sync.Mutex
+	replies []Reply
+	closed  *amqp.Error
+}
+
+func (o *directOut) Send(m amqp.Method) {
+	o.mu.Lock()
+	o.replies = append(o.replies, Reply{Method: m})
+	o.mu.Unlock()
+}
+
+func (o *directOut) SendContent(m amqp.Method, props, body []byte) {
+	r := Reply{Method: m, Props: append([]byte(nil), props...), Body: append([]byte(nil), body...)}
+	o.mu.Lock()
+	o.replies = append(o.replies, r)
+	o.mu.Unlock()
+}
+
+func (o *directOut) Writable() bool  { return true }
+func (o *directOut) Saturated() bool { return false }
+
+func (o *directOut) Close(e *amqp.Error) {
+	o.mu.Lock()
+	if o.closed == nil {
+		o.closed = e
+	}
+	o.mu.Unlock()
+}
+
+func (o *directOut) take() ([]Reply, *amqp.Error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.replies
+	o.replies = nil
+	return r, o.closed
+}
+
+// OpenDirect opens a Direct in vhost acting as user, with that user's
+// permissions there. An empty user acts as the broker itself, with every
+// permission (definitions import). The errors wrap ErrNotFound for an
+// unknown vhost or user.
+func (b *Broker) OpenDirect(user, vhost string) (*Direct, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return nil, fmt.Errorf("open direct channel: broker closed")
+	}
+	v := b.vhosts[vhost]
+	if v == nil {
+		return nil, notFoundf("no vhost '%s'", vhost)
+	}
+	u := &User{Name: "brokerd"}
+	perm := allPermissions
+	if user != "" {
+		if u = b.users[user]; u == nil {
+			return nil, notFoundf("no user '%s'", user)
+		}
+		if perm = u.Permissions[vhost]; perm == nil {
+			return nil, &AccessError{Msg: fmt.Sprintf("access to vhost '%s' refused for user '%s'", vhost, user)}
+		}
+	}
+	d := &Direct{}
+	d.c = &conn{b: b, vhost: v, user: u, perm: perm, channels: map[uint16]*channel{}}
+	d.c.ctx, d.c.cancel = context.WithCancel(context.Background())
+	d.ch = newChannel(d.c, 1, &d.out)
+	d.c.channels[1] = d.ch
+	return d, nil
+}
+
+// allPermissions is the broker's own: every name, every kind.
+var allPermissions = func() *Permission {
+	p, err := NewPermission(".*", ".*", ".*")
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
+// AccessError is a management operation refused for want of a permission
+// (HTTP 401 in RabbitMQ's API for a vhost, as for a login).
+type AccessError struct{ Msg string }
+
+func (e *AccessError) Error() string { return e.Msg }
+
+// Do runs one method (without content) and returns what the channel sent
+// in reply. A channel error (404, 403, 406 ...) is returned as the
+// *amqp.Error; the Direct stays usable after it, unlike a client's
+// channel, since nothing of the failed method took effect.
+func (d *Direct) Do(m amqp.Method) ([]Reply, *amqp.Error) {
+	err := d.ch.handle(m)
+	replies, closed := d.out.take()
+	if err == nil {
+		err = closed
+	}
+	if err != nil && err.ClassID == 0 && err.MethodID == 0 {
+		err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
+	}
+	return replies, err
+}
+
+// Close releases the Direct: unsettled messages it got go back to their
+// queues, marked redelivered.
+func (d *Direct) Close() {
+	d.ch.close()
+	d.c.cancel()
+	d.c.mu.Lock()
+	qs := append([]*Queue(nil), d.c.exclusive...)
+	d.c.mu.Unlock()
+	for _, q := range qs {
+		d.c.b.deleteQueue(q)
+	}
+}
+
+// Publish publishes a message as a client's basic.publish does (without
+// confirm: the message is routed and in its queues when it returns). It is
+// refused while a resource alarm is in effect, where a client would be
+// blocked.
+func (d *Direct) Publish(exchange, key string, props amqp.Properties, body []byte) *amqp.Error {
+	if alarms := d.c.b.Alarms(); len(alarms) > 0 {
+		return amqp.Errorf(amqp.ResourceError, "resource alarm in effect: %v", alarms)
+	}
+	raw, err := props.Append(nil)
+	if err != nil {
+		return amqp.Errorf(amqp.SyntaxError, "properties: %s", err)
+	}
+	m := &amqp.BasicPublish{Exchange: exchange, RoutingKey: key}
+	if err := d.ch.Publish(m, &props, raw, append([]byte(nil), body...)); err != nil {
+		var aerr *amqp.Error
+		if errors.As(err, &aerr) {
+			return aerr
+		}
+		return amqp.Errorf(amqp.InternalError, "%s", err)
+	}
+	_, closed := d.out.take()
+	return closed
+}

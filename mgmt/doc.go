@@ -1,0 +1,49 @@
+// Package mgmt is brokerd's management HTTP API: the part of RabbitMQ's
+// management API (rabbitmq_management) that existing scripts, tools and
+// client test suites use, with the same paths, JSON field names, status
+// codes and error bodies, so they work against brokerd unchanged.
+//
+// # Authentication and authorisation
+//
+// Every request carries HTTP basic credentials of a broker user, checked as
+// an AMQP login is (loopback-only users from loopback addresses only).
+// Tags decide what a user may do, as in RabbitMQ: a user needs one of
+// management, policymaker, monitoring or administrator to use the API at
+// all (401 otherwise); policies need policymaker; users, vhosts,
+// permissions, operator policies and definitions need administrator (403
+// "Not administrator user"). A management user sees the vhosts it has
+// permissions in and its own connections; monitoring and administrator
+// users see everything. Declarations, deletions, purges and gets run as
+// the AMQP methods would for the user (broker.Direct), so permissions are
+// enforced exactly as over AMQP.
+//
+// # Errors
+//
+// Errors are JSON {"error": word, "reason": text}: 400 bad_request for a
+// body that is not JSON or a refused value (the reason is RabbitMQ's text,
+// e.g. a policy validation message), 401 not_authorized, 403 for a missing
+// tag, 404 "Object Not Found", 405 for a method a path does not take.
+//
+// # Endpoints
+//
+//	GET    /api/overview, /api/whoami
+//	GET    /api/health/checks/alarms            200 ok, 503 with alarms
+//	GET    /api/aliveness-test/{vhost}
+//	GET    /api/vhosts[/{vhost}]                 PUT, DELETE /api/vhosts/{vhost}
+//	GET    /api/users[/{name}]                   PUT, DELETE /api/users/{name}
+//	GET    /api/permissions[/{vhost}/{user}]     PUT, DELETE /api/permissions/{vhost}/{user}
+//	GET    /api/policies[/{vhost}[/{name}]]      PUT, DELETE /api/policies/{vhost}/{name}
+//	GET    /api/operator-policies[/{vhost}[/{name}]]  PUT, DELETE
+//	GET    /api/exchanges[/{vhost}[/{name}]]     PUT, DELETE /api/exchanges/{vhost}/{name}
+//	GET    /api/queues[/{vhost}[/{name}]]        PUT, DELETE /api/queues/{vhost}/{name}
+//	DELETE /api/queues/{vhost}/{name}/contents  (purge)
+//	POST   /api/queues/{vhost}/{name}/get
+//	GET    /api/bindings[/{vhost}]
+//	GET    /api/bindings/{vhost}/e/{x}/q/{q}, .../e/{x}/e/{y}   POST creates (201, Location)
+//	GET    /api/bindings/{vhost}/e/{x}/q/{q}/{props}            DELETE removes
+//	GET    /api/connections[/{name}], /api/channels[/{name}], /api/consumers
+//	DELETE /api/connections/{name}              320 CONNECTION_FORCED, X-Reason header as text
+//	GET    /api/definitions[/{vhost}]            POST imports
+//
+// The default exchange is named amq.default in paths; vhost "/" is %2F.
+package mgmt

@@ -1,0 +1,157 @@
+package mgmt
+
+import (
+	"net/http"
+	"os"
+	"slices"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
+)
+
+func (s *Server) routes() {
+	s.handle("GET /api/overview", management, s.overview)
+	s.handle("GET /api/whoami", management, s.whoami)
+	s.handle("GET /api/health/checks/alarms", management, s.healthAlarms)
+	s.handle("GET /api/health/checks/local-alarms", management, s.healthAlarms)
+	s.handle("GET /api/aliveness-test/{vhost}", management, s.aliveness)
+	s.resourceRoutes()
+	s.connRoutes()
+	s.policyRoutes()
+	s.accessRoutes()
+}
+
+// node is the node name shown where RabbitMQ shows one.
+func (s *Server) node() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "localhost"
+	}
+	return "brokerd@" + host
+}
+
+// vhostsFor returns vhost when set (already authorized), else the vhosts
+// u may see: every vhost for monitoring and administrator users, those it
+// has permissions in otherwise.
+func (s *Server) vhostsFor(u *broker.UserInfo, vhost string) []string {
+	if vhost != "" {
+		return []string{vhost}
+	}
+	var out []string
+	for _, v := range s.b.VHosts() {
+		if hasTag(u, "administrator", "monitoring") || s.canAccessVHost(u, v.Name) {
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+func (s *Server) canAccessVHost(u *broker.UserInfo, vhost string) bool {
+	return slices.ContainsFunc(s.b.Permissions(), func(p broker.PermissionInfo) bool {
+		return p.User == u.Name && p.VHost == vhost
+	})
+}
+
+func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
+	var nq, nx, ncons, msgs, ready, unacked int
+	vhosts := s.vhostsFor(u, "")
+	for _, v := range vhosts {
+		for _, qi := range s.b.Queues(v) {
+			nq++
+			ncons += qi.Consumers
+			msgs += qi.Messages()
+			ready += qi.Ready
+			unacked += qi.Unacked
+		}
+		nx += len(s.b.Exchanges(v))
+	}
+	conns := s.visibleConnections(u, "")
+	nch := 0
+	for _, c := range conns {
+		nch += c.Channels
+	}
+	st := s.b.Stats()
+	listeners := []map[string]any{}
+	for _, l := range s.opts.Listeners {
+		host, port := hostPort(l.Addr)
+		listeners = append(listeners, map[string]any{"node": s.node(), "protocol": l.Protocol, "ip_address": host, "port": port})
+	}
+	return map[string]any{
+		"management_version": s.opts.Version, "product_name": "brokerd", "product_version": s.opts.Version,
+		"rabbitmq_version": s.opts.Version, "rates_mode": "none",
+		"node": s.node(), "cluster_name": s.node(),
+		"exchange_types": []map[string]any{
+			{"name": "direct", "enabled": true}, {"name": "fanout", "enabled": true},
+			{"name": "topic", "enabled": true}, {"name": "headers", "enabled": true},
+		},
+		"object_totals": map[string]any{
+			"connections": len(conns), "channels": nch, "exchanges": nx, "queues": nq, "consumers": ncons,
+		},
+		"queue_totals":  map[string]any{"messages": msgs, "messages_ready": ready, "messages_unacknowledged": unacked},
+		"message_stats": map[string]any{"publish": st.Published, "drop_unroutable": st.Unroutable},
+		// brokerd's own: dead-letter totals by reason and drops by cause.
+		"dead_letter_stats": map[string]any{
+			"dead_lettered": st.DeadLettered, "discarded": st.Discarded, "dropped": st.Dropped,
+			"cycles": st.Cycles, "overflowed": st.Overflowed, "backlogged": st.Backlogged,
+		},
+		"listeners": listeners,
+		"contexts":  []any{},
+	}, nil
+}
+
+func (s *Server) whoami(u *broker.UserInfo, r *http.Request) (any, error) {
+	tags := u.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	return map[string]any{"name": u.Name, "tags": tags}, nil
+}
+
+// healthAlarms is 200 {"status":"ok"} without alarms, 503 with them.
+func (s *Server) healthAlarms(u *broker.UserInfo, r *http.Request) (any, error) {
+	alarms := s.b.Alarms()
+	if len(alarms) == 0 {
+		return map[string]any{"status": "ok"}, nil
+	}
+	list := []map[string]any{}
+	for _, a := range alarms {
+		list = append(list, map[string]any{"node": s.node(), "resource": a})
+	}
+	return status{http.StatusServiceUnavailable, map[string]any{
+		"status": "failed", "reason": "There are alarms in effect in the cluster", "alarms": list,
+	}}, nil
+}
+
+// status is a handler result with a status other than 200.
+type status struct {
+	code int
+	body any
+}
+
+// aliveness declares the queue aliveness-test in the vhost, publishes a
+// message to it and gets it back, as RabbitMQ's aliveness test does.
+func (s *Server) aliveness(u *broker.UserInfo, r *http.Request) (any, error) {
+	const queue, payload = "aliveness-test", "test_message"
+	failed := func(reason string) (any, error) {
+		return status{http.StatusServiceUnavailable, map[string]any{"status": "failed", "reason": reason}}, nil
+	}
+	d, err := s.b.OpenDirect(u.Name, r.PathValue("vhost"))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	if _, err := d.Do(&amqp.QueueDeclare{Queue: queue}); err != nil {
+		return failed(err.Text)
+	}
+	if err := d.Publish("", queue, amqp.Properties{}, []byte(payload)); err != nil {
+		return failed(err.Text)
+	}
+	replies, aerr := d.Do(&amqp.BasicGet{Queue: queue, NoAck: true})
+	if aerr != nil {
+		return failed(aerr.Text)
+	}
+	if len(replies) != 1 || string(replies[0].Body) != payload {
+		return failed("aliveness-test message not received back")
+	}
+	return map[string]any{"status": "ok"}, nil
+}

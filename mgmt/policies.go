@@ -1,0 +1,102 @@
+package mgmt
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/brokerd/brokerd/broker"
+)
+
+// Policies, and operator policies (administrator only), as RabbitMQ's
+// /api/policies and /api/operator-policies.
+
+func (s *Server) policyRoutes() {
+	s.handle("GET /api/policies", policymaker, s.listPolicies)
+	s.handle("GET /api/policies/{vhost}", policymaker, s.listPolicies)
+	s.handle("GET /api/policies/{vhost}/{name}", policymaker, s.getPolicy)
+	s.handle("PUT /api/policies/{vhost}/{name}", policymaker, s.putPolicy)
+	s.handle("DELETE /api/policies/{vhost}/{name}", policymaker, s.deletePolicy)
+}
+
+func policyJSON(vhost string, p broker.Policy) map[string]any {
+	def := p.Definition
+	if def == nil {
+		def = map[string]any{}
+	}
+	return map[string]any{
+		"vhost": vhost, "name": p.Name, "pattern": p.Pattern, "apply-to": p.ApplyTo,
+		"definition": def, "priority": p.Priority,
+	}
+}
+
+func (s *Server) listPolicies(u *broker.UserInfo, r *http.Request) (any, error) {
+	out := []map[string]any{}
+	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
+		for _, p := range s.b.Policies(v) {
+			out = append(out, policyJSON(v, p))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) getPolicy(u *broker.UserInfo, r *http.Request) (any, error) {
+	vhost := r.PathValue("vhost")
+	for _, p := range s.b.Policies(vhost) {
+		if p.Name == r.PathValue("name") {
+			return policyJSON(vhost, p), nil
+		}
+	}
+	return nil, notFound()
+}
+
+type policyBody struct {
+	Pattern    *string        `json:"pattern"`
+	Definition map[string]any `json:"definition"`
+	Priority   *jsonInt       `json:"priority"`
+	ApplyTo    string         `json:"apply-to"`
+}
+
+func (body *policyBody) policy(name string) (broker.Policy, error) {
+	if body.Pattern == nil {
+		return broker.Policy{}, badRequest("[{key_missing,pattern}]")
+	}
+	if body.Definition == nil {
+		return broker.Policy{}, badRequest("[{key_missing,definition}]")
+	}
+	p := broker.Policy{Name: name, Pattern: *body.Pattern, ApplyTo: body.ApplyTo, Definition: body.Definition}
+	if body.Priority != nil {
+		p.Priority = int(*body.Priority)
+	}
+	return p, nil
+}
+
+func (s *Server) putPolicy(u *broker.UserInfo, r *http.Request) (any, error) {
+	var body policyBody
+	if err := readJSON(r, &body); err != nil {
+		return nil, err
+	}
+	vhost, name := r.PathValue("vhost"), r.PathValue("name")
+	p, err := body.policy(name)
+	if err != nil {
+		return nil, err
+	}
+	existed := false
+	for _, old := range s.b.Policies(vhost) {
+		existed = existed || old.Name == name
+	}
+	if err := s.b.SetPolicy(vhost, p); err != nil {
+		return nil, err
+	}
+	if existed {
+		return noContent{}, nil
+	}
+	return created{}, nil
+}
+
+func (s *Server) deletePolicy(u *broker.UserInfo, r *http.Request) (any, error) {
+	err := s.b.ClearPolicy(r.PathValue("vhost"), r.PathValue("name"))
+	if errors.Is(err, broker.ErrNotFound) {
+		return nil, notFound()
+	}
+	return noContent{}, err
+}

@@ -1,0 +1,310 @@
+package mgmt_test
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+func TestOverviewAndWhoami(t *testing.T) {
+	a := startAPI(t)
+	_, ch := a.Channel(t)
+	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := ch.Publish("", "q", false, false, amqp091.Publishing{Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/q", nil).object(t)["messages"] == 3.0 })
+	o := a.must(200, "GET", "/overview", nil).object(t)
+	totals := o["object_totals"].(map[string]any)
+	if totals["queues"] != 1.0 || totals["connections"] != 1.0 || totals["channels"] != 1.0 || totals["exchanges"] != 6.0 {
+		t.Errorf("object_totals %v", totals)
+	}
+	if qt := o["queue_totals"].(map[string]any); qt["messages"] != 3.0 || qt["messages_ready"] != 3.0 {
+		t.Errorf("queue_totals %v", qt)
+	}
+	if o["product_name"] != "brokerd" {
+		t.Errorf("product_name %v", o["product_name"])
+	}
+	w := a.must(200, "GET", "/whoami", nil).object(t)
+	if w["name"] != "guest" || fmt.Sprint(w["tags"]) != "[administrator]" {
+		t.Errorf("whoami %v", w)
+	}
+}
+
+func TestAuthErrors(t *testing.T) {
+	a := startAPI(t)
+	r := a.as("guest", "wrong", "GET", "/overview", nil)
+	wantError(t, r, 401, "not_authorized", "Login failed")
+	if r.header.Get("WWW-Authenticate") == "" {
+		t.Error("401 without WWW-Authenticate")
+	}
+	wantError(t, a.as("nobody", "x", "GET", "/queues", nil), 401, "not_authorized", "Login failed")
+	wantError(t, a.do("GET", "/no-such-thing", nil), 404, "Object Not Found", "Not Found")
+	r = a.do("POST", "/overview", nil)
+	wantError(t, r, 405, "Method Not Allowed", "Method Not Allowed")
+	if r.header.Get("Allow") != "GET" {
+		t.Errorf("Allow %q", r.header.Get("Allow"))
+	}
+	wantError(t, a.do("PUT", "/queues/%2F/q", "{not json"), 400, "bad_request", "failed to decode json")
+	wantError(t, a.do("GET", "/queues/nowhere", nil), 404, "Object Not Found", "")
+	wantError(t, a.do("PUT", "/queues/nowhere/q", map[string]any{}), 404, "Object Not Found", "")
+	wantError(t, a.do("GET", "/queues/%2F/absent", nil), 404, "Object Not Found", "")
+}
+
+func TestQueueLifecycle(t *testing.T) {
+	a := startAPI(t)
+	args := map[string]any{"x-dead-letter-exchange": "dlx", "x-message-ttl": 60000, "x-max-length": 10, "x-overflow": "reject-publish"}
+	a.must(201, "PUT", "/queues/%2F/work", map[string]any{"durable": true, "arguments": args})
+	a.must(204, "PUT", "/queues/%2F/work", map[string]any{"durable": true, "arguments": args})
+	// Redeclared differently: RabbitMQ's 406 text as a 400.
+	changed := map[string]any{"x-dead-letter-exchange": "dlx", "x-message-ttl": 5, "x-max-length": 10, "x-overflow": "reject-publish"}
+	wantError(t, a.do("PUT", "/queues/%2F/work", map[string]any{"durable": true, "arguments": changed}),
+		400, "bad_request", "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl'")
+	// Invalid argument: the channel's text.
+	wantError(t, a.do("PUT", "/queues/%2F/bad", map[string]any{"arguments": map[string]any{"x-max-length": "ten"}}),
+		400, "bad_request", "PRECONDITION_FAILED - invalid arg 'x-max-length'")
+	wantError(t, a.do("PUT", "/queues/%2F/amq.q", map[string]any{}), 401, "not_authorized", "ACCESS_REFUSED")
+
+	q := a.must(200, "GET", "/queues/%2F/work", nil).object(t)
+	if q["durable"] != true || q["auto_delete"] != false || q["type"] != "classic" || q["state"] != "running" {
+		t.Errorf("queue %v", q)
+	}
+	if got := q["arguments"].(map[string]any); got["x-message-ttl"] != 60000.0 || got["x-dead-letter-exchange"] != "dlx" || got["x-overflow"] != "reject-publish" {
+		t.Errorf("arguments %v", got)
+	}
+
+	// The queue is real: a client sees it with its arguments.
+	_, ch := a.Channel(t)
+	if _, err := ch.QueueDeclarePassive("work", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := ch.Publish("", "work", false, false, amqp091.Publishing{Body: []byte(fmt.Sprintf("m%d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/work", nil).object(t)["messages_ready"] == 4.0 })
+	q = a.must(200, "GET", "/queues/%2F/work", nil).object(t)
+	if q["message_bytes"] != 8.0 || q["message_bytes_ready"] != 8.0 {
+		t.Errorf("bytes %v %v", q["message_bytes"], q["message_bytes_ready"])
+	}
+	// Unacked messages and a consumer show.
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume("work", "c1", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-deliveries
+	q = a.must(200, "GET", "/queues/%2F/work", nil).object(t)
+	if q["messages"] != 4.0 || q["messages_ready"] != 3.0 || q["messages_unacknowledged"] != 1.0 || q["consumers"] != 1.0 ||
+		q["message_bytes_unacknowledged"] != 2.0 {
+		t.Errorf("with a consumer: %v", q)
+	}
+	if cd := q["consumer_details"].([]any); len(cd) != 1 || cd[0].(map[string]any)["consumer_tag"] != "c1" {
+		t.Errorf("consumer_details %v", cd)
+	}
+	if err := ch.Cancel("c1", false); err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+
+	// if-empty refuses while messages are there; purge empties it.
+	wantError(t, a.do("DELETE", "/queues/%2F/work?if-empty=true", nil), 400, "bad_request", "PRECONDITION_FAILED")
+	a.must(204, "DELETE", "/queues/%2F/work/contents", nil)
+	if q := a.must(200, "GET", "/queues/%2F/work", nil).object(t); q["messages"] != 0.0 {
+		t.Errorf("after purge: %v messages", q["messages"])
+	}
+	a.must(204, "DELETE", "/queues/%2F/work?if-empty=true", nil)
+	a.must(404, "GET", "/queues/%2F/work", nil)
+	a.must(404, "DELETE", "/queues/%2F/work", nil)
+	if l := a.must(200, "GET", "/queues/", nil).list(t); len(l) != 0 {
+		t.Errorf("queues left: %v", l)
+	}
+}
+
+func TestGetMessages(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/queues/%2F/dlq", map[string]any{})
+	a.must(201, "PUT", "/queues/%2F/q", map[string]any{"arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}})
+	_, ch := a.Channel(t)
+	pubs := []amqp091.Publishing{
+		{Body: []byte("hello"), ContentType: "text/plain", Headers: amqp091.Table{"n": int32(1), "t": amqp091.Table{"k": "v"}}, DeliveryMode: 2, MessageId: "m1"},
+		{Body: []byte{0xff, 0x00, 0xfe}},
+		{Body: []byte("third message")},
+	}
+	for _, p := range pubs {
+		if err := ch.Publish("", "q", false, false, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/q", nil).object(t)["messages"] == 3.0 })
+
+	// ack_requeue_true: all come back, redelivered, in order.
+	got := a.must(200, "POST", "/queues/%2F/q/get", map[string]any{"count": 2, "ackmode": "ack_requeue_true", "encoding": "auto"}).list(t)
+	if len(got) != 2 {
+		t.Fatalf("got %d messages, want 2", len(got))
+	}
+	m := got[0]
+	props := m["properties"].(map[string]any)
+	if m["payload"] != "hello" || m["payload_encoding"] != "string" || m["payload_bytes"] != 5.0 || m["redelivered"] != false ||
+		m["routing_key"] != "q" || m["exchange"] != "" || m["message_count"] != 2.0 ||
+		props["content_type"] != "text/plain" || props["delivery_mode"] != 2.0 || props["message_id"] != "m1" {
+		t.Errorf("first message %v", m)
+	}
+	if h := props["headers"].(map[string]any); h["n"] != 1.0 || h["t"].(map[string]any)["k"] != "v" {
+		t.Errorf("headers %v", h)
+	}
+	if got[1]["payload"] != "/wD+" || got[1]["payload_encoding"] != "base64" {
+		t.Errorf("binary body: %v %v", got[1]["payload"], got[1]["payload_encoding"])
+	}
+	again := a.must(200, "POST", "/queues/%2F/q/get", map[string]any{"count": 1, "ackmode": "ack_requeue_true", "encoding": "base64", "truncate": 2}).list(t)
+	if len(again) != 1 || again[0]["redelivered"] != true || again[0]["payload"] != "aGU=" || again[0]["payload_bytes"] != 5.0 {
+		t.Errorf("requeued message %v", again)
+	}
+	// ack_requeue_false removes; reject_requeue_false dead-letters.
+	a.must(200, "POST", "/queues/%2F/q/get", map[string]any{"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"})
+	a.must(200, "POST", "/queues/%2F/q/get", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/dlq", nil).object(t)["messages"] == 1.0 })
+	dl := a.must(200, "POST", "/queues/%2F/dlq/get", map[string]any{"count": 10, "ackmode": "ack_requeue_true", "encoding": "auto"}).list(t)
+	if len(dl) != 1 || dl[0]["payload_encoding"] != "base64" {
+		t.Fatalf("dead letters %v", dl)
+	}
+	xdeath := dl[0]["properties"].(map[string]any)["headers"].(map[string]any)["x-death"].([]any)[0].(map[string]any)
+	if xdeath["reason"] != "rejected" || xdeath["queue"] != "q" {
+		t.Errorf("x-death %v", xdeath)
+	}
+	if q := a.must(200, "GET", "/queues/%2F/q", nil).object(t); q["messages"] != 1.0 {
+		t.Errorf("q has %v messages, want 1", q["messages"])
+	}
+	wantError(t, a.do("POST", "/queues/%2F/q/get", map[string]any{"count": 1, "ackmode": "bogus"}), 400, "bad_request", "ackmode")
+	wantError(t, a.do("POST", "/queues/%2F/absent/get", map[string]any{"count": 1, "ackmode": "ack_requeue_true"}), 404, "not_found", "NOT_FOUND - no queue 'absent'")
+}
+
+func TestExchangesAndBindings(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/exchanges/%2F/orders", map[string]any{"type": "topic", "durable": true})
+	a.must(201, "PUT", "/exchanges/%2F/audit", map[string]any{"type": "fanout", "arguments": map[string]any{"alternate-exchange": "ae"}})
+	wantError(t, a.do("PUT", "/exchanges/%2F/orders", map[string]any{"type": "direct"}), 400, "bad_request", "PRECONDITION_FAILED - inequivalent arg 'type'")
+	wantError(t, a.do("PUT", "/exchanges/%2F/x", map[string]any{}), 400, "bad_request", "type")
+	a.must(201, "PUT", "/queues/%2F/eu", map[string]any{})
+	a.must(201, "PUT", "/queues/%2F/all", map[string]any{})
+
+	r := a.must(201, "POST", "/bindings/%2F/e/orders/q/eu", map[string]any{"routing_key": "order.eu.*"})
+	if loc := r.header.Get("Location"); loc != "/api/bindings/%2F/e/orders/q/eu/order.eu.%2A" && loc != "/api/bindings/%2F/e/orders/q/eu/order.eu.*" {
+		t.Errorf("Location %q", loc)
+	}
+	a.must(201, "POST", "/bindings/%2F/e/orders/e/audit", map[string]any{"routing_key": "#"})
+	a.must(201, "POST", "/bindings/%2F/e/audit/q/all", map[string]any{})
+	wantError(t, a.do("POST", "/bindings/%2F/e/orders/q/absent", map[string]any{}), 404, "Object Not Found", "")
+
+	// Routing works through what the API made.
+	_, ch := a.Channel(t)
+	if err := ch.Publish("orders", "order.eu.1", false, false, amqp091.Publishing{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		return a.must(200, "GET", "/queues/%2F/eu", nil).object(t)["messages"] == 1.0 &&
+			a.must(200, "GET", "/queues/%2F/all", nil).object(t)["messages"] == 1.0
+	})
+
+	bs := a.must(200, "GET", "/bindings/%2F/e/orders/q/eu", nil).list(t)
+	if len(bs) != 1 || bs[0]["properties_key"] != "order.eu.*" || bs[0]["destination_type"] != "queue" {
+		t.Fatalf("bindings %v", bs)
+	}
+	if src := a.must(200, "GET", "/exchanges/%2F/orders/bindings/source", nil).list(t); len(src) != 2 {
+		t.Errorf("source bindings %v", src)
+	}
+	if qb := a.must(200, "GET", "/queues/%2F/eu/bindings", nil).list(t); len(qb) != 2 || qb[0]["source"] != "" {
+		t.Errorf("queue bindings (default first) %v", qb)
+	}
+	a.must(200, "GET", "/bindings/%2F/e/orders/q/eu/order.eu.%2A", nil)
+	a.must(204, "DELETE", "/bindings/%2F/e/orders/q/eu/order.eu.%2A", nil)
+	a.must(404, "GET", "/bindings/%2F/e/orders/q/eu/order.eu.%2A", nil)
+	a.must(204, "DELETE", "/bindings/%2F/e/orders/e/audit/%23", nil)
+
+	x := a.must(200, "GET", "/exchanges/%2F/audit", nil).object(t)
+	if x["type"] != "fanout" || x["arguments"].(map[string]any)["alternate-exchange"] != "ae" {
+		t.Errorf("exchange %v", x)
+	}
+	if d := a.must(200, "GET", "/exchanges/%2F/amq.default", nil).object(t); d["name"] != "" || d["type"] != "direct" {
+		t.Errorf("default exchange %v", d)
+	}
+	wantError(t, a.do("DELETE", "/exchanges/%2F/amq.direct", nil), 401, "not_authorized", "ACCESS_REFUSED")
+	a.must(204, "DELETE", "/exchanges/%2F/orders", nil)
+	a.must(404, "GET", "/exchanges/%2F/orders", nil)
+}
+
+func TestConnectionsAndChannels(t *testing.T) {
+	a := startAPI(t)
+	cfg := amqp091.Config{Properties: amqp091.Table{"connection_name": "billing-worker"}}
+	conn, err := amqp091.DialConfig(a.URL, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+
+	cs := a.must(200, "GET", "/connections/", nil).list(t)
+	if len(cs) != 1 {
+		t.Fatalf("connections %v", cs)
+	}
+	c := cs[0]
+	name := c["name"].(string)
+	local := conn.LocalAddr().String()
+	if name != local+" -> "+a.Addr || c["user"] != "guest" || c["vhost"] != "/" || c["user_provided_name"] != "billing-worker" ||
+		c["client_properties"].(map[string]any)["connection_name"] != "billing-worker" || c["channels"] != 1.0 ||
+		c["protocol"] != "AMQP 0-9-1" || c["auth_mechanism"] != "PLAIN" {
+		t.Errorf("connection %v", c)
+	}
+	chs := a.must(200, "GET", "/channels", nil).list(t)
+	if len(chs) != 1 || chs[0]["name"] != name+" (1)" || chs[0]["confirm"] != true || chs[0]["number"] != 1.0 {
+		t.Errorf("channels %v", chs)
+	}
+	a.must(200, "GET", "/connections/"+pathEscape(name), nil)
+
+	r := a.do("DELETE", "/connections/"+pathEscape(name), nil, "X-Reason", "maintenance window")
+	if r.status != http.StatusNoContent {
+		t.Fatalf("DELETE connection: %d %s", r.status, r.body)
+	}
+	e := <-closed
+	if e == nil || e.Code != 320 || e.Reason != "CONNECTION_FORCED - maintenance window" {
+		t.Fatalf("connection closed with %v, want 320 CONNECTION_FORCED - maintenance window", e)
+	}
+	waitFor(t, func() bool { return len(a.must(200, "GET", "/connections", nil).list(t)) == 0 })
+	a.must(404, "DELETE", "/connections/"+pathEscape(name), nil)
+}
+
+func TestHealthAndAliveness(t *testing.T) {
+	a := startAPI(t)
+	if r := a.must(200, "GET", "/health/checks/alarms", nil).object(t); r["status"] != "ok" {
+		t.Errorf("health %v", r)
+	}
+	if r := a.must(200, "GET", "/aliveness-test/%2F", nil).object(t); r["status"] != "ok" {
+		t.Errorf("aliveness %v", r)
+	}
+	a.Broker.SetAlarm("memory", true)
+	r := a.must(503, "GET", "/health/checks/alarms", nil).object(t)
+	if r["status"] != "failed" || fmt.Sprint(r["alarms"]) == "[]" {
+		t.Errorf("health with an alarm %v", r)
+	}
+	if r := a.must(503, "GET", "/aliveness-test/%2F", nil).object(t); r["status"] != "failed" {
+		t.Errorf("aliveness with an alarm %v", r)
+	}
+	a.Broker.SetAlarm("memory", false)
+	a.must(404, "GET", "/aliveness-test/nowhere", nil)
+}

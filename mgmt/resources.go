@@ -1,0 +1,515 @@
+package mgmt
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
+)
+
+// Queues, exchanges and bindings. Declarations, deletions, purges and gets
+// run through a broker.Direct acting as the requesting user, so they are
+// checked and refused as the same AMQP methods are.
+
+func (s *Server) resourceRoutes() {
+	s.handle("GET /api/queues", management, s.listQueues)
+	s.handle("GET /api/queues/{vhost}", management, s.listQueues)
+	s.handle("GET /api/queues/{vhost}/{name}", management, s.getQueue)
+	s.handle("PUT /api/queues/{vhost}/{name}", management, s.putQueue)
+	s.handle("DELETE /api/queues/{vhost}/{name}", management, s.deleteQueue)
+	s.handle("DELETE /api/queues/{vhost}/{name}/contents", management, s.purgeQueue)
+	s.handle("POST /api/queues/{vhost}/{name}/get", management, s.getMessages)
+	s.handle("GET /api/queues/{vhost}/{name}/bindings", management, s.queueBindings)
+
+	s.handle("GET /api/exchanges", management, s.listExchanges)
+	s.handle("GET /api/exchanges/{vhost}", management, s.listExchanges)
+	s.handle("GET /api/exchanges/{vhost}/{name}", management, s.getExchange)
+	s.handle("PUT /api/exchanges/{vhost}/{name}", management, s.putExchange)
+	s.handle("DELETE /api/exchanges/{vhost}/{name}", management, s.deleteExchange)
+	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/source", management, s.exchangeBindings("source"))
+	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/destination", management, s.exchangeBindings("destination"))
+
+	s.handle("GET /api/bindings", management, s.listBindings)
+	s.handle("GET /api/bindings/{vhost}", management, s.listBindings)
+	for _, kind := range []string{"q", "e"} {
+		base := "/api/bindings/{vhost}/e/{source}/" + kind + "/{dest}"
+		s.handle("GET "+base, management, s.bindingsBetween(kind))
+		s.handle("POST "+base, management, s.postBinding(kind))
+		s.handle("GET "+base+"/{props}", management, s.getBinding(kind))
+		s.handle("DELETE "+base+"/{props}", management, s.deleteBinding(kind))
+	}
+}
+
+// exchangeName maps a name in a path to an exchange: amq.default is the
+// default exchange, "".
+func exchangeName(s string) string {
+	if s == "amq.default" {
+		return ""
+	}
+	return s
+}
+
+func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
+	m := map[string]any{
+		"name": qi.Name, "vhost": qi.VHost, "durable": qi.Durable, "auto_delete": qi.AutoDelete,
+		"exclusive": qi.Exclusive, "arguments": tableJSON(qi.Arguments), "type": qi.Type,
+		"node": s.node(), "state": "running",
+		"policy": nullable(qi.Policy), "operator_policy": nil, "effective_policy_definition": map[string]any{},
+		"messages": qi.Messages(), "messages_ready": qi.Ready, "messages_unacknowledged": qi.Unacked,
+		"message_bytes":                qi.ReadyBytes + qi.UnackedBytes,
+		"message_bytes_ready":          qi.ReadyBytes,
+		"message_bytes_unacknowledged": qi.UnackedBytes,
+		"consumers":                    qi.Consumers,
+		"exclusive_consumer_tag":       nil,
+		// brokerd's own: dead letters waiting for a route (at-least-once,
+		// counted in messages) and dead-lettered totals by reason.
+		"dead_letter_backlog": qi.DeadLetterBacklog,
+		"dead_lettered":       qi.DeadLettered,
+	}
+	if qi.ExclusiveOwner != "" {
+		m["owner_pid_details"] = map[string]any{"name": qi.ExclusiveOwner}
+	}
+	return m
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (s *Server) listQueues(u *broker.UserInfo, r *http.Request) (any, error) {
+	out := []map[string]any{}
+	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
+		for _, qi := range s.b.Queues(v) {
+			out = append(out, s.queueJSON(qi))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) getQueue(u *broker.UserInfo, r *http.Request) (any, error) {
+	qi, err := s.b.Queue(r.PathValue("vhost"), r.PathValue("name"))
+	if err != nil {
+		return nil, err
+	}
+	m := s.queueJSON(qi)
+	details := []map[string]any{}
+	for _, c := range s.b.Consumers(qi.VHost) {
+		if c.Queue != qi.Name {
+			continue
+		}
+		details = append(details, map[string]any{
+			"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive,
+			"prefetch_count": c.Prefetch, "arguments": map[string]any{},
+			"channel_details": map[string]any{"name": c.Channel},
+			"queue":           map[string]any{"name": qi.Name, "vhost": qi.VHost},
+		})
+	}
+	m["consumer_details"] = details
+	return m, nil
+}
+
+// withDirect runs fn on a Direct acting as u in vhost.
+func (s *Server) withDirect(u *broker.UserInfo, vhost string, fn func(d *broker.Direct) error) error {
+	d, err := s.b.OpenDirect(u.Name, vhost)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fn(d)
+}
+
+// do runs m on d and returns an *amqp.Error as an error (nil stays nil).
+func do(d *broker.Direct, m amqp.Method) ([]broker.Reply, error) {
+	replies, aerr := d.Do(m)
+	if aerr != nil {
+		return replies, aerr
+	}
+	return replies, nil
+}
+
+type queueBody struct {
+	Durable    *bool          `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Arguments  map[string]any `json:"arguments"`
+	Node       string         `json:"node"`
+}
+
+func (s *Server) putQueue(u *broker.UserInfo, r *http.Request) (any, error) {
+	var body queueBody
+	if err := readJSON(r, &body); err != nil {
+		return nil, err
+	}
+	args, err := tableFromJSON(body.Arguments)
+	if err != nil {
+		return nil, badRequest("%s", err)
+	}
+	vhost, name := r.PathValue("vhost"), r.PathValue("name")
+	_, lookupErr := s.b.Queue(vhost, name)
+	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable == nil || *body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
+	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
+		return nil, err
+	}
+	if lookupErr == nil { // it existed: nothing created
+		return noContent{}, nil
+	}
+	return created{}, nil
+}
+
+func queryBool(r *http.Request, key string) bool {
+	v, _ := strconv.ParseBool(r.URL.Query().Get(key))
+	return v
+}
+
+func (s *Server) deleteQueue(u *broker.UserInfo, r *http.Request) (any, error) {
+	if _, err := s.b.Queue(r.PathValue("vhost"), r.PathValue("name")); err != nil {
+		return nil, err // queue.delete of no queue is fine over AMQP, 404 here
+	}
+	m := &amqp.QueueDelete{Queue: r.PathValue("name"), IfUnused: queryBool(r, "if-unused"), IfEmpty: queryBool(r, "if-empty")}
+	return noContent{}, s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err })
+}
+
+func (s *Server) purgeQueue(u *broker.UserInfo, r *http.Request) (any, error) {
+	m := &amqp.QueuePurge{Queue: r.PathValue("name")}
+	return noContent{}, s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err })
+}
+
+type getBody struct {
+	Count    *int   `json:"count"`
+	AckMode  string `json:"ackmode"`
+	Encoding string `json:"encoding"`
+	Truncate *int   `json:"truncate"`
+}
+
+// getMessages is POST .../get: up to count messages fetched with
+// basic.get, then settled as ackmode says: ack_requeue_false acks them,
+// ack_requeue_true and reject_requeue_true put them back (redelivered),
+// reject_requeue_false rejects them (dead-lettering them where a DLX is
+// set).
+func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
+	var body getBody
+	if err := readJSON(r, &body); err != nil {
+		return nil, err
+	}
+	if body.Count == nil {
+		return nil, badRequest("count is required")
+	}
+	var settle func(tag uint64) amqp.Method
+	switch body.AckMode {
+	case "ack_requeue_false":
+		settle = func(tag uint64) amqp.Method { return &amqp.BasicAck{DeliveryTag: tag, Multiple: true} }
+	case "ack_requeue_true", "reject_requeue_true":
+		settle = func(tag uint64) amqp.Method { return &amqp.BasicNack{DeliveryTag: tag, Multiple: true, Requeue: true} }
+	case "reject_requeue_false":
+		settle = func(tag uint64) amqp.Method { return &amqp.BasicNack{DeliveryTag: tag, Multiple: true, Requeue: false} }
+	case "":
+		return nil, badRequest("ackmode is required")
+	default:
+		return nil, badRequest("Unsupported ackmode: %s", body.AckMode)
+	}
+	switch body.Encoding {
+	case "", "auto", "base64":
+	default:
+		return nil, badRequest("Unsupported encoding: %s", body.Encoding)
+	}
+	out := []map[string]any{}
+	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
+		var last uint64
+		for range *body.Count {
+			replies, err := do(d, &amqp.BasicGet{Queue: r.PathValue("name")})
+			if err != nil {
+				return err
+			}
+			if len(replies) != 1 {
+				break
+			}
+			ok, isOK := replies[0].Method.(*amqp.BasicGetOk)
+			if !isOK {
+				break // get-empty
+			}
+			last = ok.DeliveryTag
+			props, err := amqp.DecodeProperties(replies[0].Props)
+			if err != nil {
+				return err
+			}
+			out = append(out, messageJSON(ok, props, replies[0].Body, body.Encoding, body.Truncate))
+		}
+		if last != 0 {
+			if _, err := do(d, settle(last)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func messageJSON(ok *amqp.BasicGetOk, props amqp.Properties, body []byte, encoding string, truncate *int) map[string]any {
+	m := map[string]any{
+		"payload_bytes": len(body), "redelivered": ok.Redelivered, "exchange": ok.Exchange,
+		"routing_key": ok.RoutingKey, "message_count": ok.MessageCount, "properties": propertiesJSON(props),
+	}
+	if truncate != nil && *truncate >= 0 && *truncate < len(body) {
+		body = body[:*truncate]
+	}
+	if encoding != "base64" && utf8.Valid(body) {
+		m["payload"], m["payload_encoding"] = string(body), "string"
+	} else {
+		m["payload"], m["payload_encoding"] = base64.StdEncoding.EncodeToString(body), "base64"
+	}
+	return m
+}
+
+func (s *Server) queueBindings(u *broker.UserInfo, r *http.Request) (any, error) {
+	vhost, name := r.PathValue("vhost"), r.PathValue("name")
+	if _, err := s.b.Queue(vhost, name); err != nil {
+		return nil, err
+	}
+	return filterBindings(s.b.Bindings(vhost), func(bi broker.BindingInfo) bool {
+		return bi.DestinationType == "queue" && bi.Destination == name
+	}), nil
+}
+
+func exchangeJSON(xi broker.ExchangeInfo) map[string]any {
+	m := map[string]any{
+		"name": xi.Name, "vhost": xi.VHost, "type": xi.Type, "durable": xi.Durable,
+		"auto_delete": xi.AutoDelete, "internal": xi.Internal, "arguments": tableJSON(xi.Arguments),
+		"user_who_performed_action": "rmq-internal",
+	}
+	if xi.Policy != "" {
+		m["policy"] = xi.Policy
+	}
+	return m
+}
+
+func (s *Server) listExchanges(u *broker.UserInfo, r *http.Request) (any, error) {
+	out := []map[string]any{}
+	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
+		for _, xi := range s.b.Exchanges(v) {
+			out = append(out, exchangeJSON(xi))
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) getExchange(u *broker.UserInfo, r *http.Request) (any, error) {
+	xi, err := s.b.Exchange(r.PathValue("vhost"), exchangeName(r.PathValue("name")))
+	if err != nil {
+		return nil, err
+	}
+	return exchangeJSON(xi), nil
+}
+
+type exchangeBody struct {
+	Type       string         `json:"type"`
+	Durable    *bool          `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Internal   bool           `json:"internal"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
+	var body exchangeBody
+	if err := readJSON(r, &body); err != nil {
+		return nil, err
+	}
+	if body.Type == "" {
+		return nil, badRequest("[{key_missing,type}]")
+	}
+	args, err := tableFromJSON(body.Arguments)
+	if err != nil {
+		return nil, badRequest("%s", err)
+	}
+	vhost, name := r.PathValue("vhost"), exchangeName(r.PathValue("name"))
+	_, lookupErr := s.b.Exchange(vhost, name)
+	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable == nil || *body.Durable,
+		AutoDelete: body.AutoDelete, Internal: body.Internal, Arguments: args}
+	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
+		return nil, err
+	}
+	if lookupErr == nil { // it existed: nothing created
+		return noContent{}, nil
+	}
+	return created{}, nil
+}
+
+func (s *Server) deleteExchange(u *broker.UserInfo, r *http.Request) (any, error) {
+	if _, err := s.b.Exchange(r.PathValue("vhost"), exchangeName(r.PathValue("name"))); err != nil {
+		return nil, err
+	}
+	m := &amqp.ExchangeDelete{Exchange: exchangeName(r.PathValue("name")), IfUnused: queryBool(r, "if-unused")}
+	return noContent{}, s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err })
+}
+
+func (s *Server) exchangeBindings(side string) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		vhost, name := r.PathValue("vhost"), exchangeName(r.PathValue("name"))
+		if _, err := s.b.Exchange(vhost, name); err != nil {
+			return nil, err
+		}
+		return filterBindings(s.b.Bindings(vhost), func(bi broker.BindingInfo) bool {
+			if side == "source" {
+				return bi.Source == name
+			}
+			return bi.DestinationType == "exchange" && bi.Destination == name
+		}), nil
+	}
+}
+
+func bindingJSON(bi broker.BindingInfo) map[string]any {
+	return map[string]any{
+		"source": bi.Source, "vhost": bi.VHost, "destination": bi.Destination,
+		"destination_type": bi.DestinationType, "routing_key": bi.RoutingKey,
+		"arguments": tableJSON(bi.Arguments), "properties_key": bi.PropertiesKey(),
+	}
+}
+
+func filterBindings(bs []broker.BindingInfo, keep func(broker.BindingInfo) bool) []map[string]any {
+	out := []map[string]any{}
+	for _, bi := range bs {
+		if keep(bi) {
+			out = append(out, bindingJSON(bi))
+		}
+	}
+	return out
+}
+
+func (s *Server) listBindings(u *broker.UserInfo, r *http.Request) (any, error) {
+	out := []map[string]any{}
+	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
+		out = append(out, filterBindings(s.b.Bindings(v), func(broker.BindingInfo) bool { return true })...)
+	}
+	return out, nil
+}
+
+// between returns the bindings from source to dest (kind "q" or "e"),
+// checking both exist.
+func (s *Server) between(r *http.Request, kind string) ([]broker.BindingInfo, error) {
+	vhost, source, dest := r.PathValue("vhost"), exchangeName(r.PathValue("source")), r.PathValue("dest")
+	if _, err := s.b.Exchange(vhost, source); err != nil {
+		return nil, err
+	}
+	destType := "queue"
+	if kind == "e" {
+		destType = "exchange"
+		if _, err := s.b.Exchange(vhost, dest); err != nil {
+			return nil, err
+		}
+	} else if _, err := s.b.Queue(vhost, dest); err != nil {
+		return nil, err
+	}
+	var out []broker.BindingInfo
+	for _, bi := range s.b.Bindings(vhost) {
+		if bi.Source == source && bi.DestinationType == destType && bi.Destination == dest {
+			out = append(out, bi)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) bindingsBetween(kind string) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		bs, err := s.between(r, kind)
+		if err != nil {
+			return nil, err
+		}
+		return filterBindings(bs, func(broker.BindingInfo) bool { return true }), nil
+	}
+}
+
+type bindingBody struct {
+	RoutingKey string         `json:"routing_key"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+func bindMethod(kind, source, dest, key string, args amqp.Table, bind bool) amqp.Method {
+	switch {
+	case kind == "q" && bind:
+		return &amqp.QueueBind{Queue: dest, Exchange: source, RoutingKey: key, Arguments: args}
+	case kind == "q":
+		return &amqp.QueueUnbind{Queue: dest, Exchange: source, RoutingKey: key, Arguments: args}
+	case bind:
+		return &amqp.ExchangeBind{Destination: dest, Source: source, RoutingKey: key, Arguments: args}
+	}
+	return &amqp.ExchangeUnbind{Destination: dest, Source: source, RoutingKey: key, Arguments: args}
+}
+
+// postBinding creates a binding; the response's Location names it by its
+// properties key, as RabbitMQ's does.
+func (s *Server) postBinding(kind string) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		var body bindingBody
+		if err := readJSON(r, &body); err != nil {
+			return nil, err
+		}
+		args, err := tableFromJSON(body.Arguments)
+		if err != nil {
+			return nil, badRequest("%s", err)
+		}
+		if _, err := s.between(r, kind); err != nil {
+			return nil, err
+		}
+		source, dest := exchangeName(r.PathValue("source")), r.PathValue("dest")
+		m := bindMethod(kind, source, dest, body.RoutingKey, args, true)
+		if err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
+			return nil, err
+		}
+		bi := broker.BindingInfo{RoutingKey: body.RoutingKey, Arguments: args}
+		return location{path: r.URL.EscapedPath(), key: bi.PropertiesKey()}, nil
+	}
+}
+
+// location is a handler result: 201 Created with a Location header naming
+// the new object below the request's path.
+type location struct{ path, key string }
+
+func (s *Server) findBinding(r *http.Request, kind string) (broker.BindingInfo, error) {
+	bs, err := s.between(r, kind)
+	if err != nil {
+		return broker.BindingInfo{}, err
+	}
+	for _, bi := range bs {
+		if bi.PropertiesKey() == r.PathValue("props") {
+			return bi, nil
+		}
+	}
+	return broker.BindingInfo{}, notFound()
+}
+
+func (s *Server) getBinding(kind string) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		bi, err := s.findBinding(r, kind)
+		if err != nil {
+			return nil, err
+		}
+		return bindingJSON(bi), nil
+	}
+}
+
+func (s *Server) deleteBinding(kind string) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		bi, err := s.findBinding(r, kind)
+		if err != nil {
+			return nil, err
+		}
+		if bi.Source == "" {
+			return nil, errors.New("cannot delete a binding of the default exchange")
+		}
+		m := bindMethod(kind, bi.Source, bi.Destination, bi.RoutingKey, bi.Arguments, false)
+		return noContent{}, s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err })
+	}
+}
+
+// locationURL is the Location of a new binding: the request path and the
+// properties key, escaped.
+func locationURL(l location) string { return l.path + "/" + url.PathEscape(l.key) }

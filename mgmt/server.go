@@ -1,0 +1,349 @@
+package mgmt
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
+)
+
+// Options configures a Server.
+type Options struct {
+	// Broker is the broker managed. Required.
+	Broker *broker.Broker
+	// Logger receives operational messages; slog.Default() if nil.
+	Logger *slog.Logger
+	// Version is brokerd's version, shown in /api/overview.
+	Version string
+	// Listeners are the broker's AMQP listeners, shown in /api/overview.
+	Listeners []Listener
+	// MaxBody bounds a request body. Default 64 MiB (definitions files).
+	MaxBody int64
+}
+
+// Listener is an AMQP listener as /api/overview lists it.
+type Listener struct {
+	Protocol string // "amqp" or "amqp/ssl"
+	Addr     net.Addr
+}
+
+// Server serves the management HTTP API. Safe for concurrent use.
+type Server struct {
+	opts Options
+	b    *broker.Broker
+	log  *slog.Logger
+	rt   router
+	srv  *http.Server
+}
+
+// New builds a Server; Serve starts it on a listener.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = 64 << 20
+	}
+	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger}
+	s.routes()
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// Serve serves HTTP on l until Shutdown; it returns http.ErrServerClosed
+// then.
+func (s *Server) Serve(l net.Listener) error { return s.srv.Serve(l) }
+
+// Shutdown stops accepting and waits for requests in progress until ctx
+// ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("Vary", "accept, accept-encoding, origin")
+	if r.Body != nil {
+		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	}
+	s.rt.serve(w, r, func() { s.writeError(w, r, notFound()) }, func(allow []string) {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeJSON(w, http.StatusMethodNotAllowed, apiError{Error: "Method Not Allowed", Reason: "Method Not Allowed"})
+	})
+}
+
+// A handler gets the authenticated user and the request; it returns the
+// value to send as JSON (nil: 204 No Content) or an error.
+type handlerFunc func(u *broker.UserInfo, r *http.Request) (any, error)
+
+// access is what a handler requires of the user's tags. Every endpoint
+// needs a management user (any of the management tags); vhost-scoped ones
+// also access to the vhost.
+type access int
+
+const (
+	management access = iota
+	policymaker
+	monitoring
+	administrator
+)
+
+// handle registers a handler for pattern ("METHOD /path/{wild}"); the
+// same path with a trailing slash is served too, as RabbitMQ does.
+// Routes are matched in registration order.
+func (s *Server) handle(pattern string, need access, h handlerFunc) {
+	fn := func(w http.ResponseWriter, r *http.Request) {
+		u, err := s.authenticate(r)
+		if err == nil {
+			err = authorize(u, need)
+		}
+		if err == nil {
+			if v := r.PathValue("vhost"); v != "" && strings.Contains(pattern, "{vhost}") {
+				err = s.authorizeVHost(u, v)
+			}
+		}
+		var out any
+		if err == nil {
+			out, err = h(u, r)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeResult(w, r, out)
+	}
+	s.rt.add(pattern, fn)
+}
+
+// created is a handler result: 201 Created with no body (a PUT that made
+// something new).
+type created struct{}
+
+// noContent is a handler result: 204 No Content.
+type noContent struct{}
+
+func writeResult(w http.ResponseWriter, r *http.Request, out any) {
+	switch x := out.(type) {
+	case status:
+		writeJSON(w, x.code, x.body)
+		return
+	case location:
+		w.Header().Set("Location", locationURL(x))
+		w.WriteHeader(http.StatusCreated)
+		return
+	case created:
+		w.WriteHeader(http.StatusCreated)
+		return
+	case noContent, nil:
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // reasons quote Erlang terms: <<"abc">>
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		enc.Encode(apiError{Error: "internal_server_error", Reason: err.Error()})
+	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// apiError is RabbitMQ's error body.
+type apiError struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+}
+
+// httpError is an error with its HTTP status and RabbitMQ's error word.
+type httpError struct {
+	status int
+	word   string
+	reason string
+}
+
+func (e *httpError) Error() string { return e.reason }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, "bad_request", fmt.Sprintf(format, args...)}
+}
+
+func notFound() error { return &httpError{http.StatusNotFound, "Object Not Found", "Not Found"} }
+
+func notAuthorized(reason string) error {
+	return &httpError{http.StatusUnauthorized, "not_authorized", reason}
+}
+
+func notAuthorizedTag(reason string) error {
+	return &httpError{http.StatusForbidden, "not_authorised", reason}
+}
+
+// writeError maps err onto RabbitMQ's status codes and bodies.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var he *httpError
+	var ie *broker.InvalidError
+	var ae *amqp.Error
+	var acc *broker.AccessError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &he):
+	case errors.As(err, &mbe):
+		he = &httpError{http.StatusRequestEntityTooLarge, "bad_request", fmt.Sprintf("request body larger than %d bytes", mbe.Limit)}
+	case errors.Is(err, broker.ErrNotFound):
+		he = notFound().(*httpError)
+	case errors.As(err, &ie):
+		he = &httpError{http.StatusBadRequest, "bad_request", ie.Msg}
+	case errors.As(err, &acc):
+		he = &httpError{http.StatusUnauthorized, "not_authorized", acc.Msg}
+	case errors.As(err, &ae):
+		he = amqpHTTPError(ae)
+	default:
+		s.log.Error("management request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		he = &httpError{http.StatusInternalServerError, "internal_server_error", err.Error()}
+	}
+	if he.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
+	}
+	writeJSON(w, he.status, apiError{Error: he.word, Reason: he.reason})
+}
+
+// amqpHTTPError maps a channel or connection error of a management
+// operation as RabbitMQ's management plugin does: the AMQP refusal's text
+// as the reason, 404 for NOT_FOUND, 401 for ACCESS_REFUSED, 400 otherwise.
+func amqpHTTPError(e *amqp.Error) *httpError {
+	reason := e.Text
+	switch e.Code {
+	case amqp.NotFound:
+		return &httpError{http.StatusNotFound, "not_found", reason}
+	case amqp.AccessRefused:
+		return &httpError{http.StatusUnauthorized, "not_authorized", reason}
+	case amqp.InternalError:
+		return &httpError{http.StatusInternalServerError, "internal_server_error", reason}
+	}
+	return &httpError{http.StatusBadRequest, "bad_request", reason}
+}
+
+// authenticate checks the request's basic auth credentials.
+func (s *Server) authenticate(r *http.Request) (*broker.UserInfo, error) {
+	name, pass, ok := r.BasicAuth()
+	if !ok {
+		return nil, notAuthorized("Not_Authorized")
+	}
+	var remote net.Addr
+	if ap, err := netipAddrPort(r.RemoteAddr); err == nil {
+		remote = ap
+	}
+	u, err := s.b.Login(name, pass, remote)
+	if err != nil {
+		s.log.Debug("management login refused", "user", name, "remote", r.RemoteAddr, "err", err)
+		return nil, notAuthorized("Login failed")
+	}
+	return &u, nil
+}
+
+func netipAddrPort(s string) (net.Addr, error) {
+	return net.ResolveTCPAddr("tcp", s)
+}
+
+func hasTag(u *broker.UserInfo, tags ...string) bool {
+	for _, t := range tags {
+		if slices.Contains(u.Tags, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// authorize checks the user's tags for an endpoint, as RabbitMQ's
+// rabbit_mgmt_util:is_authorized_* do.
+func authorize(u *broker.UserInfo, need access) error {
+	if !hasTag(u, "management", "policymaker", "monitoring", "administrator") {
+		return notAuthorized("Not management user")
+	}
+	switch need {
+	case policymaker:
+		if !hasTag(u, "policymaker", "administrator") {
+			return notAuthorizedTag("Not policymaker")
+		}
+	case monitoring:
+		if !hasTag(u, "monitoring", "administrator") {
+			return notAuthorizedTag("Not monitor")
+		}
+	case administrator:
+		if !hasTag(u, "administrator") {
+			return notAuthorizedTag("Not administrator user")
+		}
+	}
+	return nil
+}
+
+// authorizeVHost checks that the user may see vhost: it exists and the
+// user has permissions in it, or sees every vhost (monitoring,
+// administrator).
+func (s *Server) authorizeVHost(u *broker.UserInfo, vhost string) error {
+	if s.b.VHost(vhost) == nil {
+		return notFound()
+	}
+	if hasTag(u, "administrator", "monitoring") {
+		return nil
+	}
+	if !s.canAccessVHost(u, vhost) {
+		return notAuthorized("Not_Authorized")
+	}
+	return nil
+}
+
+// jsonInt is an integer field of a request body that RabbitMQ also
+// accepts as a string of digits ("priority": "1").
+type jsonInt int64
+
+func (n *jsonInt) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	i, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("not an integer: %s", b)
+	}
+	*n = jsonInt(i)
+	return nil
+}
+
+// readJSON decodes the request body into v; a body that is not JSON is
+// refused as RabbitMQ does. An empty body leaves v as it is.
+func readJSON(r *http.Request, v any) error {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("failed to decode json: %s", err)
+	}
+	return nil
+}

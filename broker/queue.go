@@ -713,7 +713,7 @@ func (q *Queue) claimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.vhost.Name)
 	}
 	if ifEmpty && q.ready.Len()+q.backlogLen() > 0 {
-		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' is not empty", q.Name, q.vhost.Name)
+		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, q.vhost.Name)
 	}
 	q.closing = true
 	return nil

@@ -501,7 +501,7 @@ func TestQueueDelete(t *testing.T) {
 	for _, b := range []string{"m1", "m2", "m3"} {
 		rqPublishBody(t, ch, "", "q", b)
 	}
-	rqFails(t, conn, 406, "PRECONDITION_FAILED - queue 'q' in vhost '/' is not empty", func(ch *amqp091.Channel) error {
+	rqFails(t, conn, 406, "PRECONDITION_FAILED - queue 'q' in vhost '/' not empty", func(ch *amqp091.Channel) error {
 		_, err := ch.QueueDelete("q", false, true, false)
 		return err
 	})

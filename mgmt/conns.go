@@ -82,7 +82,7 @@ func (s *Server) connectionFor(u *broker.UserInfo, name string) (broker.Connecti
 		return ci, err
 	}
 	if !seesAll(u) && ci.User != u.Name {
-		return ci, notAuthorized("Not_Authorized")
+		return ci, notAuthorised("User not authorised to access object")
 	}
 	return ci, nil
 }
@@ -103,7 +103,7 @@ func (s *Server) closeConnection(u *broker.UserInfo, r *http.Request) (any, erro
 		return nil, err
 	}
 	if !hasTag(u, "administrator") && ci.User != u.Name {
-		return nil, notAuthorized("Not_Authorized")
+		return nil, notAuthorised("User not authorised to access object")
 	}
 	reason := r.Header.Get("X-Reason")
 	if reason == "" {

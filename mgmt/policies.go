@@ -1,7 +1,11 @@
 package mgmt
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"net/http"
 
 	"github.com/brokerd/brokerd/broker"
@@ -52,9 +56,17 @@ func (s *Server) getPolicy(u *broker.UserInfo, r *http.Request) (any, error) {
 type policyBody struct {
 	Pattern    *string        `json:"pattern"`
 	Definition map[string]any `json:"definition"`
-	Priority   *jsonInt       `json:"priority"`
+	Priority   any            `json:"priority"`
 	ApplyTo    string         `json:"apply-to"`
 }
+
+// validationFailed is RabbitMQ's 400 for a refused policy: its validator's
+// message, HTML-escaped as RabbitMQ's management plugin sends it.
+func validationFailed(msg string) error {
+	return badRequest("Validation failed\n\n%s\n", htmlEscaper.Replace(msg))
+}
+
+var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 func (body *policyBody) policy(name string) (broker.Policy, error) {
 	if body.Pattern == nil {
@@ -64,8 +76,22 @@ func (body *policyBody) policy(name string) (broker.Policy, error) {
 		return broker.Policy{}, badRequest("[{key_missing,definition}]")
 	}
 	p := broker.Policy{Name: name, Pattern: *body.Pattern, ApplyTo: body.ApplyTo, Definition: body.Definition}
-	if body.Priority != nil {
-		p.Priority = int(*body.Priority)
+	switch v := body.Priority.(type) {
+	case nil:
+	case json.Number:
+		n, err := v.Int64()
+		if err != nil {
+			return p, validationFailed(fmt.Sprintf("priority should be a number, actually was %s", v))
+		}
+		p.Priority = int(n)
+	case string: // RabbitMQ takes digits in a string
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return p, validationFailed(fmt.Sprintf("priority should be a number, actually was <<\"%s\">>", v))
+		}
+		p.Priority = n
+	default:
+		return p, validationFailed(fmt.Sprintf("priority should be a number, actually was %v", v))
 	}
 	return p, nil
 }
@@ -85,7 +111,7 @@ func (s *Server) putPolicy(u *broker.UserInfo, r *http.Request) (any, error) {
 		existed = existed || old.Name == name
 	}
 	if err := s.b.SetPolicy(vhost, p); err != nil {
-		return nil, err
+		return nil, policyError(err)
 	}
 	if existed {
 		return noContent{}, nil
@@ -99,4 +125,13 @@ func (s *Server) deletePolicy(u *broker.UserInfo, r *http.Request) (any, error) 
 		return nil, notFound()
 	}
 	return noContent{}, err
+}
+
+// policyError maps a refused policy onto RabbitMQ's reply.
+func policyError(err error) error {
+	var ie *broker.InvalidError
+	if errors.As(err, &ie) {
+		return validationFailed(ie.Msg)
+	}
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -182,10 +183,10 @@ func (s *Server) purgeQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 }
 
 type getBody struct {
-	Count    *int   `json:"count"`
-	AckMode  string `json:"ackmode"`
-	Encoding string `json:"encoding"`
-	Truncate *int   `json:"truncate"`
+	Count    *jsonInt `json:"count"`
+	AckMode  string   `json:"ackmode"`
+	Encoding string   `json:"encoding"`
+	Truncate *jsonInt `json:"truncate"`
 }
 
 // getMessages is POST .../get: up to count messages fetched with
@@ -198,8 +199,17 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	if err := readJSON(r, &body); err != nil {
 		return nil, err
 	}
-	if body.Count == nil {
-		return nil, badRequest("count is required")
+	var missing []string
+	for _, f := range []struct {
+		key     string
+		missing bool
+	}{{"ackmode", body.AckMode == ""}, {"count", body.Count == nil}, {"encoding", body.Encoding == ""}} {
+		if f.missing {
+			missing = append(missing, "{key_missing,"+f.key+"}")
+		}
+	}
+	if len(missing) > 0 {
+		return nil, badRequest("[%s]", strings.Join(missing, ","))
 	}
 	var settle func(tag uint64) amqp.Method
 	switch body.AckMode {
@@ -209,23 +219,19 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 		settle = func(tag uint64) amqp.Method { return &amqp.BasicNack{DeliveryTag: tag, Multiple: true, Requeue: true} }
 	case "reject_requeue_false":
 		settle = func(tag uint64) amqp.Method { return &amqp.BasicNack{DeliveryTag: tag, Multiple: true, Requeue: false} }
-	case "":
-		return nil, badRequest("ackmode is required")
-	default:
-		return nil, badRequest("Unsupported ackmode: %s", body.AckMode)
+	default: // RabbitMQ fails with a 500
+		return nil, badRequest("Unsupported ackmode %s. Please use ack_requeue_true, ack_requeue_false, reject_requeue_true or reject_requeue_false.", body.AckMode)
 	}
-	switch body.Encoding {
-	case "", "auto", "base64":
-	default:
-		return nil, badRequest("Unsupported encoding: %s", body.Encoding)
+	if body.Encoding != "auto" && body.Encoding != "base64" {
+		return nil, badRequest("Unsupported encoding. Please use auto or base64.")
 	}
 	out := []map[string]any{}
 	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
 		var last uint64
 		for range *body.Count {
-			replies, err := do(d, &amqp.BasicGet{Queue: r.PathValue("name")})
-			if err != nil {
-				return err
+			replies, aerr := d.Do(&amqp.BasicGet{Queue: r.PathValue("name")})
+			if aerr != nil {
+				return channelError{aerr}
 			}
 			if len(replies) != 1 {
 				break
@@ -254,12 +260,18 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	return out, nil
 }
 
-func messageJSON(ok *amqp.BasicGetOk, props amqp.Properties, body []byte, encoding string, truncate *int) map[string]any {
+// channelError is a refusal RabbitMQ reports as its channel saw it, with
+// the reply name ("NOT_FOUND - no queue ..."): a get runs on a channel.
+type channelError struct{ e *amqp.Error }
+
+func (c channelError) Error() string { return c.e.Error() }
+
+func messageJSON(ok *amqp.BasicGetOk, props amqp.Properties, body []byte, encoding string, truncate *jsonInt) map[string]any {
 	m := map[string]any{
 		"payload_bytes": len(body), "redelivered": ok.Redelivered, "exchange": ok.Exchange,
 		"routing_key": ok.RoutingKey, "message_count": ok.MessageCount, "properties": propertiesJSON(props),
 	}
-	if truncate != nil && *truncate >= 0 && *truncate < len(body) {
+	if truncate != nil && *truncate >= 0 && int(*truncate) < len(body) {
 		body = body[:*truncate]
 	}
 	if encoding != "base64" && utf8.Valid(body) {
@@ -456,22 +468,20 @@ func (s *Server) postBinding(kind string) handlerFunc {
 		if err != nil {
 			return nil, badRequest("%s", err)
 		}
-		if _, err := s.between(r, kind); err != nil {
-			return nil, err
-		}
 		source, dest := exchangeName(r.PathValue("source")), r.PathValue("dest")
 		m := bindMethod(kind, source, dest, body.RoutingKey, args, true)
 		if err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 			return nil, err
 		}
 		bi := broker.BindingInfo{RoutingKey: body.RoutingKey, Arguments: args}
-		return location{path: r.URL.EscapedPath(), key: bi.PropertiesKey()}, nil
+		return location{dest: dest, key: bi.PropertiesKey()}, nil
 	}
 }
 
 // location is a handler result: 201 Created with a Location header naming
-// the new object below the request's path.
-type location struct{ path, key string }
+// the new binding relative to the request's path, as RabbitMQ's:
+// "<destination>/<properties key>".
+type location struct{ dest, key string }
 
 func (s *Server) findBinding(r *http.Request, kind string) (broker.BindingInfo, error) {
 	bs, err := s.between(r, kind)
@@ -510,6 +520,4 @@ func (s *Server) deleteBinding(kind string) handlerFunc {
 	}
 }
 
-// locationURL is the Location of a new binding: the request path and the
-// properties key, escaped.
-func locationURL(l location) string { return l.path + "/" + url.PathEscape(l.key) }
+func locationURL(l location) string { return url.PathEscape(l.dest) + "/" + url.PathEscape(l.key) }

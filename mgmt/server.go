@@ -83,8 +83,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
 	}
 	s.rt.serve(w, r, func() { s.writeError(w, r, notFound()) }, func(allow []string) {
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeJSON(w, http.StatusMethodNotAllowed, apiError{Error: "Method Not Allowed", Reason: "Method Not Allowed"})
+		if slices.Contains(allow, http.MethodGet) {
+			allow = append([]string{http.MethodHead}, allow...)
+		}
+		w.Header().Set("Allow", strings.Join(append(allow, http.MethodOptions), ", "))
+		w.WriteHeader(http.StatusMethodNotAllowed) // no body, as RabbitMQ
 	})
 }
 
@@ -115,7 +118,7 @@ func (s *Server) handle(pattern string, need access, h handlerFunc) {
 		}
 		if err == nil {
 			if v := r.PathValue("vhost"); v != "" && strings.Contains(pattern, "{vhost}") {
-				err = s.authorizeVHost(u, v)
+				err = s.authorizeVHost(u, r, v)
 			}
 		}
 		var out any
@@ -197,9 +200,14 @@ func notAuthorized(reason string) error {
 	return &httpError{http.StatusUnauthorized, "not_authorized", reason}
 }
 
-func notAuthorizedTag(reason string) error {
-	return &httpError{http.StatusForbidden, "not_authorised", reason}
+// notAuthorised is RabbitMQ 3.10's refusal of a logged-in user who lacks
+// a tag or an object's access: 401 too, spelled so.
+func notAuthorised(reason string) error {
+	return &httpError{http.StatusUnauthorized, "not_authorised", reason}
 }
+
+// vhostNotFound is a write into a vhost that does not exist.
+func vhostNotFound() error { return &httpError{http.StatusNotFound, "not_found", "vhost_not_found"} }
 
 // writeError maps err onto RabbitMQ's status codes and bodies.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -208,8 +216,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *amqp.Error
 	var acc *broker.AccessError
 	var mbe *http.MaxBytesError
+	var ce channelError
 	switch {
 	case errors.As(err, &he):
+	case errors.As(err, &ce):
+		he = amqpHTTPError(ce.e)
+		he.reason = ce.e.Text
 	case errors.As(err, &mbe):
 		he = &httpError{http.StatusRequestEntityTooLarge, "bad_request", fmt.Sprintf("request body larger than %d bytes", mbe.Limit)}
 	case errors.Is(err, broker.ErrNotFound):
@@ -224,22 +236,31 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("management request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		he = &httpError{http.StatusInternalServerError, "internal_server_error", err.Error()}
 	}
-	if he.status == http.StatusUnauthorized {
+	if he.status == http.StatusUnauthorized && he.word == "not_authorized" {
 		w.Header().Set("WWW-Authenticate", `Basic realm="RabbitMQ Management"`)
+		if he.reason == "" { // no credentials: RabbitMQ sends no body
+			w.WriteHeader(he.status)
+			return
+		}
 	}
 	writeJSON(w, he.status, apiError{Error: he.word, Reason: he.reason})
 }
 
-// amqpHTTPError maps a channel or connection error of a management
-// operation as RabbitMQ's management plugin does: the AMQP refusal's text
-// as the reason, 404 for NOT_FOUND, 401 for ACCESS_REFUSED, 400 otherwise.
+// amqpHTTPError maps a refusal of a management operation as RabbitMQ's
+// management plugin does: 404 for NOT_FOUND, 401 for ACCESS_REFUSED, 400
+// otherwise, with the text without its reply name ("inequivalent arg
+// ..."), as RabbitMQ's declarations report it. (A get reports the reply
+// name too: see channelError.)
 func amqpHTTPError(e *amqp.Error) *httpError {
 	reason := e.Text
+	if _, rest, ok := strings.Cut(reason, " - "); ok && amqp.ReplyName(e.Code) != "" {
+		reason = rest
+	}
 	switch e.Code {
 	case amqp.NotFound:
 		return &httpError{http.StatusNotFound, "not_found", reason}
 	case amqp.AccessRefused:
-		return &httpError{http.StatusUnauthorized, "not_authorized", reason}
+		return &httpError{http.StatusUnauthorized, "not_authorised", reason}
 	case amqp.InternalError:
 		return &httpError{http.StatusInternalServerError, "internal_server_error", reason}
 	}
@@ -250,7 +271,7 @@ func amqpHTTPError(e *amqp.Error) *httpError {
 func (s *Server) authenticate(r *http.Request) (*broker.UserInfo, error) {
 	name, pass, ok := r.BasicAuth()
 	if !ok {
-		return nil, notAuthorized("Not_Authorized")
+		return nil, notAuthorized("")
 	}
 	var remote net.Addr
 	if ap, err := netipAddrPort(r.RemoteAddr); err == nil {
@@ -281,20 +302,20 @@ func hasTag(u *broker.UserInfo, tags ...string) bool {
 // rabbit_mgmt_util:is_authorized_* do.
 func authorize(u *broker.UserInfo, need access) error {
 	if !hasTag(u, "management", "policymaker", "monitoring", "administrator") {
-		return notAuthorized("Not management user")
+		return notAuthorised("Not management user")
 	}
 	switch need {
 	case policymaker:
 		if !hasTag(u, "policymaker", "administrator") {
-			return notAuthorizedTag("Not policymaker")
+			return notAuthorised("Not policymaker")
 		}
 	case monitoring:
 		if !hasTag(u, "monitoring", "administrator") {
-			return notAuthorizedTag("Not monitor")
+			return notAuthorised("Not monitor")
 		}
 	case administrator:
 		if !hasTag(u, "administrator") {
-			return notAuthorizedTag("Not administrator user")
+			return notAuthorised("Not administrator user")
 		}
 	}
 	return nil
@@ -303,15 +324,18 @@ func authorize(u *broker.UserInfo, need access) error {
 // authorizeVHost checks that the user may see vhost: it exists and the
 // user has permissions in it, or sees every vhost (monitoring,
 // administrator).
-func (s *Server) authorizeVHost(u *broker.UserInfo, vhost string) error {
+func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost string) error {
 	if s.b.VHost(vhost) == nil {
+		if r.Method == http.MethodPut || r.Method == http.MethodPost {
+			return vhostNotFound()
+		}
 		return notFound()
 	}
 	if hasTag(u, "administrator", "monitoring") {
 		return nil
 	}
 	if !s.canAccessVHost(u, vhost) {
-		return notAuthorized("Not_Authorized")
+		return notAuthorised("User not authorised to access object")
 	}
 	return nil
 }
@@ -343,7 +367,7 @@ func readJSON(r *http.Request, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("failed to decode json: %s", err)
+		return badRequest("not_json")
 	}
 	return nil
 }

@@ -284,7 +284,7 @@ func (b *Broker) CloseConnection(name, reason string) error {
 
 func (c *conn) info() ConnectionInfo {
 	return ConnectionInfo{
-		Name: c.name(), VHost: c.vhost.Name, User: c.user.Name,
+		Name: c.name(), VHost: c.vhost.Name, User: c.userName,
 		Peer: c.ac.RemoteAddr(), Local: c.ac.LocalAddr(), ClientProperties: c.ac.ClientProperties(),
 		Channels: len(c.channelList()), ConnectedAt: c.opened, Tuning: c.ac.Tuning(),
 	}
@@ -328,7 +328,7 @@ func (b *Broker) Channels(vhost string) []ChannelInfo {
 			ch.mu.Lock()
 			out = append(out, ChannelInfo{
 				Name: fmt.Sprintf("%s (%d)", cn, ch.id), Connection: cn, Number: ch.id,
-				VHost: c.vhost.Name, User: c.user.Name, Consumers: len(ch.consumers), Unacked: ch.unackedN,
+				VHost: c.vhost.Name, User: c.userName, Consumers: len(ch.consumers), Unacked: ch.unackedN,
 				Prefetch: ch.prefetch, GlobalPrefetch: ch.globalPrefetch, Confirm: ch.confirm, Tx: ch.tx,
 				NextPublishSeq: ch.publishSeq + 1, Flow: ch.flowActive,
 			})

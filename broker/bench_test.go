@@ -46,8 +46,9 @@ func benchChannel(b *testing.B, durable bool, args amqp.Table) (*Broker, *channe
 	}
 	b.Cleanup(br.Close)
 	v := br.VHost("/")
-	u := br.users["guest"]
-	c := &conn{b: br, vhost: v, user: u, perm: u.Permissions["/"], channels: map[uint16]*channel{}}
+	c := &conn{b: br, vhost: v, userName: "guest", channels: map[uint16]*channel{}}
+	c.user.Store(br.users["guest"])
+	c.perm.Store(br.perms[permKey{user: "guest", vhost: "/"}])
 	out := &discardOut{tags: make(chan uint64, 16), gets: make(chan bool, 1)}
 	ch := newChannel(c, 1, out)
 	if err := ch.Handle(&amqp.QueueDeclare{Queue: "q", Durable: durable, Arguments: args}); err != nil {

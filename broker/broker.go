@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,11 +21,20 @@ type Options struct {
 	Store store.Store
 	// Logger receives operational messages; slog.Default() if nil.
 	Logger *slog.Logger
-	// VHosts are created at start if absent. Default: "/".
+	// VHosts are created on a fresh data dir (a store never bootstrapped;
+	// one written before users were stored counts as fresh), as
+	// RabbitMQ's default_vhost: afterwards vhosts are managed at run
+	// time (PutVHost, DeleteVHost) and these are not created again.
+	// Default: "/".
 	VHosts []string
-	// Users are created at start if absent, with full permissions on the
-	// bootstrap vhosts. Default: guest/guest, administrator, loopback only.
+	// Users are created on a fresh data dir, with full permissions (".*")
+	// on the bootstrap vhosts, as RabbitMQ's default_user: a user deleted
+	// later stays deleted across restarts. Default: guest/guest,
+	// administrator.
 	Users []UserSpec
+	// LoopbackUsers may log in only from a loopback address (RabbitMQ's
+	// loopback_users), whenever they were created. Default: guest.
+	LoopbackUsers []string
 	// MaxMessageSize bounds a message body. Default 128 MiB.
 	MaxMessageSize int
 	// Now is the clock for TTLs and queue leases; time.Now if nil. Tests
@@ -64,14 +72,6 @@ type Options struct {
 	ConsumerTimeoutCheck time.Duration
 }
 
-// UserSpec describes a bootstrap user. Exactly one of Password and
-// PasswordHash is set.
-type UserSpec struct {
-	Name, Password, PasswordHash string
-	Tags                         []string
-	LoopbackOnly                 bool
-}
-
 // Broker holds every vhost, user and connection. It implements
 // amqp.Handler.
 type Broker struct {
@@ -79,11 +79,19 @@ type Broker struct {
 	log   *slog.Logger
 	store store.Store
 
+	// authMu serializes changes to users, vhosts and permissions, from
+	// the change in memory to the store's completion, so a change the
+	// store refuses can be undone. Taken before mu.
+	authMu sync.Mutex
+
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
-	users  map[string]*User
+	users  map[string]*user
+	perms  map[permKey]*permission
 	conns  map[*conn]struct{}
 	closed bool
+	// bootstrapped: the store holds the bootstrap mark (metacodec.go).
+	bootstrapped bool
 
 	queueID atomic.Uint64
 	idMu    sync.Mutex // serializes durable queue id marks
@@ -113,7 +121,8 @@ type Broker struct {
 	wg                 sync.WaitGroup
 }
 
-// Open starts a broker over opts.Store, recovering its durable state.
+// Open starts a broker over opts.Store, recovering its durable state; on
+// a fresh store it first creates Options.VHosts and Options.Users.
 func Open(opts Options) (*Broker, error) {
 	if opts.Store == nil {
 		return nil, errors.New("broker: no store")
@@ -125,7 +134,18 @@ func Open(opts Options) (*Broker, error) {
 		opts.VHosts = []string{"/"}
 	}
 	if opts.Users == nil {
-		opts.Users = []UserSpec{{Name: "guest", Password: "guest", Tags: []string{"administrator"}, LoopbackOnly: true}}
+		opts.Users = []UserSpec{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}}
+	}
+	if opts.LoopbackUsers == nil {
+		opts.LoopbackUsers = []string{"guest"}
+	}
+	bootUsers := make([]*user, 0, len(opts.Users))
+	for _, spec := range opts.Users {
+		u, err := newUser(spec)
+		if err != nil {
+			return nil, fmt.Errorf("bootstrap user '%s': %w", spec.Name, err)
+		}
+		bootUsers = append(bootUsers, u)
 	}
 	if opts.MaxMessageSize <= 0 {
 		opts.MaxMessageSize = 128 << 20
@@ -156,7 +176,8 @@ func Open(opts Options) (*Broker, error) {
 		log:    opts.Logger,
 		store:  opts.Store,
 		vhosts: make(map[string]*VHost),
-		users:  make(map[string]*User),
+		users:  make(map[string]*user),
+		perms:  make(map[permKey]*permission),
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}
@@ -167,33 +188,9 @@ func Open(opts Options) (*Broker, error) {
 		b.timers.Close()
 		return nil, fmt.Errorf("recover definitions: %w", err)
 	}
-	var mb metaBatch
-	b.mu.Lock()
-	for _, name := range opts.VHosts {
-		if b.vhosts[name] == nil {
-			b.vhosts[name] = newVHost(b, name)
-			mb.putVHost(name)
-		}
-	}
-	w := b.startMeta(&mb)
-	b.mu.Unlock()
-	if err := w.wait(); err != nil {
+	if err := b.bootstrap(bootUsers); err != nil {
 		b.timers.Close()
-		return nil, fmt.Errorf("store bootstrap vhosts: %w", err)
-	}
-	for _, spec := range opts.Users {
-		u := &User{Name: spec.Name, PasswordHash: spec.PasswordHash, Tags: spec.Tags, LoopbackOnly: spec.LoopbackOnly, Permissions: map[string]*Permission{}}
-		if spec.Password != "" {
-			u.PasswordHash = HashPassword(spec.Password)
-		}
-		for _, v := range opts.VHosts {
-			p, err := NewPermission(".*", ".*", ".*")
-			if err != nil {
-				return nil, err
-			}
-			u.Permissions[v] = p
-		}
-		b.users[u.Name] = u
+		return nil, err
 	}
 	b.wg.Add(2)
 	go b.every(opts.BacklogRetry, b.retryAllBacklogs)
@@ -296,22 +293,6 @@ func (b *Broker) waitAsyncIdle() {
 	}
 }
 
-// Authenticate implements amqp.Handler.
-func (b *Broker) Authenticate(user, password string, remote net.Addr) error {
-	b.mu.RLock()
-	u := b.users[user]
-	b.mu.RUnlock()
-	switch {
-	case u == nil:
-		return fmt.Errorf("user '%s' - invalid credentials", user)
-	case !u.CheckPassword(password):
-		return fmt.Errorf("user '%s' - invalid credentials", user)
-	case u.LoopbackOnly && !isLoopback(remote):
-		return fmt.Errorf("user '%s' can only connect via localhost", user)
-	}
-	return nil
-}
-
 // OpenConnection implements amqp.Handler.
 func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.Session, *amqp.Error) {
 	b.mu.Lock()
@@ -323,12 +304,14 @@ func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.S
 	if v == nil {
 		return nil, amqp.Errorf(amqp.NotAllowed, "vhost %s not found", vhost)
 	}
-	u := b.users[user]
-	perm := u.Permissions[vhost]
-	if perm == nil {
+	u := b.users[user] // nil if deleted since its login
+	perm := b.perms[permKey{user: user, vhost: vhost}]
+	if u == nil || perm == nil {
 		return nil, amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", vhost, user)
 	}
-	c := &conn{b: b, ac: ac, vhost: v, user: u, perm: perm, channels: map[uint16]*channel{}, opened: time.Now()}
+	c := &conn{b: b, ac: ac, vhost: v, userName: user, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now()}
+	c.user.Store(u)
+	c.perm.Store(perm)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if caps, ok := ac.ClientProperties().Get("capabilities"); ok {
 		if t, ok := caps.(amqp.Table); ok {

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -15,12 +16,19 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	b            *Broker
-	ac           *amqp.ServerConn
-	vhost        *VHost
-	user         *User
-	perm         *Permission
+	b        *Broker
+	ac       *amqp.ServerConn
+	vhost    *VHost
+	userName string
+	// user is the user's current record and perm its permissions in the
+	// vhost (nil: none): a change applies to open connections at once
+	// (Broker.refreshConnPermsLocked).
+	user         atomic.Pointer[user]
+	perm         atomic.Pointer[permission]
 	cancelNotify bool
+	// done is closed when Closed has run: the connection does nothing
+	// more (DeleteVHost waits for it).
+	done chan struct{}
 	opened       time.Time
 
 	mu        sync.Mutex
@@ -77,6 +85,9 @@ func (c *conn) Closed() {
 		c.b.deleteQueue(q)
 	}
 	c.b.dropConn(c)
+	if c.done != nil {
+		close(c.done)
+	}
 }
 
 func (c *conn) addExclusive(q *Queue) {

@@ -113,7 +113,7 @@ func (ch *channel) timeOut(ms int64) {
 	ch.mu.Unlock()
 	c := ch.conn
 	c.b.log.Warn("consumer timeout: channel closed",
-		"vhost", c.vhost.Name, "user", c.user.Name, "channel", ch.id, "timeout_ms", ms, "requeued", len(ds))
+		"vhost", c.vhost.Name, "user", c.userName, "channel", ch.id, "timeout_ms", ms, "requeued", len(ds))
 	ch.out.Close(amqp.Errorf(amqp.PreconditionFailed,
 		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. This timeout value can be configured, see consumers doc guide to learn more", ch.id, ms))
 	if len(ds) > 0 {

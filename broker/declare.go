@@ -179,11 +179,13 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind, nowait bool) *amqp.Error {
 	c := ch.conn
 	v := c.vhost
-	if dest == "" || source == "" {
-		return errDefaultExchange()
-	}
+	// In rabbit_channel's order: write on the destination, then the
+	// default exchange refused on either side, then read on the source.
 	if err := c.checkPerm(permWrite, "exchange", dest); err != nil {
 		return err
+	}
+	if dest == "" || source == "" {
+		return errDefaultExchange()
 	}
 	if err := c.checkPerm(permRead, "exchange", source); err != nil {
 		return err
@@ -254,6 +256,11 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	}
 	if name == "" {
 		name = newGeneratedName("amq.gen-")
+	} else if reservedName(name) {
+		// Checked first, as rabbit_channel's check_name: before the
+		// permission, and for a queue that exists too (a server-named
+		// queue cannot be redeclared by its name).
+		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
 	}
 	if err := c.checkPerm(permConfigure, "queue", name); err != nil {
 		return err
@@ -271,13 +278,12 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		return nil
 	}
 	v.mu.Unlock()
-	if m.Queue != "" && reservedName(name) { // server-named queues are amq.gen-*
-		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
-	}
-	if err := validateQueueDeclare(v.Name, name, m); err != nil {
+	// A new queue: the dead letter exchange's type and permissions come
+	// before the other arguments' validation, as in rabbit_channel.
+	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
 	}
-	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
+	if err := validateQueueDeclare(v.Name, name, m); err != nil {
 		return err
 	}
 	id := c.b.newQueueID()
@@ -349,11 +355,13 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 		// RabbitMQ's shortcut: both empty bind with the queue's name.
 		key = name
 	}
-	if exchange == "" {
-		return errDefaultExchange()
-	}
+	// In rabbit_channel's order: write on the queue, then the default
+	// exchange refused, then read on the exchange.
 	if err := c.checkPerm(permWrite, "queue", name); err != nil {
 		return err
+	}
+	if exchange == "" {
+		return errDefaultExchange()
 	}
 	if err := c.checkPerm(permRead, "exchange", exchange); err != nil {
 		return err

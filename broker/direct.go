@@ -75,7 +75,7 @@ func (o *directOut) take() ([]Reply, *amqp.Error) {
 // permissions there. An empty user acts as the broker itself, with every
 // permission (definitions import). The errors wrap ErrNotFound for an
 // unknown vhost or user.
-func (b *Broker) OpenDirect(user, vhost string) (*Direct, error) {
+func (b *Broker) OpenDirect(name, vhost string) (*Direct, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
@@ -85,18 +85,20 @@ func (b *Broker) OpenDirect(user, vhost string) (*Direct, error) {
 	if v == nil {
 		return nil, notFoundf("no vhost '%s'", vhost)
 	}
-	u := &User{Name: "brokerd"}
+	u := &user{name: "brokerd", alg: hashAlgorithm("")}
 	perm := allPermissions
-	if user != "" {
-		if u = b.users[user]; u == nil {
-			return nil, notFoundf("no user '%s'", user)
+	if name != "" {
+		if u = b.users[name]; u == nil {
+			return nil, notFoundf("no user '%s'", name)
 		}
-		if perm = u.Permissions[vhost]; perm == nil {
-			return nil, &AccessError{Msg: fmt.Sprintf("access to vhost '%s' refused for user '%s'", vhost, user)}
+		if perm = b.perms[permKey{user: name, vhost: vhost}]; perm == nil {
+			return nil, &AccessError{Msg: fmt.Sprintf("access to vhost '%s' refused for user '%s'", vhost, name)}
 		}
 	}
 	d := &Direct{}
-	d.c = &conn{b: b, vhost: v, user: u, perm: perm, channels: map[uint16]*channel{}}
+	d.c = &conn{b: b, vhost: v, userName: u.name, channels: map[uint16]*channel{}, done: make(chan struct{})}
+	d.c.user.Store(u)
+	d.c.perm.Store(perm)
 	d.c.ctx, d.c.cancel = context.WithCancel(context.Background())
 	d.ch = newChannel(d.c, 1, &d.out)
 	d.c.channels[1] = d.ch
@@ -104,8 +106,8 @@ func (b *Broker) OpenDirect(user, vhost string) (*Direct, error) {
 }
 
 // allPermissions is the broker's own: every name, every kind.
-var allPermissions = func() *Permission {
-	p, err := NewPermission(".*", ".*", ".*")
+var allPermissions = func() *permission {
+	p, err := newPermission(".*", ".*", ".*")
 	if err != nil {
 		panic(err)
 	}

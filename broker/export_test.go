@@ -27,7 +27,17 @@ func (b *Broker) VHostLockedForTest(vhost string) bool {
 // definitions).
 type DefsForTest struct{ m metaBatch }
 
-func (d *DefsForTest) VHost(name string) { d.m.putVHost(name) }
+// VHost writes a vhost record without metadata: the layout of a broker
+// from before vhosts had metadata.
+func (d *DefsForTest) VHost(name string) { d.m.putVHost(name, vhostDef{}) }
+
+// Permission writes a permission record (its user or vhost may not exist).
+func (d *DefsForTest) Permission(vhost, user, configure, write, read string) {
+	d.m.putPerm(vhost, user, &permission{Configure: configure, Write: write, Read: read})
+}
+
+// QueueIDMark writes the queue id high-water mark.
+func (d *DefsForTest) QueueIDMark(id uint64) { d.m.put(metaQueueIDMark, encodeQueueIDMark(id)) }
 
 func (d *DefsForTest) Exchange(vhost, name, typ string) {
 	d.m.putExchange(vhost, newExchange(name, typ, true, false, false, nil))

@@ -19,7 +19,23 @@ func (m *metaBatch) put(key string, v []byte) {
 
 func (m *metaBatch) del(key string) { m.ops = append(m.ops, store.MetaOp{Key: key}) }
 
-func (m *metaBatch) putVHost(name string) { m.put(metaKey(metaVHost, name), []byte{metaVersion}) }
+func (m *metaBatch) putVHost(name string, d vhostDef) {
+	m.put(metaKey(metaVHost, name), encodeVHostDef(d))
+}
+
+func (m *metaBatch) deleteVHost(name string) { m.del(metaKey(metaVHost, name)) }
+
+func (m *metaBatch) putUser(u *user) {
+	m.put(metaKey(metaUser, u.name), encodeUserDef(userDef{Algorithm: u.alg.name, Hash: u.hash, Tags: u.tags}))
+}
+
+func (m *metaBatch) deleteUser(name string) { m.del(metaKey(metaUser, name)) }
+
+func (m *metaBatch) putPerm(vhost, user string, p *permission) {
+	m.put(metaKey(metaPerm, vhost, user), encodePermDef(permDef{Configure: p.Configure, Write: p.Write, Read: p.Read}))
+}
+
+func (m *metaBatch) deletePerm(vhost, user string) { m.del(metaKey(metaPerm, vhost, user)) }
 
 func (m *metaBatch) putExchange(vhost string, x *Exchange) {
 	m.put(metaKey(metaExchange, vhost, x.Name), encodeExchangeDef(x))
@@ -75,6 +91,18 @@ func (b *Broker) startMeta(m *metaBatch) *storeWrite {
 	return b.startWrite(&store.Batch{Meta: m.ops})
 }
 
+// waitErr is wait for management operations: the store's error, wrapped.
+func (w *storeWrite) waitErr() error {
+	if w == nil {
+		return nil
+	}
+	<-w.done
+	if w.err != nil {
+		return fmt.Errorf("store failed: %w", w.err)
+	}
+	return nil
+}
+
 // wait blocks until the write is durable. A failure is a connection error
 // (541): the reply that depends on it (declare-ok, delete-ok, ...) promises
 // the change survives a restart.
@@ -89,8 +117,9 @@ func (w *storeWrite) wait() *amqp.Error {
 	return nil
 }
 
-// recoverDefinitions rebuilds vhosts, durable exchanges, queues, bindings
-// and policies from the store, then each durable queue's entries.
+// recoverDefinitions rebuilds vhosts, users, permissions, durable
+// exchanges, queues, bindings and policies from the store, then each
+// durable queue's entries.
 //
 // A definition whose vhost, queue or exchange is missing (a binding to a
 // queue that is gone, say) is dropped with a warning and deleted from the
@@ -132,13 +161,50 @@ func (b *Broker) recoverDefinitions() error {
 		}
 		return nil
 	})
-	scan(metaVHost, 1, func(_ string, p []string, v []byte) error {
+	scan(metaBootstrapMark, 0, func(_ string, _ []string, v []byte) error {
 		if err := checkEmptyDef(v); err != nil {
+			return err
+		}
+		b.bootstrapped = true
+		return nil
+	})
+	scan(metaVHost, 1, func(_ string, p []string, v []byte) error {
+		d, err := decodeVHostDef(v)
+		if err != nil {
 			return err
 		}
 		if b.vhosts[p[0]] == nil {
 			b.vhosts[p[0]] = newVHost(b, p[0])
 		}
+		b.vhosts[p[0]].meta = d
+		return nil
+	})
+	scan(metaUser, 1, func(_ string, p []string, v []byte) error {
+		d, err := decodeUserDef(v)
+		if err != nil {
+			return err
+		}
+		b.users[p[0]] = &user{name: p[0], alg: hashAlgorithm(d.Algorithm), hash: d.Hash, tags: d.Tags}
+		return nil
+	})
+	scan(metaPerm, 2, func(k string, p []string, v []byte) error {
+		d, err := decodePermDef(v)
+		if err != nil {
+			return err
+		}
+		switch {
+		case b.vhosts[p[0]] == nil:
+			dangling(k, "permissions in unknown vhost", "vhost", p[0], "user", p[1])
+			return nil
+		case b.users[p[1]] == nil:
+			dangling(k, "permissions of unknown user", "vhost", p[0], "user", p[1])
+			return nil
+		}
+		perm, err := newPermission(d.Configure, d.Write, d.Read)
+		if err != nil {
+			return fmt.Errorf("stored permissions: %w", err)
+		}
+		b.perms[permKey{user: p[1], vhost: p[0]}] = perm
 		return nil
 	})
 	scan(metaExchange, 2, func(k string, p []string, v []byte) error {

@@ -26,7 +26,10 @@ import (
 //	q/ <vhost> <queue>
 //	b/ <vhost> <source> <"q"|"x"> <destination> <routing key> <args>
 //	p/ <vhost> <policy>
+//	a/ <vhost> <user>                a user's permissions in a vhost
+//	u/ <user>
 //	n/queue-id                      (no parts)
+//	n/bootstrapped                  (no parts)
 //
 // Each part is its bytes with every 0x00 written as 0x00 0xff, then the
 // terminator 0x00 0x01:
@@ -40,18 +43,27 @@ import (
 // <args> is the binding's argument table in its AMQP encoding, part of the
 // binding's identity (RabbitMQ's too).
 //
+// Every kind whose first part is the vhost is listed in vhostMetaKinds:
+// deleting a vhost deletes every record under each of those prefixes.
+//
 // # Values
 //
 // Every value starts with a version byte (metaVersion). Then, with
 // bytes := uvarint(len) || len bytes:
 //
-//	vhost     (nothing)
+//	vhost     [bytes(description) bytes(default queue type) uvarint(n) bytes(tag)*n]
+//	          (a vhost written before metadata existed has none: all empty)
 //	exchange  bytes(type) flags(1: bit 0 auto-delete, bit 1 internal) bytes(args)
 //	queue     uvarint(queue id) flags(1: bit 0 auto-delete, bit 1 backlog) bytes(args)
 //	          [uvarint(n) uvarint(mark)*n]  delivered marks by priority level (marks.go)
 //	binding   (nothing: the key says it all)
 //	policy    the JSON document {"pattern","apply-to","priority","definition"}
 //	queue-id  uvarint(highest queue id ever given to a durable queue)
+//	user      bytes(hashing algorithm) bytes(password hash) uvarint(n) bytes(tag)*n
+//	          the algorithm by RabbitMQ's name (rabbit_password_hashing_sha256);
+//	          the hash as raw bytes, salt first; empty: the user has no password
+//	permission bytes(configure) bytes(write) bytes(read), the regexes' sources
+//	bootstrapped (nothing): Options.VHosts and Options.Users were created
 //
 // A queue's backlog flag was set, by a layout before the stored backlog
 // range (backlog.go), while dead letters waited for a route among its
@@ -68,10 +80,16 @@ const (
 	metaQueue    = "q/"
 	metaBinding  = "b/"
 	metaPolicy   = "p/"
+	metaPerm     = "a/"
+	metaUser     = "u/"
 	// metaQueueIDMark holds the highest queue id ever given to a durable
 	// queue, so ids are never reused after a restart even when that queue
 	// is gone (its entries could otherwise surface in a new queue).
 	metaQueueIDMark = "n/queue-id"
+	// metaBootstrapMark is written when the bootstrap vhosts and users
+	// have been created: they are created once, on a fresh data dir, as
+	// RabbitMQ's default_vhost and default_user.
+	metaBootstrapMark = "n/bootstrapped"
 
 	metaVersion byte = 1 // on-disk format; never renumber
 
@@ -85,6 +103,12 @@ const (
 	flagInternal   byte = 1 << 1 // on-disk format
 	flagBacklog    byte = 1 << 1 // on-disk format (queues)
 )
+
+// vhostMetaKinds lists the kinds whose records belong to one vhost (their
+// first part is the vhost's name). DeleteVHost removes every record under
+// metaKey(kind, vhost) for each of them, so a per-vhost kind added here is
+// deleted with its vhost without more code.
+var vhostMetaKinds = []string{metaExchange, metaQueue, metaBinding, metaPolicy, metaPerm}
 
 // errMetaCorrupt is wrapped by every decoding error of a definition
 // record or key: the store holds something this broker did not write.
@@ -387,4 +411,101 @@ func decodePolicyDef(v []byte) (policyDef, error) {
 		return d, fmt.Errorf("%w: policy document: %w", errMetaCorrupt, err)
 	}
 	return d, nil
+}
+
+// maxTags bounds the tag count a decoder accepts, so a corrupt count
+// cannot make it allocate without limit.
+const maxTags = 1 << 12
+
+func appendStrings(dst []byte, ss []string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ss)))
+	for _, s := range ss {
+		dst = appendBytes(dst, []byte(s))
+	}
+	return dst
+}
+
+func (r *recReader) strings() []string {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > maxTags || n > uint64(len(r.b)) { // each takes at least a byte
+		r.err = fmt.Errorf("%w: %d strings", errMetaCorrupt, n)
+		return nil
+	}
+	var out []string
+	for range n {
+		out = append(out, string(r.bytes()))
+	}
+	return out
+}
+
+// vhostDef is a vhost's metadata.
+type vhostDef struct {
+	Description, DefaultQueueType string
+	Tags                          []string
+}
+
+func encodeVHostDef(d vhostDef) []byte {
+	v := []byte{metaVersion}
+	if d.Description == "" && d.DefaultQueueType == "" && len(d.Tags) == 0 {
+		return v // the layout of a vhost before metadata
+	}
+	v = appendBytes(v, []byte(d.Description))
+	v = appendBytes(v, []byte(d.DefaultQueueType))
+	return appendStrings(v, d.Tags)
+}
+
+func decodeVHostDef(v []byte) (vhostDef, error) {
+	var d vhostDef
+	r := newRecReader(v)
+	if r.err == nil && len(r.b) > 0 {
+		d.Description = string(r.bytes())
+		d.DefaultQueueType = string(r.bytes())
+		d.Tags = r.strings()
+	}
+	return d, r.err
+}
+
+// userDef is a user's stored record.
+type userDef struct {
+	Algorithm string
+	Hash      []byte // salt ++ digest; empty: no password
+	Tags      []string
+}
+
+func encodeUserDef(d userDef) []byte {
+	v := appendBytes([]byte{metaVersion}, []byte(d.Algorithm))
+	v = appendBytes(v, d.Hash)
+	return appendStrings(v, d.Tags)
+}
+
+func decodeUserDef(v []byte) (userDef, error) {
+	r := newRecReader(v)
+	d := userDef{Algorithm: string(r.bytes())}
+	d.Hash = bytes.Clone(r.bytes())
+	d.Tags = r.strings()
+	if r.err != nil {
+		return d, r.err
+	}
+	if hashAlgorithm(d.Algorithm) == nil {
+		return d, fmt.Errorf("%w: unknown password hashing algorithm %q", errMetaCorrupt, d.Algorithm)
+	}
+	return d, nil
+}
+
+// permDef holds the sources of a permission's three patterns.
+type permDef struct{ Configure, Write, Read string }
+
+func encodePermDef(d permDef) []byte {
+	v := appendBytes([]byte{metaVersion}, []byte(d.Configure))
+	v = appendBytes(v, []byte(d.Write))
+	return appendBytes(v, []byte(d.Read))
+}
+
+func decodePermDef(v []byte) (permDef, error) {
+	r := newRecReader(v)
+	d := permDef{Configure: string(r.bytes()), Write: string(r.bytes()), Read: string(r.bytes())}
+	return d, r.err
 }

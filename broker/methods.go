@@ -159,6 +159,14 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if m.Queue == replyToQueue {
 		return ch.consumeReplyTo(m)
 	}
+	// A reused tag is refused before the queue's read permission is
+	// checked, as in rabbit_channel.
+	ch.mu.Lock()
+	_, dup := ch.consumers[m.ConsumerTag]
+	ch.mu.Unlock()
+	if dup && m.ConsumerTag != "" {
+		return amqp.Errorf(amqp.NotAllowed, "attempt to reuse consumer tag '%s'", m.ConsumerTag)
+	}
 	q, err := ch.readQueue(m.Queue)
 	if err != nil {
 		return err

@@ -4,7 +4,7 @@ import "testing"
 
 // ".*" is matched without a regexp, for its kind only; "" matches nothing.
 func TestPermissionPatternsPerKind(t *testing.T) {
-	p, err := NewPermission(".*", "^u-", "")
+	p, err := newPermission(".*", "^u-", "")
 	if err != nil {
 		t.Fatal(err)
 	}

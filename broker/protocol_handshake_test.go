@@ -315,8 +315,8 @@ func TestHandshakeFailuresLoggedAsCounts(t *testing.T) {
 
 func TestGuestLoopbackOnly(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Users: []broker.UserSpec{
-		{Name: "guest", Password: "guest", LoopbackOnly: true},
-		{Name: "remote", Password: "secret", LoopbackOnly: false},
+		{Name: "guest", Password: "guest"}, // loopback only by default
+		{Name: "remote", Password: "secret"},
 	}}})
 	far := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 40000}
 	near := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}

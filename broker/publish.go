@@ -100,8 +100,10 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		}
 		p.ttl = ttl
 	}
-	if props.Flags&amqp.FlagUserID != 0 && props.UserID != c.user.Name {
-		return nil, amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, c.user.Name)
+	// A user tagged impersonator may publish as anyone (rabbit_channel
+	// check_user_id_header).
+	if props.Flags&amqp.FlagUserID != 0 && props.UserID != c.userName && !c.user.Load().hasTag("impersonator") {
+		return nil, amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, c.userName)
 	}
 	keys := []string{m.RoutingKey}
 	rewrite := false

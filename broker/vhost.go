@@ -22,6 +22,9 @@ import (
 type VHost struct {
 	Name string
 	b    *Broker
+	// meta is the vhost's description, default queue type and tags;
+	// guarded by Broker.mu.
+	meta vhostDef
 
 	// policyMu serializes policy changes from computing the queues' new
 	// settings to installing them, so two changes cannot interleave and

@@ -96,11 +96,14 @@ type Log struct {
 
 // Auth is the [auth] table.
 type Auth struct {
-	// LoopbackUsers may connect only from a loopback address.
+	// LoopbackUsers may connect only from a loopback address, by name:
+	// a user created later through the HTTP API is covered too.
 	LoopbackUsers []string `toml:"loopback_users"`
 }
 
-// User is one [[users]] entry, created at start if absent. Exactly one of
+// User is one [[users]] entry, created on a fresh data dir (the first start,
+// as RabbitMQ's default_user); afterwards users are managed at run time and
+// the entries are not applied again. Exactly one of
 // Password and PasswordHash is set.
 type User struct {
 	Name         string   `toml:"name"`
@@ -109,7 +112,8 @@ type User struct {
 	Tags         []string `toml:"tags"`
 }
 
-// Vhost is one [[vhosts]] entry, created at start if absent.
+// Vhost is one [[vhosts]] entry, created on a fresh data dir (the first
+// start, as RabbitMQ's default_vhost).
 type Vhost struct {
 	Name string `toml:"name"`
 }

@@ -119,10 +119,13 @@
 //
 // [auth]
 //
-//	auth.loopback_users      ["guest"]       Users that may connect only from a loopback address.
+//	auth.loopback_users      ["guest"]       Users that may connect only from a loopback address,
+//	                                         by name: also users created later through the API.
 //
-// [[users]] — users created at start if absent; existing users are left as
-// they are. Default: one user guest, password guest, tag administrator.
+// [[users]] — users created on a fresh data dir, with full permissions on the
+// [[vhosts]], as RabbitMQ's default_user; later starts leave users as they
+// are (a deleted user stays deleted). Default: one user guest, password
+// guest, tag administrator.
 //
 //	users.name               (required)      Unique, non-empty.
 //	users.password           ""              Plain-text password, hashed before it is stored.
@@ -132,7 +135,8 @@
 //	users.tags               []              administrator, monitoring, policymaker, management,
 //	                                         impersonator, as in RabbitMQ.
 //
-// [[vhosts]] — virtual hosts created at start if absent. Default: "/".
+// [[vhosts]] — virtual hosts created on a fresh data dir, as RabbitMQ's
+// default_vhost. Default: "/".
 //
 //	vhosts.name              (required)      Unique, non-empty.
 package config

@@ -211,5 +211,6 @@ const (
 var LogFormats = []LogFormat{FormatText, FormatJSON}
 
 // UserTags lists the tags a bootstrap user may carry; they mean what they
-// mean in RabbitMQ.
+// mean in RabbitMQ. (Users made at run time may carry any tag, as in
+// RabbitMQ.)
 var UserTags = []string{"administrator", "monitoring", "policymaker", "management", "impersonator"}

@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"slices"
 	"syscall"
 	"time"
 
@@ -126,17 +125,16 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 
 	var users []broker.UserSpec
 	for _, u := range cfg.Users {
-		users = append(users, broker.UserSpec{
-			Name: u.Name, Password: u.Password, PasswordHash: u.PasswordHash, Tags: u.Tags,
-			LoopbackOnly: slices.Contains(cfg.Auth.LoopbackUsers, u.Name),
-		})
+		users = append(users, broker.UserSpec{Name: u.Name, Password: u.Password, PasswordHash: u.PasswordHash, Tags: u.Tags})
 	}
+	// A file's loopback_users = [] means none: nil would mean the default.
+	loopback := append([]string{}, cfg.Auth.LoopbackUsers...)
 	var vhosts []string
 	for _, v := range cfg.Vhosts {
 		vhosts = append(vhosts, v.Name)
 	}
 	b, err := broker.Open(broker.Options{
-		Store: st, Logger: log, VHosts: vhosts, Users: users,
+		Store: st, Logger: log, VHosts: vhosts, Users: users, LoopbackUsers: loopback,
 		MaxMessageSize:  int(cfg.AMQP.MaxMessageSize),
 		PageWindow:      pageWindow(cfg.Storage),
 		PageWindowBytes: int64(cfg.Storage.PageWindowBytes),

@@ -1,0 +1,247 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/store"
+)
+
+// VHostInfo is a vhost with its metadata, as RabbitMQ's HTTP API and
+// definitions carry it. DefaultQueueType is "" when unset (RabbitMQ shows
+// "undefined").
+type VHostInfo struct {
+	Name, Description, DefaultQueueType string
+	Tags                                []string
+}
+
+func (v *VHost) infoLocked() VHostInfo {
+	return VHostInfo{Name: v.Name, Description: v.meta.Description, DefaultQueueType: v.meta.DefaultQueueType, Tags: slices.Clone(v.meta.Tags)}
+}
+
+// bootstrap creates Options.VHosts and Options.Users (users, with full
+// permissions on those vhosts) if the store was never bootstrapped, and
+// marks it bootstrapped, in one durable batch. A store written before
+// users were stored has vhosts but no mark: it is bootstrapped too, its
+// vhosts kept as they are.
+func (b *Broker) bootstrap(users []*user) error {
+	if b.bootstrapped {
+		return nil
+	}
+	var mb metaBatch
+	b.mu.Lock()
+	for _, name := range b.opts.VHosts {
+		if b.vhosts[name] == nil {
+			v := newVHost(b, name)
+			v.meta = vhostDef{Description: "Default virtual host"}
+			b.vhosts[name] = v
+			mb.putVHost(name, v.meta)
+		}
+	}
+	for _, u := range users {
+		b.users[u.name] = u
+		mb.putUser(u)
+		for _, vhost := range b.opts.VHosts {
+			p, err := newPermission(".*", ".*", ".*")
+			if err != nil {
+				panic(err) // constant patterns
+			}
+			b.perms[permKey{user: u.name, vhost: vhost}] = p
+			mb.putPerm(vhost, u.name, p)
+		}
+	}
+	mb.put(metaBootstrapMark, []byte{metaVersion})
+	b.bootstrapped = true
+	w := b.startMeta(&mb)
+	b.mu.Unlock()
+	if err := w.waitErr(); err != nil {
+		return fmt.Errorf("store bootstrap vhosts and users: %w", err)
+	}
+	b.log.Info("fresh data dir: created the bootstrap vhosts and users", "vhosts", b.opts.VHosts, "users", len(users))
+	return nil
+}
+
+// VHosts returns every vhost, sorted by name. Safe for concurrent use.
+func (b *Broker) VHosts() []VHostInfo {
+	b.mu.RLock()
+	out := make([]VHostInfo, 0, len(b.vhosts))
+	for _, v := range b.vhosts {
+		out = append(out, v.infoLocked())
+	}
+	b.mu.RUnlock()
+	slices.SortFunc(out, func(a, b VHostInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// queueTypes are the values a vhost's default queue type may take
+// ("undefined", RabbitMQ's word for none, is stored as "").
+var queueTypes = []string{"", queueClassic, queueQuorum, queueStream}
+
+// PutVHost creates a vhost, or updates the metadata of one that exists,
+// and returns once that is durable. Unlike RabbitMQ's HTTP API (which
+// also gives the acting user full permissions on a vhost it creates) it
+// grants nothing: that is the caller's SetPermissions. An empty name or
+// an unknown default queue type is an *InvalidError.
+func (b *Broker) PutVHost(info VHostInfo) error {
+	if info.Name == "" {
+		return invalidf("vhost name must not be empty")
+	}
+	if info.DefaultQueueType == "undefined" {
+		info.DefaultQueueType = ""
+	}
+	if !slices.Contains(queueTypes, info.DefaultQueueType) {
+		return invalidf("unsupported default queue type '%s' for vhost '%s': want classic, quorum or stream", info.DefaultQueueType, info.Name)
+	}
+	d := vhostDef{Description: info.Description, DefaultQueueType: info.DefaultQueueType}
+	for _, t := range info.Tags {
+		if t != "" && !slices.Contains(d.Tags, t) {
+			d.Tags = append(d.Tags, t)
+		}
+	}
+	b.authMu.Lock()
+	defer b.authMu.Unlock()
+	b.mu.Lock()
+	v := b.vhosts[info.Name]
+	created := v == nil
+	var old vhostDef
+	if created {
+		v = newVHost(b, info.Name)
+		b.vhosts[info.Name] = v
+	} else {
+		old = v.meta
+	}
+	v.meta = d
+	var mb metaBatch
+	mb.putVHost(info.Name, d)
+	w := b.startMeta(&mb)
+	b.mu.Unlock()
+	if err := w.waitErr(); err != nil {
+		b.mu.Lock()
+		if created {
+			delete(b.vhosts, info.Name)
+		} else {
+			v.meta = old
+		}
+		b.mu.Unlock()
+		return fmt.Errorf("put vhost '%s': %w", info.Name, err)
+	}
+	return nil
+}
+
+// DeleteVHost deletes a vhost with everything in it: its connections are
+// closed (320 CONNECTION_FORCED, as RabbitMQ), then its queues with their
+// messages, exchanges, bindings, policies, permissions and every other
+// record of the kinds in vhostMetaKinds go. It returns once the deletion
+// is durable and the connections have ended.
+//
+// The vhost's record goes first, with its permissions: from then on no
+// connection opens to it, and a crash part-way leaves records of an
+// unknown vhost, which recovery drops. Its connections are waited for
+// before its contents go, so no operation of theirs adds to it after.
+func (b *Broker) DeleteVHost(name string) error {
+	b.authMu.Lock()
+	defer b.authMu.Unlock()
+	b.mu.Lock()
+	v := b.vhosts[name]
+	if v == nil {
+		b.mu.Unlock()
+		return notFoundf("no vhost '%s'", name)
+	}
+	delete(b.vhosts, name)
+	var mb metaBatch
+	mb.deleteVHost(name)
+	oldPerms := map[permKey]*permission{}
+	for k, p := range b.perms {
+		if k.vhost == name {
+			oldPerms[k] = p
+			delete(b.perms, k)
+			mb.deletePerm(k.vhost, k.user)
+		}
+	}
+	var conns []*conn
+	for c := range b.conns {
+		if c.vhost == v {
+			c.perm.Store(nil) // until it is gone it may do nothing
+			conns = append(conns, c)
+		}
+	}
+	w := b.startMeta(&mb)
+	b.mu.Unlock()
+	if err := w.waitErr(); err != nil {
+		b.mu.Lock()
+		b.vhosts[name] = v
+		for k, p := range oldPerms {
+			b.perms[k] = p
+		}
+		b.refreshConnPermsLocked(func(c *conn) bool { return c.vhost == v })
+		b.mu.Unlock()
+		return fmt.Errorf("delete vhost '%s': %w", name, err)
+	}
+	for _, c := range conns {
+		c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "vhost '%s' is deleted", name))
+	}
+	for _, c := range conns {
+		<-c.done
+	}
+	if err := b.deleteVHostContents(v); err != nil {
+		return fmt.Errorf("delete vhost '%s': %w", name, err)
+	}
+	return nil
+}
+
+// deleteVHostContents deletes the queues (with their stored messages),
+// exchanges, bindings and policies of v, which is no longer reachable,
+// then every record left under v's prefix of each vhostMetaKinds kind.
+func (b *Broker) deleteVHostContents(v *VHost) error {
+	v.mu.RLock()
+	queues := make([]*Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		queues = append(queues, q)
+	}
+	v.mu.RUnlock()
+	for _, q := range queues {
+		q.mu.Lock()
+		q.closing = true // takes no new consumer
+		q.mu.Unlock()
+		_, w := b.deleteQueue(q)
+		if err := w.waitErr(); err != nil {
+			return fmt.Errorf("delete queue '%s': %w", q.Name, err)
+		}
+	}
+	v.policyMu.Lock()
+	v.mu.Lock()
+	var mb metaBatch
+	for _, x := range v.exchanges {
+		if v.exchanges[x.Name] == x { // not auto-deleted meanwhile
+			v.deleteExchangeLocked(x, &mb)
+		}
+	}
+	for pname := range v.policies {
+		mb.deletePolicy(v.Name, pname)
+	}
+	clear(v.policies)
+	w := b.startMeta(&mb)
+	v.mu.Unlock()
+	v.policyMu.Unlock()
+	// Once this write is done, so is every earlier one: the scan below
+	// sees all the vhost's records.
+	if err := w.waitErr(); err != nil {
+		return err
+	}
+	var rest metaBatch
+	for _, kind := range vhostMetaKinds {
+		err := b.store.ScanMeta(metaKey(kind, v.Name), func(key string, _ []byte) bool {
+			rest.del(key)
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("scan definitions of vhost: %w", err)
+		}
+	}
+	if len(rest.ops) > 0 {
+		b.log.Info("deleted vhost: removing records left in the store", "vhost", v.Name, "records", len(rest.ops))
+	}
+	return b.startWrite(&store.Batch{Meta: rest.ops}).waitErr()
+}

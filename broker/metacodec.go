@@ -26,6 +26,7 @@ import (
 //	q/ <vhost> <queue>
 //	b/ <vhost> <source> <"q"|"x"> <destination> <routing key> <args>
 //	p/ <vhost> <policy>
+//	o/ <vhost> <operator policy>
 //	n/queue-id                      (no parts)
 //
 // Each part is its bytes with every 0x00 written as 0x00 0xff, then the
@@ -51,6 +52,7 @@ import (
 //	          [uvarint(n) uvarint(mark)*n]  delivered marks by priority level (marks.go)
 //	binding   (nothing: the key says it all)
 //	policy    the JSON document {"pattern","apply-to","priority","definition"}
+//	          (operator policies alike)
 //	queue-id  uvarint(highest queue id ever given to a durable queue)
 //
 // A queue's backlog flag was set, by a layout before the stored backlog
@@ -68,6 +70,8 @@ const (
 	metaQueue    = "q/"
 	metaBinding  = "b/"
 	metaPolicy   = "p/"
+	// metaOperatorPolicy holds operator policies, as metaPolicy policies.
+	metaOperatorPolicy = "o/" // on-disk format; never renumber
 	// metaQueueIDMark holds the highest queue id ever given to a durable
 	// queue, so ids are never reused after a restart even when that queue
 	// is gone (its entries could otherwise surface in a new queue).
@@ -85,6 +89,11 @@ const (
 	flagInternal   byte = 1 << 1 // on-disk format
 	flagBacklog    byte = 1 << 1 // on-disk format (queues)
 )
+
+// vhostMetaKinds are the kinds whose keys start with a vhost part:
+// DeleteVHost deletes the records of each (ScanMeta by kind and the
+// vhost's part lists them). A new per-vhost kind must be added here.
+var vhostMetaKinds = []string{metaExchange, metaQueue, metaBinding, metaPolicy, metaOperatorPolicy}
 
 // errMetaCorrupt is wrapped by every decoding error of a definition
 // record or key: the store holds something this broker did not write.

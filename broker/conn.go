@@ -28,8 +28,8 @@ type conn struct {
 	cancelNotify bool
 	// done is closed when Closed has run: the connection does nothing
 	// more (DeleteVHost waits for it).
-	done chan struct{}
-	opened       time.Time
+	done   chan struct{}
+	opened time.Time
 
 	mu        sync.Mutex
 	channels  map[uint16]*channel

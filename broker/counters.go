@@ -1,6 +1,9 @@
 package broker
 
-import "sync/atomic"
+import (
+	"maps"
+	"sync/atomic"
+)
 
 // Dead-letter reasons as they appear in x-death.
 const (
@@ -102,6 +105,14 @@ type QueueStats struct {
 	DeadLettered map[string]uint64
 	// Policy is the name of the policy applied, "" if none.
 	Policy string
+	// OperatorPolicy is the name of the operator policy applied, "" if
+	// none.
+	OperatorPolicy string
+	// EffectivePolicyDefinition is the policy and the operator policy
+	// merged key by key (RabbitMQ's effective_policy_definition; not
+	// combined with the queue's arguments), nil when neither applies. The
+	// map is the caller's.
+	EffectivePolicyDefinition map[string]any
 }
 
 // QueueStats returns the counters of a queue, false if it does not exist.
@@ -117,8 +128,10 @@ func (b *Broker) QueueStats(vhost, name string) (QueueStats, bool) {
 		return QueueStats{}, false
 	}
 	q.mu.Lock()
+	cfg := q.config()
 	st := QueueStats{Ready: q.ready.Len(), Unacked: q.unacked, Consumers: len(q.consumers), DeadLetterBacklog: q.backlogLen(),
-		DeadLettered: map[string]uint64{}, Policy: q.config().policy}
+		DeadLettered: map[string]uint64{}, Policy: cfg.policy, OperatorPolicy: cfg.opPolicy,
+		EffectivePolicyDefinition: maps.Clone(cfg.effective)}
 	q.mu.Unlock()
 	for i, r := range reasons {
 		st.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()

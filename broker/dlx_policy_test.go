@@ -5,6 +5,7 @@ package broker_test
 // argument routing key, no write permission).
 
 import (
+	"fmt"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -26,8 +27,10 @@ func dsPolicy(e *dsEnv) {
 	e.wantCounters(map[string]uint64{"discarded.rejected": 1, "dropped.no_dlx": 1})
 	e.policy(broker.Policy{Name: "dlx", Pattern: "^src$", ApplyTo: "queues",
 		Definition: map[string]any{"dead-letter-exchange": "dlx", "dead-letter-routing-key": "dlq"}})
-	if st, _ := e.b.Broker.QueueStats("/", "src"); st.Policy != "dlx" {
-		e.t.Fatalf("policy %q applied, want dlx", st.Policy)
+	if st, _ := e.b.Broker.QueueStats("/", "src"); st.Policy != "dlx" || st.OperatorPolicy != "" ||
+		fmt.Sprint(st.EffectivePolicyDefinition) != "map[dead-letter-exchange:dlx dead-letter-routing-key:dlq]" {
+		e.t.Fatalf("policy %q, operator policy %q, effective definition %v applied; want dlx, none, the policy's",
+			st.Policy, st.OperatorPolicy, st.EffectivePolicyDefinition)
 	}
 	e.nack(ds[1], false, false)
 	d := e.get("dlq", "p2")[0]
@@ -55,6 +58,10 @@ func dsIgnorePolicy(e *dsEnv) {
 }
 
 func dsArgumentsWin(e *dsEnv) {
+	// The policy applies (and shows), but the arguments win key by key.
+	if st, _ := e.b.Broker.QueueStats("/", "src"); st.Policy != "loop" {
+		e.t.Fatalf("policy %q applied, want loop", st.Policy)
+	}
 	e.publish("src", "p1")
 	e.nack(e.get("src", "p1")[0], false, false)
 	d := e.get("dlq", "p1")[0]

@@ -56,7 +56,11 @@ func (d *DefsForTest) ExchangeBinding(vhost, source, dest, key string) {
 }
 
 func (d *DefsForTest) Policy(vhost, name, pattern string, def map[string]any) {
-	d.m.putPolicy(vhost, &Policy{Name: name, Pattern: pattern, ApplyTo: "all", Definition: def})
+	d.m.putPolicy(metaPolicy, vhost, &Policy{Name: name, Pattern: pattern, ApplyTo: "all", Definition: def})
+}
+
+func (d *DefsForTest) OperatorPolicy(vhost, name, pattern string, def map[string]any) {
+	d.m.putPolicy(metaOperatorPolicy, vhost, &Policy{Name: name, Pattern: pattern, ApplyTo: "all", Definition: def})
 }
 
 // Ops returns the records built so far.

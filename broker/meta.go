@@ -55,11 +55,12 @@ func (m *metaBatch) putBinding(vhost string, b *Binding) {
 
 func (m *metaBatch) deleteBinding(vhost string, b *Binding) { m.del(bindingKey(vhost, b)) }
 
-func (m *metaBatch) putPolicy(vhost string, p *Policy) {
-	m.put(metaKey(metaPolicy, vhost, p.Name), encodePolicyDef(p))
+// putPolicy writes a policy of kind (metaPolicy or metaOperatorPolicy).
+func (m *metaBatch) putPolicy(kind, vhost string, p *Policy) {
+	m.put(metaKey(kind, vhost, p.Name), encodePolicyDef(p))
 }
 
-func (m *metaBatch) deletePolicy(vhost, name string) { m.del(metaKey(metaPolicy, vhost, name)) }
+func (m *metaBatch) deletePolicy(kind, vhost, name string) { m.del(metaKey(kind, vhost, name)) }
 
 // storeWrite is a batch handed to the store, whose completion is awaited
 // later. A nil *storeWrite is a write of nothing, complete at once.
@@ -118,8 +119,8 @@ func (w *storeWrite) wait() *amqp.Error {
 }
 
 // recoverDefinitions rebuilds vhosts, users, permissions, durable
-// exchanges, queues, bindings and policies from the store, then each
-// durable queue's entries.
+// exchanges, queues, bindings, policies and operator policies from the
+// store, then each durable queue's entries.
 //
 // A definition whose vhost, queue or exchange is missing (a binding to a
 // queue that is gone, say) is dropped with a warning and deleted from the
@@ -280,23 +281,25 @@ func (b *Broker) recoverDefinitions() error {
 		src.addBinding(bd)
 		return nil
 	})
-	scan(metaPolicy, 2, func(k string, p []string, v []byte) error {
-		d, err := decodePolicyDef(v)
-		if err != nil {
-			return err
-		}
-		vh := b.vhosts[p[0]]
-		if vh == nil {
-			dangling(k, "policy in unknown vhost", "vhost", p[0], "policy", p[1])
+	for _, k := range []*policyKind{userPolicies, operatorPolicies} {
+		scan(k.meta, 2, func(key string, p []string, v []byte) error {
+			d, err := decodePolicyDef(v)
+			if err != nil {
+				return err
+			}
+			vh := b.vhosts[p[0]]
+			if vh == nil {
+				dangling(key, k.what+" in unknown vhost", "vhost", p[0], "policy", p[1])
+				return nil
+			}
+			pol := &Policy{Name: p[1], Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
+			if err := validatePolicy(pol, k.operator); err != nil {
+				return fmt.Errorf("stored %s: %w", k.what, err)
+			}
+			vh.policiesForWriteLocked(k)[pol.Name] = pol
 			return nil
-		}
-		pol := &Policy{Name: p[1], Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
-		if err := validatePolicy(pol); err != nil {
-			return fmt.Errorf("stored policy: %w", err)
-		}
-		vh.policies[pol.Name] = pol
-		return nil
-	})
+		})
+	}
 	if err != nil {
 		return err
 	}

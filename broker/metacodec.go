@@ -26,6 +26,7 @@ import (
 //	q/ <vhost> <queue>
 //	b/ <vhost> <source> <"q"|"x"> <destination> <routing key> <args>
 //	p/ <vhost> <policy>
+//	o/ <vhost> <operator policy>
 //	a/ <vhost> <user>                a user's permissions in a vhost
 //	u/ <user>
 //	n/queue-id                      (no parts)
@@ -58,6 +59,7 @@ import (
 //	          [uvarint(n) uvarint(mark)*n]  delivered marks by priority level (marks.go)
 //	binding   (nothing: the key says it all)
 //	policy    the JSON document {"pattern","apply-to","priority","definition"}
+//	          (operator policies alike)
 //	queue-id  uvarint(highest queue id ever given to a durable queue)
 //	user      bytes(hashing algorithm) bytes(password hash) uvarint(n) bytes(tag)*n
 //	          the algorithm by RabbitMQ's name (rabbit_password_hashing_sha256);
@@ -82,6 +84,8 @@ const (
 	metaPolicy   = "p/"
 	metaPerm     = "a/"
 	metaUser     = "u/"
+	// metaOperatorPolicy holds operator policies, as metaPolicy policies.
+	metaOperatorPolicy = "o/" // on-disk format; never renumber
 	// metaQueueIDMark holds the highest queue id ever given to a durable
 	// queue, so ids are never reused after a restart even when that queue
 	// is gone (its entries could otherwise surface in a new queue).
@@ -108,7 +112,7 @@ const (
 // first part is the vhost's name). DeleteVHost removes every record under
 // metaKey(kind, vhost) for each of them, so a per-vhost kind added here is
 // deleted with its vhost without more code.
-var vhostMetaKinds = []string{metaExchange, metaQueue, metaBinding, metaPolicy, metaPerm}
+var vhostMetaKinds = []string{metaExchange, metaQueue, metaBinding, metaPolicy, metaOperatorPolicy, metaPerm}
 
 // errMetaCorrupt is wrapped by every decoding error of a definition
 // record or key: the store holds something this broker did not write.

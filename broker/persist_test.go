@@ -341,6 +341,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 	d.Queue("nohost", "lost-q", lost)
 	d.Exchange("nohost", "lost-x", "fanout")
 	d.Policy("nohost", "lost-p", ".*", map[string]any{"max-length": 1})
+	d.OperatorPolicy("nohost", "lost-op", ".*", map[string]any{"max-length": 1})
 	d.QueueBinding("nohost", "amq.direct", "lost-q", "k")
 	d.QueueBinding("/", "nox", "keep", "from-unknown-exchange")
 	d.QueueBinding("/", "amq.direct", "noq", "to-unknown-queue")
@@ -366,6 +367,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 		`recovery: dropping binding to unknown queue vhost="/" source="amq.direct" queue="noq" routing_key="to-unknown-queue"`,
 		`recovery: dropping binding from unknown exchange vhost="/" source="nox" destination="keep" routing_key="from-unknown-exchange"`,
 		`recovery: dropping policy in unknown vhost vhost="nohost" policy="lost-p"`,
+		`recovery: dropping operator policy in unknown vhost vhost="nohost" policy="lost-op"`,
 	}
 	got := logs.take()
 	slices.Sort(got)

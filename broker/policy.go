@@ -2,45 +2,29 @@ package broker
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"regexp"
 	"slices"
-	"strconv"
-	"strings"
-
-	"github.com/brokerd/brokerd/overflow"
 )
 
 // Policy is a vhost-wide rule that sets queue (and exchange) behaviour by
-// name pattern, as RabbitMQ's policies do (SPEC §6, reference §3).
+// name pattern, as RabbitMQ's policies do (SPEC §6, reference §3). The
+// same type carries operator policies (opolicy.go).
 type Policy struct {
+	// VHost is the policy's vhost, filled in by Policies and
+	// OperatorPolicies; SetPolicy and SetOperatorPolicy ignore it.
+	VHost    string
 	Name     string
 	Pattern  string // regular expression, unanchored
 	ApplyTo  string // all (default), queues, exchanges, classic_queues, quorum_queues
 	Priority int
-	// Definition maps policy keys to values: strings, or numbers as int,
-	// int64 or integral float64 (JSON numbers).
+	// Definition maps policy keys (policykeys.go) to values: strings,
+	// booleans, lists, or numbers as Go integers, integral float64 or
+	// json.Number.
 	Definition map[string]any
 
 	re *regexp.Regexp
-}
-
-// Policy keys and whether they apply to queues or exchanges.
-var policyKeys = map[string]string{
-	"dead-letter-exchange":    "queue",
-	"dead-letter-routing-key": "queue",
-	"dead-letter-strategy":    "queue",
-	"message-ttl":             "queue",
-	"expires":                 "queue",
-	"max-length":              "queue",
-	"max-length-bytes":        "queue",
-	"overflow":                "queue",
-	"delivery-limit":          "queue",
-	"consumer-timeout":        "queue",
-	"alternate-exchange":      "exchange",
 }
 
 // PolicyError is a policy refused at set time; Msg is the reason in
@@ -49,29 +33,9 @@ type PolicyError = InvalidError
 
 func policyErr(format string, args ...any) error { return invalidf(format, args...) }
 
-// policyInt reads an integer policy value (JSON numbers arrive as float64).
-func policyInt(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int:
-		return int64(n), true
-	case int64:
-		return n, true
-	case int32:
-		return int64(n), true
-	case float64:
-		if n == math.Trunc(n) && !math.IsInf(n, 0) && math.Abs(n) < 1<<62 {
-			return int64(n), true
-		}
-	case json.Number:
-		i, err := n.Int64()
-		return i, err == nil
-	}
-	return 0, false
-}
-
-// validatePolicy checks a policy as RabbitMQ's rabbit_policies validators
-// do, with their texts.
-func validatePolicy(p *Policy) error {
+// validatePolicy checks a policy as RabbitMQ's rabbit_policy validation
+// does, with its texts; operator selects the operator policies' keys.
+func validatePolicy(p *Policy, operator bool) error {
 	if p.Name == "" {
 		return policyErr("policy name must not be empty")
 	}
@@ -87,92 +51,13 @@ func validatePolicy(p *Policy) error {
 	default:
 		return policyErr("%q is not a valid apply-to value", p.ApplyTo)
 	}
-	if len(p.Definition) == 0 {
-		return policyErr("no policy provided")
-	}
-	// As rabbit_policy: known keys' values first, then unknown keys; in
-	// key order, so the error reported is stable.
-	keys := slices.Sorted(maps.Keys(p.Definition))
-	var unknown []string
-	for _, k := range keys {
-		if _, ok := policyKeys[k]; !ok {
-			unknown = append(unknown, "{"+erlTerm(k)+","+erlTerm(p.Definition[k])+"}")
-		} else if err := validatePolicyValue(k, p.Definition[k]); err != nil {
-			return err
-		}
-	}
-	if len(unknown) > 0 {
-		return policyErr("[%s] are not recognised policy settings", strings.Join(unknown, ","))
-	}
-	return nil
-}
-
-// erlTerm renders a policy value as RabbitMQ's messages print the decoded
-// JSON term (Erlang ~p): strings as binaries, <<"x">>.
-func erlTerm(v any) string {
-	switch x := v.(type) {
-	case string:
-		return "<<" + erlString(x) + ">>"
-	case nil:
-		return "null"
-	case float64:
-		if n, ok := policyInt(x); ok {
-			return strconv.FormatInt(n, 10)
-		}
-		return strconv.FormatFloat(x, 'g', -1, 64)
-	}
-	return fmt.Sprint(v)
-}
-
-func validatePolicyValue(k string, v any) error {
-	str := func() (string, bool) { s, ok := v.(string); return s, ok }
-	num := func(min int64, what string) error {
-		n, ok := policyInt(v)
-		if !ok || n < min {
-			return policyErr("%s is not a valid %s", erlTerm(v), what)
-		}
-		return nil
-	}
-	switch k {
-	case "message-ttl":
-		return num(0, "message TTL")
-	case "expires":
-		return num(1, "queue expiry")
-	case "max-length":
-		return num(0, "maximum length")
-	case "max-length-bytes":
-		return num(0, "maximum length in bytes")
-	case "delivery-limit":
-		return num(math.MinInt64, "delivery limit")
-	case "consumer-timeout":
-		return num(0, "consumer timeout")
-	case "overflow":
-		s, _ := str()
-		if _, err := overflow.ParseMode(s); err != nil {
-			return policyErr("%s is not a valid overflow value", erlTerm(v))
-		}
-	case "dead-letter-exchange":
-		if _, ok := str(); !ok {
-			return policyErr("%s is not a valid dead letter exchange name", erlTerm(v))
-		}
-	case "dead-letter-routing-key":
-		if _, ok := str(); !ok {
-			return policyErr("%s is not a valid dead letter routing key", erlTerm(v))
-		}
-	case "dead-letter-strategy":
-		if s, _ := str(); s != "at-most-once" && s != "at-least-once" {
-			return policyErr("%s is not a valid dead letter strategy", erlTerm(v))
-		}
-	case "alternate-exchange":
-		if _, ok := str(); !ok {
-			return policyErr("%s is not a valid alternate exchange name", erlTerm(v))
-		}
-	}
-	return nil
+	return validateDefinition(p.Definition, operator)
 }
 
 // appliesToQueue reports whether p matches queue q (P1): pattern, apply-to,
-// and every key a queue key.
+// and every key supported by the queue's type. A key that configures
+// exchanges does not stop a policy from applying to queues, as in
+// RabbitMQ: it is ignored there.
 func (p *Policy) appliesToQueue(name, qtype string) bool {
 	switch p.ApplyTo {
 	case "all", "queues":
@@ -188,7 +73,8 @@ func (p *Policy) appliesToQueue(name, qtype string) bool {
 		return false
 	}
 	for k := range p.Definition {
-		if policyKeys[k] != "queue" {
+		pk := policyKeys[k]
+		if (qtype == queueQuorum && pk.notQuorum) || (qtype != queueQuorum && pk.notClassic) {
 			return false
 		}
 	}
@@ -203,7 +89,7 @@ func (p *Policy) appliesToExchange(name string) bool {
 }
 
 // bestPolicy returns the highest-priority policy matching (ties broken by
-// name, so the choice is stable).
+// name, so the choice is stable; RabbitMQ leaves it undefined).
 func bestPolicy(ps []*Policy, match func(*Policy) bool) *Policy {
 	var best *Policy
 	for _, p := range ps {
@@ -217,7 +103,7 @@ func bestPolicy(ps []*Policy, match func(*Policy) bool) *Policy {
 	return best
 }
 
-// sortedPolicies returns a vhost's policies by name.
+// sortedPolicies returns a vhost's policies of one kind by name.
 func sortedPolicies(m map[string]*Policy) []*Policy {
 	out := make([]*Policy, 0, len(m))
 	for _, p := range m {
@@ -235,41 +121,94 @@ type policyDef struct {
 	Definition map[string]any `json:"definition"`
 }
 
+// policyKind is one of a vhost's two sets of policies: the user policies
+// (RabbitMQ's "policy" parameters) or the operator policies
+// ("operator_policy").
+type policyKind struct {
+	operator bool
+	meta     string // meta key kind (metacodec.go)
+	what     string // in messages
+}
+
+var (
+	userPolicies     = &policyKind{meta: metaPolicy, what: "policy"}
+	operatorPolicies = &policyKind{operator: true, meta: metaOperatorPolicy, what: "operator policy"}
+)
+
+// policiesLocked returns v's policies of kind k; nil (empty) for operator
+// policies until one is set. Caller holds v.mu, shared at least.
+func (v *VHost) policiesLocked(k *policyKind) map[string]*Policy {
+	if k.operator {
+		return v.opPolicies
+	}
+	return v.policies
+}
+
+// policiesForWriteLocked is policiesLocked, creating the operator policies'
+// map. Caller holds v.mu exclusively.
+func (v *VHost) policiesForWriteLocked(k *policyKind) map[string]*Policy {
+	if k.operator && v.opPolicies == nil {
+		v.opPolicies = make(map[string]*Policy)
+	}
+	return v.policiesLocked(k)
+}
+
 // SetPolicy adds or replaces a policy of vhost and applies it at once to
 // existing queues and exchanges: limits are re-checked (drop-head may evict
 // now), the dead letter exchange switches, waiting dead letters are retried.
-// An invalid policy is refused with a *PolicyError and changes nothing.
+// It returns once the policy is durable. An invalid policy is refused with
+// a *PolicyError and changes nothing; an unknown vhost with an error
+// wrapping ErrNotFound. Safe for concurrent use.
 func (b *Broker) SetPolicy(vhost string, p Policy) error {
+	return b.setPolicy(userPolicies, vhost, p)
+}
+
+// ClearPolicy removes a policy; queues fall back to their arguments (or the
+// next matching policy) at once. A missing vhost or policy is an error
+// wrapping ErrNotFound.
+func (b *Broker) ClearPolicy(vhost, name string) error {
+	return b.clearPolicy(userPolicies, vhost, name)
+}
+
+// Policies returns the policies of vhost by name, or, for vhost "", every
+// vhost's, by vhost then name. An unknown vhost has none.
+func (b *Broker) Policies(vhost string) []Policy {
+	return b.listPolicies(userPolicies, vhost)
+}
+
+func (b *Broker) setPolicy(k *policyKind, vhost string, p Policy) error {
 	v := b.VHost(vhost)
 	if v == nil {
 		return notFoundf("no vhost '%s'", vhost)
 	}
+	p.VHost = ""
 	p.Definition = maps.Clone(p.Definition)
-	if err := validatePolicy(&p); err != nil {
+	if err := validatePolicy(&p, k.operator); err != nil {
 		return err
 	}
+	// policyMu makes the change, its store write and its application to
+	// the queues one step with respect to other policy changes.
 	v.policyMu.Lock()
 	defer v.policyMu.Unlock()
 	v.mu.Lock()
-	old := v.policies[p.Name]
-	v.policies[p.Name] = &p
+	m := v.policiesForWriteLocked(k)
+	old := m[p.Name]
+	m[p.Name] = &p
 	var mb metaBatch
-	mb.putPolicy(vhost, &p)
+	mb.putPolicy(k.meta, vhost, &p)
 	w := b.startMeta(&mb)
 	v.mu.Unlock()
 	if err := w.wait(); err != nil {
-		v.restorePolicy(p.Name, old)
+		v.restorePolicy(k, p.Name, old)
 		b.applyPolicies(v) // a queue declared meanwhile may have taken it
-		return err
+		return fmt.Errorf("set %s '%s' in vhost '%s': %w", k.what, p.Name, vhost, err)
 	}
 	b.applyPolicies(v)
 	v.topoGen.Add(1)
 	return nil
 }
 
-// ClearPolicy removes a policy; queues fall back to their arguments (or the
-// next matching policy) at once.
-func (b *Broker) ClearPolicy(vhost, name string) error {
+func (b *Broker) clearPolicy(k *policyKind, vhost, name string) error {
 	v := b.VHost(vhost)
 	if v == nil {
 		return notFoundf("no vhost '%s'", vhost)
@@ -277,20 +216,21 @@ func (b *Broker) ClearPolicy(vhost, name string) error {
 	v.policyMu.Lock()
 	defer v.policyMu.Unlock()
 	v.mu.Lock()
-	old := v.policies[name]
+	m := v.policiesForWriteLocked(k)
+	old := m[name]
 	if old == nil {
 		v.mu.Unlock()
-		return notFoundf("no policy '%s' in vhost '%s'", name, vhost)
+		return notFoundf("no %s '%s' in vhost '%s'", k.what, name, vhost)
 	}
-	delete(v.policies, name)
+	delete(m, name)
 	var mb metaBatch
-	mb.deletePolicy(vhost, name)
+	mb.deletePolicy(k.meta, vhost, name)
 	w := b.startMeta(&mb)
 	v.mu.Unlock()
 	if err := w.wait(); err != nil {
-		v.restorePolicy(name, old)
+		v.restorePolicy(k, name, old)
 		b.applyPolicies(v)
-		return err
+		return fmt.Errorf("clear %s '%s' in vhost '%s': %w", k.what, name, vhost, err)
 	}
 	b.applyPolicies(v)
 	v.topoGen.Add(1)
@@ -300,41 +240,70 @@ func (b *Broker) ClearPolicy(vhost, name string) error {
 // restorePolicy undoes a policy change the store failed to take (the
 // policy was never applied to queues). Caller holds v.policyMu, so no other
 // change came in between.
-func (v *VHost) restorePolicy(name string, old *Policy) {
+func (v *VHost) restorePolicy(k *policyKind, name string, old *Policy) {
 	v.mu.Lock()
+	m := v.policiesForWriteLocked(k)
 	if old != nil {
-		v.policies[name] = old
+		m[name] = old
 	} else {
-		delete(v.policies, name)
+		delete(m, name)
 	}
 	v.mu.Unlock()
 }
 
-// Policies returns the policies of vhost, by name.
-func (b *Broker) Policies(vhost string) []Policy {
-	v := b.VHost(vhost)
-	if v == nil {
-		return nil
+func (b *Broker) listPolicies(k *policyKind, vhost string) []Policy {
+	var vs []*VHost
+	if vhost != "" {
+		if v := b.VHost(vhost); v != nil {
+			vs = append(vs, v)
+		}
+	} else {
+		b.mu.RLock()
+		for _, v := range b.vhosts {
+			vs = append(vs, v)
+		}
+		b.mu.RUnlock()
+		slices.SortFunc(vs, func(a, b *VHost) int { return cmp.Compare(a.Name, b.Name) })
 	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var out []Policy
-	for _, p := range sortedPolicies(v.policies) {
-		c := *p
-		c.Definition = maps.Clone(p.Definition)
-		out = append(out, c)
+	for _, v := range vs {
+		v.mu.RLock()
+		for _, p := range sortedPolicies(v.policiesLocked(k)) {
+			c := *p
+			c.VHost = v.Name
+			c.Definition = maps.Clone(p.Definition)
+			out = append(out, c)
+		}
+		v.mu.RUnlock()
 	}
 	return out
 }
 
-// policyForQueueLocked returns the policy that applies to a queue. Caller
-// holds v.mu.
-func (v *VHost) policyForQueueLocked(name, qtype string) *Policy {
-	return bestPolicy(sortedPolicies(v.policies), func(p *Policy) bool { return p.appliesToQueue(name, qtype) })
+// queuePolicies are the policies in force on one queue (P2): the user
+// policy and the operator policy of highest priority that apply to it,
+// each nil when none does.
+type queuePolicies struct{ user, op *Policy }
+
+// queuePoliciesOf picks a queue's policies among ps and ops (sorted by
+// name).
+func queuePoliciesOf(ps, ops []*Policy, name, qtype string) *queuePolicies {
+	match := func(p *Policy) bool { return p.appliesToQueue(name, qtype) }
+	qp := &queuePolicies{user: bestPolicy(ps, match), op: bestPolicy(ops, match)}
+	if qp.user == nil && qp.op == nil {
+		return nil
+	}
+	return qp
+}
+
+// policyForQueueLocked returns the policies that apply to a queue, nil when
+// none does. Caller holds v.mu.
+func (v *VHost) policyForQueueLocked(name, qtype string) *queuePolicies {
+	return queuePoliciesOf(sortedPolicies(v.policies), sortedPolicies(v.opPolicies), name, qtype)
 }
 
 // applyPolicyLocked sets x's policy alternate exchange from the policies
-// ps of its vhost (sorted by name). Caller holds v.mu.
+// ps of its vhost (sorted by name). Operator policies hold no exchange
+// key. Caller holds v.mu.
 func (x *Exchange) applyPolicyLocked(ps []*Policy) {
 	x.policyAE, x.hasPolicyAE = "", false
 	if p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToExchange(x.Name) }); p != nil {
@@ -349,7 +318,7 @@ func (x *Exchange) applyPolicyLocked(ps []*Policy) {
 // recovery).
 func (b *Broker) applyPolicies(v *VHost) {
 	v.mu.Lock()
-	ps := sortedPolicies(v.policies)
+	ps, ops := sortedPolicies(v.policies), sortedPolicies(v.opPolicies)
 	for _, x := range v.exchanges {
 		x.applyPolicyLocked(ps)
 	}
@@ -359,8 +328,7 @@ func (b *Broker) applyPolicies(v *VHost) {
 	}
 	var changes []change
 	for _, q := range v.queues {
-		p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToQueue(q.Name, q.qtype) })
-		changes = append(changes, change{q, resolveQueueConfig(q.qtype, q.Args, p)})
+		changes = append(changes, change{q, resolveQueueConfig(q.qtype, q.Args, queuePoliciesOf(ps, ops, q.Name, q.qtype))})
 	}
 	v.mu.Unlock()
 	for _, c := range changes {

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -86,24 +87,43 @@ func TestPolicyMatching(t *testing.T) {
 	tlWantPolicy(t, b, "prio-q", "p-neg")
 	tlWantReady(t, b, "prio-q", 0)
 
-	// A policy with a key queues don't support (alternate-exchange) does
-	// not apply to queues at all: the next one does.
+	// A key that configures exchanges (alternate-exchange) does not stop
+	// a policy from applying to queues: RabbitMQ 3.10 applies it and
+	// ignores the key there (verified on the live node).
 	set(broker.Policy{Name: "mixed", Pattern: "^mix", Priority: 10, Definition: map[string]any{"alternate-exchange": "ae", "max-length": 1}})
 	set(broker.Policy{Name: "plain", Pattern: "^mix", Definition: map[string]any{"max-length": 2}})
 	tlDeclare(t, ch, "mix-q", "classic", nil)
-	tlWantPolicy(t, b, "mix-q", "plain")
+	tlWantPolicy(t, b, "mix-q", "mixed")
 	tlPubAll(t, ch, "mix-q", "1", "2", "3")
-	tlWantReady(t, b, "mix-q", 2)
+	tlWantReady(t, b, "mix-q", 1)
+
+	// A key the queue's type does not support makes the whole policy not
+	// apply to it (P1): the next one does. max-in-memory-length is
+	// quorum-only, ha-mode classic-only.
+	set(broker.Policy{Name: "mem", Pattern: "^typeonly", Priority: 10, Definition: map[string]any{"max-in-memory-length": 5, "max-length": 1}})
+	set(broker.Policy{Name: "ha", Pattern: "^typeonly", Priority: 5, Definition: map[string]any{"ha-mode": "all", "max-length": 3}})
+	set(broker.Policy{Name: "any", Pattern: "^typeonly", Definition: map[string]any{"max-length": 2}})
+	tlDeclare(t, ch, "typeonly-c", "classic", nil)
+	tlDeclare(t, ch, "typeonly-q", "quorum", nil)
+	tlWantPolicy(t, b, "typeonly-c", "ha")
+	tlWantPolicy(t, b, "typeonly-q", "mem")
+	tlClearPolicy(t, b, "mem")
+	tlClearPolicy(t, b, "ha")
+	tlWantPolicy(t, b, "typeonly-c", "any")
+	tlWantPolicy(t, b, "typeonly-q", "any")
 
 	// Policies() lists them by name with apply-to defaulted to all.
 	var names []string
 	for _, p := range b.Broker.Policies("/") {
 		names = append(names, p.Name)
+		if p.VHost != "/" {
+			t.Errorf("policy %s listed in vhost %q", p.Name, p.VHost)
+		}
 		if p.Name == "unanchored" && (p.ApplyTo != "all" || p.Pattern != "ord") {
 			t.Errorf("policy unanchored listed as %+v", p)
 		}
 	}
-	want := []string{"classic-only", "exchanges-only", "mixed", "p-neg", "plain", "queues", "quorum-only", "unanchored"}
+	want := []string{"any", "classic-only", "exchanges-only", "mixed", "p-neg", "plain", "queues", "quorum-only", "unanchored"}
 	if !reflect.DeepEqual(names, want) {
 		t.Fatalf("Policies() = %q, want %q", names, want)
 	}
@@ -347,6 +367,65 @@ func TestPolicyValidation(t *testing.T) {
 		{map[string]any{"delivery-limit": 0.1}, "0.1 is not a valid delivery limit"},
 		{map[string]any{"delivery-limit": "5"}, `<<"5">> is not a valid delivery limit`},
 		{map[string]any{"alternate-exchange": 1}, "1 is not a valid alternate exchange name"},
+		{map[string]any{"consumer-timeout": -1}, "-1 is not a valid consumer timeout"},
+		// Values as RabbitMQ prints the decoded JSON (texts from the live
+		// RabbitMQ 3.10.8 HTTP API, as every row below).
+		{map[string]any{"message-ttl": json.Number("1.0")}, "1.0 is not a valid message TTL"},
+		{map[string]any{"max-length": json.Number("1e3")}, "1.0e3 is not a valid maximum length"},
+		{map[string]any{"message-ttl": json.Number("1.0e20")}, "1.0e20 is not a valid message TTL"},
+		{map[string]any{"max-length": nil}, "null is not a valid maximum length"},
+		{map[string]any{"max-length": true}, "true is not a valid maximum length"},
+		{map[string]any{"max-length": []any{1}}, "[1] is not a valid maximum length"},
+		{map[string]any{"max-length": map[string]any{"a": 1}}, `#{<<"a">> => 1} is not a valid maximum length`},
+		{map[string]any{"message-ttl": `a"b`}, `<<"a\"b">> is not a valid message TTL`},
+		// Keys valid in RabbitMQ 3.10 that brokerd accepts and ignores
+		// (policykeys.go), validated as RabbitMQ validates them.
+		{map[string]any{"queue-version": 3}, "3 is not a valid queue-version value"},
+		{map[string]any{"queue-version": "2"}, `<<"2">> is not a valid queue-version value`},
+		{map[string]any{"queue-mode": "x"}, `<<"x">> is not a valid queue-mode value`},
+		{map[string]any{"queue-mode": 5}, "5 is not a valid queue-mode value"},
+		{map[string]any{"max-in-memory-length": -1}, "-1 is not a valid maximum memory in bytes"},
+		{map[string]any{"max-in-memory-bytes": "a"}, `<<"a">> is not a valid maximum memory in bytes`},
+		{map[string]any{"queue-leader-locator": "x"}, `<<"x">> is not a valid queue leader locator value`},
+		{map[string]any{"initial-cluster-size": -1}, "-1 is not a valid cluster size"},
+		{map[string]any{"stream-max-segment-size-bytes": 3000000001}, "3000000001 is not a valid segment size"},
+		{map[string]any{"stream-max-segment-size-bytes": -1}, "-1 is not a valid segment size"},
+		{map[string]any{"max-age": "0D"}, `<<"0D">> is not a valid max age`},
+		{map[string]any{"max-age": "1x"}, `<<"1x">> is not a valid max age`},
+		{map[string]any{"max-age": "10"}, `<<"10">> is not a valid max age`},
+		{map[string]any{"max-age": "abc"}, `<<"abc">> is not a valid max age`}, // RabbitMQ: 500
+		{map[string]any{"queue-master-locator": "x"}, `<<"x">> invalid queue-master-locator value`},
+		{map[string]any{"queue-master-locator": 5}, "5 invalid queue-master-locator value"},
+		{map[string]any{"ha-mode": "x"}, `<<"x">> is not a valid ha-mode value`},
+		{map[string]any{"ha-mode": 5}, "5 is not a valid ha-mode value"}, // RabbitMQ: 500
+		{map[string]any{"ha-mode": "all", "ha-params": 1}, `ha-mode="all" does not take parameters`},
+		{map[string]any{"ha-mode": "exactly"}, `ha-mode="exactly" takes an integer, none given`},
+		{map[string]any{"ha-mode": "exactly", "ha-params": 0}, `ha-mode="exactly" takes an integer, 0 given`},
+		{map[string]any{"ha-mode": "exactly", "ha-params": "2"}, `ha-mode="exactly" takes an integer, <<"2">> given`},
+		{map[string]any{"ha-mode": "nodes"}, `ha-mode="nodes" takes a list, none given`},
+		{map[string]any{"ha-mode": "nodes", "ha-params": "a"}, `ha-mode="nodes" takes a list, <<"a">> given`},
+		{map[string]any{"ha-mode": "nodes", "ha-params": []any{}}, `ha-mode="nodes" list must be non-empty`},
+		{map[string]any{"ha-mode": "nodes", "ha-params": []any{"a", 1}}, `ha-mode="nodes" takes a list of strings, [1] was not a string`},
+		{map[string]any{"ha-mode": "nodes", "ha-params": []any{65, 66}}, `ha-mode="nodes" takes a list of strings, "AB" was not a string`},
+		{map[string]any{"ha-sync-mode": "automatic"}, "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"},
+		{map[string]any{"ha-promote-on-shutdown": "always"}, "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"},
+		{map[string]any{"ha-mode": "all", "ha-sync-mode": "x"}, `ha-sync-mode must be "manual" or "automatic", got <<"x">>`},
+		{map[string]any{"ha-mode": "all", "ha-sync-batch-size": 0}, "ha-sync-batch-size takes an integer greater than 0, 0 given"},
+		{map[string]any{"ha-mode": "all", "ha-sync-batch-size": "a"}, `ha-sync-batch-size takes an integer greater than 0, <<"a">> given`},
+		{map[string]any{"ha-mode": "all", "ha-promote-on-shutdown": "x"}, `ha-promote-on-shutdown must be "always" or "when-synced", got <<"x">>`},
+		{map[string]any{"ha-mode": "all", "ha-promote-on-failure": "x"}, `ha-promote-on-failure must be "always" or "when-synced", got <<"x">>`},
+		// RabbitMQ's validator modules run in order: the locator's, then
+		// rabbit_policies', then mirroring's.
+		{map[string]any{"queue-master-locator": "x", "queue-mode": "x"}, `<<"x">> invalid queue-master-locator value`},
+		{map[string]any{"ha-mode": "x", "queue-master-locator": "x"}, `<<"x">> invalid queue-master-locator value`},
+		{map[string]any{"ha-mode": "x", "max-length": -1}, "-1 is not a valid maximum length"},
+		{map[string]any{"max-length": -1, "queue-mode": "x"}, "-1 is not a valid maximum length"},
+		{map[string]any{"queue-master-locator": "x", "foo": 1}, `<<"x">> invalid queue-master-locator value`},
+		// Not keys in RabbitMQ 3.10 (or plugin keys).
+		{map[string]any{"max-priority": 5}, `[{<<"max-priority">>,5}] are not recognised policy settings`},
+		{map[string]any{"single-active-consumer": true}, `[{<<"single-active-consumer">>,true}] are not recognised policy settings`},
+		{map[string]any{"max-segment-size": 5}, `[{<<"max-segment-size">>,5}] are not recognised policy settings`},
+		{map[string]any{"federation-upstream-set": "all"}, `[{<<"federation-upstream-set">>,<<"all">>}] are not recognised policy settings`},
 	} {
 		err := b.Broker.SetPolicy("/", broker.Policy{Name: "v", Pattern: "^v$", Definition: tc.def})
 		var pe *broker.PolicyError
@@ -378,7 +457,28 @@ func TestPolicyValidation(t *testing.T) {
 		{"dead-letter-exchange": ""},
 		{"overflow": "reject-publish-dlx"},
 		{"dead-letter-strategy": "at-least-once"},
-		{"max-length": float64(3)}, // a JSON number
+		{"max-length": float64(3)},       // a JSON number
+		{"max-length": json.Number("3")}, // a JSON number decoded with UseNumber
+		// Accepted and ignored (texts and values checked on the live
+		// RabbitMQ 3.10.8).
+		{"queue-version": 1},
+		{"queue-version": 2},
+		{"queue-mode": "lazy"},
+		{"queue-mode": "default"},
+		{"max-in-memory-length": 5, "max-in-memory-bytes": 0},
+		{"queue-leader-locator": "balanced"},
+		{"queue-leader-locator": "client-local"},
+		{"queue-master-locator": "min-masters"},
+		{"queue-master-locator": "client-local"},
+		{"queue-master-locator": "random"},
+		{"ha-mode": "all"},
+		{"ha-mode": "exactly", "ha-params": 2},
+		{"ha-mode": "nodes", "ha-params": []any{"rabbit@a"}, "ha-sync-mode": "automatic", "ha-sync-batch-size": 5,
+			"ha-promote-on-shutdown": "always", "ha-promote-on-failure": "when-synced"},
+		{"max-age": "1D"},
+		{"max-age": "10s"},
+		{"stream-max-segment-size-bytes": 3000000000},
+		{"initial-cluster-size": 3},
 	} {
 		if err := b.Broker.SetPolicy("/", broker.Policy{Name: "ok", Pattern: "^nothing$", Definition: def}); err != nil {
 			t.Errorf("definition %v refused: %v", def, err)

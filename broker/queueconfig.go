@@ -6,10 +6,16 @@ import (
 )
 
 // queueConfig is a queue's effective dead-letter, TTL, limit and delivery
-// limit settings: its arguments combined with the policy that applies to
-// it, key by key (reference P5). It is recomputed when policies change.
+// limit settings: its arguments combined, key by key (reference P5), with
+// the effective definition of the policies that apply to it (its user
+// policy merged with its operator policy, P4). It is recomputed when
+// policies change; a queue swaps it whole (Queue.cfg), never mutates it.
 type queueConfig struct {
-	policy string // name of the applied policy, "" if none
+	policy   string // name of the applied user policy, "" if none
+	opPolicy string // name of the applied operator policy, "" if none
+	// effective is the merged policy definition (RabbitMQ's
+	// effective_policy_definition), nil when no policy applies. Read-only.
+	effective map[string]any
 
 	dlx, dlrk       string
 	hasDLX, hasDLRK bool
@@ -27,13 +33,20 @@ type queueConfig struct {
 // quorumDeliveryLimit is the quorum queue default (RabbitMQ 4.x).
 const quorumDeliveryLimit = 20
 
-func resolveQueueConfig(qtype string, args amqp.Table, p *Policy) queueConfig {
+// resolveQueueConfig computes the settings of a queue of type qtype with
+// arguments args under policies qp (nil: none).
+func resolveQueueConfig(qtype string, args amqp.Table, qp *queuePolicies) queueConfig {
 	c := queueConfig{messageTTL: -1, expires: -1, limits: overflow.None, deliveryLimit: -1, consumerTimeout: -1}
-	pol := map[string]any{}
-	if p != nil {
-		c.policy = p.Name
-		pol = p.Definition
+	if qp != nil {
+		if qp.user != nil {
+			c.policy = qp.user.Name
+		}
+		if qp.op != nil {
+			c.opPolicy = qp.op.Name
+		}
+		c.effective = effectiveDefinition(qp)
 	}
+	pol := c.effective
 	argInt := func(key string) (int64, bool) {
 		v, ok := args.Get(key)
 		if !ok {
@@ -92,7 +105,8 @@ func resolveQueueConfig(qtype string, args amqp.Table, p *Policy) queueConfig {
 	c.limits.MaxBytes = minOf("x-max-length-bytes", "max-length-bytes")
 	c.consumerTimeout = minOf("x-consumer-timeout", "consumer-timeout")
 
-	// Overflow: a classic queue's argument wins, a quorum queue's policy.
+	// Overflow: a classic queue's argument wins, a quorum queue's policy
+	// (so an operator policy cannot override a classic queue's argument).
 	ov, ok := argStr("x-overflow")
 	if ps, pok := polStr("overflow"); pok && (!ok || qtype == queueQuorum) {
 		ov, ok = ps, true

@@ -35,6 +35,9 @@ type VHost struct {
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
 	policies  map[string]*Policy
+	// opPolicies are the operator policies (opolicy.go); nil until one
+	// is set.
+	opPolicies map[string]*Policy
 
 	// topoGen counts topology changes that may give waiting dead letters
 	// a route (exchange declared, binding added, policy changed).

@@ -219,9 +219,13 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 		}
 	}
 	for pname := range v.policies {
-		mb.deletePolicy(v.Name, pname)
+		mb.deletePolicy(metaPolicy, v.Name, pname)
 	}
 	clear(v.policies)
+	for pname := range v.opPolicies {
+		mb.deletePolicy(metaOperatorPolicy, v.Name, pname)
+	}
+	clear(v.opPolicies)
 	w := b.startMeta(&mb)
 	v.mu.Unlock()
 	v.policyMu.Unlock()

@@ -23,8 +23,10 @@ type QueueInfo struct {
 	Durable, AutoDelete, Exclusive bool
 	Arguments                      amqp.Table
 	Type                           string // classic, quorum
-	// Policy is the name of the policy applied, "" if none.
-	Policy string
+	// Policy and OperatorPolicy name the policies applied ("" if none);
+	// EffectivePolicyDefinition is their merged definition (nil if none).
+	Policy, OperatorPolicy    string
+	EffectivePolicyDefinition map[string]any
 	// Ready and Unacked count messages ready for delivery and delivered
 	// but not settled; DeadLetterBacklog the dead letters waiting for a
 	// route (at-least-once), which count as messages too.
@@ -81,9 +83,11 @@ func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
 func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
 	qi := QueueInfo{
 		VHost: q.vhost.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
-		Arguments: q.Args, Type: q.qtype, Policy: q.config().policy, UnackedBytes: unackedBytes[q],
+		Arguments: q.Args, Type: q.qtype, UnackedBytes: unackedBytes[q],
 		DeadLettered: map[string]uint64{},
 	}
+	cfg := q.config()
+	qi.Policy, qi.OperatorPolicy, qi.EffectivePolicyDefinition = cfg.policy, cfg.opPolicy, maps.Clone(cfg.effective)
 	if q.owner != nil {
 		qi.ExclusiveOwner = q.owner.name()
 	}

@@ -1,17 +1,61 @@
 package mgmt
 
 import (
+	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/brokerd/brokerd/broker"
 )
 
-// Vhosts, users and permissions.
+// Vhosts, users and permissions. Reading them needs administrator, except
+// the vhosts a user may see; changing them needs administrator.
 
 func (s *Server) accessRoutes() {
+	// {name}, not {vhost}: a PUT creates the vhost, which need not exist.
 	s.handle("GET /api/vhosts", management, s.listVHosts)
-	s.handle("GET /api/vhosts/{vhost}", management, s.getVHost)
+	s.handle("GET /api/vhosts/{name}", management, s.getVHost)
+	s.handle("PUT /api/vhosts/{name}", administrator, s.putVHost)
+	s.handle("DELETE /api/vhosts/{name}", administrator, s.deleteVHost)
+	s.handle("GET /api/vhosts/{vhost}/permissions", administrator, s.listPermissionsOf("vhost"))
+
+	s.handle("GET /api/users", administrator, s.listUsers)
+	s.handle("GET /api/users/{name}", administrator, s.getUser)
+	s.handle("PUT /api/users/{name}", administrator, s.putUser)
+	s.handle("DELETE /api/users/{name}", administrator, s.deleteUser)
+	s.handle("GET /api/users/{name}/permissions", administrator, s.listPermissionsOf("user"))
+
+	// {pvhost}: an unknown vhost is RabbitMQ's 400 vhost_or_user_not_found
+	// on a PUT, not the 404 of other vhost paths.
 	s.handle("GET /api/permissions", administrator, s.listPermissions)
+	s.handle("GET /api/permissions/{pvhost}/{user}", administrator, s.getPermission)
+	s.handle("PUT /api/permissions/{pvhost}/{user}", administrator, s.putPermission)
+	s.handle("DELETE /api/permissions/{pvhost}/{user}", administrator, s.deletePermission)
+}
+
+// tagList reads tags as RabbitMQ does: a comma-separated string or a list.
+func tagList(v any) ([]string, bool) {
+	switch t := v.(type) {
+	case string:
+		var out []string
+		for _, tag := range strings.Split(t, ",") {
+			if tag = strings.TrimSpace(tag); tag != "" {
+				out = append(out, tag)
+			}
+		}
+		return out, true
+	case []any:
+		var out []string
+		for _, e := range t {
+			tag, ok := e.(string)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, tag)
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 func vhostJSON(v broker.VHostInfo) map[string]any {
@@ -21,7 +65,7 @@ func vhostJSON(v broker.VHostInfo) map[string]any {
 	}
 	return map[string]any{
 		"name": v.Name, "description": v.Description, "tags": tags,
-		"default_queue_type": orDefault(v.DefaultQueueType, "classic"), "tracing": false,
+		"default_queue_type": orDefault(v.DefaultQueueType, "undefined"), "tracing": false,
 		"metadata": map[string]any{"description": v.Description, "tags": tags},
 	}
 }
@@ -59,13 +103,144 @@ func (s *Server) withVHostTotals(m map[string]any) map[string]any {
 	return m
 }
 
-func (s *Server) getVHost(u *broker.UserInfo, r *http.Request) (any, error) {
+func (s *Server) vhostInfo(name string) (broker.VHostInfo, bool) {
 	for _, v := range s.b.VHosts() {
-		if v.Name == r.PathValue("vhost") {
-			return s.withVHostTotals(vhostJSON(v)), nil
+		if v.Name == name {
+			return v, true
 		}
 	}
-	return nil, notFound()
+	return broker.VHostInfo{}, false
+}
+
+func (s *Server) getVHost(u *broker.UserInfo, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	v, ok := s.vhostInfo(name)
+	if !ok {
+		return nil, notFound()
+	}
+	if !hasTag(u, "administrator", "monitoring") && !s.canAccessVHost(u, name) {
+		return nil, notAuthorised("User not authorised to access object")
+	}
+	return s.withVHostTotals(vhostJSON(v)), nil
+}
+
+type vhostBody struct {
+	Description      string `json:"description"`
+	Tags             any    `json:"tags"`
+	DefaultQueueType string `json:"default_queue_type"`
+}
+
+func (s *Server) putVHost(u *broker.UserInfo, r *http.Request) (any, error) {
+	var body vhostBody
+	if err := readJSON(r, &body); err != nil {
+		return nil, err
+	}
+	info := broker.VHostInfo{Name: r.PathValue("name"), Description: body.Description, DefaultQueueType: body.DefaultQueueType}
+	if body.Tags != nil {
+		tags, ok := tagList(body.Tags)
+		if !ok {
+			return nil, badRequest("tags must be a string or a list of strings")
+		}
+		info.Tags = tags
+	}
+	_, existed := s.vhostInfo(info.Name)
+	if err := s.b.PutVHost(info); err != nil {
+		return nil, err
+	}
+	if existed {
+		return noContent{}, nil
+	}
+	// RabbitMQ gives the creating user full permissions on a new vhost.
+	if err := s.b.SetPermissions(u.Name, info.Name, ".*", ".*", ".*"); err != nil {
+		return nil, err
+	}
+	return created{}, nil
+}
+
+func (s *Server) deleteVHost(u *broker.UserInfo, r *http.Request) (any, error) {
+	if err := s.b.DeleteVHost(r.PathValue("name")); err != nil {
+		if errors.Is(err, broker.ErrNotFound) {
+			return nil, notFound()
+		}
+		return nil, err
+	}
+	return noContent{}, nil
+}
+
+func userJSON(ui broker.UserInfo) map[string]any {
+	tags := ui.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	return map[string]any{
+		"name": ui.Name, "password_hash": ui.PasswordHash, "hashing_algorithm": ui.HashingAlgorithm,
+		"tags": tags, "limits": map[string]any{},
+	}
+}
+
+func (s *Server) listUsers(u *broker.UserInfo, r *http.Request) (any, error) {
+	out := []map[string]any{}
+	for _, ui := range s.b.Users() {
+		out = append(out, userJSON(ui))
+	}
+	return out, nil
+}
+
+func (s *Server) getUser(u *broker.UserInfo, r *http.Request) (any, error) {
+	ui, ok := s.b.User(r.PathValue("name"))
+	if !ok {
+		return nil, notFound()
+	}
+	return userJSON(ui), nil
+}
+
+type userBody struct {
+	Password         *string `json:"password"`
+	PasswordHash     *string `json:"password_hash"`
+	HashingAlgorithm string  `json:"hashing_algorithm"`
+	Tags             any     `json:"tags"`
+}
+
+// putUser creates or replaces a user. As RabbitMQ: tags are required (""
+// for none); a password, or a password_hash with its hashing_algorithm,
+// or neither (no password login).
+func (s *Server) putUser(u *broker.UserInfo, r *http.Request) (any, error) {
+	var body userBody
+	if err := readJSON(r, &body); err != nil {
+		return nil, err
+	}
+	if body.Tags == nil {
+		return nil, badRequest("tags_not_present")
+	}
+	tags, ok := tagList(body.Tags)
+	if !ok {
+		return nil, badRequest("tags must be a string or a list of strings")
+	}
+	spec := broker.UserSpec{Name: r.PathValue("name"), HashingAlgorithm: body.HashingAlgorithm, Tags: tags}
+	if body.Password != nil {
+		spec.Password = *body.Password
+	}
+	if body.PasswordHash != nil {
+		spec.PasswordHash = *body.PasswordHash
+	}
+	_, existed := s.b.User(spec.Name)
+	if err := s.b.PutUser(spec); err != nil {
+		return nil, err
+	}
+	if existed {
+		return noContent{}, nil
+	}
+	return created{}, nil
+}
+
+func (s *Server) deleteUser(u *broker.UserInfo, r *http.Request) (any, error) {
+	if err := s.b.DeleteUser(r.PathValue("name")); err != nil {
+		if errors.Is(err, broker.ErrNotFound) {
+			return nil, notFound()
+		}
+		return nil, err
+	}
+	return noContent{}, nil
 }
 
 func permissionJSON(p broker.PermissionInfo) map[string]any {
@@ -78,4 +253,80 @@ func (s *Server) listPermissions(u *broker.UserInfo, r *http.Request) (any, erro
 		out = append(out, permissionJSON(p))
 	}
 	return out, nil
+}
+
+func (s *Server) listPermissionsOf(by string) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		if by == "user" {
+			if _, ok := s.b.User(r.PathValue("name")); !ok {
+				return nil, notFound()
+			}
+		}
+		out := []map[string]any{}
+		for _, p := range s.b.Permissions() {
+			if (by == "vhost" && p.VHost == r.PathValue("vhost")) || (by == "user" && p.User == r.PathValue("name")) {
+				out = append(out, permissionJSON(p))
+			}
+		}
+		return out, nil
+	}
+}
+
+func (s *Server) getPermission(u *broker.UserInfo, r *http.Request) (any, error) {
+	for _, p := range s.b.Permissions() {
+		if p.VHost == r.PathValue("pvhost") && p.User == r.PathValue("user") {
+			return permissionJSON(p), nil
+		}
+	}
+	return nil, notFound()
+}
+
+type permissionBody struct {
+	Configure *string `json:"configure"`
+	Write     *string `json:"write"`
+	Read      *string `json:"read"`
+}
+
+func (s *Server) putPermission(u *broker.UserInfo, r *http.Request) (any, error) {
+	var body permissionBody
+	if err := readJSON(r, &body); err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, f := range []struct {
+		key string
+		v   *string
+	}{{"configure", body.Configure}, {"write", body.Write}, {"read", body.Read}} {
+		if f.v == nil {
+			missing = append(missing, "{key_missing,"+f.key+"}")
+		}
+	}
+	if len(missing) > 0 {
+		return nil, badRequest("[%s]", strings.Join(missing, ","))
+	}
+	vhost, user := r.PathValue("pvhost"), r.PathValue("user")
+	existed := false
+	for _, p := range s.b.Permissions() {
+		existed = existed || (p.VHost == vhost && p.User == user)
+	}
+	if err := s.b.SetPermissions(user, vhost, *body.Configure, *body.Write, *body.Read); err != nil {
+		if errors.Is(err, broker.ErrNotFound) {
+			return nil, badRequest("vhost_or_user_not_found")
+		}
+		return nil, err
+	}
+	if existed {
+		return noContent{}, nil
+	}
+	return created{}, nil
+}
+
+func (s *Server) deletePermission(u *broker.UserInfo, r *http.Request) (any, error) {
+	if err := s.b.ClearPermissions(r.PathValue("user"), r.PathValue("pvhost")); err != nil {
+		if errors.Is(err, broker.ErrNotFound) {
+			return nil, notFound()
+		}
+		return nil, err
+	}
+	return noContent{}, nil
 }

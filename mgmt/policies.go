@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
-	"net/http"
 
 	"github.com/brokerd/brokerd/broker"
 )
@@ -20,6 +20,95 @@ func (s *Server) policyRoutes() {
 	s.handle("GET /api/policies/{vhost}/{name}", policymaker, s.getPolicy)
 	s.handle("PUT /api/policies/{vhost}/{name}", policymaker, s.putPolicy)
 	s.handle("DELETE /api/policies/{vhost}/{name}", policymaker, s.deletePolicy)
+	op := policyKind{operator: true}
+	s.handle("GET /api/operator-policies", administrator, op.list(s))
+	s.handle("GET /api/operator-policies/{vhost}", administrator, op.list(s))
+	s.handle("GET /api/operator-policies/{vhost}/{name}", administrator, op.get(s))
+	s.handle("PUT /api/operator-policies/{vhost}/{name}", administrator, op.put(s))
+	s.handle("DELETE /api/operator-policies/{vhost}/{name}", administrator, op.del(s))
+}
+
+// policyKind serves operator policies with the code of policies.
+type policyKind struct{ operator bool }
+
+func (k policyKind) policies(s *Server, vhost string) []broker.Policy {
+	if k.operator {
+		return s.b.OperatorPolicies(vhost)
+	}
+	return s.b.Policies(vhost)
+}
+
+func (k policyKind) list(s *Server) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		out := []map[string]any{}
+		for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
+			for _, p := range k.policies(s, v) {
+				out = append(out, policyJSON(v, p))
+			}
+		}
+		return out, nil
+	}
+}
+
+func (k policyKind) get(s *Server) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		vhost := r.PathValue("vhost")
+		for _, p := range k.policies(s, vhost) {
+			if p.Name == r.PathValue("name") {
+				return policyJSON(vhost, p), nil
+			}
+		}
+		return nil, notFound()
+	}
+}
+
+func (k policyKind) put(s *Server) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		var body policyBody
+		if err := readJSON(r, &body); err != nil {
+			return nil, err
+		}
+		vhost, name := r.PathValue("vhost"), r.PathValue("name")
+		p, err := body.policy(name)
+		if err != nil {
+			return nil, err
+		}
+		existed := false
+		for _, old := range k.policies(s, vhost) {
+			existed = existed || old.Name == name
+		}
+		set := s.b.SetPolicy
+		if k.operator {
+			set = s.b.SetOperatorPolicy
+		}
+		if err := set(vhost, p); err != nil {
+			var ie *broker.InvalidError
+			if errors.As(err, &ie) && k.operator { // not HTML-escaped there (RabbitMQ 3.10)
+				return nil, badRequest("Validation failed\n\n%s\n", ie.Msg)
+			}
+			return nil, policyError(err)
+		}
+		if existed {
+			return noContent{}, nil
+		}
+		return created{}, nil
+	}
+}
+
+func (k policyKind) del(s *Server) handlerFunc {
+	return func(u *broker.UserInfo, r *http.Request) (any, error) {
+		clear := s.b.ClearPolicy
+		if k.operator {
+			clear = s.b.ClearOperatorPolicy
+		}
+		if err := clear(r.PathValue("vhost"), r.PathValue("name")); err != nil {
+			if errors.Is(err, broker.ErrNotFound) {
+				return nil, notFound()
+			}
+			return nil, err
+		}
+		return noContent{}, nil
+	}
 }
 
 func policyJSON(vhost string, p broker.Policy) map[string]any {

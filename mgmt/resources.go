@@ -60,8 +60,9 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		"name": qi.Name, "vhost": qi.VHost, "durable": qi.Durable, "auto_delete": qi.AutoDelete,
 		"exclusive": qi.Exclusive, "arguments": tableJSON(qi.Arguments), "type": qi.Type,
 		"node": s.node(), "state": "running",
-		"policy": nullable(qi.Policy), "operator_policy": nil, "effective_policy_definition": map[string]any{},
-		"messages": qi.Messages(), "messages_ready": qi.Ready, "messages_unacknowledged": qi.Unacked,
+		"policy": nullable(qi.Policy), "operator_policy": nullable(qi.OperatorPolicy),
+		"effective_policy_definition": orEmpty(qi.EffectivePolicyDefinition),
+		"messages":                    qi.Messages(), "messages_ready": qi.Ready, "messages_unacknowledged": qi.Unacked,
 		"message_bytes":                qi.ReadyBytes + qi.UnackedBytes,
 		"message_bytes_ready":          qi.ReadyBytes,
 		"message_bytes_unacknowledged": qi.UnackedBytes,
@@ -74,6 +75,13 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 	}
 	if qi.ExclusiveOwner != "" {
 		m["owner_pid_details"] = map[string]any{"name": qi.ExclusiveOwner}
+	}
+	return m
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
 	}
 	return m
 }

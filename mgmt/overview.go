@@ -19,6 +19,7 @@ func (s *Server) routes() {
 	s.connRoutes()
 	s.policyRoutes()
 	s.accessRoutes()
+	s.definitionRoutes()
 }
 
 // node is the node name shown where RabbitMQ shows one.

@@ -1,0 +1,374 @@
+package mgmt
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
+)
+
+// Definitions: the broker's topology as RabbitMQ's definitions file
+// (rabbitmqctl export_definitions, GET /api/definitions), so a file
+// exported from RabbitMQ imports into brokerd and back.
+//
+// Export lists users (with their password hashes), vhosts, permissions,
+// policies, operator policies (as RabbitMQ's "operator_policy"
+// parameters), and the durable exchanges, queues and bindings; transient
+// and exclusive objects, the default exchange and the amq.* ones are not
+// definitions. A vhost's export (GET /api/definitions/{vhost}) has only its
+// policies, parameters, queues, exchanges and bindings, without the vhost
+// field of the objects that RabbitMQ omits there.
+//
+// Import creates or updates, in RabbitMQ's order: users, vhosts,
+// permissions, parameters, policies, queues, exchanges, bindings. It is
+// not atomic (nor is RabbitMQ's): the first refusal stops it with a 400
+// naming the object, and what came before stays. Objects that exist
+// already are left as they are when equivalent; a queue or exchange
+// declared differently is refused, as a redeclaration would be.
+// Parameters of components brokerd does not have (federation, shovel)
+// and topic permissions are skipped with a warning in the log.
+
+func (s *Server) definitionRoutes() {
+	s.handle("GET /api/definitions", administrator, s.exportDefinitions)
+	s.handle("POST /api/definitions", administrator, s.importDefinitions)
+	s.handle("GET /api/definitions/{vhost}", administrator, s.exportDefinitions)
+	s.handle("POST /api/definitions/{vhost}", administrator, s.importDefinitions)
+}
+
+// definitions is the file's layout. Slices of maps keep the fields
+// RabbitMQ writes that brokerd does not read (limits, say) out of the way.
+type definitions struct {
+	RabbitVersion    string          `json:"rabbit_version,omitempty"`
+	RabbitMQVersion  string          `json:"rabbitmq_version,omitempty"`
+	ProductName      string          `json:"product_name,omitempty"`
+	ProductVersion   string          `json:"product_version,omitempty"`
+	Users            []defUser       `json:"users,omitempty"`
+	VHosts           []defVHost      `json:"vhosts,omitempty"`
+	Permissions      []defPermission `json:"permissions,omitempty"`
+	TopicPermissions []any           `json:"topic_permissions,omitempty"`
+	Parameters       []defParameter  `json:"parameters"`
+	GlobalParameters []any           `json:"global_parameters,omitempty"`
+	Policies         []defPolicy     `json:"policies"`
+	Queues           []defQueue      `json:"queues"`
+	Exchanges        []defExchange   `json:"exchanges"`
+	Bindings         []defBinding    `json:"bindings"`
+}
+
+type defUser struct {
+	Name             string         `json:"name"`
+	PasswordHash     string         `json:"password_hash"`
+	HashingAlgorithm string         `json:"hashing_algorithm,omitempty"`
+	Tags             any            `json:"tags"`
+	Limits           map[string]any `json:"limits"`
+}
+
+type defVHost struct {
+	Name        string        `json:"name"`
+	Description string        `json:"description,omitempty"`
+	Tags        any           `json:"tags,omitempty"`
+	Metadata    *defVHostMeta `json:"metadata,omitempty"`
+	Limits      any           `json:"limits,omitempty"`
+}
+
+type defVHostMeta struct {
+	Description      string `json:"description,omitempty"`
+	Tags             any    `json:"tags,omitempty"`
+	DefaultQueueType string `json:"default_queue_type,omitempty"`
+}
+
+type defPermission struct {
+	User      string `json:"user"`
+	VHost     string `json:"vhost"`
+	Configure string `json:"configure"`
+	Write     string `json:"write"`
+	Read      string `json:"read"`
+}
+
+type defParameter struct {
+	Value     defPolicyBody `json:"value"`
+	VHost     string        `json:"vhost,omitempty"`
+	Component string        `json:"component"`
+	Name      string        `json:"name"`
+}
+
+type defPolicyBody struct {
+	Pattern    string         `json:"pattern"`
+	Definition map[string]any `json:"definition"`
+	Priority   any            `json:"priority"`
+	ApplyTo    string         `json:"apply-to"`
+}
+
+type defPolicy struct {
+	VHost      string         `json:"vhost"`
+	Name       string         `json:"name"`
+	Pattern    string         `json:"pattern"`
+	ApplyTo    string         `json:"apply-to"`
+	Definition map[string]any `json:"definition"`
+	Priority   any            `json:"priority"`
+}
+
+type defQueue struct {
+	Name       string         `json:"name"`
+	VHost      string         `json:"vhost,omitempty"`
+	Durable    *bool          `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+type defExchange struct {
+	Name       string         `json:"name"`
+	VHost      string         `json:"vhost,omitempty"`
+	Type       string         `json:"type"`
+	Durable    *bool          `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Internal   bool           `json:"internal"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+type defBinding struct {
+	Source          string         `json:"source"`
+	VHost           string         `json:"vhost,omitempty"`
+	Destination     string         `json:"destination"`
+	DestinationType string         `json:"destination_type"`
+	RoutingKey      string         `json:"routing_key"`
+	Arguments       map[string]any `json:"arguments"`
+}
+
+func boolPtr(b bool) *bool { return &b }
+
+func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, error) {
+	one := r.PathValue("vhost")
+	d := definitions{RabbitVersion: s.opts.Version, Parameters: []defParameter{}, Policies: []defPolicy{},
+		Queues: []defQueue{}, Exchanges: []defExchange{}, Bindings: []defBinding{}}
+	vhosts := []string{one}
+	if one == "" {
+		d.RabbitMQVersion, d.ProductName, d.ProductVersion = s.opts.Version, "brokerd", s.opts.Version
+		vhosts = nil
+		for _, ui := range s.b.Users() {
+			tags := ui.Tags
+			if tags == nil {
+				tags = []string{}
+			}
+			d.Users = append(d.Users, defUser{Name: ui.Name, PasswordHash: ui.PasswordHash, HashingAlgorithm: ui.HashingAlgorithm, Tags: tags, Limits: map[string]any{}})
+		}
+		for _, v := range s.b.VHosts() {
+			dv := defVHost{Name: v.Name, Limits: []any{}}
+			if v.Description != "" || len(v.Tags) > 0 || v.DefaultQueueType != "" {
+				dv.Metadata = &defVHostMeta{Description: v.Description, Tags: v.Tags, DefaultQueueType: v.DefaultQueueType}
+			}
+			d.VHosts = append(d.VHosts, dv)
+			vhosts = append(vhosts, v.Name)
+		}
+		for _, p := range s.b.Permissions() {
+			d.Permissions = append(d.Permissions, defPermission(p))
+		}
+		d.TopicPermissions, d.GlobalParameters = []any{}, []any{}
+	}
+	// In a vhost's export the objects carry no vhost (policies and
+	// parameters do), as RabbitMQ's.
+	vh := func(v string) string {
+		if one != "" {
+			return ""
+		}
+		return v
+	}
+	for _, v := range vhosts {
+		for _, p := range s.b.OperatorPolicies(v) {
+			d.Parameters = append(d.Parameters, defParameter{Component: "operator_policy", VHost: v, Name: p.Name,
+				Value: defPolicyBody{Pattern: p.Pattern, Definition: p.Definition, Priority: p.Priority, ApplyTo: p.ApplyTo}})
+		}
+		for _, p := range s.b.Policies(v) {
+			d.Policies = append(d.Policies, defPolicy{VHost: v, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo, Definition: p.Definition, Priority: p.Priority})
+		}
+		for _, q := range s.b.Queues(v) {
+			if q.Durable && !q.Exclusive {
+				d.Queues = append(d.Queues, defQueue{Name: q.Name, VHost: vh(v), Durable: boolPtr(true), AutoDelete: q.AutoDelete, Arguments: tableJSON(q.Arguments)})
+			}
+		}
+		for _, x := range s.b.Exchanges(v) {
+			if x.Durable && x.Name != "" && !strings.HasPrefix(x.Name, "amq.") {
+				d.Exchanges = append(d.Exchanges, defExchange{Name: x.Name, VHost: vh(v), Type: x.Type, Durable: boolPtr(true),
+					AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: tableJSON(x.Arguments)})
+			}
+		}
+		durableQ := map[string]bool{}
+		for _, q := range d.Queues {
+			if q.VHost == vh(v) {
+				durableQ[q.Name] = true
+			}
+		}
+		durableX := map[string]bool{}
+		for _, x := range s.b.Exchanges(v) {
+			durableX[x.Name] = x.Durable
+		}
+		for _, b := range s.b.Bindings(v) {
+			dest := durableQ[b.Destination]
+			if b.DestinationType == "exchange" {
+				dest = durableX[b.Destination]
+			}
+			if b.Source != "" && durableX[b.Source] && dest {
+				d.Bindings = append(d.Bindings, defBinding{Source: b.Source, VHost: vh(v), Destination: b.Destination,
+					DestinationType: b.DestinationType, RoutingKey: b.RoutingKey, Arguments: tableJSON(b.Arguments)})
+			}
+		}
+	}
+	return d, nil
+}
+
+// importError names the object an import stopped at.
+func importError(what string, err error) error {
+	var he *httpError
+	var ie *broker.InvalidError
+	var ae *amqp.Error
+	reason := err.Error()
+	switch {
+	case errors.As(err, &he):
+		reason = he.reason
+	case errors.As(err, &ie):
+		reason = ie.Msg
+	case errors.As(err, &ae):
+		reason = ae.Text
+	}
+	return badRequest("%s: %s", what, reason)
+}
+
+func (s *Server) importDefinitions(u *broker.UserInfo, r *http.Request) (any, error) {
+	var d definitions
+	if err := readJSON(r, &d); err != nil {
+		return nil, err
+	}
+	if err := s.importDefs(&d, r.PathValue("vhost")); err != nil {
+		return nil, err
+	}
+	s.log.Info("definitions imported", "by", u.Name, "vhost", r.PathValue("vhost"),
+		"users", len(d.Users), "vhosts", len(d.VHosts), "queues", len(d.Queues), "exchanges", len(d.Exchanges), "bindings", len(d.Bindings))
+	return noContent{}, nil
+}
+
+// importDefs imports d; into (when set) is the vhost every object goes
+// to, whatever its own vhost field says.
+func (s *Server) importDefs(d *definitions, into string) error {
+	vhostOf := func(v string) string {
+		if into != "" {
+			return into
+		}
+		if v == "" {
+			return "/"
+		}
+		return v
+	}
+	if into == "" {
+		for _, du := range d.Users {
+			tags, ok := tagList(du.Tags)
+			if du.Tags != nil && !ok {
+				return importError(fmt.Sprintf("user '%s'", du.Name), errors.New("tags must be a string or a list of strings"))
+			}
+			spec := broker.UserSpec{Name: du.Name, PasswordHash: du.PasswordHash, HashingAlgorithm: du.HashingAlgorithm, Tags: tags}
+			if err := s.b.PutUser(spec); err != nil {
+				return importError(fmt.Sprintf("user '%s'", du.Name), err)
+			}
+		}
+		for _, dv := range d.VHosts {
+			info := broker.VHostInfo{Name: dv.Name, Description: dv.Description}
+			tags := dv.Tags
+			if dv.Metadata != nil {
+				info.Description, info.DefaultQueueType = dv.Metadata.Description, dv.Metadata.DefaultQueueType
+				tags = dv.Metadata.Tags
+			}
+			if tags != nil {
+				info.Tags, _ = tagList(tags)
+			}
+			if _, exists := s.vhostInfo(dv.Name); exists && dv.Metadata == nil && dv.Description == "" && dv.Tags == nil {
+				continue // nothing to change: keep its metadata
+			}
+			if err := s.b.PutVHost(info); err != nil {
+				return importError(fmt.Sprintf("vhost '%s'", dv.Name), err)
+			}
+		}
+		for _, p := range d.Permissions {
+			if err := s.b.SetPermissions(p.User, p.VHost, p.Configure, p.Write, p.Read); err != nil {
+				return importError(fmt.Sprintf("permissions of user '%s' in vhost '%s'", p.User, p.VHost), err)
+			}
+		}
+		if len(d.TopicPermissions) > 0 {
+			s.log.Warn("definitions import: topic permissions are not supported; skipped", "count", len(d.TopicPermissions))
+		}
+	}
+	for _, p := range d.Parameters {
+		if p.Component != "operator_policy" {
+			s.log.Warn("definitions import: parameter of an unsupported component skipped", "component", p.Component, "name", p.Name, "vhost", p.VHost)
+			continue
+		}
+		body := policyBody{Pattern: &p.Value.Pattern, Definition: p.Value.Definition, Priority: p.Value.Priority, ApplyTo: p.Value.ApplyTo}
+		pol, err := body.policy(p.Name)
+		if err == nil {
+			err = s.b.SetOperatorPolicy(vhostOf(p.VHost), pol)
+		}
+		if err != nil {
+			return importError(fmt.Sprintf("operator policy '%s' in vhost '%s'", p.Name, vhostOf(p.VHost)), err)
+		}
+	}
+	for _, p := range d.Policies {
+		body := policyBody{Pattern: &p.Pattern, Definition: p.Definition, Priority: p.Priority, ApplyTo: p.ApplyTo}
+		pol, err := body.policy(p.Name)
+		if err == nil {
+			err = s.b.SetPolicy(vhostOf(p.VHost), pol)
+		}
+		if err != nil {
+			return importError(fmt.Sprintf("policy '%s' in vhost '%s'", p.Name, vhostOf(p.VHost)), err)
+		}
+	}
+	// Queues, exchanges and bindings are declared as the broker itself,
+	// with every permission (RabbitMQ's import checks none either).
+	declare := func(vhost, what string, m amqp.Method) error {
+		d, err := s.b.OpenDirect("", vhost)
+		if err != nil {
+			return importError(what, err)
+		}
+		defer d.Close()
+		if _, aerr := d.Do(m); aerr != nil {
+			return importError(what, aerr)
+		}
+		return nil
+	}
+	for _, q := range d.Queues {
+		args, err := tableFromJSON(q.Arguments)
+		if err != nil {
+			return importError(fmt.Sprintf("queue '%s'", q.Name), err)
+		}
+		m := &amqp.QueueDeclare{Queue: q.Name, Durable: q.Durable == nil || *q.Durable, AutoDelete: q.AutoDelete, Arguments: args}
+		if err := declare(vhostOf(q.VHost), fmt.Sprintf("queue '%s' in vhost '%s'", q.Name, vhostOf(q.VHost)), m); err != nil {
+			return err
+		}
+	}
+	for _, x := range d.Exchanges {
+		args, err := tableFromJSON(x.Arguments)
+		if err != nil {
+			return importError(fmt.Sprintf("exchange '%s'", x.Name), err)
+		}
+		m := &amqp.ExchangeDeclare{Exchange: x.Name, Type: x.Type, Durable: x.Durable == nil || *x.Durable,
+			AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: args}
+		if err := declare(vhostOf(x.VHost), fmt.Sprintf("exchange '%s' in vhost '%s'", x.Name, vhostOf(x.VHost)), m); err != nil {
+			return err
+		}
+	}
+	for _, b := range d.Bindings {
+		args, err := tableFromJSON(b.Arguments)
+		if err != nil {
+			return importError("binding", err)
+		}
+		kind := "q"
+		if b.DestinationType == "exchange" {
+			kind = "e"
+		}
+		m := bindMethod(kind, b.Source, b.Destination, b.RoutingKey, args, true)
+		what := fmt.Sprintf("binding from '%s' to %s '%s' in vhost '%s'", b.Source, b.DestinationType, b.Destination, vhostOf(b.VHost))
+		if err := declare(vhostOf(b.VHost), what, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}

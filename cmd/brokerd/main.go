@@ -1,7 +1,8 @@
 // Command brokerd is the brokerd message broker daemon.
 //
-// With no arguments it serves AMQP 0-9-1 on 0.0.0.0:5672 with its data under
-// ./data. See config/doc.go for the configuration file.
+// With no arguments it serves AMQP 0-9-1 on 0.0.0.0:5672 and the management
+// HTTP API (package mgmt) on 127.0.0.1:15672, with its data under ./data.
+// See config/doc.go for the configuration file.
 //
 //	brokerd [-config FILE] [-listen ADDR] [-mgmt-listen ADDR] [-data DIR]
 //

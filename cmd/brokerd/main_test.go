@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,6 +150,27 @@ func (d *daemon) url() string {
 	}
 	return ""
 }
+
+// mgmtURL waits for the daemon to serve its management API and returns
+// its base URL (from the "serving management HTTP API" log line).
+func (d *daemon) mgmtURL() string {
+	d.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := mgmtRE.FindStringSubmatch(d.log()); m != nil {
+			return "http://" + m[1]
+		}
+		select {
+		case <-d.done:
+			d.t.Fatalf("brokerd exited with %d:\n%s", d.code, d.log())
+		case <-time.After(10 * time.Millisecond): // polls the log
+		}
+	}
+	d.t.Fatalf("brokerd did not log \"serving management HTTP API\":\n%s", d.log())
+	return ""
+}
+
+var mgmtRE = regexp.MustCompile(`serving management HTTP API.* addr=(\S+)`)
 
 // wait waits for the process to exit and returns its exit code.
 func (d *daemon) wait() int {
@@ -312,13 +335,27 @@ func TestDefaultsValidate(t *testing.T) {
 func TestStartWithDefaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	d := startDaemon(t, dir, "-listen", "127.0.0.1:0")
+	d := startDaemon(t, dir, "-listen", "127.0.0.1:0", "-mgmt-listen", "127.0.0.1:0")
 	c, err := amqp091.Dial(d.url())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	roundTrip(t, c)
+	// The management API serves, and sees this connection.
+	api := d.mgmtURL()
+	req, _ := http.NewRequest("GET", api+"/api/connections", nil)
+	req.SetBasicAuth("guest", "guest")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("management API: %v", err)
+	}
+	var conns []map[string]any
+	err = json.NewDecoder(res.Body).Decode(&conns)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 || len(conns) != 1 || conns[0]["user"] != "guest" {
+		t.Fatalf("GET /api/connections: %d %v %v", res.StatusCode, conns, err)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "LOCK")); err != nil {
 		t.Errorf("default data directory: %v", err)
 	}

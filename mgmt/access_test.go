@@ -115,18 +115,6 @@ func TestPoliciesThroughAPI(t *testing.T) {
 	a.must(201, "PUT", "/queues/%2F/dlq2", map[string]any{})
 	a.must(201, "PUT", "/queues/%2F/work", map[string]any{})
 	a.must(201, "PUT", "/queues/%2F/work.arg", map[string]any{"arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq2"}})
-	r := a.do("PUT", "/policies/%2F/dl", map[string]any{"pattern": "^work", "definition": map[string]any{"message-ttl": "abc"}})
-	wantError(t, r, 400, "bad_request", "Validation failed\n\n&lt;&lt;\"abc\"&gt;&gt; is not a valid message TTL\n")
-	a.must(201, "PUT", "/policies/%2F/dl", map[string]any{"pattern": "^work", "apply-to": "queues", "priority": 1,
-		"definition": map[string]any{"dead-letter-exchange": "", "dead-letter-routing-key": "dlq"}})
-	a.must(204, "PUT", "/policies/%2F/dl", map[string]any{"pattern": "^work", "apply-to": "queues", "priority": "1",
-		"definition": map[string]any{"dead-letter-exchange": "", "dead-letter-routing-key": "dlq"}})
-	a.must(201, "PUT", "/operator-policies/%2F/cap", map[string]any{"pattern": ".*", "apply-to": "queues", "definition": map[string]any{"max-length": 100}})
-	q := a.must(200, "GET", "/queues/%2F/work", nil).object(t)
-	if q["policy"] != "dl" || q["operator_policy"] != "cap" || q["effective_policy_definition"].(map[string]any)["max-length"] != 100.0 {
-		t.Errorf("work: policy %v operator %v effective %v", q["policy"], q["operator_policy"], q["effective_policy_definition"])
-	}
-
 	reject := func(queue string) {
 		t.Helper()
 		_, ch := a.Channel(t)
@@ -139,13 +127,48 @@ func TestPoliciesThroughAPI(t *testing.T) {
 	depth := func(queue string) float64 {
 		return a.must(200, "GET", "/queues/%2F/"+queue, nil).object(t)["messages"].(float64)
 	}
+	reject("work") // dead_letter_policy: before the policy, dropped
+	waitFor(t, func() bool { return depth("work") == 0 })
+	r := a.do("PUT", "/policies/%2F/dl", map[string]any{"pattern": "^work", "definition": map[string]any{"message-ttl": "abc"}})
+	wantError(t, r, 400, "bad_request", "Validation failed\n\n&lt;&lt;\"abc\"&gt;&gt; is not a valid message TTL\n")
+	a.must(201, "PUT", "/policies/%2F/dl", map[string]any{"pattern": "^work", "apply-to": "queues", "priority": 1,
+		"definition": map[string]any{"dead-letter-exchange": "", "dead-letter-routing-key": "dlq"}})
+	a.must(204, "PUT", "/policies/%2F/dl", map[string]any{"pattern": "^work", "apply-to": "queues", "priority": "1",
+		"definition": map[string]any{"dead-letter-exchange": "", "dead-letter-routing-key": "dlq"}})
+	a.must(201, "PUT", "/operator-policies/%2F/cap", map[string]any{"pattern": ".*", "apply-to": "queues", "definition": map[string]any{"max-length": 100}})
+	q := a.must(200, "GET", "/queues/%2F/work", nil).object(t)
+	if q["policy"] != "dl" || q["operator_policy"] != "cap" || q["effective_policy_definition"].(map[string]any)["max-length"] != 100.0 {
+		t.Errorf("work: policy %v operator %v effective %v", q["policy"], q["operator_policy"], q["effective_policy_definition"])
+	}
+
 	reject("work") // dead_letter_policy
 	waitFor(t, func() bool { return depth("dlq") == 1 })
-	reject("work.arg") // dead_letter_override_policy: the argument's routing key wins
+	reject("work.arg") // dead_letter_ignore_policy: declared before the policy, its arguments win
 	waitFor(t, func() bool { return depth("dlq2") == 1 })
+	// dead_letter_override_policy: declared after the policy, its arguments win too.
+	a.must(201, "PUT", "/queues/%2F/work.arg2", map[string]any{"arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq2"}})
+	reject("work.arg2")
+	waitFor(t, func() bool { return depth("dlq2") == 2 })
 	if depth("dlq") != 1 {
 		t.Errorf("override: dlq has %v", depth("dlq"))
 	}
+
+	// Retroactive: a length limit set by policy applies to the messages
+	// already there, at once (drop-head).
+	a.must(201, "PUT", "/queues/%2F/backlog", map[string]any{})
+	_, pch := a.Channel(t)
+	for i := range 5 {
+		if err := pch.Publish("", "backlog", false, false, amqp091.Publishing{Body: []byte{byte(i)}, DeliveryMode: amqp091.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return depth("backlog") == 5 })
+	a.must(201, "PUT", "/policies/%2F/short", map[string]any{"pattern": "^backlog$", "definition": map[string]any{"max-length": 2}})
+	waitFor(t, func() bool { return depth("backlog") == 2 })
+	if got := a.must(200, "POST", "/queues/%2F/backlog/get", map[string]any{"count": 5, "ackmode": "ack_requeue_true", "encoding": "base64"}).list(t); len(got) != 2 || got[0]["payload"] != "Aw==" {
+		t.Errorf("after the limit: %v, want the last two", got)
+	}
+	a.must(204, "DELETE", "/policies/%2F/short", nil)
 
 	a.restart()
 	q = a.must(200, "GET", "/queues/%2F/work", nil).object(t)

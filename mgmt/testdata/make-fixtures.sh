@@ -24,6 +24,7 @@ defs=$here/rabbitmq-3.10-definitions.json
 expect=$here/rabbitmq-3.10-definitions.expect.json
 
 work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 tool=$work/amqptool
 (cd "$root" && go build -o "$tool" ./mgmt/testdata/amqptool)
 
@@ -138,7 +139,7 @@ fixtures_cleanup() {
 fixtures() {
 	mkdir -p "$out"
 	find "$out" -name '*.json' ! -name 'definitions-*' -delete
-	trap fixtures_cleanup EXIT
+	trap 'fixtures_cleanup; rm -rf "$work"' EXIT
 	fixtures_cleanup
 	local V=%2Ffixtures
 
@@ -401,7 +402,7 @@ PY
 	cap delete-vhost DELETE /api/vhosts/$V
 	cap err-get-vhost-deleted GET /api/vhosts/$V
 	fixtures_cleanup
-	trap - EXIT
+	trap 'rm -rf "$work"' EXIT
 	exec {hold_out}<&-
 }
 
@@ -498,7 +499,7 @@ definitions_build() {
 replay() { "$tool" verify -amqp "$AMQP" -http "$MGMT" -defs "$defs" -expect "$expect" "$@"; }
 
 definitions() {
-	trap definitions_cleanup EXIT
+	trap 'definitions_cleanup; rm -rf "$work"' EXIT
 	definitions_cleanup
 	definitions_build
 	# policies apply asynchronously to existing queues; wait until they show
@@ -536,19 +537,19 @@ PY
 	cap definitions-vhost-metadata-imported GET /api/vhosts/%2Fmeta
 	api DELETE /api/vhosts/%2Fmeta
 	definitions_cleanup
-	trap - EXIT
+	trap 'rm -rf "$work"' EXIT
 }
 
 # import: POST the definitions file to a node (e.g. a fresh one), replay the
 # expectations, then delete what the file created (but not "/" or guest).
 import_verify() {
-	trap definitions_cleanup EXIT
+	trap 'definitions_cleanup; rm -rf "$work"' EXIT
 	api POST /api/definitions "$(cat "$defs")"
 	wait_until /api/queues/%2Forders/orders.retry 'b.get("policy")=="orders-retry"'
 	wait_until /api/queues/%2Fbilling/billing.refunds 'b.get("policy")=="billing-dlx"'
 	replay
 	definitions_cleanup
-	trap - EXIT
+	trap 'rm -rf "$work"' EXIT
 }
 
 case ${1:-} in

@@ -316,7 +316,10 @@ type ChannelInfo struct {
 	// NextPublishSeq is the sequence number the next publish gets in
 	// confirm mode.
 	NextPublishSeq uint64
-	Flow           bool // channel.flow active
+	// Uncommitted and AcksUncommitted count the publishes and the acks
+	// waiting for tx.commit.
+	Uncommitted, AcksUncommitted int
+	Flow                         bool // channel.flow active
 }
 
 // Channels describes the channels of every client connection of vhost
@@ -335,6 +338,7 @@ func (b *Broker) Channels(vhost string) []ChannelInfo {
 				VHost: c.vhost.Name, User: c.userName, Consumers: len(ch.consumers), Unacked: ch.unackedN,
 				Prefetch: ch.prefetch, GlobalPrefetch: ch.globalPrefetch, Confirm: ch.confirm, Tx: ch.tx,
 				NextPublishSeq: ch.publishSeq + 1, Flow: ch.flowActive,
+				Uncommitted: len(ch.txPubs), AcksUncommitted: txAckCount(ch.txAcks),
 			})
 			ch.mu.Unlock()
 		}
@@ -410,4 +414,12 @@ func (c *conn) channelList() []*channel {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Collect(maps.Values(c.channels))
+}
+
+func txAckCount(acks []txAck) int {
+	n := 0
+	for _, a := range acks {
+		n += len(a.ds)
+	}
+	return n
 }

@@ -66,7 +66,8 @@ func vhostJSON(v broker.VHostInfo) map[string]any {
 	return map[string]any{
 		"name": v.Name, "description": v.Description, "tags": tags,
 		"default_queue_type": orDefault(v.DefaultQueueType, "undefined"), "tracing": false,
-		"metadata": map[string]any{"description": v.Description, "tags": tags},
+		"metadata":      map[string]any{"description": v.Description, "tags": tags},
+		"cluster_state": map[string]any{node(): "running"},
 	}
 }
 

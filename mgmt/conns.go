@@ -131,6 +131,7 @@ func (s *Server) channelJSON(ch broker.ChannelInfo, conns map[string]broker.Conn
 		"consumer_count": ch.Consumers, "messages_unacknowledged": ch.Unacked,
 		"prefetch_count": ch.Prefetch, "global_prefetch_count": ch.GlobalPrefetch,
 		"confirm": ch.Confirm, "transactional": ch.Tx,
+		"messages_uncommitted": ch.Uncommitted, "acks_uncommitted": ch.AcksUncommitted,
 	}
 }
 
@@ -180,7 +181,7 @@ func (s *Server) listConsumers(u *broker.UserInfo, r *http.Request) (any, error)
 			continue
 		}
 		out = append(out, map[string]any{
-			"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive,
+			"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive, "active": true, "activity_status": "up",
 			"prefetch_count": c.Prefetch, "arguments": map[string]any{},
 			"channel_details": map[string]any{"name": c.Channel},
 			"queue":           map[string]any{"name": c.Queue, "vhost": c.VHost},

@@ -23,7 +23,9 @@ func (s *Server) routes() {
 }
 
 // node is the node name shown where RabbitMQ shows one.
-func (s *Server) node() string {
+func (s *Server) node() string { return node() }
+
+func node() string {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "localhost"

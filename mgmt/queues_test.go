@@ -287,6 +287,27 @@ func TestConnectionsAndChannels(t *testing.T) {
 		t.Errorf("channels %v", chs)
 	}
 	a.must(200, "GET", "/connections/"+pathEscape(name), nil)
+	if l := a.must(200, "GET", "/vhosts/%2F/connections", nil).list(t); len(l) != 1 {
+		t.Errorf("vhost connections %v", l)
+	}
+	if l := a.must(200, "GET", "/connections/"+pathEscape(name)+"/channels", nil).list(t); len(l) != 1 || l[0]["number"] != 1.0 {
+		t.Errorf("connection channels %v", l)
+	}
+	if _, err := ch.QueueDeclare("cq", false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.Consume("cq", "tag-1", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	c1 := a.must(200, "GET", "/channels/"+pathEscape(name+" (1)"), nil).object(t)
+	if c1["consumer_count"] != 1.0 || c1["connection_details"].(map[string]any)["name"] != name {
+		t.Errorf("channel %v", c1)
+	}
+	cons := a.must(200, "GET", "/consumers/%2F", nil).list(t)
+	if len(cons) != 1 || cons[0]["consumer_tag"] != "tag-1" || cons[0]["queue"].(map[string]any)["name"] != "cq" || cons[0]["ack_required"] != true {
+		t.Errorf("consumers %v", cons)
+	}
+	a.must(404, "GET", "/channels/"+pathEscape(name+" (9)"), nil)
 
 	r := a.do("DELETE", "/connections/"+pathEscape(name), nil, "X-Reason", "maintenance window")
 	if r.status != http.StatusNoContent {

@@ -115,7 +115,7 @@ func (s *Server) getQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 			continue
 		}
 		details = append(details, map[string]any{
-			"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive,
+			"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive, "active": true, "activity_status": "up",
 			"prefetch_count": c.Prefetch, "arguments": map[string]any{},
 			"channel_details": map[string]any{"name": c.Channel},
 			"queue":           map[string]any{"name": qi.Name, "vhost": qi.VHost},

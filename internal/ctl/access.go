@@ -9,9 +9,9 @@ import (
 // list since RabbitMQ 3.9 and a comma-separated string before; PUT takes
 // the string form in every version.
 type userBody struct {
-	PasswordHash     string `json:"password_hash"`
-	HashingAlgorithm string `json:"hashing_algorithm"`
-	Tags             any    `json:"tags"`
+	PasswordHash     *string `json:"password_hash"`
+	HashingAlgorithm string  `json:"hashing_algorithm"`
+	Tags             any     `json:"tags"`
 }
 
 // getUser reads a user; a missing one is userMissing.
@@ -97,7 +97,11 @@ func setUserTags(r *run, args []string) error {
 	if err != nil {
 		return err
 	}
-	return r.putUser(name, nil, u.PasswordHash, u.HashingAlgorithm, tags)
+	if u.PasswordHash == nil {
+		// Writing the user back without it would clear the password.
+		return failf(ExitSoftware, "the management API did not return the password hash of user \"%s\": its tags cannot be set without clearing its password", name)
+	}
+	return r.putUser(name, nil, *u.PasswordHash, u.HashingAlgorithm, tags)
 }
 
 // listUsers: list_users.

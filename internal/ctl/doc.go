@@ -139,7 +139,8 @@
 //   - add_user first asks whether the user exists (the API's PUT would
 //     overwrite it); set_user_tags and change_password read the user and
 //     write it back whole (a PUT without a password clears it), so a
-//     concurrent change of the same user between the two requests is lost.
+//     concurrent change of the same user between the two requests is lost;
+//     set_user_tags refuses (70) if the server does not show the hash.
 //   - delete_queue does not report the number of messages deleted: the API
 //     does not return it.
 //   - import_definitions is synchronous: it returns when the server has

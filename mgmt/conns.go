@@ -162,11 +162,28 @@ func (s *Server) connectionChannels(u *broker.UserInfo, r *http.Request) (any, e
 }
 
 func (s *Server) getChannel(u *broker.UserInfo, r *http.Request) (any, error) {
-	out := s.channels(u, "", func(ch broker.ChannelInfo) bool { return ch.Name == r.PathValue("name") })
+	name := r.PathValue("name")
+	out := s.channels(u, "", func(ch broker.ChannelInfo) bool { return ch.Name == name })
 	if len(out) == 0 {
 		return nil, notFound()
 	}
+	details := []map[string]any{}
+	for _, c := range s.b.Consumers(out[0]["vhost"].(string)) {
+		if c.Channel == name {
+			details = append(details, consumerJSON(c))
+		}
+	}
+	out[0]["consumer_details"] = details
 	return out[0], nil
+}
+
+func consumerJSON(c broker.ConsumerInfo) map[string]any {
+	return map[string]any{
+		"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive, "active": true, "activity_status": "up",
+		"prefetch_count": c.Prefetch, "arguments": map[string]any{},
+		"channel_details": map[string]any{"name": c.Channel},
+		"queue":           map[string]any{"name": c.Queue, "vhost": c.VHost},
+	}
 }
 
 func (s *Server) listConsumers(u *broker.UserInfo, r *http.Request) (any, error) {
@@ -180,12 +197,7 @@ func (s *Server) listConsumers(u *broker.UserInfo, r *http.Request) (any, error)
 		if !visible[c.Channel] {
 			continue
 		}
-		out = append(out, map[string]any{
-			"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive, "active": true, "activity_status": "up",
-			"prefetch_count": c.Prefetch, "arguments": map[string]any{},
-			"channel_details": map[string]any{"name": c.Channel},
-			"queue":           map[string]any{"name": c.Queue, "vhost": c.VHost},
-		})
+		out = append(out, consumerJSON(c))
 	}
 	return out, nil
 }

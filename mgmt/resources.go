@@ -68,6 +68,8 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		"message_bytes_unacknowledged": qi.UnackedBytes,
 		"consumers":                    qi.Consumers,
 		"exclusive_consumer_tag":       nil,
+		"single_active_consumer_tag":   nil,
+		"head_message_timestamp":       nil,
 		// brokerd's own: dead letters waiting for a route (at-least-once,
 		// counted in messages) and dead-lettered totals by reason.
 		"dead_letter_backlog": qi.DeadLetterBacklog,
@@ -114,12 +116,7 @@ func (s *Server) getQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 		if c.Queue != qi.Name {
 			continue
 		}
-		details = append(details, map[string]any{
-			"consumer_tag": c.Tag, "ack_required": !c.NoAck, "exclusive": c.Exclusive, "active": true, "activity_status": "up",
-			"prefetch_count": c.Prefetch, "arguments": map[string]any{},
-			"channel_details": map[string]any{"name": c.Channel},
-			"queue":           map[string]any{"name": qi.Name, "vhost": qi.VHost},
-		})
+		details = append(details, consumerJSON(c))
 	}
 	m["consumer_details"] = details
 	return m, nil

@@ -230,3 +230,20 @@ func (b *Broker) StoreFailureForTest() error {
 	}
 	return nil
 }
+
+// PreUsersLayoutForTest returns the operations that turn the definitions
+// in s into what a broker from before stored users wrote: no users, no
+// permissions, no bootstrap mark (vhosts and the rest as they are).
+func PreUsersLayoutForTest(s store.Store) ([]store.MetaOp, error) {
+	var ops []store.MetaOp
+	for _, prefix := range []string{metaUser, metaPerm, metaBootstrapMark} {
+		err := s.ScanMeta(prefix, func(k string, _ []byte) bool {
+			ops = append(ops, store.MetaOp{Key: k})
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ops, nil
+}

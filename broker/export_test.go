@@ -36,9 +36,6 @@ func (d *DefsForTest) Permission(vhost, user, configure, write, read string) {
 	d.m.putPerm(vhost, user, &permission{Configure: configure, Write: write, Read: read})
 }
 
-// QueueIDMark writes the queue id high-water mark.
-func (d *DefsForTest) QueueIDMark(id uint64) { d.m.put(metaQueueIDMark, encodeQueueIDMark(id)) }
-
 func (d *DefsForTest) Exchange(vhost, name, typ string) {
 	d.m.putExchange(vhost, newExchange(name, typ, true, false, false, nil))
 }

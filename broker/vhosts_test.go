@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -464,5 +465,38 @@ func TestAuthChangeUndoneOnStoreFailure(t *testing.T) {
 				t.Fatalf("after a failed change:\n%+v\nwant\n%+v", after, before)
 			}
 		})
+	}
+}
+
+// Recovery drops permissions whose vhost or user is gone (as after a crash
+// between the writes of a deletion made by an older layout), with a
+// warning, and deletes them from the store.
+func TestRecoveryDropsDanglingPermissions(t *testing.T) {
+	logs := &warnLog{}
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(logs)}})
+	var d broker.DefsForTest
+	d.Permission("/gone", "guest", ".*", ".*", ".*")
+	d.Permission("/", "ghost", ".*", "", "")
+	errc := make(chan error, 1)
+	b.Store.Apply(&store.Batch{Meta: d.Ops()}, func(err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	logs.take()
+	b.Restart()
+	want := []string{ // in key order: by vhost
+		`recovery: dropping permissions of unknown user vhost="/" user="ghost"`,
+		`recovery: dropping permissions in unknown vhost vhost="/gone" user="guest"`,
+	}
+	if got := logs.take(); !slices.Equal(got, want) {
+		t.Fatalf("warnings %q, want %q", got, want)
+	}
+	wantP := []broker.PermissionInfo{{User: "guest", VHost: "/", Configure: ".*", Write: ".*", Read: ".*"}}
+	if got := b.Broker.Permissions(); !slices.Equal(got, wantP) {
+		t.Fatalf("permissions %+v, want %+v", got, wantP)
+	}
+	b.Restart()
+	if w := logs.take(); len(w) != 0 {
+		t.Fatalf("second restart warned: %q", w)
 	}
 }

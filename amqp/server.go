@@ -194,7 +194,8 @@ func NewServer(cfg ServerConfig) *Server {
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("amqp: server closed")
 
-// Serve accepts connections on l until l is closed or Shutdown is called.
+// Serve accepts connections on l until l is closed or Shutdown is called;
+// after Shutdown l is closed, even if Serve was called after it.
 // Other accept errors — out of file descriptors (EMFILE, ENFILE), out of
 // buffers, a connection aborted before it was accepted — do not end it:
 // they are logged (at most about once a second, with a count) and accepting
@@ -204,6 +205,9 @@ func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
+		// Shutdown came first and did not see l: close it here, or its
+		// port stays bound (a restart on the same address would fail).
+		l.Close()
 		return ErrServerClosed
 	}
 	s.listeners[l] = struct{}{}

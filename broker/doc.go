@@ -21,7 +21,10 @@
 //	  → channel.mu → confirmTracker.mu → the connection's write lock
 //	  → the expiry scheduler's lock (innermost: it never calls out)
 //
-// Broker.mu is taken alone. A goroutine may take a later lock while holding
+// Broker.mu is taken alone, or inside Broker.authMu, which serializes
+// user, vhost and permission changes from memory to the store's
+// completion (it is held while a deleted vhost's connections end and its
+// contents go, so it is never taken by connection code). A goroutine may take a later lock while holding
 // an earlier one, never the reverse: no code takes a queue lock while it
 // holds a vhost lock (declarations change maps under VHost.mu, then work on
 // queues after releasing it), and code holding channel.mu never takes a
@@ -87,8 +90,9 @@
 //
 // Definitions follow the same rule: the store receives changes in the
 // order memory made them. A declaration, deletion, binding, unbinding,
-// policy or vhost change calls Apply while it still holds the lock under
-// which it changed memory (VHost.mu; Broker.mu for vhosts; for a queue's
+// policy, vhost, user or permission change calls Apply while it still
+// holds the lock under which it changed memory (VHost.mu; Broker.mu for
+// vhosts, users and permissions; for a queue's
 // deletion its Queue.mu and then VHost.mu, so the deletion follows every
 // change to the queue's entries and every binding to it), and waits for
 // the completion only after releasing it. Apply never blocks on I/O, so

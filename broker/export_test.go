@@ -36,9 +36,6 @@ func (d *DefsForTest) Permission(vhost, user, configure, write, read string) {
 	d.m.putPerm(vhost, user, &permission{Configure: configure, Write: write, Read: read})
 }
 
-// QueueIDMark writes the queue id high-water mark.
-func (d *DefsForTest) QueueIDMark(id uint64) { d.m.put(metaQueueIDMark, encodeQueueIDMark(id)) }
-
 func (d *DefsForTest) Exchange(vhost, name, typ string) {
 	d.m.putExchange(vhost, newExchange(name, typ, true, false, false, nil))
 }
@@ -233,4 +230,21 @@ func (b *Broker) StoreFailureForTest() error {
 		return *p
 	}
 	return nil
+}
+
+// PreUsersLayoutForTest returns the operations that turn the definitions
+// in s into what a broker from before stored users wrote: no users, no
+// permissions, no bootstrap mark (vhosts and the rest as they are).
+func PreUsersLayoutForTest(s store.Store) ([]store.MetaOp, error) {
+	var ops []store.MetaOp
+	for _, prefix := range []string{metaUser, metaPerm, metaBootstrapMark} {
+		err := s.ScanMeta(prefix, func(k string, _ []byte) bool {
+			ops = append(ops, store.MetaOp{Key: k})
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ops, nil
 }

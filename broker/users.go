@@ -109,8 +109,9 @@ type UserInfo struct {
 }
 
 // UserSpec creates or replaces a user. At most one of Password (hashed
-// here with SHA-256) and PasswordHash (base64 of salt ++ digest, as
-// RabbitMQ exports it, made with HashingAlgorithm: "" is SHA-256) is set;
+// here with HashingAlgorithm) and PasswordHash (base64 of salt ++ digest,
+// as RabbitMQ exports it, made with HashingAlgorithm) is set; "" is
+// SHA-256 (HashSHA256);
 // with neither the user has no password and cannot log in with one, as
 // RabbitMQ allows. Tags are free-form, as in RabbitMQ (administrator,
 // monitoring, policymaker, management, impersonator mean something).

@@ -15,11 +15,12 @@ import (
 // /api/policies and /api/operator-policies.
 
 func (s *Server) policyRoutes() {
-	s.handle("GET /api/policies", policymaker, s.listPolicies)
-	s.handle("GET /api/policies/{vhost}", policymaker, s.listPolicies)
-	s.handle("GET /api/policies/{vhost}/{name}", policymaker, s.getPolicy)
-	s.handle("PUT /api/policies/{vhost}/{name}", policymaker, s.putPolicy)
-	s.handle("DELETE /api/policies/{vhost}/{name}", policymaker, s.deletePolicy)
+	up := policyKind{}
+	s.handle("GET /api/policies", policymaker, up.list(s))
+	s.handle("GET /api/policies/{vhost}", policymaker, up.list(s))
+	s.handle("GET /api/policies/{vhost}/{name}", policymaker, up.get(s))
+	s.handle("PUT /api/policies/{vhost}/{name}", policymaker, up.put(s))
+	s.handle("DELETE /api/policies/{vhost}/{name}", policymaker, up.del(s))
 	op := policyKind{operator: true}
 	s.handle("GET /api/operator-policies", administrator, op.list(s))
 	s.handle("GET /api/operator-policies/{vhost}", administrator, op.list(s))
@@ -122,26 +123,6 @@ func policyJSON(vhost string, p broker.Policy) map[string]any {
 	}
 }
 
-func (s *Server) listPolicies(u *broker.UserInfo, r *http.Request) (any, error) {
-	out := []map[string]any{}
-	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
-		for _, p := range s.b.Policies(v) {
-			out = append(out, policyJSON(v, p))
-		}
-	}
-	return out, nil
-}
-
-func (s *Server) getPolicy(u *broker.UserInfo, r *http.Request) (any, error) {
-	vhost := r.PathValue("vhost")
-	for _, p := range s.b.Policies(vhost) {
-		if p.Name == r.PathValue("name") {
-			return policyJSON(vhost, p), nil
-		}
-	}
-	return nil, notFound()
-}
-
 type policyBody struct {
 	Pattern    *string        `json:"pattern"`
 	Definition map[string]any `json:"definition"`
@@ -183,37 +164,6 @@ func (body *policyBody) policy(name string) (broker.Policy, error) {
 		return p, validationFailed(fmt.Sprintf("priority should be a number, actually was %v", v))
 	}
 	return p, nil
-}
-
-func (s *Server) putPolicy(u *broker.UserInfo, r *http.Request) (any, error) {
-	var body policyBody
-	if err := readJSON(r, &body); err != nil {
-		return nil, err
-	}
-	vhost, name := r.PathValue("vhost"), r.PathValue("name")
-	p, err := body.policy(name)
-	if err != nil {
-		return nil, err
-	}
-	existed := false
-	for _, old := range s.b.Policies(vhost) {
-		existed = existed || old.Name == name
-	}
-	if err := s.b.SetPolicy(vhost, p); err != nil {
-		return nil, policyError(err)
-	}
-	if existed {
-		return noContent{}, nil
-	}
-	return created{}, nil
-}
-
-func (s *Server) deletePolicy(u *broker.UserInfo, r *http.Request) (any, error) {
-	err := s.b.ClearPolicy(r.PathValue("vhost"), r.PathValue("name"))
-	if errors.Is(err, broker.ErrNotFound) {
-		return nil, notFound()
-	}
-	return noContent{}, err
 }
 
 // policyError maps a refused policy onto RabbitMQ's reply.

@@ -149,26 +149,35 @@ func (d *Direct) Close() {
 	}
 }
 
-// Publish publishes a message as a client's basic.publish does (without
-// confirm: the message is routed and in its queues when it returns). It is
-// refused while a resource alarm is in effect, where a client would be
-// blocked.
-func (d *Direct) Publish(exchange, key string, props amqp.Properties, body []byte) *amqp.Error {
+// Publish publishes a message as a client's basic.publish with the
+// mandatory flag does (without confirm: the message is in its queues, not
+// necessarily on disk, when it returns) and reports whether it reached a
+// queue. It is refused while a resource alarm is in effect, where a client
+// would be blocked.
+func (d *Direct) Publish(exchange, key string, props amqp.Properties, body []byte) (routed bool, _ *amqp.Error) {
 	if alarms := d.c.b.Alarms(); len(alarms) > 0 {
-		return amqp.Errorf(amqp.ResourceError, "resource alarm in effect: %v", alarms)
+		return false, amqp.Errorf(amqp.ResourceError, "resource alarm in effect: %v", alarms)
 	}
 	raw, err := props.Append(nil)
 	if err != nil {
-		return amqp.Errorf(amqp.SyntaxError, "properties: %s", err)
+		return false, amqp.Errorf(amqp.SyntaxError, "properties: %s", err)
 	}
-	m := &amqp.BasicPublish{Exchange: exchange, RoutingKey: key}
+	m := &amqp.BasicPublish{Exchange: exchange, RoutingKey: key, Mandatory: true}
 	if err := d.ch.Publish(m, &props, raw, append([]byte(nil), body...)); err != nil {
 		var aerr *amqp.Error
 		if errors.As(err, &aerr) {
-			return aerr
+			return false, aerr
 		}
-		return amqp.Errorf(amqp.InternalError, "%s", err)
+		return false, amqp.Errorf(amqp.InternalError, "%s", err)
 	}
-	_, closed := d.out.take()
-	return closed
+	replies, closed := d.out.take()
+	if closed != nil {
+		return false, closed
+	}
+	for _, r := range replies {
+		if _, ok := r.Method.(*amqp.BasicReturn); ok {
+			return false, nil
+		}
+	}
+	return true, nil
 }

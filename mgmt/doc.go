@@ -35,6 +35,7 @@
 //	GET    /api/policies[/{vhost}[/{name}]]      PUT, DELETE /api/policies/{vhost}/{name}
 //	GET    /api/operator-policies[/{vhost}[/{name}]]  PUT, DELETE
 //	GET    /api/exchanges[/{vhost}[/{name}]]     PUT, DELETE /api/exchanges/{vhost}/{name}
+//	POST   /api/exchanges/{vhost}/{name}/publish  {"routed": bool}
 //	GET    /api/queues[/{vhost}[/{name}]]        PUT, DELETE /api/queues/{vhost}/{name}
 //	DELETE /api/queues/{vhost}/{name}/contents  (purge)
 //	POST   /api/queues/{vhost}/{name}/get
@@ -46,4 +47,6 @@
 //	GET    /api/definitions[/{vhost}]            POST imports
 //
 // The default exchange is named amq.default in paths; vhost "/" is %2F.
+// Lists take RabbitMQ's columns, sort, sort_reverse, name, use_regex, page
+// and page_size parameters (listing.go).
 package mgmt

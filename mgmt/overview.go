@@ -146,7 +146,7 @@ func (s *Server) aliveness(u *broker.UserInfo, r *http.Request) (any, error) {
 	if _, err := d.Do(&amqp.QueueDeclare{Queue: queue}); err != nil {
 		return failed(err.Text)
 	}
-	if err := d.Publish("", queue, amqp.Properties{}, []byte(payload)); err != nil {
+	if _, err := d.Publish("", queue, amqp.Properties{}, []byte(payload)); err != nil {
 		return failed(err.Text)
 	}
 	replies, aerr := d.Do(&amqp.BasicGet{Queue: queue, NoAck: true})

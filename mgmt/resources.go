@@ -32,6 +32,7 @@ func (s *Server) resourceRoutes() {
 	s.handle("GET /api/exchanges/{vhost}/{name}", management, s.getExchange)
 	s.handle("PUT /api/exchanges/{vhost}/{name}", management, s.putExchange)
 	s.handle("DELETE /api/exchanges/{vhost}/{name}", management, s.deleteExchange)
+	s.handle("POST /api/exchanges/{vhost}/{name}/publish", management, s.publish)
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/source", management, s.exchangeBindings("source"))
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/destination", management, s.exchangeBindings("destination"))
 

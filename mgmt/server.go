@@ -125,6 +125,9 @@ func (s *Server) handle(pattern string, need access, h handlerFunc) {
 		if err == nil {
 			out, err = h(u, r)
 		}
+		if l, ok := out.([]map[string]any); ok && err == nil {
+			out, err = shapeList(r, l)
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return

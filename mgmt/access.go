@@ -80,7 +80,7 @@ func orDefault(s, def string) string {
 
 func (s *Server) listVHosts(u *broker.UserInfo, r *http.Request) (any, error) {
 	visible := map[string]bool{}
-	for _, v := range s.vhostsFor(u, "") {
+	for _, v := range s.visibleVHosts(u) {
 		visible[v] = true
 	}
 	out := []map[string]any{}

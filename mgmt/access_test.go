@@ -47,7 +47,7 @@ func TestUsersVHostsPermissions(t *testing.T) {
 		t.Errorf("ann's vhosts %v", l)
 	}
 	wantError(t, a.as("ann", "s3cret", "GET", "/users", nil), 401, "not_authorised", "Not administrator user")
-	wantError(t, a.as("ann", "s3cret", "GET", "/queues/%2F", nil), 401, "not_authorised", "User not authorised to access object")
+	wantError(t, a.as("ann", "s3cret", "GET", "/queues/%2F", nil), 401, "not_authorised", "User not authorised to access virtual host")
 	wantError(t, a.as("ann", "s3cret", "PUT", "/policies/orders/p", map[string]any{"pattern": ".", "definition": map[string]any{"max-length": 1}}),
 		401, "not_authorised", "Not policymaker")
 	r := a.as("ann", "s3cret", "PUT", "/queues/orders/bob.q", map[string]any{})

@@ -12,8 +12,10 @@
 // all (401 otherwise); policies need policymaker; users, vhosts,
 // permissions, operator policies and definitions need administrator (403
 // "Not administrator user"). A management user sees the vhosts it has
-// permissions in and its own connections; monitoring and administrator
-// users see everything. Declarations, deletions, purges and gets run as
+// permissions in and its own connections; a monitoring user sees every
+// vhost, connection and channel, but the objects (queues, exchanges,
+// bindings, policies) only of vhosts it has permissions in; an
+// administrator sees everything. Declarations, deletions, purges and gets run as
 // the AMQP methods would for the user (broker.Direct), so permissions are
 // enforced exactly as over AMQP.
 //

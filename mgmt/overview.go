@@ -34,15 +34,27 @@ func node() string {
 }
 
 // vhostsFor returns vhost when set (already authorized), else the vhosts
-// u may see: every vhost for monitoring and administrator users, those it
-// has permissions in otherwise.
+// whose objects u may list: every vhost for an administrator, those it has
+// permissions in otherwise (RabbitMQ's filter_vhost: a monitoring user's
+// /api/queues has only its own vhosts' queues).
 func (s *Server) vhostsFor(u *broker.UserInfo, vhost string) []string {
 	if vhost != "" {
 		return []string{vhost}
 	}
+	return s.vhostsWhere(func(v string) bool { return hasTag(u, "administrator") || s.canAccessVHost(u, v) })
+}
+
+// visibleVHosts returns the vhosts u sees in /api/vhosts and the
+// overview's totals: every vhost for monitoring and administrator users,
+// those it has permissions in otherwise (list_visible_vhosts).
+func (s *Server) visibleVHosts(u *broker.UserInfo) []string {
+	return s.vhostsWhere(func(v string) bool { return hasTag(u, "administrator", "monitoring") || s.canAccessVHost(u, v) })
+}
+
+func (s *Server) vhostsWhere(keep func(string) bool) []string {
 	var out []string
 	for _, v := range s.b.VHosts() {
-		if hasTag(u, "administrator", "monitoring") || s.canAccessVHost(u, v.Name) {
+		if keep(v.Name) {
 			out = append(out, v.Name)
 		}
 	}
@@ -57,8 +69,7 @@ func (s *Server) canAccessVHost(u *broker.UserInfo, vhost string) bool {
 
 func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	var nq, nx, ncons, msgs, ready, unacked int
-	vhosts := s.vhostsFor(u, "")
-	for _, v := range vhosts {
+	for _, v := range s.visibleVHosts(u) {
 		for _, qi := range s.b.Queues(v) {
 			nq++
 			ncons += qi.Consumers

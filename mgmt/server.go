@@ -321,9 +321,11 @@ func authorize(u *broker.UserInfo, need access) error {
 	return nil
 }
 
-// authorizeVHost checks that the user may see vhost: it exists and the
-// user has permissions in it, or sees every vhost (monitoring,
-// administrator).
+// authorizeVHost checks that the user may reach vhost's objects: it
+// exists and the user has permissions in it, or is an administrator
+// (RabbitMQ's is_authorized_vhost). A monitoring user sees every vhost's
+// name, totals and connections, but not the objects of a vhost it has no
+// permissions in.
 func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost string) error {
 	if s.b.VHost(vhost) == nil {
 		if r.Method == http.MethodPut || r.Method == http.MethodPost {
@@ -331,11 +333,11 @@ func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost strin
 		}
 		return notFound()
 	}
-	if hasTag(u, "administrator", "monitoring") {
+	if hasTag(u, "administrator") {
 		return nil
 	}
 	if !s.canAccessVHost(u, vhost) {
-		return notAuthorised("User not authorised to access object")
+		return notAuthorised("User not authorised to access virtual host")
 	}
 	return nil
 }

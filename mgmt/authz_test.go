@@ -1,0 +1,70 @@
+package mgmt_test
+
+import (
+	"testing"
+)
+
+// A monitoring user sees every vhost's name, totals and connections, but
+// reaches the objects of a vhost only with permissions there, as in
+// RabbitMQ 3.10 (is_authorized_vhost: only administrators bypass it);
+// with policymaker too it still may not set policies in such a vhost. An
+// administrator without permissions reads everything.
+func TestMonitoringUserNeedsVHostPermissions(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/vhosts/private", nil)
+	a.must(201, "PUT", "/queues/private/secret", map[string]any{"durable": true})
+	a.must(201, "PUT", "/exchanges/private/x", map[string]any{"type": "direct"})
+	a.must(201, "POST", "/bindings/private/e/x/q/secret", map[string]any{"routing_key": "k"})
+	a.must(201, "PUT", "/policies/private/keep", map[string]any{"pattern": "^secret$", "definition": map[string]any{"max-length": 5}})
+	a.must(201, "PUT", "/users/mon", map[string]any{"password": "mon-pw", "tags": "monitoring"})
+	a.must(201, "PUT", "/users/polmon", map[string]any{"password": "polmon-pw", "tags": "policymaker,monitoring"})
+	a.must(201, "PUT", "/users/adm", map[string]any{"password": "adm-pw", "tags": "administrator"})
+
+	const denied = "User not authorised to access virtual host"
+	for _, path := range []string{
+		"/queues/private", "/queues/private/secret", "/queues/private/secret/bindings",
+		"/exchanges/private", "/exchanges/private/x", "/exchanges/private/x/bindings/source",
+		"/bindings/private", "/bindings/private/e/x/q/secret", "/bindings/private/e/x/q/secret/k",
+		"/vhosts/private/connections", "/vhosts/private/channels",
+		"/aliveness-test/private",
+	} {
+		wantError(t, a.as("mon", "mon-pw", "GET", path, nil), 401, "not_authorised", denied)
+	}
+	for _, l := range []string{"/queues", "/exchanges", "/bindings"} {
+		for _, o := range a.as("mon", "mon-pw", "GET", l, nil).list(t) {
+			if o["vhost"] == "private" {
+				t.Errorf("mon lists %s of vhost private: %v", l, o)
+			}
+		}
+	}
+	// What RabbitMQ shows a monitoring user of every vhost.
+	if !hasName(a.as("mon", "mon-pw", "GET", "/vhosts", nil).list(t), "private") {
+		t.Error("mon does not see vhost private in /vhosts")
+	}
+	if n := a.as("mon", "mon-pw", "GET", "/overview", nil).object(t)["object_totals"].(map[string]any)["queues"]; n != 1.0 {
+		t.Errorf("mon's overview counts %v queues, want 1", n)
+	}
+	if r := a.as("mon", "mon-pw", "GET", "/consumers/private", nil); r.status != 200 {
+		t.Errorf("mon's consumers of private: %d %s", r.status, r.body)
+	}
+
+	wantError(t, a.as("polmon", "polmon-pw", "PUT", "/policies/private/evil",
+		map[string]any{"pattern": ".*", "definition": map[string]any{"max-length": 0}}), 401, "not_authorised", "")
+	wantError(t, a.as("polmon", "polmon-pw", "DELETE", "/policies/private/keep", nil), 401, "not_authorised", "")
+	a.must(404, "GET", "/policies/private/evil", nil)
+	a.must(200, "GET", "/policies/private/keep", nil)
+
+	a.as("adm", "adm-pw", "GET", "/queues/private/secret", nil).object(t)
+	if l := a.as("adm", "adm-pw", "GET", "/queues", nil).list(t); !hasName(l, "secret") {
+		t.Errorf("adm's queues %v", l)
+	}
+}
+
+func hasName(l []map[string]any, name string) bool {
+	for _, o := range l {
+		if o["name"] == name {
+			return true
+		}
+	}
+	return false
+}

@@ -209,7 +209,7 @@ func TestExchangesAndBindings(t *testing.T) {
 	a.must(201, "PUT", "/queues/%2F/all", map[string]any{})
 
 	r := a.must(201, "POST", "/bindings/%2F/e/orders/q/eu", map[string]any{"routing_key": "order.eu.*"})
-	if loc := r.header.Get("Location"); loc != "eu/order.eu.%2A" && loc != "eu/order.eu.*" {
+	if loc := r.header.Get("Location"); loc != "eu/order.eu.%252A" {
 		t.Errorf("Location %q", loc)
 	}
 	a.must(201, "POST", "/bindings/%2F/e/orders/e/audit", map[string]any{"routing_key": "#"})
@@ -227,7 +227,7 @@ func TestExchangesAndBindings(t *testing.T) {
 	})
 
 	bs := a.must(200, "GET", "/bindings/%2F/e/orders/q/eu", nil).list(t)
-	if len(bs) != 1 || bs[0]["properties_key"] != "order.eu.*" || bs[0]["destination_type"] != "queue" {
+	if len(bs) != 1 || bs[0]["properties_key"] != "order.eu.%2A" || bs[0]["destination_type"] != "queue" {
 		t.Fatalf("bindings %v", bs)
 	}
 	if src := a.must(200, "GET", "/exchanges/%2F/orders/bindings/source", nil).list(t); len(src) != 2 {

@@ -496,12 +496,49 @@ func (s *Server) findBinding(r *http.Request, kind string) (broker.BindingInfo, 
 	if err != nil {
 		return broker.BindingInfo{}, err
 	}
+	key, hash, ok := unpackBindingProps(r.PathValue("props"))
+	if !ok {
+		return broker.BindingInfo{}, notFound()
+	}
 	for _, bi := range bs {
-		if bi.PropertiesKey() == r.PathValue("props") {
+		if bi.RoutingKey != key {
+			continue
+		}
+		if hash == nil && len(bi.Arguments) == 0 || hash != nil && len(bi.Arguments) > 0 && broker.ArgsHash(bi.Arguments) == *hash {
 			return bi, nil
 		}
 	}
 	return broker.BindingInfo{}, notFound()
+}
+
+// unpackBindingProps reads a properties key as RabbitMQ's
+// unpack_binding_props: split at "~" (a trailing "~" adds nothing), the
+// routing key unquoted (%XX, "+" for a space: a key sent unquoted works
+// too), then the arguments' hash if there is one. "~" alone is the empty
+// key.
+func unpackBindingProps(props string) (key string, hash *string, ok bool) {
+	if props == "" {
+		return "", nil, false
+	}
+	toks := strings.Split(props, "~")
+	if len(toks) > 1 && toks[len(toks)-1] == "" {
+		toks = toks[:len(toks)-1]
+	}
+	if len(toks) > 2 {
+		return "", nil, false
+	}
+	key, err := url.QueryUnescape(toks[0])
+	if err != nil {
+		return "", nil, false
+	}
+	if len(toks) == 2 {
+		h, err := url.QueryUnescape(toks[1])
+		if err != nil {
+			return "", nil, false
+		}
+		hash = &h
+	}
+	return key, hash, true
 }
 
 func (s *Server) getBinding(kind string) handlerFunc {
@@ -528,4 +565,23 @@ func (s *Server) deleteBinding(kind string) handlerFunc {
 	}
 }
 
-func locationURL(l location) string { return url.PathEscape(l.dest) + "/" + url.PathEscape(l.key) }
+// locationURL escapes as RabbitMQ's Location does: every byte but
+// letters, digits and "-._~" as %XX, so a properties key's "%" is %25 and
+// its "+" %2B.
+func locationURL(l location) string { return escapeSegment(l.dest) + "/" + escapeSegment(l.key) }
+
+func escapeSegment(s string) string {
+	const hex = "0123456789ABCDEF"
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '.', c == '_', c == '~':
+			sb.WriteByte(c)
+		default:
+			sb.WriteByte('%')
+			sb.WriteByte(hex[c>>4])
+			sb.WriteByte(hex[c&15])
+		}
+	}
+	return sb.String()
+}

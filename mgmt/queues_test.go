@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/brokerd/brokerd/mgmt"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -339,4 +340,48 @@ func TestHealthAndAliveness(t *testing.T) {
 	}
 	a.Broker.SetAlarm("memory", false)
 	a.must(404, "GET", "/aliveness-test/nowhere", nil)
+}
+
+// A /get collects at most Options.MaxGetBytes of messages, however large
+// its count: a count of 10^9 on a deep queue (or one being fed) would
+// otherwise hold every message in the broker's memory, unacknowledged,
+// and build a reply as large. What was not fetched stays in the queue,
+// and what was fetched with ack_requeue_true goes back.
+func TestGetMessagesBounded(t *testing.T) {
+	a := startAPIWith(t, mgmt.Options{MaxGetBytes: 8 << 10})
+	a.must(201, "PUT", "/queues/%2F/deep", nil)
+	_, ch := a.Channel(t)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 1000)
+	for range 100 {
+		c, err := ch.PublishWithDeferredConfirm("", "deep", false, false, amqp091.Publishing{Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Wait() {
+			t.Fatal("publish nacked")
+		}
+	}
+	got := a.must(200, "POST", "/queues/%2F/deep/get", map[string]any{"count": 1000000000, "ackmode": "ack_requeue_true", "encoding": "auto"}).list(t)
+	if len(got) == 0 || len(got) > 10 {
+		t.Fatalf("count 10^9 with an 8 KiB bound: %d messages of 1000 bytes", len(got))
+	}
+	if q := a.must(200, "GET", "/queues/%2F/deep", nil).object(t); q["messages_ready"] != 100.0 || q["messages_unacknowledged"] != 0.0 {
+		t.Errorf("after ack_requeue_true: %v ready, %v unacked, want 100, 0", q["messages_ready"], q["messages_unacknowledged"])
+	}
+	got = a.must(200, "POST", "/queues/%2F/deep/get", map[string]any{"count": 1000000000, "ackmode": "ack_requeue_false", "encoding": "auto"}).list(t)
+	if q := a.must(200, "GET", "/queues/%2F/deep", nil).object(t); q["messages"] != float64(100-len(got)) {
+		t.Errorf("after acking %d: %v messages", len(got), q["messages"])
+	}
+	// A message larger than the bound still comes back, alone.
+	big := make([]byte, 16<<10)
+	a.must(204, "DELETE", "/queues/%2F/deep/contents", nil)
+	if c, err := ch.PublishWithDeferredConfirm("", "deep", false, false, amqp091.Publishing{Body: big}); err != nil || !c.Wait() {
+		t.Fatal("publish of the big message failed", err)
+	}
+	if got := a.must(200, "POST", "/queues/%2F/deep/get", map[string]any{"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"}).list(t); len(got) != 1 || got[0]["payload_bytes"] != float64(16<<10) {
+		t.Errorf("the big message: %d messages", len(got))
+	}
 }

@@ -201,7 +201,8 @@ type getBody struct {
 // basic.get, then settled as ackmode says: ack_requeue_false acks them,
 // ack_requeue_true and reject_requeue_true put them back (redelivered),
 // reject_requeue_false rejects them (dead-lettering them where a DLX is
-// set).
+// set). Fetching stops early once Options.MaxGetBytes is collected, or
+// when the client goes (the messages then go back unsettled).
 func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	var body getBody
 	if err := readJSON(r, &body); err != nil {
@@ -236,7 +237,14 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
 		var last uint64
+		var collected int64
 		for range *body.Count {
+			if collected >= s.opts.MaxGetBytes {
+				break
+			}
+			if err := r.Context().Err(); err != nil {
+				return err
+			}
 			replies, aerr := d.Do(&amqp.BasicGet{Queue: r.PathValue("name")})
 			if aerr != nil {
 				return channelError{aerr}
@@ -249,6 +257,7 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 				break // get-empty
 			}
 			last = ok.DeliveryTag
+			collected += int64(len(replies[0].Props)+len(replies[0].Body)) + getOverhead
 			props, err := amqp.DecodeProperties(replies[0].Props)
 			if err != nil {
 				return err
@@ -267,6 +276,10 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	return out, nil
 }
+
+// getOverhead is what a message of a /get costs beyond its body and
+// properties (the reply's fields), counted against MaxGetBytes.
+const getOverhead = 256
 
 // channelError is a refusal RabbitMQ reports as its channel saw it, with
 // the reply name ("NOT_FOUND - no queue ..."): a get runs on a channel.

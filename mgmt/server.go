@@ -31,6 +31,12 @@ type Options struct {
 	Listeners []Listener
 	// MaxBody bounds a request body. Default 64 MiB (definitions files).
 	MaxBody int64
+	// MaxGetBytes bounds what one POST .../get collects: once its
+	// messages (bodies, properties and some overhead each) reach it, no
+	// more are fetched, whatever the count asked (RabbitMQ has no bound;
+	// a huge count on a deep queue would hold it all in memory). The
+	// first message is always returned. Default 64 MiB.
+	MaxGetBytes int64
 }
 
 // Listener is an AMQP listener as /api/overview lists it.
@@ -55,6 +61,9 @@ func New(opts Options) *Server {
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = 64 << 20
+	}
+	if opts.MaxGetBytes <= 0 {
+		opts.MaxGetBytes = 64 << 20
 	}
 	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger}
 	s.routes()

@@ -68,3 +68,19 @@ func hasName(l []map[string]any, name string) bool {
 	}
 	return false
 }
+
+// GET /api/vhosts/{name} is for administrators in RabbitMQ 3.10, even for
+// a vhost the user has permissions in (the list shows the user's vhosts).
+func TestGetVHostNeedsAdministrator(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/vhosts/orders", map[string]any{"description": "internal"})
+	a.must(201, "PUT", "/users/ann", map[string]any{"password": "ann-pw", "tags": "management"})
+	a.must(201, "PUT", "/users/mon", map[string]any{"password": "mon-pw", "tags": "monitoring"})
+	a.must(201, "PUT", "/permissions/orders/ann", map[string]any{"configure": ".*", "write": ".*", "read": ".*"})
+	wantError(t, a.as("ann", "ann-pw", "GET", "/vhosts/orders", nil), 401, "not_authorised", "Not administrator user")
+	wantError(t, a.as("mon", "mon-pw", "GET", "/vhosts/orders", nil), 401, "not_authorised", "Not administrator user")
+	if !hasName(a.as("ann", "ann-pw", "GET", "/vhosts", nil).list(t), "orders") {
+		t.Error("ann does not list vhost orders")
+	}
+	a.must(200, "GET", "/vhosts/orders", nil)
+}

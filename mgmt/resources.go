@@ -144,8 +144,10 @@ func do(d *broker.Direct, m amqp.Method) ([]broker.Reply, error) {
 	return replies, nil
 }
 
+// queueBody is a PUT of a queue; what it leaves out takes queue.declare's
+// defaults, as RabbitMQ's: not durable, not auto-delete.
 type queueBody struct {
-	Durable    *bool          `json:"durable"`
+	Durable    bool           `json:"durable"`
 	AutoDelete bool           `json:"auto_delete"`
 	Arguments  map[string]any `json:"arguments"`
 	Node       string         `json:"node"`
@@ -162,7 +164,7 @@ func (s *Server) putQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	vhost, name := r.PathValue("vhost"), r.PathValue("name")
 	_, lookupErr := s.b.Queue(vhost, name)
-	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable == nil || *body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
+	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err
 	}
@@ -343,9 +345,11 @@ func (s *Server) getExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	return exchangeJSON(xi), nil
 }
 
+// exchangeBody is a PUT of an exchange; what it leaves out takes
+// exchange.declare's defaults, as RabbitMQ's: type direct, not durable.
 type exchangeBody struct {
 	Type       string         `json:"type"`
-	Durable    *bool          `json:"durable"`
+	Durable    bool           `json:"durable"`
 	AutoDelete bool           `json:"auto_delete"`
 	Internal   bool           `json:"internal"`
 	Arguments  map[string]any `json:"arguments"`
@@ -357,7 +361,7 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 		return nil, err
 	}
 	if body.Type == "" {
-		return nil, badRequest("[{key_missing,type}]")
+		body.Type = "direct"
 	}
 	args, err := tableFromJSON(body.Arguments)
 	if err != nil {
@@ -365,7 +369,7 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	vhost, name := r.PathValue("vhost"), exchangeName(r.PathValue("name"))
 	_, lookupErr := s.b.Exchange(vhost, name)
-	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable == nil || *body.Durable,
+	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable,
 		AutoDelete: body.AutoDelete, Internal: body.Internal, Arguments: args}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err

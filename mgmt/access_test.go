@@ -51,7 +51,7 @@ func TestUsersVHostsPermissions(t *testing.T) {
 	wantError(t, a.as("ann", "s3cret", "PUT", "/policies/orders/p", map[string]any{"pattern": ".", "definition": map[string]any{"max-length": 1}}),
 		401, "not_authorised", "Not policymaker")
 	r := a.as("ann", "s3cret", "PUT", "/queues/orders/bob.q", map[string]any{})
-	wantError(t, r, 401, "not_authorised", "configure access to queue 'bob.q' in vhost 'orders' refused for user 'ann'")
+	wantError(t, r, 401, "not_authorised", "Access refused.") // RabbitMQ's words for any refused declaration
 	if r := a.as("ann", "s3cret", "PUT", "/queues/orders/ann.q", map[string]any{"durable": true}); r.status != 201 {
 		t.Errorf("ann declares ann.q: %d %s", r.status, r.body)
 	}

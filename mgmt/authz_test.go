@@ -84,3 +84,57 @@ func TestGetVHostNeedsAdministrator(t *testing.T) {
 	}
 	a.must(200, "GET", "/vhosts/orders", nil)
 }
+
+// An operation the AMQP permissions refuse is 401 not_authorised as
+// RabbitMQ 3.10 answers it: "Access refused." for declarations,
+// deletions, purges and bindings (its direct_request), the channel's
+// ACCESS_REFUSED text for a get and the aliveness test (its
+// with_channel), and "Access refused." for a user with no permissions in
+// the vhost at all (an administrator may reach the vhost's pages without
+// them). None asks for credentials again (no WWW-Authenticate).
+func TestAccessRefusedReplies(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/vhosts/orders", nil)
+	a.must(201, "PUT", "/queues/orders/q", nil)
+	a.must(201, "PUT", "/exchanges/orders/x", nil)
+	a.must(201, "POST", "/bindings/orders/e/x/q/q", map[string]any{"routing_key": "k"})
+	a.must(201, "PUT", "/users/ann", map[string]any{"password": "ann-pw", "tags": "management"})
+	a.must(201, "PUT", "/permissions/orders/ann", map[string]any{"configure": "^$", "write": "^$", "read": "^$"})
+	a.must(201, "PUT", "/users/adm", map[string]any{"password": "adm-pw", "tags": "administrator"})
+
+	refused := func(r resp, reason string, exact bool) {
+		t.Helper()
+		wantError(t, r, 401, "not_authorised", reason)
+		if got := r.object(t)["reason"]; exact && got != reason {
+			t.Errorf("reason %q, want %q", got, reason)
+		}
+		if h := r.header.Get("WWW-Authenticate"); h != "" {
+			t.Errorf("WWW-Authenticate %q on a refusal of a logged-in user", h)
+		}
+	}
+	get := map[string]any{"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
+	for _, c := range []struct {
+		method, path string
+		body         any
+	}{
+		{"PUT", "/queues/orders/ann.q", map[string]any{}},
+		{"DELETE", "/queues/orders/q", nil},
+		{"DELETE", "/queues/orders/q/contents", nil},
+		{"PUT", "/exchanges/orders/y", map[string]any{}},
+		{"DELETE", "/exchanges/orders/x", nil},
+		{"POST", "/bindings/orders/e/x/q/q", map[string]any{"routing_key": "k2"}},
+		{"DELETE", "/bindings/orders/e/x/q/q/k", nil},
+	} {
+		refused(a.as("ann", "ann-pw", c.method, c.path, c.body), "Access refused.", true)
+		refused(a.as("adm", "adm-pw", c.method, c.path, c.body), "Access refused.", true)
+	}
+	refused(a.as("ann", "ann-pw", "POST", "/queues/orders/q/get", get), "ACCESS_REFUSED - ", false)
+	refused(a.as("ann", "ann-pw", "GET", "/aliveness-test/orders", nil), "ACCESS_REFUSED - ", false)
+	refused(a.as("adm", "adm-pw", "POST", "/queues/orders/q/get", get), "Access refused.", true)
+	refused(a.as("adm", "adm-pw", "GET", "/aliveness-test/orders", nil), "Access refused.", true)
+	// Nothing of it happened.
+	a.must(200, "GET", "/queues/orders/q", nil)
+	a.must(200, "GET", "/exchanges/orders/x", nil)
+	a.must(200, "GET", "/bindings/orders/e/x/q/q/k", nil)
+	a.must(404, "GET", "/queues/orders/ann.q", nil)
+}

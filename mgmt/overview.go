@@ -143,7 +143,10 @@ type status struct {
 }
 
 // aliveness declares the queue aliveness-test in the vhost, publishes a
-// message to it and gets it back, as RabbitMQ's aliveness test does.
+// message to it and gets it back, as RabbitMQ's aliveness test does. A
+// refusal of the declaration or the get is answered as a get's (401 for
+// ACCESS_REFUSED, with the channel's text); a message that does not come
+// back is 503.
 func (s *Server) aliveness(u *broker.UserInfo, r *http.Request) (any, error) {
 	const queue, payload = "aliveness-test", "test_message"
 	failed := func(reason string) (any, error) {
@@ -155,14 +158,14 @@ func (s *Server) aliveness(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	defer d.Close()
 	if _, err := d.Do(&amqp.QueueDeclare{Queue: queue}); err != nil {
-		return failed(err.Text)
+		return nil, channelError{err}
 	}
 	if err := d.Publish("", queue, amqp.Properties{}, []byte(payload)); err != nil {
 		return failed(err.Text)
 	}
 	replies, aerr := d.Do(&amqp.BasicGet{Queue: queue, NoAck: true})
 	if aerr != nil {
-		return failed(aerr.Text)
+		return nil, channelError{aerr}
 	}
 	if len(replies) != 1 || string(replies[0].Body) != payload {
 		return failed("aliveness-test message not received back")

@@ -237,8 +237,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		he = notFound().(*httpError)
 	case errors.As(err, &ie):
 		he = &httpError{http.StatusBadRequest, "bad_request", ie.Msg}
-	case errors.As(err, &acc):
-		he = &httpError{http.StatusUnauthorized, "not_authorized", acc.Msg}
+	case errors.As(err, &acc): // no permissions in the vhost: RabbitMQ's direct connection refused
+		he = &httpError{http.StatusUnauthorized, "not_authorised", "Access refused."}
 	case errors.As(err, &ae):
 		he = amqpHTTPError(ae)
 	default:
@@ -256,10 +256,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // amqpHTTPError maps a refusal of a management operation as RabbitMQ's
-// management plugin does: 404 for NOT_FOUND, 401 for ACCESS_REFUSED, 400
-// otherwise, with the text without its reply name ("inequivalent arg
-// ..."), as RabbitMQ's declarations report it. (A get reports the reply
-// name too: see channelError.)
+// management plugin does (rabbit_mgmt_util:direct_request): 404 for
+// NOT_FOUND, 401 "Access refused." for ACCESS_REFUSED, 400 otherwise, with
+// the text without its reply name ("inequivalent arg ..."). (A get and the
+// aliveness test report the channel's text, reply name included: see
+// channelError.)
 func amqpHTTPError(e *amqp.Error) *httpError {
 	reason := e.Text
 	if _, rest, ok := strings.Cut(reason, " - "); ok && amqp.ReplyName(e.Code) != "" {
@@ -269,7 +270,7 @@ func amqpHTTPError(e *amqp.Error) *httpError {
 	case amqp.NotFound:
 		return &httpError{http.StatusNotFound, "not_found", reason}
 	case amqp.AccessRefused:
-		return &httpError{http.StatusUnauthorized, "not_authorised", reason}
+		return &httpError{http.StatusUnauthorized, "not_authorised", "Access refused."}
 	case amqp.InternalError:
 		return &httpError{http.StatusInternalServerError, "internal_server_error", reason}
 	}

@@ -62,3 +62,13 @@ func TestBindingPropertiesKeys(t *testing.T) {
 		t.Errorf("bindings left %v", l)
 	}
 }
+
+// The default exchange's bindings cannot be deleted: 401 "Access
+// refused." as RabbitMQ answers (the unbind's ACCESS_REFUSED), not a 500.
+func TestDeleteDefaultExchangeBinding(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/queues/%2F/q", nil)
+	a.must(200, "GET", "/bindings/%2F/e/amq.default/q/q/q", nil)
+	wantError(t, a.do("DELETE", "/bindings/%2F/e/amq.default/q/q/q", nil), 401, "not_authorised", "Access refused.")
+	a.must(200, "GET", "/bindings/%2F/e/amq.default/q/q/q", nil)
+}

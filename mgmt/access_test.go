@@ -49,7 +49,7 @@ func TestUsersVHostsPermissions(t *testing.T) {
 	wantError(t, a.as("ann", "s3cret", "GET", "/users", nil), 401, "not_authorised", "Not administrator user")
 	wantError(t, a.as("ann", "s3cret", "GET", "/queues/%2F", nil), 401, "not_authorised", "User not authorised to access virtual host")
 	wantError(t, a.as("ann", "s3cret", "PUT", "/policies/orders/p", map[string]any{"pattern": ".", "definition": map[string]any{"max-length": 1}}),
-		401, "not_authorised", "Not policymaker")
+		401, "not_authorised", "User not authorised to access object")
 	r := a.as("ann", "s3cret", "PUT", "/queues/orders/bob.q", map[string]any{})
 	wantError(t, r, 401, "not_authorised", "Access refused.") // RabbitMQ's words for any refused declaration
 	if r := a.as("ann", "s3cret", "PUT", "/queues/orders/ann.q", map[string]any{"durable": true}); r.status != 201 {

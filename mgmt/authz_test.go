@@ -25,12 +25,12 @@ func TestMonitoringUserNeedsVHostPermissions(t *testing.T) {
 		"/queues/private", "/queues/private/secret", "/queues/private/secret/bindings",
 		"/exchanges/private", "/exchanges/private/x", "/exchanges/private/x/bindings/source",
 		"/bindings/private", "/bindings/private/e/x/q/secret", "/bindings/private/e/x/q/secret/k",
-		"/vhosts/private/connections", "/vhosts/private/channels",
+		"/policies/private", "/operator-policies/private", "/vhosts/private/connections", "/vhosts/private/channels",
 		"/aliveness-test/private",
 	} {
 		wantError(t, a.as("mon", "mon-pw", "GET", path, nil), 401, "not_authorised", denied)
 	}
-	for _, l := range []string{"/queues", "/exchanges", "/bindings"} {
+	for _, l := range []string{"/queues", "/exchanges", "/bindings", "/policies"} {
 		for _, o := range a.as("mon", "mon-pw", "GET", l, nil).list(t) {
 			if o["vhost"] == "private" {
 				t.Errorf("mon lists %s of vhost private: %v", l, o)
@@ -137,4 +137,58 @@ func TestAccessRefusedReplies(t *testing.T) {
 	a.must(200, "GET", "/exchanges/orders/x", nil)
 	a.must(200, "GET", "/bindings/orders/e/x/q/q/k", nil)
 	a.must(404, "GET", "/queues/orders/ann.q", nil)
+}
+
+// Policies as RabbitMQ 3.10 guards them: any management user lists the
+// policies and operator policies of the vhosts it has permissions in; one
+// policy (read, set, cleared) needs policymaker and the vhost's
+// permissions, or administrator ("User not authorised to access object"
+// either way); one operator policy needs administrator.
+func TestPolicyAccess(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/vhosts/orders", nil)
+	a.must(201, "PUT", "/policies/orders/p", map[string]any{"pattern": "^x$", "definition": map[string]any{"max-length": 1}})
+	a.must(201, "PUT", "/operator-policies/orders/op", map[string]any{"pattern": "^x$", "definition": map[string]any{"max-length": 2}})
+	all := map[string]any{"configure": ".*", "write": ".*", "read": ".*"}
+	for _, u := range []struct{ name, tags string }{{"ann", "management"}, {"pm", "policymaker"}, {"pmx", "policymaker"}, {"adm", "administrator"}} {
+		a.must(201, "PUT", "/users/"+u.name, map[string]any{"password": u.name + "-pw", "tags": u.tags})
+	}
+	a.must(201, "PUT", "/permissions/orders/ann", all)
+	a.must(201, "PUT", "/permissions/orders/pm", all)
+	as := func(user, method, path string, body any) resp {
+		t.Helper()
+		return a.as(user, user+"-pw", method, path, body)
+	}
+	def := map[string]any{"pattern": "^y$", "definition": map[string]any{"max-length": 3}}
+	const object, vhost, admin = "User not authorised to access object", "User not authorised to access virtual host", "Not administrator user"
+
+	for _, path := range []string{"/policies", "/policies/orders", "/operator-policies", "/operator-policies/orders"} {
+		if l := as("ann", "GET", path, nil).list(t); len(l) != 1 || l[0]["vhost"] != "orders" {
+			t.Errorf("ann's GET %s: %v", path, l)
+		}
+	}
+	wantError(t, as("ann", "GET", "/policies/orders/p", nil), 401, "not_authorised", object)
+	wantError(t, as("ann", "PUT", "/policies/orders/q", def), 401, "not_authorised", object)
+	wantError(t, as("ann", "DELETE", "/policies/orders/p", nil), 401, "not_authorised", object)
+	wantError(t, as("ann", "GET", "/operator-policies/orders/op", nil), 401, "not_authorised", admin)
+
+	as("pm", "GET", "/policies/orders/p", nil).object(t)
+	if r := as("pm", "PUT", "/policies/orders/q", def); r.status != 201 {
+		t.Errorf("pm's PUT: %d %s", r.status, r.body)
+	}
+	wantError(t, as("pm", "PUT", "/operator-policies/orders/op2", def), 401, "not_authorised", admin)
+
+	wantError(t, as("pmx", "GET", "/policies/orders", nil), 401, "not_authorised", vhost)
+	wantError(t, as("pmx", "GET", "/policies/orders/p", nil), 401, "not_authorised", object)
+	wantError(t, as("pmx", "PUT", "/policies/orders/r", def), 401, "not_authorised", object)
+	if l := as("pmx", "GET", "/policies", nil).list(t); len(l) != 0 {
+		t.Errorf("pmx lists policies of a vhost it has no permissions in: %v", l)
+	}
+
+	if r := as("adm", "PUT", "/policies/orders/s", def); r.status != 201 {
+		t.Errorf("adm's PUT: %d %s", r.status, r.body)
+	}
+	if l := a.must(200, "GET", "/policies/orders", nil).list(t); len(l) != 3 {
+		t.Errorf("policies %v, want p, q, s", l)
+	}
 }

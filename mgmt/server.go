@@ -111,10 +111,17 @@ type access int
 
 const (
 	management access = iota
+	// policymaker is RabbitMQ's is_authorized_policies: the policymaker
+	// tag and the vhost's permissions, or administrator; refused as "User
+	// not authorised to access object" either way.
 	policymaker
 	monitoring
 	administrator
 )
+
+// notAuthorisedObject is RabbitMQ's refusal of a policy to a user who is
+// not a policymaker with permissions in the vhost.
+const notAuthorisedObject = "User not authorised to access object"
 
 // handle registers a handler for pattern ("METHOD /path/{wild}"); the
 // same path with a trailing slash is served too, as RabbitMQ does.
@@ -127,7 +134,11 @@ func (s *Server) handle(pattern string, need access, h handlerFunc) {
 		}
 		if err == nil {
 			if v := r.PathValue("vhost"); v != "" && strings.Contains(pattern, "{vhost}") {
-				err = s.authorizeVHost(u, r, v)
+				denied := "User not authorised to access virtual host"
+				if need == policymaker {
+					denied = notAuthorisedObject
+				}
+				err = s.authorizeVHost(u, r, v, denied)
 			}
 		}
 		var out any
@@ -317,7 +328,7 @@ func authorize(u *broker.UserInfo, need access) error {
 	switch need {
 	case policymaker:
 		if !hasTag(u, "policymaker", "administrator") {
-			return notAuthorised("Not policymaker")
+			return notAuthorised(notAuthorisedObject)
 		}
 	case monitoring:
 		if !hasTag(u, "monitoring", "administrator") {
@@ -336,7 +347,8 @@ func authorize(u *broker.UserInfo, need access) error {
 // (RabbitMQ's is_authorized_vhost). A monitoring user sees every vhost's
 // name, totals and connections, but not the objects of a vhost it has no
 // permissions in.
-func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost string) error {
+// denied is the refusal's reason.
+func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost, denied string) error {
 	if s.b.VHost(vhost) == nil {
 		if r.Method == http.MethodPut || r.Method == http.MethodPost {
 			return vhostNotFound()
@@ -347,7 +359,7 @@ func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost strin
 		return nil
 	}
 	if !s.canAccessVHost(u, vhost) {
-		return notAuthorised("User not authorised to access virtual host")
+		return notAuthorised(denied)
 	}
 	return nil
 }

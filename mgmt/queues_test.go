@@ -384,3 +384,14 @@ func TestGetMessagesBounded(t *testing.T) {
 		t.Errorf("the big message: %d messages", len(got))
 	}
 }
+
+// Purging an absent queue is RabbitMQ's 404 "Object Not Found" (its
+// resource does not exist), not the channel's NOT_FOUND text.
+func TestPurgeAbsentQueue(t *testing.T) {
+	a := startAPI(t)
+	r := a.do("DELETE", "/queues/%2F/absent/contents", nil)
+	wantError(t, r, 404, "Object Not Found", "Not Found")
+	if reason := r.object(t)["reason"]; reason != "Not Found" {
+		t.Errorf("reason %q, want Not Found", reason)
+	}
+}

@@ -187,6 +187,9 @@ func (s *Server) deleteQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 }
 
 func (s *Server) purgeQueue(u *broker.UserInfo, r *http.Request) (any, error) {
+	if _, err := s.b.Queue(r.PathValue("vhost"), r.PathValue("name")); err != nil {
+		return nil, err // 404 Object Not Found, as RabbitMQ's
+	}
 	m := &amqp.QueuePurge{Queue: r.PathValue("name")}
 	return noContent{}, s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err })
 }

@@ -75,7 +75,7 @@ func TestDefinitionsRoundTrip(t *testing.T) {
 	// Refusals name the object and leave the rest.
 	bad := map[string]any{"queues": []any{map[string]any{"name": "q", "vhost": "shop", "durable": true, "arguments": map[string]any{"x-max-length": "many"}}}}
 	wantError(t, b.do("POST", "/definitions", bad), 400, "bad_request", "queue 'q' in vhost 'shop': PRECONDITION_FAILED - invalid arg 'x-max-length'")
-	wantError(t, b.do("POST", "/definitions", "[1,2"), 400, "bad_request", "not_json")
+	wantError(t, b.do("POST", "/definitions", "[1,2"), 400, "bad_request", "failed_to_parse_json")
 	wantError(t, b.as("app", "app-pw", "GET", "/definitions", nil), 401, "not_authorised", "Not administrator user")
 }
 
@@ -87,4 +87,14 @@ func norm(v any) map[string]bool {
 		out[string(j)] = true
 	}
 	return out
+}
+
+// A definitions file that is not JSON is RabbitMQ's 400
+// "failed_to_parse_json" (other endpoints say "not_json").
+func TestImportDefinitionsNotJSON(t *testing.T) {
+	a := startAPI(t)
+	for _, path := range []string{"/definitions", "/definitions/%2F"} {
+		r := a.do("POST", path, `{"users":[`)
+		wantError(t, r, 400, "bad_request", "failed_to_parse_json")
+	}
 }

@@ -3,6 +3,7 @@ package mgmt_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/brokerd/brokerd/mgmt"
@@ -393,5 +394,43 @@ func TestPurgeAbsentQueue(t *testing.T) {
 	wantError(t, r, 404, "Object Not Found", "Not Found")
 	if reason := r.object(t)["reason"]; reason != "Not Found" {
 		t.Errorf("reason %q, want Not Found", reason)
+	}
+}
+
+// Header values in a /get render as RabbitMQ 3.10's
+// rabbit_mgmt_format:amqp_value does (post-get-ack-requeue-true.json):
+// bytes that are not UTF-8 as "Not UTF-8, base64 is: ..." (76-character
+// lines), void as "undefined", a decimal as its scale "." its value.
+func TestGetHeaderValues(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/queues/%2F/h", nil)
+	_, ch := a.Channel(t)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	long := make([]byte, 60)
+	for i := range long {
+		long[i] = 0xff
+	}
+	c, err := ch.PublishWithDeferredConfirm("", "h", false, false, amqp091.Publishing{Body: []byte("x"), Headers: amqp091.Table{
+		"bytes": []byte{0, 1, 2, 255}, "utf8": []byte("abc"), "long": long, "void": nil,
+		"decimal": amqp091.Decimal{Scale: 2, Value: 12345}, "table": amqp091.Table{"v": nil},
+	}})
+	if err != nil || !c.Wait() {
+		t.Fatal("publish failed", err)
+	}
+	got := a.must(200, "POST", "/queues/%2F/h/get", map[string]any{"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}).list(t)
+	h := got[0]["properties"].(map[string]any)["headers"].(map[string]any)
+	want := map[string]any{
+		"bytes": "Not UTF-8, base64 is: AAEC/w==", "utf8": "abc", "void": "undefined", "decimal": 2.12345,
+		"long": "Not UTF-8, base64 is: " + strings.Repeat("/", 76) + "\n" + strings.Repeat("/", 4), // 60 bytes 0xff
+	}
+	for k, v := range want {
+		if h[k] != v {
+			t.Errorf("header %s: %#v, want %#v", k, h[k], v)
+		}
+	}
+	if v := h["table"].(map[string]any)["v"]; v != "undefined" {
+		t.Errorf("void in a table: %#v", v)
 	}
 }

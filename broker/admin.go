@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -183,18 +184,46 @@ type BindingInfo struct {
 }
 
 // PropertiesKey is RabbitMQ's name for a binding within its source and
-// destination in the HTTP API: "~" for an empty routing key without
-// arguments, the routing key (percent-encoding is the caller's) without
-// arguments, and otherwise the routing key and a hash of the arguments.
+// destination in the HTTP API (rabbit_mgmt_format:pack_binding_props):
+// "~" for an empty routing key without arguments, the quoted routing key
+// (QuoteBindingKey) without arguments, and otherwise the quoted routing
+// key, "~" and a hash of the arguments. Quoting keeps "~" out of the key,
+// so no two bindings of a source and destination share a properties key.
 func (bi *BindingInfo) PropertiesKey() string {
 	if len(bi.Arguments) == 0 {
 		if bi.RoutingKey == "" {
 			return "~"
 		}
-		return bi.RoutingKey
+		return QuoteBindingKey(bi.RoutingKey)
 	}
-	return bi.RoutingKey + "~" + argsHash(bi.Arguments)
+	return QuoteBindingKey(bi.RoutingKey) + "~" + ArgsHash(bi.Arguments)
 }
+
+// QuoteBindingKey quotes a routing key for a properties key as RabbitMQ
+// does (mochiweb's quote_plus, then "~" as %7E): letters, digits and
+// ".-_" stay, a space becomes "+", every other byte %XX (upper case).
+func QuoteBindingKey(key string) string {
+	const hex = "0123456789ABCDEF"
+	var sb strings.Builder
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '-', c == '_':
+			sb.WriteByte(c)
+		case c == ' ':
+			sb.WriteByte('+')
+		default:
+			sb.WriteByte('%')
+			sb.WriteByte(hex[c>>4])
+			sb.WriteByte(hex[c&15])
+		}
+	}
+	return sb.String()
+}
+
+// ArgsHash names an argument table in a properties key: a stable hash of
+// its AMQP encoding, URL-safe. (RabbitMQ hashes the Erlang term instead,
+// so the two brokers' keys for bindings with arguments differ.)
+func ArgsHash(t amqp.Table) string { return argsHash(t) }
 
 // argsHash names an argument table in a properties key: a stable hash of
 // its AMQP encoding, URL-safe.

@@ -9,12 +9,12 @@ import (
 )
 
 // Vhosts, users and permissions. Reading them needs administrator, except
-// the vhosts a user may see; changing them needs administrator.
+// the list of the vhosts a user may see; changing them needs administrator.
 
 func (s *Server) accessRoutes() {
 	// {name}, not {vhost}: a PUT creates the vhost, which need not exist.
 	s.handle("GET /api/vhosts", management, s.listVHosts)
-	s.handle("GET /api/vhosts/{name}", management, s.getVHost)
+	s.handle("GET /api/vhosts/{name}", administrator, s.getVHost) // RabbitMQ 3.10: administrators only
 	s.handle("PUT /api/vhosts/{name}", administrator, s.putVHost)
 	s.handle("DELETE /api/vhosts/{name}", administrator, s.deleteVHost)
 	s.handle("GET /api/vhosts/{vhost}/permissions", administrator, s.listPermissionsOf("vhost"))
@@ -80,7 +80,7 @@ func orDefault(s, def string) string {
 
 func (s *Server) listVHosts(u *broker.UserInfo, r *http.Request) (any, error) {
 	visible := map[string]bool{}
-	for _, v := range s.vhostsFor(u, "") {
+	for _, v := range s.visibleVHosts(u) {
 		visible[v] = true
 	}
 	out := []map[string]any{}
@@ -118,9 +118,6 @@ func (s *Server) getVHost(u *broker.UserInfo, r *http.Request) (any, error) {
 	v, ok := s.vhostInfo(name)
 	if !ok {
 		return nil, notFound()
-	}
-	if !hasTag(u, "administrator", "monitoring") && !s.canAccessVHost(u, name) {
-		return nil, notAuthorised("User not authorised to access object")
 	}
 	return s.withVHostTotals(vhostJSON(v)), nil
 }

@@ -21,7 +21,9 @@ func (s *Server) connRoutes() {
 	s.handle("GET /api/vhosts/{vhost}/channels", management, s.listChannels)
 	s.handle("GET /api/channels/{name}", management, s.getChannel)
 	s.handle("GET /api/consumers", management, s.listConsumers)
-	s.handle("GET /api/consumers/{vhost}", management, s.listConsumers)
+	// {cvhost}: RabbitMQ lists a vhost's consumers (those of the
+	// connections the user sees) without asking for permissions there.
+	s.handle("GET /api/consumers/{cvhost}", management, s.listConsumers)
 }
 
 // seesAll reports whether u sees every user's connections.
@@ -187,7 +189,10 @@ func consumerJSON(c broker.ConsumerInfo) map[string]any {
 }
 
 func (s *Server) listConsumers(u *broker.UserInfo, r *http.Request) (any, error) {
-	vhost := r.PathValue("vhost")
+	vhost := r.PathValue("cvhost")
+	if vhost != "" && s.b.VHost(vhost) == nil {
+		return nil, notFound()
+	}
 	visible := map[string]bool{}
 	for _, ch := range s.channels(u, vhost, func(broker.ChannelInfo) bool { return true }) {
 		visible[ch["name"].(string)] = true

@@ -238,6 +238,10 @@ func importError(what string, err error) error {
 func (s *Server) importDefinitions(u *broker.UserInfo, r *http.Request) (any, error) {
 	var d definitions
 	if err := readJSON(r, &d); err != nil {
+		var he *httpError
+		if errors.As(err, &he) && he.reason == "not_json" {
+			return nil, badRequest("failed_to_parse_json") // RabbitMQ's words here
+		}
 		return nil, err
 	}
 	if err := s.importDefs(&d, r.PathValue("vhost")); err != nil {

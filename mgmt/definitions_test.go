@@ -15,11 +15,11 @@ func TestDefinitionsRoundTrip(t *testing.T) {
 	a.must(201, "PUT", "/vhosts/shop", map[string]any{"description": "the shop", "tags": "prod"})
 	a.must(201, "PUT", "/users/app", map[string]any{"password": "app-pw", "tags": "management"})
 	a.must(201, "PUT", "/permissions/shop/app", map[string]any{"configure": "^app\\.", "write": ".*", "read": ".*"})
-	a.must(201, "PUT", "/exchanges/shop/orders", map[string]any{"type": "topic", "arguments": map[string]any{"alternate-exchange": "unrouted"}})
-	a.must(201, "PUT", "/exchanges/shop/unrouted", map[string]any{"type": "fanout"})
+	a.must(201, "PUT", "/exchanges/shop/orders", map[string]any{"type": "topic", "durable": true, "arguments": map[string]any{"alternate-exchange": "unrouted"}})
+	a.must(201, "PUT", "/exchanges/shop/unrouted", map[string]any{"type": "fanout", "durable": true})
 	a.must(201, "PUT", "/exchanges/shop/tmp", map[string]any{"type": "fanout", "durable": false})
-	a.must(201, "PUT", "/queues/shop/app.orders", map[string]any{"arguments": map[string]any{"x-dead-letter-exchange": "dlx", "x-max-length": 10, "x-overflow": "reject-publish-dlx"}})
-	a.must(201, "PUT", "/queues/shop/app.lost", map[string]any{})
+	a.must(201, "PUT", "/queues/shop/app.orders", map[string]any{"durable": true, "arguments": map[string]any{"x-dead-letter-exchange": "dlx", "x-max-length": 10, "x-overflow": "reject-publish-dlx"}})
+	a.must(201, "PUT", "/queues/shop/app.lost", map[string]any{"durable": true})
 	a.must(201, "PUT", "/queues/shop/transient", map[string]any{"durable": false})
 	a.must(201, "POST", "/bindings/shop/e/orders/q/app.orders", map[string]any{"routing_key": "order.#"})
 	a.must(201, "POST", "/bindings/shop/e/unrouted/q/app.lost", map[string]any{})
@@ -75,7 +75,7 @@ func TestDefinitionsRoundTrip(t *testing.T) {
 	// Refusals name the object and leave the rest.
 	bad := map[string]any{"queues": []any{map[string]any{"name": "q", "vhost": "shop", "durable": true, "arguments": map[string]any{"x-max-length": "many"}}}}
 	wantError(t, b.do("POST", "/definitions", bad), 400, "bad_request", "queue 'q' in vhost 'shop': PRECONDITION_FAILED - invalid arg 'x-max-length'")
-	wantError(t, b.do("POST", "/definitions", "[1,2"), 400, "bad_request", "not_json")
+	wantError(t, b.do("POST", "/definitions", "[1,2"), 400, "bad_request", "failed_to_parse_json")
 	wantError(t, b.as("app", "app-pw", "GET", "/definitions", nil), 401, "not_authorised", "Not administrator user")
 }
 
@@ -87,4 +87,14 @@ func norm(v any) map[string]bool {
 		out[string(j)] = true
 	}
 	return out
+}
+
+// A definitions file that is not JSON is RabbitMQ's 400
+// "failed_to_parse_json" (other endpoints say "not_json").
+func TestImportDefinitionsNotJSON(t *testing.T) {
+	a := startAPI(t)
+	for _, path := range []string{"/definitions", "/definitions/%2F"} {
+		r := a.do("POST", path, `{"users":[`)
+		wantError(t, r, 400, "bad_request", "failed_to_parse_json")
+	}
 }

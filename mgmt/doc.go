@@ -9,11 +9,15 @@
 // an AMQP login is (loopback-only users from loopback addresses only).
 // Tags decide what a user may do, as in RabbitMQ: a user needs one of
 // management, policymaker, monitoring or administrator to use the API at
-// all (401 otherwise); policies need policymaker; users, vhosts,
-// permissions, operator policies and definitions need administrator (403
-// "Not administrator user"). A management user sees the vhosts it has
-// permissions in and its own connections; monitoring and administrator
-// users see everything. Declarations, deletions, purges and gets run as
+// all (401 otherwise); reading, setting or clearing one policy needs
+// policymaker (listing them does not); users, vhosts, permissions, one
+// operator policy and definitions need administrator (401 "Not
+// administrator user", as RabbitMQ 3.10 answers a missing tag). A
+// management user sees the vhosts it has permissions in and its own
+// connections; a monitoring user sees every vhost, connection and
+// channel, but the objects (queues, exchanges, bindings, policies) only
+// of vhosts it has permissions in; an administrator sees everything.
+// Declarations, deletions, purges and gets run as
 // the AMQP methods would for the user (broker.Direct), so permissions are
 // enforced exactly as over AMQP.
 //

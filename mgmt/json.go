@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -26,6 +28,11 @@ func tableJSON(t amqp.Table) map[string]any {
 	return out
 }
 
+// valueJSON renders a field value as RabbitMQ 3.10's amqp_value does:
+// strings and byte arrays as text when they are UTF-8, otherwise as "Not
+// UTF-8, base64 is: " and their base64 in 76-character lines; void as
+// "undefined"; a decimal as its scale, ".", its value (RabbitMQ's
+// rendering: scale 2, value 12345 is 2.12345).
 func valueJSON(v any) any {
 	switch x := v.(type) {
 	case amqp.Table:
@@ -37,22 +44,41 @@ func valueJSON(v any) any {
 		}
 		return out
 	case []byte:
-		if utf8.Valid(x) {
-			return string(x)
-		}
-		return base64.StdEncoding.EncodeToString(x)
+		return utf8Safe(x)
 	case string:
-		return x
+		return utf8Safe([]byte(x))
 	case amqp.Timestamp:
 		return uint64(x)
 	case amqp.Decimal:
-		return float64(x.Value) / math.Pow10(int(x.Scale))
+		if x.Value >= 0 {
+			if f, err := strconv.ParseFloat(fmt.Sprintf("%d.%d", x.Scale, x.Value), 64); err == nil {
+				return f
+			}
+		}
+		return float64(x.Value) / math.Pow10(int(x.Scale)) // RabbitMQ fails on these
 	case float32:
 		return float64(x)
 	case nil:
-		return nil
+		return "undefined"
 	}
 	return v
+}
+
+// utf8Safe is RabbitMQ's rabbit_mgmt_format:utf8_safe.
+func utf8Safe(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	enc := base64.StdEncoding.EncodeToString(b)
+	var sb strings.Builder
+	sb.WriteString("Not UTF-8, base64 is: ")
+	for len(enc) > 76 {
+		sb.WriteString(enc[:76])
+		sb.WriteByte('\n')
+		enc = enc[76:]
+	}
+	sb.WriteString(enc)
+	return sb.String()
 }
 
 // tableFromJSON converts a JSON object's fields (decoded with UseNumber)

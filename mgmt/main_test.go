@@ -28,13 +28,20 @@ type api struct {
 	srv  *mgmt.Server
 	ln   net.Listener
 	done chan struct{}
+	opts mgmt.Options // what the API is started with (Broker and Version set by serve)
 }
 
 // startAPI starts a broker on the store BROKERD_TEST_STORE selects, with
 // its management API.
 func startAPI(t *testing.T) *api {
 	t.Helper()
-	a := &api{t: t, Instance: brokertest.Start(t, brokertest.Config{})}
+	return startAPIWith(t, mgmt.Options{})
+}
+
+// startAPIWith is startAPI with the API's options.
+func startAPIWith(t *testing.T, opts mgmt.Options) *api {
+	t.Helper()
+	a := &api{t: t, Instance: brokertest.Start(t, brokertest.Config{}), opts: opts}
 	a.serve()
 	t.Cleanup(a.stopAPI)
 	return a
@@ -47,7 +54,9 @@ func (a *api) serve() {
 		a.t.Fatal(err)
 	}
 	a.ln, a.base = ln, "http://"+ln.Addr().String()+"/api"
-	a.srv = mgmt.New(mgmt.Options{Broker: a.Broker, Version: "test"})
+	opts := a.opts
+	opts.Broker, opts.Version = a.Broker, "test"
+	a.srv = mgmt.New(opts)
 	a.done = make(chan struct{})
 	go func() { defer close(a.done); a.srv.Serve(ln) }()
 }

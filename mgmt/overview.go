@@ -34,15 +34,27 @@ func node() string {
 }
 
 // vhostsFor returns vhost when set (already authorized), else the vhosts
-// u may see: every vhost for monitoring and administrator users, those it
-// has permissions in otherwise.
+// whose objects u may list: every vhost for an administrator, those it has
+// permissions in otherwise (RabbitMQ's filter_vhost: a monitoring user's
+// /api/queues has only its own vhosts' queues).
 func (s *Server) vhostsFor(u *broker.UserInfo, vhost string) []string {
 	if vhost != "" {
 		return []string{vhost}
 	}
+	return s.vhostsWhere(func(v string) bool { return hasTag(u, "administrator") || s.canAccessVHost(u, v) })
+}
+
+// visibleVHosts returns the vhosts u sees in /api/vhosts and the
+// overview's totals: every vhost for monitoring and administrator users,
+// those it has permissions in otherwise (list_visible_vhosts).
+func (s *Server) visibleVHosts(u *broker.UserInfo) []string {
+	return s.vhostsWhere(func(v string) bool { return hasTag(u, "administrator", "monitoring") || s.canAccessVHost(u, v) })
+}
+
+func (s *Server) vhostsWhere(keep func(string) bool) []string {
 	var out []string
 	for _, v := range s.b.VHosts() {
-		if hasTag(u, "administrator", "monitoring") || s.canAccessVHost(u, v.Name) {
+		if keep(v.Name) {
 			out = append(out, v.Name)
 		}
 	}
@@ -57,8 +69,7 @@ func (s *Server) canAccessVHost(u *broker.UserInfo, vhost string) bool {
 
 func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	var nq, nx, ncons, msgs, ready, unacked int
-	vhosts := s.vhostsFor(u, "")
-	for _, v := range vhosts {
+	for _, v := range s.visibleVHosts(u) {
 		for _, qi := range s.b.Queues(v) {
 			nq++
 			ncons += qi.Consumers
@@ -132,7 +143,10 @@ type status struct {
 }
 
 // aliveness declares the queue aliveness-test in the vhost, publishes a
-// message to it and gets it back, as RabbitMQ's aliveness test does.
+// message to it and gets it back, as RabbitMQ's aliveness test does. A
+// refusal of the declaration or the get is answered as a get's (401 for
+// ACCESS_REFUSED, with the channel's text); a message that does not come
+// back is 503.
 func (s *Server) aliveness(u *broker.UserInfo, r *http.Request) (any, error) {
 	const queue, payload = "aliveness-test", "test_message"
 	failed := func(reason string) (any, error) {
@@ -144,14 +158,14 @@ func (s *Server) aliveness(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	defer d.Close()
 	if _, err := d.Do(&amqp.QueueDeclare{Queue: queue}); err != nil {
-		return failed(err.Text)
+		return nil, channelError{err}
 	}
 	if _, err := d.Publish("", queue, amqp.Properties{}, []byte(payload)); err != nil {
 		return failed(err.Text)
 	}
 	replies, aerr := d.Do(&amqp.BasicGet{Queue: queue, NoAck: true})
 	if aerr != nil {
-		return failed(aerr.Text)
+		return nil, channelError{aerr}
 	}
 	if len(replies) != 1 || string(replies[0].Body) != payload {
 		return failed("aliveness-test message not received back")

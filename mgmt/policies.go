@@ -11,19 +11,21 @@ import (
 	"github.com/brokerd/brokerd/broker"
 )
 
-// Policies, and operator policies (administrator only), as RabbitMQ's
-// /api/policies and /api/operator-policies.
+// Policies and operator policies, as RabbitMQ's /api/policies and
+// /api/operator-policies guard them: any management user lists those of
+// its vhosts; one policy needs policymaker, one operator policy
+// administrator.
 
 func (s *Server) policyRoutes() {
 	up := policyKind{}
-	s.handle("GET /api/policies", policymaker, up.list(s))
-	s.handle("GET /api/policies/{vhost}", policymaker, up.list(s))
+	s.handle("GET /api/policies", management, up.list(s))
+	s.handle("GET /api/policies/{vhost}", management, up.list(s))
 	s.handle("GET /api/policies/{vhost}/{name}", policymaker, up.get(s))
 	s.handle("PUT /api/policies/{vhost}/{name}", policymaker, up.put(s))
 	s.handle("DELETE /api/policies/{vhost}/{name}", policymaker, up.del(s))
 	op := policyKind{operator: true}
-	s.handle("GET /api/operator-policies", administrator, op.list(s))
-	s.handle("GET /api/operator-policies/{vhost}", administrator, op.list(s))
+	s.handle("GET /api/operator-policies", management, op.list(s))
+	s.handle("GET /api/operator-policies/{vhost}", management, op.list(s))
 	s.handle("GET /api/operator-policies/{vhost}/{name}", administrator, op.get(s))
 	s.handle("PUT /api/operator-policies/{vhost}/{name}", administrator, op.put(s))
 	s.handle("DELETE /api/operator-policies/{vhost}/{name}", administrator, op.del(s))

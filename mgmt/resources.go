@@ -2,7 +2,6 @@ package mgmt
 
 import (
 	"encoding/base64"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -142,8 +141,10 @@ func do(d *broker.Direct, m amqp.Method) ([]broker.Reply, error) {
 	return replies, nil
 }
 
+// queueBody is a PUT of a queue; what it leaves out takes queue.declare's
+// defaults, as RabbitMQ's: not durable, not auto-delete.
 type queueBody struct {
-	Durable    *bool          `json:"durable"`
+	Durable    bool           `json:"durable"`
 	AutoDelete bool           `json:"auto_delete"`
 	Arguments  map[string]any `json:"arguments"`
 	Node       string         `json:"node"`
@@ -160,7 +161,7 @@ func (s *Server) putQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	vhost, name := r.PathValue("vhost"), r.PathValue("name")
 	_, lookupErr := s.b.Queue(vhost, name)
-	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable == nil || *body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
+	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err
 	}
@@ -184,6 +185,9 @@ func (s *Server) deleteQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 }
 
 func (s *Server) purgeQueue(u *broker.UserInfo, r *http.Request) (any, error) {
+	if _, err := s.b.Queue(r.PathValue("vhost"), r.PathValue("name")); err != nil {
+		return nil, err // 404 Object Not Found, as RabbitMQ's
+	}
 	m := &amqp.QueuePurge{Queue: r.PathValue("name")}
 	return noContent{}, s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err })
 }
@@ -199,7 +203,8 @@ type getBody struct {
 // basic.get, then settled as ackmode says: ack_requeue_false acks them,
 // ack_requeue_true and reject_requeue_true put them back (redelivered),
 // reject_requeue_false rejects them (dead-lettering them where a DLX is
-// set).
+// set). Fetching stops early once Options.MaxGetBytes is collected, or
+// when the client goes (the messages then go back unsettled).
 func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	var body getBody
 	if err := readJSON(r, &body); err != nil {
@@ -234,7 +239,14 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
 		var last uint64
+		var collected int64
 		for range *body.Count {
+			if collected >= s.opts.MaxGetBytes {
+				break
+			}
+			if err := r.Context().Err(); err != nil {
+				return err
+			}
 			replies, aerr := d.Do(&amqp.BasicGet{Queue: r.PathValue("name")})
 			if aerr != nil {
 				return channelError{aerr}
@@ -247,6 +259,7 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 				break // get-empty
 			}
 			last = ok.DeliveryTag
+			collected += int64(len(replies[0].Props)+len(replies[0].Body)) + getOverhead
 			props, err := amqp.DecodeProperties(replies[0].Props)
 			if err != nil {
 				return err
@@ -265,6 +278,10 @@ func (s *Server) getMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	return out, nil
 }
+
+// getOverhead is what a message of a /get costs beyond its body and
+// properties (the reply's fields), counted against MaxGetBytes.
+const getOverhead = 256
 
 // channelError is a refusal RabbitMQ reports as its channel saw it, with
 // the reply name ("NOT_FOUND - no queue ..."): a get runs on a channel.
@@ -328,9 +345,11 @@ func (s *Server) getExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	return exchangeJSON(xi), nil
 }
 
+// exchangeBody is a PUT of an exchange; what it leaves out takes
+// exchange.declare's defaults, as RabbitMQ's: type direct, not durable.
 type exchangeBody struct {
 	Type       string         `json:"type"`
-	Durable    *bool          `json:"durable"`
+	Durable    bool           `json:"durable"`
 	AutoDelete bool           `json:"auto_delete"`
 	Internal   bool           `json:"internal"`
 	Arguments  map[string]any `json:"arguments"`
@@ -342,7 +361,7 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 		return nil, err
 	}
 	if body.Type == "" {
-		return nil, badRequest("[{key_missing,type}]")
+		body.Type = "direct"
 	}
 	args, err := tableFromJSON(body.Arguments)
 	if err != nil {
@@ -350,7 +369,7 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	vhost, name := r.PathValue("vhost"), exchangeName(r.PathValue("name"))
 	_, lookupErr := s.b.Exchange(vhost, name)
-	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable == nil || *body.Durable,
+	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable,
 		AutoDelete: body.AutoDelete, Internal: body.Internal, Arguments: args}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err
@@ -494,12 +513,49 @@ func (s *Server) findBinding(r *http.Request, kind string) (broker.BindingInfo, 
 	if err != nil {
 		return broker.BindingInfo{}, err
 	}
+	key, hash, ok := unpackBindingProps(r.PathValue("props"))
+	if !ok {
+		return broker.BindingInfo{}, notFound()
+	}
 	for _, bi := range bs {
-		if bi.PropertiesKey() == r.PathValue("props") {
+		if bi.RoutingKey != key {
+			continue
+		}
+		if hash == nil && len(bi.Arguments) == 0 || hash != nil && len(bi.Arguments) > 0 && broker.ArgsHash(bi.Arguments) == *hash {
 			return bi, nil
 		}
 	}
 	return broker.BindingInfo{}, notFound()
+}
+
+// unpackBindingProps reads a properties key as RabbitMQ's
+// unpack_binding_props: split at "~" (a trailing "~" adds nothing), the
+// routing key unquoted (%XX, "+" for a space: a key sent unquoted works
+// too), then the arguments' hash if there is one. "~" alone is the empty
+// key.
+func unpackBindingProps(props string) (key string, hash *string, ok bool) {
+	if props == "" {
+		return "", nil, false
+	}
+	toks := strings.Split(props, "~")
+	if len(toks) > 1 && toks[len(toks)-1] == "" {
+		toks = toks[:len(toks)-1]
+	}
+	if len(toks) > 2 {
+		return "", nil, false
+	}
+	key, err := url.QueryUnescape(toks[0])
+	if err != nil {
+		return "", nil, false
+	}
+	if len(toks) == 2 {
+		h, err := url.QueryUnescape(toks[1])
+		if err != nil {
+			return "", nil, false
+		}
+		hash = &h
+	}
+	return key, hash, true
 }
 
 func (s *Server) getBinding(kind string) handlerFunc {
@@ -518,12 +574,30 @@ func (s *Server) deleteBinding(kind string) handlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		if bi.Source == "" {
-			return nil, errors.New("cannot delete a binding of the default exchange")
-		}
+		// The default exchange's implicit bindings go to the channel too,
+		// which refuses them as RabbitMQ's does (401 Access refused.).
 		m := bindMethod(kind, bi.Source, bi.Destination, bi.RoutingKey, bi.Arguments, false)
 		return noContent{}, s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err })
 	}
 }
 
-func locationURL(l location) string { return url.PathEscape(l.dest) + "/" + url.PathEscape(l.key) }
+// locationURL escapes as RabbitMQ's Location does: every byte but
+// letters, digits and "-._~" as %XX, so a properties key's "%" is %25 and
+// its "+" %2B.
+func locationURL(l location) string { return escapeSegment(l.dest) + "/" + escapeSegment(l.key) }
+
+func escapeSegment(s string) string {
+	const hex = "0123456789ABCDEF"
+	var sb strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '.', c == '_', c == '~':
+			sb.WriteByte(c)
+		default:
+			sb.WriteByte('%')
+			sb.WriteByte(hex[c>>4])
+			sb.WriteByte(hex[c&15])
+		}
+	}
+	return sb.String()
+}

@@ -31,6 +31,12 @@ type Options struct {
 	Listeners []Listener
 	// MaxBody bounds a request body. Default 64 MiB (definitions files).
 	MaxBody int64
+	// MaxGetBytes bounds what one POST .../get collects: once its
+	// messages (bodies, properties and some overhead each) reach it, no
+	// more are fetched, whatever the count asked (RabbitMQ has no bound;
+	// a huge count on a deep queue would hold it all in memory). The
+	// first message is always returned. Default 64 MiB.
+	MaxGetBytes int64
 }
 
 // Listener is an AMQP listener as /api/overview lists it.
@@ -55,6 +61,9 @@ func New(opts Options) *Server {
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = 64 << 20
+	}
+	if opts.MaxGetBytes <= 0 {
+		opts.MaxGetBytes = 64 << 20
 	}
 	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger}
 	s.routes()
@@ -102,10 +111,17 @@ type access int
 
 const (
 	management access = iota
+	// policymaker is RabbitMQ's is_authorized_policies: the policymaker
+	// tag and the vhost's permissions, or administrator; refused as "User
+	// not authorised to access object" either way.
 	policymaker
 	monitoring
 	administrator
 )
+
+// notAuthorisedObject is RabbitMQ's refusal of a policy to a user who is
+// not a policymaker with permissions in the vhost.
+const notAuthorisedObject = "User not authorised to access object"
 
 // handle registers a handler for pattern ("METHOD /path/{wild}"); the
 // same path with a trailing slash is served too, as RabbitMQ does.
@@ -118,7 +134,11 @@ func (s *Server) handle(pattern string, need access, h handlerFunc) {
 		}
 		if err == nil {
 			if v := r.PathValue("vhost"); v != "" && strings.Contains(pattern, "{vhost}") {
-				err = s.authorizeVHost(u, r, v)
+				denied := "User not authorised to access virtual host"
+				if need == policymaker {
+					denied = notAuthorisedObject
+				}
+				err = s.authorizeVHost(u, r, v, denied)
 			}
 		}
 		var out any
@@ -231,8 +251,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		he = notFound().(*httpError)
 	case errors.As(err, &ie):
 		he = &httpError{http.StatusBadRequest, "bad_request", ie.Msg}
-	case errors.As(err, &acc):
-		he = &httpError{http.StatusUnauthorized, "not_authorized", acc.Msg}
+	case errors.As(err, &acc): // no permissions in the vhost: RabbitMQ's direct connection refused
+		he = &httpError{http.StatusUnauthorized, "not_authorised", "Access refused."}
 	case errors.As(err, &ae):
 		he = amqpHTTPError(ae)
 	default:
@@ -250,10 +270,11 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // amqpHTTPError maps a refusal of a management operation as RabbitMQ's
-// management plugin does: 404 for NOT_FOUND, 401 for ACCESS_REFUSED, 400
-// otherwise, with the text without its reply name ("inequivalent arg
-// ..."), as RabbitMQ's declarations report it. (A get reports the reply
-// name too: see channelError.)
+// management plugin does (rabbit_mgmt_util:direct_request): 404 for
+// NOT_FOUND, 401 "Access refused." for ACCESS_REFUSED, 400 otherwise, with
+// the text without its reply name ("inequivalent arg ..."). (A get and the
+// aliveness test report the channel's text, reply name included: see
+// channelError.)
 func amqpHTTPError(e *amqp.Error) *httpError {
 	reason := e.Text
 	if _, rest, ok := strings.Cut(reason, " - "); ok && amqp.ReplyName(e.Code) != "" {
@@ -263,7 +284,7 @@ func amqpHTTPError(e *amqp.Error) *httpError {
 	case amqp.NotFound:
 		return &httpError{http.StatusNotFound, "not_found", reason}
 	case amqp.AccessRefused:
-		return &httpError{http.StatusUnauthorized, "not_authorised", reason}
+		return &httpError{http.StatusUnauthorized, "not_authorised", "Access refused."}
 	case amqp.InternalError:
 		return &httpError{http.StatusInternalServerError, "internal_server_error", reason}
 	}
@@ -310,7 +331,7 @@ func authorize(u *broker.UserInfo, need access) error {
 	switch need {
 	case policymaker:
 		if !hasTag(u, "policymaker", "administrator") {
-			return notAuthorised("Not policymaker")
+			return notAuthorised(notAuthorisedObject)
 		}
 	case monitoring:
 		if !hasTag(u, "monitoring", "administrator") {
@@ -324,21 +345,24 @@ func authorize(u *broker.UserInfo, need access) error {
 	return nil
 }
 
-// authorizeVHost checks that the user may see vhost: it exists and the
-// user has permissions in it, or sees every vhost (monitoring,
-// administrator).
-func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost string) error {
+// authorizeVHost checks that the user may reach vhost's objects: it
+// exists and the user has permissions in it, or is an administrator
+// (RabbitMQ's is_authorized_vhost). A monitoring user sees every vhost's
+// name, totals and connections, but not the objects of a vhost it has no
+// permissions in.
+// denied is the refusal's reason.
+func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost, denied string) error {
 	if s.b.VHost(vhost) == nil {
 		if r.Method == http.MethodPut || r.Method == http.MethodPost {
 			return vhostNotFound()
 		}
 		return notFound()
 	}
-	if hasTag(u, "administrator", "monitoring") {
+	if hasTag(u, "administrator") {
 		return nil
 	}
 	if !s.canAccessVHost(u, vhost) {
-		return notAuthorised("User not authorised to access object")
+		return notAuthorised(denied)
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func (q *Queue) fillLocked(l *level) {
 	if q.prefetchLocked(l) {
 		return
 	}
-	want, wantBytes := q.ready.HeadRoom(l)
+	want, wantBytes := q.readWantLocked(l)
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
 	if err != nil {
 		q.vhost.b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
@@ -77,7 +77,7 @@ func (q *Queue) prefetchLocked(l *level) bool {
 	}
 	l.Filling = true
 	prio, from, to, gen, spilled := l.Prio, l.Mid.From, l.Mid.To, l.Gen, q.spilled
-	want, wantBytes := q.ready.HeadRoom(l)
+	want, wantBytes := q.readWantLocked(l)
 	go func() {
 		defer b.asyncDone()
 		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
@@ -120,6 +120,42 @@ func (q *Queue) prefetchLocked(l *level) bool {
 		}
 	}()
 	return true
+}
+
+// Bounds of what a read of a middle brings in beyond the head's room for
+// a drop-head limit to evict (readWantLocked).
+const (
+	evictReadMax      = 16384
+	evictReadMaxBytes = 16 << 20
+)
+
+// readWantLocked is how much a read of l's middle asks for: the head's
+// room, plus, while q is over a length limit, the excess (up to
+// evictReadMax entries and evictReadMaxBytes). The excess is evicted as
+// soon as the read is merged, so it is resident only for that moment;
+// without it eviction went one window per read, and a publisher that did
+// not wait for confirms could take a queue far over its limit (a
+// max-length 5000 queue held 6,500 with the default window, one of 50
+// held 99,000 with a window of 4) until the reads caught up.
+func (q *Queue) readWantLocked(l *level) (int, int64) {
+	want, wantBytes := q.ready.HeadRoom(l)
+	lim := q.config().limits
+	if !lim.Over(q.ready.Len(), q.ready.Bytes()) {
+		return want, wantBytes
+	}
+	n := evictReadMax
+	if lim.MaxLen >= 0 {
+		n = min(n, q.ready.Len()-int(lim.MaxLen))
+	}
+	bytes := int64(evictReadMaxBytes)
+	if lim.MaxBytes >= 0 {
+		bytes = min(bytes, q.ready.Bytes()-lim.MaxBytes)
+	}
+	want += max(n, 0)
+	if wantBytes > 0 {
+		wantBytes += max(bytes, 0)
+	}
+	return want, wantBytes
 }
 
 // evictionOwedLocked reports whether q is a drop-head queue over its

@@ -745,3 +745,53 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 	dvWantBodies(t, "evicted", dvGetN(t, ch, "dlq", total-limit), bodies[:total-limit]...)
 	dvWantBodies(t, "kept", dvGetN(t, ch, "lim", limit), bodies[total-limit:total]...)
 }
+
+// loadCounter counts the store's message loads: one per read of a
+// queue's middle.
+type loadCounter struct {
+	store.Store
+	loads atomic.Int64
+}
+
+func (c *loadCounter) LoadMessages(ids []store.MsgID, fn func(i int, m *store.Message)) error {
+	c.loads.Add(1)
+	return c.Store.LoadMessages(ids, fn)
+}
+
+// A drop-head limit over by more than a window evicts with reads sized to
+// the excess, not one window per read: a publisher that does not wait for
+// confirms could otherwise take a queue far over its limit until the reads
+// caught up (a max-length 50 queue held 99,000 messages with a window of
+// 4). Here a policy lowers the limit of a 1,000-message queue to 10: the
+// eviction takes a few reads, where one window (4) per read took 250.
+func TestDropHeadEvictsPagedHeadInFewReads(t *testing.T) {
+	lc := &loadCounter{}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { lc.Store = s; return lc }})
+	_, ch := b.Channel(t)
+	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		c, err := ch.PublishWithDeferredConfirm("", "q", false, false, amqp091.Publishing{DeliveryMode: 2, Body: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 999 && !c.Wait() {
+			t.Fatal("nacked")
+		}
+	}
+	tlEventuallyReady(t, b, "q", 1000)
+	before := lc.loads.Load()
+	tlSetPolicy(t, b, broker.Policy{Name: "short", Pattern: "^q$", Definition: map[string]any{"max-length": 10}})
+	tlEventuallyReady(t, b, "q", 10)
+	if n := lc.loads.Load() - before; n > 10 {
+		t.Errorf("evicting 990 paged messages took %d reads of the middle, want a few", n)
+	}
+	msg, ok, err := ch.Get("q", true)
+	if err != nil || !ok || string(msg.Body) != "990" {
+		t.Fatalf("head after eviction: %q %v %v, want message 990", msg.Body, ok, err)
+	}
+}

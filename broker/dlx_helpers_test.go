@@ -230,7 +230,7 @@ func (e *dsEnv) eventually(cond func() (bool, string)) {
 		if time.Now().After(deadline) {
 			e.t.Fatal(what)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // polling interval: the queue counters have no event to wait on
 	}
 }
 

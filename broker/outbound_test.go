@@ -50,7 +50,7 @@ func TestUnreadReturnsStopTheReader(t *testing.T) {
 	published := func() uint64 { return b.Broker.Stats().Published }
 	var last uint64
 	for still, start := 0, time.Now(); still < 5; {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // time is the point: the publisher must stay stalled
 		p := published()
 		if p >= n {
 			t.Fatalf("brokerd took all %d publishes (%d MiB) while the client read none of their returns", p, p*size>>20)

@@ -246,7 +246,7 @@ func TestTTLTimerFiredEarlyIsReArmed(t *testing.T) {
 	// is the best there is: a bug slower than 200 ms passes it, and is
 	// caught below.
 	timers.Advance(1500 * time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a negative check: nothing may expire (see above)
 	tlWantReady(t, b, "src", 1)
 
 	clk.Advance(5 * time.Second) // now the broker clock is 4 s past the deadline

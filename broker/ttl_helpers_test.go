@@ -361,7 +361,7 @@ func tlEventually(t testing.TB, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // polling interval: the conditions polled have no event to wait on
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -297,9 +298,11 @@ func (s *Server) authenticate(r *http.Request) (*broker.UserInfo, error) {
 	if !ok {
 		return nil, notAuthorized("")
 	}
+	// The peer as a *net.TCPAddr, for the loopback-only rule (a nil
+	// address is not loopback).
 	var remote net.Addr
-	if ap, err := netipAddrPort(r.RemoteAddr); err == nil {
-		remote = ap
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		remote = net.TCPAddrFromAddrPort(ap)
 	}
 	u, err := s.b.Login(name, pass, remote)
 	if err != nil {
@@ -307,10 +310,6 @@ func (s *Server) authenticate(r *http.Request) (*broker.UserInfo, error) {
 		return nil, notAuthorized("Login failed")
 	}
 	return &u, nil
-}
-
-func netipAddrPort(s string) (net.Addr, error) {
-	return net.ResolveTCPAddr("tcp", s)
 }
 
 func hasTag(u *broker.UserInfo, tags ...string) bool {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/brokerd/brokerd/internal/version"
 )
 
 // The tests run brokerctl as a real process — this test binary,
@@ -77,5 +79,20 @@ func TestWiring(t *testing.T) {
 	stdout, stderr, code = brokerctl(t, nil, "", "frobnicate")
 	if code != 64 || stdout != "" || !strings.Contains(stderr, "Command 'frobnicate' not found.") {
 		t.Errorf("unknown verb: exit %d\nstdout: %q\nstderr: %q", code, stdout, stderr)
+	}
+}
+
+// -version (brokerd's spelling) and --version (rabbitmqctl's) print
+// "brokerctl <version>" on stdout and exit 0 without contacting a broker,
+// whatever else the command line says.
+func TestVersion(t *testing.T) {
+	// The child is this test binary, so its version is ours.
+	want := "brokerctl " + version.String() + "\n"
+	url := "http://127.0.0.1:" + closedPort(t)
+	for _, args := range [][]string{{"-version"}, {"--version"}, {"--url", url, "list_queues", "--version"}} {
+		stdout, stderr, code := brokerctl(t, nil, "", args...)
+		if code != 0 || stdout != want || stderr != "" {
+			t.Errorf("%q: exit %d\nstdout: %q (want %q)\nstderr: %q", args, code, stdout, want, stderr)
+		}
 	}
 }

@@ -5,6 +5,7 @@
 // See config/doc.go for the configuration file.
 //
 //	brokerd [-config FILE] [-listen ADDR] [-mgmt-listen ADDR] [-data DIR]
+//	brokerd -version
 //
 // SIGTERM or SIGINT drains: connections are closed with 320
 // CONNECTION_FORCED and the process exits 0. SIGHUP reloads the settings
@@ -24,7 +25,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -34,6 +34,7 @@ import (
 	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/datadir"
 	"github.com/brokerd/brokerd/internal/sdnotify"
+	"github.com/brokerd/brokerd/internal/version"
 	"github.com/brokerd/brokerd/mgmt"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/store/diskstore"
@@ -42,10 +43,10 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("brokerd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "TOML configuration `file`")
@@ -53,8 +54,13 @@ func run(args []string, stderr io.Writer) int {
 	fs.Func("listen", "AMQP listen `address` (overrides amqp.listen)", func(s string) error { o.Listen = &s; return nil })
 	fs.Func("mgmt-listen", "management HTTP listen `address`, or off (overrides mgmt.listen)", func(s string) error { o.MgmtListen = &s; return nil })
 	fs.Func("data", "data `directory` (overrides storage.data_dir)", func(s string) error { o.DataDir = &s; return nil })
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "brokerd %s\n", version.String())
+		return 0
 	}
 	cfg, err := loadConfig(*configPath, o)
 	if err != nil {
@@ -97,13 +103,6 @@ func newLogger(cfg config.Config, level *slog.LevelVar, w io.Writer) (*slog.Logg
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), nil
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "0.1.0-dev"
 }
 
 func serve(cfg config.Config, configPath string, o config.Overrides, level *slog.LevelVar, log *slog.Logger) error {
@@ -168,7 +167,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		HandshakeTimeout: time.Duration(cfg.AMQP.HandshakeTimeout),
 		MaxMessageSize:   uint64(cfg.AMQP.MaxMessageSize),
 		MaxConnections:   cfg.Limits.MaxConnections,
-		Version:          version(),
+		Version:          version.String(),
 	})
 	errc := make(chan error, 3)
 	var listeners []mgmt.Listener
@@ -209,7 +208,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		if err != nil {
 			return fmt.Errorf("listen management HTTP API on %s: %w", cfg.Mgmt.Listen, err)
 		}
-		api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version(), Listeners: listeners})
+		api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version.String(), Listeners: listeners})
 		log.Info("serving management HTTP API", "addr", l.Addr().String())
 		go func() { errc <- api.Serve(l) }()
 	}

@@ -42,6 +42,7 @@ type options struct {
 	json               bool
 	timeout            time.Duration
 	help               bool
+	version            bool // -version: print brokerctl's version, do nothing else
 
 	// Verb options; given tells which appeared, for the check that the
 	// verb takes them.
@@ -78,6 +79,8 @@ var optSpecs = []optSpec{
 	{long: "formatter", value: true, set: setFormatter},
 	{long: "timeout", short: "t", value: true, set: setTimeout},
 	{long: "help", short: "?", set: func(o *options, _ string) error { o.help = true; return nil }},
+	// -version as brokerd spells it, --version as rabbitmqctl does.
+	{long: "version", short: "version", set: func(o *options, _ string) error { o.version = true; return nil }},
 	// rabbitmqctl's Erlang distribution option: meaningless over HTTP,
 	// accepted so that scripts need no change.
 	{long: "longnames", short: "l", set: func(*options, string) error { return nil }},

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/brokerd/brokerd/internal/version"
 )
 
 // Env is what a run of brokerctl sees of its process. A nil Getenv reads
@@ -33,6 +35,9 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return report(env.Stderr, err, args, "")
 	}
 	switch {
+	case o.version:
+		fmt.Fprintf(env.Stdout, "brokerctl %s\n", version.String())
+		return ExitOK
 	case o.verb == "":
 		fmt.Fprint(env.Stderr, generalUsage())
 		return ExitUsage
@@ -242,6 +247,7 @@ General Options
 --formatter <json|table>   json: a JSON array of objects
 -t, --timeout <seconds>    request timeout (default 60)
 -?, --help                 displays command help
+--version                  print brokerctl's version and exit
 `
 
 // help runs "help" and "help VERB".

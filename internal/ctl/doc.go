@@ -31,6 +31,8 @@
 //	--formatter json|table  json: list verbs print a JSON array of objects
 //	-t, --timeout SECONDS whole-request timeout (default 60)
 //	-?, --help            the verb's usage
+//	-version, --version   print "brokerctl VERSION" and exit 0, with or
+//	                      without a verb, contacting no broker
 //
 // Flags win over the environment. The credentials in a --url or
 // $BROKERCTL_URL ("http://user:pass@host:15672") are used when no

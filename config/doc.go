@@ -2,6 +2,9 @@
 // the flags that override it, and its validation. This comment is the
 // operator's reference; brokerd.example.toml in this directory holds every
 // key at its default (a test keeps the two in step with Default).
+// ../dist/brokerd.toml, the file a service install uses, is generated from
+// Config's keys, Default() and the example's comments by "go generate
+// ./config" (TestDistConfig fails while it is out of date).
 //
 // # Sources and precedence
 //

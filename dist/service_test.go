@@ -104,7 +104,7 @@ func TestUnitMatchesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TimeoutStopSec: %v", err)
 	}
-	if d, ok := shutdownTimeout(cfg); !ok {
+	if d, ok := shutdownTimeout(t, cfg); !ok {
 		t.Logf("config has no [daemon] shutdown_timeout yet: TimeoutStopSec not checked against it")
 	} else if stop != d+15*time.Second {
 		t.Errorf("TimeoutStopSec = %v, want [daemon] shutdown_timeout (%v) + 15s", stop, d)
@@ -112,8 +112,10 @@ func TestUnitMatchesConfig(t *testing.T) {
 }
 
 // shutdownTimeout finds [daemon] shutdown_timeout in c by its toml tags,
-// so that this test need not change when the key arrives.
-func shutdownTimeout(c config.Config) (time.Duration, bool) {
+// so that this test need not change when the key arrives; ok is false
+// while the config package has no such key.
+func shutdownTimeout(t *testing.T, c config.Config) (d time.Duration, ok bool) {
+	t.Helper()
 	v := reflect.ValueOf(c)
 	for _, tag := range []string{"daemon", "shutdown_timeout"} {
 		found := false
@@ -127,8 +129,11 @@ func shutdownTimeout(c config.Config) (time.Duration, bool) {
 			return 0, false
 		}
 	}
-	d, ok := v.Interface().(config.Duration)
-	return time.Duration(d), ok
+	cd, isDur := v.Interface().(config.Duration)
+	if !isDur {
+		t.Fatalf("[daemon] shutdown_timeout is a %s, want a config.Duration", v.Type())
+	}
+	return time.Duration(cd), true
 }
 
 // buildBrokerd builds cmd/brokerd into a temporary directory.

@@ -7,15 +7,22 @@ package dist
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/config"
 )
@@ -136,15 +143,41 @@ func shutdownTimeout(t *testing.T, c config.Config) (d time.Duration, ok bool) {
 	return time.Duration(cd), true
 }
 
-// buildBrokerd builds cmd/brokerd into a temporary directory.
+// built is cmd/brokerd, built once for the tests that need the binary.
+var built struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// buildBrokerd builds cmd/brokerd into a temporary directory, once.
 func buildBrokerd(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "brokerd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/brokerd/brokerd/cmd/brokerd").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "brokerd-dist-test"); built.err != nil {
+			return
+		}
+		bin := filepath.Join(built.dir, "brokerd")
+		out, err := exec.Command("go", "build", "-o", bin, "github.com/brokerd/brokerd/cmd/brokerd").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		built.path = bin
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.path
 }
 
 // systemdAnalyze runs systemd-analyze with args and returns its combined
@@ -290,4 +323,216 @@ func TestSysusersTmpfiles(t *testing.T) {
 			t.Errorf("/%s: mode %v uid %d, want a directory %v owned by %s", d.path, fi.Mode(), st.Uid, d.mode, d.owner)
 		}
 	}
+}
+
+// syscallRE takes the system call name from a line of "strace -f": "PID
+// name(args...) = result", or "PID <... name resumed>...".
+var syscallRE = regexp.MustCompile(`^\d+\s+(?:<\.\.\. )?([a-z0-9_]+)(?:\(| resumed>)`)
+
+// filterSet expands a SystemCallFilter= value (system calls and @groups,
+// separated by spaces, "~" first for a deny list) with systemd-analyze
+// syscall-filter, the table systemd itself applies.
+func filterSet(t *testing.T, value string) (set map[string]bool, deny bool) {
+	t.Helper()
+	deny = strings.HasPrefix(value, "~")
+	set = map[string]bool{}
+	var expand func(name string)
+	expand = func(name string) {
+		if !strings.HasPrefix(name, "@") {
+			set[name] = true
+			return
+		}
+		out, ok := systemdAnalyze(t, "syscall-filter", "--no-pager", name)
+		if !ok {
+			t.Fatalf("systemd-analyze syscall-filter %s:\n%s", name, out)
+		}
+		for _, line := range strings.Split(out, "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+				continue
+			}
+			expand(f[0])
+		}
+	}
+	for _, name := range strings.Fields(strings.TrimPrefix(value, "~")) {
+		expand(name)
+	}
+	return set, deny
+}
+
+// The unit's seccomp filter and address families allow everything brokerd
+// does: a real brokerd, run under strace with the installed configuration,
+// starts on a fresh data dir, takes a persistent message through a
+// confirm and a consumer, answers the management API, reloads on SIGHUP
+// and stops on SIGTERM; every system call it made must pass the unit's
+// SystemCallFilter= lines, and every socket it opened must be of a
+// family RestrictAddressFamilies= allows. (systemd-analyze verify does not
+// check this: a filter that is too strict kills the service at run time,
+// with SIGSYS, or fails the call with EPERM.)
+func TestSyscallFilterAllowsBrokerd(t *testing.T) {
+	for _, tool := range []string{"strace", "systemd-analyze"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (.ci/run installs it): the unit's system call filter not checked", tool)
+		}
+	}
+	if testing.Short() {
+		t.Skip("builds brokerd")
+	}
+	if out, err := exec.Command("strace", "-f", "-qq", "-o", "/dev/null", "true").CombinedOutput(); err != nil {
+		t.Skipf("strace cannot trace here (ptrace not permitted?): %v\n%s", err, out)
+	}
+	text, err := os.ReadFile(unitFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := unitSettings(t, string(text))
+	bin := buildBrokerd(t)
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace")
+	cmd := exec.Command("strace", "-f", "-qq", "-o", trace, bin,
+		"-config", "brokerd.toml", "-data", filepath.Join(dir, "data"),
+		"-listen", "127.0.0.1:0", "-mgmt-listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	var log []string
+	// await reads brokerd's log until a line matches re and returns its
+	// first submatch.
+	await := func(re string) string {
+		t.Helper()
+		r := regexp.MustCompile(re)
+		for line := range lines {
+			log = append(log, line)
+			if m := r.FindStringSubmatch(line); m != nil {
+				return m[len(m)-1]
+			}
+		}
+		t.Fatalf("brokerd exited before logging %q:\n%s", re, strings.Join(log, "\n"))
+		return ""
+	}
+	amqpAddr := await(`accepting AMQP connections.* addr=(\S+)`)
+	httpAddr := await(`serving management HTTP API.* addr=(\S+)`)
+	// strace follows brokerd, not the child: find brokerd's pid to signal.
+	pid := brokerdPid(t, cmd.Process.Pid)
+
+	conn, err := amqp091.Dial("amqp://guest:guest@" + amqpAddr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm("", "q", false, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("m")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !dc.Wait() {
+		t.Fatal("publish nacked")
+	}
+	msgs, err := ch.Consume("q", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := <-msgs; string(m.Body) != "m" || m.Ack(false) != nil {
+		t.Fatalf("consumed %q", m.Body)
+	}
+	conn.Close()
+	req, _ := http.NewRequest("GET", "http://"+httpAddr+"/api/overview", nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /api/overview: %s", resp.Status)
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	await(`configuration reloaded`)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for line := range lines {
+		log = append(log, line)
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("brokerd under strace: %v\n%s", err, strings.Join(log, "\n"))
+	}
+
+	data, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if m := syscallRE.FindStringSubmatch(line); m != nil {
+			used[m[1]] = true
+		}
+	}
+	if !used["fdatasync"] && !used["fsync"] {
+		t.Fatalf("the trace has no fsync: it did not see brokerd's store (%d system calls)", len(used))
+	}
+	for _, v := range s["Service.SystemCallFilter"] {
+		set, deny := filterSet(t, v)
+		for name := range used {
+			if set[name] == deny {
+				t.Errorf("brokerd calls %s, which SystemCallFilter=%s refuses", name, v)
+			}
+		}
+	}
+	allowed := strings.Fields(one(t, s, "Service.RestrictAddressFamilies"))
+	for _, fam := range regexp.MustCompile(`socket\((AF_[A-Z0-9]+)`).FindAllStringSubmatch(string(data), -1) {
+		if !slices.Contains(allowed, fam[1]) {
+			t.Errorf("brokerd opens an %s socket, which RestrictAddressFamilies= refuses", fam[1])
+		}
+	}
+}
+
+// brokerdPid returns the pid of the process strace (pid stracePid)
+// started, waiting for it to appear in /proc: strace forks it before
+// brokerd can log anything, so it is there by the time the test asks.
+func brokerdPid(t *testing.T, stracePid int) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", stracePid, stracePid))
+	if err != nil {
+		t.Fatalf("find brokerd under strace: %v", err)
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 1 {
+		t.Fatalf("strace has children %q, want brokerd alone", f)
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }

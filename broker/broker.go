@@ -70,6 +70,12 @@ type Options struct {
 	// ConsumerTimeoutCheck is how often deliveries are checked against
 	// their timeout. Default 1s.
 	ConsumerTimeoutCheck time.Duration
+	// RecoveryProgress, if set, is called by Open as it restores the
+	// stored entries of the durable queues: with the queues done and
+	// their number, before the first and after each. It runs on the
+	// goroutine that called Open (brokerd reports it to systemd as
+	// STATUS=).
+	RecoveryProgress func(done, total int)
 }
 
 // Broker holds every vhost, user and connection. It implements
@@ -118,7 +124,10 @@ type Broker struct {
 	// minConsumerTimeout is at most every consumer timeout in force (ms;
 	// it only decreases): deliveries younger than it are not checked.
 	minConsumerTimeout atomic.Int64
-	wg                 sync.WaitGroup
+	// consumerTimeoutMs is the broker's consumer timeout in ms, -1 for
+	// none (Options.ConsumerTimeout, SetConsumerTimeout).
+	consumerTimeoutMs atomic.Int64
+	wg                sync.WaitGroup
 }
 
 // Open starts a broker over opts.Store, recovering its durable state; on
@@ -182,7 +191,7 @@ func Open(opts Options) (*Broker, error) {
 		quit:   make(chan struct{}),
 	}
 	b.minConsumerTimeout.Store(math.MaxInt64)
-	b.noteConsumerTimeout(b.globalConsumerTimeout())
+	b.SetConsumerTimeout(opts.ConsumerTimeout)
 	b.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
 	if err := b.recoverDefinitions(); err != nil {
 		b.timers.Close()

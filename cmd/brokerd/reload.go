@@ -77,6 +77,9 @@ func (l *live) reload() {
 		l.log.Error("reload refused: configuration invalid; nothing changed", "err", err)
 		return
 	}
+	// The changes are logged at the new level and in the new format.
+	l.level.Set(lvl)
+	l.logs.setFormat(cfg.Log.Format)
 	applied, started, now := flatten(l.cfg), flatten(l.start), flatten(cfg)
 	var changed []string
 	for _, k := range sortedKeys(now) {
@@ -98,8 +101,6 @@ func (l *live) reload() {
 		}
 	}
 
-	l.level.Set(lvl)
-	l.logs.setFormat(cfg.Log.Format)
 	l.srv.SetMaxConnections(cfg.Limits.MaxConnections)
 	l.b.SetConsumerTimeout(consumerTimeout(cfg.AMQP.ConsumerTimeout))
 	l.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))

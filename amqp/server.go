@@ -243,7 +243,7 @@ func (s *Server) Serve(l net.Listener) error {
 				return err
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.acceptLog.event("listener", l.Addr().String(), "err", err, "retry_in", backoff)
+			s.acceptLog.Event("listener", l.Addr().String(), "err", err, "retry_in", backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -263,7 +263,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if limit := int(s.maxConns.Load()); limit > 0 && len(s.conns) >= limit {
 			s.mu.Unlock()
 			nc.Close()
-			s.overLimitLog.event("remote", nc.RemoteAddr().String(), "max_connections", limit)
+			s.overLimitLog.Event("remote", nc.RemoteAddr().String(), "max_connections", limit)
 			continue
 		}
 		c := newServerConn(s, nc)
@@ -329,7 +329,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	for _, l := range []*logLimiter{s.acceptLog, s.overLimitLog, s.loginLog, s.handshakeLog} {
-		l.stop()
+		l.Stop()
 	}
 	return err
 }

@@ -218,7 +218,7 @@ func (c *ServerConn) logEnd() {
 	case c.loginFailed:
 		// Logged when it was refused.
 	case !c.opened && c.user == "":
-		c.srv.handshakeLog.event("remote", c.nc.RemoteAddr().String(), "err", err)
+		c.srv.handshakeLog.Event("remote", c.nc.RemoteAddr().String(), "err", err)
 	case errors.As(err, &ae):
 		log.Warn("connection closed with error", "code", ae.Code, "text", ae.Text)
 	default:
@@ -375,7 +375,7 @@ func (c *ServerConn) login(so *ConnectionStartOk) error {
 		return nil
 	}
 	c.loginFailed = true
-	c.srv.loginLog.event("remote", c.nc.RemoteAddr().String(), "user", user, "mechanism", so.Mechanism, "reason", reason.Error())
+	c.srv.loginLog.Event("remote", c.nc.RemoteAddr().String(), "user", user, "mechanism", so.Mechanism, "reason", reason.Error())
 	if d := time.Until(refuseAt); d > 0 {
 		t := time.NewTimer(d)
 		select {

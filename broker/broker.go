@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -107,6 +108,7 @@ type Broker struct {
 	storeErr atomic.Pointer[error]
 	counters counters
 	cycles   cycleLog
+	dropLog  [numDropCauses]*ratelog.Limiter // nil for dropNoDLX; see newDropLogs
 
 	timers *ttl.Scheduler // message deadlines and queue leases
 	// horizon is the latest deadline the store's expiry keys have been
@@ -190,6 +192,7 @@ func Open(opts Options) (*Broker, error) {
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}
+	b.dropLog = newDropLogs(opts.Logger)
 	b.minConsumerTimeout.Store(math.MaxInt64)
 	b.SetConsumerTimeout(opts.ConsumerTimeout)
 	b.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
@@ -265,6 +268,11 @@ func (b *Broker) Close() {
 	close(b.quit)
 	b.wg.Wait()
 	b.timers.Close()
+	for _, l := range b.dropLog {
+		if l != nil {
+			l.Stop() // logs the drops counted since the last line
+		}
+	}
 }
 
 // goAsync registers a background task (call asyncDone when it ends), or

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/deadletter"
+	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 )
 

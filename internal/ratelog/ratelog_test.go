@@ -1,4 +1,4 @@
-package amqp
+package ratelog
 
 import (
 	"context"
@@ -56,7 +56,7 @@ func attrs(r slog.Record) map[string]string {
 // logs how many followed, with the last one's attributes.
 func TestLogLimiterCountsWithinInterval(t *testing.T) {
 	h := newRecordLog()
-	l := newLogLimiter(slog.New(h), slog.LevelWarn, "login refused", time.Hour)
+	l := New(slog.New(h), slog.LevelWarn, "login refused", time.Hour)
 	for i := range 50 {
 		l.Event("user", string(rune('a'+i%26)))
 	}
@@ -88,7 +88,7 @@ func TestLogLimiterCountsWithinInterval(t *testing.T) {
 // another event.
 func TestLogLimiterFlushesAtIntervalEnd(t *testing.T) {
 	h := newRecordLog()
-	l := newLogLimiter(slog.New(h), slog.LevelInfo, "handshake failed", 10*time.Millisecond)
+	l := New(slog.New(h), slog.LevelInfo, "handshake failed", 10*time.Millisecond)
 	defer l.Stop()
 	l.Event("n", 1)
 	l.Event("n", 2)

@@ -184,14 +184,13 @@ func TestSdNotify(t *testing.T) {
 	}
 }
 
-// SIGTERM while publishers (with confirms) and a consumer are busy exits
-// 0, and every confirmed message is either delivered before the shutdown
-// or in the queue after a restart.
-func TestSIGTERMKeepsConfirmedMessages(t *testing.T) {
-	t.Parallel()
-	data := filepath.Join(t.TempDir(), "data")
-	d := startDaemon(t, "", "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", data)
-	url := d.url()
+// busyClients runs two publishers (persistent messages to queue q, with
+// confirms) and a consumer (manual acks) against url until the broker
+// closes their connections. enough is closed after 300 confirms; wait
+// waits for the clients to end and returns the bodies confirmed and
+// those delivered.
+func busyClients(t *testing.T, url string) (enough <-chan struct{}, wait func() (confirmed, delivered map[string]bool)) {
+	t.Helper()
 	setup, err := amqp091.Dial(url)
 	if err != nil {
 		t.Fatal(err)
@@ -205,15 +204,16 @@ func TestSIGTERMKeepsConfirmedMessages(t *testing.T) {
 	var mu sync.Mutex
 	confirmed := map[string]bool{}
 	delivered := map[string]bool{}
-	enough := make(chan struct{}) // closed at 300 confirms
+	enoughc := make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup
+	var conns []*amqp091.Connection
 	for p := range 2 {
 		c, err := amqp091.Dial(url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		conns = append(conns, c)
 		ch, err := c.Channel()
 		if err != nil {
 			t.Fatal(err)
@@ -227,35 +227,34 @@ func TestSIGTERMKeepsConfirmedMessages(t *testing.T) {
 			defer wg.Done()
 			var sent []string // by delivery tag - 1
 			got := 0          // confirms received, acks and nacks
+			record := func(cf amqp091.Confirmation) {
+				got++
+				if cf.Ack {
+					mu.Lock()
+					confirmed[sent[cf.DeliveryTag-1]] = true
+					if len(confirmed) >= 300 {
+						once.Do(func() { close(enoughc) })
+					}
+					mu.Unlock()
+				}
+			}
 			for n := 0; ; n++ {
 				id := fmt.Sprintf("p%d-%d", p, n)
 				if err := ch.Publish("", "q", false, false, amqp091.Publishing{DeliveryMode: 2, Body: []byte(id)}); err != nil {
 					break // closed by the shutdown
 				}
 				sent = append(sent, id)
-				// Keep at most 50 unconfirmed, reading confirms as they come.
+				// At most 50 unconfirmed.
 				for len(acks) > 0 || len(sent)-got > 50 {
 					cf, ok := <-acks
 					if !ok {
 						return
 					}
-					got++
-					if cf.Ack {
-						mu.Lock()
-						confirmed[sent[cf.DeliveryTag-1]] = true
-						if len(confirmed) >= 300 {
-							once.Do(func() { close(enough) })
-						}
-						mu.Unlock()
-					}
+					record(cf)
 				}
 			}
 			for cf := range acks {
-				if cf.Ack {
-					mu.Lock()
-					confirmed[sent[cf.DeliveryTag-1]] = true
-					mu.Unlock()
-				}
+				record(cf)
 			}
 		}()
 	}
@@ -263,7 +262,7 @@ func TestSIGTERMKeepsConfirmedMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	conns = append(conns, cc)
 	cch, _ := cc.Channel()
 	cch.Qos(20, 0, false)
 	dels, err := cch.Consume("q", "", false, false, false, false, nil)
@@ -280,27 +279,29 @@ func TestSIGTERMKeepsConfirmedMessages(t *testing.T) {
 			m.Ack(false)
 		}
 	}()
-	select {
-	case <-enough:
-	case <-time.After(30 * time.Second):
-		t.Fatal("300 publishes not confirmed")
+	return enoughc, func() (map[string]bool, map[string]bool) {
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+		return confirmed, delivered
 	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	if code := d.wait(); code != 0 {
-		t.Fatalf("exit %d after SIGTERM:\n%s", code, d.log())
-	}
-	wg.Wait()
+}
 
-	d2 := startDaemon(t, "", "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", data)
-	c2, err := amqp091.Dial(d2.url())
+// checkNoLoss restarts brokerd on data and checks that every confirmed
+// message was delivered before or is in queue q now.
+func checkNoLoss(t *testing.T, data string, confirmed, delivered map[string]bool) {
+	t.Helper()
+	d := startDaemon(t, "", "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", data)
+	c, err := amqp091.Dial(d.url())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c2.Close()
-	ch2, _ := c2.Channel()
+	defer c.Close()
+	ch, _ := c.Channel()
 	remaining := map[string]bool{}
 	for {
-		m, ok, err := ch2.Get("q", true)
+		m, ok, err := ch.Get("q", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,10 +319,78 @@ func TestSIGTERMKeepsConfirmedMessages(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d confirmed, %d delivered before SIGTERM, %d in the queue after the restart", len(confirmed), len(delivered), len(remaining))
+	t.Logf("%d confirmed, %d delivered before the shutdown, %d in the queue after the restart", len(confirmed), len(delivered), len(remaining))
 	if lost > 0 {
 		t.Fatalf("%d confirmed messages lost", lost)
 	}
-	d2.cmd.Process.Signal(syscall.SIGTERM)
-	d2.wait()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(); code != 0 {
+		t.Fatalf("restarted brokerd exited %d", code)
+	}
+}
+
+// SIGTERM while publishers (with confirms) and a consumer are busy exits
+// 0, and every confirmed message is either delivered before the shutdown
+// or in the queue after a restart.
+func TestSIGTERMKeepsConfirmedMessages(t *testing.T) {
+	t.Parallel()
+	data := filepath.Join(t.TempDir(), "data")
+	d := startDaemon(t, "", "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", data)
+	enough, wait := busyClients(t, d.url())
+	select {
+	case <-enough:
+	case <-time.After(30 * time.Second):
+		t.Fatal("300 publishes not confirmed")
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, d.log())
+	}
+	if d.count("did not") > 0 || d.count("not all delivered") > 0 {
+		t.Errorf("the shutdown was not clean:\n%s", d.log())
+	}
+	confirmed, delivered := wait()
+	checkNoLoss(t, data, confirmed, delivered)
+}
+
+// A second SIGTERM during a shutdown held up by a client that never
+// answers connection.close exits at once, with status 1, and loses no
+// confirmed message either.
+func TestSecondSIGTERMForcesExit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	cfgFile := filepath.Join(dir, "brokerd.toml")
+	if err := os.WriteFile(cfgFile, []byte("[amqp]\nhandshake_timeout = \"1m\"\n[daemon]\nshutdown_timeout = \"1m\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, "", "-config", cfgFile, "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", data)
+	url := d.url()
+	// A peer that sends the protocol header and then nothing: the
+	// shutdown waits for its close-ok.
+	nc, err := net.Dial("tcp", strings.TrimSuffix(strings.Split(url, "@")[1], "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Write([]byte("AMQP\x00\x00\x09\x01")); err != nil {
+		t.Fatal(err)
+	}
+	enough, wait := busyClients(t, url)
+	select {
+	case <-enough:
+	case <-time.After(30 * time.Second):
+		t.Fatal("300 publishes not confirmed")
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.awaitLine("shutting down")
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(); code != 1 {
+		t.Fatalf("exit %d after a second SIGTERM, want 1:\n%s", code, d.log())
+	}
+	if d.count("second signal: exiting without closing the store") != 1 {
+		t.Errorf("no line for the forced exit:\n%s", d.log())
+	}
+	confirmed, delivered := wait()
+	checkNoLoss(t, data, confirmed, delivered)
 }

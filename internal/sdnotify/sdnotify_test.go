@@ -3,9 +3,9 @@ package sdnotify
 import (
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"path/filepath"
 	"testing"
 	"time"
 )

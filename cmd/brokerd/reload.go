@@ -83,8 +83,13 @@ func (l *live) reload() {
 	applied, started, now := flatten(l.cfg), flatten(l.start), flatten(cfg)
 	var changed []string
 	for _, k := range sortedKeys(now) {
+		// A TLS file of a listener that is off applies when a restart
+		// turns the listener on.
+		live := reloadable[k] &&
+			!(strings.HasPrefix(k, "amqp.tls.") && l.amqpTLS == nil) &&
+			!(strings.HasPrefix(k, "mgmt.tls.") && l.mgmtTLS == nil)
 		old := started
-		if reloadable[k] {
+		if live {
 			old = applied
 		}
 		if reflect.DeepEqual(old[k], now[k]) {
@@ -92,7 +97,7 @@ func (l *live) reload() {
 		}
 		changed = append(changed, k)
 		switch {
-		case reloadable[k]:
+		case live:
 			l.log.Info("reload: setting changed", "key", k, "old", old[k], "new", now[k])
 		case bootstrapOnly[k]:
 			l.log.Warn("reload: setting changed; it applies to a fresh data directory only (manage users and vhosts with brokerctl or the HTTP API)", "key", k)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -167,6 +168,10 @@ type Server struct {
 	loginLog     *logLimiter // login refused
 	handshakeLog *logLimiter // handshake failed before the login succeeded
 
+	// maxConns is the MaxConnections in force: SetMaxConnections
+	// changes it at run time.
+	maxConns atomic.Int64
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*ServerConn]struct{}
@@ -179,7 +184,7 @@ type Server struct {
 func NewServer(cfg ServerConfig) *Server {
 	cfg.setDefaults()
 	log := cfg.Logger
-	return &Server{
+	s := &Server{
 		cfg:          cfg,
 		acceptLog:    newLogLimiter(log, slog.LevelError, "accept failed; retrying", logInterval),
 		overLimitLog: newLogLimiter(log, slog.LevelWarn, "connection refused: max_connections reached", logInterval),
@@ -189,7 +194,15 @@ func NewServer(cfg ServerConfig) *Server {
 		conns:        map[*ServerConn]struct{}{},
 		done:         make(chan struct{}),
 	}
+	s.maxConns.Store(int64(cfg.MaxConnections))
+	return s
 }
+
+// SetMaxConnections changes ServerConfig.MaxConnections (0: no limit)
+// while the server runs (brokerd's SIGHUP reload). Connections already
+// open beyond a lowered limit stay open; new ones are refused until the
+// count drops below it. Safe for concurrent use.
+func (s *Server) SetMaxConnections(n int) { s.maxConns.Store(int64(n)) }
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("amqp: server closed")
@@ -230,7 +243,7 @@ func (s *Server) Serve(l net.Listener) error {
 				return err
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.acceptLog.event("listener", l.Addr().String(), "err", err, "retry_in", backoff)
+			s.acceptLog.Event("listener", l.Addr().String(), "err", err, "retry_in", backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -247,10 +260,10 @@ func (s *Server) Serve(l net.Listener) error {
 			nc.Close()
 			continue
 		}
-		if limit := s.cfg.MaxConnections; limit > 0 && len(s.conns) >= limit {
+		if limit := int(s.maxConns.Load()); limit > 0 && len(s.conns) >= limit {
 			s.mu.Unlock()
 			nc.Close()
-			s.overLimitLog.event("remote", nc.RemoteAddr().String(), "max_connections", limit)
+			s.overLimitLog.Event("remote", nc.RemoteAddr().String(), "max_connections", limit)
 			continue
 		}
 		c := newServerConn(s, nc)
@@ -270,11 +283,14 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-// Shutdown stops accepting, closes every connection with 320
-// CONNECTION_FORCED and waits for them to finish the close handshake. When
-// ctx ends first the remaining sockets are closed at once.
-func (s *Server) Shutdown(ctx context.Context) error {
+// StopAccepting closes the listeners and makes Serve return
+// ErrServerClosed; the connections open keep being served until Shutdown.
+// brokerd calls it first at shutdown, so that no client connects while the
+// publisher confirms in flight are delivered. Idempotent; safe for
+// concurrent use.
+func (s *Server) StopAccepting() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.closing {
 		s.closing = true
 		close(s.done)
@@ -282,6 +298,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for l := range s.listeners {
 		l.Close()
 	}
+}
+
+// Shutdown stops accepting, closes every connection with 320
+// CONNECTION_FORCED and waits for them to finish the close handshake. When
+// ctx ends first the remaining sockets are closed at once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.StopAccepting()
+	s.mu.Lock()
 	conns := make([]*ServerConn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
@@ -305,7 +329,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	for _, l := range []*logLimiter{s.acceptLog, s.overLimitLog, s.loginLog, s.handshakeLog} {
-		l.stop()
+		l.Stop()
 	}
 	return err
 }

@@ -53,8 +53,12 @@ type ServerConn struct {
 	// How serve ended, for logEnd: the error, whether the handshake had
 	// completed, and whether the failure was a refused login (logged
 	// then, aggregated).
-	endErr      error
-	opened      bool
+	endErr error
+	opened bool
+	// openLog is log with the connection's user, vhost and
+	// client-provided name, set once connection.open succeeded: the
+	// open and close lines carry them. Reader goroutine, then logEnd.
+	openLog     *slog.Logger
 	loginFailed bool
 	// linger asks finish to half-close the socket and discard input until
 	// the client hangs up (see ServerConfig.CloseLinger). Reader goroutine
@@ -190,7 +194,7 @@ func (c *ServerConn) serve() {
 		return
 	}
 	c.opened = true
-	c.log.Info("connection open", "user", c.user)
+	c.openLog.Info("connection open")
 	c.endErr = c.readLoop()
 }
 
@@ -200,17 +204,25 @@ func (c *ServerConn) serve() {
 func (c *ServerConn) logEnd() {
 	err := c.endErr
 	var ae *Error
+	log := c.log
+	if c.openLog != nil {
+		log = c.openLog
+	}
 	switch {
+	case c.opened && (err == nil || errors.Is(err, errClosedByPeer)):
+		log.Info("connection closed")
+	case c.opened && (errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)):
+		log.Info("connection closed", "err", "client hung up")
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, errClosedByPeer):
-		c.log.Debug("connection closed")
+		c.log.Debug("connection closed before it opened")
 	case c.loginFailed:
 		// Logged when it was refused.
 	case !c.opened && c.user == "":
-		c.srv.handshakeLog.event("remote", c.nc.RemoteAddr().String(), "err", err)
+		c.srv.handshakeLog.Event("remote", c.nc.RemoteAddr().String(), "err", err)
 	case errors.As(err, &ae):
-		c.log.Warn("connection closed with error", "code", ae.Code, "text", ae.Text)
+		log.Warn("connection closed with error", "code", ae.Code, "text", ae.Text)
 	default:
-		c.log.Info("connection ended", "err", err)
+		log.Info("connection closed", "err", err)
 	}
 }
 
@@ -336,6 +348,11 @@ func (c *ServerConn) handshake() error {
 	c.wmu.Lock()
 	c.session = sess
 	c.wmu.Unlock()
+	var name string
+	if v, ok := c.clientProps.Get("connection_name"); ok {
+		name, _ = v.(string)
+	}
+	c.openLog = c.log.With("user", c.user, "vhost", open.VirtualHost, "name", name)
 	c.send(0, &ConnectionOpenOk{})
 	c.armReadDeadline()
 	return nil
@@ -358,7 +375,7 @@ func (c *ServerConn) login(so *ConnectionStartOk) error {
 		return nil
 	}
 	c.loginFailed = true
-	c.srv.loginLog.event("remote", c.nc.RemoteAddr().String(), "user", user, "mechanism", so.Mechanism, "reason", reason.Error())
+	c.srv.loginLog.Event("remote", c.nc.RemoteAddr().String(), "user", user, "mechanism", so.Mechanism, "reason", reason.Error())
 	if d := time.Until(refuseAt); d > 0 {
 		t := time.NewTimer(d)
 		select {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -70,6 +71,12 @@ type Options struct {
 	// ConsumerTimeoutCheck is how often deliveries are checked against
 	// their timeout. Default 1s.
 	ConsumerTimeoutCheck time.Duration
+	// RecoveryProgress, if set, is called by Open as it restores the
+	// stored entries of the durable queues: with the queues done and
+	// their number, before the first and after each. It runs on the
+	// goroutine that called Open (brokerd reports it to systemd as
+	// STATUS=).
+	RecoveryProgress func(done, total int)
 }
 
 // Broker holds every vhost, user and connection. It implements
@@ -101,6 +108,7 @@ type Broker struct {
 	storeErr atomic.Pointer[error]
 	counters counters
 	cycles   cycleLog
+	dropLog  [numDropCauses]*ratelog.Limiter // nil for dropNoDLX; see newDropLogs
 
 	timers *ttl.Scheduler // message deadlines and queue leases
 	// horizon is the latest deadline the store's expiry keys have been
@@ -118,7 +126,10 @@ type Broker struct {
 	// minConsumerTimeout is at most every consumer timeout in force (ms;
 	// it only decreases): deliveries younger than it are not checked.
 	minConsumerTimeout atomic.Int64
-	wg                 sync.WaitGroup
+	// consumerTimeoutMs is the broker's consumer timeout in ms, -1 for
+	// none (Options.ConsumerTimeout, SetConsumerTimeout).
+	consumerTimeoutMs atomic.Int64
+	wg                sync.WaitGroup
 }
 
 // Open starts a broker over opts.Store, recovering its durable state; on
@@ -181,8 +192,9 @@ func Open(opts Options) (*Broker, error) {
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}
+	b.dropLog = newDropLogs(opts.Logger)
 	b.minConsumerTimeout.Store(math.MaxInt64)
-	b.noteConsumerTimeout(b.globalConsumerTimeout())
+	b.SetConsumerTimeout(opts.ConsumerTimeout)
 	b.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
 	if err := b.recoverDefinitions(); err != nil {
 		b.timers.Close()
@@ -256,6 +268,11 @@ func (b *Broker) Close() {
 	close(b.quit)
 	b.wg.Wait()
 	b.timers.Close()
+	for _, l := range b.dropLog {
+		if l != nil {
+			l.Stop() // logs the drops counted since the last line
+		}
+	}
 }
 
 // goAsync registers a background task (call asyncDone when it ends), or

@@ -1,6 +1,10 @@
 package broker
 
-import "github.com/brokerd/brokerd/amqp"
+import (
+	"time"
+
+	"github.com/brokerd/brokerd/amqp"
+)
 
 // Consumer timeout, as RabbitMQ's consumer_timeout (3.12 and later, every
 // queue type): a delivery left unacknowledged longer than its queue's
@@ -18,12 +22,27 @@ import "github.com/brokerd/brokerd/amqp"
 // channel.close is sent; the rest of the close (consumers cancelled) is
 // done when the client answers close-ok, as for any channel close.
 
-// globalConsumerTimeout is Options.ConsumerTimeout in ms, -1 for none.
+// globalConsumerTimeout is Options.ConsumerTimeout in ms (as changed by
+// SetConsumerTimeout), -1 for none.
 func (b *Broker) globalConsumerTimeout() int64 {
-	if b.opts.ConsumerTimeout < 0 {
-		return -1
+	return b.consumerTimeoutMs.Load()
+}
+
+// SetConsumerTimeout changes Options.ConsumerTimeout while the broker runs
+// (brokerd's SIGHUP reload): negative means none. Queues with their own
+// timeout keep it; deliveries already out are checked against the new
+// value. Safe for concurrent use.
+func (b *Broker) SetConsumerTimeout(d time.Duration) {
+	ms := int64(-1)
+	if d >= 0 {
+		ms = d.Milliseconds()
 	}
-	return b.opts.ConsumerTimeout.Milliseconds()
+	b.consumerTimeoutMs.Store(ms)
+	if ms >= 0 {
+		// A raised timeout leaves the check bound low: it only costs
+		// looking at deliveries sooner than needed.
+		b.noteConsumerTimeout(ms)
+	}
 }
 
 // noteConsumerTimeout lowers the bound below which deliveries are not

@@ -1,11 +1,13 @@
 package broker
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/deadletter"
+	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -92,7 +94,25 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 		t.del(e)
 		b.counters.drops[cause].Add(1)
 		b.counters.discarded(string(reason), 1)
+		b.dropLog[cause].Event("vhost", v.Name, "queue", q.Name, "reason", string(reason), "dead_letter_exchange", cfg.dlx)
 	}
+}
+
+// newDropLogs returns the rate-limited warnings for dead letters dropped
+// although their queue has a dead letter exchange (an exchange missing,
+// no route, a cycle, every target full): a topology problem an operator
+// should see, logged at most about once a second per cause with a count,
+// whatever the message rate. A queue without a dead letter exchange
+// (no_dlx) discards by design and logs nothing.
+func newDropLogs(log *slog.Logger) [numDropCauses]*ratelog.Limiter {
+	var l [numDropCauses]*ratelog.Limiter
+	for c := range numDropCauses {
+		if c == dropNoDLX {
+			continue
+		}
+		l[c] = ratelog.New(log.With("cause", dropCauseNames[c]), slog.LevelWarn, "dead letters dropped", ratelog.Interval)
+	}
+	return l
 }
 
 // planDeadLetterLocked rewrites and routes one dead letter (which died at

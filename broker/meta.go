@@ -316,10 +316,16 @@ func (b *Broker) recoverDefinitions() error {
 	if err := b.dropVolatileQueues(states); err != nil {
 		return err
 	}
-	for _, q := range queues {
+	progress := b.opts.RecoveryProgress
+	if progress == nil {
+		progress = func(int, int) {}
+	}
+	progress(0, len(queues))
+	for i, q := range queues {
 		if err := b.recoverEntries(q, states); err != nil {
 			return err
 		}
+		progress(i+1, len(queues))
 	}
 	// Policies apply (limits, dead-letter exchanges) and leases start now.
 	for _, v := range b.vhosts {

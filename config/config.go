@@ -16,6 +16,7 @@ type Config struct {
 	Limits  Limits  `toml:"limits"`
 	Log     Log     `toml:"log"`
 	Auth    Auth    `toml:"auth"`
+	Daemon  Daemon  `toml:"daemon"`
 	Users   []User  `toml:"users"`
 	Vhosts  []Vhost `toml:"vhosts"`
 
@@ -39,7 +40,9 @@ type AMQP struct {
 	TLS             TLS      `toml:"tls"`
 }
 
-// TLS is the [amqp.tls] table: the amqps listener.
+// TLS is the [amqp.tls] table, the amqps listener, and the [mgmt.tls]
+// table, the HTTPS management listener. SIGHUP reloads the certificate,
+// key and CA files; a changed listen address needs a restart.
 type TLS struct {
 	Listen     string `toml:"listen"` // "" or "off": no TLS listener
 	CertFile   string `toml:"cert_file"`
@@ -51,6 +54,17 @@ type TLS struct {
 // Mgmt is the [mgmt] table: the HTTP management API and /metrics.
 type Mgmt struct {
 	Listen string `toml:"listen"` // "" or "off": no HTTP listener
+	TLS    TLS    `toml:"tls"`    // the HTTPS listener, as [amqp.tls]
+}
+
+// Daemon is the [daemon] table: the process's life cycle.
+type Daemon struct {
+	// ShutdownTimeout bounds a graceful shutdown (SIGTERM): closing the
+	// connections, the publisher confirms in flight and closing the
+	// store. Past it, or at a second SIGTERM, brokerd exits at once;
+	// confirmed messages are on disk already, and recovery replays the
+	// rest of the log at the next start.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
 }
 
 // Storage is the [storage] table.
@@ -150,6 +164,7 @@ func Default() Config {
 		},
 		Log:    Log{Level: LevelInfo, Format: FormatText},
 		Auth:   Auth{LoopbackUsers: []string{"guest"}},
+		Daemon: Daemon{ShutdownTimeout: Duration(30 * time.Second)},
 		Users:  []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
 		Vhosts: []Vhost{{Name: "/"}},
 	}

@@ -70,12 +70,21 @@
 //	amqp.tls.ca_file         ""              PEM CAs for client certificates; required when verify_peer.
 //	amqp.tls.verify_peer     false           Require a client certificate signed by ca_file.
 //
-// The files are read when the listener starts, not by Validate.
+// The files are read when the listener starts, not by Validate, and again
+// at each SIGHUP: new handshakes use the new certificate.
 //
 // [mgmt] — HTTP management API (RabbitMQ-compatible subset) and /metrics.
-// Not built yet: brokerd validates the address and logs that it is ignored.
 //
 //	mgmt.listen              "127.0.0.1:15672"  "" or "off" disables.
+//
+// [mgmt.tls] — HTTPS for the same API; the keys mean what they mean in
+// [amqp.tls].
+//
+//	mgmt.tls.listen          ""              HTTPS listener, e.g. "0.0.0.0:15671"; "" or "off" disables.
+//	mgmt.tls.cert_file       ""              PEM certificate chain; required when listen is on.
+//	mgmt.tls.key_file        ""              PEM private key; required when listen is on.
+//	mgmt.tls.ca_file         ""              PEM CAs for client certificates; required when verify_peer.
+//	mgmt.tls.verify_peer     false           Require a client certificate signed by ca_file.
 //
 // [storage] — the message store (package store/diskstore: WAL, compressed
 // segments, Pebble index).
@@ -119,6 +128,12 @@
 //
 //	log.level                "info"          debug, info, warn or error.
 //	log.format               "text"          text or json.
+//
+// [daemon] — the process's life cycle.
+//
+//	daemon.shutdown_timeout  "30s"           Bound on a graceful shutdown (SIGTERM), 1s..1h; past it,
+//	                                         or at a second SIGTERM, brokerd exits at once without
+//	                                         losing a confirmed message.
 //
 // [auth]
 //

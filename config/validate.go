@@ -88,7 +88,11 @@ func (c *Config) Validate() error {
 	k := &checker{src: c.src}
 	c.validateAMQP(k)
 	k.listen("mgmt.listen", c.Mgmt.Listen)
+	k.tls("mgmt.tls", &c.Mgmt.TLS)
 	c.validateListeners(k)
+	if d := time.Duration(c.Daemon.ShutdownTimeout); d < time.Second || d > time.Hour {
+		k.addf("daemon.shutdown_timeout", "must be between 1s and 1h, got %s", d)
+	}
 
 	if c.Storage.DataDir == "" {
 		k.addf("storage.data_dir", "must not be empty")
@@ -175,17 +179,21 @@ func (c *Config) validateAMQP(k *checker) {
 		k.addf("amqp.consumer_timeout", "must not be negative (0 disables it), got %s", a.ConsumerTimeout)
 	}
 
-	t := &a.TLS
-	k.listen("amqp.tls.listen", t.Listen)
+	k.tls("amqp.tls", &a.TLS)
+}
+
+// tls checks a TLS listener's table, [amqp.tls] or [mgmt.tls].
+func (k *checker) tls(table string, t *TLS) {
+	k.listen(table+".listen", t.Listen)
 	if !Disabled(t.Listen) {
 		if t.CertFile == "" {
-			k.add("amqp.tls.cert_file", []string{"amqp.tls.cert_file", "amqp.tls.listen"}, "required when amqp.tls.listen is set")
+			k.add(table+".cert_file", []string{table + ".cert_file", table + ".listen"}, "required when %s.listen is set", table)
 		}
 		if t.KeyFile == "" {
-			k.add("amqp.tls.key_file", []string{"amqp.tls.key_file", "amqp.tls.listen"}, "required when amqp.tls.listen is set")
+			k.add(table+".key_file", []string{table + ".key_file", table + ".listen"}, "required when %s.listen is set", table)
 		}
 		if t.VerifyPeer && t.CAFile == "" {
-			k.add("amqp.tls.ca_file", []string{"amqp.tls.ca_file", "amqp.tls.verify_peer"}, "required when amqp.tls.verify_peer is true")
+			k.add(table+".ca_file", []string{table + ".ca_file", table + ".verify_peer"}, "required when %s.verify_peer is true", table)
 		}
 	}
 }
@@ -223,6 +231,7 @@ func (c *Config) validateListeners(k *checker) {
 		{"amqp.listen", c.AMQP.Listen},
 		{"amqp.tls.listen", c.AMQP.TLS.Listen},
 		{"mgmt.listen", c.Mgmt.Listen},
+		{"mgmt.tls.listen", c.Mgmt.TLS.Listen},
 	}
 	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	for i := range ls {

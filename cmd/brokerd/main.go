@@ -7,15 +7,22 @@
 //	brokerd [-config FILE] [-listen ADDR] [-mgmt-listen ADDR] [-data DIR]
 //	brokerd -version
 //
-// SIGTERM or SIGINT drains: connections are closed with 320
-// CONNECTION_FORCED and the process exits 0. SIGHUP reloads the settings
-// that can change at run time (the log level).
+// Under systemd (Type=notify or notify-reload) it sends READY=1 once
+// recovery is over and every listener is bound, STATUS= lines during
+// recovery, WATCHDOG=1 while the broker passes a liveness check (when
+// WatchdogSec is set), RELOADING=1 … READY=1 around a reload and
+// STOPPING=1 at shutdown.
+//
+// SIGTERM or SIGINT drains (see shutdown): connections are closed with 320
+// CONNECTION_FORCED after the confirms in flight, the store is closed and
+// the process exits 0 within daemon.shutdown_timeout. SIGHUP reloads the
+// settings that can change at run time (see live.reload) and logs the
+// changed ones that need a restart.
 package main
 
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -67,13 +74,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "brokerd: %v\n", err)
 		return 2
 	}
-	level := new(slog.LevelVar)
-	log, err := newLogger(cfg, level, stderr)
+	l, err := cfg.Log.Level.Slog()
 	if err != nil {
 		fmt.Fprintf(stderr, "brokerd: %v\n", err)
 		return 2
 	}
-	if err := serve(cfg, *configPath, o, level, log); err != nil {
+	level := new(slog.LevelVar)
+	level.Set(l)
+	logs := newLogSwitch(stderr, level, cfg.Log.Format)
+	log := logs.logger()
+	lv := &live{path: *configPath, o: o, start: cfg, cfg: cfg, log: log, level: level, logs: logs}
+	lv.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))
+	if err := serve(cfg, lv); err != nil {
 		log.Error("brokerd failed", "err", err)
 		return 1
 	}
@@ -92,36 +104,45 @@ func loadConfig(path string, o config.Overrides) (config.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-func newLogger(cfg config.Config, level *slog.LevelVar, w io.Writer) (*slog.Logger, error) {
-	l, err := cfg.Log.Level.Slog()
-	if err != nil {
-		return nil, err
+// closers are the resources serve opened, closed in reverse order at
+// shutdown (or when the start fails).
+type closers []func()
+
+func (c *closers) add(fn func()) { *c = append(*c, fn) }
+
+func (c *closers) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
 	}
-	level.Set(l)
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.Log.Format == config.FormatJSON {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	*c = nil
 }
 
-func serve(cfg config.Config, configPath string, o config.Overrides, level *slog.LevelVar, log *slog.Logger) error {
+func serve(cfg config.Config, lv *live) error {
+	log := lv.log
 	// Caught from the start: a SIGTERM right after "accepting" or READY
 	// must drain, not kill the process.
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	var res closers
+	defer res.run() // nothing left after a graceful shutdown
+
 	dir, err := datadir.Open(cfg.Storage.DataDir)
 	if err != nil {
 		return err
 	}
-	defer dir.Close()
+	res.add(func() { dir.Close() })
 
-	st, err := openStore(cfg.Storage, dir.Path, log)
+	status := &recoveryStatus{log: log}
+	st, err := openStore(cfg.Storage, dir.Path, log, status.wal)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	res.add(func() {
+		if err := st.Close(); err != nil {
+			log.Error("close store", "err", err)
+		}
+	})
 
 	var users []broker.UserSpec
 	for _, u := range cfg.Users {
@@ -135,15 +156,17 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 	}
 	b, err := broker.Open(broker.Options{
 		Store: st, Logger: log, VHosts: vhosts, Users: users, LoopbackUsers: loopback,
-		MaxMessageSize:  int(cfg.AMQP.MaxMessageSize),
-		PageWindow:      pageWindow(cfg.Storage),
-		PageWindowBytes: int64(cfg.Storage.PageWindowBytes),
-		ConsumerTimeout: consumerTimeout(cfg.AMQP.ConsumerTimeout),
+		MaxMessageSize:   int(cfg.AMQP.MaxMessageSize),
+		PageWindow:       pageWindow(cfg.Storage),
+		PageWindowBytes:  int64(cfg.Storage.PageWindowBytes),
+		ConsumerTimeout:  consumerTimeout(cfg.AMQP.ConsumerTimeout),
+		RecoveryProgress: status.queues,
 	})
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)
 	}
-	defer b.Close()
+	res.add(b.Close)
+	lv.b = b
 
 	memLimit := memoryLimit(cfg.Limits, log)
 	if gl := alarm.SetGoMemoryLimit(memLimit); memLimit > 0 {
@@ -156,7 +179,8 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		OnChange:      b.SetAlarm,
 		Logger:        log,
 	})
-	defer mon.Close()
+	res.add(mon.Close)
+	lv.mon = mon
 
 	srv := amqp.NewServer(amqp.ServerConfig{
 		Handler:          b,
@@ -169,7 +193,11 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		MaxConnections:   cfg.Limits.MaxConnections,
 		Version:          version.String(),
 	})
-	errc := make(chan error, 3)
+	lv.srv = srv
+	// Started before anything listens: a failed start closes every
+	// listener opened so far.
+	res.add(func() { srv.Shutdown(context.Background()) })
+	errc := make(chan error, 4)
 	var listeners []mgmt.Listener
 	listen := func(name, addr string, tlsCfg *tls.Config) error {
 		l, err := net.Listen("tcp", addr)
@@ -194,26 +222,59 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		}
 	}
 	if t := cfg.AMQP.TLS; !config.Disabled(t.Listen) {
-		tlsCfg, err := loadTLS(t)
+		src, err := newTLSSource(t)
 		if err != nil {
-			return err
+			return fmt.Errorf("amqp.tls: %w", err)
 		}
-		if err := listen("amqps", t.Listen, tlsCfg); err != nil {
+		lv.amqpTLS = src
+		if err := listen("amqps", t.Listen, src.config()); err != nil {
 			return err
 		}
 	}
 	var api *mgmt.Server
-	if !config.Disabled(cfg.Mgmt.Listen) {
-		l, err := net.Listen("tcp", cfg.Mgmt.Listen)
+	serveAPI := func(what, addr string, tlsCfg *tls.Config) error {
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listen management HTTP API on %s: %w", cfg.Mgmt.Listen, err)
+			return fmt.Errorf("listen management %s API on %s: %w", what, addr, err)
 		}
-		api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version.String(), Listeners: listeners})
-		log.Info("serving management HTTP API", "addr", l.Addr().String())
+		if tlsCfg != nil {
+			l = tls.NewListener(l, tlsCfg)
+		}
+		if api == nil {
+			api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version.String(), Listeners: listeners})
+			res.add(func() { api.Shutdown(context.Background()) })
+		}
+		log.Info("serving management "+what+" API", "addr", l.Addr().String())
 		go func() { errc <- api.Serve(l) }()
+		return nil
 	}
-	if err := sdnotify.Notify("READY=1"); err != nil {
+	if !config.Disabled(cfg.Mgmt.Listen) {
+		if err := serveAPI("HTTP", cfg.Mgmt.Listen, nil); err != nil {
+			return err
+		}
+	}
+	if t := cfg.Mgmt.TLS; !config.Disabled(t.Listen) {
+		src, err := newTLSSource(t)
+		if err != nil {
+			return fmt.Errorf("mgmt.tls: %w", err)
+		}
+		lv.mgmtTLS = src
+		if err := serveAPI("HTTPS", t.Listen, src.config()); err != nil {
+			return err
+		}
+	}
+	// Every listener is bound (the kernel queues connections from now on)
+	// and recovery is over.
+	if err := sdnotify.Notify("READY=1\nSTATUS=serving"); err != nil {
 		log.Warn("sd_notify failed", "err", err)
+	}
+	var wd *watchdog
+	if iv, err := sdnotify.WatchdogInterval(); err != nil {
+		log.Warn("systemd watchdog off", "err", err)
+	} else if iv > 0 {
+		log.Info("systemd watchdog on", "interval", iv)
+		wd = startWatchdog(iv/2, b.Sync, log)
+		res.add(wd.stop)
 	}
 
 	for {
@@ -224,24 +285,79 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 			}
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
-				reload(configPath, o, level, log)
+				lv.reload()
 				continue
 			}
-			log.Info("shutting down", "signal", s.String())
-			sdnotify.Notify("STOPPING=1")
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if api != nil {
-				if err := api.Shutdown(ctx); err != nil {
-					log.Warn("management HTTP requests did not finish in time", "err", err)
-				}
+			return shutdown(s, sigs, lv, srv, api, b, res.take(), log)
+		}
+	}
+}
+
+// take hands the resources over to the caller: the deferred run then
+// closes nothing.
+func (c *closers) take() closers {
+	t := *c
+	*c = nil
+	return t
+}
+
+// shutdown drains on SIGTERM or SIGINT: it stops accepting, waits until
+// the publishes received so far are durable and their confirms are
+// queued to their connections (Broker.Sync), closes the connections with
+// 320 CONNECTION_FORCED, waits for their close handshakes, then closes
+// the broker and the store (which writes and fsyncs what its log holds).
+//
+// All of it within daemon.shutdown_timeout. Past it, or at a second
+// SIGTERM or SIGINT, the process exits at once, with status 1, without
+// closing the store: every confirm sent was sent after the fsync that
+// made its message durable, and the next start replays the log (a torn
+// last record is expected there and dropped), so no confirmed message is
+// lost, and nothing half-closed is left to corrupt.
+func shutdown(s os.Signal, sigs <-chan os.Signal, lv *live, srv *amqp.Server, api *mgmt.Server, b *broker.Broker, res closers, log *slog.Logger) error {
+	timeout := lv.timeout()
+	log.Info("shutting down", "signal", s.String(), "timeout", timeout)
+	if err := sdnotify.Notify("STOPPING=1\nSTATUS=shutting down"); err != nil {
+		log.Warn("sd_notify failed", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.StopAccepting()
+		if api != nil {
+			if err := api.Shutdown(ctx); err != nil {
+				log.Warn("management HTTP requests did not finish in time", "err", err)
 			}
-			err := srv.Shutdown(ctx)
-			cancel()
+		}
+		synced := make(chan error, 1)
+		go func() { synced <- b.Sync() }()
+		select {
+		case err := <-synced:
 			if err != nil {
-				log.Warn("connections did not close in time", "err", err)
+				log.Warn("publisher confirms in flight not all delivered", "err", err)
 			}
+		case <-ctx.Done():
+		}
+		if err := srv.Shutdown(ctx); err != nil {
+			log.Warn("connections did not close in time", "err", err)
+		}
+		res.run()
+	}()
+	for {
+		select {
+		case <-done:
 			log.Info("stopped")
 			return nil
+		case <-ctx.Done():
+			log.Error("shutdown timed out; exiting without closing the store (recovery replays its log at the next start)", "timeout", timeout)
+			os.Exit(1)
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				continue
+			}
+			log.Error("second signal: exiting without closing the store (recovery replays its log at the next start)", "signal", s.String())
+			os.Exit(1)
 		}
 	}
 }
@@ -272,48 +388,8 @@ func memoryLimit(l config.Limits, log *slog.Logger) uint64 {
 	return uint64(float64(total) * l.MemoryHighWatermark)
 }
 
-// reload re-reads the configuration on SIGHUP and applies what can change
-// while running: the log level. Other changes need a restart (logged).
-func reload(path string, o config.Overrides, level *slog.LevelVar, log *slog.Logger) {
-	cfg, err := loadConfig(path, o)
-	if err != nil {
-		log.Error("reload refused: configuration invalid", "err", err)
-		return
-	}
-	l, err := cfg.Log.Level.Slog()
-	if err != nil {
-		log.Error("reload refused", "err", err)
-		return
-	}
-	level.Set(l)
-	log.Info("configuration reloaded", "log_level", l.String())
-}
-
-func loadTLS(t config.TLS) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load TLS certificate: %w", err)
-	}
-	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("read TLS CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", t.CAFile)
-		}
-		c.ClientCAs = pool
-	}
-	if t.VerifyPeer {
-		c.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return c, nil
-}
-
 // openStore opens the configured message store in the data directory.
-func openStore(c config.Storage, dir string, log *slog.Logger) (store.Store, error) {
+func openStore(c config.Storage, dir string, log *slog.Logger, progress func(done, total uint64)) (store.Store, error) {
 	if c.Engine == config.EngineMemory {
 		log.Warn("message store is in memory: messages and definitions do not survive a restart", "data_dir", dir)
 		return memstore.New(), nil
@@ -330,6 +406,7 @@ func openStore(c config.Storage, dir string, log *slog.Logger) (store.Store, err
 		CacheBytes:         int64(c.SegmentCache),
 		IndexCacheBytes:    int64(c.IndexCache),
 		Logger:             log,
+		RecoveryProgress:   progress,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)

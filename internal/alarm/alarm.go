@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -70,9 +71,12 @@ type Options struct {
 // Monitor polls resources on its own goroutine.
 type Monitor struct {
 	opts Options
-	quit chan struct{}
-	done chan struct{}
-	once sync.Once
+	// The limits in force: Options' until SetLimits changes them.
+	memLimit, diskLimit atomic.Uint64
+	kick                chan struct{} // SetLimits asks for a check now
+	quit                chan struct{}
+	done                chan struct{}
+	once                sync.Once
 
 	mem, disk bool // alarm state; monitor goroutine only
 }
@@ -95,10 +99,25 @@ func Start(o Options) *Monitor {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	m := &Monitor{opts: o, quit: make(chan struct{}), done: make(chan struct{})}
+	m := &Monitor{opts: o, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	m.memLimit.Store(o.MemoryLimit)
+	m.diskLimit.Store(o.DiskFreeLimit)
 	m.check()
 	go m.run()
 	return m
+}
+
+// SetLimits changes the memory and disk limits (Options.MemoryLimit and
+// DiskFreeLimit; 0 turns that alarm off, clearing it if raised) while
+// the monitor runs, and has them checked at once, on the monitor's
+// goroutine. Safe for concurrent use.
+func (m *Monitor) SetLimits(memory, diskFree uint64) {
+	m.memLimit.Store(memory)
+	m.diskLimit.Store(diskFree)
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops the monitor and waits for its goroutine. Idempotent.
@@ -117,18 +136,27 @@ func (m *Monitor) run() {
 			return
 		case <-t.C:
 			m.check()
+		case <-m.kick:
+			m.check()
 		}
 	}
 }
 
 func (m *Monitor) check() {
 	o := &m.opts
-	if o.MemoryLimit > 0 {
+	memLimit, diskLimit := m.memLimit.Load(), m.diskLimit.Load()
+	if memLimit == 0 {
+		m.set("memory", &m.mem, false, "limit", 0)
+	}
+	if diskLimit == 0 {
+		m.set("disk", &m.disk, false, "limit", 0)
+	}
+	if memLimit > 0 {
 		if m.mem {
 			o.Reclaim()
 		}
 		held, err := o.Held()
-		if err == nil && !m.mem && held > o.MemoryLimit {
+		if err == nil && !m.mem && held > memLimit {
 			// Raising: count only what is live, and give back what is
 			// not before publishers wait on it.
 			o.Reclaim()
@@ -137,14 +165,14 @@ func (m *Monitor) check() {
 		if err != nil {
 			o.Logger.Warn("cannot read memory use; memory alarm not evaluated", "err", err)
 		} else {
-			m.set("memory", &m.mem, held > o.MemoryLimit, "held", held, "limit", o.MemoryLimit)
+			m.set("memory", &m.mem, held > memLimit, "held", held, "limit", memLimit)
 		}
 	}
-	if o.DiskFreeLimit > 0 {
+	if diskLimit > 0 {
 		if free, err := o.DiskFree(o.DiskPath); err != nil {
 			o.Logger.Warn("cannot read free disk space; disk alarm not evaluated", "path", o.DiskPath, "err", err)
 		} else {
-			m.set("disk", &m.disk, free < o.DiskFreeLimit, "free", free, "limit", o.DiskFreeLimit)
+			m.set("disk", &m.disk, free < diskLimit, "free", free, "limit", diskLimit)
 		}
 	}
 }

@@ -253,3 +253,25 @@ func TestProcessRSSWithoutFreeDescriptors(t *testing.T) {
 		t.Fatalf("ProcessRSS with no descriptor free = %d, %v", rss, err)
 	}
 }
+
+// SetLimits applies new limits at once (no tick needed: the interval is
+// an hour), and a limit set to 0 clears its raised alarm.
+func TestSetLimits(t *testing.T) {
+	ev := &events{ch: make(chan struct{}, 10)}
+	m := Start(Options{
+		MemoryLimit: 100, DiskPath: "/data", DiskFreeLimit: 10, Interval: time.Hour,
+		Held:     func() (uint64, error) { return 50, nil },
+		Reclaim:  func() {},
+		DiskFree: func(string) (uint64, error) { return 20, nil },
+		OnChange: ev.on,
+	})
+	defer m.Close()
+	m.SetLimits(40, 10)
+	ev.wait(t, "memory+")
+	m.SetLimits(40, 30)
+	ev.wait(t, "memory+", "disk+")
+	m.SetLimits(0, 30)
+	ev.wait(t, "memory+", "disk+", "memory-")
+	m.SetLimits(0, 0)
+	ev.wait(t, "memory+", "disk+", "memory-", "disk-")
+}

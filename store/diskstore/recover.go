@@ -65,7 +65,9 @@ func (s *Store) recover(dir string) error {
 		return fmt.Errorf("open wal: it ends at record %d but the index was checkpointed through %d: WAL files are missing", w.LastLSN(), st.CheckpointLSN)
 	}
 	replayed, skipped := 0, 0
+	progress := newReplayProgress(o.RecoveryProgress, uint64(st.CheckpointLSN), uint64(w.LastLSN()))
 	err = w.ReplayClasses(wal.LSN(st.CheckpointLSN+1), func(lsn wal.LSN, class wal.Class, rec []byte) error {
+		progress.at(uint64(lsn))
 		b, err := decodeRecord(rec)
 		if err != nil {
 			if class == wal.Volatile {
@@ -100,6 +102,7 @@ func (s *Store) recover(dir string) error {
 	if err != nil {
 		return fmt.Errorf("replay wal: %w", err)
 	}
+	progress.end()
 	s.log.Info("store recovered", "dir", dir, "checkpoint_lsn", st.CheckpointLSN,
 		"wal_records_replayed", replayed, "volatile_records_skipped", skipped, "segments", len(s.cp.segs))
 	return nil
@@ -153,4 +156,43 @@ func (s *Store) openSegments(dir string) error {
 		}
 	}
 	return nil
+}
+
+// replayProgress calls Options.RecoveryProgress at the start of a replay,
+// at each whole percent of the records to replay and at the end. Used by
+// the goroutine that runs recover only.
+type replayProgress struct {
+	fn          func(done, total uint64)
+	from, total uint64 // the replay covers LSNs from+1 .. from+total
+	pct         uint64 // the last percent reported
+	started     bool
+}
+
+func newReplayProgress(fn func(done, total uint64), checkpoint, last uint64) *replayProgress {
+	p := &replayProgress{fn: fn, from: checkpoint}
+	if last > checkpoint {
+		p.total = last - checkpoint
+	}
+	return p
+}
+
+// at reports the replay of record lsn about to start.
+func (p *replayProgress) at(lsn uint64) {
+	if p.fn == nil || p.total == 0 {
+		return
+	}
+	done := min(lsn-p.from-1, p.total)
+	pct := done * 100 / p.total
+	if !p.started || pct > p.pct {
+		p.started = true
+		p.pct = pct
+		p.fn(done, p.total)
+	}
+}
+
+// end reports the replay finished.
+func (p *replayProgress) end() {
+	if p.fn != nil {
+		p.fn(p.total, p.total)
+	}
 }

@@ -49,6 +49,12 @@ type Options struct {
 	// fraction of its size (default 0.5).
 	CompactBelow float64
 	Logger       *slog.Logger
+	// RecoveryProgress, if set, is called by Open while it replays the
+	// WAL, with the records replayed so far and the number to replay: at
+	// the start, at each whole percent and at the end. It runs on the
+	// goroutine that called Open (brokerd reports it to systemd as
+	// STATUS=).
+	RecoveryProgress func(done, total uint64)
 }
 
 func (o *Options) fill() {
@@ -376,6 +382,31 @@ func (s *Store) Close() error {
 }
 
 var _ store.Store = (*Store)(nil)
+
+// Sync returns once every batch whose Apply returned before the call is
+// durable and its completions have run, AfterGroup hooks included (the
+// publisher confirms they send are queued to their connections), whatever
+// the sync policy. brokerd calls it at shutdown, before it closes the
+// connections, and as the watchdog's check that the store's goroutine
+// makes progress. Safe for concurrent use.
+func (s *Store) Sync() error {
+	s.mu.Lock()
+	err := s.usableLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// The WAL answers a Sync among the completions of its group, before
+	// the group's AfterGroup hooks; a second Sync is a group of its own,
+	// written only after those hooks ran.
+	if err := s.wal.Sync(); err != nil {
+		return fmt.Errorf("sync wal: %w", err)
+	}
+	if err := s.wal.Sync(); err != nil {
+		return fmt.Errorf("sync wal: %w", err)
+	}
+	return nil
+}
 
 // Dir returns the directory the store was opened in.
 func (s *Store) Dir() string { return s.dir }

@@ -1,4 +1,4 @@
-package amqp
+package ratelog
 
 import (
 	"context"
@@ -56,9 +56,9 @@ func attrs(r slog.Record) map[string]string {
 // logs how many followed, with the last one's attributes.
 func TestLogLimiterCountsWithinInterval(t *testing.T) {
 	h := newRecordLog()
-	l := newLogLimiter(slog.New(h), slog.LevelWarn, "login refused", time.Hour)
+	l := New(slog.New(h), slog.LevelWarn, "login refused", time.Hour)
 	for i := range 50 {
-		l.event("user", string(rune('a'+i%26)))
+		l.Event("user", string(rune('a'+i%26)))
 	}
 	recs := h.records()
 	if len(recs) != 1 {
@@ -67,8 +67,8 @@ func TestLogLimiterCountsWithinInterval(t *testing.T) {
 	if got := attrs(recs[0]); got["user"] != "a" || got["count"] != "" {
 		t.Fatalf("first line %v, want the first event's attributes and no count", got)
 	}
-	l.stop()
-	l.stop()
+	l.Stop()
+	l.Stop()
 	recs = h.records()
 	if len(recs) != 2 {
 		t.Fatalf("%d lines after stop, want 2", len(recs))
@@ -78,7 +78,7 @@ func TestLogLimiterCountsWithinInterval(t *testing.T) {
 		t.Fatalf("aggregate line %s %q %v, want WARN \"login refused\" count=49 last.user=x", recs[1].Level, recs[1].Message, got)
 	}
 	// After stop every event has its own line.
-	l.event("user", "late")
+	l.Event("user", "late")
 	if n := len(h.records()); n != 3 {
 		t.Fatalf("%d lines after an event past stop, want 3", n)
 	}
@@ -88,11 +88,11 @@ func TestLogLimiterCountsWithinInterval(t *testing.T) {
 // another event.
 func TestLogLimiterFlushesAtIntervalEnd(t *testing.T) {
 	h := newRecordLog()
-	l := newLogLimiter(slog.New(h), slog.LevelInfo, "handshake failed", 10*time.Millisecond)
-	defer l.stop()
-	l.event("n", 1)
-	l.event("n", 2)
-	l.event("n", 3)
+	l := New(slog.New(h), slog.LevelInfo, "handshake failed", 10*time.Millisecond)
+	defer l.Stop()
+	l.Event("n", 1)
+	l.Event("n", 2)
+	l.Event("n", 3)
 	total := func() int {
 		n := 0
 		for _, r := range h.records() {

@@ -211,8 +211,11 @@ func (ch *channel) route(p *pendingPublish) []*Queue {
 	if len(qs) == 0 {
 		b.counters.unroutable.Add(1)
 		if p.mandatory {
+			b.counters.returned.Add(1)
 			ch.sendReturn(p.msg)
 		}
+	} else {
+		b.counters.routed.Add(1)
 	}
 	return qs
 }

@@ -15,6 +15,7 @@ type Config struct {
 	Storage Storage `toml:"storage"`
 	Limits  Limits  `toml:"limits"`
 	Log     Log     `toml:"log"`
+	Metrics Metrics `toml:"metrics"`
 	Auth    Auth    `toml:"auth"`
 	Users   []User  `toml:"users"`
 	Vhosts  []Vhost `toml:"vhosts"`
@@ -51,6 +52,16 @@ type TLS struct {
 // Mgmt is the [mgmt] table: the HTTP management API and /metrics.
 type Mgmt struct {
 	Listen string `toml:"listen"` // "" or "off": no HTTP listener
+}
+
+// Metrics is the [metrics] table: what /metrics (on the management
+// listener) exports.
+type Metrics struct {
+	// PerQueueLimit is the most queues exported with their own label set
+	// (vhost, queue); with more queues than that, and at 0, the queue
+	// metrics are exported only as aggregates over every queue, so a
+	// broker with many queues does not flood Prometheus with series.
+	PerQueueLimit int `toml:"per_queue_limit"`
 }
 
 // Storage is the [storage] table.
@@ -148,10 +159,11 @@ func Default() Config {
 			MemoryHighWatermark: 0.4,
 			DiskFreeLimit:       50 * MB,
 		},
-		Log:    Log{Level: LevelInfo, Format: FormatText},
-		Auth:   Auth{LoopbackUsers: []string{"guest"}},
-		Users:  []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
-		Vhosts: []Vhost{{Name: "/"}},
+		Log:     Log{Level: LevelInfo, Format: FormatText},
+		Metrics: Metrics{PerQueueLimit: 1000},
+		Auth:    Auth{LoopbackUsers: []string{"guest"}},
+		Users:   []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
+		Vhosts:  []Vhost{{Name: "/"}},
 	}
 }
 

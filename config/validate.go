@@ -90,6 +90,9 @@ func (c *Config) Validate() error {
 	k.listen("mgmt.listen", c.Mgmt.Listen)
 	c.validateListeners(k)
 
+	if c.Metrics.PerQueueLimit < 0 {
+		k.addf("metrics.per_queue_limit", "must be 0 or more, got %d", c.Metrics.PerQueueLimit)
+	}
 	if c.Storage.DataDir == "" {
 		k.addf("storage.data_dir", "must not be empty")
 	}

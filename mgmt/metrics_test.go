@@ -1,0 +1,266 @@
+package mgmt_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/metrics"
+	"github.com/brokerd/brokerd/mgmt"
+)
+
+// startMetricsAPI starts a broker on backend be with its management API
+// serving /metrics with perQueueLimit.
+func startMetricsAPI(t *testing.T, be brokertest.Backend, perQueueLimit int) *api {
+	t.Helper()
+	a := &api{t: t, Instance: brokertest.Start(t, brokertest.Config{Backend: be})}
+	a.opts = mgmt.Options{Metrics: metrics.Handler(metrics.Options{
+		Broker:        a.Broker,
+		PerQueueLimit: perQueueLimit,
+	})}
+	a.serve()
+	t.Cleanup(a.stopAPI)
+	return a
+}
+
+// scrape is one parsed /metrics reply.
+type scrape map[string]*dto.MetricFamily
+
+func (a *api) scrape() scrape {
+	a.t.Helper()
+	res, err := http.Get(strings.TrimSuffix(a.base, "/api") + "/metrics")
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		a.t.Fatalf("GET /metrics: %s", res.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(res.Body)
+	if err != nil {
+		a.t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// value returns the value of the sample of name whose labels include
+// labels ("k=v" each), failing the test unless exactly one matches.
+func (s scrape) value(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	f := s[name]
+	if f == nil {
+		t.Fatalf("no metric %s", name)
+	}
+	var found []float64
+	for _, m := range f.Metric {
+		if hasLabels(m, labels) {
+			switch {
+			case m.Counter != nil:
+				found = append(found, m.Counter.GetValue())
+			case m.Gauge != nil:
+				found = append(found, m.Gauge.GetValue())
+			case m.Untyped != nil:
+				found = append(found, m.Untyped.GetValue())
+			default:
+				t.Fatalf("%s is a %s, not a number", name, f.GetType())
+			}
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d samples of %s%v, want 1", len(found), name, labels)
+	}
+	return found[0]
+}
+
+func hasLabels(m *dto.Metric, labels []string) bool {
+	for _, l := range labels {
+		k, v, _ := strings.Cut(l, "=")
+		ok := false
+		for _, lp := range m.Label {
+			if lp.GetName() == k && lp.GetValue() == v {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// want checks exact values: name (with optional {k=v,...}) → value.
+func (s scrape) want(t *testing.T, want map[string]float64) {
+	t.Helper()
+	for key, v := range want {
+		name, ls, _ := strings.Cut(strings.TrimSuffix(key, "}"), "{")
+		var labels []string
+		if ls != "" {
+			labels = strings.Split(ls, ",")
+		}
+		if got := s.value(t, name, labels...); got != v {
+			t.Errorf("%s = %v, want %v", key, got, v)
+		}
+	}
+}
+
+func backends() []brokertest.Backend {
+	return []brokertest.Backend{brokertest.Memory(), brokertest.Disk()}
+}
+
+// TestMetricsAfterWorkload runs a known workload over AMQP and checks the
+// exact values /metrics reports, on every store.
+func TestMetricsAfterWorkload(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.Name(), func(t *testing.T) {
+			a := startMetricsAPI(t, be, 1000)
+			conn, ch := a.Channel(t)
+			defer conn.Close()
+			declare := func(name string, args amqp091.Table) {
+				t.Helper()
+				if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := ch.ExchangeDeclare("dlx", "fanout", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			declare("dlq", nil)
+			if err := ch.QueueBind("dlq", "", "dlx", false, nil); err != nil {
+				t.Fatal(err)
+			}
+			declare("q", amqp091.Table{"x-dead-letter-exchange": "dlx"})
+			declare("qm", amqp091.Table{"x-dead-letter-exchange": "missing"})
+			declare("ttl", nil)
+			declare("plain", nil)
+			if err := ch.Confirm(false); err != nil {
+				t.Fatal(err)
+			}
+			returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
+			publish := func(exchange, key string, mandatory bool, msg amqp091.Publishing) {
+				t.Helper()
+				msg.DeliveryMode = amqp091.Persistent
+				dc, err := ch.PublishWithDeferredConfirm(exchange, key, mandatory, false, msg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := dc.WaitContext(t.Context()); !ok || err != nil {
+					t.Fatalf("publish to %q/%q: confirmed %v, %v", exchange, key, ok, err)
+				}
+			}
+			for i := range 3 {
+				publish("", "q", false, amqp091.Publishing{Body: fmt.Appendf(nil, "q%d", i)})
+			}
+			publish("", "qm", false, amqp091.Publishing{Body: []byte("qm")})
+			for range 2 { // expire on arrival: no consumer, no DLX
+				publish("", "ttl", false, amqp091.Publishing{Expiration: "0", Body: []byte("t")})
+			}
+			for i := range 3 {
+				publish("", "plain", false, amqp091.Publishing{Body: fmt.Appendf(nil, "p%d", i)})
+			}
+			publish("amq.direct", "nowhere", true, amqp091.Publishing{Body: []byte("returned")})
+			<-returns
+			publish("amq.direct", "nowhere", false, amqp091.Publishing{Body: []byte("dropped")})
+
+			// q: three deliveries to a consumer, each rejected: dead-lettered
+			// to dlq for reason rejected.
+			ds, err := ch.Consume("q", "c", false, false, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				d := <-ds
+				if err := d.Reject(false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// qm: its DLX does not exist, so the nacked message is dropped.
+			get := func(queue string, autoAck bool) amqp091.Delivery {
+				t.Helper()
+				d, ok, err := ch.Get(queue, autoAck)
+				if err != nil || !ok {
+					t.Fatalf("get %s: %v, %v", queue, ok, err)
+				}
+				return d
+			}
+			if err := get("qm", false).Nack(false, false); err != nil {
+				t.Fatal(err)
+			}
+			// plain: one get without ack, one requeued and got again
+			// (redelivered) and acked, one acked, then empty.
+			get("plain", true)
+			if err := get("plain", false).Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
+			if d := get("plain", false); !d.Redelivered {
+				t.Fatal("requeued message not redelivered")
+			} else if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+			if err := get("plain", false).Ack(false); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := ch.Get("plain", false); ok || err != nil {
+				t.Fatalf("plain not empty: %v, %v", ok, err)
+			}
+			// Methods on a channel are handled in order: once this reply
+			// is here, the ack before it has been applied.
+			if _, err := ch.QueueDeclarePassive("dlq", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+
+			s := a.scrape()
+			s.want(t, map[string]float64{
+				"brokerd_global_messages_received_total":                                       11,
+				"brokerd_global_messages_received_confirm_total":                               11,
+				"brokerd_global_messages_routed_total":                                         9,
+				"brokerd_global_messages_unroutable_returned_total":                            1,
+				"brokerd_global_messages_unroutable_dropped_total":                             1,
+				"brokerd_global_messages_confirmed_total":                                      11,
+				"brokerd_global_messages_nacked_total":                                         0,
+				"brokerd_global_messages_delivered_total":                                      8,
+				"brokerd_global_messages_delivered_consume_manual_ack_total":                   3,
+				"brokerd_global_messages_delivered_consume_auto_ack_total":                     0,
+				"brokerd_global_messages_delivered_get_manual_ack_total":                       4,
+				"brokerd_global_messages_delivered_get_auto_ack_total":                         1,
+				"brokerd_global_messages_get_empty_total":                                      1,
+				"brokerd_global_messages_redelivered_total":                                    1,
+				"brokerd_global_messages_acknowledged_total":                                   2,
+				"brokerd_global_messages_dead_lettered_rejected_total":                         4,
+				"brokerd_global_messages_dead_lettered_expired_total":                          2,
+				"brokerd_global_messages_dead_lettered_maxlen_total":                           0,
+				"brokerd_global_messages_dead_lettered_delivery_limit_total":                   0,
+				"brokerd_dead_letters_delivered_total{reason=rejected}":                        3,
+				"brokerd_dead_letters_delivered_total{reason=expired}":                         0,
+				"brokerd_dead_letters_dropped_total{cause=dlx_missing}":                        1,
+				"brokerd_dead_letters_dropped_total{cause=no_dlx}":                             2,
+				"brokerd_dead_letters_dropped_total{cause=unroutable}":                         0,
+				"brokerd_dead_letter_cycles_total":                                             0,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=q,reason=rejected}":  3,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=qm,reason=rejected}": 0,
+				"brokerd_queue_messages_ready{vhost=/,queue=dlq}":                              3,
+				"brokerd_queue_messages{vhost=/,queue=dlq}":                                    3,
+				"brokerd_queue_messages_bytes{vhost=/,queue=dlq}":                              6, // q0 q1 q2
+				"brokerd_queue_messages_ready{vhost=/,queue=plain}":                            0,
+				"brokerd_queue_messages_ready{vhost=/,queue=ttl}":                              0,
+				"brokerd_queue_consumers{vhost=/,queue=q}":                                     1,
+				"brokerd_queues":                           5,
+				"brokerd_consumers":                        1,
+				"brokerd_connections":                      1,
+				"brokerd_channels":                         1,
+				"brokerd_alarms_memory_used_watermark":     0,
+				"brokerd_alarms_free_disk_space_watermark": 0,
+			})
+			if s["go_goroutines"] == nil || s["process_resident_memory_bytes"] == nil {
+				t.Error("no Go runtime or process metrics")
+			}
+		})
+	}
+}

@@ -264,3 +264,59 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		})
 	}
 }
+
+// TestMetricsPerQueueLimit checks that queues get their own label set only
+// while there are at most per_queue_limit of them; beyond it, and at 0,
+// the same metrics are aggregates without vhost and queue labels.
+func TestMetricsPerQueueLimit(t *testing.T) {
+	for _, limit := range []int{0, 2, 3} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			a := startMetricsAPI(t, brokertest.Selected(t), limit)
+			conn, ch := a.Channel(t)
+			defer conn.Close()
+			for i, q := range []string{"a", "b", "c"} {
+				if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+					t.Fatal(err)
+				}
+				for range i + 1 {
+					if err := ch.Publish("", q, false, false, amqp091.Publishing{Body: []byte("xy")}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// A passive declare after the publishes returns once they are
+			// enqueued: methods of a channel are handled in order.
+			if _, err := ch.QueueDeclarePassive("c", false, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			s := a.scrape()
+			ready := s["brokerd_queue_messages_ready"]
+			if limit >= 3 {
+				s.want(t, map[string]float64{
+					"brokerd_queue_messages_ready{vhost=/,queue=a}":                              1,
+					"brokerd_queue_messages_ready{vhost=/,queue=b}":                              2,
+					"brokerd_queue_messages_ready{vhost=/,queue=c}":                              3,
+					"brokerd_queue_messages_bytes{vhost=/,queue=c}":                              6,
+					"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=a,reason=expired}": 0,
+				})
+				if n := len(ready.Metric); n != 3 {
+					t.Errorf("%d series of brokerd_queue_messages_ready, want 3", n)
+				}
+				return
+			}
+			if n := len(ready.Metric); n != 1 || len(ready.Metric[0].Label) != 0 {
+				t.Fatalf("brokerd_queue_messages_ready has %d series (%v), want one without labels", n, ready.Metric)
+			}
+			s.want(t, map[string]float64{
+				"brokerd_queue_messages_ready":                                6,
+				"brokerd_queue_messages_bytes":                                12,
+				"brokerd_queue_consumers":                                     0,
+				"brokerd_queues":                                              3,
+				"brokerd_queue_messages_dead_lettered_total{reason=rejected}": 0,
+			})
+			if n := len(s["brokerd_queue_messages_dead_lettered_total"].Metric); n != 4 {
+				t.Errorf("%d series of brokerd_queue_messages_dead_lettered_total, want one per reason", n)
+			}
+		})
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/datadir"
 	"github.com/brokerd/brokerd/internal/sdnotify"
+	"github.com/brokerd/brokerd/metrics"
 	"github.com/brokerd/brokerd/mgmt"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/store/diskstore"
@@ -209,7 +210,8 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 		if err != nil {
 			return fmt.Errorf("listen management HTTP API on %s: %w", cfg.Mgmt.Listen, err)
 		}
-		api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version(), Listeners: listeners})
+		api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version(), Listeners: listeners,
+			Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit})})
 		log.Info("serving management HTTP API", "addr", l.Addr().String())
 		go func() { errc <- api.Serve(l) }()
 	}

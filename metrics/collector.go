@@ -6,6 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/brokerd/brokerd/broker"
+	hist "github.com/brokerd/brokerd/internal/histogram"
+	"github.com/brokerd/brokerd/store/diskstore"
 )
 
 // Dead-letter reasons, in the order metrics list them (x-death's words).
@@ -51,6 +53,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(ch, "connections", "Connections currently open", float64(len(conns)))
 	gauge(ch, "channels", "Channels currently open", float64(channels))
+	if c.opts.StoreStats != nil {
+		if st, ok := c.opts.StoreStats(); ok {
+			collectStore(ch, st)
+		}
+	}
 	alarms := b.Alarms()
 	gauge(ch, "alarms_memory_used_watermark", "1 while the memory alarm is raised (publishers blocked), else 0",
 		bool01(slices.Contains(alarms, broker.AlarmMemory)))
@@ -162,6 +169,27 @@ func (c *collector) collectQueues(ch chan<- prometheus.Metric, qs []broker.Queue
 		}
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(sum), r)
 	}
+}
+
+// collectStore exports the disk store's statistics.
+func collectStore(ch chan<- prometheus.Metric, st diskstore.Stats) {
+	histogram(ch, "wal_fsync_duration_seconds", "Duration of WAL fsyncs", st.WAL.SyncLatency)
+	histogram(ch, "wal_group_commit_records", "Records per WAL group commit (one write and, with sync = fsync, one fsync)", st.WAL.GroupSize)
+	counter(ch, "wal_records_total", "Records written to the WAL since start", st.WAL.Records)
+	gauge(ch, "wal_files", "WAL files on disk", float64(st.WAL.Files))
+	gauge(ch, "wal_bytes", "Bytes of records in the WAL files (not their preallocated rest)", float64(st.WAL.Bytes))
+	gauge(ch, "segment_files", "Segment files on disk", float64(st.SegmentFiles))
+	gauge(ch, "segment_bytes", "Bytes of the segment files on disk", float64(st.SegmentBytes))
+	histogram(ch, "checkpoint_duration_seconds", "Duration of checkpoints (WAL into segments and the index)", st.CheckpointDuration)
+	gauge(ch, "recovery_duration_seconds", "How long the store took to recover at start (index, segments, WAL replay)", st.Recovery.Seconds())
+}
+
+func histogram(ch chan<- prometheus.Metric, name, help string, s hist.Snapshot) {
+	buckets := make(map[float64]uint64, len(s.Bounds))
+	for i, b := range s.Bounds {
+		buckets[b] = s.Cumulative[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(prometheus.NewDesc("brokerd_"+name, help, nil, nil), s.Count, s.Sum, buckets)
 }
 
 func counter(ch chan<- prometheus.Metric, name, help string, v uint64) {

@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/store/diskstore"
 )
 
 // Options configure the exported metrics.
@@ -31,6 +33,23 @@ type Options struct {
 	// RabbitMQ's prometheus plugin does unless per-object metrics are on),
 	// so sum(...) over them gives the same in both modes.
 	PerQueueLimit int
+	// StoreStats, if set, returns the message store's statistics at each
+	// scrape (WAL, fsync latency, group commits, segments, checkpoints,
+	// recovery); false: the store has none (memory), so no store metrics.
+	// DiskStats makes one from a store.
+	StoreStats func() (diskstore.Stats, bool)
+}
+
+// DiskStats returns a StoreStats function for st: the disk store's Stats,
+// nothing for other stores.
+func DiskStats(st store.Store) func() (diskstore.Stats, bool) {
+	return func() (diskstore.Stats, bool) {
+		ds, ok := st.(*diskstore.Store)
+		if !ok {
+			return diskstore.Stats{}, false
+		}
+		return ds.Stats(), true
+	}
 }
 
 // Handler returns the /metrics handler: a registry holding the broker's

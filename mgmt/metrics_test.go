@@ -14,6 +14,7 @@ import (
 	"github.com/brokerd/brokerd/internal/brokertest"
 	"github.com/brokerd/brokerd/metrics"
 	"github.com/brokerd/brokerd/mgmt"
+	"github.com/brokerd/brokerd/store/diskstore"
 )
 
 // startMetricsAPI starts a broker on backend be with its management API
@@ -24,6 +25,7 @@ func startMetricsAPI(t *testing.T, be brokertest.Backend, perQueueLimit int) *ap
 	a.opts = mgmt.Options{Metrics: metrics.Handler(metrics.Options{
 		Broker:        a.Broker,
 		PerQueueLimit: perQueueLimit,
+		StoreStats:    metrics.DiskStats(a.Store),
 	})}
 	a.serve()
 	t.Cleanup(a.stopAPI)
@@ -318,5 +320,96 @@ func TestMetricsPerQueueLimit(t *testing.T) {
 				t.Errorf("%d series of brokerd_queue_messages_dead_lettered_total, want one per reason", n)
 			}
 		})
+	}
+}
+
+// histogram returns the only sample of histogram name.
+func (s scrape) histogram(t *testing.T, name string) *dto.Histogram {
+	t.Helper()
+	f := s[name]
+	if f == nil || len(f.Metric) != 1 || f.Metric[0].Histogram == nil {
+		t.Fatalf("no histogram %s", name)
+	}
+	return f.Metric[0].Histogram
+}
+
+// TestMetricsStore checks the disk store's metrics after durable
+// publishes and a checkpoint, and that the memory store exports none.
+func TestMetricsStore(t *testing.T) {
+	for _, be := range backends() {
+		t.Run(be.Name(), func(t *testing.T) {
+			a := startMetricsAPI(t, be, 1000)
+			conn, ch := a.Channel(t)
+			defer conn.Close()
+			if _, err := ch.QueueDeclare("d", true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.Confirm(false); err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				dc, err := ch.PublishWithDeferredConfirm("", "d", false, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("durable")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := dc.WaitContext(t.Context()); !ok || err != nil {
+					t.Fatalf("confirm: %v, %v", ok, err)
+				}
+			}
+			ds, disk := a.Store.(*diskstore.Store)
+			if !disk {
+				for _, name := range []string{"brokerd_wal_fsync_duration_seconds", "brokerd_wal_bytes", "brokerd_segment_bytes", "brokerd_checkpoint_duration_seconds"} {
+					if a.scrape()[name] != nil {
+						t.Errorf("%s exported for the %s store", name, be.Name())
+					}
+				}
+				return
+			}
+			s := a.scrape()
+			fsync := s.histogram(t, "brokerd_wal_fsync_duration_seconds")
+			if fsync.GetSampleCount() < 1 || fsync.GetSampleSum() <= 0 {
+				t.Errorf("fsync histogram: %d fsyncs, %v s; want some after confirmed durable publishes", fsync.GetSampleCount(), fsync.GetSampleSum())
+			}
+			checkBuckets(t, "brokerd_wal_fsync_duration_seconds", fsync)
+			groups := s.histogram(t, "brokerd_wal_group_commit_records")
+			checkBuckets(t, "brokerd_wal_group_commit_records", groups)
+			// Every record is written by one group commit.
+			if recs := s.value(t, "brokerd_wal_records_total"); groups.GetSampleSum() != recs || recs < 5 {
+				t.Errorf("group commits cover %v records, wal_records_total %v; want equal and at least the 5 publishes", groups.GetSampleSum(), recs)
+			}
+			if v := s.value(t, "brokerd_wal_bytes"); v <= 5*float64(len("durable")) {
+				t.Errorf("brokerd_wal_bytes = %v, want more than the bodies written", v)
+			}
+			if v := s.value(t, "brokerd_recovery_duration_seconds"); v <= 0 {
+				t.Errorf("brokerd_recovery_duration_seconds = %v, want > 0", v)
+			}
+			before := s.histogram(t, "brokerd_checkpoint_duration_seconds").GetSampleCount()
+			if err := ds.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			s = a.scrape()
+			cp := s.histogram(t, "brokerd_checkpoint_duration_seconds")
+			if cp.GetSampleCount() <= before || cp.GetSampleSum() <= 0 {
+				t.Errorf("checkpoints: %d before, %d after a checkpoint (sum %v s)", before, cp.GetSampleCount(), cp.GetSampleSum())
+			}
+			if s.value(t, "brokerd_segment_files") < 1 || s.value(t, "brokerd_segment_bytes") <= 5*float64(len("durable")) {
+				t.Errorf("after a checkpoint: %v segment files, %v bytes", s.value(t, "brokerd_segment_files"), s.value(t, "brokerd_segment_bytes"))
+			}
+		})
+	}
+}
+
+// checkBuckets checks that h's buckets are cumulative and within its count.
+func checkBuckets(t *testing.T, name string, h *dto.Histogram) {
+	t.Helper()
+	var last uint64
+	for _, b := range h.Bucket {
+		if b.GetCumulativeCount() < last || b.GetCumulativeCount() > h.GetSampleCount() {
+			t.Errorf("%s: bucket le=%v has %d (previous %d, count %d)", name, b.GetUpperBound(), b.GetCumulativeCount(), last, h.GetSampleCount())
+		}
+		last = b.GetCumulativeCount()
+	}
+	if len(h.Bucket) == 0 {
+		t.Errorf("%s has no buckets", name)
 	}
 }

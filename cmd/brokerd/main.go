@@ -211,7 +211,7 @@ func serve(cfg config.Config, configPath string, o config.Overrides, level *slog
 			return fmt.Errorf("listen management HTTP API on %s: %w", cfg.Mgmt.Listen, err)
 		}
 		api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version(), Listeners: listeners,
-			Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit})})
+			Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)})})
 		log.Info("serving management HTTP API", "addr", l.Addr().String())
 		go func() { errc <- api.Serve(l) }()
 	}

@@ -327,3 +327,46 @@ func TestPromQLMetricNames(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsDocumented checks that README.md's metric table lists every
+// brokerd_ metric a real scrape (disk store, one queue) returns, and
+// nothing else.
+func TestMetricsDocumented(t *testing.T) {
+	a := startMetricsAPI(t, brokertest.Disk(), 1000)
+	conn, ch := a.Channel(t)
+	defer conn.Close()
+	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := a.scrape()
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(raw), "\n### Metrics\n")
+	if !ok {
+		t.Fatal(`README.md has no "### Metrics" section`)
+	}
+	sec, _, _ = strings.Cut(sec, "\n#")
+	row := regexp.MustCompile("(?m)^\\| `(brokerd_[a-z_]+)` \\| ([a-z]+) \\|")
+	documented := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(sec, -1) {
+		documented[m[1]] = m[2]
+	}
+	for name, f := range s {
+		if !strings.HasPrefix(name, "brokerd_") {
+			continue
+		}
+		typ, ok := documented[name]
+		if !ok {
+			t.Errorf("README.md's metric table does not list %s", name)
+		} else if want := strings.ToLower(f.GetType().String()); typ != want {
+			t.Errorf("README.md says %s is a %s; it is a %s", name, typ, want)
+		}
+	}
+	for name := range documented {
+		if s[name] == nil {
+			t.Errorf("README.md lists %s, which brokerd does not export", name)
+		}
+	}
+}

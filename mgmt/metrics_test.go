@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/internal/brokertest"
 	"github.com/brokerd/brokerd/metrics"
 	"github.com/brokerd/brokerd/mgmt"
@@ -142,6 +143,8 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			declare("qm", amqp091.Table{"x-dead-letter-exchange": "missing"})
 			declare("ttl", nil)
 			declare("plain", nil)
+			declare("ml", amqp091.Table{"x-max-length": 1})
+			declare("dl", amqp091.Table{"x-queue-type": "quorum", "x-delivery-limit": 0, "x-dead-letter-exchange": "dlx"})
 			if err := ch.Confirm(false); err != nil {
 				t.Fatal(err)
 			}
@@ -167,6 +170,10 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			for i := range 3 {
 				publish("", "plain", false, amqp091.Publishing{Body: fmt.Appendf(nil, "p%d", i)})
 			}
+			for range 3 { // drop-head: two evicted, no DLX
+				publish("", "ml", false, amqp091.Publishing{Body: []byte("m")})
+			}
+			publish("", "dl", false, amqp091.Publishing{Body: []byte("dl")})
 			publish("amq.direct", "nowhere", true, amqp091.Publishing{Body: []byte("returned")})
 			<-returns
 			publish("amq.direct", "nowhere", false, amqp091.Publishing{Body: []byte("dropped")})
@@ -195,6 +202,11 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			if err := get("qm", false).Nack(false, false); err != nil {
 				t.Fatal(err)
 			}
+			// dl: requeued once with a delivery limit of 0: dead-lettered
+			// to dlq for reason delivery_limit.
+			if err := get("dl", false).Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
 			// plain: one get without ack, one requeued and got again
 			// (redelivered) and acked, one acked, then empty.
 			get("plain", true)
@@ -218,47 +230,54 @@ func TestMetricsAfterWorkload(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			a.Broker.SetAlarm(broker.AlarmDisk, true)
 			s := a.scrape()
+			a.Broker.SetAlarm(broker.AlarmDisk, false)
 			s.want(t, map[string]float64{
-				"brokerd_global_messages_received_total":                                       11,
-				"brokerd_global_messages_received_confirm_total":                               11,
-				"brokerd_global_messages_routed_total":                                         9,
-				"brokerd_global_messages_unroutable_returned_total":                            1,
-				"brokerd_global_messages_unroutable_dropped_total":                             1,
-				"brokerd_global_messages_confirmed_total":                                      11,
-				"brokerd_global_messages_nacked_total":                                         0,
-				"brokerd_global_messages_delivered_total":                                      8,
-				"brokerd_global_messages_delivered_consume_manual_ack_total":                   3,
-				"brokerd_global_messages_delivered_consume_auto_ack_total":                     0,
-				"brokerd_global_messages_delivered_get_manual_ack_total":                       4,
-				"brokerd_global_messages_delivered_get_auto_ack_total":                         1,
-				"brokerd_global_messages_get_empty_total":                                      1,
-				"brokerd_global_messages_redelivered_total":                                    1,
-				"brokerd_global_messages_acknowledged_total":                                   2,
-				"brokerd_global_messages_dead_lettered_rejected_total":                         4,
-				"brokerd_global_messages_dead_lettered_expired_total":                          2,
-				"brokerd_global_messages_dead_lettered_maxlen_total":                           0,
-				"brokerd_global_messages_dead_lettered_delivery_limit_total":                   0,
-				"brokerd_dead_letters_delivered_total{reason=rejected}":                        3,
-				"brokerd_dead_letters_delivered_total{reason=expired}":                         0,
-				"brokerd_dead_letters_dropped_total{cause=dlx_missing}":                        1,
-				"brokerd_dead_letters_dropped_total{cause=no_dlx}":                             2,
-				"brokerd_dead_letters_dropped_total{cause=unroutable}":                         0,
-				"brokerd_dead_letter_cycles_total":                                             0,
-				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=q,reason=rejected}":  3,
-				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=qm,reason=rejected}": 0,
-				"brokerd_queue_messages_ready{vhost=/,queue=dlq}":                              3,
-				"brokerd_queue_messages{vhost=/,queue=dlq}":                                    3,
-				"brokerd_queue_messages_bytes{vhost=/,queue=dlq}":                              6, // q0 q1 q2
-				"brokerd_queue_messages_ready{vhost=/,queue=plain}":                            0,
-				"brokerd_queue_messages_ready{vhost=/,queue=ttl}":                              0,
-				"brokerd_queue_consumers{vhost=/,queue=q}":                                     1,
-				"brokerd_queues":                           5,
+				"brokerd_global_messages_received_total":                                             15,
+				"brokerd_global_messages_received_confirm_total":                                     15,
+				"brokerd_global_messages_routed_total":                                               13,
+				"brokerd_global_messages_unroutable_returned_total":                                  1,
+				"brokerd_global_messages_unroutable_dropped_total":                                   1,
+				"brokerd_global_messages_confirmed_total":                                            15,
+				"brokerd_global_messages_nacked_total":                                               0,
+				"brokerd_global_messages_delivered_total":                                            9,
+				"brokerd_global_messages_delivered_consume_manual_ack_total":                         3,
+				"brokerd_global_messages_delivered_consume_auto_ack_total":                           0,
+				"brokerd_global_messages_delivered_get_manual_ack_total":                             5,
+				"brokerd_global_messages_delivered_get_auto_ack_total":                               1,
+				"brokerd_global_messages_get_empty_total":                                            1,
+				"brokerd_global_messages_redelivered_total":                                          1,
+				"brokerd_global_messages_acknowledged_total":                                         2,
+				"brokerd_global_messages_dead_lettered_rejected_total":                               4,
+				"brokerd_global_messages_dead_lettered_expired_total":                                2,
+				"brokerd_global_messages_dead_lettered_maxlen_total":                                 2,
+				"brokerd_global_messages_dead_lettered_delivery_limit_total":                         1,
+				"brokerd_dead_letters_delivered_total{reason=rejected}":                              3,
+				"brokerd_dead_letters_delivered_total{reason=expired}":                               0,
+				"brokerd_dead_letters_dropped_total{cause=dlx_missing}":                              1,
+				"brokerd_dead_letters_dropped_total{cause=no_dlx}":                                   4,
+				"brokerd_dead_letters_dropped_total{cause=unroutable}":                               0,
+				"brokerd_dead_letter_cycles_total":                                                   0,
+				"brokerd_global_messages_overflowed_total":                                           2,
+				"brokerd_dead_letters_delivered_total{reason=delivery_limit}":                        1,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=dl,reason=delivery_limit}": 1,
+				"brokerd_queue_messages_ready{vhost=/,queue=ml}":                                     1,
+				"brokerd_queue_messages_ready{vhost=/,queue=dl}":                                     0,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=q,reason=rejected}":        3,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=qm,reason=rejected}":       0,
+				"brokerd_queue_messages_ready{vhost=/,queue=dlq}":                                    4,
+				"brokerd_queue_messages{vhost=/,queue=dlq}":                                          4,
+				"brokerd_queue_messages_bytes{vhost=/,queue=dlq}":                                    8, // q0 q1 q2 dl
+				"brokerd_queue_messages_ready{vhost=/,queue=plain}":                                  0,
+				"brokerd_queue_messages_ready{vhost=/,queue=ttl}":                                    0,
+				"brokerd_queue_consumers{vhost=/,queue=q}":                                           1,
+				"brokerd_queues":                           7,
 				"brokerd_consumers":                        1,
 				"brokerd_connections":                      1,
 				"brokerd_channels":                         1,
 				"brokerd_alarms_memory_used_watermark":     0,
-				"brokerd_alarms_free_disk_space_watermark": 0,
+				"brokerd_alarms_free_disk_space_watermark": 1,
 			})
 			if s["go_goroutines"] == nil || s["process_resident_memory_bytes"] == nil {
 				t.Error("no Go runtime or process metrics")

@@ -16,7 +16,7 @@ import (
 type Histogram struct {
 	bounds []float64
 	counts []atomic.Uint64 // per bucket; the last is +Inf
-	sum    atomic.Uint64 // math.Float64bits of the running sum
+	sum    atomic.Uint64   // math.Float64bits of the running sum
 }
 
 // New returns a histogram with upper bounds bounds (ascending; an implicit

@@ -49,10 +49,17 @@ type counters struct {
 	discardedDeliveryLimit atomic.Uint64
 
 	deadLettered [4]atomic.Uint64 // by reasonIndex
-	drops        [numDropCauses]atomic.Uint64
-	cycles       atomic.Uint64 // targets skipped because of a cycle
-	overflowed   atomic.Uint64 // evicted by drop-head or refused by reject-publish(-dlx)
-	backlogged   atomic.Uint64 // dead letters that had to wait for a route
+	// deadLetteredBy counts messages that died (left a queue for a
+	// reason) by the queue's dead-letter strategy and reason, once each,
+	// when they die: RabbitMQ's messages_dead_lettered_<reason>_total.
+	deadLetteredBy [numStrategies][4]atomic.Uint64
+	// deadLetteredConfirmed counts dead letters of at-least-once queues
+	// delivered to their targets.
+	deadLetteredConfirmed atomic.Uint64
+	drops                 [numDropCauses]atomic.Uint64
+	cycles                atomic.Uint64 // targets skipped because of a cycle
+	overflowed            atomic.Uint64 // evicted by drop-head or refused by reject-publish(-dlx)
+	backlogged            atomic.Uint64 // dead letters that had to wait for a route
 }
 
 func (c *counters) discarded(reason string, n int) {
@@ -121,6 +128,16 @@ type Stats struct {
 	// DeadLettered counts messages delivered to at least one dead letter
 	// queue, by reason.
 	DeadLettered map[string]uint64
+	// Died counts messages that left a queue for a dead-letter reason,
+	// whether dead-lettered, dropped or waiting for a route, by the
+	// queue's dead-letter strategy (disabled, at_most_once,
+	// at_least_once) then reason: RabbitMQ's
+	// messages_dead_lettered_<reason>_total{dead_letter_strategy}.
+	Died map[string]map[string]uint64
+	// DeadLetteredConfirmed counts dead letters of at-least-once queues
+	// delivered to their targets (RabbitMQ's
+	// messages_dead_lettered_confirmed_total).
+	DeadLetteredConfirmed uint64
 	// Dropped counts dead letters dropped, by cause: no_dlx, dlx_missing,
 	// unroutable, cycle, target_full.
 	Dropped map[string]uint64
@@ -160,14 +177,23 @@ func (b *Broker) Stats() Stats {
 			reasonMaxLen:        c.discardedMaxLen.Load(),
 			reasonDeliveryLimit: c.discardedDeliveryLimit.Load(),
 		},
-		DeadLettered: map[string]uint64{},
-		Dropped:      map[string]uint64{},
-		Cycles:       c.cycles.Load(),
-		Overflowed:   c.overflowed.Load(),
-		Backlogged:   c.backlogged.Load(),
+		DeadLettered:          map[string]uint64{},
+		Died:                  map[string]map[string]uint64{},
+		DeadLetteredConfirmed: c.deadLetteredConfirmed.Load(),
+		Dropped:               map[string]uint64{},
+		Cycles:                c.cycles.Load(),
+		Overflowed:            c.overflowed.Load(),
+		Backlogged:            c.backlogged.Load(),
 	}
 	for i, r := range reasons {
 		st.DeadLettered[string(r)] = c.deadLettered[i].Load()
+	}
+	for si, sn := range strategyNames {
+		m := map[string]uint64{}
+		for i, r := range reasons {
+			m[string(r)] = c.deadLetteredBy[si][i].Load()
+		}
+		st.Died[sn] = m
 	}
 	for i, n := range dropCauseNames {
 		st.Dropped[n] = c.drops[i].Load()

@@ -13,6 +13,10 @@ import (
 // Dead-letter reasons, in the order metrics list them (x-death's words).
 var deadLetterReasons = []string{"rejected", "expired", "maxlen", "delivery_limit"}
 
+// Dead-letter strategies, as broker.Stats.Died names them (RabbitMQ's
+// dead_letter_strategy label).
+var deadLetterStrategies = []string{"disabled", "at_most_once", "at_least_once"}
+
 // Dead-letter drop causes, as broker.Stats.Dropped names them.
 var dropCauses = []string{"no_dlx", "dlx_missing", "unroutable", "cycle", "target_full"}
 
@@ -83,10 +87,16 @@ func (c *collector) collectGlobal(ch chan<- prometheus.Metric, st broker.Stats) 
 	counter(ch, "global_messages_redelivered_total", "Messages delivered with the redelivered flag", st.Redelivered)
 	counter(ch, "global_messages_acknowledged_total", "Deliveries acknowledged by consumers", st.Acknowledged)
 	for _, r := range deadLetterReasons {
-		counter(ch, "global_messages_dead_lettered_"+r+"_total",
-			"Messages removed from a queue for reason "+r+", dead-lettered to a queue or dropped",
-			st.DeadLettered[r]+st.Discarded[r])
+		d := prometheus.NewDesc("brokerd_global_messages_dead_lettered_"+r+"_total",
+			"Messages that left a queue for reason "+r+" (dead-lettered, dropped or waiting for a route), by the queue's dead-letter strategy",
+			[]string{"dead_letter_strategy"}, nil)
+		for _, strategy := range deadLetterStrategies {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(st.Died[strategy][r]), strategy)
+		}
 	}
+	dc := prometheus.NewDesc("brokerd_global_messages_dead_lettered_confirmed_total",
+		"Dead letters of at-least-once queues delivered to their dead letter queues", []string{"dead_letter_strategy"}, nil)
+	ch <- prometheus.MustNewConstMetric(dc, prometheus.CounterValue, float64(st.DeadLetteredConfirmed), "at_least_once")
 	dl := prometheus.NewDesc("brokerd_dead_letters_delivered_total", "Dead letters delivered to at least one dead letter queue, by reason", []string{"reason"}, nil)
 	for _, r := range deadLetterReasons {
 		ch <- prometheus.MustNewConstMetric(dl, prometheus.CounterValue, float64(st.DeadLettered[r]), r)

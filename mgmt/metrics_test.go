@@ -145,6 +145,8 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			declare("plain", nil)
 			declare("ml", amqp091.Table{"x-max-length": 1})
 			declare("dl", amqp091.Table{"x-queue-type": "quorum", "x-delivery-limit": 0, "x-dead-letter-exchange": "dlx"})
+			declare("alo", amqp091.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "dlx",
+				"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
 			if err := ch.Confirm(false); err != nil {
 				t.Fatal(err)
 			}
@@ -174,6 +176,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 				publish("", "ml", false, amqp091.Publishing{Body: []byte("m")})
 			}
 			publish("", "dl", false, amqp091.Publishing{Body: []byte("dl")})
+			publish("", "alo", false, amqp091.Publishing{Body: []byte("alo")})
 			publish("amq.direct", "nowhere", true, amqp091.Publishing{Body: []byte("returned")})
 			<-returns
 			publish("amq.direct", "nowhere", false, amqp091.Publishing{Body: []byte("dropped")})
@@ -207,6 +210,10 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			if err := get("dl", false).Nack(false, true); err != nil {
 				t.Fatal(err)
 			}
+			// alo: rejected, dead-lettered at least once to dlq.
+			if err := get("alo", false).Reject(false); err != nil {
+				t.Fatal(err)
+			}
 			// plain: one get without ack, one requeued and got again
 			// (redelivered) and acked, one acked, then empty.
 			get("plain", true)
@@ -234,45 +241,50 @@ func TestMetricsAfterWorkload(t *testing.T) {
 			s := a.scrape()
 			a.Broker.SetAlarm(broker.AlarmDisk, false)
 			s.want(t, map[string]float64{
-				"brokerd_global_messages_received_total":                                             15,
-				"brokerd_global_messages_received_confirm_total":                                     15,
-				"brokerd_global_messages_routed_total":                                               13,
-				"brokerd_global_messages_unroutable_returned_total":                                  1,
-				"brokerd_global_messages_unroutable_dropped_total":                                   1,
-				"brokerd_global_messages_confirmed_total":                                            15,
-				"brokerd_global_messages_nacked_total":                                               0,
-				"brokerd_global_messages_delivered_total":                                            9,
-				"brokerd_global_messages_delivered_consume_manual_ack_total":                         3,
-				"brokerd_global_messages_delivered_consume_auto_ack_total":                           0,
-				"brokerd_global_messages_delivered_get_manual_ack_total":                             5,
-				"brokerd_global_messages_delivered_get_auto_ack_total":                               1,
-				"brokerd_global_messages_get_empty_total":                                            1,
-				"brokerd_global_messages_redelivered_total":                                          1,
-				"brokerd_global_messages_acknowledged_total":                                         2,
-				"brokerd_global_messages_dead_lettered_rejected_total":                               4,
-				"brokerd_global_messages_dead_lettered_expired_total":                                2,
-				"brokerd_global_messages_dead_lettered_maxlen_total":                                 2,
-				"brokerd_global_messages_dead_lettered_delivery_limit_total":                         1,
-				"brokerd_dead_letters_delivered_total{reason=rejected}":                              3,
-				"brokerd_dead_letters_delivered_total{reason=expired}":                               0,
-				"brokerd_dead_letters_dropped_total{cause=dlx_missing}":                              1,
-				"brokerd_dead_letters_dropped_total{cause=no_dlx}":                                   4,
-				"brokerd_dead_letters_dropped_total{cause=unroutable}":                               0,
-				"brokerd_dead_letter_cycles_total":                                                   0,
-				"brokerd_global_messages_overflowed_total":                                           2,
-				"brokerd_dead_letters_delivered_total{reason=delivery_limit}":                        1,
-				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=dl,reason=delivery_limit}": 1,
-				"brokerd_queue_messages_ready{vhost=/,queue=ml}":                                     1,
-				"brokerd_queue_messages_ready{vhost=/,queue=dl}":                                     0,
-				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=q,reason=rejected}":        3,
-				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=qm,reason=rejected}":       0,
-				"brokerd_queue_messages_ready{vhost=/,queue=dlq}":                                    4,
-				"brokerd_queue_messages{vhost=/,queue=dlq}":                                          4,
-				"brokerd_queue_messages_bytes{vhost=/,queue=dlq}":                                    8, // q0 q1 q2 dl
-				"brokerd_queue_messages_ready{vhost=/,queue=plain}":                                  0,
-				"brokerd_queue_messages_ready{vhost=/,queue=ttl}":                                    0,
-				"brokerd_queue_consumers{vhost=/,queue=q}":                                           1,
-				"brokerd_queues":                           7,
+				"brokerd_global_messages_received_total":                                                        16,
+				"brokerd_global_messages_received_confirm_total":                                                16,
+				"brokerd_global_messages_routed_total":                                                          14,
+				"brokerd_global_messages_unroutable_returned_total":                                             1,
+				"brokerd_global_messages_unroutable_dropped_total":                                              1,
+				"brokerd_global_messages_confirmed_total":                                                       16,
+				"brokerd_global_messages_nacked_total":                                                          0,
+				"brokerd_global_messages_delivered_total":                                                       10,
+				"brokerd_global_messages_delivered_consume_manual_ack_total":                                    3,
+				"brokerd_global_messages_delivered_consume_auto_ack_total":                                      0,
+				"brokerd_global_messages_delivered_get_manual_ack_total":                                        6,
+				"brokerd_global_messages_delivered_get_auto_ack_total":                                          1,
+				"brokerd_global_messages_get_empty_total":                                                       1,
+				"brokerd_global_messages_redelivered_total":                                                     1,
+				"brokerd_global_messages_acknowledged_total":                                                    2,
+				"brokerd_global_messages_dead_lettered_rejected_total{dead_letter_strategy=at_most_once}":       4, // q, qm
+				"brokerd_global_messages_dead_lettered_rejected_total{dead_letter_strategy=at_least_once}":      1, // alo
+				"brokerd_global_messages_dead_lettered_rejected_total{dead_letter_strategy=disabled}":           0,
+				"brokerd_global_messages_dead_lettered_expired_total{dead_letter_strategy=disabled}":            2, // ttl
+				"brokerd_global_messages_dead_lettered_expired_total{dead_letter_strategy=at_most_once}":        0,
+				"brokerd_global_messages_dead_lettered_maxlen_total{dead_letter_strategy=disabled}":             2, // ml
+				"brokerd_global_messages_dead_lettered_delivery_limit_total{dead_letter_strategy=at_most_once}": 1, // dl
+				"brokerd_global_messages_dead_lettered_confirmed_total{dead_letter_strategy=at_least_once}":     1, // alo
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=alo,reason=rejected}":                 1,
+				"brokerd_dead_letters_delivered_total{reason=rejected}":                                         4,
+				"brokerd_dead_letters_delivered_total{reason=expired}":                                          0,
+				"brokerd_dead_letters_dropped_total{cause=dlx_missing}":                                         1,
+				"brokerd_dead_letters_dropped_total{cause=no_dlx}":                                              4,
+				"brokerd_dead_letters_dropped_total{cause=unroutable}":                                          0,
+				"brokerd_dead_letter_cycles_total":                                                              0,
+				"brokerd_global_messages_overflowed_total":                                                      2,
+				"brokerd_dead_letters_delivered_total{reason=delivery_limit}":                                   1,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=dl,reason=delivery_limit}":            1,
+				"brokerd_queue_messages_ready{vhost=/,queue=ml}":                                                1,
+				"brokerd_queue_messages_ready{vhost=/,queue=dl}":                                                0,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=q,reason=rejected}":                   3,
+				"brokerd_queue_messages_dead_lettered_total{vhost=/,queue=qm,reason=rejected}":                  0,
+				"brokerd_queue_messages_ready{vhost=/,queue=dlq}":                                               5,
+				"brokerd_queue_messages{vhost=/,queue=dlq}":                                                     5,
+				"brokerd_queue_messages_bytes{vhost=/,queue=dlq}":                                               11, // q0 q1 q2 dl alo
+				"brokerd_queue_messages_ready{vhost=/,queue=plain}":                                             0,
+				"brokerd_queue_messages_ready{vhost=/,queue=ttl}":                                               0,
+				"brokerd_queue_consumers{vhost=/,queue=q}":                                                      1,
+				"brokerd_queues":                           8,
 				"brokerd_consumers":                        1,
 				"brokerd_connections":                      1,
 				"brokerd_channels":                         1,

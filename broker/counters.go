@@ -154,10 +154,13 @@ type Stats struct {
 // Stats returns the current counters.
 func (b *Broker) Stats() Stats {
 	c := &b.counters
+	// returned is read before unroutable, which every return adds to
+	// first, so Returned <= Unroutable in every snapshot.
+	returned := c.returned.Load()
 	st := Stats{
 		Published:       c.published.Load(),
 		Unroutable:      c.unroutable.Load(),
-		Returned:        c.returned.Load(),
+		Returned:        returned,
 		Routed:          c.routed.Load(),
 		ReceivedConfirm: c.receivedConfirm.Load(),
 		Confirmed:       c.confirmed.Load(),

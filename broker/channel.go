@@ -98,6 +98,7 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.vhost.b.nowMS()})
 		c.unacked++
 	}
+	q.vhost.b.counters.delivered(false, c.noAck, e.redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicDeliver{
 		ConsumerTag: c.tag,
@@ -268,6 +269,9 @@ func forEachQueue(ds []*delivery, fn func(q *Queue, es []*entry)) {
 //     drops from the head (B46).
 //   - reject: they are dead-lettered (rejected).
 func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
+	if action == actAck {
+		q.vhost.b.counters.acked.Add(uint64(len(es)))
+	}
 	q.unacked -= len(es)
 	if q.isDeleted() {
 		return

@@ -65,6 +65,7 @@ type confirmTracker struct {
 	// power of two, at least the distance from sent to the highest
 	// completed tag.
 	ring []uint8
+	ctr  *counters // the broker's: confirms sent are counted there
 }
 
 // Results in confirmTracker.ring.
@@ -92,9 +93,9 @@ type groupCompleter interface {
 
 // start enables confirms on out. g is the store's group interface, nil if
 // it has none.
-func (t *confirmTracker) start(out amqp.ChannelOut, g groupCompleter) {
+func (t *confirmTracker) start(out amqp.ChannelOut, g groupCompleter, ctr *counters) {
 	t.mu.Lock()
-	t.out, t.grp = out, g
+	t.out, t.grp, t.ctr = out, g, ctr
 	t.flushf = t.flush
 	t.ring = make([]uint8, confirmRingMin)
 	t.mu.Unlock()
@@ -173,6 +174,7 @@ func (t *confirmTracker) flushLocked() {
 		t.ring[i] = confPending
 		if res == confNack {
 			t.sendAcksLocked(from, tag-1)
+			t.ctr.nacked.Add(1) // before the frame: a client that saw it sees the count
 			t.out.Send(&amqp.BasicNack{DeliveryTag: tag})
 			from = tag + 1
 		}
@@ -186,6 +188,7 @@ func (t *confirmTracker) flushLocked() {
 // multiple=true if it covers more than one.
 func (t *confirmTracker) sendAcksLocked(from, to uint64) {
 	if to >= from {
+		t.ctr.confirmed.Add(to - from + 1) // before the frame, as nacked
 		t.out.Send(&amqp.BasicAck{DeliveryTag: to, Multiple: to > from})
 	}
 }

@@ -97,9 +97,9 @@ func TestConfirmTrackerRandomOrder(t *testing.T) {
 		var tr confirmTracker
 		grouped := round%2 == 0
 		if grouped {
-			tr.start(c, g)
+			tr.start(c, g, &counters{})
 		} else {
-			tr.start(c, nil)
+			tr.start(c, nil, &counters{})
 		}
 		complete := func(tag uint64, inGroup bool) {
 			res := confAck
@@ -159,7 +159,7 @@ func BenchmarkConfirmTracker(b *testing.B) {
 			out := &countOut{}
 			g := &fakeGroups{}
 			var tr confirmTracker
-			tr.start(out, g)
+			tr.start(out, g, &counters{})
 			b.ReportAllocs()
 			for i := 1; i <= b.N; i++ {
 				tr.done(uint64(i), true, true)

@@ -13,10 +13,34 @@ const (
 	reasonDeliveryLimit = "delivery_limit"
 )
 
-// counters are broker-wide totals, read by the metrics exporter.
+// counters are broker-wide totals, read by the metrics exporter. Each is
+// an atomic add where the event happens (no lock, no map, no allocation on
+// the per-message path); Stats reads them, each on its own, so a snapshot
+// is not one instant across counters.
 type counters struct {
 	published  atomic.Uint64
 	unroutable atomic.Uint64
+	// returned counts unroutable mandatory publishes sent back with
+	// basic.return (a subset of unroutable).
+	returned atomic.Uint64
+	// receivedConfirm counts publishes on channels in confirm mode;
+	// confirmed and nacked the basic.ack and basic.nack tags sent back.
+	receivedConfirm atomic.Uint64
+	confirmed       atomic.Uint64
+	nacked          atomic.Uint64
+	// routed counts publishes routed to at least one queue.
+	routed atomic.Uint64
+	// Deliveries by how the client took them.
+	deliveredConsumeManual atomic.Uint64
+	deliveredConsumeAuto   atomic.Uint64
+	deliveredGetManual     atomic.Uint64
+	deliveredGetAuto       atomic.Uint64
+	getEmpty               atomic.Uint64
+	// redelivered counts deliveries flagged redelivered.
+	redelivered atomic.Uint64
+	// acked counts deliveries settled by basic.ack (at commit in a
+	// transaction).
+	acked atomic.Uint64
 	// discardedRejected etc. count messages removed for a dead-letter
 	// reason while no dead letter exchange was in effect.
 	discardedRejected      atomic.Uint64
@@ -25,10 +49,17 @@ type counters struct {
 	discardedDeliveryLimit atomic.Uint64
 
 	deadLettered [4]atomic.Uint64 // by reasonIndex
-	drops        [numDropCauses]atomic.Uint64
-	cycles       atomic.Uint64 // targets skipped because of a cycle
-	overflowed   atomic.Uint64 // evicted by drop-head or refused by reject-publish(-dlx)
-	backlogged   atomic.Uint64 // dead letters that had to wait for a route
+	// deadLetteredBy counts messages that died (left a queue for a
+	// reason) by the queue's dead-letter strategy and reason, once each,
+	// when they die: RabbitMQ's messages_dead_lettered_<reason>_total.
+	deadLetteredBy [numStrategies][4]atomic.Uint64
+	// deadLetteredConfirmed counts dead letters of at-least-once queues
+	// delivered to their targets.
+	deadLetteredConfirmed atomic.Uint64
+	drops                 [numDropCauses]atomic.Uint64
+	cycles                atomic.Uint64 // targets skipped because of a cycle
+	overflowed            atomic.Uint64 // evicted by drop-head or refused by reject-publish(-dlx)
+	backlogged            atomic.Uint64 // dead letters that had to wait for a route
 }
 
 func (c *counters) discarded(reason string, n int) {
@@ -44,9 +75,52 @@ func (c *counters) discarded(reason string, n int) {
 	}
 }
 
+// How a message was delivered: the keys of Stats.Delivered (RabbitMQ's
+// messages_delivered_<how>_total).
+const (
+	DeliveredConsumeManualAck = "consume_manual_ack"
+	DeliveredConsumeAutoAck   = "consume_auto_ack"
+	DeliveredGetManualAck     = "get_manual_ack"
+	DeliveredGetAutoAck       = "get_auto_ack"
+)
+
+// delivered counts one delivery made by consume (or get) with or without
+// acknowledgement, flagged redelivered or not.
+func (c *counters) delivered(get, noAck, redelivered bool) {
+	switch {
+	case !get && !noAck:
+		c.deliveredConsumeManual.Add(1)
+	case !get:
+		c.deliveredConsumeAuto.Add(1)
+	case !noAck:
+		c.deliveredGetManual.Add(1)
+	default:
+		c.deliveredGetAuto.Add(1)
+	}
+	if redelivered {
+		c.redelivered.Add(1)
+	}
+}
+
 // Stats is a snapshot of the broker's counters.
 type Stats struct {
-	Published, Unroutable uint64
+	// Published counts messages received from publishers (RabbitMQ's
+	// messages_received); Unroutable those routed to no queue, of which
+	// Returned were mandatory and sent back with basic.return; Routed
+	// those routed to at least one queue.
+	Published, Unroutable, Returned, Routed uint64
+	// ReceivedConfirm counts publishes on channels in confirm mode;
+	// Confirmed and Nacked the publisher confirms sent (per message, a
+	// multiple ack counting every tag it covers).
+	ReceivedConfirm, Confirmed, Nacked uint64
+	// Delivered counts messages delivered, by how: consume_manual_ack,
+	// consume_auto_ack, get_manual_ack, get_auto_ack.
+	Delivered map[string]uint64
+	// GetEmpty counts basic.get answered with get-empty.
+	GetEmpty uint64
+	// Redelivered counts deliveries flagged redelivered; Acknowledged
+	// deliveries settled by basic.ack.
+	Redelivered, Acknowledged uint64
 	// Discarded counts messages removed for a dead-letter reason that
 	// reached no dead letter queue, by reason (RabbitMQ's "disabled"
 	// strategy counters count the same).
@@ -54,6 +128,16 @@ type Stats struct {
 	// DeadLettered counts messages delivered to at least one dead letter
 	// queue, by reason.
 	DeadLettered map[string]uint64
+	// Died counts messages that left a queue for a dead-letter reason,
+	// whether dead-lettered, dropped or waiting for a route, by the
+	// queue's dead-letter strategy (disabled, at_most_once,
+	// at_least_once) then reason: RabbitMQ's
+	// messages_dead_lettered_<reason>_total{dead_letter_strategy}.
+	Died map[string]map[string]uint64
+	// DeadLetteredConfirmed counts dead letters of at-least-once queues
+	// delivered to their targets (RabbitMQ's
+	// messages_dead_lettered_confirmed_total).
+	DeadLetteredConfirmed uint64
 	// Dropped counts dead letters dropped, by cause: no_dlx, dlx_missing,
 	// unroutable, cycle, target_full.
 	Dropped map[string]uint64
@@ -70,23 +154,49 @@ type Stats struct {
 // Stats returns the current counters.
 func (b *Broker) Stats() Stats {
 	c := &b.counters
+	// returned is read before unroutable, which every return adds to
+	// first, so Returned <= Unroutable in every snapshot.
+	returned := c.returned.Load()
 	st := Stats{
-		Published:  c.published.Load(),
-		Unroutable: c.unroutable.Load(),
+		Published:       c.published.Load(),
+		Unroutable:      c.unroutable.Load(),
+		Returned:        returned,
+		Routed:          c.routed.Load(),
+		ReceivedConfirm: c.receivedConfirm.Load(),
+		Confirmed:       c.confirmed.Load(),
+		Nacked:          c.nacked.Load(),
+		Delivered: map[string]uint64{
+			DeliveredConsumeManualAck: c.deliveredConsumeManual.Load(),
+			DeliveredConsumeAutoAck:   c.deliveredConsumeAuto.Load(),
+			DeliveredGetManualAck:     c.deliveredGetManual.Load(),
+			DeliveredGetAutoAck:       c.deliveredGetAuto.Load(),
+		},
+		GetEmpty:     c.getEmpty.Load(),
+		Redelivered:  c.redelivered.Load(),
+		Acknowledged: c.acked.Load(),
 		Discarded: map[string]uint64{
 			reasonRejected:      c.discardedRejected.Load(),
 			reasonExpired:       c.discardedExpired.Load(),
 			reasonMaxLen:        c.discardedMaxLen.Load(),
 			reasonDeliveryLimit: c.discardedDeliveryLimit.Load(),
 		},
-		DeadLettered: map[string]uint64{},
-		Dropped:      map[string]uint64{},
-		Cycles:       c.cycles.Load(),
-		Overflowed:   c.overflowed.Load(),
-		Backlogged:   c.backlogged.Load(),
+		DeadLettered:          map[string]uint64{},
+		Died:                  map[string]map[string]uint64{},
+		DeadLetteredConfirmed: c.deadLetteredConfirmed.Load(),
+		Dropped:               map[string]uint64{},
+		Cycles:                c.cycles.Load(),
+		Overflowed:            c.overflowed.Load(),
+		Backlogged:            c.backlogged.Load(),
 	}
 	for i, r := range reasons {
 		st.DeadLettered[string(r)] = c.deadLettered[i].Load()
+	}
+	for si, sn := range strategyNames {
+		m := map[string]uint64{}
+		for i, r := range reasons {
+			m[string(r)] = c.deadLetteredBy[si][i].Load()
+		}
+		st.Died[sn] = m
 	}
 	for i, n := range dropCauseNames {
 		st.Dropped[n] = c.drops[i].Load()

@@ -38,6 +38,25 @@ const (
 
 var dropCauseNames = [numDropCauses]string{"no_dlx", "dlx_missing", "unroutable", "cycle", "target_full"}
 
+// Dead-letter strategies, as RabbitMQ's dead_letter_strategy label names
+// them: disabled (no dead letter exchange), at_most_once, at_least_once.
+const (
+	strategyDisabled = iota
+	strategyAtMostOnce
+	strategyAtLeastOnce
+	numStrategies
+)
+
+var strategyNames = [numStrategies]string{"disabled", "at_most_once", "at_least_once"}
+
+// strategyOf is the strategy of a queue that has a dead letter exchange.
+func strategyOf(cfg *queueConfig) int {
+	if cfg.atLeastOnce {
+		return strategyAtLeastOnce
+	}
+	return strategyAtMostOnce
+}
+
 // deadLetterLocked dead-letters entries that have left q (their state is
 // already stGone) for reason: with no dead letter exchange they are
 // dropped; otherwise each is rewritten (x-death etc.), routed through the
@@ -53,9 +72,13 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	}
 	b := q.vhost.b
 	cfg := q.config()
+	ri := reasonIndex(reason)
 	if !cfg.hasDLX {
 		for _, e := range es {
 			t.del(e)
+			if e.DeadLetter == "" { // a waiting dead letter was counted when it died
+				b.counters.deadLetteredBy[strategyDisabled][ri].Add(1)
+			}
 		}
 		b.counters.discarded(string(reason), len(es))
 		b.counters.drops[dropNoDLX].Add(uint64(len(es)))
@@ -79,9 +102,15 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			}
 			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, arrival, backlogOK)
 		}
+		if e.DeadLetter == "" { // a waiting dead letter was counted when it died
+			b.counters.deadLetteredBy[strategyOf(cfg)][ri].Add(1)
+		}
 		if cause < 0 {
-			q.stats.deadLettered[reasonIndex(reason)].Add(1)
-			b.counters.deadLettered[reasonIndex(reason)].Add(1)
+			q.stats.deadLettered[ri].Add(1)
+			b.counters.deadLettered[ri].Add(1)
+			if cfg.atLeastOnce {
+				b.counters.deadLetteredConfirmed.Add(1)
+			}
 			continue
 		}
 		if cfg.atLeastOnce && backlogOK {

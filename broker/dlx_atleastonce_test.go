@@ -58,6 +58,9 @@ func TestDLXAtLeastOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.wantCounters(map[string]uint64{"backlogged": 2})
+				// RabbitMQ's metric counts a dead letter when it dies,
+				// once, whether it waits or not.
+				e.wantDied("at_least_once", "rejected", 2, 0)
 				// The exchange alone is no route yet.
 				e.exchange("dlx", "direct", nil)
 				e.waitFor("src", 2, 0, 0)
@@ -73,6 +76,7 @@ func TestDLXAtLeastOnce(t *testing.T) {
 					e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 				}
 				e.wantCounters(map[string]uint64{"backlogged": 2, "dead_lettered.rejected": 2})
+				e.wantDied("at_least_once", "rejected", 2, 2)
 			})
 			t.Run("exchange_declared", func(t *testing.T) {
 				t.Parallel()

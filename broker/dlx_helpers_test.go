@@ -299,6 +299,19 @@ func (e *dsEnv) wantCounters(want map[string]uint64, ignore ...string) {
 	})
 }
 
+// wantDied waits until the broker counts n messages dead for reason under
+// strategy (Stats.Died, RabbitMQ's messages_dead_lettered_<reason>_total)
+// and confirmed at-least-once dead letters.
+func (e *dsEnv) wantDied(strategy, reason string, n, confirmed uint64) {
+	e.t.Helper()
+	e.eventually(func() (bool, string) {
+		st := e.b.Broker.Stats()
+		got := st.Died[strategy][reason]
+		return got == n && st.DeadLetteredConfirmed == confirmed,
+			fmt.Sprintf("died %s/%s = %d, confirmed %d; want %d, %d", strategy, reason, got, st.DeadLetteredConfirmed, n, confirmed)
+	})
+}
+
 // wantQueueDeadLettered checks a queue's per-reason dead-lettered counts
 // (reasons not listed: 0).
 func (e *dsEnv) wantQueueDeadLettered(q string, want map[string]uint64) {

@@ -47,6 +47,7 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	if ch.confirm {
 		ch.publishSeq++
 		p.seq = ch.publishSeq
+		ch.conn.b.counters.receivedConfirm.Add(1)
 	}
 	ch.mu.Unlock()
 	ch.publish(p)
@@ -253,9 +254,11 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	}
 	e, tag, props, remaining := q.get(ch, m.NoAck)
 	if e == nil {
+		ch.conn.b.counters.getEmpty.Add(1)
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
+	ch.conn.b.counters.delivered(true, m.NoAck, e.redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicGetOk{
 		DeliveryTag:  tag,
@@ -309,7 +312,7 @@ func (ch *channel) confirmSelect(m *amqp.ConfirmSelect) *amqp.Error {
 	if !ch.confirm {
 		ch.confirm = true
 		g, _ := ch.conn.b.store.(groupCompleter)
-		ch.confirms.start(ch.out, g)
+		ch.confirms.start(ch.out, g, &ch.conn.b.counters)
 	}
 	ch.mu.Unlock()
 	if !m.Nowait {

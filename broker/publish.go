@@ -194,8 +194,16 @@ func (ch *channel) route(p *pendingPublish) []*Queue {
 	h := &p.msg.Header
 	if p.exchange == "" && strings.HasPrefix(h.RoutingKeys[0], replyToPrefix) {
 		delivered := b.deliverReply(h.RoutingKeys[0], p.msg)
-		if !delivered && p.mandatory {
+		b.counters.published.Add(1) // RabbitMQ counts these as received too
+		switch {
+		case delivered:
+			b.counters.routed.Add(1)
+		case p.mandatory:
+			b.counters.unroutable.Add(1)
+			b.counters.returned.Add(1)
 			ch.sendReturn(p.msg)
+		default:
+			b.counters.unroutable.Add(1)
 		}
 		return nil
 	}
@@ -211,8 +219,11 @@ func (ch *channel) route(p *pendingPublish) []*Queue {
 	if len(qs) == 0 {
 		b.counters.unroutable.Add(1)
 		if p.mandatory {
+			b.counters.returned.Add(1)
 			ch.sendReturn(p.msg)
 		}
+	} else {
+		b.counters.routed.Add(1)
 	}
 	return qs
 }

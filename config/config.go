@@ -15,6 +15,7 @@ type Config struct {
 	Storage Storage `toml:"storage"`
 	Limits  Limits  `toml:"limits"`
 	Log     Log     `toml:"log"`
+	Metrics Metrics `toml:"metrics"`
 	Auth    Auth    `toml:"auth"`
 	Daemon  Daemon  `toml:"daemon"`
 	Users   []User  `toml:"users"`
@@ -65,6 +66,16 @@ type Daemon struct {
 	// confirmed messages are on disk already, and recovery replays the
 	// rest of the log at the next start.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+}
+
+// Metrics is the [metrics] table: what /metrics (on the management
+// listener) exports.
+type Metrics struct {
+	// PerQueueLimit is the most queues exported with their own label set
+	// (vhost, queue); with more queues than that, and at 0, the queue
+	// metrics are exported only as aggregates over every queue, so a
+	// broker with many queues does not flood Prometheus with series.
+	PerQueueLimit int `toml:"per_queue_limit"`
 }
 
 // Storage is the [storage] table.
@@ -162,11 +173,12 @@ func Default() Config {
 			MemoryHighWatermark: 0.4,
 			DiskFreeLimit:       50 * MB,
 		},
-		Log:    Log{Level: LevelInfo, Format: FormatText},
-		Auth:   Auth{LoopbackUsers: []string{"guest"}},
-		Daemon: Daemon{ShutdownTimeout: Duration(30 * time.Second)},
-		Users:  []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
-		Vhosts: []Vhost{{Name: "/"}},
+		Log:     Log{Level: LevelInfo, Format: FormatText},
+		Metrics: Metrics{PerQueueLimit: 1000},
+		Auth:    Auth{LoopbackUsers: []string{"guest"}},
+		Daemon:  Daemon{ShutdownTimeout: Duration(30 * time.Second)},
+		Users:   []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
+		Vhosts:  []Vhost{{Name: "/"}},
 	}
 }
 

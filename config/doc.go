@@ -135,6 +135,12 @@
 //	                                         or at a second SIGTERM, brokerd exits at once without
 //	                                         losing a confirmed message.
 //
+// [metrics] — what /metrics exports (see package mgmt's metric table).
+//
+//	metrics.per_queue_limit  1000            Queues exported with their own label set (vhost,
+//	                                         queue); beyond it, and at 0, queue metrics are
+//	                                         aggregates over every queue only.
+//
 // [auth]
 //
 //	auth.loopback_users      ["guest"]       Users that may connect only from a loopback address,

@@ -94,6 +94,9 @@ func (c *Config) Validate() error {
 		k.addf("daemon.shutdown_timeout", "must be between 1s and 1h, got %s", d)
 	}
 
+	if c.Metrics.PerQueueLimit < 0 {
+		k.addf("metrics.per_queue_limit", "must be 0 or more, got %d", c.Metrics.PerQueueLimit)
+	}
 	if c.Storage.DataDir == "" {
 		k.addf("storage.data_dir", "must not be empty")
 	}

@@ -5,7 +5,7 @@
 //
 // # Authentication and authorisation
 //
-// Every request carries HTTP basic credentials of a broker user, checked as
+// Every request to /api carries HTTP basic credentials of a broker user, checked as
 // an AMQP login is (loopback-only users from loopback addresses only).
 // Tags decide what a user may do, as in RabbitMQ: a user needs one of
 // management, policymaker, monitoring or administrator to use the API at
@@ -30,6 +30,8 @@
 //
 // # Endpoints
 //
+//	GET    /metrics                              Prometheus metrics, no authentication (Options.Metrics;
+//	                                             package metrics; the table is in README.md, "Metrics")
 //	GET    /api/overview, /api/whoami
 //	GET    /api/health/checks/alarms            200 ok, 503 with alarms
 //	GET    /api/aliveness-test/{vhost}

@@ -20,6 +20,9 @@ func (s *Server) routes() {
 	s.policyRoutes()
 	s.accessRoutes()
 	s.definitionRoutes()
+	if h := s.opts.Metrics; h != nil {
+		s.rt.add("GET /metrics", h.ServeHTTP)
+	}
 }
 
 // node is the node name shown where RabbitMQ shows one.

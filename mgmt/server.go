@@ -38,6 +38,10 @@ type Options struct {
 	// a huge count on a deep queue would hold it all in memory). The
 	// first message is always returned. Default 64 MiB.
 	MaxGetBytes int64
+	// Metrics, if set, serves GET /metrics, without authentication, as
+	// RabbitMQ's prometheus plugin serves it (package metrics builds it).
+	// nil: no /metrics.
+	Metrics http.Handler
 }
 
 // Listener is an AMQP listener as /api/overview lists it.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/brokerd/brokerd/internal/histogram"
 )
 
 // WAL is an open log. Its methods are safe for concurrent use, except that
@@ -50,6 +52,11 @@ type WAL struct {
 	syncs     atomic.Uint64
 	syncNanos atomic.Uint64
 	records   atomic.Uint64
+	// syncLatency (seconds per fsync) and groupSize (records per group
+	// commit) are observed on the writer goroutine, once per fsync and
+	// once per group, never per record.
+	syncLatency *histogram.Histogram
+	groupSize   *histogram.Histogram
 }
 
 // group is the records one commit writes: their encodings back to back, the
@@ -84,7 +91,19 @@ type Stats struct {
 	Syncs     uint64 // fsyncs of log files since Open
 	SyncNanos uint64 // time spent in those fsyncs
 	Records   uint64 // records written since Open
+	// SyncLatency is the distribution of fsync durations in seconds.
+	SyncLatency histogram.Snapshot
+	// GroupSize is the distribution of records per group commit: one
+	// write and, under SyncFsync, one fsync covering them all.
+	GroupSize histogram.Snapshot
 }
+
+// Bucket bounds of Stats.SyncLatency (seconds) and Stats.GroupSize
+// (records).
+var (
+	SyncLatencyBounds = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+	GroupSizeBounds   = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}
+)
 
 // Open opens the log in dir, creating dir if it is missing. It validates
 // every file and repairs a torn tail of the last (see the package doc), then
@@ -102,14 +121,16 @@ func Open(dir string, opts Options) (*WAL, error) {
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
 	w := &WAL{
-		opts:    opts,
-		fs:      fs,
-		dir:     dir,
-		log:     opts.Logger,
-		lock:    lock,
-		pend:    new(group),
-		kick:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
+		opts:        opts,
+		fs:          fs,
+		dir:         dir,
+		log:         opts.Logger,
+		lock:        lock,
+		pend:        new(group),
+		kick:        make(chan struct{}, 1),
+		stopped:     make(chan struct{}),
+		syncLatency: histogram.New(SyncLatencyBounds...),
+		groupSize:   histogram.New(GroupSizeBounds...),
 	}
 	if err := w.recover(); err != nil {
 		lock.Close()
@@ -308,6 +329,8 @@ func (w *WAL) Stats() Stats {
 	s.Syncs = w.syncs.Load()
 	s.SyncNanos = w.syncNanos.Load()
 	s.Records = w.records.Load()
+	s.SyncLatency = w.syncLatency.Snapshot()
+	s.GroupSize = w.groupSize.Snapshot()
 	return s
 }
 
@@ -315,7 +338,9 @@ func (w *WAL) Stats() Stats {
 func (w *WAL) syncFile(f vfs.File) error {
 	start := time.Now()
 	err := f.SyncData()
-	w.syncNanos.Add(uint64(time.Since(start)))
+	d := time.Since(start)
+	w.syncNanos.Add(uint64(d))
+	w.syncLatency.Observe(d.Seconds())
 	w.syncs.Add(1)
 	return err
 }

@@ -101,6 +101,9 @@ func (wr *writer) commit(g *group) {
 		return
 	}
 	w.records.Add(uint64(len(g.recs)))
+	if len(g.recs) > 0 {
+		w.groupSize.Observe(float64(len(g.recs)))
+	}
 
 	if w.opts.Sync == SyncFsync {
 		// Volatile records ahead of the first Durable one need no fsync.

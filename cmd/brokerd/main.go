@@ -42,6 +42,7 @@ import (
 	"github.com/brokerd/brokerd/internal/datadir"
 	"github.com/brokerd/brokerd/internal/sdnotify"
 	"github.com/brokerd/brokerd/internal/version"
+	"github.com/brokerd/brokerd/metrics"
 	"github.com/brokerd/brokerd/mgmt"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/store/diskstore"
@@ -241,7 +242,8 @@ func serve(cfg config.Config, lv *live) error {
 			l = tls.NewListener(l, tlsCfg)
 		}
 		if api == nil {
-			api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version.String(), Listeners: listeners})
+			api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version.String(), Listeners: listeners,
+				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)})})
 			res.add(func() { api.Shutdown(context.Background()) })
 		}
 		log.Info("serving management "+what+" API", "addr", l.Addr().String())

@@ -89,10 +89,11 @@ func (s *Store) Checkpoint() error {
 
 // checkpoint moves the active overlay into segments and the index and
 // removes the WAL files it covered. cpMu makes it one at a time.
-func (s *Store) checkpoint() error {
+func (s *Store) checkpoint() (err error) {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
 	defer s.checkpointEnded() // also on failure: waiters then see the error
+	start := time.Now()
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -108,6 +109,11 @@ func (s *Store) checkpoint() error {
 	s.frozen = f
 	nextID := s.nextID.Load()
 	s.mu.Unlock()
+	defer func() {
+		if err == nil {
+			s.cpDuration.Observe(time.Since(start).Seconds())
+		}
+	}()
 	if s.cp.afterFreeze != nil {
 		s.cp.afterFreeze()
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/brokerd/brokerd/index"
+	"github.com/brokerd/brokerd/internal/histogram"
 	"github.com/brokerd/brokerd/segment"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/wal"
@@ -124,6 +125,11 @@ type Store struct {
 	stopped  chan struct{}
 	closeMu  sync.Mutex
 	closeErr error
+
+	// cpDuration observes each checkpoint that moved something (seconds);
+	// recovery is how long Open took to recover. See Stats.
+	cpDuration *histogram.Histogram
+	recovery   time.Duration
 }
 
 // Open opens (or creates) the store in dir and recovers it: the index as
@@ -139,7 +145,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		cpDone:  make(chan struct{}),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
+
+		cpDuration: histogram.New(CheckpointDurationBounds...),
 	}
+	start := time.Now()
 	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -152,6 +161,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.closeFiles()
 		return nil, err
 	}
+	s.recovery = time.Since(start)
 	go s.checkpointLoop()
 	return s, nil
 }

@@ -45,6 +45,7 @@
 //	GET    /api/queues[/{vhost}[/{name}]]        PUT, DELETE /api/queues/{vhost}/{name}
 //	DELETE /api/queues/{vhost}/{name}/contents  (purge)
 //	POST   /api/queues/{vhost}/{name}/get
+//	GET    /api/queues/{vhost}/{name}/peek?count=N&from=SEQ  {"messages": [...], "next": SEQ} (nothing consumed)
 //	GET    /api/bindings[/{vhost}]
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}, .../e/{x}/e/{y}   POST creates (201, Location)
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}/{props}            DELETE removes

@@ -1,0 +1,94 @@
+package mgmt
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
+)
+
+// peekDefaultCount is a peek's count when the request names none.
+const peekDefaultCount = 20
+
+// peekMessages is GET /api/queues/{vhost}/{name}/peek?count=N&from=SEQ
+// [&truncate=N&encoding=auto|base64]: up to count ready messages from the
+// first with seq >= from, in delivery order, left where they are (no
+// delivery, no redelivered flag). It needs the user's read permission on
+// the queue, checked as basic.get checks it (401 otherwise). The reply is
+// {"messages": [...], "next": SEQ}, next being the from of the following
+// page (0 at the end). Each message is as /get renders it, with "seq"
+// (and without message_count).
+func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) {
+	qv := r.URL.Query()
+	count := peekDefaultCount
+	if c := qv.Get("count"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 0 || n > broker.PeekMaxCount {
+			return nil, badRequest("count must be an integer from 0 to %d", broker.PeekMaxCount)
+		}
+		count = n
+	}
+	var from uint64
+	if f := qv.Get("from"); f != "" {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, badRequest("from must be a message seq (an unsigned integer)")
+		}
+		from = n
+	}
+	var truncate *jsonInt
+	if tr := qv.Get("truncate"); tr != "" {
+		n, err := strconv.Atoi(tr)
+		if err != nil || n < 0 {
+			return nil, badRequest("truncate must be a non-negative integer")
+		}
+		j := jsonInt(n)
+		truncate = &j
+	}
+	encoding := qv.Get("encoding")
+	switch encoding {
+	case "":
+		encoding = "auto"
+	case "auto", "base64":
+	default:
+		return nil, badRequest("Unsupported encoding. Please use auto or base64.")
+	}
+	var ms []broker.PeekedMessage
+	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
+		var err error
+		// One more than asked: its seq is the next page's from.
+		ms, err = d.Peek(r.PathValue("name"), from, count+1)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var next uint64
+	var bytes int64
+	for _, m := range ms {
+		bytes += int64(len(m.Body))
+	}
+	switch {
+	case len(ms) > count:
+		next, ms = ms[count].Seq, ms[:count]
+	case len(ms) > 0 && len(ms) < count && bytes >= broker.PeekMaxBytes:
+		next = ms[len(ms)-1].Seq + 1 // cut by the byte bound: resume past the last
+	}
+	out := make([]map[string]any, 0, len(ms))
+	for _, m := range ms {
+		props, err := amqp.DecodeProperties(m.Props)
+		if err != nil {
+			return nil, err
+		}
+		ok := &amqp.BasicGetOk{Exchange: m.Exchange, Redelivered: m.Redelivered}
+		if len(m.RoutingKeys) > 0 {
+			ok.RoutingKey = m.RoutingKeys[0]
+		}
+		j := messageJSON(ok, props, m.Body, encoding, truncate)
+		delete(j, "message_count")
+		j["seq"] = m.Seq
+		out = append(out, j)
+	}
+	return map[string]any{"messages": out, "next": next}, nil
+}

@@ -1,0 +1,58 @@
+package mgmt_test
+
+import (
+	"fmt"
+	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+func TestPeekMessages(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/queues/%2F/pk", map[string]any{"durable": true})
+	_, ch := a.Channel(t)
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 32))
+	for i := range 20 {
+		body := []byte(fmt.Sprintf("m%d", i))
+		if i == 0 {
+			body = []byte{0xff, 0x00}
+		}
+		if err := ch.Publish("", "pk", false, false, amqp091.Publishing{Body: body, DeliveryMode: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if c := <-confirms; !c.Ack {
+			t.Fatal("nacked")
+		}
+	}
+	var got []any
+	path := "/queues/%2F/pk/peek?count=5"
+	for range 10 {
+		r := a.must(200, "GET", path, nil).object(t)
+		got = append(got, r["messages"].([]any)...)
+		if r["next"] == 0.0 {
+			break
+		}
+		path = fmt.Sprintf("/queues/%%2F/pk/peek?count=5&from=%d", uint64(r["next"].(float64)))
+	}
+	if len(got) != 20 {
+		t.Fatalf("peeked %d messages, want 20", len(got))
+	}
+	if m := got[0].(map[string]any); m["payload"] != "/wA=" || m["payload_encoding"] != "base64" || m["redelivered"] != false {
+		t.Errorf("first: %v", m)
+	}
+	for i := 1; i < 20; i++ {
+		if m := got[i].(map[string]any); m["payload"] != fmt.Sprintf("m%d", i) {
+			t.Fatalf("message %d: %v", i, m)
+		}
+	}
+	if q := a.must(200, "GET", "/queues/%2F/pk", nil).object(t); q["messages"] != 20.0 {
+		t.Errorf("after peeks: %v messages", q["messages"])
+	}
+	a.must(404, "GET", "/queues/%2F/nope/peek", nil)
+	a.must(201, "PUT", "/users/ann", map[string]any{"password": "ann-pw", "tags": "management"})
+	a.must(201, "PUT", "/permissions/%2F/ann", map[string]any{"configure": ".*", "write": ".*", "read": "^$"})
+	wantError(t, a.as("ann", "ann-pw", "GET", "/queues/%2F/pk/peek", nil), 401, "not_authorised", "Access refused.")
+}

@@ -56,3 +56,30 @@ func TestPeekMessages(t *testing.T) {
 	a.must(201, "PUT", "/permissions/%2F/ann", map[string]any{"configure": ".*", "write": ".*", "read": "^$"})
 	wantError(t, a.as("ann", "ann-pw", "GET", "/queues/%2F/pk/peek", nil), 401, "not_authorised", "Access refused.")
 }
+
+// A dead letter's x-death shows on peek as a list of tables, and the
+// dead letter stays where it is.
+func TestPeekShowsXDeath(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/queues/%2F/dlq", map[string]any{"durable": true})
+	a.must(201, "PUT", "/queues/%2F/work", map[string]any{"durable": true,
+		"arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}})
+	a.must(200, "POST", "/exchanges/%2F/amq.default/publish", map[string]any{
+		"properties": map[string]any{"delivery_mode": 2}, "routing_key": "work", "payload": "order 7", "payload_encoding": "string"})
+	a.must(200, "POST", "/queues/%2F/work/get", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/dlq", nil).object(t)["messages"] == 1.0 })
+	p := a.must(200, "GET", "/queues/%2F/dlq/peek?count=5", nil).object(t)
+	msgs := p["messages"].([]any)
+	if len(msgs) != 1 {
+		t.Fatalf("peek: %v", p)
+	}
+	m := msgs[0].(map[string]any)
+	deaths := m["properties"].(map[string]any)["headers"].(map[string]any)["x-death"].([]any)
+	d := deaths[0].(map[string]any)
+	if m["payload"] != "order 7" || m["redelivered"] != false || d["reason"] != "rejected" || d["queue"] != "work" || d["count"] != 1.0 {
+		t.Errorf("peeked dead letter %v", m)
+	}
+	if q := a.must(200, "GET", "/queues/%2F/dlq", nil).object(t); q["messages"] != 1.0 {
+		t.Errorf("dlq after peek: %v messages", q["messages"])
+	}
+}

@@ -54,6 +54,8 @@ type options struct {
 	description string
 	tags        string
 	queueType   string
+	count       int    // peek: messages to show
+	from        uint64 // peek: first seq
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -92,6 +94,22 @@ var optSpecs = []optSpec{
 	{long: "description", value: true, verbs: []string{"add_vhost"}, set: func(o *options, v string) error { o.description = v; return nil }},
 	{long: "tags", value: true, verbs: []string{"add_vhost"}, set: func(o *options, v string) error { o.tags = v; return nil }},
 	{long: "default-queue-type", value: true, verbs: []string{"add_vhost"}, set: func(o *options, v string) error { o.queueType = v; return nil }},
+	{long: "count", value: true, verbs: []string{"peek"}, set: func(o *options, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return fmt.Errorf("--count %q: want 1..1000", v)
+		}
+		o.count = n
+		return nil
+	}},
+	{long: "from", value: true, verbs: []string{"peek"}, set: func(o *options, v string) error {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("--from %q: want a message sequence number", v)
+		}
+		o.from = n
+		return nil
+	}},
 }
 
 func setFormatter(o *options, v string) error {

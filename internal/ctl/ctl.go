@@ -192,6 +192,9 @@ var verbs = []*verb{
 		args: "[--vhost <vhost>] <queue>", desc: "Purges a queue (removes all messages in it)."},
 	{name: "delete_queue", min: 1, max: 1, run: deleteQueue,
 		args: "[--vhost <vhost>] <queue_name> [--if-empty|-e] [--if-unused|-u]", desc: "Deletes a queue."},
+	{name: "peek", min: 1, max: 1, run: peek, columns: &peekColumns,
+		args: "[--vhost <vhost>] [--count <n>] [--from <seq>] <queue>",
+		desc: "Shows ready messages of a queue from its head (or from a sequence number) without consuming them."},
 	{name: "status", run: status,
 		args: "", desc: "Displays status of the broker: version, listeners, alarms, object and message totals."},
 }

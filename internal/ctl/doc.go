@@ -69,6 +69,7 @@
 //	export_definitions FILE|-          (with -p: that vhost's definitions only)
 //	import_definitions [FILE|-]        (stdin if omitted; with -p: into that vhost)
 //	purge_queue [-p V] QUEUE
+//	peek [-p V] [--count N] [--from SEQ] QUEUE   (brokerd's own: ready messages, not consumed)
 //	delete_queue [-p V] QUEUE [--if-empty|-e] [--if-unused|-u]
 //	status
 //	help [VERB]

@@ -1,0 +1,371 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/store"
+)
+
+// RedrivenCountHeader counts how many times a message was redriven.
+const RedrivenCountHeader = "x-redriven-count"
+
+// redriveChunk bounds the moves made under one hold of the source queue's
+// lock, so publishers and consumers of it are not held off for long.
+const redriveChunk = 64
+
+// RedriveOptions says which ready messages Redrive moves and where.
+type RedriveOptions struct {
+	// Max is the most messages moved or failed; 0 or less means all.
+	Max int
+	// Exchange, when set (or when ToExchange), is where each message is
+	// published, with RoutingKey; otherwise each goes to its origin,
+	// the queue named by its latest x-death entry.
+	ToExchange bool
+	Exchange   string
+	RoutingKey string
+	// Filters on the latest x-death entry: its reason, its queue, and
+	// at least MinAge since its time. Empty / zero matches all.
+	Reason      string
+	SourceQueue string
+	MinAge      time.Duration
+}
+
+// RedriveFailure is one message a target refused; it stays in the source.
+type RedriveFailure struct {
+	Seq    uint64 // its position in the source queue
+	Reason string
+}
+
+// RedriveResult counts what a Redrive did.
+type RedriveResult struct {
+	Moved     int
+	Failed    int
+	Failures  []RedriveFailure
+	Remaining int // ready messages left in the source queue
+}
+
+// latestDeath is what Redrive reads of a message's latest x-death entry.
+type latestDeath struct {
+	ok         bool
+	queue      string
+	reason     string
+	exchange   string
+	keys       []string
+	time       time.Time
+	hasTime    bool
+	redriveCnt int64
+}
+
+func readLatestDeath(h amqp.Table) latestDeath {
+	var d latestDeath
+	if v, ok := h.Get(RedrivenCountHeader); ok {
+		d.redriveCnt = intOf(v)
+	}
+	v, ok := h.Get("x-death")
+	if !ok {
+		return d
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return d
+	}
+	t, ok := arr[0].(amqp.Table) // most recent first, as RabbitMQ keeps it
+	if !ok {
+		return d
+	}
+	d.queue, d.ok = strOf(t, "queue")
+	d.reason, _ = strOf(t, "reason")
+	d.exchange, _ = strOf(t, "exchange")
+	if ks, ok := t.Get("routing-keys"); ok {
+		if a, ok := ks.([]any); ok {
+			for _, k := range a {
+				switch s := k.(type) {
+				case string:
+					d.keys = append(d.keys, s)
+				case []byte:
+					d.keys = append(d.keys, string(s))
+				}
+			}
+		}
+	}
+	if tv, ok := t.Get("time"); ok {
+		if ts, ok := tv.(amqp.Timestamp); ok {
+			d.time, d.hasTime = time.Unix(int64(ts), 0), true
+		}
+	}
+	return d
+}
+
+func strOf(t amqp.Table, key string) (string, bool) {
+	v, ok := t.Get(key)
+	if !ok {
+		return "", false
+	}
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
+}
+
+func intOf(v any) int64 {
+	switch n := v.(type) {
+	case int8:
+		return int64(n)
+	case uint8:
+		return int64(n)
+	case int16:
+		return int64(n)
+	case uint16:
+		return int64(n)
+	case int32:
+		return int64(n)
+	case uint32:
+		return int64(n)
+	case int64:
+		return n
+	}
+	return 0
+}
+
+// Redrive moves up to opts.Max ready messages of queue, from the head in
+// delivery order, that match the filters: each to its origin queue (put
+// directly into it, not routed) or, with opts.Exchange set, routed
+// through that exchange with opts.RoutingKey. x-death stays; the header
+// x-redriven-count is incremented.
+//
+// Each move is one store batch, as dead-lettering is (planDeadLetterLocked):
+// the target entries are put and the source entry deleted together, the
+// message keeping its id, so it is in exactly one place at every instant,
+// across a crash too. A target that refuses (missing, deleted, full with
+// reject-publish, the source itself) leaves the message in place and
+// counts a failure with the reason.
+//
+// Only resident messages are examined: a level's paged-out middle is
+// reached as the head drains (without filters), not searched past
+// messages a filter keeps.
+//
+// Concurrency: it takes the source queue's lock for chunks of up to
+// redriveChunk moves, and the vhost lock shared (as dead-lettering does)
+// until each move's batch is applied; copies reach their targets after
+// the source lock is released. The error wraps ErrNotFound for an
+// unknown vhost, queue or exchange.
+func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResult, error) {
+	var res RedriveResult
+	v := b.VHost(vhost)
+	if v == nil {
+		return res, notFoundf("no vhost '%s'", vhost)
+	}
+	toX := opts.ToExchange || opts.Exchange != ""
+	v.mu.RLock()
+	q := v.queues[queue]
+	_, xok := v.exchanges[opts.Exchange]
+	v.mu.RUnlock()
+	if q == nil {
+		return res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
+	}
+	if toX && !xok {
+		return res, notFoundf("no exchange '%s' in vhost '%s'", opts.Exchange, vhost)
+	}
+	want := opts.Max
+	if want <= 0 {
+		want = int(^uint(0) >> 1)
+	}
+	skip := map[*entry]bool{} // examined and left in place
+	for res.Moved+res.Failed < want {
+		progressed, wait, gone := b.redriveChunk(q, toX, opts, want-res.Moved-res.Failed, skip, &res)
+		if gone {
+			return res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
+		}
+		if wait != nil {
+			<-wait.done // the head is being read back from the store
+			if wait.err != nil {
+				return res, fmt.Errorf("redrive queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, wait.err)
+			}
+			continue
+		}
+		if !progressed {
+			break
+		}
+	}
+	q.mu.Lock()
+	res.Remaining = q.ready.Len()
+	q.mu.Unlock()
+	return res, nil
+}
+
+// redriveChunk makes up to min(n, redriveChunk) moves under one hold of
+// q's lock. It reports whether it examined any message, a read to wait
+// for when the resident messages are exhausted but paged ones remain, and
+// whether q is gone.
+func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, skip map[*entry]bool, res *RedriveResult) (progressed bool, wait *fillWait, gone bool) {
+	n = min(n, redriveChunk)
+	var txns []*txn
+	q.mu.Lock()
+	defer func() {
+		q.mu.Unlock()
+		for _, t := range txns {
+			t.finish()
+		}
+	}()
+	if q.isDeleted() {
+		return false, nil, true
+	}
+	now := b.now()
+	for n > 0 {
+		e := q.redriveCandidateLocked(skip)
+		if e == nil {
+			if q.ready.Len() > len(skip) {
+				wait = q.fillWaitLocked()
+			}
+			return progressed, wait, false
+		}
+		progressed = true
+		h := e.EffectiveHeader()
+		props, err := amqp.DecodeProperties(h.Props)
+		if err != nil {
+			skip[e] = true
+			continue
+		}
+		d := readLatestDeath(props.Headers)
+		if (opts.Reason != "" && d.reason != opts.Reason) ||
+			(opts.SourceQueue != "" && d.queue != opts.SourceQueue) ||
+			(opts.MinAge > 0 && (!d.hasTime || now.Sub(d.time) < opts.MinAge)) {
+			skip[e] = true
+			continue
+		}
+		n--
+		t := b.newTxn()
+		if why := q.planRedriveLocked(t, e, props, d, toX, opts); why != "" {
+			skip[e] = true
+			res.Failed++
+			res.Failures = append(res.Failures, RedriveFailure{Seq: e.Seq, Reason: why})
+			t.apply(nil) // releases the vhost lock; the batch is empty
+			continue
+		}
+		if q.ready.Front() == e {
+			q.takeLocked() // reads ahead from a paged middle
+			e.state = stGone
+		} else {
+			q.removeReadyLocked(e)
+		}
+		t.apply(nil)
+		txns = append(txns, t)
+		res.Moved++
+	}
+	return progressed, nil, false
+}
+
+// redriveCandidateLocked returns the first ready resident message in
+// delivery order not in skip. A level with a paged middle is not looked
+// at beyond its head: its tail is behind the middle in order.
+func (q *Queue) redriveCandidateLocked(skip map[*entry]bool) *entry {
+	for i := q.ready.Levels() - 1; i >= 0; i-- {
+		l := q.ready.Level(uint8(i))
+		for j := 0; j < l.Head.Len(); j++ {
+			if e := l.Head.At(j); e.Ready() && !skip[e] {
+				return e
+			}
+		}
+		if l.Mid.N > 0 {
+			return nil
+		}
+		for j := 0; j < l.Tail.Len(); j++ {
+			if e := l.Tail.At(j); e.Ready() && !skip[e] {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// planRedriveLocked plans e's copies into its targets within t, beside
+// the delete of e, as planDeadLetterLocked does, and returns "" or why no
+// target takes it (t then changes nothing). Caller holds q.mu; t holds
+// the vhost lock shared until applied.
+func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d latestDeath, toX bool, opts RedriveOptions) string {
+	b := q.vhost.b
+	v := q.vhost
+	t.holdVHost(v)
+	var targets []*Queue
+	header := &store.Header{}
+	if toX {
+		x := v.exchanges[opts.Exchange]
+		if x == nil {
+			return fmt.Sprintf("no exchange '%s'", opts.Exchange)
+		}
+		props.Headers = props.Headers.With(RedrivenCountHeader, d.redriveCnt+1)
+		targets = v.routeLocked(x, []string{opts.RoutingKey}, props.Headers)
+		if len(targets) == 0 {
+			return "unroutable"
+		}
+		header.Exchange, header.RoutingKeys = opts.Exchange, []string{opts.RoutingKey}
+	} else {
+		if !d.ok {
+			return "no x-death queue to return to"
+		}
+		tq := v.queues[d.queue]
+		if tq == nil {
+			return fmt.Sprintf("no queue '%s'", d.queue)
+		}
+		if tq == q {
+			return "origin is the source queue"
+		}
+		targets = []*Queue{tq}
+		props.Headers = props.Headers.With(RedrivenCountHeader, d.redriveCnt+1)
+		header.Exchange, header.RoutingKeys = d.exchange, d.keys
+		if len(header.RoutingKeys) == 0 {
+			header.RoutingKeys = []string{d.queue}
+		}
+	}
+	props.Flags |= amqp.FlagHeaders
+	size := e.bodySize()
+	var taking []*Queue
+	why := ""
+	for _, tq := range targets {
+		switch {
+		case tq == q:
+			why = "origin is the source queue"
+		case tq.isDeleted():
+			why = fmt.Sprintf("queue '%s' deleted", tq.Name)
+		case !tq.reserve(size):
+			why = fmt.Sprintf("queue '%s' full (reject-publish)", tq.Name)
+		default:
+			taking = append(taking, tq)
+		}
+	}
+	if len(taking) == 0 {
+		return why
+	}
+	raw, err := props.Append(nil)
+	if err != nil {
+		for _, tq := range taking {
+			tq.release(size)
+		}
+		return fmt.Sprintf("cannot encode properties: %v", err)
+	}
+	header.Props = raw
+	var clone *store.Message
+	for _, tq := range taking {
+		// As in planDeadLetterLocked: a copy shares e's stored body
+		// only while e itself is durably stored.
+		msg := e.Msg
+		if !e.durable() && tq.isStoredFor(msg) {
+			if clone == nil {
+				clone = b.ownMessage(msg)
+			}
+			msg = clone
+		}
+		ne := tq.newCopyEntry(msg, header, props.Priority, b.arrivalMS())
+		if ne.stored {
+			t.put(ne)
+		}
+		t.inserts = append(t.inserts, ne)
+	}
+	t.del(e)
+	return ""
+}

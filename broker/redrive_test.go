@@ -1,0 +1,232 @@
+package broker_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/brokertest"
+)
+
+// rdStart is the dead-letter setup (src dead-letters through dlx into
+// dlq) on a classic at-most-once group, with src's extra arguments.
+func rdStart(t *testing.T, extra amqp091.Table) *dsEnv {
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(extra)
+	return e
+}
+
+// rdReject dead-letters each body from q (publish, get, reject) into dlq,
+// one at a time, and waits until dlq holds total messages.
+func (e *dsEnv) rdReject(q string, total int, bodies ...string) {
+	e.t.Helper()
+	for _, b := range bodies {
+		e.publish(q, b)
+		e.reject(e.get(q, b)[0], false)
+	}
+	e.waitFor("dlq", total, total, 0)
+}
+
+func rdBodies(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+func rdRedrive(t *testing.T, e *dsEnv, q string, o broker.RedriveOptions) broker.RedriveResult {
+	t.Helper()
+	r, err := e.b.Broker.Redrive("/", q, o)
+	if err != nil {
+		t.Fatalf("redrive %q: %v", q, err)
+	}
+	return r
+}
+
+// rdWantRedriven checks a redriven delivery kept its x-death (latest
+// from queue, reason) and counts its redrives.
+func rdWantRedriven(t *testing.T, d amqp091.Delivery, queue, reason string, count int64) {
+	t.Helper()
+	if got := d.Headers[broker.RedrivenCountHeader]; got != count {
+		t.Fatalf("%q: x-redriven-count %v (%T), want %d", d.Body, got, got, count)
+	}
+	xd, ok := d.Headers["x-death"].([]any)
+	if !ok || len(xd) == 0 {
+		t.Fatalf("%q: x-death gone: %v", d.Body, d.Headers)
+	}
+	first := xd[0].(amqp091.Table)
+	if first["queue"] != queue || first["reason"] != reason {
+		t.Fatalf("%q: latest x-death %v, want queue %q reason %q", d.Body, first, queue, reason)
+	}
+}
+
+// Redriven to origin, in order, up to max; the rest follow on a second
+// redrive; x-death stays and x-redriven-count counts each redrive.
+func TestRedriveToOrigin(t *testing.T) {
+	e := rdStart(t, nil)
+	bodies := rdBodies("m", 5)
+	e.rdReject("src", 5, bodies...)
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{Max: 3})
+	if r.Moved != 3 || r.Failed != 0 || r.Remaining != 2 {
+		t.Fatalf("redrive: %+v, want 3 moved, 2 remaining", r)
+	}
+	e.waitFor("src", 3, 3, 0)
+	for _, d := range e.get("src", bodies[:3]...) {
+		rdWantRedriven(t, d, "src", "rejected", 1)
+		e.reject(d, false) // dead again: back to dlq, behind m3, m4
+	}
+	e.waitFor("dlq", 5, 5, 0)
+	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{})
+	if r.Moved != 5 || r.Remaining != 0 {
+		t.Fatalf("second redrive: %+v, want 5 moved", r)
+	}
+	e.waitFor("src", 5, 5, 0)
+	ds := e.get("src", "m3", "m4", "m0", "m1", "m2")
+	rdWantRedriven(t, ds[0], "src", "rejected", 1)
+	rdWantRedriven(t, ds[2], "src", "rejected", 2)
+	e.getEmpty("dlq")
+}
+
+// Redriven through a named exchange with a routing key.
+func TestRedriveToExchange(t *testing.T) {
+	e := rdStart(t, nil)
+	e.exchange("retry", "direct", nil)
+	e.plainQueue("other", nil)
+	e.bind("other", "k", "retry", nil)
+	e.rdReject("src", 3, "a", "b", "c")
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{Exchange: "retry", RoutingKey: "k"})
+	if r.Moved != 3 || r.Remaining != 0 {
+		t.Fatalf("redrive: %+v", r)
+	}
+	e.waitFor("other", 3, 3, 0)
+	for _, d := range e.get("other", "a", "b", "c") {
+		rdWantRedriven(t, d, "src", "rejected", 1)
+		if d.Exchange != "retry" || d.RoutingKey != "k" {
+			t.Fatalf("%q delivered from %q/%q, want retry/k", d.Body, d.Exchange, d.RoutingKey)
+		}
+	}
+	e.waitFor("src", 0, 0, 0)
+	// Unroutable: each is a failure and stays.
+	e.rdReject("src", 1, "z")
+	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{Exchange: "retry", RoutingKey: "nowhere"})
+	if r.Moved != 0 || r.Failed != 1 || r.Remaining != 1 || r.Failures[0].Reason != "unroutable" {
+		t.Fatalf("unroutable redrive: %+v", r)
+	}
+	if _, err := e.b.Broker.Redrive("/", "dlq", broker.RedriveOptions{Exchange: "missing"}); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("redrive to a missing exchange: %v, want ErrNotFound", err)
+	}
+	if _, err := e.b.Broker.Redrive("/", "nope", broker.RedriveOptions{}); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("redrive of a missing queue: %v, want ErrNotFound", err)
+	}
+}
+
+// The reason, source queue and age filters move only what they match;
+// the others keep their order in the source.
+func TestRedriveFilters(t *testing.T) {
+	e := rdStart(t, nil)
+	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
+	e.rdReject("src", 1, "r0")
+	e.publishTo("", "src", amqp091.Publishing{Body: []byte("x1"), Expiration: "0"})
+	e.waitFor("dlq", 2, 2, 0)
+	e.rdReject("src2", 3, "s2")
+	e.rdReject("src", 4, "r3")
+
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{MinAge: time.Hour})
+	if r.Moved != 0 || r.Remaining != 4 {
+		t.Fatalf("min age 1h: %+v, want nothing moved", r)
+	}
+	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{Reason: "expired"})
+	if r.Moved != 1 || r.Remaining != 3 {
+		t.Fatalf("reason expired: %+v", r)
+	}
+	e.waitFor("src", 1, 1, 0)
+	rdWantRedriven(t, e.get("src", "x1")[0], "src", "expired", 1)
+	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{SourceQueue: "src2"})
+	if r.Moved != 1 || r.Remaining != 2 {
+		t.Fatalf("source src2: %+v", r)
+	}
+	e.waitFor("src2", 1, 1, 0)
+	e.get("src2", "s2")
+	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{Reason: "rejected", SourceQueue: "src", Max: 1})
+	if r.Moved != 1 || r.Remaining != 1 {
+		t.Fatalf("rejected from src, max 1: %+v", r)
+	}
+	e.waitFor("src", 2, 1, 1) // x1 unacked
+	e.get("src", "r0")
+	e.get("dlq", "r3")
+}
+
+// A target that refuses (full with reject-publish, deleted) leaves the
+// message in the source and counts a failure with the reason.
+func TestRedriveRefusingTarget(t *testing.T) {
+	e := rdStart(t, amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	e.rdReject("src", 2, "a", "b")
+	e.publish("src", "full")
+	e.waitFor("src", 1, 1, 0)
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{})
+	if r.Moved != 0 || r.Failed != 2 || r.Remaining != 2 || len(r.Failures) != 2 ||
+		!strings.Contains(r.Failures[0].Reason, "full") {
+		t.Fatalf("redrive to a full origin: %+v", r)
+	}
+	e.get("src", "full")
+	if _, err := e.ch.QueueDelete("src", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{})
+	if r.Moved != 0 || r.Failed != 2 || r.Failures[0].Reason != "no queue 'src'" {
+		t.Fatalf("redrive to a deleted origin: %+v", r)
+	}
+	e.get("dlq", "a", "b")
+}
+
+// A crash while a redrive runs: after the restart every message is in
+// exactly one of the two queues.
+func TestRedriveCrash(t *testing.T) {
+	e := rdStart(t, nil)
+	const n = 60
+	bodies := rdBodies("c", n)
+	e.rdReject("src", n, bodies...)
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{Max: 20})
+	if r.Moved != 20 {
+		t.Fatalf("first redrive: %+v", r)
+	}
+	old := e.b.Broker
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		old.Redrive("/", "dlq", broker.RedriveOptions{}) // its later writes fail with the crash
+	}()
+	e.b.Crash()
+	<-done
+	_, ch := e.b.Channel(t)
+	seen := map[string]string{}
+	for _, q := range []string{"src", "dlq"} {
+		for {
+			d, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatalf("get %q: %v", q, err)
+			}
+			if !ok {
+				break
+			}
+			if prev, dup := seen[string(d.Body)]; dup {
+				t.Fatalf("%q in %q and %q", d.Body, prev, q)
+			}
+			seen[string(d.Body)] = q
+		}
+	}
+	for _, b := range bodies {
+		if _, ok := seen[b]; !ok {
+			t.Fatalf("%q lost (have %d of %d)", b, len(seen), n)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d messages after the crash, want %d", len(seen), n)
+	}
+}

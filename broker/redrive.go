@@ -30,6 +30,10 @@ type RedriveOptions struct {
 	Reason      string
 	SourceQueue string
 	MinAge      time.Duration
+
+	// allow, if set, says whether a message may go to its origin queue
+	// (Direct.Redrive's write permission check).
+	allow func(queue string) bool
 }
 
 // RedriveFailure is one message a target refused; it stays in the source.
@@ -315,6 +319,9 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 		if tq == q {
 			return "origin is the source queue"
 		}
+		if opts.allow != nil && !opts.allow(d.queue) {
+			return fmt.Sprintf("write access to queue '%s' refused", d.queue)
+		}
 		targets = []*Queue{tq}
 		props.Headers = props.Headers.With(RedrivenCountHeader, d.redriveCnt+1)
 		header.Exchange, header.RoutingKeys = d.exchange, d.keys
@@ -368,4 +375,23 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 	}
 	t.del(e)
 	return ""
+}
+
+// Redrive is Broker.Redrive as this Direct's user may do it, in its
+// vhost: read permission on the source queue (as basic.get), write on the
+// exchange when one is named (as basic.publish), and otherwise write on
+// each origin queue, a message whose origin is refused counting as a
+// failure. A refused source or exchange is an access-refused error.
+func (d *Direct) Redrive(queue string, opts RedriveOptions) (RedriveResult, error) {
+	if aerr := d.c.checkPerm(permRead, "queue", queue); aerr != nil {
+		return RedriveResult{}, aerr
+	}
+	if opts.ToExchange || opts.Exchange != "" {
+		if aerr := d.c.checkPerm(permWrite, "exchange", opts.Exchange); aerr != nil {
+			return RedriveResult{}, aerr
+		}
+	} else {
+		opts.allow = func(q string) bool { return d.c.checkPerm(permWrite, "queue", q) == nil }
+	}
+	return d.c.b.Redrive(d.c.vhost.Name, queue, opts)
 }

@@ -46,6 +46,7 @@
 //	DELETE /api/queues/{vhost}/{name}/contents  (purge)
 //	POST   /api/queues/{vhost}/{name}/get
 //	GET    /api/queues/{vhost}/{name}/peek?count=N&from=SEQ  {"messages": [...], "next": SEQ} (nothing consumed)
+//	POST   /api/queues/{vhost}/{name}/redrive  {"to": "origin"|"exchange", ...} {"moved", "failed", "failures", "remaining"}
 //	GET    /api/bindings[/{vhost}]
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}, .../e/{x}/e/{y}   POST creates (201, Location)
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}/{props}            DELETE removes

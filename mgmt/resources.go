@@ -25,6 +25,7 @@ func (s *Server) resourceRoutes() {
 	s.handle("DELETE /api/queues/{vhost}/{name}/contents", management, s.purgeQueue)
 	s.handle("POST /api/queues/{vhost}/{name}/get", management, s.getMessages)
 	s.handle("GET /api/queues/{vhost}/{name}/peek", management, s.peekMessages)
+	s.handle("POST /api/queues/{vhost}/{name}/redrive", management, s.redrive)
 	s.handle("GET /api/queues/{vhost}/{name}/bindings", management, s.queueBindings)
 
 	s.handle("GET /api/exchanges", management, s.listExchanges)

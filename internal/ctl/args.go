@@ -54,8 +54,13 @@ type options struct {
 	description string
 	tags        string
 	queueType   string
-	count       int    // peek: messages to show
-	from        uint64 // peek: first seq
+	count       int     // peek: messages to show
+	from        uint64  // peek: first seq
+	toOrigin    bool    // redrive
+	exchange    *string // redrive: target exchange
+	routingKey  *string // redrive
+	max         int     // redrive: most messages (0: all)
+	reason      string  // redrive: latest x-death reason filter
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -108,6 +113,18 @@ var optSpecs = []optSpec{
 			return fmt.Errorf("--from %q: want a message sequence number", v)
 		}
 		o.from = n
+		return nil
+	}},
+	{long: "to-origin", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.toOrigin = true; return nil }},
+	{long: "exchange", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.exchange = &v; return nil }},
+	{long: "routing-key", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.routingKey = &v; return nil }},
+	{long: "reason", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.reason = v; return nil }},
+	{long: "max", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--max %q: want a positive integer", v)
+		}
+		o.max = n
 		return nil
 	}},
 }

@@ -195,6 +195,9 @@ var verbs = []*verb{
 	{name: "peek", min: 1, max: 1, run: peek, columns: &peekColumns,
 		args: "[--vhost <vhost>] [--count <n>] [--from <seq>] <queue>",
 		desc: "Shows ready messages of a queue from its head (or from a sequence number) without consuming them."},
+	{name: "redrive", min: 1, max: 1, run: redrive,
+		args: "[--vhost <vhost>] <queue> [--to-origin | --exchange <exchange> --routing-key <key>] [--max <n>] [--reason <reason>]",
+		desc: "Moves ready messages (dead letters) of a queue back to the queue each was dead-lettered from, or through an exchange."},
 	{name: "status", run: status,
 		args: "", desc: "Displays status of the broker: version, listeners, alarms, object and message totals."},
 }

@@ -1,0 +1,60 @@
+package ctl
+
+import (
+	"strings"
+	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// redrive is brokerd's own: against RabbitMQ the test is skipped. Three
+// dead letters: one redriven to origin (--max 1, --reason), the rest
+// through the default exchange to another queue; a missing queue and bad
+// option combinations fail.
+func TestRedrive(t *testing.T) {
+	forEachServer(t, func(t *testing.T, e *env) {
+		if e.srv.name == "external" {
+			t.Skip("redrive is brokerd's; the external server is RabbitMQ")
+		}
+		ch := e.channel()
+		for _, q := range []string{"rd-dlq", "rd-other"} {
+			if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := ch.QueueDeclare("rd-work", true, false, false, false,
+			amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "rd-dlq"}); err != nil {
+			t.Fatal(err)
+		}
+		e.publish(ch, "rd-work", "m1", "m2", "m3")
+		for range 3 {
+			d, ok, err := ch.Get("rd-work", false)
+			if err != nil || !ok {
+				t.Fatalf("get: %v %v", ok, err)
+			}
+			if err := d.Reject(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.eventuallyOut([]string{"rd-dlq\t3"}, "list_queues", "-p", e.vhost)
+
+		out := e.ok("redrive", "-p", e.vhost, "--to-origin", "--max", "1", "--reason", "rejected", "rd-dlq")
+		if !hasLine(out, "moved\tfailed\tremaining") || !hasLine(out, "1\t0\t2") {
+			t.Fatalf("redrive to origin printed:\n%s", out)
+		}
+		e.eventuallyOut([]string{"rd-work\t1"}, "list_queues", "-p", e.vhost)
+		out = e.ok("-q", "redrive", "-p", e.vhost, "--exchange", "", "--routing-key", "rd-other", "rd-dlq")
+		if strings.TrimSpace(out) != "moved\tfailed\tremaining\n2\t0\t0" {
+			t.Fatalf("redrive to exchange printed:\n%s", out)
+		}
+		for _, want := range []string{"m2", "m3"} {
+			d, ok, err := ch.Get("rd-other", true)
+			if err != nil || !ok || string(d.Body) != want || d.Headers["x-redriven-count"] != int64(1) {
+				t.Fatalf("rd-other: got %q %v %v %v, want %s", d.Body, ok, err, d.Headers, want)
+			}
+		}
+		e.fails(ExitUnavailable, []string{"Queue 'nope' in vhost '" + e.vhost + "' not found"}, "redrive", "-p", e.vhost, "nope")
+		e.fails(ExitUsage, []string{"exclude"}, "redrive", "-p", e.vhost, "--to-origin", "--exchange", "x", "rd-dlq")
+		e.fails(ExitUsage, []string{"--max"}, "redrive", "-p", e.vhost, "--max", "0", "rd-dlq")
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/store"
 )
 
 // rdStart is the dead-letter setup (src dead-letters through dlx into
@@ -228,5 +230,121 @@ func TestRedriveCrash(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Fatalf("%d messages after the crash, want %d", len(seen), n)
+	}
+}
+
+// rdStore records the batches the broker writes and, once armed, closes
+// hit after the n-th batch that deletes an entry.
+type rdStore struct {
+	store.Store
+	mu      sync.Mutex
+	batches []store.Batch
+	armed   bool
+	n       int
+	hit     chan struct{}
+}
+
+func (r *rdStore) Apply(b *store.Batch, done func(error)) {
+	r.mu.Lock()
+	r.batches = append(r.batches, *b)
+	if r.armed && len(b.Deletes) > 0 {
+		if r.n--; r.n == 0 {
+			close(r.hit)
+		}
+	}
+	r.mu.Unlock()
+	r.Store.Apply(b, done)
+}
+
+// Each move is one batch deleting the dead letter's entry in dlq and
+// putting it, the same stored message, into src; a crash after some of
+// them leaves every message in exactly one of the two queues.
+func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
+	rec := &rdStore{hit: make(chan struct{}), n: 15}
+	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: func(s store.Store) store.Store { rec.Store = s; return rec }})
+	e.setup(nil)
+	const n = 40
+	bodies := rdBodies("c", n)
+	e.rdReject("src", n, bodies...)
+
+	rec.mu.Lock()
+	msgOf := map[store.Ref]store.MsgID{} // dlq entries and their messages
+	var srcID, dlqID store.QueueID
+	for _, b := range rec.batches {
+		for _, p := range b.Puts {
+			if string(p.Msg.Body) == "c0" {
+				if srcID == 0 {
+					srcID = p.Queue
+				} else {
+					dlqID = p.Queue
+				}
+			}
+		}
+	}
+	for _, b := range rec.batches {
+		for _, p := range b.Puts {
+			if p.Queue == dlqID {
+				msgOf[p.Ref] = p.Msg.ID
+			}
+		}
+	}
+	start := len(rec.batches)
+	rec.armed = true
+	rec.mu.Unlock()
+	if srcID == 0 || dlqID == 0 || srcID == dlqID {
+		t.Fatalf("queue ids: src %d dlq %d", srcID, dlqID)
+	}
+
+	old := e.b.Broker
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		old.Redrive("/", "dlq", broker.RedriveOptions{}) // its writes fail after the crash
+	}()
+	<-rec.hit
+	e.b.Crash()
+	<-done
+
+	rec.mu.Lock()
+	moves := 0
+	for _, b := range rec.batches[start:] {
+		var fromDLQ []store.Ref
+		for _, d := range b.Deletes {
+			if d.Queue == dlqID {
+				fromDLQ = append(fromDLQ, d)
+			}
+		}
+		if len(fromDLQ) == 0 {
+			continue
+		}
+		moves++
+		if len(fromDLQ) != 1 || len(b.Puts) != 1 || b.Puts[0].Queue != srcID || b.Puts[0].Msg.ID != msgOf[fromDLQ[0]] {
+			t.Fatalf("a move's batch: deletes %v, puts %+v; want one delete from dlq and its message put into src", b.Deletes, b.Puts)
+		}
+	}
+	rec.mu.Unlock()
+	if moves < 15 {
+		t.Fatalf("%d moves written, want at least 15", moves)
+	}
+
+	_, ch := e.b.Channel(t)
+	seen := map[string]string{}
+	for _, q := range []string{"src", "dlq"} {
+		for {
+			d, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatalf("get %q: %v", q, err)
+			}
+			if !ok {
+				break
+			}
+			if prev, dup := seen[string(d.Body)]; dup {
+				t.Fatalf("%q in %q and %q", d.Body, prev, q)
+			}
+			seen[string(d.Body)] = q
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d messages after the crash, want %d: %v", len(seen), n, seen)
 	}
 }

@@ -149,9 +149,8 @@ func intOf(v any) int64 {
 // reject-publish, the source itself) leaves the message in place and
 // counts a failure with the reason.
 //
-// Only resident messages are examined: a level's paged-out middle is
-// reached as the head drains (without filters), not searched past
-// messages a filter keeps.
+// Paged-out messages are read back in order as the scan reaches them;
+// the messages it leaves in place stay resident until consumed.
 //
 // Concurrency: it takes the source queue's lock for chunks of up to
 // redriveChunk moves, and the vhost lock shared (as dead-lettering does)
@@ -181,7 +180,10 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 	}
 	skip := map[*entry]bool{} // examined and left in place
 	for res.Moved+res.Failed < want {
-		progressed, wait, gone := b.redriveChunk(q, toX, opts, want-res.Moved-res.Failed, skip, &res)
+		progressed, wait, gone, err := b.redriveChunk(q, toX, opts, want-res.Moved-res.Failed, skip, &res)
+		if err != nil {
+			return res, fmt.Errorf("redrive queue '%s' in vhost '%s': %w", queue, vhost, err)
+		}
 		if gone {
 			return res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 		}
@@ -206,7 +208,7 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 // q's lock. It reports whether it examined any message, a read to wait
 // for when the resident messages are exhausted but paged ones remain, and
 // whether q is gone.
-func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, skip map[*entry]bool, res *RedriveResult) (progressed bool, wait *fillWait, gone bool) {
+func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, skip map[*entry]bool, res *RedriveResult) (progressed bool, wait *fillWait, gone bool, err error) {
 	n = min(n, redriveChunk)
 	var txns []*txn
 	q.mu.Lock()
@@ -217,16 +219,25 @@ func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, sk
 		}
 	}()
 	if q.isDeleted() {
-		return false, nil, true
+		return false, nil, true, nil
 	}
 	now := b.now()
 	for n > 0 {
-		e := q.redriveCandidateLocked(skip)
-		if e == nil {
-			if q.ready.Len() > len(skip) {
-				wait = q.fillWaitLocked()
+		e, l := q.redriveCandidateLocked(skip)
+		if e == nil && l != nil {
+			if l.Filling { // a read of it is under way: wait for it
+				return progressed, q.fillWaitLocked(), false, nil
 			}
-			return progressed, wait, false
+			from, left := l.Mid.From, l.Mid.N
+			if err := q.readMiddleNowLocked(l); err != nil {
+				return progressed, nil, false, err
+			}
+			// One read per hold of the lock; a read that brought
+			// nothing in ends the scan.
+			return progressed || l.Mid.From != from || l.Mid.N != left, nil, false, nil
+		}
+		if e == nil {
+			return progressed, nil, false, nil
 		}
 		progressed = true
 		h := e.EffectiveHeader()
@@ -261,29 +272,47 @@ func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, sk
 		txns = append(txns, t)
 		res.Moved++
 	}
-	return progressed, nil, false
+	return progressed, nil, false, nil
 }
 
 // redriveCandidateLocked returns the first ready resident message in
-// delivery order not in skip. A level with a paged middle is not looked
-// at beyond its head: its tail is behind the middle in order.
-func (q *Queue) redriveCandidateLocked(skip map[*entry]bool) *entry {
+// delivery order not in skip or, where every resident message before it
+// is in skip, the level whose paged middle comes next (its tail and the
+// lower levels are behind that middle in delivery order).
+func (q *Queue) redriveCandidateLocked(skip map[*entry]bool) (*entry, *level) {
 	for i := q.ready.Levels() - 1; i >= 0; i-- {
 		l := q.ready.Level(uint8(i))
 		for j := 0; j < l.Head.Len(); j++ {
 			if e := l.Head.At(j); e.Ready() && !skip[e] {
-				return e
+				return e, nil
 			}
 		}
 		if l.Mid.N > 0 {
-			return nil
+			return nil, l
 		}
 		for j := 0; j < l.Tail.Len(); j++ {
 			if e := l.Tail.At(j); e.Ready() && !skip[e] {
-				return e
+				return e, nil
 			}
 		}
 	}
+	return nil, nil
+}
+
+// readMiddleNowLocked reads the next window of l's middle into its head
+// under q's lock, as fillLocked does while the broker recovers: a head
+// held by messages a redrive leaves in place (filtered out, refused) is
+// never low, so the middle behind it would not otherwise be read. The
+// messages read stay resident while they are in the head.
+func (q *Queue) readMiddleNowLocked(l *level) error {
+	want, wantBytes := q.readWantLocked(l)
+	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
+	if err != nil {
+		return fmt.Errorf("read paged messages: %w", err)
+	}
+	q.mergeLocked(l, r)
+	clear(r.Metas)
+	q.pageBuf = r.Metas[:0]
 	return nil
 }
 

@@ -348,3 +348,28 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 		t.Fatalf("%d messages after the crash, want %d: %v", len(seen), n, seen)
 	}
 }
+
+// A filter reaches dead letters behind paged-out ones it leaves in place
+// (a window of 4: most of dlq is paged out), on every level in order.
+func TestRedriveFiltersPastPagedMessages(t *testing.T) {
+	e := rdStart(t, nil)
+	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
+	e.rdReject("src", 10, rdBodies("a", 10)...)
+	e.rdReject("src2", 12, "b0", "b1")
+	e.rdReject("src", 15, "a10", "a11", "a12")
+	e.rdReject("src2", 16, "b2")
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{SourceQueue: "src2"})
+	if r.Moved != 3 || r.Remaining != 13 {
+		t.Fatalf("redrive from src2: %+v, want 3 moved, 13 remaining", r)
+	}
+	e.waitFor("src2", 3, 3, 0)
+	e.get("src2", "b0", "b1", "b2")
+	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{Reason: "rejected", Max: 11})
+	if r.Moved != 11 || r.Remaining != 2 {
+		t.Fatalf("redrive of 11: %+v", r)
+	}
+	e.waitFor("src", 11, 11, 0)
+	e.get("src", rdBodies("a", 11)...)
+	e.get("dlq", "a11", "a12")
+	e.getEmpty("dlq")
+}

@@ -35,10 +35,9 @@ func browser(t *testing.T) context.Context {
 	ctx, cancel := chromedp.NewContext(actx)
 	tctx, tcancel := context.WithTimeout(ctx, 40*time.Second)
 	t.Cleanup(func() {
+		// Not chromedp.Cancel: its Browser.close waited forever here.
+		// Cancelling the allocator kills Chromium and waits for it.
 		tcancel()
-		if err := chromedp.Cancel(ctx); err != nil {
-			t.Logf("closing chromium: %v", err)
-		}
 		cancel()
 		acancel()
 	})

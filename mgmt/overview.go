@@ -20,6 +20,7 @@ func (s *Server) routes() {
 	s.policyRoutes()
 	s.accessRoutes()
 	s.definitionRoutes()
+	s.uiRoutes()
 	if h := s.opts.Metrics; h != nil {
 		s.rt.add("GET /metrics", h.ServeHTTP)
 	}

@@ -1,0 +1,393 @@
+// brokerd management UI: a single page, routed by the URL's hash, that
+// calls the management JSON API under /api with the logged-in user's
+// basic-auth credentials (kept in sessionStorage, so they end with the tab).
+// No build step: plain ES modules, DOM built with h() (never innerHTML, so
+// names and payloads cannot inject markup).
+
+const AUTH = "brokerd.auth";
+const USER = "brokerd.user";
+const main = document.getElementById("main");
+const statusEl = document.getElementById("status");
+
+// h builds an element: h("a", {href: "#"}, "text", child, ...).
+function h(tag, attrs = {}, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of kids.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+// APIError is a non-2xx reply; reason is the API's message.
+class APIError extends Error {
+  constructor(status, reason) { super(reason); this.status = status; this.reason = reason; }
+}
+
+// api calls the JSON API with the session's credentials (or auth).
+async function api(method, path, body, auth = sessionStorage.getItem(AUTH)) {
+  const headers = { "Accept": "application/json" };
+  if (auth) headers["Authorization"] = "Basic " + auth;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  // credentials "omit": a 401 then never makes the browser prompt for a
+  // password (the API answers bad credentials with WWW-Authenticate); the
+  // Authorization header is sent all the same.
+  const r = await fetch("/api" + path, { method, headers, credentials: "omit", body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await r.text();
+  let data = null;
+  if (text) { try { data = JSON.parse(text); } catch { data = text; } }
+  if (!r.ok) {
+    const reason = (data && typeof data === "object" && (data.reason || data.error)) || r.statusText || String(r.status);
+    if (r.status === 401 && auth && path !== "/whoami") { logout(); }
+    throw new APIError(r.status, reason);
+  }
+  return data;
+}
+
+const enc = encodeURIComponent;
+function announce(msg) { statusEl.textContent = msg; }
+function fmt(n) { return typeof n === "number" ? n.toLocaleString("en") : (n ?? ""); }
+function errorBox(e) { return h("p", { class: "error", role: "alert" }, e instanceof APIError ? e.reason : String(e)); }
+
+function b64utf8(s) { return btoa(String.fromCharCode(...new TextEncoder().encode(s))); }
+
+function logout() {
+  sessionStorage.removeItem(AUTH);
+  sessionStorage.removeItem(USER);
+  location.hash = "#/login";
+  render();
+}
+
+function setPage(title, ...content) {
+  document.title = title + " — brokerd";
+  main.replaceChildren(h("h1", {}, title), ...content);
+  for (const a of document.querySelectorAll("#nav a")) {
+    const here = location.hash.startsWith(a.getAttribute("href"));
+    if (here) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  }
+}
+
+// ---- login ----
+
+function loginPage() {
+  const err = h("div");
+  const user = h("input", { id: "username", name: "username", autocomplete: "username", required: true });
+  const pass = h("input", { id: "password", name: "password", type: "password", autocomplete: "current-password", required: true });
+  const form = h("form", { class: "stack", id: "login", "aria-describedby": "login-error" },
+    h("label", { for: "username" }, "Username", user),
+    h("label", { for: "password" }, "Password", pass),
+    h("div", { id: "login-error" }, err),
+    h("div", {}, h("button", { type: "submit", class: "primary" }, "Log in")));
+  form.addEventListener("submit", async ev => {
+    ev.preventDefault();
+    const auth = b64utf8(user.value + ":" + pass.value);
+    try {
+      const me = await api("GET", "/whoami", undefined, auth);
+      sessionStorage.setItem(AUTH, auth);
+      sessionStorage.setItem(USER, me.name);
+      location.hash = "#/overview";
+    } catch (e) {
+      err.replaceChildren(errorBox(e));
+      pass.select();
+      pass.focus();
+    }
+  });
+  setPage("Log in", form);
+  user.focus();
+}
+
+// ---- overview ----
+
+async function overviewPage() {
+  const [ov, alarms] = await Promise.all([
+    api("GET", "/overview"),
+    api("GET", "/health/checks/alarms").catch(e => e instanceof APIError && e.status === 503 ? { status: "failed", reason: e.reason } : Promise.reject(e)),
+  ]);
+  const t = ov.object_totals || {}, q = ov.queue_totals || {};
+  const card = (label, value, id) => h("div", {}, h("dt", {}, label), h("dd", { id }, fmt(value ?? 0)));
+  const rate = k => ov.message_stats?.[k + "_details"]?.rate;
+  const alarmText = alarms.status === "ok" ? "None" : (alarms.reason || "alarm in effect");
+  const rates = ["publish", "deliver_get", "ack"].filter(k => rate(k) !== undefined);
+  setPage("Overview",
+    h("section", { "aria-labelledby": "totals-h" },
+      h("h2", { id: "totals-h" }, "Totals"),
+      h("dl", { class: "cards" },
+        card("Connections", t.connections, "ov-connections"),
+        card("Channels", t.channels, "ov-channels"),
+        card("Queues", t.queues, "ov-queues"),
+        card("Messages", q.messages, "ov-messages"),
+        card("Ready", q.messages_ready, "ov-ready"),
+        card("Unacked", q.messages_unacknowledged, "ov-unacked"))),
+    rates.length ? h("section", { "aria-labelledby": "rates-h" }, h("h2", { id: "rates-h" }, "Message rates (per second)"),
+      h("dl", { class: "cards" }, rates.map(k => card(k.replace("_", "/"), Math.round(rate(k) * 10) / 10)))) : null,
+    h("section", { "aria-labelledby": "alarms-h" },
+      h("h2", { id: "alarms-h" }, "Alarms"),
+      h("p", { id: "ov-alarms", class: alarms.status === "ok" ? "ok" : "error" }, alarmText)),
+    h("section", { "aria-labelledby": "node-h" },
+      h("h2", { id: "node-h" }, "Node"),
+      h("p", {}, `${ov.product_name || "brokerd"} ${ov.product_version || ""} on ${ov.node || ""}`)));
+}
+
+// ---- queues ----
+
+// FEATURES maps a queue argument (x-…) or its policy key to RabbitMQ's
+// badge; the badge's title names it in full for screen readers.
+const FEATURES = [
+  ["message-ttl", "TTL", "Message TTL"],
+  ["expires", "Exp", "Auto expire"],
+  ["max-length", "Lim", "Max length"],
+  ["max-length-bytes", "Lim B", "Max length bytes"],
+  ["dead-letter-exchange", "DLX", "Dead letter exchange"],
+  ["dead-letter-routing-key", "DLK", "Dead letter routing key"],
+  ["dead-letter-strategy", "DLS", "Dead letter strategy"],
+  ["delivery-limit", "DlvLim", "Delivery limit"],
+];
+
+function badge(text, title, cls = "") { return h("abbr", { class: "badge " + cls, title }, text); }
+
+// features returns a queue's badges: flags, then each feature set by an
+// argument or by its effective policy (marked as from the policy).
+function features(q) {
+  const out = [];
+  if (q.durable) out.push(badge("D", "Durable"));
+  if (q.auto_delete) out.push(badge("AD", "Auto delete"));
+  if (q.exclusive) out.push(badge("Excl", "Exclusive"));
+  const args = q.arguments || {}, pol = q.effective_policy_definition || {};
+  for (const [key, short, long] of FEATURES) {
+    if (("x-" + key) in args) out.push(badge(short, `${long}: ${JSON.stringify(args["x-" + key])}`));
+    else if (key in pol) out.push(badge(short, `${long} (policy): ${JSON.stringify(pol[key])}`, "policy"));
+  }
+  return out;
+}
+
+const queueState = { name: "", sort: "name", reverse: false, page: 1, size: 100 };
+const QCOLS = "name,vhost,type,durable,auto_delete,exclusive,arguments,policy,operator_policy,effective_policy_definition,messages,messages_ready,messages_unacknowledged,state";
+
+function queueLink(q) { return `#/queue/${enc(q.vhost)}/${enc(q.name)}`; }
+
+async function queuesPage() {
+  const st = queueState;
+  const params = new URLSearchParams({ page: st.page, page_size: st.size, sort: st.sort, sort_reverse: st.reverse, columns: QCOLS });
+  if (st.name) params.set("name", st.name);
+  let res;
+  try {
+    res = await api("GET", "/queues?" + params);
+  } catch (e) {
+    if (e instanceof APIError && e.status === 400 && st.page > 1) { st.page = 1; return queuesPage(); }
+    throw e;
+  }
+  const filter = h("input", { id: "q-filter", type: "search", value: st.name, "aria-describedby": "q-count" });
+  let timer;
+  filter.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => { st.name = filter.value; st.page = 1; rerender("#q-filter"); }, 250);
+  });
+  const form = h("form", { class: "inline", role: "search", onsubmit: ev => { ev.preventDefault(); clearTimeout(timer); st.name = filter.value; st.page = 1; rerender("#q-filter"); } },
+    h("label", { for: "q-filter" }, "Filter by name", filter));
+  const sortHead = (key, label, cls = "") => {
+    const active = st.sort === key;
+    return h("th", { scope: "col", class: cls, "aria-sort": active ? (st.reverse ? "descending" : "ascending") : "none" },
+      h("button", { type: "button", dataset: { sort: key }, onclick: () => {
+        if (st.sort === key) st.reverse = !st.reverse; else { st.sort = key; st.reverse = false; }
+        rerender(`th button[data-sort="${key}"]`);
+      } }, label, active ? (st.reverse ? " ▼" : " ▲") : ""));
+  };
+  const rows = res.items.map(q => h("tr", { dataset: { queue: q.name, vhost: q.vhost } },
+    h("td", { class: "wide" }, q.vhost),
+    h("th", { scope: "row" }, h("a", { href: queueLink(q) }, q.name)),
+    h("td", { class: "wide" }, q.type),
+    h("td", { class: "features" }, features(q)),
+    h("td", { class: "policy" }, q.policy || "", q.operator_policy ? [" ", badge("op", "Operator policy " + q.operator_policy, "policy")] : null),
+    h("td", { class: "wide" }, q.state),
+    h("td", { class: "num wide" }, fmt(q.messages_ready)),
+    h("td", { class: "num wide" }, fmt(q.messages_unacknowledged)),
+    h("td", { class: "num messages" }, fmt(q.messages))));
+  const go = p => () => { st.page = p; rerender(p < st.page ? "#q-prev" : "#q-next"); };
+  setPage("Queues", form,
+    h("p", { id: "q-count" }, `${fmt(res.filtered_count)} of ${fmt(res.total_count)} queues` + (res.page_count > 1 ? `, page ${res.page} of ${res.page_count}` : "")),
+    h("div", { class: "table-wrap" }, h("table", { id: "queues" },
+      h("caption", { class: "visually-hidden" }, "Queues; column headers sort"),
+      h("thead", {}, h("tr", {},
+        sortHead("vhost", "Virtual host", "wide"), sortHead("name", "Name"), sortHead("type", "Type", "wide"),
+        h("th", { scope: "col" }, "Features"), sortHead("policy", "Policy"), sortHead("state", "State", "wide"),
+        sortHead("messages_ready", "Ready", "num wide"), sortHead("messages_unacknowledged", "Unacked", "num wide"),
+        sortHead("messages", "Total", "num"))),
+      h("tbody", {}, rows))),
+    res.page_count > 1 ? h("nav", { class: "pager", "aria-label": "Pages" },
+      h("button", { type: "button", id: "q-prev", disabled: res.page <= 1, onclick: go(res.page - 1) }, "Previous"),
+      h("span", {}, `Page ${res.page} of ${res.page_count}`),
+      h("button", { type: "button", id: "q-next", disabled: res.page >= res.page_count, onclick: go(res.page + 1) }, "Next")) : null);
+}
+
+// rerender redraws the current page and puts focus back on the control
+// (found by selector) that caused it, so keyboard users keep their place.
+async function rerender(focusSel) {
+  await render();
+  const el = focusSel && main.querySelector(focusSel);
+  if (el) {
+    el.focus();
+    if (el.setSelectionRange && el.value !== undefined) el.setSelectionRange(el.value.length, el.value.length);
+  }
+}
+
+// ---- one queue ----
+
+function kvTable(obj, id) {
+  const keys = Object.keys(obj || {});
+  if (!keys.length) return h("p", { id }, "None");
+  return h("table", { class: "kv", id }, h("tbody", {}, keys.sort().map(k =>
+    h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, typeof obj[k] === "object" ? JSON.stringify(obj[k]) : String(obj[k]))))));
+}
+
+const DEATH_COLS = ["count", "reason", "queue", "exchange", "routing-keys", "time"];
+
+function deathTable(deaths) {
+  return h("table", { class: "x-death" },
+    h("caption", {}, "x-death"),
+    h("thead", {}, h("tr", {}, DEATH_COLS.map(c => h("th", { scope: "col" }, c)))),
+    h("tbody", {}, deaths.map(d => h("tr", {}, DEATH_COLS.map(c => {
+      let v = d[c];
+      if (c === "time" && typeof v === "number") v = new Date(v * 1000).toISOString();
+      return h("td", { dataset: { col: c } }, Array.isArray(v) ? v.join(", ") : (v ?? ""));
+    })))));
+}
+
+function messageView(m, i) {
+  const props = { ...(m.properties || {}) };
+  const headers = { ...(props.headers || {}) };
+  delete props.headers;
+  const deaths = headers["x-death"];
+  delete headers["x-death"];
+  return h("article", { class: "message", "aria-label": `Message ${i + 1}` },
+    h("h3", {}, `Message ${i + 1}`, m.seq !== undefined ? ` (seq ${m.seq})` : ""),
+    h("p", {}, `Exchange “${m.exchange}”, routing key “${m.routing_key}”`, m.redelivered ? ", redelivered" : ""),
+    Array.isArray(deaths) && deaths.length ? deathTable(deaths) : null,
+    Object.keys(props).length ? [h("h4", {}, "Properties"), kvTable(props)] : null,
+    Object.keys(headers).length ? [h("h4", {}, "Headers"), kvTable(headers)] : null,
+    h("h4", {}, "Payload", m.payload_encoding === "base64" ? " (base64)" : ""),
+    h("pre", { class: "payload" }, m.payload));
+}
+
+async function queuePage(vhost, name) {
+  const path = `/queues/${enc(vhost)}/${enc(name)}`;
+  const q = await api("GET", path);
+  const peekBox = h("section", { "aria-labelledby": "peek-h", id: "peek" }, h("h2", { id: "peek-h" }, "Messages (peek: left in place)"));
+  const list = h("div", { id: "peek-list" });
+  let next = 0, shown = 0;
+  const more = h("button", { type: "button", id: "peek-more", hidden: true }, "Show more");
+  const load = async () => {
+    try {
+      const p = await api("GET", `${path}/peek?count=20` + (next ? `&from=${next}` : ""));
+      if (!p.messages.length && !shown) list.append(h("p", {}, "No ready messages."));
+      for (const m of p.messages) list.append(messageView(m, shown++));
+      next = p.next;
+      more.hidden = !next;
+      announce(`${shown} messages shown`);
+    } catch (e) { list.append(errorBox(e)); }
+  };
+  more.addEventListener("click", load);
+  peekBox.append(list, more);
+  setPage(`Queue ${name}`,
+    h("p", {}, h("a", { href: "#/queues" }, "← Queues")),
+    h("section", { "aria-labelledby": "det-h" }, h("h2", { id: "det-h" }, "Details"),
+      h("table", { class: "kv", id: "queue-details" }, h("tbody", {},
+        [["Virtual host", q.vhost], ["Type", q.type], ["Features", features(q)], ["State", q.state],
+         ["Policy", q.policy || "none"], ["Operator policy", q.operator_policy || "none"],
+         ["Messages", fmt(q.messages)], ["Ready", fmt(q.messages_ready)], ["Unacked", fmt(q.messages_unacknowledged)],
+         ["Consumers", fmt(q.consumers)]].map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v)))))),
+    h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(q.arguments, "queue-arguments")),
+    h("section", { "aria-labelledby": "pol-h" }, h("h2", { id: "pol-h" }, "Effective policy definition"), kvTable(q.effective_policy_definition, "queue-policy")),
+    peekBox);
+  await load();
+}
+
+// ---- policies ----
+
+async function policiesPage() {
+  const [pols, vhosts] = await Promise.all([api("GET", "/policies"), api("GET", "/vhosts?columns=name").catch(() => [{ name: "/" }])]);
+  const msg = h("div", { id: "policy-msg" });
+  const rows = pols.map(p => h("tr", { dataset: { policy: p.name, vhost: p.vhost } },
+    h("td", { class: "wide" }, p.vhost), h("th", { scope: "row" }, p.name), h("td", {}, p.pattern),
+    h("td", { class: "wide" }, p["apply-to"]), h("td", {}, h("pre", {}, JSON.stringify(p.definition))), h("td", { class: "num" }, p.priority),
+    h("td", {}, h("button", { type: "button", "aria-label": `Delete policy ${p.name}`, onclick: async () => {
+      if (!confirm(`Delete policy ${p.name}?`)) return;
+      try {
+        await api("DELETE", `/policies/${enc(p.vhost)}/${enc(p.name)}`);
+        announce(`Policy ${p.name} deleted`);
+        await rerender();
+      } catch (e) { msg.replaceChildren(errorBox(e)); }
+    } }, "Delete"))));
+  const f = {
+    vhost: h("select", { id: "p-vhost" }, vhosts.map(v => h("option", { value: v.name }, v.name))),
+    name: h("input", { id: "p-name", required: true }),
+    pattern: h("input", { id: "p-pattern", required: true, placeholder: "^orders\\." }),
+    applyTo: h("select", { id: "p-apply" }, ["all", "queues", "exchanges"].map(v => h("option", { value: v }, v))),
+    priority: h("input", { id: "p-priority", type: "number", value: "0" }),
+    definition: h("textarea", { id: "p-definition", rows: 4, required: true, placeholder: '{"dead-letter-exchange": "dlx"}', "aria-describedby": "p-def-help" }),
+  };
+  const form = h("form", { class: "stack", id: "policy-form", onsubmit: async ev => {
+    ev.preventDefault();
+    let def;
+    try { def = JSON.parse(f.definition.value); } catch (e) { msg.replaceChildren(errorBox("Definition is not valid JSON: " + e.message)); f.definition.focus(); return; }
+    try {
+      await api("PUT", `/policies/${enc(f.vhost.value)}/${enc(f.name.value)}`,
+        { pattern: f.pattern.value, "apply-to": f.applyTo.value, priority: Number(f.priority.value) || 0, definition: def });
+      announce(`Policy ${f.name.value} saved`);
+      await rerender();
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  } },
+    h("label", { for: "p-vhost" }, "Virtual host", f.vhost),
+    h("label", { for: "p-name" }, "Name", f.name),
+    h("label", { for: "p-pattern" }, "Pattern (regular expression)", f.pattern),
+    h("label", { for: "p-apply" }, "Apply to", f.applyTo),
+    h("label", { for: "p-priority" }, "Priority", f.priority),
+    h("label", { for: "p-definition" }, "Definition (JSON object)", f.definition),
+    h("small", { id: "p-def-help" }, "e.g. {\"dead-letter-exchange\": \"dlx\", \"message-ttl\": 60000}"),
+    msg,
+    h("div", {}, h("button", { type: "submit", class: "primary" }, "Add / update policy")));
+  setPage("Policies",
+    h("div", { class: "table-wrap" }, h("table", { id: "policies" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "wide" }, "Virtual host"), h("th", { scope: "col" }, "Name"),
+        h("th", { scope: "col" }, "Pattern"), h("th", { scope: "col", class: "wide" }, "Apply to"), h("th", { scope: "col" }, "Definition"),
+        h("th", { scope: "col", class: "num" }, "Priority"), h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7 }, "No policies."))))),
+    h("section", { "aria-labelledby": "add-h" }, h("h2", { id: "add-h" }, "Add or update a policy"), form));
+}
+
+// ---- routing ----
+
+let rendering = 0;
+
+// render draws the page the hash names; a newer render supersedes an
+// older one still waiting for the API.
+async function render() {
+  const mine = ++rendering;
+  const user = sessionStorage.getItem(USER);
+  document.getElementById("nav").hidden = !user;
+  document.getElementById("logout").hidden = !user;
+  document.getElementById("who").textContent = user ? `User: ${user}` : "";
+  const parts = location.hash.replace(/^#\/?/, "").split("/");
+  if (!user) { loginPage(); return; }
+  try {
+    switch (parts[0]) {
+      case "queues": await queuesPage(); break;
+      case "queue": await queuePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
+      case "policies": await policiesPage(); break;
+      case "login": location.hash = "#/overview"; return;
+      default: await overviewPage();
+    }
+  } catch (e) {
+    if (mine === rendering && sessionStorage.getItem(USER)) setPage("Error", errorBox(e));
+  }
+  if (mine === rendering) main.dataset.loaded = location.hash;
+}
+
+document.getElementById("logout").addEventListener("click", logout);
+window.addEventListener("hashchange", () => { render().then(() => main.focus({ preventScroll: true })); });
+render();

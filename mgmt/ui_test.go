@@ -1,0 +1,250 @@
+package mgmt_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// browser starts headless Chromium for a test at 1280×800, or skips the
+// test when Chromium is not installed (.ci/run installs it). The browser
+// is stopped when the test ends.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("chromium not installed (%s: %v); apt-get install chromium to run the UI tests", chromiumPath, err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath),
+		chromedp.NoSandbox, // the tests may run as root
+		chromedp.WindowSize(1280, 800),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	)
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	tctx, tcancel := context.WithTimeout(ctx, 40*time.Second)
+	t.Cleanup(func() {
+		// Not chromedp.Cancel: its Browser.close waited forever here.
+		// Cancelling the allocator kills Chromium and waits for it.
+		tcancel()
+		cancel()
+		acancel()
+	})
+	// The page's console and uncaught errors go to the test log.
+	chromedp.ListenTarget(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			var args []string
+			for _, a := range ev.Args {
+				args = append(args, string(a.Value)+a.Description)
+			}
+			t.Logf("console.%s: %s", ev.Type, strings.Join(args, " "))
+		case *runtime.EventExceptionThrown:
+			t.Logf("page error: %s", ev.ExceptionDetails.Error())
+		}
+	})
+	if err := chromedp.Run(tctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return tctx
+}
+
+// screenshot writes the page as name.png under $BROKERD_UI_SCREENSHOTS
+// (nothing when it is unset).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("BROKERD_UI_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	var buf []byte
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&buf, 100)); err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// until runs actions and fails the test with what it was waiting for.
+func until(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action) {
+	t.Helper()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// setValue sets a form control's value as a script would (no input
+// event), to clear it before typing.
+func setValue(sel, value string) chromedp.Action {
+	q, _ := json.Marshal(sel)
+	v, _ := json.Marshal(value)
+	return chromedp.Evaluate("document.querySelector("+string(q)+").value = "+string(v), nil)
+}
+
+// poll waits until the JavaScript expression is true in the page.
+func poll(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	var ok bool
+	until(t, ctx, what, chromedp.Poll(expr, &ok, chromedp.WithPollingTimeout(20*time.Second)))
+}
+
+func TestUIServesPagesWithoutAuth(t *testing.T) {
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	for path, want := range map[string]string{"/": "text/html", "/ui/app.js": "javascript", "/ui/style.css": "text/css"} {
+		r, err := http.Get(root + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 || !strings.Contains(r.Header.Get("Content-Type"), want) || len(body) == 0 {
+			t.Errorf("GET %s: %d %q, %d bytes", path, r.StatusCode, r.Header.Get("Content-Type"), len(body))
+		}
+	}
+	for _, path := range []string{"/ui/nope.js", "/ui/..%2Fui.go", "/nope"} {
+		r, err := http.Get(root + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", path, r.StatusCode)
+		}
+	}
+	a.as("guest", "wrong", "GET", "/overview", nil) // the API still needs credentials
+	if r := a.as("guest", "wrong", "GET", "/overview", nil); r.status != 401 {
+		t.Errorf("API without valid credentials: %d", r.status)
+	}
+}
+
+// The acceptance walk through the UI in Chromium: a wrong password is
+// refused with the API's message; the overview; the queues list shows the
+// work queue's DLX badge and the DLQ's depth; the DLQ's page shows the
+// dead letter's x-death as a table; a policy made in the UI (after one the
+// API refuses, its message shown) applies to a queue.
+func TestUIBrowser(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/queues/%2F/orders.dlq", map[string]any{"durable": true})
+	a.must(201, "PUT", "/queues/%2F/orders", map[string]any{"durable": true,
+		"arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq", "x-message-ttl": 60000}})
+	a.must(201, "PUT", "/queues/%2F/plain", map[string]any{"durable": true})
+	a.must(200, "POST", "/exchanges/%2F/amq.default/publish", map[string]any{
+		"properties": map[string]any{"delivery_mode": 2}, "routing_key": "orders", "payload": "order 7", "payload_encoding": "string"})
+	a.must(200, "POST", "/queues/%2F/orders/get", map[string]any{"count": 1, "ackmode": "reject_requeue_false", "encoding": "auto"})
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/orders.dlq", nil).object(t)["messages"] == 1.0 })
+
+	// A wrong password: the API's reason shows.
+	refused := a.as("guest", "wrong", "GET", "/whoami", nil)
+	var ref struct{ Reason string }
+	if err := json.Unmarshal(refused.body, &ref); err != nil || refused.status != 401 || ref.Reason == "" {
+		t.Fatalf("whoami with a wrong password: %d %s", refused.status, refused.body)
+	}
+	var shown string
+	until(t, ctx, "wrong password",
+		chromedp.Navigate(root+"/"),
+		chromedp.WaitVisible("#username", chromedp.ByQuery),
+		chromedp.SendKeys("#username", "guest", chromedp.ByQuery),
+		chromedp.SendKeys("#password", "wrong", chromedp.ByQuery),
+		chromedp.Click(`#login button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#login-error .error", chromedp.ByQuery),
+		chromedp.Text("#login-error .error", &shown, chromedp.ByQuery))
+	if shown != ref.Reason {
+		t.Errorf("wrong password shows %q, want the API's %q", shown, ref.Reason)
+	}
+	screenshot(t, ctx, "login-refused")
+
+	until(t, ctx, "log in",
+		setValue("#password", ""),
+		chromedp.SendKeys("#password", "guest", chromedp.ByQuery),
+		chromedp.Click(`#login button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#ov-queues", chromedp.ByQuery))
+	poll(t, ctx, "overview totals", `document.querySelector("#ov-queues").textContent === "3" && document.querySelector("#ov-messages").textContent === "1"`)
+	screenshot(t, ctx, "overview")
+
+	until(t, ctx, "queues list", chromedp.Click(`a[href="#/queues"]`, chromedp.ByQuery))
+	poll(t, ctx, "DLQ depth", `document.querySelector('tr[data-queue="orders.dlq"] td.messages')?.textContent === "1"`)
+	var badges string
+	until(t, ctx, "badges", chromedp.Text(`tr[data-queue="orders"] td.features`, &badges, chromedp.ByQuery))
+	for _, b := range []string{"D", "TTL", "DLX", "DLK"} {
+		if !strings.Contains(" "+strings.Join(strings.Fields(badges), " ")+" ", " "+b+" ") && !strings.Contains(badges, b) {
+			t.Errorf("orders badges %q lack %s", badges, b)
+		}
+	}
+	screenshot(t, ctx, "queues")
+
+	// Filtering asks the API for matching names.
+	until(t, ctx, "filter", chromedp.SendKeys("#q-filter", "dlq", chromedp.ByQuery))
+	poll(t, ctx, "filtered list", `document.querySelectorAll("#queues tbody tr").length === 1 && !!document.querySelector('tr[data-queue="orders.dlq"]')`)
+
+	until(t, ctx, "open the DLQ", chromedp.Click(`tr[data-queue="orders.dlq"] a`, chromedp.ByQuery),
+		chromedp.WaitVisible(".x-death", chromedp.ByQuery))
+	var reason, from, count, payload string
+	until(t, ctx, "x-death",
+		chromedp.Text(`.x-death td[data-col="reason"]`, &reason, chromedp.ByQuery),
+		chromedp.Text(`.x-death td[data-col="queue"]`, &from, chromedp.ByQuery),
+		chromedp.Text(`.x-death td[data-col="count"]`, &count, chromedp.ByQuery),
+		chromedp.Text(`.message .payload`, &payload, chromedp.ByQuery))
+	if reason != "rejected" || from != "orders" || count != "1" || payload != "order 7" {
+		t.Errorf("x-death shown: reason %q queue %q count %q payload %q", reason, from, count, payload)
+	}
+	screenshot(t, ctx, "queue-dlq")
+
+	// A policy the API refuses shows its message; a good one applies.
+	bad := map[string]any{"pattern": "^plain$", "apply-to": "queues", "definition": map[string]any{"max-length": "many"}}
+	var badRef struct{ Reason string }
+	if r := a.do("PUT", "/policies/%2F/ui-probe", bad); r.status != 400 || json.Unmarshal(r.body, &badRef) != nil {
+		t.Fatalf("API accepted a bad policy: %d %s", r.status, r.body)
+	}
+	until(t, ctx, "policies page", chromedp.Click(`a[href="#/policies"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#policy-form", chromedp.ByQuery),
+		chromedp.SendKeys("#p-name", "dlx-pol", chromedp.ByQuery),
+		chromedp.SendKeys("#p-pattern", "^plain$", chromedp.ByQuery),
+		setValue("#p-apply", "queues"),
+		chromedp.SendKeys("#p-definition", `{"max-length": "many"}`, chromedp.ByQuery),
+		chromedp.Click(`#policy-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#policy-msg .error", chromedp.ByQuery),
+		chromedp.Text("#policy-msg .error", &shown, chromedp.ByQuery))
+	if strings.Join(strings.Fields(shown), " ") != strings.Join(strings.Fields(badRef.Reason), " ") {
+		t.Errorf("refused policy shows %q, want the API's %q", shown, badRef.Reason)
+	}
+	until(t, ctx, "add a policy",
+		setValue("#p-definition", ""),
+		chromedp.SendKeys("#p-definition", `{"dead-letter-exchange": "dlx"}`, chromedp.ByQuery),
+		chromedp.Click(`#policy-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-policy="dlx-pol"]`, chromedp.ByQuery))
+	screenshot(t, ctx, "policies")
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/plain", nil).object(t)["policy"] == "dlx-pol" })
+	until(t, ctx, "queues after the policy", chromedp.Click(`a[href="#/queues"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#q-filter", chromedp.ByQuery),
+		setValue("#q-filter", ""),
+		chromedp.SendKeys("#q-filter", "plain", chromedp.ByQuery))
+	poll(t, ctx, "policy column", `(() => { const r = document.querySelector('tr[data-queue="plain"]');
+		return !!r && r.querySelector("td.policy").textContent === "dlx-pol" && r.querySelector("td.features").textContent.includes("DLX"); })()`)
+
+	// Phone width: the list still fits.
+	until(t, ctx, "phone width", chromedp.EmulateViewport(390, 844))
+	var overflow bool
+	until(t, ctx, "no horizontal scroll", chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow))
+	if overflow {
+		t.Errorf("queues page scrolls sideways at phone width")
+	}
+	screenshot(t, ctx, "queues-phone")
+}

@@ -65,7 +65,7 @@ type latestDeath struct {
 func readLatestDeath(h amqp.Table) latestDeath {
 	var d latestDeath
 	if v, ok := h.Get(RedrivenCountHeader); ok {
-		d.redriveCnt = intOf(v)
+		d.redriveCnt, _ = asInt(v) // 0 when not an integer
 	}
 	v, ok := h.Get("x-death")
 	if !ok {
@@ -114,26 +114,6 @@ func strOf(t amqp.Table, key string) (string, bool) {
 		return string(s), true
 	}
 	return "", false
-}
-
-func intOf(v any) int64 {
-	switch n := v.(type) {
-	case int8:
-		return int64(n)
-	case uint8:
-		return int64(n)
-	case int16:
-		return int64(n)
-	case uint16:
-		return int64(n)
-	case int32:
-		return int64(n)
-	case uint32:
-		return int64(n)
-	case int64:
-		return n
-	}
-	return 0
 }
 
 // Redrive moves up to opts.Max ready messages of queue, from the head in

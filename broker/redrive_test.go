@@ -207,22 +207,7 @@ func TestRedriveCrash(t *testing.T) {
 	e.b.Crash()
 	<-done
 	_, ch := e.b.Channel(t)
-	seen := map[string]string{}
-	for _, q := range []string{"src", "dlq"} {
-		for {
-			d, ok, err := ch.Get(q, true)
-			if err != nil {
-				t.Fatalf("get %q: %v", q, err)
-			}
-			if !ok {
-				break
-			}
-			if prev, dup := seen[string(d.Body)]; dup {
-				t.Fatalf("%q in %q and %q", d.Body, prev, q)
-			}
-			seen[string(d.Body)] = q
-		}
-	}
+	seen := drainOnce(t, ch, "src", "dlq")
 	for _, b := range bodies {
 		if _, ok := seen[b]; !ok {
 			t.Fatalf("%q lost (have %d of %d)", b, len(seen), n)
@@ -328,22 +313,7 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 	}
 
 	_, ch := e.b.Channel(t)
-	seen := map[string]string{}
-	for _, q := range []string{"src", "dlq"} {
-		for {
-			d, ok, err := ch.Get(q, true)
-			if err != nil {
-				t.Fatalf("get %q: %v", q, err)
-			}
-			if !ok {
-				break
-			}
-			if prev, dup := seen[string(d.Body)]; dup {
-				t.Fatalf("%q in %q and %q", d.Body, prev, q)
-			}
-			seen[string(d.Body)] = q
-		}
-	}
+	seen := drainOnce(t, ch, "src", "dlq")
 	if len(seen) != n {
 		t.Fatalf("%d messages after the crash, want %d: %v", len(seen), n, seen)
 	}
@@ -372,4 +342,27 @@ func TestRedriveFiltersPastPagedMessages(t *testing.T) {
 	e.get("src", rdBodies("a", 11)...)
 	e.get("dlq", "a11", "a12")
 	e.getEmpty("dlq")
+}
+
+// drainOnce gets every message of queues and fails the test if a body is
+// in two places; it returns where each body was.
+func drainOnce(t *testing.T, ch *amqp091.Channel, queues ...string) map[string]string {
+	t.Helper()
+	seen := map[string]string{}
+	for _, q := range queues {
+		for {
+			d, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatalf("get %q: %v", q, err)
+			}
+			if !ok {
+				break
+			}
+			if prev, dup := seen[string(d.Body)]; dup {
+				t.Fatalf("%q in %q and %q", d.Body, prev, q)
+			}
+			seen[string(d.Body)] = q
+		}
+	}
+	return seen
 }

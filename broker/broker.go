@@ -130,6 +130,7 @@ type Broker struct {
 	// none (Options.ConsumerTimeout, SetConsumerTimeout).
 	consumerTimeoutMs atomic.Int64
 	wg                sync.WaitGroup
+	redrives          redrives // background redrive tasks
 }
 
 // Open starts a broker over opts.Store, recovering its durable state; on
@@ -204,11 +205,19 @@ func Open(opts Options) (*Broker, error) {
 		b.timers.Close()
 		return nil, err
 	}
+	resume, err := b.recoverRedrives()
+	if err != nil {
+		b.timers.Close()
+		return nil, fmt.Errorf("recover redrive tasks: %w", err)
+	}
 	b.wg.Add(2)
 	go b.every(opts.BacklogRetry, b.retryAllBacklogs)
 	go b.every(opts.ConsumerTimeoutCheck, b.checkConsumerTimeouts)
 	if opts.PageWindow > 0 {
 		b.startHorizon()
+	}
+	for _, t := range resume {
+		b.launchRedrive(t)
 	}
 	return b, nil
 }

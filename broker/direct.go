@@ -19,9 +19,10 @@ import (
 // A Direct is for one caller at a time; Close releases what it holds
 // (messages it got and did not settle go back to their queues).
 type Direct struct {
-	c   *conn
-	ch  *channel
-	out directOut
+	c        *conn
+	ch       *channel
+	out      directOut
+	asBroker bool // opened with no user: every permission
 }
 
 // Reply is a method a Direct received, with its content for basic.get-ok.
@@ -95,7 +96,7 @@ func (b *Broker) OpenDirect(name, vhost string) (*Direct, error) {
 			return nil, &AccessError{Msg: fmt.Sprintf("access to vhost '%s' refused for user '%s'", vhost, name)}
 		}
 	}
-	d := &Direct{}
+	d := &Direct{asBroker: name == ""}
 	d.c = &conn{b: b, vhost: v, userName: u.name, channels: map[uint16]*channel{}, done: make(chan struct{})}
 	d.c.user.Store(u)
 	d.c.perm.Store(perm)

@@ -120,7 +120,8 @@ func strOf(t amqp.Table, key string) (string, bool) {
 // delivery order, that match the filters: each to its origin queue (put
 // directly into it, not routed) or, with opts.Exchange set, routed
 // through that exchange with opts.RoutingKey. x-death stays; the header
-// x-redriven-count is incremented.
+// x-redriven-count is incremented. It returns when done; StartRedrive
+// runs the same moves as a task.
 //
 // Each move is one store batch, as dead-lettering is (planDeadLetterLocked):
 // the target entries are put and the source entry deleted together, the
@@ -139,38 +140,27 @@ func strOf(t amqp.Table, key string) (string, bool) {
 // unknown vhost, queue or exchange.
 func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
-	v := b.VHost(vhost)
-	if v == nil {
-		return res, notFoundf("no vhost '%s'", vhost)
-	}
-	toX := opts.ToExchange || opts.Exchange != ""
-	v.mu.RLock()
-	q := v.queues[queue]
-	_, xok := v.exchanges[opts.Exchange]
-	v.mu.RUnlock()
-	if q == nil {
-		return res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
-	}
-	if toX && !xok {
-		return res, notFoundf("no exchange '%s' in vhost '%s'", opts.Exchange, vhost)
+	q, toX, err := b.redriveSource(RedriveSpec{VHost: vhost, Queue: queue, RedriveOptions: opts})
+	if err != nil {
+		return res, err
 	}
 	want := opts.Max
 	if want <= 0 {
 		want = int(^uint(0) >> 1)
 	}
-	skip := map[*entry]bool{} // examined and left in place
-	for res.Moved+res.Failed < want {
-		progressed, wait, gone, err := b.redriveChunk(q, toX, opts, want-res.Moved-res.Failed, skip, &res)
+	run := &redriveRun{b: b, q: q, toX: toX, opts: opts, skip: map[uint64]bool{}}
+	for run.res.Moved+run.res.Failed < want {
+		progressed, wait, gone, err := run.chunk(want - run.res.Moved - run.res.Failed)
 		if err != nil {
-			return res, fmt.Errorf("redrive queue '%s' in vhost '%s': %w", queue, vhost, err)
+			return run.res, fmt.Errorf("redrive queue '%s' in vhost '%s': %w", queue, vhost, err)
 		}
 		if gone {
-			return res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
+			return run.res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 		}
 		if wait != nil {
 			<-wait.done // the head is being read back from the store
 			if wait.err != nil {
-				return res, fmt.Errorf("redrive queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, wait.err)
+				return run.res, fmt.Errorf("redrive queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, wait.err)
 			}
 			continue
 		}
@@ -179,16 +169,29 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 		}
 	}
 	q.mu.Lock()
-	res.Remaining = q.ready.Len()
+	run.res.Remaining = q.ready.Len()
 	q.mu.Unlock()
-	return res, nil
+	return run.res, nil
 }
 
-// redriveChunk makes up to min(n, redriveChunk) moves under one hold of
-// q's lock. It reports whether it examined any message, a read to wait
-// for when the resident messages are exhausted but paged ones remain, and
-// whether q is gone.
-func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, skip map[*entry]bool, res *RedriveResult) (progressed bool, wait *fillWait, gone bool, err error) {
+// redriveRun is one redrive's scan of its source queue: a synchronous
+// Redrive's or a task's (then its record rides in each move's batch).
+type redriveRun struct {
+	b    *Broker
+	q    *Queue
+	toX  bool
+	opts RedriveOptions
+	task *redriveTask    // nil for Redrive
+	skip map[uint64]bool // seqs examined and left in place
+	res  RedriveResult
+}
+
+// chunk makes up to min(n, redriveChunk) moves under one hold of the
+// source queue's lock. It reports whether it examined any message, a read
+// to wait for when the resident messages are exhausted but paged ones
+// remain, and whether the queue is gone.
+func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, err error) {
+	b, q, opts, res := r.b, r.q, r.opts, &r.res
 	n = min(n, redriveChunk)
 	var txns []*txn
 	q.mu.Lock()
@@ -203,7 +206,7 @@ func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, sk
 	}
 	now := b.now()
 	for n > 0 {
-		e, l := q.redriveCandidateLocked(skip)
+		e, l := q.redriveCandidateLocked(r.skip)
 		if e == nil && l != nil {
 			if l.Filling { // a read of it is under way: wait for it
 				return progressed, q.fillWaitLocked(), false, nil
@@ -223,23 +226,28 @@ func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, sk
 		h := e.EffectiveHeader()
 		props, err := amqp.DecodeProperties(h.Props)
 		if err != nil {
-			skip[e] = true
+			r.skip[e.Seq] = true
 			continue
 		}
 		d := readLatestDeath(props.Headers)
 		if (opts.Reason != "" && d.reason != opts.Reason) ||
 			(opts.SourceQueue != "" && d.queue != opts.SourceQueue) ||
 			(opts.MinAge > 0 && (!d.hasTime || now.Sub(d.time) < opts.MinAge)) {
-			skip[e] = true
+			r.skip[e.Seq] = true
 			continue
 		}
 		n--
 		t := b.newTxn()
-		if why := q.planRedriveLocked(t, e, props, d, toX, opts); why != "" {
-			skip[e] = true
+		if why := q.planRedriveLocked(t, e, props, d, r.toX, opts); why != "" {
+			r.skip[e.Seq] = true
+			f := RedriveFailure{Seq: e.Seq, Reason: why}
 			res.Failed++
-			res.Failures = append(res.Failures, RedriveFailure{Seq: e.Seq, Reason: why})
-			t.apply(nil) // releases the vhost lock; the batch is empty
+			if r.task != nil {
+				r.task.noteFailure(t, f)
+			} else {
+				res.Failures = append(res.Failures, f)
+			}
+			t.apply(nil) // releases the vhost lock; only a task's records are written
 			continue
 		}
 		if q.ready.Front() == e {
@@ -247,6 +255,9 @@ func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, sk
 			e.state = stGone
 		} else {
 			q.removeReadyLocked(e)
+		}
+		if r.task != nil {
+			r.task.noteMove(t)
 		}
 		t.apply(nil)
 		txns = append(txns, t)
@@ -259,11 +270,11 @@ func (b *Broker) redriveChunk(q *Queue, toX bool, opts RedriveOptions, n int, sk
 // delivery order not in skip or, where every resident message before it
 // is in skip, the level whose paged middle comes next (its tail and the
 // lower levels are behind that middle in delivery order).
-func (q *Queue) redriveCandidateLocked(skip map[*entry]bool) (*entry, *level) {
+func (q *Queue) redriveCandidateLocked(skip map[uint64]bool) (*entry, *level) {
 	for i := q.ready.Levels() - 1; i >= 0; i-- {
 		l := q.ready.Level(uint8(i))
 		for j := 0; j < l.Head.Len(); j++ {
-			if e := l.Head.At(j); e.Ready() && !skip[e] {
+			if e := l.Head.At(j); e.Ready() && !skip[e.Seq] {
 				return e, nil
 			}
 		}
@@ -271,7 +282,7 @@ func (q *Queue) redriveCandidateLocked(skip map[*entry]bool) (*entry, *level) {
 			return nil, l
 		}
 		for j := 0; j < l.Tail.Len(); j++ {
-			if e := l.Tail.At(j); e.Ready() && !skip[e] {
+			if e := l.Tail.At(j); e.Ready() && !skip[e.Seq] {
 				return e, nil
 			}
 		}
@@ -403,4 +414,23 @@ func (d *Direct) Redrive(queue string, opts RedriveOptions) (RedriveResult, erro
 		opts.allow = func(q string) bool { return d.c.checkPerm(permWrite, "queue", q) == nil }
 	}
 	return d.c.b.Redrive(d.c.vhost.Name, queue, opts)
+}
+
+// StartRedrive is Broker.StartRedrive as this Direct's user may do it, in
+// its vhost, with the permissions Redrive checks; the task keeps checking
+// them as that user (write on each origin queue), also after a restart.
+func (d *Direct) StartRedrive(queue string, opts RedriveOptions, rate float64) (string, error) {
+	if aerr := d.c.checkPerm(permRead, "queue", queue); aerr != nil {
+		return "", aerr
+	}
+	if opts.ToExchange || opts.Exchange != "" {
+		if aerr := d.c.checkPerm(permWrite, "exchange", opts.Exchange); aerr != nil {
+			return "", aerr
+		}
+	}
+	user := d.c.userName
+	if d.asBroker {
+		user = ""
+	}
+	return d.c.b.StartRedrive(RedriveSpec{VHost: d.c.vhost.Name, Queue: queue, User: user, RedriveOptions: opts, Rate: rate})
 }

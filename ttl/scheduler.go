@@ -22,6 +22,9 @@ type ClockTimer interface {
 	Reset(d time.Duration) bool
 }
 
+// RealClock is the wall clock: time.Now and time.NewTimer.
+var RealClock Clock = realClock{}
+
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }

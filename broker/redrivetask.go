@@ -1,0 +1,618 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/ttl"
+)
+
+// A redrive task runs a redrive in the background: paced by a rate,
+// listed and watched while it runs, cancelled, and resumed after a
+// restart. Its record (metaRedrive) is rewritten in the same store batch
+// as each move, so the counts it reports after a crash are exactly the
+// moves that survived it; each failure is recorded with its message's
+// seq (metaRedriveFailure), so a resumed task neither retries nor
+// recounts a message that already failed.
+
+// Redrive task states.
+const (
+	RedriveRunning   = "running"
+	RedriveFinished  = "finished"  // every matching message examined, or Max reached
+	RedriveCancelled = "cancelled" // by CancelRedrive
+	RedriveFailed    = "failed"    // the source queue was deleted, or the task could not run
+)
+
+const (
+	metaRedrive        = "t/" // on-disk format; never renumber
+	metaRedriveFailure = "f/" // on-disk format; never renumber
+
+	// redriveListedFailures bounds the failures a task lists with their
+	// seq; all are counted, by reason too.
+	redriveListedFailures = 100
+	// redriveKeptTasks bounds the ended tasks kept for listing; the
+	// oldest are forgotten first.
+	redriveKeptTasks = 100
+	// redrivePaceSlice is how much of a second's rate a paced task moves
+	// under one hold of the queue lock.
+	redrivePaceSlice = 20
+)
+
+// RedriveSpec is what a redrive task does.
+type RedriveSpec struct {
+	VHost, Queue string
+	// User is whose permissions the task runs with, checked again when
+	// it resumes after a restart; "" is the broker itself.
+	User string
+	RedriveOptions
+	// Rate is the most messages examined per second (moved or failed);
+	// 0 or less is unpaced.
+	Rate float64
+}
+
+// RedriveTask is a snapshot of a redrive task.
+type RedriveTask struct {
+	ID string
+	RedriveSpec
+	State    string
+	Moved    int64
+	Failed   int64
+	Failures []RedriveFailure // the first redriveListedFailures, in order
+	// FailureReasons counts every failure by its reason.
+	FailureReasons map[string]int64
+	// Remaining is the ready messages in the source queue: now while the
+	// task runs, when it ended otherwise.
+	Remaining int64
+	Error     string // why a failed task failed
+	Created   time.Time
+	Ended     time.Time // zero while running
+}
+
+// redriveTask is a task's live state. mu guards the fields below it; it
+// is a leaf lock, taken under the source queue's lock by each move, so it
+// is never held while a queue lock is taken. The task's goroutine is the
+// only writer of the counters.
+type redriveTask struct {
+	id     string
+	spec   RedriveSpec
+	cancel chan struct{} // closed by CancelRedrive
+	done   chan struct{} // closed when the goroutine has exited
+
+	mu         sync.Mutex
+	state      string
+	moved      int64
+	failed     int64
+	failures   []RedriveFailure
+	reasons    map[string]int64
+	remaining  int64
+	errText    string
+	created    time.Time
+	ended      time.Time
+	failedSeqs map[uint64]bool // messages that failed: never examined again
+	q          *Queue          // the source, while running
+	cancelOnce sync.Once
+}
+
+// redriveRecord is a task's stored record (JSON after the version byte).
+type redriveRecord struct {
+	VHost       string           `json:"vhost"`
+	Queue       string           `json:"queue"`
+	User        string           `json:"user"`
+	Max         int              `json:"max,omitempty"`
+	ToExchange  bool             `json:"to_exchange,omitempty"`
+	Exchange    string           `json:"exchange,omitempty"`
+	RoutingKey  string           `json:"routing_key,omitempty"`
+	Reason      string           `json:"reason,omitempty"`
+	SourceQueue string           `json:"source_queue,omitempty"`
+	MinAgeMS    int64            `json:"min_age_ms,omitempty"`
+	Rate        float64          `json:"rate,omitempty"`
+	State       string           `json:"state"`
+	Moved       int64            `json:"moved"`
+	Failed      int64            `json:"failed"`
+	Failures    []RedriveFailure `json:"failures,omitempty"`
+	Reasons     map[string]int64 `json:"reasons,omitempty"`
+	Remaining   int64            `json:"remaining"`
+	Error       string           `json:"error,omitempty"`
+	Created     int64            `json:"created_ms"`
+	Ended       int64            `json:"ended_ms,omitempty"`
+}
+
+// recordLocked encodes the task's record. Caller holds t.mu.
+func (t *redriveTask) recordLocked() store.MetaOp {
+	s := t.spec
+	r := redriveRecord{
+		VHost: s.VHost, Queue: s.Queue, User: s.User, Max: s.Max,
+		ToExchange: s.ToExchange, Exchange: s.Exchange, RoutingKey: s.RoutingKey,
+		Reason: s.Reason, SourceQueue: s.SourceQueue, MinAgeMS: s.MinAge.Milliseconds(), Rate: s.Rate,
+		State: t.state, Moved: t.moved, Failed: t.failed, Failures: t.failures, Reasons: t.reasons,
+		Remaining: t.remaining, Error: t.errText, Created: t.created.UnixMilli(),
+	}
+	if !t.ended.IsZero() {
+		r.Ended = t.ended.UnixMilli()
+	}
+	v, err := json.Marshal(r)
+	if err != nil { // a struct of strings, numbers and maps of them
+		panic(fmt.Sprintf("encode redrive task: %v", err))
+	}
+	return store.MetaOp{Key: metaKey(metaRedrive, t.id), Value: append([]byte{metaVersion}, v...)}
+}
+
+func failureKey(id string, seq uint64) string {
+	return metaKey(metaRedriveFailure, id, fmt.Sprintf("%016x", seq))
+}
+
+// snapshot returns the task as it is now.
+func (t *redriveTask) snapshot() RedriveTask {
+	t.mu.Lock()
+	q := t.q
+	t.mu.Unlock()
+	live := int64(-1)
+	if q != nil { // t.mu is a leaf lock, taken under queue locks
+		q.mu.Lock()
+		live = int64(q.ready.Len())
+		q.mu.Unlock()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rem := t.remaining
+	if t.state == RedriveRunning && live >= 0 {
+		rem = live
+	}
+	return RedriveTask{
+		ID: t.id, RedriveSpec: t.spec, State: t.state, Moved: t.moved, Failed: t.failed,
+		Failures: slices.Clone(t.failures), FailureReasons: cloneCounts(t.reasons),
+		Remaining: rem, Error: t.errText, Created: t.created, Ended: t.ended,
+	}
+}
+
+func cloneCounts(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// redrives is the broker's set of tasks; guarded by its mu.
+type redrives struct {
+	mu    sync.Mutex
+	tasks map[string]*redriveTask
+}
+
+// StartRedrive starts a redrive task and returns its id; the task runs
+// until every matching ready message of the queue has been examined once
+// (or spec.Max of them), moving each as Redrive does. The queue (and the
+// exchange, when one is named) must exist: the error wraps ErrNotFound
+// otherwise, or is an *InvalidError for a bad spec. The task's record is
+// durable before StartRedrive returns.
+func (b *Broker) StartRedrive(spec RedriveSpec) (string, error) {
+	if spec.Max < 0 || spec.MinAge < 0 || spec.Rate < 0 {
+		return "", &InvalidError{Msg: "max, min_age and rate must not be negative"}
+	}
+	if _, _, err := b.redriveSource(spec); err != nil {
+		return "", err
+	}
+	var raw [8]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("redrive task id: %w", err)
+	}
+	t := newRedriveTask(hex.EncodeToString(raw[:]), spec, b.now())
+	t.mu.Lock()
+	w := b.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
+	t.mu.Unlock()
+	if err := w.waitErr(); err != nil {
+		return "", err
+	}
+	if !b.launchRedrive(t) {
+		return "", fmt.Errorf("start redrive: broker closed")
+	}
+	return t.id, nil
+}
+
+func newRedriveTask(id string, spec RedriveSpec, now time.Time) *redriveTask {
+	return &redriveTask{
+		id: id, spec: spec, cancel: make(chan struct{}), done: make(chan struct{}),
+		state: RedriveRunning, reasons: map[string]int64{}, created: now,
+		failedSeqs: map[uint64]bool{},
+	}
+}
+
+// launchRedrive registers t and starts its goroutine, one of those Close
+// waits for; false once the broker is closing.
+func (b *Broker) launchRedrive(t *redriveTask) bool {
+	b.mu.RLock()
+	closed := b.closed
+	if !closed {
+		b.wg.Add(1)
+	}
+	b.mu.RUnlock()
+	b.redrives.mu.Lock()
+	if b.redrives.tasks == nil {
+		b.redrives.tasks = map[string]*redriveTask{}
+	}
+	b.redrives.tasks[t.id] = t
+	b.redrives.mu.Unlock()
+	if closed {
+		close(t.done)
+		return false
+	}
+	go b.runRedrive(t)
+	return true
+}
+
+// redriveSource finds the task's queue and checks its exchange.
+func (b *Broker) redriveSource(spec RedriveSpec) (*Queue, bool, error) {
+	v := b.VHost(spec.VHost)
+	if v == nil {
+		return nil, false, notFoundf("no vhost '%s'", spec.VHost)
+	}
+	toX := spec.ToExchange || spec.Exchange != ""
+	v.mu.RLock()
+	q := v.queues[spec.Queue]
+	_, xok := v.exchanges[spec.Exchange]
+	v.mu.RUnlock()
+	if q == nil {
+		return nil, toX, notFoundf("no queue '%s' in vhost '%s'", spec.Queue, spec.VHost)
+	}
+	if toX && !xok {
+		return nil, toX, notFoundf("no exchange '%s' in vhost '%s'", spec.Exchange, spec.VHost)
+	}
+	return q, toX, nil
+}
+
+// RedriveTasks lists every task, oldest first.
+func (b *Broker) RedriveTasks() []RedriveTask {
+	b.redrives.mu.Lock()
+	ts := make([]*redriveTask, 0, len(b.redrives.tasks))
+	for _, t := range b.redrives.tasks {
+		ts = append(ts, t)
+	}
+	b.redrives.mu.Unlock()
+	out := make([]RedriveTask, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.snapshot())
+	}
+	slices.SortFunc(out, func(a, c RedriveTask) int {
+		return cmp.Or(a.Created.Compare(c.Created), cmp.Compare(a.ID, c.ID))
+	})
+	return out
+}
+
+func (b *Broker) redriveTask(id string) (*redriveTask, error) {
+	b.redrives.mu.Lock()
+	t := b.redrives.tasks[id]
+	b.redrives.mu.Unlock()
+	if t == nil {
+		return nil, notFoundf("no redrive task '%s'", id)
+	}
+	return t, nil
+}
+
+// RedriveTask returns one task; the error wraps ErrNotFound for an
+// unknown id.
+func (b *Broker) RedriveTask(id string) (RedriveTask, error) {
+	t, err := b.redriveTask(id)
+	if err != nil {
+		return RedriveTask{}, err
+	}
+	return t.snapshot(), nil
+}
+
+// WaitRedrive waits until the task has ended (or ctx ends, or the broker
+// closes under it) and returns it.
+func (b *Broker) WaitRedrive(ctx context.Context, id string) (RedriveTask, error) {
+	t, err := b.redriveTask(id)
+	if err != nil {
+		return RedriveTask{}, err
+	}
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		return t.snapshot(), ctx.Err()
+	}
+	return t.snapshot(), nil
+}
+
+// CancelRedrive stops a running task after the move under way (moves
+// already made stay) and returns once it has stopped and its state is
+// recorded. An ended task is forgotten instead, with its record. The
+// error wraps ErrNotFound for an unknown id.
+func (b *Broker) CancelRedrive(id string) error {
+	t, err := b.redriveTask(id)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	running := t.state == RedriveRunning
+	t.mu.Unlock()
+	if running {
+		t.cancelOnce.Do(func() { close(t.cancel) })
+		<-t.done
+		t.mu.Lock()
+		stopped := t.state != RedriveRunning // still running: the broker closed first
+		t.mu.Unlock()
+		if !stopped {
+			return fmt.Errorf("cancel redrive task '%s': broker closed", id)
+		}
+		return nil
+	}
+	b.redrives.mu.Lock()
+	delete(b.redrives.tasks, id)
+	b.redrives.mu.Unlock()
+	return b.forgetRedrive(id).waitErr()
+}
+
+// forgetRedrive deletes a task's record and failure records.
+func (b *Broker) forgetRedrive(id string) *storeWrite {
+	ops := []store.MetaOp{{Key: metaKey(metaRedrive, id)}}
+	prefix := metaKey(metaRedriveFailure, id)
+	err := b.store.ScanMeta(prefix, func(k string, _ []byte) bool {
+		ops = append(ops, store.MetaOp{Key: k})
+		return true
+	})
+	if err != nil {
+		b.log.Warn("redrive: cannot list a forgotten task's failures", "task", id, "error", err)
+	}
+	return b.startWrite(&store.Batch{Meta: ops})
+}
+
+// recoverRedrives reads the stored tasks (before the broker serves) and
+// returns those to resume.
+func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
+	var resume []*redriveTask
+	var err error
+	serr := b.store.ScanMeta(metaRedrive, func(k string, v []byte) bool {
+		var parts []string
+		if parts, err = metaParts(k, metaRedrive, 1); err != nil {
+			return false
+		}
+		if len(v) == 0 || v[0] != metaVersion {
+			err = fmt.Errorf("redrive task %q: %w: version", parts[0], errMetaCorrupt)
+			return false
+		}
+		var r redriveRecord
+		if jerr := json.Unmarshal(v[1:], &r); jerr != nil {
+			err = fmt.Errorf("redrive task %q: %w: %w", parts[0], errMetaCorrupt, jerr)
+			return false
+		}
+		spec := RedriveSpec{VHost: r.VHost, Queue: r.Queue, User: r.User, Rate: r.Rate,
+			RedriveOptions: RedriveOptions{Max: r.Max, ToExchange: r.ToExchange, Exchange: r.Exchange,
+				RoutingKey: r.RoutingKey, Reason: r.Reason, SourceQueue: r.SourceQueue,
+				MinAge: time.Duration(r.MinAgeMS) * time.Millisecond}}
+		t := newRedriveTask(parts[0], spec, time.UnixMilli(r.Created))
+		t.state, t.moved, t.failed, t.failures, t.remaining, t.errText =
+			r.State, r.Moved, r.Failed, r.Failures, r.Remaining, r.Error
+		if r.Reasons != nil {
+			t.reasons = r.Reasons
+		}
+		if r.Ended != 0 {
+			t.ended = time.UnixMilli(r.Ended)
+		}
+		if t.state == RedriveRunning {
+			resume = append(resume, t)
+		} else {
+			close(t.done)
+			if b.redrives.tasks == nil {
+				b.redrives.tasks = map[string]*redriveTask{}
+			}
+			b.redrives.tasks[t.id] = t
+		}
+		return true
+	})
+	if err == nil && serr != nil {
+		err = fmt.Errorf("scan redrive tasks: %w", serr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resume {
+		serr := b.store.ScanMeta(metaKey(metaRedriveFailure, t.id), func(k string, _ []byte) bool {
+			parts, perr := metaParts(k, metaRedriveFailure, 2)
+			if perr != nil {
+				err = perr
+				return false
+			}
+			seq, perr := strconv.ParseUint(parts[1], 16, 64)
+			if perr != nil {
+				err = fmt.Errorf("redrive failure %q: %w: %w", k, errMetaCorrupt, perr)
+				return false
+			}
+			t.failedSeqs[seq] = true
+			return true
+		})
+		if err == nil && serr != nil {
+			err = fmt.Errorf("scan redrive failures: %w", serr)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return resume, nil
+}
+
+// runRedrive is a task's goroutine.
+func (b *Broker) runRedrive(t *redriveTask) {
+	defer b.wg.Done()
+	defer close(t.done)
+	state, why := b.driveTask(t)
+	if state == RedriveRunning { // the broker is closing: resume next start
+		return
+	}
+	t.mu.Lock()
+	q := t.q
+	t.mu.Unlock()
+	remaining := int64(0)
+	if q != nil {
+		q.mu.Lock()
+		remaining = int64(q.ready.Len())
+		q.mu.Unlock()
+	}
+	t.mu.Lock()
+	t.state, t.errText, t.ended, t.remaining, t.q = state, why, b.now(), remaining, nil
+	w := b.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
+	t.mu.Unlock()
+	if err := w.waitErr(); err != nil {
+		b.log.Warn("redrive: cannot record the end of a task", "task", t.id, "error", err)
+	}
+	b.log.Info("redrive task ended", "task", t.id, "vhost", t.spec.VHost, "queue", t.spec.Queue,
+		"state", state, "moved", t.moved, "failed", t.failed, "error", why)
+	b.pruneRedrives()
+}
+
+// pruneRedrives forgets the oldest ended tasks beyond redriveKeptTasks.
+func (b *Broker) pruneRedrives() {
+	var ended []RedriveTask
+	for _, s := range b.RedriveTasks() {
+		if s.State != RedriveRunning {
+			ended = append(ended, s)
+		}
+	}
+	for i := 0; i < len(ended)-redriveKeptTasks; i++ {
+		b.redrives.mu.Lock()
+		delete(b.redrives.tasks, ended[i].ID)
+		b.redrives.mu.Unlock()
+		if err := b.forgetRedrive(ended[i].ID).waitErr(); err != nil {
+			b.log.Warn("redrive: cannot forget an old task", "task", ended[i].ID, "error", err)
+		}
+	}
+}
+
+// driveTask runs t until it ends and returns its end state and why, or
+// RedriveRunning when the broker closes (or its store fails) first.
+func (b *Broker) driveTask(t *redriveTask) (string, string) {
+	q, toX, err := b.redriveSource(t.spec)
+	if err != nil {
+		return RedriveFailed, err.Error()
+	}
+	opts := t.spec.RedriveOptions
+	if t.spec.User != "" {
+		d, err := b.OpenDirect(t.spec.User, t.spec.VHost)
+		if err != nil {
+			return RedriveFailed, err.Error()
+		}
+		defer d.Close()
+		if aerr := d.c.checkPerm(permRead, "queue", t.spec.Queue); aerr != nil {
+			return RedriveFailed, aerr.Text
+		}
+		if toX {
+			if aerr := d.c.checkPerm(permWrite, "exchange", opts.Exchange); aerr != nil {
+				return RedriveFailed, aerr.Text
+			}
+		} else {
+			opts.allow = func(name string) bool { return d.c.checkPerm(permWrite, "queue", name) == nil }
+		}
+	}
+	t.mu.Lock()
+	t.q = q
+	done := t.moved + t.failed
+	t.mu.Unlock()
+	run := &redriveRun{b: b, q: q, toX: toX, opts: opts, task: t, skip: map[uint64]bool{}}
+	for seq := range t.failedSeqs {
+		run.skip[seq] = true
+	}
+	want := int64(opts.Max)
+	if want <= 0 {
+		want = 1<<63 - 1
+	}
+	clock := b.opts.TimerClock
+	if clock == nil {
+		clock = ttl.RealClock
+	}
+	var timer ttl.ClockTimer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	start, paced := clock.Now(), int64(0) // messages examined since start
+	chunk := redriveChunk
+	if t.spec.Rate > 0 {
+		chunk = max(1, min(redriveChunk, int(t.spec.Rate/redrivePaceSlice)))
+	}
+	for done < want {
+		select {
+		case <-t.cancel:
+			return RedriveCancelled, ""
+		case <-b.quit:
+			return RedriveRunning, ""
+		default:
+		}
+		if t.spec.Rate > 0 {
+			due := start.Add(time.Duration(float64(paced) / t.spec.Rate * float64(time.Second)))
+			if wait := due.Sub(clock.Now()); wait > 0 {
+				if timer == nil {
+					timer = clock.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-timer.C():
+				case <-t.cancel:
+					return RedriveCancelled, ""
+				case <-b.quit:
+					return RedriveRunning, ""
+				}
+			}
+		}
+		before := run.res.Moved + run.res.Failed
+		progressed, wait, gone, err := run.chunk(int(min(int64(chunk), want-done)))
+		examined := int64(run.res.Moved + run.res.Failed - before)
+		done += examined
+		paced += examined
+		switch {
+		case err != nil:
+			if b.storeErr.Load() != nil {
+				return RedriveRunning, "" // nothing more can be recorded: resume next start
+			}
+			return RedriveFailed, err.Error()
+		case gone:
+			return RedriveFailed, fmt.Sprintf("queue '%s' in vhost '%s' deleted", t.spec.Queue, t.spec.VHost)
+		case wait != nil:
+			select {
+			case <-wait.done:
+			case <-b.quit:
+				return RedriveRunning, ""
+			}
+			if wait.err != nil {
+				return RedriveFailed, fmt.Sprintf("read paged messages: %v", wait.err)
+			}
+		case !progressed:
+			return RedriveFinished, ""
+		}
+		if b.storeErr.Load() != nil {
+			return RedriveRunning, ""
+		}
+	}
+	return RedriveFinished, ""
+}
+
+// noteMove counts a move and adds the task's record to the move's
+// batch. Caller holds the source queue's lock; t.mu is taken inside.
+func (t *redriveTask) noteMove(tx *txn) {
+	t.mu.Lock()
+	t.moved++
+	tx.batch.Meta = append(tx.batch.Meta, t.recordLocked())
+	t.mu.Unlock()
+}
+
+// noteFailure counts a failure and adds its records to tx's batch.
+func (t *redriveTask) noteFailure(tx *txn, f RedriveFailure) {
+	t.mu.Lock()
+	t.failed++
+	t.reasons[f.Reason]++
+	if len(t.failures) < redriveListedFailures {
+		t.failures = append(t.failures, f)
+	}
+	t.failedSeqs[f.Seq] = true
+	tx.batch.Meta = append(tx.batch.Meta, store.MetaOp{Key: failureKey(t.id, f.Seq), Value: []byte(f.Reason)}, t.recordLocked())
+	t.mu.Unlock()
+}

@@ -46,7 +46,9 @@
 //	DELETE /api/queues/{vhost}/{name}/contents  (purge)
 //	POST   /api/queues/{vhost}/{name}/get
 //	GET    /api/queues/{vhost}/{name}/peek?count=N&from=SEQ  {"messages": [...], "next": SEQ} (nothing consumed)
-//	POST   /api/queues/{vhost}/{name}/redrive  {"to": "origin"|"exchange", ...} {"moved", "failed", "failures", "remaining"}
+//	POST   /api/queues/{vhost}/{name}/redrive  {"to": "origin"|"exchange", "rate", "max", ...}  201, the task, Location
+//	GET    /api/redrives[/{id}]                 tasks: state, moved, failed, remaining, failures (redrive.go)
+//	DELETE /api/redrives/{id}                   cancels a running task, forgets an ended one
 //	GET    /api/bindings[/{vhost}]
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}, .../e/{x}/e/{y}   POST creates (201, Location)
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}/{props}            DELETE removes

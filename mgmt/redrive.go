@@ -9,23 +9,22 @@ import (
 
 // redriveBody is a POST of a redrive. To is "origin" (the default) or
 // "exchange" (then Exchange and RoutingKey say where); Max 0 means all;
-// MinAgeMS filters on the latest x-death's time.
+// MinAgeMS filters on the latest x-death's time; Rate 0 is unpaced.
 type redriveBody struct {
-	To          string `json:"to"`
-	Exchange    string `json:"exchange"`
-	RoutingKey  string `json:"routing_key"`
-	Max         int    `json:"max"`
-	Reason      string `json:"reason"`
-	SourceQueue string `json:"source_queue"`
-	MinAgeMS    int64  `json:"min_age_ms"`
+	To          string  `json:"to"`
+	Exchange    string  `json:"exchange"`
+	RoutingKey  string  `json:"routing_key"`
+	Max         int     `json:"max"`
+	Rate        float64 `json:"rate"`
+	Reason      string  `json:"reason"`
+	SourceQueue string  `json:"source_queue"`
+	MinAgeMS    int64   `json:"min_age_ms"`
 }
 
-// redrive is POST /api/queues/{vhost}/{name}/redrive: it moves the
-// queue's matching ready messages (broker.Direct.Redrive, as the user:
-// read on the queue, write on the exchange or each origin queue) before
-// it answers, with {"moved", "failed", "failures": [{"seq", "reason"}],
-// "remaining"}. It runs synchronously: rate-limited tasks that can be
-// listed and cancelled are not implemented yet.
+// redrive is POST /api/queues/{vhost}/{name}/redrive: it starts a redrive
+// task (broker.Direct.StartRedrive, as the user: read on the queue, write
+// on the exchange or on each origin queue) and answers 201 with the task
+// and its Location, /api/redrives/{id}, to watch or cancel it.
 func (s *Server) redrive(u *broker.UserInfo, r *http.Request) (any, error) {
 	var body redriveBody
 	if err := readJSON(r, &body); err != nil {
@@ -45,21 +44,98 @@ func (s *Server) redrive(u *broker.UserInfo, r *http.Request) (any, error) {
 	default:
 		return nil, badRequest("to must be origin or exchange")
 	}
-	if body.Max < 0 || body.MinAgeMS < 0 {
-		return nil, badRequest("max and min_age_ms must not be negative")
+	if body.Max < 0 || body.MinAgeMS < 0 || body.Rate < 0 {
+		return nil, badRequest("max, rate and min_age_ms must not be negative")
 	}
-	var res broker.RedriveResult
+	var id string
 	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
 		var err error
-		res, err = d.Redrive(r.PathValue("name"), opts)
+		id, err = d.StartRedrive(r.PathValue("name"), opts, body.Rate)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	failures := make([]map[string]any, 0, len(res.Failures))
-	for _, f := range res.Failures {
+	t, err := s.b.RedriveTask(id)
+	if err != nil {
+		return nil, err
+	}
+	return createdAt{location: "/api/redrives/" + id, body: redriveJSON(t)}, nil
+}
+
+// redriveJSON is a task as the API shows it.
+func redriveJSON(t broker.RedriveTask) map[string]any {
+	to := "origin"
+	if t.ToExchange || t.Exchange != "" {
+		to = "exchange"
+	}
+	failures := make([]map[string]any, 0, len(t.Failures))
+	for _, f := range t.Failures {
 		failures = append(failures, map[string]any{"seq": f.Seq, "reason": f.Reason})
 	}
-	return map[string]any{"moved": res.Moved, "failed": res.Failed, "failures": failures, "remaining": res.Remaining}, nil
+	m := map[string]any{
+		"id": t.ID, "vhost": t.VHost, "queue": t.Queue, "user": t.User,
+		"to": to, "exchange": t.Exchange, "routing_key": t.RoutingKey,
+		"max": t.Max, "rate": t.Rate, "reason": t.Reason, "source_queue": t.SourceQueue,
+		"min_age_ms": t.MinAge.Milliseconds(),
+		"state": t.State, "moved": t.Moved, "failed": t.Failed, "remaining": t.Remaining,
+		"failures": failures, "failure_reasons": t.FailureReasons, "error": t.Error,
+		"created_at": t.Created.UTC().Format(time.RFC3339Nano), "ended_at": nil,
+	}
+	if to == "exchange" && t.Exchange == "" {
+		m["exchange"] = "amq.default"
+	}
+	if !t.Ended.IsZero() {
+		m["ended_at"] = t.Ended.UTC().Format(time.RFC3339Nano)
+	}
+	return m
+}
+
+// mayWatch reports whether u sees task t: an administrator sees every
+// task, other users those of the vhosts they have permissions in.
+func (s *Server) mayWatch(u *broker.UserInfo, t broker.RedriveTask) bool {
+	return hasTag(u, "administrator") || t.User == u.Name || s.canAccessVHost(u, t.VHost)
+}
+
+// redrives is GET /api/redrives: every task u may see, oldest first.
+func (s *Server) redrives(u *broker.UserInfo, r *http.Request) (any, error) {
+	out := []map[string]any{}
+	for _, t := range s.b.RedriveTasks() {
+		if s.mayWatch(u, t) {
+			out = append(out, redriveJSON(t))
+		}
+	}
+	return out, nil
+}
+
+// redriveTask is GET /api/redrives/{id}.
+func (s *Server) redriveTask(u *broker.UserInfo, r *http.Request) (any, error) {
+	t, err := s.b.RedriveTask(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	if !s.mayWatch(u, t) {
+		return nil, notFound()
+	}
+	return redriveJSON(t), nil
+}
+
+// cancelRedrive is DELETE /api/redrives/{id}: it cancels a running task
+// (after the move under way; moves made stay) or forgets an ended one.
+// Only the task's user or an administrator may.
+func (s *Server) cancelRedrive(u *broker.UserInfo, r *http.Request) (any, error) {
+	t, err := s.b.RedriveTask(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	if !s.mayWatch(u, t) {
+		return nil, notFound()
+	}
+	if !hasTag(u, "administrator") && t.User != u.Name {
+		return nil, notAuthorised(notAuthorisedObject)
+	}
+	if err := s.b.CancelRedrive(t.ID); err != nil {
+		return nil, err
+	}
+	return noContent{}, nil
 }

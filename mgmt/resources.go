@@ -26,6 +26,9 @@ func (s *Server) resourceRoutes() {
 	s.handle("POST /api/queues/{vhost}/{name}/get", management, s.getMessages)
 	s.handle("GET /api/queues/{vhost}/{name}/peek", management, s.peekMessages)
 	s.handle("POST /api/queues/{vhost}/{name}/redrive", management, s.redrive)
+	s.handle("GET /api/redrives", management, s.redrives)
+	s.handle("GET /api/redrives/{id}", management, s.redriveTask)
+	s.handle("DELETE /api/redrives/{id}", management, s.cancelRedrive)
 	s.handle("GET /api/queues/{vhost}/{name}/bindings", management, s.queueBindings)
 
 	s.handle("GET /api/exchanges", management, s.listExchanges)

@@ -166,6 +166,13 @@ func (s *Server) handle(pattern string, need access, h handlerFunc) {
 // something new).
 type created struct{}
 
+// createdAt is a handler result: 201 Created with a Location (a path
+// under /api) and a JSON body (a POST that started something).
+type createdAt struct {
+	location string
+	body     any
+}
+
 // noContent is a handler result: 204 No Content.
 type noContent struct{}
 
@@ -180,6 +187,10 @@ func writeResult(w http.ResponseWriter, r *http.Request, out any) {
 		return
 	case created:
 		w.WriteHeader(http.StatusCreated)
+		return
+	case createdAt:
+		w.Header().Set("Location", x.location)
+		writeJSON(w, http.StatusCreated, x.body)
 		return
 	case noContent, nil:
 		w.WriteHeader(http.StatusNoContent)

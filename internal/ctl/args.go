@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -61,6 +62,8 @@ type options struct {
 	routingKey  *string // redrive
 	max         int     // redrive: most messages (0: all)
 	reason      string  // redrive: latest x-death reason filter
+	rate        float64 // redrive: most messages a second (0: unpaced)
+	detach      bool    // redrive: start the task and return
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -119,6 +122,15 @@ var optSpecs = []optSpec{
 	{long: "exchange", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.exchange = &v; return nil }},
 	{long: "routing-key", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.routingKey = &v; return nil }},
 	{long: "reason", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.reason = v; return nil }},
+	{long: "detach", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.detach = true; return nil }},
+	{long: "rate", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(n > 0) || math.IsInf(n, 0) {
+			return fmt.Errorf("--rate %q: want messages a second, more than 0", v)
+		}
+		o.rate = n
+		return nil
+	}},
 	{long: "max", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -39,12 +40,12 @@ func TestRedrive(t *testing.T) {
 		e.eventuallyOut([]string{"rd-dlq\t3"}, "list_queues", "-p", e.vhost)
 
 		out := e.ok("redrive", "-p", e.vhost, "--to-origin", "--max", "1", "--reason", "rejected", "rd-dlq")
-		if !hasLine(out, "moved\tfailed\tremaining") || !hasLine(out, "1\t0\t2") {
+		if !hasLine(out, "state\tmoved\tfailed\tremaining") || !hasLine(out, "finished\t1\t0\t2") {
 			t.Fatalf("redrive to origin printed:\n%s", out)
 		}
 		e.eventuallyOut([]string{"rd-work\t1"}, "list_queues", "-p", e.vhost)
 		out = e.ok("-q", "redrive", "-p", e.vhost, "--exchange", "", "--routing-key", "rd-other", "rd-dlq")
-		if strings.TrimSpace(out) != "moved\tfailed\tremaining\n2\t0\t0" {
+		if strings.TrimSpace(out) != "state\tmoved\tfailed\tremaining\nfinished\t2\t0\t0" {
 			t.Fatalf("redrive to exchange printed:\n%s", out)
 		}
 		for _, want := range []string{"m2", "m3"} {
@@ -56,5 +57,46 @@ func TestRedrive(t *testing.T) {
 		e.fails(ExitUnavailable, []string{"Queue 'nope' in vhost '" + e.vhost + "' not found"}, "redrive", "-p", e.vhost, "nope")
 		e.fails(ExitUsage, []string{"exclude"}, "redrive", "-p", e.vhost, "--to-origin", "--exchange", "x", "rd-dlq")
 		e.fails(ExitUsage, []string{"--max"}, "redrive", "-p", e.vhost, "--max", "0", "rd-dlq")
+		e.fails(ExitUsage, []string{"--rate"}, "redrive", "-p", e.vhost, "--rate", "0", "rd-dlq")
+
+		// A paced task, detached: listed while it runs, then cancelled.
+		e.publish(ch, "rd-work", "p1", "p2", "p3", "p4")
+		for range 4 {
+			d, ok, err := ch.Get("rd-work", false)
+			if err != nil || !ok {
+				t.Fatalf("get: %v %v", ok, err)
+			}
+			if err := d.Reject(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.eventuallyOut([]string{"rd-dlq\t4"}, "list_queues", "-p", e.vhost)
+		out = e.ok("-q", "redrive", "-p", e.vhost, "--rate", "0.2", "--detach", "rd-dlq")
+		fields := strings.Fields(strings.TrimSpace(out))
+		if len(fields) != 4 || fields[0] != "id" || fields[3] != "running" {
+			t.Fatalf("detached redrive printed:\n%s", out)
+		}
+		id := fields[2]
+		out = e.ok("-q", "list_redrives", "id", "queue", "state", "rate")
+		if !hasLine(out, id+"\trd-dlq\trunning\t0.2") {
+			t.Fatalf("list_redrives:\n%s", out)
+		}
+		e.ok("cancel_redrive", id)
+		out = e.ok("-q", "list_redrives", "id", "state", "moved", "failed")
+		var moved int
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Split(line, "\t"); len(f) == 4 && f[0] == id {
+				if f[1] != "cancelled" || f[3] != "0" {
+					t.Fatalf("cancelled task: %q", line)
+				}
+				fmt.Sscan(f[2], &moved)
+			}
+		}
+		if moved < 1 || moved > 3 {
+			t.Fatalf("cancelled task moved %d of 4 (rate 0.2 a second: the first at once):\n%s", moved, out)
+		}
+		e.eventuallyOut([]string{fmt.Sprintf("rd-dlq\t%d", 4-moved), fmt.Sprintf("rd-work\t%d", 1+moved)}, "list_queues", "-p", e.vhost)
+		e.ok("cancel_redrive", id) // forgets it
+		e.fails(ExitUnavailable, []string{"Redrive task '" + id + "' not found"}, "cancel_redrive", id)
 	})
 }

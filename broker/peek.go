@@ -54,6 +54,20 @@ type peekPart struct {
 // while the read runs may still be returned. The error wraps ErrNotFound
 // for an unknown vhost or queue.
 func (b *Broker) Peek(vhost, queue string, from uint64, count int) ([]PeekedMessage, error) {
+	return b.peek(vhost, queue, -1, from, count)
+}
+
+// PeekLevel is Peek from a position in delivery order: priority level
+// prio from seq from, then every lower level whole (levels above prio are
+// skipped). A page's next position is the priority and seq of the
+// message after its last, so pages of a priority queue follow delivery
+// order exactly.
+func (b *Broker) PeekLevel(vhost, queue string, prio uint8, from uint64, count int) ([]PeekedMessage, error) {
+	return b.peek(vhost, queue, int(prio), from, count)
+}
+
+// peek is Peek (level < 0) or PeekLevel.
+func (b *Broker) peek(vhost, queue string, level int, from uint64, count int) ([]PeekedMessage, error) {
 	v := b.VHost(vhost)
 	if v == nil {
 		return nil, notFoundf("no vhost '%s'", vhost)
@@ -66,7 +80,7 @@ func (b *Broker) Peek(vhost, queue string, from uint64, count int) ([]PeekedMess
 	}
 	want := max(min(count, PeekMaxCount), 0)
 
-	parts, spilled, marks, ok := q.planPeek(from, want)
+	parts, spilled, marks, ok := q.planPeek(level, from, want)
 	if !ok {
 		return nil, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 	}
@@ -117,11 +131,12 @@ func (b *Broker) Peek(vhost, queue string, from uint64, count int) ([]PeekedMess
 }
 
 // planPeek lists, under q's lock, the stretches of its ready list in
-// delivery order from seq from, until they hold at least want messages:
+// delivery order from seq from (on every level, or with level >= 0 from
+// seq from of that level, lower levels whole), until they hold at least want messages:
 // resident messages copied, middles as seq ranges to read. It reports
 // false if q was deleted. spilled and marks are what the reads need
 // (q.spilled, q.recMarks as they are now).
-func (q *Queue) planPeek(from uint64, want int) (parts []peekPart, spilled bool, marks []uint64, ok bool) {
+func (q *Queue) planPeek(level int, from uint64, want int) (parts []peekPart, spilled bool, marks []uint64, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.isDeleted() {
@@ -144,8 +159,19 @@ func (q *Queue) planPeek(from uint64, want int) (parts []peekPart, spilled bool,
 			parts = append(parts, peekPart{resident: ms})
 		}
 	}
+	all := from
 	for i := q.ready.Levels() - 1; i >= 0 && n < want; i-- {
 		l := q.ready.Level(uint8(i))
+		if level >= 0 {
+			switch p := int(l.Prio); {
+			case p > level:
+				continue // before the start in delivery order
+			case p == level:
+				from = all
+			default:
+				from = 0
+			}
+		}
 		resident(&l.Head)
 		if l.Mid.N > 0 && l.Mid.To >= from && n < want {
 			parts = append(parts, peekPart{mid: true, prio: l.Prio, from: max(from, l.Mid.From), to: l.Mid.To})
@@ -173,8 +199,13 @@ func peeked(e *store.Entry, prio uint8, redelivered bool) PeekedMessage {
 // permission is checked as a basic.get checks it (an access-refused
 // error otherwise), in the Direct's vhost.
 func (d *Direct) Peek(queue string, from uint64, count int) ([]PeekedMessage, error) {
+	return d.PeekLevel(queue, -1, from, count)
+}
+
+// PeekLevel is Broker.PeekLevel as Peek does it; prio < 0 is Peek.
+func (d *Direct) PeekLevel(queue string, prio int, from uint64, count int) ([]PeekedMessage, error) {
 	if aerr := d.c.checkPerm(permRead, "queue", queue); aerr != nil {
 		return nil, aerr
 	}
-	return d.c.b.Peek(d.c.vhost.Name, queue, from, count)
+	return d.c.b.peek(d.c.vhost.Name, queue, prio, from, count)
 }

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -111,5 +112,51 @@ func TestPeekUnknownQueue(t *testing.T) {
 		if _, err := b.Broker.Peek(c[0], c[1], 0, 1); !errors.Is(err, broker.ErrNotFound) {
 			t.Fatalf("peek %v: %v, want ErrNotFound", c, err)
 		}
+	}
+}
+
+// Pages of a priority queue follow delivery order exactly when each
+// starts at the previous page's next (priority level, seq): messages of
+// the levels are published interleaved (their seqs interleave too), and a
+// window of 2 keeps most of each level paged out.
+func TestPeekLevelPagesPriorityQueue(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{PageWindow: 2}})
+	_, ch := tlChannel(t, b)
+	if _, err := ch.QueueDeclare("prio", true, false, false, false, amqp091.Table{"x-max-priority": 3}); err != nil {
+		t.Fatal(err)
+	}
+	byPrio := map[int][]string{}
+	for i := range 30 {
+		p := i % 3
+		body := fmt.Sprintf("p%d-%d", p, i)
+		byPrio[p] = append(byPrio[p], body)
+		if !tlPublish(t, ch, "", "prio", amqp091.Publishing{Body: []byte(body), DeliveryMode: amqp091.Persistent, Priority: uint8(p)}) {
+			t.Fatal("nacked")
+		}
+	}
+	want := append(append(byPrio[2], byPrio[1]...), byPrio[0]...)
+	var got []string
+	prio, from := uint8(3), uint64(0)
+	for page := 0; ; page++ {
+		if page > 30 {
+			t.Fatalf("no end after 30 pages: %v", got)
+		}
+		ms, err := b.Broker.PeekLevel("/", "prio", prio, from, 5) // 4 and the next page's start
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range ms {
+			if i == 4 {
+				prio, from = m.Priority, m.Seq
+				break
+			}
+			got = append(got, string(m.Body))
+		}
+		if len(ms) < 5 {
+			break
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pages:\n%v\nwant\n%v", got, want)
 	}
 }

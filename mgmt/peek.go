@@ -12,13 +12,16 @@ import (
 const peekDefaultCount = 20
 
 // peekMessages is GET /api/queues/{vhost}/{name}/peek?count=N&from=SEQ
-// [&truncate=N&encoding=auto|base64]: up to count ready messages from the
-// first with seq >= from, in delivery order, left where they are (no
-// delivery, no redelivered flag). It needs the user's read permission on
-// the queue, checked as basic.get checks it (401 otherwise). The reply is
-// {"messages": [...], "next": SEQ}, next being the from of the following
-// page (0 at the end). Each message is as /get renders it, with "seq"
-// (and without message_count).
+// [&priority=P&truncate=N&encoding=auto|base64]: up to count ready
+// messages from the first with seq >= from (with priority, from that
+// position in delivery order: level P from seq from, then the lower
+// levels), in delivery order, left where they are (no delivery, no
+// redelivered flag). It needs the user's read permission on the queue,
+// checked as basic.get checks it (401 otherwise). The reply is
+// {"messages": [...], "next": SEQ, "next_priority": P}, the from and
+// priority of the following page (next 0 at the end). Each message is as
+// /get renders it, with "seq" and "priority_level" (and without
+// message_count).
 func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	qv := r.URL.Query()
 	count := peekDefaultCount
@@ -36,6 +39,14 @@ func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) 
 			return nil, badRequest("from must be a message seq (an unsigned integer)")
 		}
 		from = n
+	}
+	prio := -1
+	if p := qv.Get("priority"); p != "" {
+		n, err := strconv.ParseUint(p, 10, 8)
+		if err != nil {
+			return nil, badRequest("priority must be a priority level (0 to 255)")
+		}
+		prio = int(n)
 	}
 	var truncate *jsonInt
 	if tr := qv.Get("truncate"); tr != "" {
@@ -58,22 +69,24 @@ func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) 
 	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
 		var err error
 		// One more than asked: its seq is the next page's from.
-		ms, err = d.Peek(r.PathValue("name"), from, count+1)
+		ms, err = d.PeekLevel(r.PathValue("name"), prio, from, count+1)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	var next uint64
+	var nextPrio uint8
 	var bytes int64
 	for _, m := range ms {
 		bytes += int64(len(m.Body))
 	}
 	switch {
 	case len(ms) > count:
-		next, ms = ms[count].Seq, ms[:count]
+		next, nextPrio, ms = ms[count].Seq, ms[count].Priority, ms[:count]
 	case len(ms) > 0 && len(ms) < count && bytes >= broker.PeekMaxBytes:
-		next = ms[len(ms)-1].Seq + 1 // cut by the byte bound: resume past the last
+		// Cut by the byte bound: resume past the last.
+		next, nextPrio = ms[len(ms)-1].Seq+1, ms[len(ms)-1].Priority
 	}
 	out := make([]map[string]any, 0, len(ms))
 	for _, m := range ms {
@@ -88,7 +101,8 @@ func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) 
 		j := messageJSON(ok, props, m.Body, encoding, truncate)
 		delete(j, "message_count")
 		j["seq"] = m.Seq
+		j["priority_level"] = m.Priority
 		out = append(out, j)
 	}
-	return map[string]any{"messages": out, "next": next}, nil
+	return map[string]any{"messages": out, "next": next, "next_priority": nextPrio}, nil
 }

@@ -2,6 +2,7 @@ package mgmt_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -82,4 +83,35 @@ func TestPeekShowsXDeath(t *testing.T) {
 	if q := a.must(200, "GET", "/queues/%2F/dlq", nil).object(t); q["messages"] != 1.0 {
 		t.Errorf("dlq after peek: %v messages", q["messages"])
 	}
+}
+
+// A priority queue's pages follow delivery order when each starts at the
+// previous one's next and next_priority.
+func TestPeekPriorityPagesHTTP(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/queues/%2F/pp", map[string]any{"durable": true, "arguments": map[string]any{"x-max-priority": 2}})
+	var want [3][]string
+	for i := range 9 {
+		p := i % 3
+		body := fmt.Sprintf("p%d-%d", p, i)
+		want[2-p] = append(want[2-p], body)
+		a.must(200, "POST", "/exchanges/%2F/amq.default/publish", map[string]any{
+			"properties": map[string]any{"priority": p}, "routing_key": "pp", "payload": body, "payload_encoding": "string"})
+	}
+	var got []string
+	path := "/queues/%2F/pp/peek?count=2&priority=2"
+	for range 10 {
+		r := a.must(200, "GET", path, nil).object(t)
+		for _, m := range r["messages"].([]any) {
+			got = append(got, m.(map[string]any)["payload"].(string))
+		}
+		if r["next"] == 0.0 {
+			break
+		}
+		path = fmt.Sprintf("/queues/%%2F/pp/peek?count=2&from=%v&priority=%v", r["next"], r["next_priority"])
+	}
+	if w := append(append(want[0], want[1]...), want[2]...); !slices.Equal(got, w) {
+		t.Fatalf("pages: %v, want %v", got, w)
+	}
+	a.must(400, "GET", "/queues/%2F/pp/peek?priority=256", nil)
 }

@@ -57,6 +57,7 @@ type options struct {
 	queueType   string
 	count       int     // peek: messages to show
 	from        uint64  // peek: first seq
+	peekPrio    *int    // peek: the priority level from starts on
 	toOrigin    bool    // redrive
 	exchange    *string // redrive: target exchange
 	routingKey  *string // redrive
@@ -116,6 +117,15 @@ var optSpecs = []optSpec{
 			return fmt.Errorf("--from %q: want a message sequence number", v)
 		}
 		o.from = n
+		return nil
+	}},
+	{long: "priority", value: true, verbs: []string{"peek"}, set: func(o *options, v string) error {
+		n, err := strconv.ParseUint(v, 10, 8)
+		if err != nil {
+			return fmt.Errorf("--priority %q: want a priority level, 0 to 255", v)
+		}
+		p := int(n)
+		o.peekPrio = &p
 		return nil
 	}},
 	{long: "to-origin", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.toOrigin = true; return nil }},

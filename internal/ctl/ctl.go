@@ -193,7 +193,7 @@ var verbs = []*verb{
 	{name: "delete_queue", min: 1, max: 1, run: deleteQueue,
 		args: "[--vhost <vhost>] <queue_name> [--if-empty|-e] [--if-unused|-u]", desc: "Deletes a queue."},
 	{name: "peek", min: 1, max: 1, run: peek, columns: &peekColumns,
-		args: "[--vhost <vhost>] [--count <n>] [--from <seq>] <queue>",
+		args: "[--vhost <vhost>] [--count <n>] [--from <seq> [--priority <level>]] <queue>",
 		desc: "Shows ready messages of a queue from its head (or from a sequence number) without consuming them."},
 	{name: "redrive", min: 1, max: 1, run: redrive,
 		args: "[--vhost <vhost>] <queue> [--to-origin | --exchange <exchange> --routing-key <key>] [--rate <n>] [--max <n>] [--reason <reason>] [--detach]",

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// peek: peek [--count N] [--from SEQ] QUEUE. Ready messages, in delivery
+// peek: peek [--count N] [--from SEQ [--priority P]] QUEUE. Ready messages, in delivery
 // order, left where they are (GET /api/queues/{vhost}/{name}/peek). The
 // table shows each message's x-death as "reason@queue×count" entries; the
 // JSON output lists the messages as the API gives them. The line after
@@ -20,10 +20,14 @@ func peek(r *run, args []string) error {
 	q := url.Values{}
 	q.Set("count", strconv.Itoa(count))
 	q.Set("from", strconv.FormatUint(r.opts.from, 10))
+	if r.opts.peekPrio != nil {
+		q.Set("priority", strconv.Itoa(*r.opts.peekPrio))
+	}
 	q.Set("truncate", "200")
 	var page struct {
 		Messages []map[string]any `json:"messages"`
 		Next     uint64           `json:"next"`
+		NextPrio int              `json:"next_priority"`
 	}
 	path := apiPath("queues", r.vhost(), args[0], "peek") + "?" + q.Encode()
 	r.out.info("Peeking at queue %s in vhost %s ...", args[0], r.vhost())
@@ -32,7 +36,18 @@ func peek(r *run, args []string) error {
 	}
 	r.out.rows(peekColumns.all, rowsOf(page.Messages, peekColumns.all))
 	if page.Next != 0 && !r.opts.json {
-		r.out.info("More: --from %d", page.Next)
+		// A priority queue's pages go on from a level and a seq.
+		levels := r.opts.peekPrio != nil || page.NextPrio > 0
+		for _, m := range page.Messages {
+			if p, _ := m["priority_level"].(float64); p > 0 {
+				levels = true
+			}
+		}
+		if levels {
+			r.out.info("More: --from %d --priority %d", page.Next, page.NextPrio)
+		} else {
+			r.out.info("More: --from %d", page.Next)
+		}
 	}
 	return nil
 }

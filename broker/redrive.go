@@ -130,8 +130,9 @@ func strOf(t amqp.Table, key string) (string, bool) {
 // reject-publish, the source itself) leaves the message in place and
 // counts a failure with the reason.
 //
-// Paged-out messages are read back in order as the scan reaches them;
-// the messages it leaves in place stay resident until consumed.
+// Paged-out messages are read back in order as the scan reaches them,
+// outside the queue's lock; the messages it leaves in place stay resident
+// until consumed.
 //
 // Concurrency: it takes the source queue's lock for chunks of up to
 // redriveChunk moves, and the vhost lock shared (as dead-lettering does)
@@ -184,7 +185,22 @@ type redriveRun struct {
 	task *redriveTask    // nil for Redrive
 	skip map[uint64]bool // seqs examined and left in place
 	res  RedriveResult
+
+	// The middle last read, and how many reads in a row found it so.
+	mid       midMark
+	idleReads int
 }
+
+// midMark is where a level's paged middle stood before a read of it.
+type midMark struct {
+	prio uint8
+	from uint64
+	n    int
+}
+
+// redriveIdleReads is how many reads in a row that leave a middle as it
+// was end a scan (one may be dropped when the level changes under it).
+const redriveIdleReads = 3
 
 // chunk makes up to min(n, redriveChunk) moves under one hold of the
 // source queue's lock. It reports whether it examined any message, a read
@@ -211,13 +227,27 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 			if l.Filling { // a read of it is under way: wait for it
 				return progressed, q.fillWaitLocked(), false, nil
 			}
-			from, left := l.Mid.From, l.Mid.N
+			// Reads that bring nothing in (the middle unchanged)
+			// end the scan.
+			at := midMark{prio: l.Prio, from: l.Mid.From, n: l.Mid.N}
+			if at == r.mid {
+				if r.idleReads++; r.idleReads >= redriveIdleReads {
+					return progressed, nil, false, nil
+				}
+			} else {
+				r.mid, r.idleReads = at, 0
+			}
+			// Read the next window outside the lock, as a consumer's
+			// prefetch does, and wait for it: the queue's publishers
+			// and consumers never wait for this disk read.
+			if q.prefetchLocked(l) {
+				return progressed, q.fillWaitLocked(), false, nil
+			}
+			// The broker recovers or closes: read under the lock.
 			if err := q.readMiddleNowLocked(l); err != nil {
 				return progressed, nil, false, err
 			}
-			// One read per hold of the lock; a read that brought
-			// nothing in ends the scan.
-			return progressed || l.Mid.From != from || l.Mid.N != left, nil, false, nil
+			return progressed || l.Mid.From != at.from || l.Mid.N != at.n, nil, false, nil
 		}
 		if e == nil {
 			return progressed, nil, false, nil

@@ -31,8 +31,8 @@ class APIError extends Error {
 }
 
 // api calls the JSON API with the session's credentials (or auth).
-async function api(method, path, body, auth = sessionStorage.getItem(AUTH)) {
-  const headers = { "Accept": "application/json" };
+async function api(method, path, body, auth = sessionStorage.getItem(AUTH), extra = {}) {
+  const headers = { "Accept": "application/json", ...extra };
   if (auth) headers["Authorization"] = "Basic " + auth;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   // credentials "omit": a 401 then never makes the browser prompt for a
@@ -276,7 +276,8 @@ function messageView(m, i) {
 
 async function queuePage(vhost, name) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
-  const q = await api("GET", path);
+  const [q, bindings] = await Promise.all([api("GET", path), api("GET", path + "/bindings")]);
+  const bindMsg = h("div", { id: "qbind-msg" });
   const peekBox = h("section", { "aria-labelledby": "peek-h", id: "peek" }, h("h2", { id: "peek-h" }, "Messages (peek: left in place)"));
   const list = h("div", { id: "peek-list" });
   let next = 0, shown = 0;
@@ -303,8 +304,119 @@ async function queuePage(vhost, name) {
          ["Consumers", fmt(q.consumers)]].map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v)))))),
     h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(q.arguments, "queue-arguments")),
     h("section", { "aria-labelledby": "pol-h" }, h("h2", { id: "pol-h" }, "Effective policy definition"), kvTable(q.effective_policy_definition, "queue-policy")),
+    h("section", { "aria-labelledby": "qb-h" }, h("h2", { id: "qb-h" }, "Bindings"),
+      bindingsTable("queue-bindings", bindings, bindMsg), bindForm("qbind-form", q.vhost, { queue: q.name }, bindMsg), bindMsg),
     peekBox);
   await load();
+}
+
+// ---- exchanges and bindings ----
+
+// exchangeLink names the default exchange amq.default, as the API does.
+function exchangeLink(vhost, name) { return `#/exchange/${enc(vhost)}/${enc(name || "amq.default")}`; }
+function exchangeLabel(name) { return name || "(AMQP default)"; }
+
+function exchangeFeatures(x) {
+  const out = [];
+  if (x.durable) out.push(badge("D", "Durable"));
+  if (x.auto_delete) out.push(badge("AD", "Auto delete"));
+  if (x.internal) out.push(badge("I", "Internal"));
+  return out;
+}
+
+function colHead(label, cls) { return h("th", { scope: "col", class: cls }, label); }
+function actionsHead() { return h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")); }
+
+// bindingsTable lists bindings, each with an Unbind button except those of
+// the default exchange (implicit, they cannot be removed). After an unbind
+// the page is drawn again; a refusal shows in msg.
+function bindingsTable(id, list, msg) {
+  if (!list.length) return h("p", { id }, "No bindings.");
+  const unbind = b => async () => {
+    if (!confirm(`Delete the binding from ${exchangeLabel(b.source)} to ${b.destination} with routing key “${b.routing_key}”?`)) return;
+    try {
+      await api("DELETE", `/bindings/${enc(b.vhost)}/e/${enc(b.source)}/${b.destination_type === "queue" ? "q" : "e"}/${enc(b.destination)}/${enc(b.properties_key)}`);
+      announce("Binding deleted");
+      await rerender();
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  return h("div", { class: "table-wrap" }, h("table", { id },
+    h("thead", {}, h("tr", {}, colHead("From"), colHead("To"), colHead("Routing key"), colHead("Arguments", "wide"), actionsHead())),
+    h("tbody", {}, list.map(b => h("tr", { dataset: { source: b.source, destination: b.destination, key: b.routing_key } },
+      h("td", {}, h("a", { href: exchangeLink(b.vhost, b.source) }, exchangeLabel(b.source))),
+      h("td", {}, h("a", { href: b.destination_type === "queue" ? queueLink({ vhost: b.vhost, name: b.destination }) : exchangeLink(b.vhost, b.destination) }, b.destination),
+        " ", h("small", {}, b.destination_type === "queue" ? "(queue)" : "(exchange)")),
+      h("td", { class: "rk" }, b.routing_key),
+      h("td", { class: "wide" }, Object.keys(b.arguments || {}).length ? JSON.stringify(b.arguments) : ""),
+      h("td", {}, b.source ? h("button", { type: "button", class: "unbind", "aria-label": `Unbind ${exchangeLabel(b.source)} → ${b.destination} (${b.routing_key})`, onclick: unbind(b) }, "Unbind") : null))))));
+}
+
+// bindForm adds a binding: POST /api/bindings/{vhost}/e/{source}/{q|e}/{dest}.
+// fixed gives what the page already knows (the source, or the queue).
+function bindForm(id, vhost, fixed, msg) {
+  const f = {
+    source: h("input", { id: id + "-source", required: true }),
+    kind: h("select", { id: id + "-kind" }, h("option", { value: "q" }, "queue"), h("option", { value: "e" }, "exchange")),
+    dest: h("input", { id: id + "-dest", required: true }),
+    key: h("input", { id: id + "-key" }),
+  };
+  return h("form", { class: "inline", id, onsubmit: async ev => {
+    ev.preventDefault();
+    const source = fixed.source ?? f.source.value, kind = fixed.queue !== undefined ? "q" : f.kind.value, dest = fixed.queue ?? f.dest.value;
+    try {
+      await api("POST", `/bindings/${enc(vhost)}/e/${enc(source)}/${kind}/${enc(dest)}`, { routing_key: f.key.value, arguments: {} });
+      announce("Binding added");
+      await rerender();
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  } },
+    fixed.source === undefined ? h("label", { for: f.source.id }, "From exchange", f.source) : null,
+    fixed.queue === undefined ? [h("label", { for: f.kind.id }, "To", f.kind), h("label", { for: f.dest.id }, "Name", f.dest)] : null,
+    h("label", { for: f.key.id }, "Routing key", f.key),
+    h("button", { type: "submit", class: "primary" }, "Bind"));
+}
+
+const exchangeState = { name: "" };
+
+async function exchangesPage() {
+  const st = exchangeState;
+  const params = new URLSearchParams({ sort: "name", columns: "name,vhost,type,durable,auto_delete,internal,policy" });
+  if (st.name) params.set("name", st.name);
+  const xs = await api("GET", "/exchanges?" + params);
+  const filter = h("input", { id: "x-filter", type: "search", value: st.name, "aria-describedby": "x-count" });
+  let timer;
+  const apply = () => { clearTimeout(timer); st.name = filter.value; rerender("#x-filter"); };
+  filter.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(apply, 250); });
+  setPage("Exchanges",
+    h("form", { class: "inline", role: "search", onsubmit: ev => { ev.preventDefault(); apply(); } },
+      h("label", { for: "x-filter" }, "Filter by name", filter)),
+    h("p", { id: "x-count" }, `${fmt(xs.length)} exchanges`),
+    h("div", { class: "table-wrap" }, h("table", { id: "exchanges" },
+      h("thead", {}, h("tr", {}, colHead("Virtual host", "wide"), colHead("Name"), colHead("Type"), colHead("Features"), colHead("Policy", "wide"))),
+      h("tbody", {}, xs.map(x => h("tr", { dataset: { exchange: x.name, vhost: x.vhost } },
+        h("td", { class: "wide" }, x.vhost),
+        h("th", { scope: "row" }, h("a", { href: exchangeLink(x.vhost, x.name) }, exchangeLabel(x.name))),
+        h("td", { class: "type" }, x.type),
+        h("td", { class: "features" }, exchangeFeatures(x)),
+        h("td", { class: "wide" }, x.policy || "")))))));
+}
+
+async function exchangePage(vhost, name) {
+  const x = await api("GET", `/exchanges/${enc(vhost)}/${enc(name)}`);
+  const base = `/exchanges/${enc(vhost)}/${enc(name)}/bindings`;
+  const [src, dst] = await Promise.all([api("GET", base + "/source"), api("GET", base + "/destination")]);
+  const msg = h("div", { id: "bind-msg" });
+  setPage(`Exchange ${exchangeLabel(x.name)}`,
+    h("p", {}, h("a", { href: "#/exchanges" }, "← Exchanges")),
+    h("section", { "aria-labelledby": "det-h" }, h("h2", { id: "det-h" }, "Details"),
+      h("table", { class: "kv", id: "exchange-details" }, h("tbody", {},
+        [["Virtual host", x.vhost], ["Type", x.type], ["Features", exchangeFeatures(x)], ["Policy", x.policy || "none"]]
+          .map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v)))))),
+    h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(x.arguments, "exchange-arguments")),
+    h("section", { "aria-labelledby": "src-h" }, h("h2", { id: "src-h" }, "Bindings from this exchange"),
+      bindingsTable("bindings-source", src, msg),
+      x.name ? bindForm("bind-form", x.vhost, { source: x.name }, msg) : null, msg),
+    h("section", { "aria-labelledby": "dst-h" }, h("h2", { id: "dst-h" }, "Bindings to this exchange"),
+      bindingsTable("bindings-destination", dst, msg)));
 }
 
 // ---- policies ----
@@ -379,6 +491,8 @@ async function render() {
       case "queues": await queuesPage(); break;
       case "queue": await queuePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "policies": await policiesPage(); break;
+      case "exchanges": await exchangesPage(); break;
+      case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();
     }

@@ -1,0 +1,117 @@
+package mgmt_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// uiLogin opens the UI at root, logs in as user and waits for the
+// overview. window.confirm is made to answer yes, as a user would, for
+// the pages' delete buttons.
+func uiLogin(t *testing.T, ctx context.Context, root, user, pass string) {
+	t.Helper()
+	until(t, ctx, "log in",
+		chromedp.Navigate(root+"/"),
+		chromedp.WaitVisible("#username", chromedp.ByQuery),
+		chromedp.SendKeys("#username", user, chromedp.ByQuery),
+		chromedp.SendKeys("#password", pass, chromedp.ByQuery),
+		chromedp.Click(`#login button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#ov-queues", chromedp.ByQuery),
+		chromedp.Evaluate(`window.confirm = () => true`, nil))
+}
+
+// text returns the trimmed text of the first element sel matches.
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	var s string
+	until(t, ctx, "text of "+sel, chromedp.Text(sel, &s, chromedp.ByQuery))
+	return strings.TrimSpace(s)
+}
+
+// The exchanges list shows types and feature badges and filters by name
+// through the API; an exchange's page lists its bindings both ways; a
+// binding made in the UI routes (the API sees it) and one deleted there is
+// gone; the queue page lists the queue's bindings and binds it too.
+func TestUIExchanges(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/exchanges/%2F/orders.x", map[string]any{"type": "topic", "durable": true})
+	a.must(201, "PUT", "/exchanges/%2F/orders.internal", map[string]any{"type": "fanout", "auto_delete": true, "internal": true})
+	a.must(201, "PUT", "/queues/%2F/orders.q", map[string]any{"durable": true})
+	a.must(201, "POST", "/bindings/%2F/e/orders.x/e/orders.internal", map[string]any{"routing_key": "all.#"})
+	uiLogin(t, ctx, root, "guest", "guest")
+
+	until(t, ctx, "exchanges list", chromedp.Click(`a[href="#/exchanges"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`tr[data-exchange="orders.x"]`, chromedp.ByQuery))
+	if got := text(t, ctx, `tr[data-exchange="orders.x"] td.type`); got != "topic" {
+		t.Errorf("orders.x type %q", got)
+	}
+	var feats string
+	until(t, ctx, "features", chromedp.Evaluate(`[...document.querySelectorAll('tr[data-exchange="orders.internal"] td.features abbr')].map(b => b.textContent).join(" ")`, &feats))
+	if got := feats; got != "AD I" {
+		t.Errorf("orders.internal features %q, want AD I", got)
+	}
+	if got := text(t, ctx, `tr[data-exchange=""] th`); got != "(AMQP default)" {
+		t.Errorf("default exchange shown as %q", got)
+	}
+	screenshot(t, ctx, "exchanges")
+	until(t, ctx, "filter", chromedp.SendKeys("#x-filter", "orders", chromedp.ByQuery))
+	poll(t, ctx, "filtered exchanges", `document.querySelectorAll("#exchanges tbody tr").length === 2 && document.querySelector("#x-count").textContent === "2 exchanges"`)
+
+	until(t, ctx, "exchange page", chromedp.Click(`tr[data-exchange="orders.x"] a`, chromedp.ByQuery),
+		chromedp.WaitVisible("#bindings-source", chromedp.ByQuery))
+	if got := text(t, ctx, `#bindings-source tr[data-destination="orders.internal"] td.rk`); got != "all.#" {
+		t.Errorf("exchange-to-exchange binding key %q", got)
+	}
+	until(t, ctx, "bind a queue",
+		chromedp.SendKeys("#bind-form-dest", "orders.q", chromedp.ByQuery),
+		chromedp.SendKeys("#bind-form-key", "order.*", chromedp.ByQuery),
+		chromedp.Click(`#bind-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#bindings-source tr[data-destination="orders.q"]`, chromedp.ByQuery))
+	if l := a.must(200, "GET", "/bindings/%2F/e/orders.x/q/orders.q", nil).list(t); len(l) != 1 || l[0]["routing_key"] != "order.*" {
+		t.Fatalf("binding made in the UI: %v", l)
+	}
+	// A refusal shows the API's reason.
+	until(t, ctx, "bind to a missing queue",
+		chromedp.SendKeys("#bind-form-dest", "nope", chromedp.ByQuery),
+		chromedp.Click(`#bind-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#bind-msg .error", chromedp.ByQuery))
+	if got, want := text(t, ctx, "#bind-msg .error"), a.do("POST", "/bindings/%2F/e/orders.x/q/nope", map[string]any{"routing_key": ""}).reason(t); got != want {
+		t.Errorf("refused binding shows %q, want the API's %q", got, want)
+	}
+	screenshot(t, ctx, "exchange")
+
+	until(t, ctx, "the internal exchange's page", chromedp.Click(`#bindings-source tr[data-destination="orders.internal"] td:nth-child(2) a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#bindings-destination tr[data-source="orders.x"]`, chromedp.ByQuery))
+	until(t, ctx, "unbind", chromedp.Click(`#bindings-destination tr[data-source="orders.x"] button.unbind`, chromedp.ByQuery),
+		chromedp.WaitVisible(`p#bindings-destination`, chromedp.ByQuery))
+	if l := a.must(200, "GET", "/bindings/%2F/e/orders.x/e/orders.internal", nil).list(t); len(l) != 0 {
+		t.Errorf("binding deleted in the UI is still there: %v", l)
+	}
+
+	// The queue's page: the default exchange's binding and orders.x's.
+	until(t, ctx, "queue page", chromedp.Navigate(root+"/#/queue/%2F/orders.q"),
+		chromedp.WaitVisible(`#queue-bindings tr[data-source="orders.x"]`, chromedp.ByQuery))
+	poll(t, ctx, "default binding", `document.querySelector('#queue-bindings tr[data-source=""] td.rk')?.textContent === "orders.q" && !document.querySelector('#queue-bindings tr[data-source=""] button')`)
+	until(t, ctx, "bind from the queue page",
+		chromedp.SendKeys("#qbind-form-source", "amq.direct", chromedp.ByQuery),
+		chromedp.SendKeys("#qbind-form-key", "direct-key", chromedp.ByQuery),
+		chromedp.Click(`#qbind-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#queue-bindings tr[data-source="amq.direct"]`, chromedp.ByQuery))
+	a.must(200, "GET", "/bindings/%2F/e/amq.direct/q/orders.q/direct-key", nil)
+}
+
+// reason is an error reply's reason.
+func (r resp) reason(t *testing.T) string {
+	t.Helper()
+	var e struct{ Reason string }
+	if err := json.Unmarshal(r.body, &e); err != nil || r.status < 400 || e.Reason == "" {
+		t.Fatalf("not an error reply: %d %s", r.status, r.body)
+	}
+	return e.Reason
+}

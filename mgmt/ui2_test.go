@@ -115,3 +115,67 @@ func (r resp) reason(t *testing.T) string {
 	}
 	return e.Reason
 }
+
+// Users and permissions in the UI: a user added there logs in with its
+// password and has its tags; a permission the API refuses (a bad regular
+// expression) shows the API's reason; one set there applies; clearing it
+// and deleting the user take them away.
+func TestUIUsersAndPermissions(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	uiLogin(t, ctx, root, "guest", "guest")
+	until(t, ctx, "users page", chromedp.Click(`a[href="#/users"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#users tr[data-user="guest"]`, chromedp.ByQuery))
+	if got := text(t, ctx, `#users tr[data-user="guest"] td.tags`); got != "administrator" {
+		t.Errorf("guest's tags shown %q", got)
+	}
+	until(t, ctx, "add a user",
+		chromedp.SendKeys("#u-name", "alice", chromedp.ByQuery),
+		chromedp.SendKeys("#u-password", "s3cret", chromedp.ByQuery),
+		chromedp.SendKeys("#u-tags", "monitoring, management", chromedp.ByQuery),
+		chromedp.Click(`#user-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#users tr[data-user="alice"]`, chromedp.ByQuery))
+	if got := text(t, ctx, `#users tr[data-user="alice"] td.tags`); got != "monitoring, management" {
+		t.Errorf("alice's tags shown %q", got)
+	}
+	if r := a.as("alice", "s3cret", "GET", "/whoami", nil); r.status != 200 {
+		t.Fatalf("alice cannot log in: %d %s", r.status, r.body)
+	}
+
+	bad := map[string]any{"configure": "(", "write": ".*", "read": ".*"}
+	want := a.do("PUT", "/permissions/%2F/alice", bad).reason(t)
+	until(t, ctx, "a refused permission",
+		setValue("#perm-user", "alice"),
+		setValue("#perm-configure", "("),
+		chromedp.Click(`#perm-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#perm-msg .error", chromedp.ByQuery))
+	if got := text(t, ctx, "#perm-msg .error"); got != want {
+		t.Errorf("refused permission shows %q, want the API's %q", got, want)
+	}
+	until(t, ctx, "set a permission",
+		setValue("#perm-configure", "^alice\\."),
+		setValue("#perm-read", "^$"),
+		chromedp.Click(`#perm-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#permissions tr[data-user="alice"]`, chromedp.ByQuery))
+	if got := text(t, ctx, `#permissions tr[data-user="alice"] td.configure`); got != `^alice\.` {
+		t.Errorf("alice's configure shown %q", got)
+	}
+	p := a.must(200, "GET", "/permissions/%2F/alice", nil).object(t)
+	if p["configure"] != `^alice\.` || p["write"] != ".*" || p["read"] != "^$" {
+		t.Errorf("permission set in the UI: %v", p)
+	}
+	screenshot(t, ctx, "users")
+
+	until(t, ctx, "clear the permission",
+		chromedp.Click(`#permissions tr[data-user="alice"] button.clear`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`#permissions tr[data-user="alice"]`, chromedp.ByQuery))
+	a.must(404, "GET", "/permissions/%2F/alice", nil)
+	until(t, ctx, "delete the user",
+		chromedp.Click(`#users tr[data-user="alice"] button.delete`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(`#users tr[data-user="alice"]`, chromedp.ByQuery))
+	a.must(404, "GET", "/users/alice", nil)
+	if got := text(t, ctx, "#status"); got != "User alice deleted" {
+		t.Errorf("announced %q", got)
+	}
+}

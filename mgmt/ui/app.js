@@ -472,6 +472,73 @@ async function policiesPage() {
     h("section", { "aria-labelledby": "add-h" }, h("h2", { id: "add-h" }, "Add or update a policy"), form));
 }
 
+// ---- users and permissions ----
+
+// usersPage lists users and permissions (administrator only: others see
+// the API's refusal) with forms to add a user, set a permission, and
+// buttons to delete and clear. Every refusal shows the API's reason.
+async function usersPage() {
+  const [users, perms, vhosts] = await Promise.all([api("GET", "/users"), api("GET", "/permissions"), api("GET", "/vhosts?columns=name")]);
+  const userMsg = h("div", { id: "user-msg" }), permMsg = h("div", { id: "perm-msg" });
+  const act = (msg, what, fn) => async () => {
+    try { await fn(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  const uf = {
+    name: h("input", { id: "u-name", required: true, autocomplete: "off" }),
+    password: h("input", { id: "u-password", type: "password", autocomplete: "new-password" }),
+    tags: h("input", { id: "u-tags", placeholder: "administrator, monitoring", "aria-describedby": "u-tags-help" }),
+  };
+  const userForm = h("form", { class: "stack", id: "user-form", onsubmit: ev => {
+    ev.preventDefault();
+    const body = { tags: uf.tags.value.split(",").map(s => s.trim()).filter(Boolean).join(",") };
+    if (uf.password.value) body.password = uf.password.value;
+    act(userMsg, `User ${uf.name.value} saved`, () => api("PUT", `/users/${enc(uf.name.value)}`, body))();
+  } },
+    h("label", { for: "u-name" }, "Username", uf.name),
+    h("label", { for: "u-password" }, "Password (empty: no password login)", uf.password),
+    h("label", { for: "u-tags" }, "Tags", uf.tags),
+    h("small", { id: "u-tags-help" }, "Comma-separated: administrator, monitoring, policymaker, management"),
+    userMsg,
+    h("div", {}, h("button", { type: "submit", class: "primary" }, "Add / update user")));
+  const pf = {
+    user: h("select", { id: "perm-user" }, users.map(u => h("option", { value: u.name }, u.name))),
+    vhost: h("select", { id: "perm-vhost" }, vhosts.map(v => h("option", { value: v.name }, v.name))),
+    configure: h("input", { id: "perm-configure", value: ".*" }),
+    write: h("input", { id: "perm-write", value: ".*" }),
+    read: h("input", { id: "perm-read", value: ".*" }),
+  };
+  const permForm = h("form", { class: "inline", id: "perm-form", onsubmit: ev => {
+    ev.preventDefault();
+    act(permMsg, `Permissions of ${pf.user.value} in ${pf.vhost.value} set`, () => api("PUT", `/permissions/${enc(pf.vhost.value)}/${enc(pf.user.value)}`,
+      { configure: pf.configure.value, write: pf.write.value, read: pf.read.value }))();
+  } },
+    h("label", { for: "perm-user" }, "User", pf.user), h("label", { for: "perm-vhost" }, "Virtual host", pf.vhost),
+    h("label", { for: "perm-configure" }, "Configure", pf.configure), h("label", { for: "perm-write" }, "Write", pf.write),
+    h("label", { for: "perm-read" }, "Read", pf.read),
+    h("button", { type: "submit", class: "primary" }, "Set permission"));
+  const me = sessionStorage.getItem(USER);
+  setPage("Users and permissions",
+    h("section", { "aria-labelledby": "users-h" }, h("h2", { id: "users-h" }, "Users"),
+      h("div", { class: "table-wrap" }, h("table", { id: "users" },
+        h("thead", {}, h("tr", {}, colHead("Name"), colHead("Tags"), actionsHead())),
+        h("tbody", {}, users.map(u => h("tr", { dataset: { user: u.name } },
+          h("th", { scope: "row" }, u.name),
+          h("td", { class: "tags" }, (u.tags || []).join(", ")),
+          h("td", {}, u.name === me ? h("small", {}, "(you)") : h("button", { type: "button", class: "delete", "aria-label": `Delete user ${u.name}`,
+            onclick: () => confirm(`Delete user ${u.name}?`) && act(userMsg, `User ${u.name} deleted`, () => api("DELETE", `/users/${enc(u.name)}`))() }, "Delete"))))))),
+      h("h3", {}, "Add or update a user"), userForm),
+    h("section", { "aria-labelledby": "perms-h" }, h("h2", { id: "perms-h" }, "Permissions"),
+      h("div", { class: "table-wrap" }, h("table", { id: "permissions" },
+        h("thead", {}, h("tr", {}, colHead("User"), colHead("Virtual host"), colHead("Configure"), colHead("Write"), colHead("Read"), actionsHead())),
+        h("tbody", {}, perms.length ? perms.map(p => h("tr", { dataset: { user: p.user, vhost: p.vhost } },
+          h("th", { scope: "row" }, p.user), h("td", {}, p.vhost),
+          h("td", { class: "configure" }, h("code", {}, p.configure)), h("td", { class: "write" }, h("code", {}, p.write)), h("td", { class: "read" }, h("code", {}, p.read)),
+          h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear permissions of ${p.user} in ${p.vhost}`,
+            onclick: () => confirm(`Clear the permissions of ${p.user} in ${p.vhost}?`) && act(permMsg, `Permissions of ${p.user} in ${p.vhost} cleared`,
+              () => api("DELETE", `/permissions/${enc(p.vhost)}/${enc(p.user)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No permissions."))))),
+      h("h3", {}, "Set a permission"), permForm, permMsg));
+}
+
 // ---- routing ----
 
 let rendering = 0;
@@ -492,6 +559,7 @@ async function render() {
       case "queue": await queuePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "policies": await policiesPage(); break;
       case "exchanges": await exchangesPage(); break;
+      case "users": await usersPage(); break;
       case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();

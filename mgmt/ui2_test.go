@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // uiLogin opens the UI at root, logs in as user and waits for the
@@ -178,4 +179,64 @@ func TestUIUsersAndPermissions(t *testing.T) {
 	if got := text(t, ctx, "#status"); got != "User alice deleted" {
 		t.Errorf("announced %q", got)
 	}
+}
+
+// Connections and channels: an amqp091-go connection is listed with its
+// user, vhost and channel, the channel with its prefetch, unacked count
+// and consumer; closing it from the UI with a reason closes the client's
+// connection with 320 CONNECTION_FORCED and that reason.
+func TestUIConnections(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/queues/%2F/work", map[string]any{})
+	conn, err := amqp091.DialConfig("amqp://guest:guest@"+a.Addr+"/", amqp091.Config{Properties: amqp091.Table{"connection_name": "ui-conn"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(7, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "work", false, false, amqp091.Publishing{Body: []byte("job")}); err != nil {
+		t.Fatal(err)
+	}
+	dels, err := ch.Consume("work", "worker", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-dels // one unacknowledged delivery
+
+	uiLogin(t, ctx, root, "guest", "guest")
+	until(t, ctx, "connections page", chromedp.Click(`a[href="#/connections"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#connections tr[data-client-name="ui-conn"]`, chromedp.ByQuery))
+	row := `#connections tr[data-client-name="ui-conn"] `
+	if u, v, n := text(t, ctx, row+"td.user"), text(t, ctx, row+"td.vhost"), text(t, ctx, row+"td.channels"); u != "guest" || v != "/" || n != "1" {
+		t.Errorf("connection shows user %q vhost %q channels %q", u, v, n)
+	}
+	poll(t, ctx, "channel counts", `(() => { const r = document.querySelector("#channels tbody tr[data-channel]");
+		return !!r && r.querySelector(".prefetch").textContent === "7" && r.querySelector(".unacked").textContent === "1" && r.querySelector(".consumers").textContent === "1"; })()`)
+	screenshot(t, ctx, "connections")
+
+	const reason = "maintenance window"
+	until(t, ctx, "close the connection",
+		chromedp.Click(row+"button.close", chromedp.ByQuery),
+		chromedp.WaitVisible("#close-reason", chromedp.ByQuery),
+		setValue("#close-reason", ""),
+		chromedp.SendKeys("#close-reason", reason, chromedp.ByQuery),
+		chromedp.Click(`#close-form button[type="submit"]`, chromedp.ByQuery))
+	select {
+	case e := <-closed:
+		if e == nil || e.Code != amqp091.ConnectionForced || !strings.Contains(e.Reason, reason) {
+			t.Fatalf("client's connection closed with %v, want 320 with %q", e, reason)
+		}
+	case <-ctx.Done():
+		t.Fatal("the client's connection was not closed")
+	}
+	poll(t, ctx, "connection gone", `!document.querySelector('#connections tr[data-client-name="ui-conn"]') && !document.querySelector("#channels tbody tr[data-channel]")`)
 }

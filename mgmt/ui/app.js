@@ -539,14 +539,78 @@ async function usersPage() {
       h("h3", {}, "Set a permission"), permForm, permMsg));
 }
 
+// ---- connections and channels ----
+
+// connectionsPage lists connections and channels, refreshed every 5 s
+// while no close form is open. Close asks for a reason in a small form and
+// sends it as X-Reason: the client gets connection.close 320
+// CONNECTION_FORCED with it.
+async function connectionsPage() {
+  const [conns, chans] = await Promise.all([api("GET", "/connections"), api("GET", "/channels")]);
+  const msg = h("div", { id: "conn-msg" });
+  const closeBox = h("div", { id: "close-box" });
+  const openClose = (c, button) => {
+    const reason = h("input", { id: "close-reason", value: "Closed via management UI", required: true });
+    const cancel = () => { closeBox.replaceChildren(); button.focus(); };
+    const form = h("form", { class: "stack", id: "close-form", "aria-labelledby": "close-h",
+      onkeydown: ev => { if (ev.key === "Escape") cancel(); },
+      onsubmit: async ev => {
+        ev.preventDefault();
+        try {
+          await api("DELETE", `/connections/${enc(c.name)}`, undefined, undefined, { "X-Reason": reason.value });
+          announce(`Connection ${c.name} closed`);
+          await rerender();
+        } catch (e) { msg.replaceChildren(errorBox(e)); }
+      } },
+      h("h3", { id: "close-h" }, `Close connection ${c.user_provided_name || c.name}?`),
+      h("label", { for: "close-reason" }, "Reason (sent to the client)", reason),
+      h("div", {}, h("button", { type: "submit", class: "primary" }, "Close connection"), " ",
+        h("button", { type: "button", onclick: cancel }, "Cancel")));
+    closeBox.replaceChildren(form);
+    reason.focus();
+  };
+  setPage("Connections and channels",
+    h("section", { "aria-labelledby": "conns-h" }, h("h2", { id: "conns-h" }, `Connections (${conns.length})`),
+      h("div", { class: "table-wrap" }, h("table", { id: "connections" },
+        h("thead", {}, h("tr", {}, colHead("Name"), colHead("User"), colHead("Virtual host", "wide"), colHead("Peer", "wide"),
+          colHead("State", "wide"), colHead("Channels", "num"), actionsHead())),
+        h("tbody", {}, conns.length ? conns.map(c => {
+          const close = h("button", { type: "button", class: "close", "aria-label": `Close connection ${c.user_provided_name || c.name}` }, "Close");
+          close.addEventListener("click", () => openClose(c, close));
+          return h("tr", { dataset: { connection: c.name, clientName: c.user_provided_name ?? "" } },
+            h("th", { scope: "row" }, c.user_provided_name ? [c.user_provided_name, h("br"), h("small", {}, c.name)] : c.name),
+            h("td", { class: "user" }, c.user), h("td", { class: "wide vhost" }, c.vhost),
+            h("td", { class: "wide peer" }, `${c.peer_host}:${c.peer_port}`), h("td", { class: "wide state" }, c.state),
+            h("td", { class: "num channels" }, fmt(c.channels)), h("td", {}, close));
+        }) : h("tr", {}, h("td", { colspan: 7 }, "No connections."))))),
+      closeBox, msg),
+    h("section", { "aria-labelledby": "chans-h" }, h("h2", { id: "chans-h" }, `Channels (${chans.length})`),
+      h("div", { class: "table-wrap" }, h("table", { id: "channels" },
+        h("thead", {}, h("tr", {}, colHead("Channel"), colHead("User", "wide"), colHead("Virtual host", "wide"), colHead("State", "wide"),
+          colHead("Prefetch", "num"), colHead("Unacked", "num"), colHead("Consumers", "num"))),
+        h("tbody", {}, chans.length ? chans.map(ch => h("tr", { dataset: { channel: ch.name, connection: ch.connection_details?.name ?? "" } },
+          h("th", { scope: "row" }, ch.name), h("td", { class: "wide" }, ch.user), h("td", { class: "wide" }, ch.vhost),
+          h("td", { class: "wide" }, ch.state), h("td", { class: "num prefetch" }, fmt(ch.prefetch_count)),
+          h("td", { class: "num unacked" }, fmt(ch.messages_unacknowledged)), h("td", { class: "num consumers" }, fmt(ch.consumer_count))))
+          : h("tr", {}, h("td", { colspan: 7 }, "No channels.")))))));
+  every(5000, () => { if (!closeBox.firstChild && !main.contains(document.activeElement)) rerender(); });
+}
+
 // ---- routing ----
 
 let rendering = 0;
+
+// timers are the page's polls; render stops them, so a page polls only
+// while it is on screen.
+let timers = [];
+function every(ms, fn) { timers.push(setInterval(fn, ms)); }
 
 // render draws the page the hash names; a newer render supersedes an
 // older one still waiting for the API.
 async function render() {
   const mine = ++rendering;
+  for (const t of timers) clearInterval(t);
+  timers = [];
   const user = sessionStorage.getItem(USER);
   document.getElementById("nav").hidden = !user;
   document.getElementById("logout").hidden = !user;
@@ -560,6 +624,7 @@ async function render() {
       case "policies": await policiesPage(); break;
       case "exchanges": await exchangesPage(); break;
       case "users": await usersPage(); break;
+      case "connections": await connectionsPage(); break;
       case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();

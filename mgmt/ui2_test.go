@@ -3,9 +3,12 @@ package mgmt_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/brokerd/brokerd/broker"
 	"github.com/chromedp/chromedp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -239,4 +242,68 @@ func TestUIConnections(t *testing.T) {
 		t.Fatal("the client's connection was not closed")
 	}
 	poll(t, ctx, "connection gone", `!document.querySelector('#connections tr[data-client-name="ui-conn"]') && !document.querySelector("#channels tbody tr[data-channel]")`)
+}
+
+// The overview's rates come from the growth of the counters between two
+// polls 5 s apart: 10 publishes, 4 gets and 4 acks made right after the
+// first poll show at the second, as counts over the interval. A memory
+// alarm raised while the page is open shows as an alert.
+func TestUIOverviewRatesAndAlarms(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	_, ch := a.Channel(t)
+	if _, err := ch.QueueDeclare("rated", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	uiLogin(t, ctx, root, "guest", "guest")
+	if got := text(t, ctx, "#ov-alarms"); got != "No alarms." {
+		t.Errorf("alarms shown %q", got)
+	}
+	if got := text(t, ctx, "#rate-publish"); got != "—" {
+		t.Errorf("publish rate before a second poll: %q", got)
+	}
+	var before string
+	until(t, ctx, "samples", chromedp.Evaluate(`document.querySelector("main").dataset.samples`, &before))
+	for i := range 10 {
+		if err := ch.Publish("", "rated", false, false, amqp091.Publishing{Body: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		m, ok, err := ch.Get("rated", false)
+		if err != nil || !ok || m.Ack(false) != nil {
+			t.Fatalf("get: %v %v", ok, err)
+		}
+	}
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/rated", nil).object(t)["messages"] == 6.0 })
+	var after string
+	until(t, ctx, "samples", chromedp.Evaluate(`document.querySelector("main").dataset.samples`, &after))
+	if before != "1" || after != before {
+		t.Fatalf("the page polled while the test published (samples %s then %s); too slow a machine for this test", before, after)
+	}
+	poll(t, ctx, "second sample", `document.querySelector("main").dataset.samples === "2"`)
+	for k, want := range map[string]string{"publish": "10", "deliver_get": "4", "ack": "4", "redeliver": "0"} {
+		var delta, shown string
+		until(t, ctx, "rate "+k,
+			chromedp.Evaluate(`document.querySelector("#rate-`+k+`").dataset.delta`, &delta),
+			chromedp.Evaluate(`document.querySelector("#rate-`+k+`").textContent`, &shown))
+		var r float64
+		if _, err := fmt.Sscan(shown, &r); err != nil || delta != want {
+			t.Errorf("%s: %q per second from a growth of %s, want a growth of %s", k, shown, delta, want)
+		}
+		// Over 5 s (the interval, give or take the poll's own time).
+		if n, _ := strconv.Atoi(want); n > 0 && (r < float64(n)/7 || r > float64(n)/4) {
+			t.Errorf("%s rate %v for %d in about 5 s", k, r, n)
+		}
+	}
+	if got := text(t, ctx, "#ov-messages"); got != "6" {
+		t.Errorf("messages total %q after the poll", got)
+	}
+	screenshot(t, ctx, "overview-rates")
+
+	a.Broker.SetAlarm(broker.AlarmMemory, true)
+	defer a.Broker.SetAlarm(broker.AlarmMemory, false)
+	poll(t, ctx, "alarm shown", `document.querySelector('#ov-alarms.alarm[role="alert"]')?.textContent.includes("Resource alarm: memory")`)
+	screenshot(t, ctx, "overview-alarm")
 }

@@ -26,8 +26,9 @@ function h(tag, attrs = {}, ...kids) {
 }
 
 // APIError is a non-2xx reply; reason is the API's message.
+// body is the reply's JSON, when it had one.
 class APIError extends Error {
-  constructor(status, reason) { super(reason); this.status = status; this.reason = reason; }
+  constructor(status, reason, body) { super(reason); this.status = status; this.reason = reason; this.body = body; }
 }
 
 // api calls the JSON API with the session's credentials (or auth).
@@ -45,7 +46,7 @@ async function api(method, path, body, auth = sessionStorage.getItem(AUTH), extr
   if (!r.ok) {
     const reason = (data && typeof data === "object" && (data.reason || data.error)) || r.statusText || String(r.status);
     if (r.status === 401 && auth && path !== "/whoami") { logout(); }
-    throw new APIError(r.status, reason);
+    throw new APIError(r.status, reason, data);
   }
   return data;
 }
@@ -104,34 +105,66 @@ function loginPage() {
 
 // ---- overview ----
 
+// RATES are the message_stats counters the overview shows as rates.
+const RATES = [["publish", "Publish"], ["deliver_get", "Deliver / get"], ["ack", "Acknowledge"], ["redeliver", "Redeliver"], ["dead_lettered", "Dead-lettered"]];
+
+// alarmsNow reads the alarms health check: 200 without alarms, 503 with
+// them (its body then lists them).
+function alarmsNow() {
+  return api("GET", "/health/checks/alarms").catch(e => e instanceof APIError && e.status === 503 ? { status: "failed", reason: e.reason, alarms: e.body?.alarms } : Promise.reject(e));
+}
+
+function alarmView(alarms) {
+  if (alarms.status === "ok") return h("p", { id: "ov-alarms", class: "ok" }, "No alarms.");
+  const res = (alarms.alarms || []).map(a => a.resource);
+  return h("div", { id: "ov-alarms", class: "alarm", role: "alert" },
+    h("strong", {}, res.length ? `Resource alarm: ${res.join(", ")}` : (alarms.reason || "Alarm in effect")),
+    h("p", {}, "Publishing connections are blocked until every alarm clears; consumers keep draining."));
+}
+
+// overviewPage shows totals, alarms and message rates. Rates are computed
+// here from the growth of the overview's counters between two polls, 5 s
+// apart (the API keeps no rate samples), so they show after the second.
 async function overviewPage() {
-  const [ov, alarms] = await Promise.all([
-    api("GET", "/overview"),
-    api("GET", "/health/checks/alarms").catch(e => e instanceof APIError && e.status === 503 ? { status: "failed", reason: e.reason } : Promise.reject(e)),
-  ]);
-  const t = ov.object_totals || {}, q = ov.queue_totals || {};
-  const card = (label, value, id) => h("div", {}, h("dt", {}, label), h("dd", { id }, fmt(value ?? 0)));
-  const rate = k => ov.message_stats?.[k + "_details"]?.rate;
-  const alarmText = alarms.status === "ok" ? "None" : (alarms.reason || "alarm in effect");
-  const rates = ["publish", "deliver_get", "ack"].filter(k => rate(k) !== undefined);
+  let [ov, alarms] = await Promise.all([api("GET", "/overview"), alarmsNow()]);
+  let prev = { at: performance.now(), stats: ov.message_stats || {} }, samples = 1, shownAlarms = JSON.stringify(alarms);
+  const card = (label, id, value) => h("div", {}, h("dt", {}, label), h("dd", { id }, value));
+  const alarmBox = h("section", { "aria-labelledby": "alarms-h", id: "alarms" }, h("h2", { id: "alarms-h" }, "Alarms"), alarmView(alarms));
+  const totals = ov => {
+    const t = ov.object_totals || {}, q = ov.queue_totals || {};
+    return [["Connections", "connections", t.connections], ["Channels", "channels", t.channels], ["Queues", "queues", t.queues],
+      ["Messages", "messages", q.messages], ["Ready", "ready", q.messages_ready], ["Unacked", "unacked", q.messages_unacknowledged]];
+  };
   setPage("Overview",
+    alarmBox,
     h("section", { "aria-labelledby": "totals-h" },
       h("h2", { id: "totals-h" }, "Totals"),
-      h("dl", { class: "cards" },
-        card("Connections", t.connections, "ov-connections"),
-        card("Channels", t.channels, "ov-channels"),
-        card("Queues", t.queues, "ov-queues"),
-        card("Messages", q.messages, "ov-messages"),
-        card("Ready", q.messages_ready, "ov-ready"),
-        card("Unacked", q.messages_unacknowledged, "ov-unacked"))),
-    rates.length ? h("section", { "aria-labelledby": "rates-h" }, h("h2", { id: "rates-h" }, "Message rates (per second)"),
-      h("dl", { class: "cards" }, rates.map(k => card(k.replace("_", "/"), Math.round(rate(k) * 10) / 10)))) : null,
-    h("section", { "aria-labelledby": "alarms-h" },
-      h("h2", { id: "alarms-h" }, "Alarms"),
-      h("p", { id: "ov-alarms", class: alarms.status === "ok" ? "ok" : "error" }, alarmText)),
+      h("dl", { class: "cards" }, totals(ov).map(([label, id, v]) => card(label, "ov-" + id, fmt(v ?? 0))))),
+    h("section", { "aria-labelledby": "rates-h" }, h("h2", { id: "rates-h" }, "Message rates (per second, over the last 5 s)"),
+      h("dl", { class: "cards", id: "rates" }, RATES.map(([k, label]) => card(label, "rate-" + k, "—")))),
     h("section", { "aria-labelledby": "node-h" },
       h("h2", { id: "node-h" }, "Node"),
       h("p", {}, `${ov.product_name || "brokerd"} ${ov.product_version || ""} on ${ov.node || ""}`)));
+  main.dataset.samples = samples;
+  every(5000, async () => {
+    try {
+      [ov, alarms] = await Promise.all([api("GET", "/overview"), alarmsNow()]);
+    } catch (e) { shownAlarms = ""; alarmBox.replaceChildren(alarmBox.firstChild, errorBox(e)); return; }
+    const now = performance.now(), secs = (now - prev.at) / 1000, stats = ov.message_stats || {};
+    for (const [k] of RATES) {
+      const el = document.getElementById("rate-" + k);
+      if (!el || typeof stats[k] !== "number" || typeof prev.stats[k] !== "number") continue;
+      const r = Math.max(0, stats[k] - prev.stats[k]) / secs;
+      el.textContent = r.toFixed(1);
+      el.dataset.delta = stats[k] - prev.stats[k];
+    }
+    prev = { at: now, stats };
+    for (const [, id, v] of totals(ov)) { const el = document.getElementById("ov-" + id); if (el) el.textContent = fmt(v ?? 0); }
+    // Redrawn only when they change: a new role=alert is announced.
+    const seen = JSON.stringify(alarms);
+    if (seen !== shownAlarms) { shownAlarms = seen; alarmBox.replaceChildren(alarmBox.firstChild, alarmView(alarms)); }
+    main.dataset.samples = ++samples;
+  });
 }
 
 // ---- queues ----

@@ -307,3 +307,53 @@ func TestUIOverviewRatesAndAlarms(t *testing.T) {
 	poll(t, ctx, "alarm shown", `document.querySelector('#ov-alarms.alarm[role="alert"]')?.textContent.includes("Resource alarm: memory")`)
 	screenshot(t, ctx, "overview-alarm")
 }
+
+// The queue page's depth chart follows the queue every 5 s: its label
+// gives the latest ready and unacked counts, the lines get a point per
+// poll, the details' counts follow too, and a legend names the lines.
+func TestUIQueueDepthChart(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	_, ch := a.Channel(t)
+	if _, err := ch.QueueDeclare("depth", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(n int) {
+		for i := range n {
+			if err := ch.Publish("", "depth", false, false, amqp091.Publishing{Body: []byte{byte(i)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(3)
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/depth", nil).object(t)["messages"] == 3.0 })
+	uiLogin(t, ctx, root, "guest", "guest")
+	until(t, ctx, "queue page", chromedp.Navigate(root+"/#/queue/%2F/depth"),
+		chromedp.WaitVisible("#depth-chart", chromedp.ByQuery))
+	var label string
+	until(t, ctx, "chart label", chromedp.AttributeValue("#depth-chart", "aria-label", &label, nil, chromedp.ByQuery))
+	if !strings.Contains(label, "now 3 ready, 0 unacked") {
+		t.Errorf("chart label %q", label)
+	}
+	if got := text(t, ctx, ".legend"); !strings.Contains(got, "Ready") || !strings.Contains(got, "Unacked") {
+		t.Errorf("legend %q", got)
+	}
+
+	// One taken without an ack, two more published: 4 ready, 1 unacked.
+	if _, ok, err := ch.Get("depth", false); err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	publish(2)
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/depth", nil).object(t)["messages_ready"] == 4.0 })
+	poll(t, ctx, "chart follows the queue", `document.querySelector("#depth-chart").getAttribute("aria-label").includes("now 4 ready, 1 unacked; peak 4")`)
+	var points int
+	until(t, ctx, "points", chromedp.Evaluate(`document.querySelector("#depth-chart polyline.ready").points.numberOfItems`, &points))
+	if points < 2 {
+		t.Errorf("ready line has %d points after a poll", points)
+	}
+	if r, u := text(t, ctx, "#q-ready"), text(t, ctx, "#q-unacked"); r != "4" || u != "1" {
+		t.Errorf("details show ready %q unacked %q", r, u)
+	}
+	screenshot(t, ctx, "queue-chart")
+}

@@ -269,6 +269,62 @@ async function rerender(focusSel) {
   }
 }
 
+// ---- depth chart ----
+
+const SVG = "http://www.w3.org/2000/svg";
+
+// svg is h for SVG elements (attributes only; no event handlers).
+function svg(tag, attrs = {}, ...kids) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+  for (const c of kids.flat(Infinity)) if (c !== undefined && c !== null) el.append(c instanceof Node ? c : String(c));
+  return el;
+}
+
+const CHART_WINDOW = 10 * 60 * 1000;
+
+// depthHistory keeps each queue's samples ({at, ready, unacked}) of the
+// last 10 minutes while the tab is open, so leaving the page and coming
+// back keeps the chart.
+const depthHistory = new Map();
+
+function depthSample(q) {
+  const key = q.vhost + "\n" + q.name, now = Date.now();
+  const list = (depthHistory.get(key) || []).filter(s => now - s.at <= CHART_WINDOW);
+  list.push({ at: now, ready: q.messages_ready ?? 0, unacked: q.messages_unacknowledged ?? 0 });
+  depthHistory.set(key, list);
+  return list;
+}
+
+// depthChart draws ready and unacked over the last 10 minutes as an inline
+// SVG line chart, an image whose label gives the latest values (its
+// legend is plain text next to it).
+function depthChart(samples) {
+  const W = 600, H = 170, L = 44, R = 8, T = 10, B = 22;
+  const last = samples[samples.length - 1], now = last.at;
+  const peak = Math.max(1, ...samples.map(s => Math.max(s.ready, s.unacked)));
+  const x = at => L + (W - L - R) * (1 - (now - at) / CHART_WINDOW);
+  const y = v => T + (H - T - B) * (1 - v / peak);
+  const series = (key) => [
+    svg("polyline", { class: "line " + key, points: samples.map(s => `${x(s.at).toFixed(1)},${y(s[key]).toFixed(1)}`).join(" ") }),
+    svg("circle", { class: "dot " + key, cx: x(now).toFixed(1), cy: y(last[key]).toFixed(1), r: 3 })];
+  return svg("svg", { id: "depth-chart", viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `Queue depth over the last 10 minutes: now ${last.ready} ready, ${last.unacked} unacked; peak ${peak}` },
+    svg("line", { class: "axis", x1: L, y1: y(0), x2: W - R, y2: y(0) }),
+    svg("line", { class: "grid", x1: L, y1: y(peak), x2: W - R, y2: y(peak) }),
+    svg("text", { x: L - 6, y: y(peak) + 4, "text-anchor": "end" }, fmt(peak)),
+    svg("text", { x: L - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
+    svg("text", { x: L, y: H - 4 }, "10 min ago"),
+    svg("text", { x: W - R, y: H - 4, "text-anchor": "end" }, "now"),
+    series("ready"), series("unacked"));
+}
+
+function depthLegend() {
+  return h("ul", { class: "legend" },
+    h("li", {}, h("span", { class: "swatch ready", "aria-hidden": "true" }), "Ready"),
+    h("li", {}, h("span", { class: "swatch unacked", "aria-hidden": "true" }), "Unacked (dashed)"));
+}
+
 // ---- one queue ----
 
 function kvTable(obj, id) {
@@ -311,6 +367,10 @@ async function queuePage(vhost, name) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
   const [q, bindings] = await Promise.all([api("GET", path), api("GET", path + "/bindings")]);
   const bindMsg = h("div", { id: "qbind-msg" });
+  const chartWrap = h("div", { class: "chart" }, depthChart(depthSample(q)));
+  const chartMsg = h("div");
+  const chartBox = h("section", { "aria-labelledby": "depth-h" }, h("h2", { id: "depth-h" }, "Depth (last 10 minutes, every 5 s)"),
+    chartWrap, depthLegend(), chartMsg);
   const peekBox = h("section", { "aria-labelledby": "peek-h", id: "peek" }, h("h2", { id: "peek-h" }, "Messages (peek: left in place)"));
   const list = h("div", { id: "peek-list" });
   let next = 0, shown = 0;
@@ -333,13 +393,26 @@ async function queuePage(vhost, name) {
       h("table", { class: "kv", id: "queue-details" }, h("tbody", {},
         [["Virtual host", q.vhost], ["Type", q.type], ["Features", features(q)], ["State", q.state],
          ["Policy", q.policy || "none"], ["Operator policy", q.operator_policy || "none"],
-         ["Messages", fmt(q.messages)], ["Ready", fmt(q.messages_ready)], ["Unacked", fmt(q.messages_unacknowledged)],
-         ["Consumers", fmt(q.consumers)]].map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v)))))),
+         ["Messages", fmt(q.messages), "q-messages"], ["Ready", fmt(q.messages_ready), "q-ready"],
+         ["Unacked", fmt(q.messages_unacknowledged), "q-unacked"], ["Consumers", fmt(q.consumers), "q-consumers"]]
+          .map(([k, v, id]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", { id }, v)))))),
+    chartBox,
     h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(q.arguments, "queue-arguments")),
     h("section", { "aria-labelledby": "pol-h" }, h("h2", { id: "pol-h" }, "Effective policy definition"), kvTable(q.effective_policy_definition, "queue-policy")),
     h("section", { "aria-labelledby": "qb-h" }, h("h2", { id: "qb-h" }, "Bindings"),
       bindingsTable("queue-bindings", bindings, bindMsg), bindForm("qbind-form", q.vhost, { queue: q.name }, bindMsg), bindMsg),
     peekBox);
+  // The chart and the counts follow the queue every 5 s while the page is open.
+  every(5000, async () => {
+    let now;
+    try { now = await api("GET", path); } catch (e) { chartMsg.replaceChildren(errorBox(e)); return; }
+    chartMsg.replaceChildren();
+    chartWrap.replaceChildren(depthChart(depthSample(now)));
+    for (const [id, v] of [["q-messages", now.messages], ["q-ready", now.messages_ready], ["q-unacked", now.messages_unacknowledged], ["q-consumers", now.consumers]]) {
+      const el = document.getElementById(id);
+      if (el) el.textContent = fmt(v);
+    }
+  });
   await load();
 }
 

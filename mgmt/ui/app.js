@@ -466,7 +466,7 @@ function bindForm(id, vhost, fixed, msg) {
     dest: h("input", { id: id + "-dest", required: true }),
     key: h("input", { id: id + "-key" }),
   };
-  return h("form", { class: "inline", id, onsubmit: async ev => {
+  return h("form", { class: "inline", id, "aria-label": "Add a binding", onsubmit: async ev => {
     ev.preventDefault();
     const source = fixed.source ?? f.source.value, kind = fixed.queue !== undefined ? "q" : f.kind.value, dest = fixed.queue ?? f.dest.value;
     try {

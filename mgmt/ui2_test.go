@@ -226,6 +226,14 @@ func TestUIConnections(t *testing.T) {
 		return !!r && r.querySelector(".prefetch").textContent === "7" && r.querySelector(".unacked").textContent === "1" && r.querySelector(".consumers").textContent === "1"; })()`)
 	screenshot(t, ctx, "connections")
 
+	// The list follows new connections (a poll every 5 s).
+	conn2, err := amqp091.DialConfig("amqp://guest:guest@"+a.Addr+"/", amqp091.Config{Properties: amqp091.Table{"connection_name": "ui-conn-2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	poll(t, ctx, "second connection listed", `!!document.querySelector('#connections tr[data-client-name="ui-conn-2"]')`)
+
 	const reason = "maintenance window"
 	until(t, ctx, "close the connection",
 		chromedp.Click(row+"button.close", chromedp.ByQuery),

@@ -699,17 +699,28 @@ async function connectionsPage() {
           h("td", { class: "wide" }, ch.state), h("td", { class: "num prefetch" }, fmt(ch.prefetch_count)),
           h("td", { class: "num unacked" }, fmt(ch.messages_unacknowledged)), h("td", { class: "num consumers" }, fmt(ch.consumer_count))))
           : h("tr", {}, h("td", { colspan: 7 }, "No channels.")))))));
-  every(5000, () => { if (!closeBox.firstChild && !main.contains(document.activeElement)) rerender(); });
+  // Not while the close form is open or a control in the page has focus
+  // (a redraw would lose the user's place).
+  every(5000, () => {
+    const el = document.activeElement;
+    if (!closeBox.firstChild && (el === main || !main.contains(el))) rerender();
+  });
 }
 
 // ---- routing ----
 
 let rendering = 0;
 
-// timers are the page's polls; render stops them, so a page polls only
-// while it is on screen.
+// timers are the page's polls. every is called just after setPage; its
+// poll stops when render starts another page, or when that page's heading
+// has left the document (the page was redrawn or superseded), so a page
+// polls only while it is on screen.
 let timers = [];
-function every(ms, fn) { timers.push(setInterval(fn, ms)); }
+function every(ms, fn) {
+  const heading = main.firstElementChild;
+  const id = setInterval(() => { if (heading.isConnected) fn(); else clearInterval(id); }, ms);
+  timers.push(id);
+}
 
 // render draws the page the hash names; a newer render supersedes an
 // older one still waiting for the API.

@@ -106,7 +106,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 			"connections": len(conns), "channels": nch, "exchanges": nx, "queues": nq, "consumers": ncons,
 		},
 		"queue_totals":  map[string]any{"messages": msgs, "messages_ready": ready, "messages_unacknowledged": unacked},
-		"message_stats": map[string]any{"publish": st.Published, "drop_unroutable": st.Unroutable},
+		"message_stats": messageStats(st),
 		// brokerd's own: dead-letter totals by reason and drops by cause.
 		"dead_letter_stats": map[string]any{
 			"dead_lettered": st.DeadLettered, "discarded": st.Discarded, "dropped": st.Dropped,
@@ -115,6 +115,30 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 		"listeners": listeners,
 		"contexts":  []any{},
 	}, nil
+}
+
+// messageStats is the overview's message_stats: RabbitMQ's totals under
+// its names (deliver_get = deliver + deliver_no_ack + get + get_no_ack),
+// from the broker's counters, plus brokerd's dead_lettered (messages
+// delivered to at least one dead letter queue, any reason). RabbitMQ's
+// disk_reads and disk_writes are not kept. The counters only grow, so a
+// client computes rates from the change between two reads.
+func messageStats(st broker.Stats) map[string]any {
+	d := st.Delivered
+	var deadLettered uint64
+	for _, n := range st.DeadLettered {
+		deadLettered += n
+	}
+	return map[string]any{
+		"publish": st.Published, "drop_unroutable": st.Unroutable, "return_unroutable": st.Returned,
+		"confirm": st.Confirmed,
+		"deliver": d[broker.DeliveredConsumeManualAck], "deliver_no_ack": d[broker.DeliveredConsumeAutoAck],
+		"get": d[broker.DeliveredGetManualAck], "get_no_ack": d[broker.DeliveredGetAutoAck],
+		"deliver_get": d[broker.DeliveredConsumeManualAck] + d[broker.DeliveredConsumeAutoAck] +
+			d[broker.DeliveredGetManualAck] + d[broker.DeliveredGetAutoAck],
+		"get_empty": st.GetEmpty, "ack": st.Acknowledged, "redeliver": st.Redelivered,
+		"dead_lettered": deadLettered,
+	}
 }
 
 func (s *Server) whoami(u *broker.UserInfo, r *http.Request) (any, error) {

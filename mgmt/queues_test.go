@@ -434,3 +434,58 @@ func TestGetHeaderValues(t *testing.T) {
 		t.Errorf("void in a table: %#v", v)
 	}
 }
+
+// The overview's message_stats count what clients did, under RabbitMQ's
+// names: publishes, deliveries by how they were taken, acks, redeliveries,
+// empty gets, and brokerd's dead_lettered.
+func TestOverviewMessageStats(t *testing.T) {
+	a := startAPI(t)
+	_, ch := a.Channel(t)
+	if _, err := ch.QueueDeclare("dlq", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("q", false, false, false, false, amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := ch.Publish("", "q", false, false, amqp091.Publishing{Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// get with ack: 1 delivery, 1 ack; get then nack with requeue and get
+	// again: 2 deliveries, 1 redelivered, then rejected to the DLQ.
+	m, ok, err := ch.Get("q", false)
+	if err != nil || !ok {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	if err := m.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err = ch.Get("q", false); err != nil || m.Nack(false, true) != nil {
+		t.Fatalf("get: %v", err)
+	}
+	if m, _, err = ch.Get("q", false); err != nil || !m.Redelivered || m.Reject(false) != nil {
+		t.Fatalf("get again: redelivered %v, %v", m.Redelivered, err)
+	}
+	// A get without ack and a consumer without ack take the other two.
+	if _, ok, err := ch.Get("q", true); err != nil || !ok {
+		t.Fatalf("get no-ack: %v %v", ok, err)
+	}
+	dels, err := ch.Consume("q", "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-dels
+	if _, ok, err := ch.Get("q", true); err != nil || ok {
+		t.Fatalf("get from the empty queue: %v %v", ok, err)
+	}
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/dlq", nil).object(t)["messages"] == 1.0 })
+	got := a.must(200, "GET", "/overview", nil).object(t)["message_stats"].(map[string]any)
+	want := map[string]float64{"publish": 4, "get": 3, "get_no_ack": 1, "deliver": 0, "deliver_no_ack": 1, "deliver_get": 5,
+		"ack": 1, "redeliver": 1, "get_empty": 1, "dead_lettered": 1, "drop_unroutable": 0, "return_unroutable": 0, "confirm": 0}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("message_stats.%s = %v, want %v", k, got[k], v)
+		}
+	}
+}

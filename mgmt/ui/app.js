@@ -26,13 +26,14 @@ function h(tag, attrs = {}, ...kids) {
 }
 
 // APIError is a non-2xx reply; reason is the API's message.
+// body is the reply's JSON, when it had one.
 class APIError extends Error {
-  constructor(status, reason) { super(reason); this.status = status; this.reason = reason; }
+  constructor(status, reason, body) { super(reason); this.status = status; this.reason = reason; this.body = body; }
 }
 
 // api calls the JSON API with the session's credentials (or auth).
-async function api(method, path, body, auth = sessionStorage.getItem(AUTH)) {
-  const headers = { "Accept": "application/json" };
+async function api(method, path, body, auth = sessionStorage.getItem(AUTH), extra = {}) {
+  const headers = { "Accept": "application/json", ...extra };
   if (auth) headers["Authorization"] = "Basic " + auth;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   // credentials "omit": a 401 then never makes the browser prompt for a
@@ -45,7 +46,7 @@ async function api(method, path, body, auth = sessionStorage.getItem(AUTH)) {
   if (!r.ok) {
     const reason = (data && typeof data === "object" && (data.reason || data.error)) || r.statusText || String(r.status);
     if (r.status === 401 && auth && path !== "/whoami") { logout(); }
-    throw new APIError(r.status, reason);
+    throw new APIError(r.status, reason, data);
   }
   return data;
 }
@@ -104,34 +105,66 @@ function loginPage() {
 
 // ---- overview ----
 
+// RATES are the message_stats counters the overview shows as rates.
+const RATES = [["publish", "Publish"], ["deliver_get", "Deliver / get"], ["ack", "Acknowledge"], ["redeliver", "Redeliver"], ["dead_lettered", "Dead-lettered"]];
+
+// alarmsNow reads the alarms health check: 200 without alarms, 503 with
+// them (its body then lists them).
+function alarmsNow() {
+  return api("GET", "/health/checks/alarms").catch(e => e instanceof APIError && e.status === 503 ? { status: "failed", reason: e.reason, alarms: e.body?.alarms } : Promise.reject(e));
+}
+
+function alarmView(alarms) {
+  if (alarms.status === "ok") return h("p", { id: "ov-alarms", class: "ok" }, "No alarms.");
+  const res = (alarms.alarms || []).map(a => a.resource);
+  return h("div", { id: "ov-alarms", class: "alarm", role: "alert" },
+    h("strong", {}, res.length ? `Resource alarm: ${res.join(", ")}` : (alarms.reason || "Alarm in effect")),
+    h("p", {}, "Publishing connections are blocked until every alarm clears; consumers keep draining."));
+}
+
+// overviewPage shows totals, alarms and message rates. Rates are computed
+// here from the growth of the overview's counters between two polls, 5 s
+// apart (the API keeps no rate samples), so they show after the second.
 async function overviewPage() {
-  const [ov, alarms] = await Promise.all([
-    api("GET", "/overview"),
-    api("GET", "/health/checks/alarms").catch(e => e instanceof APIError && e.status === 503 ? { status: "failed", reason: e.reason } : Promise.reject(e)),
-  ]);
-  const t = ov.object_totals || {}, q = ov.queue_totals || {};
-  const card = (label, value, id) => h("div", {}, h("dt", {}, label), h("dd", { id }, fmt(value ?? 0)));
-  const rate = k => ov.message_stats?.[k + "_details"]?.rate;
-  const alarmText = alarms.status === "ok" ? "None" : (alarms.reason || "alarm in effect");
-  const rates = ["publish", "deliver_get", "ack"].filter(k => rate(k) !== undefined);
+  let [ov, alarms] = await Promise.all([api("GET", "/overview"), alarmsNow()]);
+  let prev = { at: performance.now(), stats: ov.message_stats || {} }, samples = 1, shownAlarms = JSON.stringify(alarms);
+  const card = (label, id, value) => h("div", {}, h("dt", {}, label), h("dd", { id }, value));
+  const alarmBox = h("section", { "aria-labelledby": "alarms-h", id: "alarms" }, h("h2", { id: "alarms-h" }, "Alarms"), alarmView(alarms));
+  const totals = ov => {
+    const t = ov.object_totals || {}, q = ov.queue_totals || {};
+    return [["Connections", "connections", t.connections], ["Channels", "channels", t.channels], ["Queues", "queues", t.queues],
+      ["Messages", "messages", q.messages], ["Ready", "ready", q.messages_ready], ["Unacked", "unacked", q.messages_unacknowledged]];
+  };
   setPage("Overview",
+    alarmBox,
     h("section", { "aria-labelledby": "totals-h" },
       h("h2", { id: "totals-h" }, "Totals"),
-      h("dl", { class: "cards" },
-        card("Connections", t.connections, "ov-connections"),
-        card("Channels", t.channels, "ov-channels"),
-        card("Queues", t.queues, "ov-queues"),
-        card("Messages", q.messages, "ov-messages"),
-        card("Ready", q.messages_ready, "ov-ready"),
-        card("Unacked", q.messages_unacknowledged, "ov-unacked"))),
-    rates.length ? h("section", { "aria-labelledby": "rates-h" }, h("h2", { id: "rates-h" }, "Message rates (per second)"),
-      h("dl", { class: "cards" }, rates.map(k => card(k.replace("_", "/"), Math.round(rate(k) * 10) / 10)))) : null,
-    h("section", { "aria-labelledby": "alarms-h" },
-      h("h2", { id: "alarms-h" }, "Alarms"),
-      h("p", { id: "ov-alarms", class: alarms.status === "ok" ? "ok" : "error" }, alarmText)),
+      h("dl", { class: "cards" }, totals(ov).map(([label, id, v]) => card(label, "ov-" + id, fmt(v ?? 0))))),
+    h("section", { "aria-labelledby": "rates-h" }, h("h2", { id: "rates-h" }, "Message rates (per second, over the last 5 s)"),
+      h("dl", { class: "cards", id: "rates" }, RATES.map(([k, label]) => card(label, "rate-" + k, "—")))),
     h("section", { "aria-labelledby": "node-h" },
       h("h2", { id: "node-h" }, "Node"),
       h("p", {}, `${ov.product_name || "brokerd"} ${ov.product_version || ""} on ${ov.node || ""}`)));
+  main.dataset.samples = samples;
+  every(5000, async () => {
+    try {
+      [ov, alarms] = await Promise.all([api("GET", "/overview"), alarmsNow()]);
+    } catch (e) { shownAlarms = ""; alarmBox.replaceChildren(alarmBox.firstChild, errorBox(e)); return; }
+    const now = performance.now(), secs = (now - prev.at) / 1000, stats = ov.message_stats || {};
+    for (const [k] of RATES) {
+      const el = document.getElementById("rate-" + k);
+      if (!el || typeof stats[k] !== "number" || typeof prev.stats[k] !== "number") continue;
+      const r = Math.max(0, stats[k] - prev.stats[k]) / secs;
+      el.textContent = r.toFixed(1);
+      el.dataset.delta = stats[k] - prev.stats[k];
+    }
+    prev = { at: now, stats };
+    for (const [, id, v] of totals(ov)) { const el = document.getElementById("ov-" + id); if (el) el.textContent = fmt(v ?? 0); }
+    // Redrawn only when they change: a new role=alert is announced.
+    const seen = JSON.stringify(alarms);
+    if (seen !== shownAlarms) { shownAlarms = seen; alarmBox.replaceChildren(alarmBox.firstChild, alarmView(alarms)); }
+    main.dataset.samples = ++samples;
+  });
 }
 
 // ---- queues ----
@@ -236,6 +269,62 @@ async function rerender(focusSel) {
   }
 }
 
+// ---- depth chart ----
+
+const SVG = "http://www.w3.org/2000/svg";
+
+// svg is h for SVG elements (attributes only; no event handlers).
+function svg(tag, attrs = {}, ...kids) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+  for (const c of kids.flat(Infinity)) if (c !== undefined && c !== null) el.append(c instanceof Node ? c : String(c));
+  return el;
+}
+
+const CHART_WINDOW = 10 * 60 * 1000;
+
+// depthHistory keeps each queue's samples ({at, ready, unacked}) of the
+// last 10 minutes while the tab is open, so leaving the page and coming
+// back keeps the chart.
+const depthHistory = new Map();
+
+function depthSample(q) {
+  const key = q.vhost + "\n" + q.name, now = Date.now();
+  const list = (depthHistory.get(key) || []).filter(s => now - s.at <= CHART_WINDOW);
+  list.push({ at: now, ready: q.messages_ready ?? 0, unacked: q.messages_unacknowledged ?? 0 });
+  depthHistory.set(key, list);
+  return list;
+}
+
+// depthChart draws ready and unacked over the last 10 minutes as an inline
+// SVG line chart, an image whose label gives the latest values (its
+// legend is plain text next to it).
+function depthChart(samples) {
+  const W = 600, H = 170, L = 44, R = 8, T = 10, B = 22;
+  const last = samples[samples.length - 1], now = last.at;
+  const peak = Math.max(1, ...samples.map(s => Math.max(s.ready, s.unacked)));
+  const x = at => L + (W - L - R) * (1 - (now - at) / CHART_WINDOW);
+  const y = v => T + (H - T - B) * (1 - v / peak);
+  const series = (key) => [
+    svg("polyline", { class: "line " + key, points: samples.map(s => `${x(s.at).toFixed(1)},${y(s[key]).toFixed(1)}`).join(" ") }),
+    svg("circle", { class: "dot " + key, cx: x(now).toFixed(1), cy: y(last[key]).toFixed(1), r: 3 })];
+  return svg("svg", { id: "depth-chart", viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `Queue depth over the last 10 minutes: now ${last.ready} ready, ${last.unacked} unacked; peak ${peak}` },
+    svg("line", { class: "axis", x1: L, y1: y(0), x2: W - R, y2: y(0) }),
+    svg("line", { class: "grid", x1: L, y1: y(peak), x2: W - R, y2: y(peak) }),
+    svg("text", { x: L - 6, y: y(peak) + 4, "text-anchor": "end" }, fmt(peak)),
+    svg("text", { x: L - 6, y: y(0) + 4, "text-anchor": "end" }, "0"),
+    svg("text", { x: L, y: H - 4 }, "10 min ago"),
+    svg("text", { x: W - R, y: H - 4, "text-anchor": "end" }, "now"),
+    series("ready"), series("unacked"));
+}
+
+function depthLegend() {
+  return h("ul", { class: "legend" },
+    h("li", {}, h("span", { class: "swatch ready", "aria-hidden": "true" }), "Ready"),
+    h("li", {}, h("span", { class: "swatch unacked", "aria-hidden": "true" }), "Unacked (dashed)"));
+}
+
 // ---- one queue ----
 
 function kvTable(obj, id) {
@@ -276,7 +365,12 @@ function messageView(m, i) {
 
 async function queuePage(vhost, name) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
-  const q = await api("GET", path);
+  const [q, bindings] = await Promise.all([api("GET", path), api("GET", path + "/bindings")]);
+  const bindMsg = h("div", { id: "qbind-msg" });
+  const chartWrap = h("div", { class: "chart" }, depthChart(depthSample(q)));
+  const chartMsg = h("div");
+  const chartBox = h("section", { "aria-labelledby": "depth-h" }, h("h2", { id: "depth-h" }, "Depth (last 10 minutes, every 5 s)"),
+    chartWrap, depthLegend(), chartMsg);
   const peekBox = h("section", { "aria-labelledby": "peek-h", id: "peek" }, h("h2", { id: "peek-h" }, "Messages (peek: left in place)"));
   const list = h("div", { id: "peek-list" });
   let next = 0, shown = 0;
@@ -299,12 +393,136 @@ async function queuePage(vhost, name) {
       h("table", { class: "kv", id: "queue-details" }, h("tbody", {},
         [["Virtual host", q.vhost], ["Type", q.type], ["Features", features(q)], ["State", q.state],
          ["Policy", q.policy || "none"], ["Operator policy", q.operator_policy || "none"],
-         ["Messages", fmt(q.messages)], ["Ready", fmt(q.messages_ready)], ["Unacked", fmt(q.messages_unacknowledged)],
-         ["Consumers", fmt(q.consumers)]].map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v)))))),
+         ["Messages", fmt(q.messages), "q-messages"], ["Ready", fmt(q.messages_ready), "q-ready"],
+         ["Unacked", fmt(q.messages_unacknowledged), "q-unacked"], ["Consumers", fmt(q.consumers), "q-consumers"]]
+          .map(([k, v, id]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", { id }, v)))))),
+    chartBox,
     h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(q.arguments, "queue-arguments")),
     h("section", { "aria-labelledby": "pol-h" }, h("h2", { id: "pol-h" }, "Effective policy definition"), kvTable(q.effective_policy_definition, "queue-policy")),
+    h("section", { "aria-labelledby": "qb-h" }, h("h2", { id: "qb-h" }, "Bindings"),
+      bindingsTable("queue-bindings", bindings, bindMsg), bindForm("qbind-form", q.vhost, { queue: q.name }, bindMsg), bindMsg),
     peekBox);
+  // The chart and the counts follow the queue every 5 s while the page is open.
+  every(5000, async () => {
+    let now;
+    try { now = await api("GET", path); } catch (e) { chartMsg.replaceChildren(errorBox(e)); return; }
+    chartMsg.replaceChildren();
+    chartWrap.replaceChildren(depthChart(depthSample(now)));
+    for (const [id, v] of [["q-messages", now.messages], ["q-ready", now.messages_ready], ["q-unacked", now.messages_unacknowledged], ["q-consumers", now.consumers]]) {
+      const el = document.getElementById(id);
+      if (el) el.textContent = fmt(v);
+    }
+  });
   await load();
+}
+
+// ---- exchanges and bindings ----
+
+// exchangeLink names the default exchange amq.default, as the API does.
+function exchangeLink(vhost, name) { return `#/exchange/${enc(vhost)}/${enc(name || "amq.default")}`; }
+function exchangeLabel(name) { return name || "(AMQP default)"; }
+
+function exchangeFeatures(x) {
+  const out = [];
+  if (x.durable) out.push(badge("D", "Durable"));
+  if (x.auto_delete) out.push(badge("AD", "Auto delete"));
+  if (x.internal) out.push(badge("I", "Internal"));
+  return out;
+}
+
+function colHead(label, cls) { return h("th", { scope: "col", class: cls }, label); }
+function actionsHead() { return h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")); }
+
+// bindingsTable lists bindings, each with an Unbind button except those of
+// the default exchange (implicit, they cannot be removed). After an unbind
+// the page is drawn again; a refusal shows in msg.
+function bindingsTable(id, list, msg) {
+  if (!list.length) return h("p", { id }, "No bindings.");
+  const unbind = b => async () => {
+    if (!confirm(`Delete the binding from ${exchangeLabel(b.source)} to ${b.destination} with routing key “${b.routing_key}”?`)) return;
+    try {
+      await api("DELETE", `/bindings/${enc(b.vhost)}/e/${enc(b.source)}/${b.destination_type === "queue" ? "q" : "e"}/${enc(b.destination)}/${enc(b.properties_key)}`);
+      announce("Binding deleted");
+      await rerender();
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  return h("div", { class: "table-wrap" }, h("table", { id },
+    h("thead", {}, h("tr", {}, colHead("From"), colHead("To"), colHead("Routing key"), colHead("Arguments", "wide"), actionsHead())),
+    h("tbody", {}, list.map(b => h("tr", { dataset: { source: b.source, destination: b.destination, key: b.routing_key } },
+      h("td", {}, h("a", { href: exchangeLink(b.vhost, b.source) }, exchangeLabel(b.source))),
+      h("td", {}, h("a", { href: b.destination_type === "queue" ? queueLink({ vhost: b.vhost, name: b.destination }) : exchangeLink(b.vhost, b.destination) }, b.destination),
+        " ", h("small", {}, b.destination_type === "queue" ? "(queue)" : "(exchange)")),
+      h("td", { class: "rk" }, b.routing_key),
+      h("td", { class: "wide" }, Object.keys(b.arguments || {}).length ? JSON.stringify(b.arguments) : ""),
+      h("td", {}, b.source ? h("button", { type: "button", class: "unbind", "aria-label": `Unbind ${exchangeLabel(b.source)} → ${b.destination} (${b.routing_key})`, onclick: unbind(b) }, "Unbind") : null))))));
+}
+
+// bindForm adds a binding: POST /api/bindings/{vhost}/e/{source}/{q|e}/{dest}.
+// fixed gives what the page already knows (the source, or the queue).
+function bindForm(id, vhost, fixed, msg) {
+  const f = {
+    source: h("input", { id: id + "-source", required: true }),
+    kind: h("select", { id: id + "-kind" }, h("option", { value: "q" }, "queue"), h("option", { value: "e" }, "exchange")),
+    dest: h("input", { id: id + "-dest", required: true }),
+    key: h("input", { id: id + "-key" }),
+  };
+  return h("form", { class: "inline", id, "aria-label": "Add a binding", onsubmit: async ev => {
+    ev.preventDefault();
+    const source = fixed.source ?? f.source.value, kind = fixed.queue !== undefined ? "q" : f.kind.value, dest = fixed.queue ?? f.dest.value;
+    try {
+      await api("POST", `/bindings/${enc(vhost)}/e/${enc(source)}/${kind}/${enc(dest)}`, { routing_key: f.key.value, arguments: {} });
+      announce("Binding added");
+      await rerender();
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  } },
+    fixed.source === undefined ? h("label", { for: f.source.id }, "From exchange", f.source) : null,
+    fixed.queue === undefined ? [h("label", { for: f.kind.id }, "To", f.kind), h("label", { for: f.dest.id }, "Name", f.dest)] : null,
+    h("label", { for: f.key.id }, "Routing key", f.key),
+    h("button", { type: "submit", class: "primary" }, "Bind"));
+}
+
+const exchangeState = { name: "" };
+
+async function exchangesPage() {
+  const st = exchangeState;
+  const params = new URLSearchParams({ sort: "name", columns: "name,vhost,type,durable,auto_delete,internal,policy" });
+  if (st.name) params.set("name", st.name);
+  const xs = await api("GET", "/exchanges?" + params);
+  const filter = h("input", { id: "x-filter", type: "search", value: st.name, "aria-describedby": "x-count" });
+  let timer;
+  const apply = () => { clearTimeout(timer); st.name = filter.value; rerender("#x-filter"); };
+  filter.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(apply, 250); });
+  setPage("Exchanges",
+    h("form", { class: "inline", role: "search", onsubmit: ev => { ev.preventDefault(); apply(); } },
+      h("label", { for: "x-filter" }, "Filter by name", filter)),
+    h("p", { id: "x-count" }, `${fmt(xs.length)} exchanges`),
+    h("div", { class: "table-wrap" }, h("table", { id: "exchanges" },
+      h("thead", {}, h("tr", {}, colHead("Virtual host", "wide"), colHead("Name"), colHead("Type"), colHead("Features"), colHead("Policy", "wide"))),
+      h("tbody", {}, xs.map(x => h("tr", { dataset: { exchange: x.name, vhost: x.vhost } },
+        h("td", { class: "wide" }, x.vhost),
+        h("th", { scope: "row" }, h("a", { href: exchangeLink(x.vhost, x.name) }, exchangeLabel(x.name))),
+        h("td", { class: "type" }, x.type),
+        h("td", { class: "features" }, exchangeFeatures(x)),
+        h("td", { class: "wide" }, x.policy || "")))))));
+}
+
+async function exchangePage(vhost, name) {
+  const x = await api("GET", `/exchanges/${enc(vhost)}/${enc(name)}`);
+  const base = `/exchanges/${enc(vhost)}/${enc(name)}/bindings`;
+  const [src, dst] = await Promise.all([api("GET", base + "/source"), api("GET", base + "/destination")]);
+  const msg = h("div", { id: "bind-msg" });
+  setPage(`Exchange ${exchangeLabel(x.name)}`,
+    h("p", {}, h("a", { href: "#/exchanges" }, "← Exchanges")),
+    h("section", { "aria-labelledby": "det-h" }, h("h2", { id: "det-h" }, "Details"),
+      h("table", { class: "kv", id: "exchange-details" }, h("tbody", {},
+        [["Virtual host", x.vhost], ["Type", x.type], ["Features", exchangeFeatures(x)], ["Policy", x.policy || "none"]]
+          .map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v)))))),
+    h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(x.arguments, "exchange-arguments")),
+    h("section", { "aria-labelledby": "src-h" }, h("h2", { id: "src-h" }, "Bindings from this exchange"),
+      bindingsTable("bindings-source", src, msg),
+      x.name ? bindForm("bind-form", x.vhost, { source: x.name }, msg) : null, msg),
+    h("section", { "aria-labelledby": "dst-h" }, h("h2", { id: "dst-h" }, "Bindings to this exchange"),
+      bindingsTable("bindings-destination", dst, msg)));
 }
 
 // ---- policies ----
@@ -360,14 +578,156 @@ async function policiesPage() {
     h("section", { "aria-labelledby": "add-h" }, h("h2", { id: "add-h" }, "Add or update a policy"), form));
 }
 
+// ---- users and permissions ----
+
+// usersPage lists users and permissions (administrator only: others see
+// the API's refusal) with forms to add a user, set a permission, and
+// buttons to delete and clear. Every refusal shows the API's reason.
+async function usersPage() {
+  const [users, perms, vhosts] = await Promise.all([api("GET", "/users"), api("GET", "/permissions"), api("GET", "/vhosts?columns=name")]);
+  const userMsg = h("div", { id: "user-msg" }), permMsg = h("div", { id: "perm-msg" });
+  const act = (msg, what, fn) => async () => {
+    try { await fn(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  const uf = {
+    name: h("input", { id: "u-name", required: true, autocomplete: "off" }),
+    password: h("input", { id: "u-password", type: "password", autocomplete: "new-password" }),
+    tags: h("input", { id: "u-tags", placeholder: "administrator, monitoring", "aria-describedby": "u-tags-help" }),
+  };
+  const userForm = h("form", { class: "stack", id: "user-form", onsubmit: ev => {
+    ev.preventDefault();
+    const body = { tags: uf.tags.value.split(",").map(s => s.trim()).filter(Boolean).join(",") };
+    if (uf.password.value) body.password = uf.password.value;
+    act(userMsg, `User ${uf.name.value} saved`, () => api("PUT", `/users/${enc(uf.name.value)}`, body))();
+  } },
+    h("label", { for: "u-name" }, "Username", uf.name),
+    h("label", { for: "u-password" }, "Password (empty: no password login)", uf.password),
+    h("label", { for: "u-tags" }, "Tags", uf.tags),
+    h("small", { id: "u-tags-help" }, "Comma-separated: administrator, monitoring, policymaker, management"),
+    userMsg,
+    h("div", {}, h("button", { type: "submit", class: "primary" }, "Add / update user")));
+  const pf = {
+    user: h("select", { id: "perm-user" }, users.map(u => h("option", { value: u.name }, u.name))),
+    vhost: h("select", { id: "perm-vhost" }, vhosts.map(v => h("option", { value: v.name }, v.name))),
+    configure: h("input", { id: "perm-configure", value: ".*" }),
+    write: h("input", { id: "perm-write", value: ".*" }),
+    read: h("input", { id: "perm-read", value: ".*" }),
+  };
+  const permForm = h("form", { class: "inline", id: "perm-form", onsubmit: ev => {
+    ev.preventDefault();
+    act(permMsg, `Permissions of ${pf.user.value} in ${pf.vhost.value} set`, () => api("PUT", `/permissions/${enc(pf.vhost.value)}/${enc(pf.user.value)}`,
+      { configure: pf.configure.value, write: pf.write.value, read: pf.read.value }))();
+  } },
+    h("label", { for: "perm-user" }, "User", pf.user), h("label", { for: "perm-vhost" }, "Virtual host", pf.vhost),
+    h("label", { for: "perm-configure" }, "Configure", pf.configure), h("label", { for: "perm-write" }, "Write", pf.write),
+    h("label", { for: "perm-read" }, "Read", pf.read),
+    h("button", { type: "submit", class: "primary" }, "Set permission"));
+  const me = sessionStorage.getItem(USER);
+  setPage("Users and permissions",
+    h("section", { "aria-labelledby": "users-h" }, h("h2", { id: "users-h" }, "Users"),
+      h("div", { class: "table-wrap" }, h("table", { id: "users" },
+        h("thead", {}, h("tr", {}, colHead("Name"), colHead("Tags"), actionsHead())),
+        h("tbody", {}, users.map(u => h("tr", { dataset: { user: u.name } },
+          h("th", { scope: "row" }, u.name),
+          h("td", { class: "tags" }, (u.tags || []).join(", ")),
+          h("td", {}, u.name === me ? h("small", {}, "(you)") : h("button", { type: "button", class: "delete", "aria-label": `Delete user ${u.name}`,
+            onclick: () => confirm(`Delete user ${u.name}?`) && act(userMsg, `User ${u.name} deleted`, () => api("DELETE", `/users/${enc(u.name)}`))() }, "Delete"))))))),
+      h("h3", {}, "Add or update a user"), userForm),
+    h("section", { "aria-labelledby": "perms-h" }, h("h2", { id: "perms-h" }, "Permissions"),
+      h("div", { class: "table-wrap" }, h("table", { id: "permissions" },
+        h("thead", {}, h("tr", {}, colHead("User"), colHead("Virtual host"), colHead("Configure"), colHead("Write"), colHead("Read"), actionsHead())),
+        h("tbody", {}, perms.length ? perms.map(p => h("tr", { dataset: { user: p.user, vhost: p.vhost } },
+          h("th", { scope: "row" }, p.user), h("td", {}, p.vhost),
+          h("td", { class: "configure" }, h("code", {}, p.configure)), h("td", { class: "write" }, h("code", {}, p.write)), h("td", { class: "read" }, h("code", {}, p.read)),
+          h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear permissions of ${p.user} in ${p.vhost}`,
+            onclick: () => confirm(`Clear the permissions of ${p.user} in ${p.vhost}?`) && act(permMsg, `Permissions of ${p.user} in ${p.vhost} cleared`,
+              () => api("DELETE", `/permissions/${enc(p.vhost)}/${enc(p.user)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No permissions."))))),
+      h("h3", {}, "Set a permission"), permForm, permMsg));
+}
+
+// ---- connections and channels ----
+
+// connectionsPage lists connections and channels, refreshed every 5 s
+// while no close form is open. Close asks for a reason in a small form and
+// sends it as X-Reason: the client gets connection.close 320
+// CONNECTION_FORCED with it.
+async function connectionsPage() {
+  const [conns, chans] = await Promise.all([api("GET", "/connections"), api("GET", "/channels")]);
+  const msg = h("div", { id: "conn-msg" });
+  const closeBox = h("div", { id: "close-box" });
+  const openClose = (c, button) => {
+    const reason = h("input", { id: "close-reason", value: "Closed via management UI", required: true });
+    const cancel = () => { closeBox.replaceChildren(); button.focus(); };
+    const form = h("form", { class: "stack", id: "close-form", "aria-labelledby": "close-h",
+      onkeydown: ev => { if (ev.key === "Escape") cancel(); },
+      onsubmit: async ev => {
+        ev.preventDefault();
+        try {
+          await api("DELETE", `/connections/${enc(c.name)}`, undefined, undefined, { "X-Reason": reason.value });
+          announce(`Connection ${c.name} closed`);
+          await rerender();
+        } catch (e) { msg.replaceChildren(errorBox(e)); }
+      } },
+      h("h3", { id: "close-h" }, `Close connection ${c.user_provided_name || c.name}?`),
+      h("label", { for: "close-reason" }, "Reason (sent to the client)", reason),
+      h("div", {}, h("button", { type: "submit", class: "primary" }, "Close connection"), " ",
+        h("button", { type: "button", onclick: cancel }, "Cancel")));
+    closeBox.replaceChildren(form);
+    reason.focus();
+  };
+  setPage("Connections and channels",
+    h("section", { "aria-labelledby": "conns-h" }, h("h2", { id: "conns-h" }, `Connections (${conns.length})`),
+      h("div", { class: "table-wrap" }, h("table", { id: "connections" },
+        h("thead", {}, h("tr", {}, colHead("Name"), colHead("User"), colHead("Virtual host", "wide"), colHead("Peer", "wide"),
+          colHead("State", "wide"), colHead("Channels", "num"), actionsHead())),
+        h("tbody", {}, conns.length ? conns.map(c => {
+          const close = h("button", { type: "button", class: "close", "aria-label": `Close connection ${c.user_provided_name || c.name}` }, "Close");
+          close.addEventListener("click", () => openClose(c, close));
+          return h("tr", { dataset: { connection: c.name, clientName: c.user_provided_name ?? "" } },
+            h("th", { scope: "row" }, c.user_provided_name ? [c.user_provided_name, h("br"), h("small", {}, c.name)] : c.name),
+            h("td", { class: "user" }, c.user), h("td", { class: "wide vhost" }, c.vhost),
+            h("td", { class: "wide peer" }, `${c.peer_host}:${c.peer_port}`), h("td", { class: "wide state" }, c.state),
+            h("td", { class: "num channels" }, fmt(c.channels)), h("td", {}, close));
+        }) : h("tr", {}, h("td", { colspan: 7 }, "No connections."))))),
+      closeBox, msg),
+    h("section", { "aria-labelledby": "chans-h" }, h("h2", { id: "chans-h" }, `Channels (${chans.length})`),
+      h("div", { class: "table-wrap" }, h("table", { id: "channels" },
+        h("thead", {}, h("tr", {}, colHead("Channel"), colHead("User", "wide"), colHead("Virtual host", "wide"), colHead("State", "wide"),
+          colHead("Prefetch", "num"), colHead("Unacked", "num"), colHead("Consumers", "num"))),
+        h("tbody", {}, chans.length ? chans.map(ch => h("tr", { dataset: { channel: ch.name, connection: ch.connection_details?.name ?? "" } },
+          h("th", { scope: "row" }, ch.name), h("td", { class: "wide" }, ch.user), h("td", { class: "wide" }, ch.vhost),
+          h("td", { class: "wide" }, ch.state), h("td", { class: "num prefetch" }, fmt(ch.prefetch_count)),
+          h("td", { class: "num unacked" }, fmt(ch.messages_unacknowledged)), h("td", { class: "num consumers" }, fmt(ch.consumer_count))))
+          : h("tr", {}, h("td", { colspan: 7 }, "No channels.")))))));
+  // Not while the close form is open or a control in the page has focus
+  // (a redraw would lose the user's place).
+  every(5000, () => {
+    const el = document.activeElement;
+    if (!closeBox.firstChild && (el === main || !main.contains(el))) rerender();
+  });
+}
+
 // ---- routing ----
 
 let rendering = 0;
+
+// timers are the page's polls. every is called just after setPage; its
+// poll stops when render starts another page, or when that page's heading
+// has left the document (the page was redrawn or superseded), so a page
+// polls only while it is on screen.
+let timers = [];
+function every(ms, fn) {
+  const heading = main.firstElementChild;
+  const id = setInterval(() => { if (heading.isConnected) fn(); else clearInterval(id); }, ms);
+  timers.push(id);
+}
 
 // render draws the page the hash names; a newer render supersedes an
 // older one still waiting for the API.
 async function render() {
   const mine = ++rendering;
+  for (const t of timers) clearInterval(t);
+  timers = [];
   const user = sessionStorage.getItem(USER);
   document.getElementById("nav").hidden = !user;
   document.getElementById("logout").hidden = !user;
@@ -379,6 +739,10 @@ async function render() {
       case "queues": await queuesPage(); break;
       case "queue": await queuePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "policies": await policiesPage(); break;
+      case "exchanges": await exchangesPage(); break;
+      case "users": await usersPage(); break;
+      case "connections": await connectionsPage(); break;
+      case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();
     }

@@ -2,9 +2,11 @@ package broker
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -149,7 +151,7 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 	if want <= 0 {
 		want = int(^uint(0) >> 1)
 	}
-	run := &redriveRun{b: b, q: q, toX: toX, opts: opts, skip: map[uint64]bool{}}
+	run := &redriveRun{b: b, q: q, toX: toX, opts: opts, upTo: q.seq.Load()}
 	for run.res.Moved+run.res.Failed < want {
 		progressed, wait, gone, err := run.chunk(want - run.res.Moved - run.res.Failed)
 		if err != nil {
@@ -183,8 +185,20 @@ type redriveRun struct {
 	toX  bool
 	opts RedriveOptions
 	task *redriveTask    // nil for Redrive
-	skip map[uint64]bool // seqs examined and left in place
+	skip map[uint64]bool // seqs not to examine (a resumed task's failures)
 	res  RedriveResult
+
+	// upTo bounds the scan: only messages the queue held when the
+	// redrive began (seq <= upTo) are examined, so one that comes back
+	// (its origin dead-letters it again at once) is not moved again.
+	upTo uint64
+	// after is, per priority level, the last seq examined: the scan goes
+	// on from there instead of stepping over what it left in place. A
+	// message returned to the queue behind it (a nack of one delivered
+	// meanwhile) is not examined.
+	after [256]uint64
+	// exhausted is set once the scan has found nothing more to examine.
+	exhausted bool
 
 	// The middle last read, and how many reads in a row found it so.
 	mid       midMark
@@ -221,8 +235,13 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 		return false, nil, true, nil
 	}
 	now := b.now()
-	for n > 0 {
-		e, l := q.redriveCandidateLocked(r.skip)
+	for budget := redriveScanBudget; n > 0; budget-- {
+		if budget == 0 {
+			// Messages filtered out cost a look each: let the
+			// queue's publishers and consumers in between.
+			return true, nil, false, nil
+		}
+		e, l := r.candidateLocked()
 		if e == nil && l != nil {
 			if l.Filling { // a read of it is under way: wait for it
 				return progressed, q.fillWaitLocked(), false, nil
@@ -232,6 +251,7 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 			at := midMark{prio: l.Prio, from: l.Mid.From, n: l.Mid.N}
 			if at == r.mid {
 				if r.idleReads++; r.idleReads >= redriveIdleReads {
+					r.exhausted = true
 					return progressed, nil, false, nil
 				}
 			} else {
@@ -250,26 +270,25 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 			return progressed || l.Mid.From != at.from || l.Mid.N != at.n, nil, false, nil
 		}
 		if e == nil {
+			r.exhausted = true
 			return progressed, nil, false, nil
 		}
 		progressed = true
+		r.after[e.prio] = e.Seq
 		h := e.EffectiveHeader()
 		props, err := amqp.DecodeProperties(h.Props)
 		if err != nil {
-			r.skip[e.Seq] = true
 			continue
 		}
 		d := readLatestDeath(props.Headers)
 		if (opts.Reason != "" && d.reason != opts.Reason) ||
 			(opts.SourceQueue != "" && d.queue != opts.SourceQueue) ||
 			(opts.MinAge > 0 && (!d.hasTime || now.Sub(d.time) < opts.MinAge)) {
-			r.skip[e.Seq] = true
 			continue
 		}
 		n--
 		t := b.newTxn()
 		if why := q.planRedriveLocked(t, e, props, d, r.toX, opts); why != "" {
-			r.skip[e.Seq] = true
 			f := RedriveFailure{Seq: e.Seq, Reason: why}
 			res.Failed++
 			if r.task != nil {
@@ -293,31 +312,55 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 		txns = append(txns, t)
 		res.Moved++
 	}
+	if e, l := r.candidateLocked(); e == nil && l == nil {
+		r.exhausted = true // a paced task ends now, not at its next turn
+	}
 	return progressed, nil, false, nil
 }
 
-// redriveCandidateLocked returns the first ready resident message in
-// delivery order not in skip or, where every resident message before it
-// is in skip, the level whose paged middle comes next (its tail and the
-// lower levels are behind that middle in delivery order).
-func (q *Queue) redriveCandidateLocked(skip map[uint64]bool) (*entry, *level) {
+// redriveScanBudget bounds the messages one hold of the source queue's
+// lock looks at, moved or not.
+const redriveScanBudget = 1024
+
+// candidateLocked returns the first ready resident message in delivery
+// order after the scan's position (r.after) and within its bound (r.upTo)
+// or, where the resident messages of a level are all behind the position,
+// the level whose paged middle comes next (its tail and the lower levels
+// are behind that middle in delivery order). Caller holds r.q.mu.
+func (r *redriveRun) candidateLocked() (*entry, *level) {
+	q := r.q
 	for i := q.ready.Levels() - 1; i >= 0; i-- {
 		l := q.ready.Level(uint8(i))
-		for j := 0; j < l.Head.Len(); j++ {
-			if e := l.Head.At(j); e.Ready() && !skip[e.Seq] {
-				return e, nil
-			}
+		if e := r.firstAfter(&l.Head, l.Prio); e != nil {
+			return e, nil
 		}
-		if l.Mid.N > 0 {
+		if l.Mid.N > 0 && l.Mid.To > r.after[l.Prio] && l.Mid.From <= r.upTo {
 			return nil, l
 		}
-		for j := 0; j < l.Tail.Len(); j++ {
-			if e := l.Tail.At(j); e.Ready() && !skip[e.Seq] {
-				return e, nil
-			}
+		if e := r.firstAfter(&l.Tail, l.Prio); e != nil {
+			return e, nil
 		}
 	}
 	return nil, nil
+}
+
+// firstAfter returns the first ready entry of d (in seq order) after the
+// scan's position on level prio, within its bound and not in r.skip,
+// moving the position past the entries it steps over.
+func (r *redriveRun) firstAfter(d *engine.Deque[*entry], prio uint8) *entry {
+	after := r.after[prio]
+	j := sort.Search(d.Len(), func(j int) bool { return d.At(j).Seq > after })
+	for ; j < d.Len(); j++ {
+		e := d.At(j)
+		if e.Seq > r.upTo {
+			return nil
+		}
+		if e.Ready() && !r.skip[e.Seq] {
+			return e
+		}
+		r.after[prio] = e.Seq
+	}
+	return nil
 }
 
 // readMiddleNowLocked reads the next window of l's middle into its head

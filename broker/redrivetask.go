@@ -43,8 +43,12 @@ const (
 	// oldest are forgotten first.
 	redriveKeptTasks = 100
 	// redrivePaceSlice is how much of a second's rate a paced task moves
-	// under one hold of the queue lock.
+	// under one hold of the queue lock; a paced task that fell behind
+	// (a slow read, a paused process) catches up by at most that much.
 	redrivePaceSlice = 20
+	// RedriveMinRate is the lowest rate a task takes, in messages a
+	// second.
+	RedriveMinRate = 0.001
 )
 
 // RedriveSpec is what a redrive task does.
@@ -97,33 +101,38 @@ type redriveTask struct {
 	errText    string
 	created    time.Time
 	ended      time.Time
-	failedSeqs map[uint64]bool // messages that failed: never examined again
+	failedSeqs map[uint64]bool // a resumed task's failures: not examined again
 	q          *Queue          // the source, while running
+	queueID    store.QueueID   // the source's id: a queue of that name made later is another
+	upTo       uint64          // the source's last seq when the task began: its bound
 	cancelOnce sync.Once
 }
 
 // redriveRecord is a task's stored record (JSON after the version byte).
+// It is rewritten by every move, so it holds counters only: the failures
+// are their own records (metaRedriveFailure, seq -> reason), from which
+// recovery rebuilds the list and the counts by reason.
 type redriveRecord struct {
-	VHost       string           `json:"vhost"`
-	Queue       string           `json:"queue"`
-	User        string           `json:"user"`
-	Max         int              `json:"max,omitempty"`
-	ToExchange  bool             `json:"to_exchange,omitempty"`
-	Exchange    string           `json:"exchange,omitempty"`
-	RoutingKey  string           `json:"routing_key,omitempty"`
-	Reason      string           `json:"reason,omitempty"`
-	SourceQueue string           `json:"source_queue,omitempty"`
-	MinAgeMS    int64            `json:"min_age_ms,omitempty"`
-	Rate        float64          `json:"rate,omitempty"`
-	State       string           `json:"state"`
-	Moved       int64            `json:"moved"`
-	Failed      int64            `json:"failed"`
-	Failures    []RedriveFailure `json:"failures,omitempty"`
-	Reasons     map[string]int64 `json:"reasons,omitempty"`
-	Remaining   int64            `json:"remaining"`
-	Error       string           `json:"error,omitempty"`
-	Created     int64            `json:"created_ms"`
-	Ended       int64            `json:"ended_ms,omitempty"`
+	VHost       string  `json:"vhost"`
+	Queue       string  `json:"queue"`
+	User        string  `json:"user"`
+	Max         int     `json:"max,omitempty"`
+	ToExchange  bool    `json:"to_exchange,omitempty"`
+	Exchange    string  `json:"exchange,omitempty"`
+	RoutingKey  string  `json:"routing_key,omitempty"`
+	Reason      string  `json:"reason,omitempty"`
+	SourceQueue string  `json:"source_queue,omitempty"`
+	MinAgeMS    int64   `json:"min_age_ms,omitempty"`
+	Rate        float64 `json:"rate,omitempty"`
+	State       string  `json:"state"`
+	Moved       int64   `json:"moved"`
+	Failed      int64   `json:"failed"`
+	Remaining   int64   `json:"remaining"`
+	UpTo        uint64  `json:"upto_seq"`
+	QueueID     uint64  `json:"queue_id"`
+	Error       string  `json:"error,omitempty"`
+	Created     int64   `json:"created_ms"`
+	Ended       int64   `json:"ended_ms,omitempty"`
 }
 
 // recordLocked encodes the task's record. Caller holds t.mu.
@@ -133,8 +142,8 @@ func (t *redriveTask) recordLocked() store.MetaOp {
 		VHost: s.VHost, Queue: s.Queue, User: s.User, Max: s.Max,
 		ToExchange: s.ToExchange, Exchange: s.Exchange, RoutingKey: s.RoutingKey,
 		Reason: s.Reason, SourceQueue: s.SourceQueue, MinAgeMS: s.MinAge.Milliseconds(), Rate: s.Rate,
-		State: t.state, Moved: t.moved, Failed: t.failed, Failures: t.failures, Reasons: t.reasons,
-		Remaining: t.remaining, Error: t.errText, Created: t.created.UnixMilli(),
+		State: t.state, Moved: t.moved, Failed: t.failed,
+		Remaining: t.remaining, UpTo: t.upTo, QueueID: uint64(t.queueID), Error: t.errText, Created: t.created.UnixMilli(),
 	}
 	if !t.ended.IsZero() {
 		r.Ended = t.ended.UnixMilli()
@@ -193,12 +202,18 @@ type redrives struct {
 // (or spec.Max of them), moving each as Redrive does. The queue (and the
 // exchange, when one is named) must exist: the error wraps ErrNotFound
 // otherwise, or is an *InvalidError for a bad spec. The task's record is
-// durable before StartRedrive returns.
+// durable before StartRedrive returns. The task examines the messages the
+// queue holds when it starts (seq up to its last), not those that arrive
+// later.
 func (b *Broker) StartRedrive(spec RedriveSpec) (string, error) {
 	if spec.Max < 0 || spec.MinAge < 0 || spec.Rate < 0 {
 		return "", &InvalidError{Msg: "max, min_age and rate must not be negative"}
 	}
-	if _, _, err := b.redriveSource(spec); err != nil {
+	if spec.Rate > 0 && spec.Rate < RedriveMinRate {
+		return "", &InvalidError{Msg: fmt.Sprintf("rate must be at least %g a second (0: unpaced)", RedriveMinRate)}
+	}
+	q, _, err := b.redriveSource(spec)
+	if err != nil {
 		return "", err
 	}
 	var raw [8]byte
@@ -206,15 +221,15 @@ func (b *Broker) StartRedrive(spec RedriveSpec) (string, error) {
 		return "", fmt.Errorf("redrive task id: %w", err)
 	}
 	t := newRedriveTask(hex.EncodeToString(raw[:]), spec, b.now())
+	t.q, t.queueID, t.upTo = q, q.id, q.seq.Load()
 	t.mu.Lock()
 	w := b.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
 	t.mu.Unlock()
 	if err := w.waitErr(); err != nil {
 		return "", err
 	}
-	if !b.launchRedrive(t) {
-		return "", fmt.Errorf("start redrive: broker closed")
-	}
+	// Launched, or (the broker is closing) resumed at its next start.
+	b.launchRedrive(t)
 	return t.id, nil
 }
 
@@ -324,8 +339,8 @@ func (b *Broker) WaitRedrive(ctx context.Context, id string) (RedriveTask, error
 
 // CancelRedrive stops a running task after the move under way (moves
 // already made stay) and returns once it has stopped and its state is
-// recorded. An ended task is forgotten instead, with its record. The
-// error wraps ErrNotFound for an unknown id.
+// recorded; an ended task is left as it is. The error wraps ErrNotFound
+// for an unknown id.
 func (b *Broker) CancelRedrive(id string) error {
 	t, err := b.redriveTask(id)
 	if err != nil {
@@ -334,16 +349,25 @@ func (b *Broker) CancelRedrive(id string) error {
 	t.mu.Lock()
 	running := t.state == RedriveRunning
 	t.mu.Unlock()
-	if running {
-		t.cancelOnce.Do(func() { close(t.cancel) })
-		<-t.done
-		t.mu.Lock()
-		stopped := t.state != RedriveRunning // still running: the broker closed first
-		t.mu.Unlock()
-		if !stopped {
-			return fmt.Errorf("cancel redrive task '%s': broker closed", id)
-		}
+	if !running {
 		return nil
+	}
+	t.cancelOnce.Do(func() { close(t.cancel) })
+	<-t.done
+	t.mu.Lock()
+	stopped := t.state != RedriveRunning // still running: the broker closed first
+	t.mu.Unlock()
+	if !stopped {
+		return fmt.Errorf("cancel redrive task '%s': broker closed", id)
+	}
+	return nil
+}
+
+// ForgetRedrive removes a task and its records, cancelling it first if it
+// runs. The error wraps ErrNotFound for an unknown id.
+func (b *Broker) ForgetRedrive(id string) error {
+	if err := b.CancelRedrive(id); err != nil {
+		return err
 	}
 	b.redrives.mu.Lock()
 	delete(b.redrives.tasks, id)
@@ -366,9 +390,11 @@ func (b *Broker) forgetRedrive(id string) *storeWrite {
 }
 
 // recoverRedrives reads the stored tasks (before the broker serves) and
-// returns those to resume.
+// returns those to resume. Failures are read from their records: the
+// listed ones and the counts by reason, and, of a task to resume, the
+// seqs it must not examine again.
 func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
-	var resume []*redriveTask
+	var resume, all []*redriveTask
 	var err error
 	serr := b.store.ScanMeta(metaRedrive, func(k string, v []byte) bool {
 		var parts []string
@@ -389,11 +415,8 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 				RoutingKey: r.RoutingKey, Reason: r.Reason, SourceQueue: r.SourceQueue,
 				MinAge: time.Duration(r.MinAgeMS) * time.Millisecond}}
 		t := newRedriveTask(parts[0], spec, time.UnixMilli(r.Created))
-		t.state, t.moved, t.failed, t.failures, t.remaining, t.errText =
-			r.State, r.Moved, r.Failed, r.Failures, r.Remaining, r.Error
-		if r.Reasons != nil {
-			t.reasons = r.Reasons
-		}
+		t.state, t.moved, t.failed, t.remaining, t.errText = r.State, r.Moved, r.Failed, r.Remaining, r.Error
+		t.upTo, t.queueID = r.UpTo, store.QueueID(r.QueueID)
 		if r.Ended != 0 {
 			t.ended = time.UnixMilli(r.Ended)
 		}
@@ -406,6 +429,7 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 			}
 			b.redrives.tasks[t.id] = t
 		}
+		all = append(all, t)
 		return true
 	})
 	if err == nil && serr != nil {
@@ -414,8 +438,9 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range resume {
-		serr := b.store.ScanMeta(metaKey(metaRedriveFailure, t.id), func(k string, _ []byte) bool {
+	for _, t := range all {
+		running := t.state == RedriveRunning
+		serr := b.store.ScanMeta(metaKey(metaRedriveFailure, t.id), func(k string, v []byte) bool {
 			parts, perr := metaParts(k, metaRedriveFailure, 2)
 			if perr != nil {
 				err = perr
@@ -426,7 +451,14 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 				err = fmt.Errorf("redrive failure %q: %w: %w", k, errMetaCorrupt, perr)
 				return false
 			}
-			t.failedSeqs[seq] = true
+			f := RedriveFailure{Seq: seq, Reason: string(v)}
+			t.reasons[f.Reason]++
+			if len(t.failures) < redriveListedFailures {
+				t.failures = append(t.failures, f)
+			}
+			if running {
+				t.failedSeqs[seq] = true
+			}
 			return true
 		})
 		if err == nil && serr != nil {
@@ -453,7 +485,9 @@ func (b *Broker) runRedrive(t *redriveTask) {
 	remaining := int64(0)
 	if q != nil {
 		q.mu.Lock()
-		remaining = int64(q.ready.Len())
+		if !q.isDeleted() {
+			remaining = int64(q.ready.Len())
+		}
 		q.mu.Unlock()
 	}
 	t.mu.Lock()
@@ -493,33 +527,15 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 	if err != nil {
 		return RedriveFailed, err.Error()
 	}
-	opts := t.spec.RedriveOptions
-	if t.spec.User != "" {
-		d, err := b.OpenDirect(t.spec.User, t.spec.VHost)
-		if err != nil {
-			return RedriveFailed, err.Error()
-		}
-		defer d.Close()
-		if aerr := d.c.checkPerm(permRead, "queue", t.spec.Queue); aerr != nil {
-			return RedriveFailed, aerr.Text
-		}
-		if toX {
-			if aerr := d.c.checkPerm(permWrite, "exchange", opts.Exchange); aerr != nil {
-				return RedriveFailed, aerr.Text
-			}
-		} else {
-			opts.allow = func(name string) bool { return d.c.checkPerm(permWrite, "queue", name) == nil }
-		}
+	if q.id != t.queueID {
+		return RedriveFailed, fmt.Sprintf("queue '%s' in vhost '%s' deleted", t.spec.Queue, t.spec.VHost)
 	}
 	t.mu.Lock()
 	t.q = q
 	done := t.moved + t.failed
 	t.mu.Unlock()
-	run := &redriveRun{b: b, q: q, toX: toX, opts: opts, task: t, skip: map[uint64]bool{}}
-	for seq := range t.failedSeqs {
-		run.skip[seq] = true
-	}
-	want := int64(opts.Max)
+	run := &redriveRun{b: b, q: q, toX: toX, opts: t.spec.RedriveOptions, task: t, skip: t.failedSeqs, upTo: t.upTo}
+	want := int64(t.spec.Max)
 	if want <= 0 {
 		want = 1<<63 - 1
 	}
@@ -533,7 +549,10 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 			timer.Stop()
 		}
 	}()
-	start, paced := clock.Now(), int64(0) // messages examined since start
+	// The pace: the k-th message examined since start is due at
+	// start + k/rate; chunks of rate/redrivePaceSlice.
+	start, paced := clock.Now(), int64(0)
+	slice := time.Duration(float64(time.Second) / redrivePaceSlice)
 	chunk := redriveChunk
 	if t.spec.Rate > 0 {
 		chunk = max(1, min(redriveChunk, int(t.spec.Rate/redrivePaceSlice)))
@@ -547,8 +566,13 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 		default:
 		}
 		if t.spec.Rate > 0 {
+			now := clock.Now()
 			due := start.Add(time.Duration(float64(paced) / t.spec.Rate * float64(time.Second)))
-			if wait := due.Sub(clock.Now()); wait > 0 {
+			if lag := now.Sub(due); lag > slice { // fell behind: no burst to catch up
+				start = start.Add(lag - slice)
+				due = due.Add(lag - slice)
+			}
+			if wait := due.Sub(now); wait > 0 {
 				if timer == nil {
 					timer = clock.NewTimer(wait)
 				} else {
@@ -562,6 +586,9 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 					return RedriveRunning, ""
 				}
 			}
+		}
+		if why := b.authorizeRedrive(t, run, toX); why != "" {
+			return RedriveFailed, why
 		}
 		before := run.res.Moved + run.res.Failed
 		progressed, wait, gone, err := run.chunk(int(min(int64(chunk), want-done)))
@@ -579,13 +606,15 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 		case wait != nil:
 			select {
 			case <-wait.done:
+			case <-t.cancel:
+				return RedriveCancelled, ""
 			case <-b.quit:
 				return RedriveRunning, ""
 			}
 			if wait.err != nil {
 				return RedriveFailed, fmt.Sprintf("read paged messages: %v", wait.err)
 			}
-		case !progressed:
+		case !progressed || run.exhausted:
 			return RedriveFinished, ""
 		}
 		if b.storeErr.Load() != nil {
@@ -593,6 +622,41 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 		}
 	}
 	return RedriveFinished, ""
+}
+
+// authorizeRedrive checks, before each chunk of a task's moves, that its
+// user (if any) may still run it with the permissions it has now (a
+// permission change or the user's deletion applies at once, as to open
+// connections), and sets run's check of each origin queue; it returns why
+// not, or "".
+func (b *Broker) authorizeRedrive(t *redriveTask, run *redriveRun, toX bool) string {
+	name, vhost := t.spec.User, t.spec.VHost
+	if name == "" {
+		return ""
+	}
+	b.mu.RLock()
+	u, p := b.users[name], b.perms[permKey{user: name, vhost: vhost}]
+	b.mu.RUnlock()
+	switch {
+	case u == nil:
+		return fmt.Sprintf("user '%s' is deleted", name)
+	case p == nil:
+		return fmt.Sprintf("access to vhost '%s' refused for user '%s'", vhost, name)
+	case !p.allows(permRead, t.spec.Queue):
+		return fmt.Sprintf("read access to queue '%s' in vhost '%s' refused for user '%s'", t.spec.Queue, vhost, name)
+	}
+	if toX {
+		x := t.spec.Exchange
+		if x == "" {
+			x = "amq.default"
+		}
+		if !p.allows(permWrite, x) {
+			return fmt.Sprintf("write access to exchange '%s' in vhost '%s' refused for user '%s'", x, vhost, name)
+		}
+		return ""
+	}
+	run.opts.allow = func(queue string) bool { return p.allows(permWrite, queue) }
+	return ""
 }
 
 // noteMove counts a move and adds the task's record to the move's
@@ -612,7 +676,6 @@ func (t *redriveTask) noteFailure(tx *txn, f RedriveFailure) {
 	if len(t.failures) < redriveListedFailures {
 		t.failures = append(t.failures, f)
 	}
-	t.failedSeqs[f.Seq] = true
 	tx.batch.Meta = append(tx.batch.Meta, store.MetaOp{Key: failureKey(t.id, f.Seq), Value: []byte(f.Reason)}, t.recordLocked())
 	t.mu.Unlock()
 }

@@ -58,6 +58,16 @@ func rtWaitPaced(e *dsEnv, clk *tlClock, id string, n int64, at time.Time) {
 	})
 }
 
+// rtStep moves the clock 100 ms at a time (one message at 10 a second)
+// until task id, started at t0 and paced at 10 a second, has examined n.
+func rtStep(e *dsEnv, clk *tlClock, id string, t0 time.Time, from, n int64) {
+	e.t.Helper()
+	for p := from; p < n; p++ {
+		clk.Advance(100 * time.Millisecond)
+		rtWaitPaced(e, clk, id, p+1, t0.Add(time.Duration(p+1)*100*time.Millisecond))
+	}
+}
+
 func rtWait(t *testing.T, e *dsEnv, id string) broker.RedriveTask {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), dsWait)
@@ -70,8 +80,9 @@ func rtWait(t *testing.T, e *dsEnv, id string) broker.RedriveTask {
 }
 
 // A task paced at 10 messages a second moves one at once and then one
-// each 100 ms of its clock, no faster; it finishes when the queue's
-// matching messages are all examined.
+// each 100 ms of its clock, no faster. Behind its pace (its clock jumped
+// 2 s) it does not burst to catch up: it moves two and goes on at its
+// pace. It finishes as soon as the queue's messages are all examined.
 func TestRedriveTaskRate(t *testing.T) {
 	clk := tlNewClock()
 	e := rtStartClock(t, clk, brokertest.Config{})
@@ -79,14 +90,16 @@ func TestRedriveTaskRate(t *testing.T) {
 	t0 := clk.Now()
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq", Rate: 10})
 	rtWaitPaced(e, clk, id, 1, t0.Add(100*time.Millisecond))
-	for i, want := range []int64{11, 21} {
-		clk.Advance(time.Second)
-		rtWaitPaced(e, clk, id, want, t0.Add(time.Duration(want)*100*time.Millisecond))
-		if s, _ := e.b.Broker.RedriveTask(id); s.State != broker.RedriveRunning || s.Moved != want || s.Remaining != 25-want {
-			t.Fatalf("after %d s: %+v", i+1, s)
-		}
+	rtStep(e, clk, id, t0, 1, 11)
+	if s, _ := e.b.Broker.RedriveTask(id); s.State != broker.RedriveRunning || s.Moved != 11 || s.Remaining != 14 {
+		t.Fatalf("after 1 s: %+v", s)
 	}
-	clk.Advance(time.Second)
+	// t0 + 3 s, 1.9 s behind: the message due moves, and one more (it
+	// catches up by one slice, 50 ms), then the pace goes on from there.
+	clk.Advance(2 * time.Second)
+	rtWaitPaced(e, clk, id, 13, t0.Add(3050*time.Millisecond))
+	rtStep(e, clk, id, t0.Add(1750*time.Millisecond), 13, 24)
+	clk.Advance(100 * time.Millisecond) // the last: the task ends with it, not a turn later
 	s := rtWait(t, e, id)
 	if s.State != broker.RedriveFinished || s.Moved != 25 || s.Failed != 0 || s.Remaining != 0 || s.Ended.IsZero() {
 		t.Fatalf("finished task: %+v", s)
@@ -95,8 +108,8 @@ func TestRedriveTaskRate(t *testing.T) {
 	e.get("src", rdBodies("m", 25)...)
 }
 
-// Cancel stops a task between moves; what it moved stays moved, and a
-// second cancel forgets the ended task.
+// Cancel stops a task between moves; what it moved stays moved; a second
+// cancel changes nothing; forget removes the ended task.
 func TestRedriveTaskCancel(t *testing.T) {
 	clk := tlNewClock()
 	e := rtStartClock(t, clk, brokertest.Config{})
@@ -104,8 +117,7 @@ func TestRedriveTaskCancel(t *testing.T) {
 	t0 := clk.Now()
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq", Rate: 10})
 	rtWaitPaced(e, clk, id, 1, t0.Add(100*time.Millisecond))
-	clk.Advance(time.Second)
-	rtWaitPaced(e, clk, id, 11, t0.Add(1100*time.Millisecond))
+	rtStep(e, clk, id, t0, 1, 11)
 	if err := e.b.Broker.CancelRedrive(id); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
@@ -116,7 +128,13 @@ func TestRedriveTaskCancel(t *testing.T) {
 	clk.Advance(10 * time.Second) // nothing more moves
 	e.waitFor("src", 11, 11, 0)
 	e.waitFor("dlq", 19, 19, 0)
-	if err := e.b.Broker.CancelRedrive(id); err != nil {
+	if err := e.b.Broker.CancelRedrive(id); err != nil { // an ended task stays as it is
+		t.Fatalf("second cancel: %v", err)
+	}
+	if s, err := e.b.Broker.RedriveTask(id); err != nil || s.State != broker.RedriveCancelled || s.Moved != 11 {
+		t.Fatalf("after a second cancel: %+v, %v", s, err)
+	}
+	if err := e.b.Broker.ForgetRedrive(id); err != nil {
 		t.Fatalf("forget: %v", err)
 	}
 	if _, err := e.b.Broker.RedriveTask(id); !errors.Is(err, broker.ErrNotFound) {
@@ -143,8 +161,7 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 	t0 := clk.Now()
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq", Rate: 10})
 	rtWaitPaced(e, clk, id, 1, t0.Add(100*time.Millisecond))
-	clk.Advance(time.Second)
-	rtWaitPaced(e, clk, id, 11, t0.Add(1100*time.Millisecond))
+	rtStep(e, clk, id, t0, 1, 11)
 	if s, _ := e.b.Broker.RedriveTask(id); s.Moved != 10 || s.Failed != 1 {
 		t.Fatalf("task before restart: %+v", s)
 	}
@@ -152,11 +169,14 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 	e.conn, e.ch = e.b.Channel(t)
 
 	// Resumed, the task moves one message at once (its pace restarts).
+	t1 := clk.Now()
+	rtWaitPaced(e, clk, id, 12, t1.Add(100*time.Millisecond))
 	s, err := e.b.Broker.RedriveTask(id)
-	if err != nil || s.State != broker.RedriveRunning || s.Moved < 10 || s.Moved > 11 || s.Failed != 1 {
+	if err != nil || s.State != broker.RedriveRunning || s.Moved != 11 || s.Failed != 1 {
 		t.Fatalf("task after restart: %+v, %v", s, err)
 	}
-	clk.Advance(10 * time.Second)
+	rtStep(e, clk, id, t1.Add(-1100*time.Millisecond), 12, 24)
+	clk.Advance(100 * time.Millisecond)
 	s = rtWait(t, e, id)
 	want := "no queue 'src2'"
 	if s.State != broker.RedriveFinished || s.Moved != 24 || s.Failed != 1 || s.FailureReasons[want] != 1 ||
@@ -230,5 +250,93 @@ func TestRedriveTaskPermissions(t *testing.T) {
 	}
 	if _, err := d.StartRedrive("src", broker.RedriveOptions{}, 0); err == nil {
 		t.Fatalf("a task on a queue the user may not read started")
+	}
+}
+
+// A task runs with its user's permissions as they are at each step:
+// revoking them stops it, failed, with the reason, after what it moved.
+func TestRedriveTaskStopsWhenPermissionsGo(t *testing.T) {
+	clk := tlNewClock()
+	e := rtStartClock(t, clk, brokertest.Config{})
+	e.rdReject("src", 20, rdBodies("m", 20)...)
+	br := e.b.Broker
+	if err := br.PutUser(broker.UserSpec{Name: "ops", Password: "pw"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.SetPermissions("ops", "/", "", ".*", ".*"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := br.OpenDirect("ops", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := clk.Now()
+	id, err := d.StartRedrive("dlq", broker.RedriveOptions{}, 10)
+	d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtWaitPaced(e, clk, id, 1, t0.Add(100*time.Millisecond))
+	if err := br.SetPermissions("ops", "/", "", ".*", "^src$"); err != nil { // no read on dlq
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Second)
+	s := rtWait(t, e, id)
+	if s.State != broker.RedriveFailed || s.Moved != 1 || s.Error != "read access to queue 'dlq' in vhost '/' refused for user 'ops'" {
+		t.Fatalf("task after its read permission went: %+v", s)
+	}
+	e.waitFor("dlq", 19, 19, 0)
+}
+
+// A task stopped by the broker's shutdown right after it started is not
+// failed: it resumes after the restart and finishes.
+func TestRedriveTaskSurvivesShutdownAtStart(t *testing.T) {
+	e := rdStart(t, nil)
+	e.rdReject("src", 3, "a", "b", "c")
+	br := e.b.Broker
+	if err := br.PutUser(broker.UserSpec{Name: "ops", Password: "pw"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.SetPermissions("ops", "/", "", ".*", ".*"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := br.OpenDirect("ops", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := d.StartRedrive("dlq", broker.RedriveOptions{}, RedriveSlowRate)
+	d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.b.Restart()
+	if s, err := e.b.Broker.RedriveTask(id); err != nil || s.State != broker.RedriveRunning || s.Moved > 1 {
+		t.Fatalf("task after the restart: %+v, %v", s, err)
+	}
+	if err := e.b.Broker.CancelRedrive(id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RedriveSlowRate is a pace at which a test's task moves its first
+// message and then waits for as long as any test runs.
+const RedriveSlowRate = 0.001
+
+// A redrive examines the messages its queue held when it began: a
+// message whose origin dead-letters it straight back (a queue TTL of 0)
+// arrives as a new message and is not moved again, so the task ends.
+func TestRedriveTaskBoundedByStart(t *testing.T) {
+	e := rdStart(t, amqp091.Table{"x-message-ttl": int32(0)})
+	e.publish("src", "m0", "m1")
+	e.waitFor("dlq", 2, 2, 0)
+	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq"})
+	s := rtWait(t, e, id)
+	if s.State != broker.RedriveFinished || s.Moved != 2 {
+		t.Fatalf("task: %+v", s)
+	}
+	e.waitFor("dlq", 2, 2, 0) // back, dead-lettered again
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{})
+	if r.Moved != 2 {
+		t.Fatalf("synchronous redrive: %+v", r)
 	}
 }

@@ -48,7 +48,7 @@
 //	GET    /api/queues/{vhost}/{name}/peek?count=N&from=SEQ  {"messages": [...], "next": SEQ} (nothing consumed)
 //	POST   /api/queues/{vhost}/{name}/redrive  {"to": "origin"|"exchange", "rate", "max", ...}  201, the task, Location
 //	GET    /api/redrives[/{id}]                 tasks: state, moved, failed, remaining, failures (redrive.go)
-//	DELETE /api/redrives/{id}                   cancels a running task, forgets an ended one
+//	DELETE /api/redrives/{id}[?forget=true]     cancels a running task; forget also removes it
 //	GET    /api/bindings[/{vhost}]
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}, .../e/{x}/e/{y}   POST creates (201, Location)
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}/{props}            DELETE removes

@@ -91,10 +91,11 @@ func redriveJSON(t broker.RedriveTask) map[string]any {
 	return m
 }
 
-// mayWatch reports whether u sees task t: an administrator sees every
-// task, other users those of the vhosts they have permissions in.
+// mayWatch reports whether u sees task t: administrator and monitoring
+// users see every task (as every vhost's queues), others their own and
+// those of the vhosts they have permissions in.
 func (s *Server) mayWatch(u *broker.UserInfo, t broker.RedriveTask) bool {
-	return hasTag(u, "administrator") || t.User == u.Name || s.canAccessVHost(u, t.VHost)
+	return hasTag(u, "administrator", "monitoring") || t.User == u.Name || s.canAccessVHost(u, t.VHost)
 }
 
 // redrives is GET /api/redrives: every task u may see, oldest first.
@@ -121,8 +122,9 @@ func (s *Server) redriveTask(u *broker.UserInfo, r *http.Request) (any, error) {
 }
 
 // cancelRedrive is DELETE /api/redrives/{id}: it cancels a running task
-// (after the move under way; moves made stay) or forgets an ended one.
-// Only the task's user or an administrator may.
+// (after the move under way; moves made stay) and leaves an ended one as
+// it is; with ?forget=true it also removes the task. Only the task's user
+// or an administrator may.
 func (s *Server) cancelRedrive(u *broker.UserInfo, r *http.Request) (any, error) {
 	t, err := s.b.RedriveTask(r.PathValue("id"))
 	if err != nil {
@@ -134,7 +136,15 @@ func (s *Server) cancelRedrive(u *broker.UserInfo, r *http.Request) (any, error)
 	if !hasTag(u, "administrator") && t.User != u.Name {
 		return nil, notAuthorised(notAuthorisedObject)
 	}
-	if err := s.b.CancelRedrive(t.ID); err != nil {
+	act := s.b.CancelRedrive
+	switch r.URL.Query().Get("forget") {
+	case "", "false":
+	case "true":
+		act = s.b.ForgetRedrive
+	default:
+		return nil, badRequest("forget must be true or false")
+	}
+	if err := act(t.ID); err != nil {
 		return nil, err
 	}
 	return noContent{}, nil

@@ -111,7 +111,12 @@ func TestRedriveTasksHTTP(t *testing.T) {
 	if q := a.must(200, "GET", "/queues/%2F/dlq", nil).object(t); q["messages"] != n-moved {
 		t.Fatalf("dlq after the cancel: %v messages, want %v", q["messages"], n-moved)
 	}
-	a.must(204, "DELETE", "/redrives/"+id, nil) // forgets it
+	a.must(204, "DELETE", "/redrives/"+id, nil) // an ended task stays
+	if again := a.must(200, "GET", "/redrives/"+id, nil).object(t); again["state"] != "cancelled" || again["moved"] != moved {
+		t.Fatalf("a second DELETE changed the task: %v", again)
+	}
+	a.must(400, "DELETE", "/redrives/"+id+"?forget=maybe", nil)
+	a.must(204, "DELETE", "/redrives/"+id+"?forget=true", nil)
 	a.must(404, "GET", "/redrives/"+id, nil)
 	a.must(404, "DELETE", "/redrives/"+id, nil)
 

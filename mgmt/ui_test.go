@@ -3,6 +3,7 @@ package mgmt_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -32,7 +33,13 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 	)
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
+	// chromedp logs CDP events it does not model (a <dialog> entering
+	// the top layer, say) as errors; those are not the test's.
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "unhandled node event") {
+			t.Logf("chromedp: %s", msg)
+		}
+	}))
 	tctx, tcancel := context.WithTimeout(ctx, 40*time.Second)
 	t.Cleanup(func() {
 		// Not chromedp.Cancel: its Browser.close waited forever here.
@@ -60,7 +67,7 @@ func browser(t *testing.T) context.Context {
 	return tctx
 }
 
-// screenshot writes the page as name.png under $BROKERD_UI_SCREENSHOTS
+// screenshot writes what the viewport shows as name.png under $BROKERD_UI_SCREENSHOTS
 // (nothing when it is unset).
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
@@ -69,7 +76,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 		return
 	}
 	var buf []byte
-	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&buf, 100)); err != nil {
+	if err := chromedp.Run(ctx, chromedp.CaptureScreenshot(&buf)); err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -187,6 +194,11 @@ func TestUIBrowser(t *testing.T) {
 		if !strings.Contains(" "+strings.Join(strings.Fields(badges), " ")+" ", " "+b+" ") && !strings.Contains(badges, b) {
 			t.Errorf("orders badges %q lack %s", badges, b)
 		}
+	}
+	var stray bool
+	until(t, ctx, "no stray text", chromedp.Evaluate(`/\b(null|undefined)\b/.test(document.querySelector("main").innerText)`, &stray))
+	if stray {
+		t.Errorf("the queues page shows a stray null or undefined")
 	}
 	screenshot(t, ctx, "queues")
 

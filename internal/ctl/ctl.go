@@ -201,7 +201,9 @@ var verbs = []*verb{
 	{name: "list_redrives", max: -1, run: listRedrives, columns: &redriveTaskColumns,
 		args: "[--no-table-headers] [<column> ...]", desc: "Lists redrive tasks, running and ended, with their progress."},
 	{name: "cancel_redrive", min: 1, max: 1, run: cancelRedrive,
-		args: "<id>", desc: "Cancels a running redrive task (the moves it made stay), or forgets an ended one."},
+		args: "<id>", desc: "Cancels a running redrive task; the moves it made stay."},
+	{name: "forget_redrive", min: 1, max: 1, run: forgetRedrive,
+		args: "<id>", desc: "Removes a redrive task from the list, cancelling it if it runs."},
 	{name: "status", run: status,
 		args: "", desc: "Displays status of the broker: version, listeners, alarms, object and message totals."},
 }

@@ -19,7 +19,8 @@ const redrivePoll = 250 * time.Millisecond
 // moved, failed and remaining, then one line per listed failure. With
 // --detach it prints the task's id and returns at once. Interrupting
 // brokerctl leaves the task running (cancel_redrive stops it). A task
-// that failed (its queue deleted) exits with EX_SOFTWARE.
+// that failed (its queue deleted, its user's permissions revoked) exits
+// with EX_SOFTWARE, one cancelled meanwhile with EX_TEMPFAIL.
 func redrive(r *run, args []string) error {
 	q := args[0]
 	if r.opts.toOrigin && (r.opts.exchange != nil || r.opts.routingKey != nil) {
@@ -85,8 +86,11 @@ func redrive(r *run, args []string) error {
 	if n, _ := task["failed"].(float64); int(n) > len(failures) {
 		r.out.info("(%d more failures not listed; failure_reasons in list_redrives --formatter json counts them)", int(n)-len(failures))
 	}
-	if task["state"] == "failed" {
+	switch task["state"] {
+	case "failed":
 		return failf(ExitSoftware, "Redrive task %s failed: %v", id, task["error"])
+	case "cancelled":
+		return failf(ExitTempFail, "Redrive task %s was cancelled", id)
 	}
 	return nil
 }
@@ -116,12 +120,22 @@ var redriveTaskColumns = listing{
 }
 
 // cancelRedrive: cancel_redrive ID. Stops a running task after the move
-// under way (DELETE /api/redrives/{id}); the moves it made stay. An ended
-// task is forgotten instead.
+// under way (DELETE /api/redrives/{id}); the moves it made stay, and the
+// task stays listed. An ended task is left as it is.
 func cancelRedrive(r *run, args []string) error {
-	id := args[0]
-	r.out.info("Cancelling redrive task %s ...", id)
-	_, err := r.c.do(r.ctx, request{method: http.MethodDelete, path: apiPath("redrives", id)})
+	r.out.info("Cancelling redrive task %s ...", args[0])
+	return deleteRedrive(r, args[0], "")
+}
+
+// forgetRedrive: forget_redrive ID. Removes a task from the list
+// (DELETE /api/redrives/{id}?forget=true), cancelling it if it runs.
+func forgetRedrive(r *run, args []string) error {
+	r.out.info("Forgetting redrive task %s ...", args[0])
+	return deleteRedrive(r, args[0], "?forget=true")
+}
+
+func deleteRedrive(r *run, id, query string) error {
+	_, err := r.c.do(r.ctx, request{method: http.MethodDelete, path: apiPath("redrives", id) + query})
 	if err != nil && isMissing(err) {
 		return failf(ExitUnavailable, "Redrive task '%s' not found", id)
 	}

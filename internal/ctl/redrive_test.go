@@ -96,7 +96,12 @@ func TestRedrive(t *testing.T) {
 			t.Fatalf("cancelled task moved %d of 4 (rate 0.2 a second: the first at once):\n%s", moved, out)
 		}
 		e.eventuallyOut([]string{fmt.Sprintf("rd-dlq\t%d", 4-moved), fmt.Sprintf("rd-work\t%d", 1+moved)}, "list_queues", "-p", e.vhost)
-		e.ok("cancel_redrive", id) // forgets it
+		e.ok("cancel_redrive", id) // an ended task stays
+		if out := e.ok("-q", "list_redrives", "id", "state"); !hasLine(out, id+"\tcancelled") {
+			t.Fatalf("list_redrives after a second cancel:\n%s", out)
+		}
+		e.ok("forget_redrive", id)
 		e.fails(ExitUnavailable, []string{"Redrive task '" + id + "' not found"}, "cancel_redrive", id)
+		e.fails(ExitUnavailable, []string{"Redrive task '" + id + "' not found"}, "forget_redrive", id)
 	})
 }

@@ -67,7 +67,7 @@ function logout() {
 
 function setPage(title, ...content) {
   document.title = title + " — brokerd";
-  main.replaceChildren(h("h1", {}, title), ...content);
+  main.replaceChildren(h("h1", {}, title), ...content.filter(c => c !== null && c !== undefined && c !== false));
   for (const a of document.querySelectorAll("#nav a")) {
     const here = location.hash.startsWith(a.getAttribute("href"));
     if (here) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
@@ -373,14 +373,15 @@ async function queuePage(vhost, name) {
     chartWrap, depthLegend(), chartMsg);
   const peekBox = h("section", { "aria-labelledby": "peek-h", id: "peek" }, h("h2", { id: "peek-h" }, "Messages (peek: left in place)"));
   const list = h("div", { id: "peek-list" });
-  let next = 0, shown = 0;
+  let next = 0, nextPrio = 0, shown = 0;
   const more = h("button", { type: "button", id: "peek-more", hidden: true }, "Show more");
   const load = async () => {
     try {
-      const p = await api("GET", `${path}/peek?count=20` + (next ? `&from=${next}` : ""));
+      const p = await api("GET", `${path}/peek?count=20` + (next ? `&from=${next}&priority=${nextPrio}` : ""));
       if (!p.messages.length && !shown) list.append(h("p", {}, "No ready messages."));
       for (const m of p.messages) list.append(messageView(m, shown++));
       next = p.next;
+      nextPrio = p.next_priority ?? 0;
       more.hidden = !next;
       announce(`${shown} messages shown`);
     } catch (e) { list.append(errorBox(e)); }
@@ -401,9 +402,11 @@ async function queuePage(vhost, name) {
     h("section", { "aria-labelledby": "pol-h" }, h("h2", { id: "pol-h" }, "Effective policy definition"), kvTable(q.effective_policy_definition, "queue-policy")),
     h("section", { "aria-labelledby": "qb-h" }, h("h2", { id: "qb-h" }, "Bindings"),
       bindingsTable("queue-bindings", bindings, bindMsg), bindForm("qbind-form", q.vhost, { queue: q.name }, bindMsg), bindMsg),
+    redriveSection(q, () => refresh()),
     peekBox);
-  // The chart and the counts follow the queue every 5 s while the page is open.
-  every(5000, async () => {
+  // The chart and the counts follow the queue every 5 s while the page is
+  // open (and at each step of a redrive's progress).
+  const refresh = async () => {
     let now;
     try { now = await api("GET", path); } catch (e) { chartMsg.replaceChildren(errorBox(e)); return; }
     chartMsg.replaceChildren();
@@ -412,8 +415,147 @@ async function queuePage(vhost, name) {
       const el = document.getElementById(id);
       if (el) el.textContent = fmt(v);
     }
-  });
+  };
+  every(5000, refresh);
   await load();
+}
+
+// ---- redrive ----
+
+const DEATH_REASONS = [["", "any reason"], ["rejected", "rejected"], ["expired", "expired"], ["maxlen", "maxlen (length limit)"], ["delivery_limit", "delivery_limit"]];
+
+// redriveSection is the queue page's "Redrive" button and its dialog: a
+// form that starts a redrive task (POST .../redrive), then the task's live
+// progress (GET /api/redrives/{id} every 500 ms), with Cancel. changed is
+// called at each step, so the page's counts follow the moves.
+function redriveSection(q, changed) {
+  const dlg = h("dialog", { id: "redrive-dialog", "aria-labelledby": "rd-h" });
+  const open = h("button", { type: "button", id: "redrive-open", onclick: () => { showForm(); dlg.showModal(); } }, "Redrive…");
+  let timer = null;
+  const stop = () => { if (timer) clearInterval(timer); timer = null; };
+  dlg.addEventListener("close", () => { stop(); open.focus(); changed(); });
+  const closeBtn = () => h("button", { type: "button", onclick: () => dlg.close() }, "Close");
+
+  const showForm = () => {
+    stop();
+    const msg = h("div", { id: "rd-msg" });
+    const xName = h("input", { id: "rd-exchange", disabled: true, autocomplete: "off" });
+    const xKey = h("input", { id: "rd-key", disabled: true, autocomplete: "off" });
+    const radio = (value, label, checked) => h("label", { class: "inline" },
+      h("input", { type: "radio", name: "rd-to", id: `rd-to-${value}`, value, checked,
+        onchange: () => { xName.disabled = xKey.disabled = value !== "exchange"; } }), " ", label);
+    const reason = h("select", { id: "rd-reason" }, DEATH_REASONS.map(([v, l]) => h("option", { value: v }, l)));
+    const max = h("input", { id: "rd-max", type: "number", min: 1, step: 1, placeholder: "all", inputmode: "numeric" });
+    const rate = h("input", { id: "rd-rate", type: "number", min: 0.1, step: "any", placeholder: "unlimited", inputmode: "decimal" });
+    const form = h("form", { id: "redrive-form", class: "stack", onsubmit: async ev => {
+      ev.preventDefault();
+      const body = { to: form.querySelector('input[name="rd-to"]:checked').value };
+      if (body.to === "exchange") { body.exchange = xName.value; body.routing_key = xKey.value; }
+      if (reason.value) body.reason = reason.value;
+      if (max.value) body.max = Number(max.value);
+      if (rate.value) body.rate = Number(rate.value);
+      try {
+        const task = await api("POST", `/queues/${enc(q.vhost)}/${enc(q.name)}/redrive`, body);
+        announce(`Redrive task ${task.id} started`);
+        showTask(task);
+      } catch (e) { msg.replaceChildren(errorBox(e)); }
+    } },
+      h("fieldset", {}, h("legend", {}, "Send each message to"),
+        radio("origin", "the queue it was dead-lettered from (its latest x-death)", true), h("br"),
+        radio("exchange", "an exchange, with a routing key", false),
+        h("div", { class: "row" }, h("label", { for: "rd-exchange" }, "Exchange (empty: the default exchange)", xName),
+          h("label", { for: "rd-key" }, "Routing key", xKey))),
+      h("label", { for: "rd-reason" }, "Only messages dead-lettered for", reason),
+      h("div", { class: "row" }, h("label", { for: "rd-max" }, "At most (messages)", max),
+        h("label", { for: "rd-rate" }, "Rate (messages a second)", rate)),
+      msg,
+      h("div", {}, h("button", { type: "submit", class: "primary" }, "Start redrive"), " ", closeBtn()));
+    dlg.replaceChildren(h("h2", { id: "rd-h" }, `Redrive from ${q.name}`),
+      h("p", {}, "Each message moves in one atomic step: it is never lost or duplicated, across a crash too. Its x-death stays; x-redriven-count counts redrives."),
+      form);
+  };
+
+  const showTask = task => {
+    const bar = h("progress", { id: "rd-progress", max: 1, value: 0, "aria-labelledby": "rd-status" });
+    const status = h("p", { id: "rd-status", role: "status", "aria-live": "polite" });
+    const failures = h("div", { id: "rd-failures" });
+    const msg = h("div");
+    const cancel = h("button", { type: "button", id: "rd-cancel", onclick: async () => {
+      try { await api("DELETE", `/redrives/${enc(task.id)}`); await step(); } catch (e) { msg.replaceChildren(errorBox(e)); }
+    } }, "Cancel redrive");
+    const again = h("button", { type: "button", hidden: true, onclick: showForm }, "New redrive");
+    dlg.replaceChildren(h("h2", { id: "rd-h" }, `Redrive from ${q.name}`),
+      h("p", {}, `Task ${task.id}: to ${task.to === "exchange" ? `exchange “${exchangeLabel(task.exchange === "amq.default" ? "" : task.exchange)}” with key “${task.routing_key}”` : "each message's origin queue"}` +
+        (task.rate ? `, ${task.rate} a second` : "") + (task.max ? `, at most ${task.max}` : "") + (task.reason ? `, reason ${task.reason}` : "")),
+      bar, status, failures, msg, h("div", {}, cancel, " ", again, " ", closeBtn()));
+    const show = t => {
+      bar.max = Math.max(t.moved + t.remaining, t.moved + t.failed, 1);
+      bar.value = t.moved + t.failed;
+      status.dataset.state = t.state;
+      status.textContent = `${t.state[0].toUpperCase()}${t.state.slice(1)}: moved ${fmt(t.moved)}, failed ${fmt(t.failed)}, remaining in ${q.name} ${fmt(t.remaining)}` +
+        (t.error ? ` — ${t.error}` : "");
+      if (t.failures?.length) failures.replaceChildren(failureTable(t));
+      cancel.hidden = t.state !== "running";
+      again.hidden = t.state === "running";
+    };
+    const step = async () => {
+      try {
+        const t = await api("GET", `/redrives/${enc(task.id)}`);
+        show(t);
+        changed();
+        if (t.state !== "running") { stop(); announce(`Redrive ${t.state}: ${t.moved} moved, ${t.failed} failed`); }
+      } catch (e) { stop(); msg.replaceChildren(errorBox(e)); }
+    };
+    show(task);
+    stop();
+    if (task.state === "running") timer = setInterval(step, 500); else step();
+  };
+  return h("section", { "aria-labelledby": "rd-sec-h" }, h("h2", { id: "rd-sec-h" }, "Redrive"),
+    h("p", {}, "Move this queue's ready messages back to the queue each was dead-lettered from, or through an exchange."),
+    open, dlg);
+}
+
+// failureTable lists a task's failures (the first 100) and counts them by reason.
+function failureTable(t) {
+  return h("div", {},
+    h("h3", {}, "Not moved (left in the queue)"),
+    h("ul", { class: "reasons" }, Object.entries(t.failure_reasons || {}).map(([r, n]) => h("li", {}, `${r}: ${fmt(n)}`))),
+    h("div", { class: "table-wrap" }, h("table", { class: "failures" },
+      h("thead", {}, h("tr", {}, colHead("Seq", "num"), colHead("Reason"))),
+      h("tbody", {}, t.failures.map(f => h("tr", {}, h("td", { class: "num" }, f.seq), h("td", {}, f.reason)))))));
+}
+
+// redrivesPage lists every redrive task with its progress; running ones
+// can be cancelled, ended ones forgotten. It refreshes every 2 s.
+async function redrivesPage() {
+  const tasks = await api("GET", "/redrives");
+  const msg = h("div", { id: "redrives-msg" });
+  const act = async (t, what) => {
+    try { await api("DELETE", `/redrives/${enc(t.id)}` + (what === "forgotten" ? "?forget=true" : "")); announce(`Redrive task ${t.id} ${what}`); await rerender(); }
+    catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  setPage("Redrives",
+    h("p", {}, "Redrive tasks move dead letters back; start one from a queue's page."),
+    msg,
+    h("div", { class: "table-wrap" }, h("table", { id: "redrives" },
+      h("thead", {}, h("tr", {}, colHead("Task"), colHead("Queue"), colHead("To", "wide"), colHead("State"),
+        colHead("Moved", "num"), colHead("Failed", "num"), colHead("Remaining", "num"), colHead("Started", "wide"), actionsHead())),
+      h("tbody", {}, tasks.length ? tasks.slice().reverse().map(t => h("tr", { dataset: { task: t.id, state: t.state } },
+        h("th", { scope: "row" }, h("code", {}, t.id)),
+        h("td", {}, h("a", { href: queueLink({ vhost: t.vhost, name: t.queue }) }, t.queue), t.vhost !== "/" ? h("small", {}, ` (${t.vhost})`) : null),
+        h("td", { class: "wide" }, t.to === "exchange" ? `${t.exchange} / ${t.routing_key}` : "origin"),
+        h("td", { class: "state" }, t.state, t.error ? h("small", {}, ` — ${t.error}`) : null),
+        h("td", { class: "num moved" }, fmt(t.moved)), h("td", { class: "num failed" }, fmt(t.failed)),
+        h("td", { class: "num remaining" }, fmt(t.remaining)),
+        h("td", { class: "wide" }, new Date(t.created_at).toLocaleString()),
+        h("td", {}, t.state === "running"
+          ? h("button", { type: "button", "aria-label": `Cancel redrive task ${t.id}`, onclick: () => act(t, "cancelled") }, "Cancel")
+          : h("button", { type: "button", "aria-label": `Forget redrive task ${t.id}`, onclick: () => act(t, "forgotten") }, "Forget"))))
+        : h("tr", {}, h("td", { colspan: 9 }, "No redrive tasks."))))));
+  every(2000, () => {
+    const el = document.activeElement;
+    if (el === main || !main.contains(el)) rerender();
+  });
 }
 
 // ---- exchanges and bindings ----
@@ -742,6 +884,7 @@ async function render() {
       case "exchanges": await exchangesPage(); break;
       case "users": await usersPage(); break;
       case "connections": await connectionsPage(); break;
+      case "redrives": await redrivesPage(); break;
       case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();

@@ -1,0 +1,107 @@
+package mgmt_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// deadLetter publishes bodies to queue q and rejects them (without
+// requeue) so each is dead-lettered, then waits until dlq holds total.
+func (a *api) deadLetter(q, dlq string, total int, bodies ...string) {
+	a.t.Helper()
+	for _, b := range bodies {
+		a.must(200, "POST", "/exchanges/%2F/amq.default/publish", map[string]any{
+			"properties": map[string]any{"delivery_mode": 2}, "routing_key": q, "payload": b, "payload_encoding": "string"})
+	}
+	a.must(200, "POST", "/queues/%2F/"+q+"/get", map[string]any{"count": len(bodies), "ackmode": "reject_requeue_false", "encoding": "auto"})
+	waitFor(a.t, func() bool { return a.must(200, "GET", "/queues/%2F/"+dlq, nil).object(a.t)["messages"] == float64(total) })
+}
+
+// In the browser: a DLQ's page starts a paced redrive to origin in the
+// redrive dialog, which shows the task running and then finished with
+// every message moved; the page's count of the DLQ falls to 0 and the
+// origin queue's page shows them. A second redrive, whose origin queue is
+// gone, lists its failures with the reason. The redrives page lists both
+// tasks and forgets one.
+func TestUIRedrive(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/queues/%2F/orders.dlq", map[string]any{"durable": true})
+	for _, q := range []string{"orders", "gone"} {
+		a.must(201, "PUT", "/queues/%2F/"+q, map[string]any{"durable": true,
+			"arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}})
+	}
+	const n = 30
+	var bodies []string
+	for i := range n {
+		bodies = append(bodies, fmt.Sprintf("order %d", i))
+	}
+	a.deadLetter("orders", "orders.dlq", n, bodies...)
+
+	uiLogin(t, ctx, root, "guest", "guest")
+	until(t, ctx, "open the DLQ",
+		chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"),
+		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery))
+	poll(t, ctx, "DLQ count", `document.querySelector("#q-messages").textContent === "30"`)
+	until(t, ctx, "redrive dialog",
+		chromedp.Click("#redrive-open", chromedp.ByQuery),
+		chromedp.WaitVisible("#redrive-form", chromedp.ByQuery),
+		chromedp.SendKeys("#rd-rate", "10", chromedp.ByQuery))
+	var checked bool
+	until(t, ctx, "origin is the default", chromedp.Evaluate(`document.querySelector("#rd-to-origin").checked && document.querySelector("#rd-exchange").disabled`, &checked))
+	if !checked {
+		t.Fatalf("the dialog does not default to the origin queue")
+	}
+	screenshot(t, ctx, "redrive-dialog")
+	// 10 a second: the task is running when the dialog first shows it.
+	until(t, ctx, "start", chromedp.Click(`#redrive-form button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#rd-status", chromedp.ByQuery))
+	poll(t, ctx, "task running", `document.querySelector("#rd-status").dataset.state === "running"`)
+	screenshot(t, ctx, "redrive-progress")
+	poll(t, ctx, "task finished", `(() => { const s = document.querySelector("#rd-status");
+		return !!s && s.dataset.state === "finished" && s.textContent.includes("moved 30, failed 0"); })()`)
+	poll(t, ctx, "DLQ count falls to 0", `document.querySelector("#q-messages").textContent === "0"`)
+	var progress string
+	until(t, ctx, "progress bar", chromedp.Evaluate(`(() => { const p = document.querySelector("#rd-progress"); return p.value + "/" + p.max; })()`, &progress))
+	if progress != "30/30" {
+		t.Errorf("progress bar at the end: %s", progress)
+	}
+	until(t, ctx, "close the dialog", chromedp.KeyEvent("\x1b"))
+	poll(t, ctx, "dialog closed", `!document.querySelector("#redrive-dialog").open`)
+	if q := a.must(200, "GET", "/queues/%2F/orders", nil).object(t); q["messages"] != float64(n) {
+		t.Fatalf("origin after the redrive: %v messages", q["messages"])
+	}
+	until(t, ctx, "origin page", chromedp.Navigate(root+"/#/queue/%2F/orders"),
+		chromedp.WaitVisible(".message", chromedp.ByQuery))
+	poll(t, ctx, "origin count", `document.querySelector("#q-messages").textContent === "30"`)
+	poll(t, ctx, "redriven header", `document.querySelector(".message").textContent.includes("x-redriven-count")`)
+
+	// The origin is deleted: the messages stay, each failure listed.
+	a.deadLetter("gone", "orders.dlq", 2, "g1", "g2")
+	a.must(204, "DELETE", "/queues/%2F/gone", nil)
+	until(t, ctx, "DLQ again", chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"),
+		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery),
+		chromedp.Click("#redrive-open", chromedp.ByQuery),
+		chromedp.WaitVisible("#redrive-form", chromedp.ByQuery),
+		chromedp.Click(`#redrive-form button[type="submit"]`, chromedp.ByQuery))
+	poll(t, ctx, "failures listed", `(() => { const s = document.querySelector("#rd-status");
+		const f = document.querySelector("#rd-failures");
+		return !!s && !!f && s.dataset.state === "finished" && s.textContent.includes("moved 0, failed 2") &&
+			f.querySelectorAll("table.failures tbody tr").length === 2 && f.textContent.includes("no queue 'gone': 2"); })()`)
+	screenshot(t, ctx, "redrive-failures")
+	until(t, ctx, "close", chromedp.KeyEvent("\x1b"))
+
+	until(t, ctx, "redrives page", chromedp.Click(`a[href="#/redrives"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#redrives", chromedp.ByQuery))
+	poll(t, ctx, "both tasks", `document.querySelectorAll('#redrives tr[data-state="finished"]').length === 2`)
+	screenshot(t, ctx, "redrives")
+	var first string
+	until(t, ctx, "a task id", chromedp.Evaluate(`document.querySelector('#redrives tr[data-task]').dataset.task`, &first))
+	until(t, ctx, "forget", chromedp.Click(`#redrives tr[data-task="`+first+`"] button`, chromedp.ByQuery))
+	poll(t, ctx, "forgotten", `document.querySelectorAll('#redrives tr[data-task]').length === 1 && !document.querySelector('#redrives tr[data-task="`+first+`"]')`)
+	a.must(404, "GET", "/redrives/"+first, nil)
+}

@@ -17,7 +17,9 @@ func (a *api) deadLetter(q, dlq string, total int, bodies ...string) {
 			"properties": map[string]any{"delivery_mode": 2}, "routing_key": q, "payload": b, "payload_encoding": "string"})
 	}
 	a.must(200, "POST", "/queues/%2F/"+q+"/get", map[string]any{"count": len(bodies), "ackmode": "reject_requeue_false", "encoding": "auto"})
-	waitFor(a.t, func() bool { return a.must(200, "GET", "/queues/%2F/"+dlq, nil).object(a.t)["messages"] == float64(total) })
+	waitFor(a.t, func() bool {
+		return a.must(200, "GET", "/queues/%2F/"+dlq, nil).object(a.t)["messages"] == float64(total)
+	})
 }
 
 // In the browser: a DLQ's page starts a paced redrive to origin in the

@@ -74,13 +74,27 @@ func redriveJSON(t broker.RedriveTask) map[string]any {
 		failures = append(failures, map[string]any{"seq": f.Seq, "reason": f.Reason})
 	}
 	m := map[string]any{
-		"id": t.ID, "vhost": t.VHost, "queue": t.Queue, "user": t.User,
-		"to": to, "exchange": t.Exchange, "routing_key": t.RoutingKey,
-		"max": t.Max, "rate": t.Rate, "reason": t.Reason, "source_queue": t.SourceQueue,
-		"min_age_ms": t.MinAge.Milliseconds(),
-		"state":      t.State, "moved": t.Moved, "failed": t.Failed, "remaining": t.Remaining,
-		"failures": failures, "failure_reasons": t.FailureReasons, "error": t.Error,
-		"created_at": t.Created.UTC().Format(time.RFC3339Nano), "ended_at": nil,
+		"id":              t.ID,
+		"vhost":           t.VHost,
+		"queue":           t.Queue,
+		"user":            t.User,
+		"to":              to,
+		"exchange":        t.Exchange,
+		"routing_key":     t.RoutingKey,
+		"max":             t.Max,
+		"rate":            t.Rate,
+		"reason":          t.Reason,
+		"source_queue":    t.SourceQueue,
+		"min_age_ms":      t.MinAge.Milliseconds(),
+		"state":           t.State,
+		"moved":           t.Moved,
+		"failed":          t.Failed,
+		"remaining":       t.Remaining,
+		"failures":        failures,
+		"failure_reasons": t.FailureReasons,
+		"error":           t.Error,
+		"created_at":      t.Created.UTC().Format(time.RFC3339Nano),
+		"ended_at":        nil,
 	}
 	if to == "exchange" && t.Exchange == "" {
 		m["exchange"] = "amq.default"

@@ -95,17 +95,7 @@ func (q *Queue) prefetchLocked(l *level) bool {
 			r.Done = r.Done && l.Mid.To == to
 			q.mergeLocked(l, r)
 		}
-		l.EndRead()
-		if err == nil && !q.isDeleted() {
-			// Evict first: what a drop-head limit owes goes before
-			// anything is delivered.
-			q.enforceLimitsLocked(t)
-			q.dispatchLocked(t)
-		}
-		var evicted []func(error)
-		if err != nil || !q.evictionOwedLocked() {
-			evicted, q.evictWaiters = q.evictWaiters, nil
-		}
+		evicted := q.endReadLocked(l, t, err)
 		evictedDone := func(applyErr error) {
 			for _, w := range evicted {
 				w(cmp.Or(err, applyErr))
@@ -120,6 +110,25 @@ func (q *Queue) prefetchLocked(l *level) bool {
 		}
 	}()
 	return true
+}
+
+// endReadLocked ends the read of l's middle under way (Filling), merged,
+// dropped or failed with err: it evicts what a drop-head limit owes (before
+// anything is delivered) and delivers, within t, and returns the publishers
+// waiting for an eviction to call once t is written (all of them unless an
+// eviction is still owed). The caller then wakes the gets waiting for a
+// read (wakeFillWaitersLocked).
+func (q *Queue) endReadLocked(l *level, t *txn, err error) []func(error) {
+	l.EndRead()
+	if err == nil && !q.isDeleted() {
+		q.enforceLimitsLocked(t)
+		q.dispatchLocked(t)
+	}
+	var evicted []func(error)
+	if err != nil || !q.evictionOwedLocked() {
+		evicted, q.evictWaiters = q.evictWaiters, nil
+	}
+	return evicted
 }
 
 // Bounds of what a read of a middle brings in beyond the head's room for

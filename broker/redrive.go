@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"time"
@@ -132,9 +133,9 @@ func strOf(t amqp.Table, key string) (string, bool) {
 // reject-publish, the source itself) leaves the message in place and
 // counts a failure with the reason.
 //
-// Paged-out messages are read back in order as the scan reaches them,
-// outside the queue's lock; the messages it leaves in place stay resident
-// until consumed.
+// Paged-out messages are read from the store in windows as the scan
+// reaches them, outside the queue's lock, and moved straight out of the
+// store's middle: those it leaves in place are not brought into memory.
 //
 // Concurrency: it takes the source queue's lock for chunks of up to
 // redriveChunk moves, and the vhost lock shared (as dead-lettering does)
@@ -200,41 +201,38 @@ type redriveRun struct {
 	// exhausted is set once the scan has found nothing more to examine.
 	exhausted bool
 
-	// The middle last read, and how many reads in a row found it so.
-	mid       midMark
+	// idleReads counts the reads of a middle in a row that examined
+	// nothing.
 	idleReads int
 }
 
-// midMark is where a level's paged middle stood before a read of it.
-type midMark struct {
-	prio uint8
-	from uint64
-	n    int
-}
-
-// redriveIdleReads is how many reads in a row that leave a middle as it
-// was end a scan (one may be dropped when the level changes under it).
+// redriveIdleReads is how many reads of a middle in a row that examine
+// nothing (the level changed under each) end a scan.
 const redriveIdleReads = 3
 
 // chunk makes up to min(n, redriveChunk) moves under one hold of the
-// source queue's lock. It reports whether it examined any message, a read
-// to wait for when the resident messages are exhausted but paged ones
-// remain, and whether the queue is gone.
+// source queue's lock (released only while a paged middle is read). It
+// reports whether it examined any message, a read to wait for when one of
+// a middle is under way, and whether the queue is gone.
 func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, err error) {
-	b, q, opts, res := r.b, r.q, r.opts, &r.res
+	q := r.q
 	n = min(n, redriveChunk)
 	var txns []*txn
+	var later []func()
 	q.mu.Lock()
 	defer func() {
 		q.mu.Unlock()
 		for _, t := range txns {
 			t.finish()
 		}
+		for _, f := range later {
+			f()
+		}
 	}()
 	if q.isDeleted() {
 		return false, nil, true, nil
 	}
-	now := b.now()
+	now := r.b.now()
 	for budget := redriveScanBudget; n > 0; budget-- {
 		if budget == 0 {
 			// Messages filtered out cost a look each: let the
@@ -246,28 +244,21 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 			if l.Filling { // a read of it is under way: wait for it
 				return progressed, q.fillWaitLocked(), false, nil
 			}
-			// Reads that bring nothing in (the middle unchanged)
-			// end the scan.
-			at := midMark{prio: l.Prio, from: l.Mid.From, n: l.Mid.N}
-			if at == r.mid {
-				if r.idleReads++; r.idleReads >= redriveIdleReads {
-					r.exhausted = true
-					return progressed, nil, false, nil
-				}
-			} else {
-				r.mid, r.idleReads = at, 0
-			}
-			// Read the next window outside the lock, as a consumer's
-			// prefetch does, and wait for it: the queue's publishers
-			// and consumers never wait for this disk read.
-			if q.prefetchLocked(l) {
-				return progressed, q.fillWaitLocked(), false, nil
-			}
-			// The broker recovers or closes: read under the lock.
-			if err := q.readMiddleNowLocked(l); err != nil {
+			examined, took, err := r.scanMiddleLocked(l, n, now, &txns, &later)
+			if err != nil {
 				return progressed, nil, false, err
 			}
-			return progressed || l.Mid.From != at.from || l.Mid.N != at.n, nil, false, nil
+			if q.isDeleted() {
+				return progressed, nil, true, nil
+			}
+			n -= took
+			if examined > 0 {
+				progressed, r.idleReads = true, 0
+			} else if r.idleReads++; r.idleReads >= redriveIdleReads {
+				r.exhausted = true
+				return progressed, nil, false, nil
+			}
+			continue
 		}
 		if e == nil {
 			r.exhausted = true
@@ -275,28 +266,14 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 		}
 		progressed = true
 		r.after[e.prio] = e.Seq
-		h := e.EffectiveHeader()
-		props, err := amqp.DecodeProperties(h.Props)
-		if err != nil {
-			continue
-		}
-		d := readLatestDeath(props.Headers)
-		if (opts.Reason != "" && d.reason != opts.Reason) ||
-			(opts.SourceQueue != "" && d.queue != opts.SourceQueue) ||
-			(opts.MinAge > 0 && (!d.hasTime || now.Sub(d.time) < opts.MinAge)) {
+		props, d, ok := r.match(e, now)
+		if !ok {
 			continue
 		}
 		n--
-		t := b.newTxn()
-		if why := q.planRedriveLocked(t, e, props, d, r.toX, opts); why != "" {
-			f := RedriveFailure{Seq: e.Seq, Reason: why}
-			res.Failed++
-			if r.task != nil {
-				r.task.noteFailure(t, f)
-			} else {
-				res.Failures = append(res.Failures, f)
-			}
-			t.apply(nil) // releases the vhost lock; only a task's records are written
+		t := r.b.newTxn()
+		if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts); why != "" {
+			r.fail(t, e.Seq, why)
 			continue
 		}
 		if q.ready.Front() == e {
@@ -305,17 +282,123 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 		} else {
 			q.removeReadyLocked(e)
 		}
-		if r.task != nil {
-			r.task.noteMove(t)
-		}
-		t.apply(nil)
+		r.moved(t)
 		txns = append(txns, t)
-		res.Moved++
 	}
 	if e, l := r.candidateLocked(); e == nil && l == nil {
 		r.exhausted = true // a paced task ends now, not at its next turn
 	}
 	return progressed, nil, false, nil
+}
+
+// match decodes e's properties and reports whether it passes the filters
+// on its latest x-death.
+func (r *redriveRun) match(e *entry, now time.Time) (amqp.Properties, latestDeath, bool) {
+	props, err := amqp.DecodeProperties(e.EffectiveHeader().Props)
+	if err != nil {
+		return props, latestDeath{}, false
+	}
+	d := readLatestDeath(props.Headers)
+	opts := r.opts
+	if (opts.Reason != "" && d.reason != opts.Reason) ||
+		(opts.SourceQueue != "" && d.queue != opts.SourceQueue) ||
+		(opts.MinAge > 0 && (!d.hasTime || now.Sub(d.time) < opts.MinAge)) {
+		return props, d, false
+	}
+	return props, d, true
+}
+
+// fail counts a message its target refused and applies t (a task's
+// records only; it releases the vhost lock).
+func (r *redriveRun) fail(t *txn, seq uint64, why string) {
+	f := RedriveFailure{Seq: seq, Reason: why}
+	r.res.Failed++
+	if r.task != nil {
+		r.task.noteFailure(t, f)
+	} else {
+		r.res.Failures = append(r.res.Failures, f)
+	}
+	t.apply(nil)
+}
+
+// moved counts a move planned in t and applies t.
+func (r *redriveRun) moved(t *txn) {
+	if r.task != nil {
+		r.task.noteMove(t)
+	}
+	t.apply(nil)
+	r.res.Moved++
+}
+
+// scanMiddleLocked examines the next window of l's paged middle after the
+// scan's position without bringing it into memory: it reads the window
+// from the store with the queue's lock released (holding the level's read,
+// as a consumer's prefetch does, so no other read merges it meanwhile),
+// then, locked again, moves the matching messages straight out of the
+// middle, each in its own batch as a resident one. What it leaves stays
+// in the store only, so a filtered redrive of a deep queue keeps no more
+// in memory than a window. It returns how many messages it examined and
+// how many it moved or failed. The queue may be deleted on return.
+func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*txn, later *[]func()) (examined, took int, err error) {
+	q, b := r.q, r.b
+	prio, gen, spilled := l.Prio, l.Gen, q.spilled
+	from, to := max(l.Mid.From, r.after[prio]+1), min(l.Mid.To, r.upTo)
+	want, wantBytes := q.ready.HeadRoom(l)
+	l.Filling = true
+	q.mu.Unlock()
+	read, rerr := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
+	q.mu.Lock()
+	l = q.ready.Level(prio)
+	if rerr == nil && !q.isDeleted() && l.Gen == gen {
+		for i := range read.Metas {
+			if took == n {
+				break
+			}
+			m := &read.Metas[i]
+			examined++
+			r.after[prio] = max(r.after[prio], m.Seq)
+			if m.DeadLetter != "" || l.Taken(m.Seq) || !l.Mid.Contains(m.Seq) || r.skip[m.Seq] {
+				continue // waiting in the backlog, or gone from the middle
+			}
+			e := q.entryFromMeta(m, read.Msgs[i])
+			e.state = stReady
+			props, d, ok := r.match(e, now)
+			if !ok {
+				continue
+			}
+			took++
+			t := b.newTxn()
+			if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts); why != "" {
+				r.fail(t, e.Seq, why)
+				continue
+			}
+			q.unpageTimerLocked(m.Seq)
+			q.ready.TakeOut(l, m.Seq, int64(m.Size), true)
+			e.state = stGone
+			r.moved(t)
+			*txns = append(*txns, t)
+		}
+		if read.Done && examined == len(read.Metas) {
+			r.after[prio] = max(r.after[prio], to) // nothing more up to its bound
+		}
+		q.syncCounts()
+	}
+	t := b.newTxn()
+	evicted := q.endReadLocked(l, t, rerr)
+	evictedDone := func(applyErr error) {
+		for _, w := range evicted {
+			w(cmp.Or(rerr, applyErr))
+		}
+	}
+	if !t.write(evictedDone) {
+		*later = append(*later, func() { evictedDone(nil) })
+	}
+	q.wakeFillWaitersLocked(rerr)
+	*txns = append(*txns, t)
+	if rerr != nil {
+		return examined, took, fmt.Errorf("read paged messages: %w", rerr)
+	}
+	return examined, took, nil
 }
 
 // redriveScanBudget bounds the messages one hold of the source queue's
@@ -334,7 +417,7 @@ func (r *redriveRun) candidateLocked() (*entry, *level) {
 		if e := r.firstAfter(&l.Head, l.Prio); e != nil {
 			return e, nil
 		}
-		if l.Mid.N > 0 && l.Mid.To > r.after[l.Prio] && l.Mid.From <= r.upTo {
+		if l.Mid.N > 0 && max(l.Mid.From, r.after[l.Prio]+1) <= min(l.Mid.To, r.upTo) {
 			return nil, l
 		}
 		if e := r.firstAfter(&l.Tail, l.Prio); e != nil {
@@ -360,23 +443,6 @@ func (r *redriveRun) firstAfter(d *engine.Deque[*entry], prio uint8) *entry {
 		}
 		r.after[prio] = e.Seq
 	}
-	return nil
-}
-
-// readMiddleNowLocked reads the next window of l's middle into its head
-// under q's lock, as fillLocked does while the broker recovers: a head
-// held by messages a redrive leaves in place (filtered out, refused) is
-// never low, so the middle behind it would not otherwise be read. The
-// messages read stay resident while they are in the head.
-func (q *Queue) readMiddleNowLocked(l *level) error {
-	want, wantBytes := q.readWantLocked(l)
-	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
-	if err != nil {
-		return fmt.Errorf("read paged messages: %w", err)
-	}
-	q.mergeLocked(l, r)
-	clear(r.Metas)
-	q.pageBuf = r.Metas[:0]
 	return nil
 }
 

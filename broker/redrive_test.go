@@ -366,3 +366,26 @@ func drainOnce(t *testing.T, ch *amqp091.Channel, queues ...string) map[string]s
 	}
 	return seen
 }
+
+// A filtered redrive of a deep queue reads the paged messages it passes
+// from the store window by window and leaves them there: after it, no
+// more of the queue is in memory than its windows, and what matched (at
+// the far end) moved.
+func TestRedriveFilterLeavesPagedMessagesInStore(t *testing.T) {
+	e := rdStart(t, amqp091.Table{"x-message-ttl": int32(0)})
+	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
+	const n = 40 * brokertest.TestPageWindow
+	e.publish("src", rdBodies("x", n)...) // each expires at once into dlq
+	e.waitFor("dlq", n, n, 0)
+	e.rdReject("src2", n+3, "r0", "r1", "r2")
+	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{Reason: "rejected"})
+	if r.Moved != 3 || r.Remaining != n {
+		t.Fatalf("filtered redrive: %+v", r)
+	}
+	if resident, ready := e.b.Broker.ResidentForTest("/", "dlq"); resident > pgBound || ready != n {
+		t.Fatalf("after the redrive: %d of dlq's %d ready messages resident, want at most %d", resident, ready, pgBound)
+	}
+	e.waitFor("src2", 3, 3, 0)
+	e.get("src2", "r0", "r1", "r2")
+	e.get("dlq", rdBodies("x", 5)...) // the rest still there, in order
+}

@@ -259,25 +259,10 @@ func TestRedriveTaskStopsWhenPermissionsGo(t *testing.T) {
 	clk := tlNewClock()
 	e := rtStartClock(t, clk, brokertest.Config{})
 	e.rdReject("src", 20, rdBodies("m", 20)...)
-	br := e.b.Broker
-	if err := br.PutUser(broker.UserSpec{Name: "ops", Password: "pw"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := br.SetPermissions("ops", "/", "", ".*", ".*"); err != nil {
-		t.Fatal(err)
-	}
-	d, err := br.OpenDirect("ops", "/")
-	if err != nil {
-		t.Fatal(err)
-	}
 	t0 := clk.Now()
-	id, err := d.StartRedrive("dlq", broker.RedriveOptions{}, 10)
-	d.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := rtStartAsOps(t, e, 10)
 	rtWaitPaced(e, clk, id, 1, t0.Add(100*time.Millisecond))
-	if err := br.SetPermissions("ops", "/", "", ".*", "^src$"); err != nil { // no read on dlq
+	if err := e.b.Broker.SetPermissions("ops", "/", "", ".*", "^src$"); err != nil { // no read on dlq
 		t.Fatal(err)
 	}
 	clk.Advance(10 * time.Second)
@@ -293,22 +278,7 @@ func TestRedriveTaskStopsWhenPermissionsGo(t *testing.T) {
 func TestRedriveTaskSurvivesShutdownAtStart(t *testing.T) {
 	e := rdStart(t, nil)
 	e.rdReject("src", 3, "a", "b", "c")
-	br := e.b.Broker
-	if err := br.PutUser(broker.UserSpec{Name: "ops", Password: "pw"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := br.SetPermissions("ops", "/", "", ".*", ".*"); err != nil {
-		t.Fatal(err)
-	}
-	d, err := br.OpenDirect("ops", "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := d.StartRedrive("dlq", broker.RedriveOptions{}, RedriveSlowRate)
-	d.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := rtStartAsOps(t, e, RedriveSlowRate)
 	e.b.Restart()
 	if s, err := e.b.Broker.RedriveTask(id); err != nil || s.State != broker.RedriveRunning || s.Moved > 1 {
 		t.Fatalf("task after the restart: %+v, %v", s, err)
@@ -339,4 +309,27 @@ func TestRedriveTaskBoundedByStart(t *testing.T) {
 	if r.Moved != 2 {
 		t.Fatalf("synchronous redrive: %+v", r)
 	}
+}
+
+// rtStartAsOps starts a task on dlq at rate as user "ops", made with
+// every permission in "/".
+func rtStartAsOps(t *testing.T, e *dsEnv, rate float64) string {
+	t.Helper()
+	br := e.b.Broker
+	if err := br.PutUser(broker.UserSpec{Name: "ops", Password: "pw"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.SetPermissions("ops", "/", "", ".*", ".*"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := br.OpenDirect("ops", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	id, err := d.StartRedrive("dlq", broker.RedriveOptions{}, rate)
+	if err != nil {
+		t.Fatalf("start redrive as ops: %v", err)
+	}
+	return id
 }

@@ -82,17 +82,21 @@ func TestUIRedrive(t *testing.T) {
 	poll(t, ctx, "origin count", `document.querySelector("#q-messages").textContent === "30"`)
 	poll(t, ctx, "redriven header", `document.querySelector(".message").textContent.includes("x-redriven-count")`)
 
-	// The origin is deleted: the messages stay, each failure listed.
-	a.deadLetter("gone", "orders.dlq", 2, "g1", "g2")
+	// A redrive of the messages from "gone" only, whose queue is
+	// deleted: they stay, each failure listed; the one from orders is
+	// left alone.
+	a.deadLetter("orders", "orders.dlq", 1, "late")
+	a.deadLetter("gone", "orders.dlq", 3, "g1", "g2")
 	a.must(204, "DELETE", "/queues/%2F/gone", nil)
 	until(t, ctx, "DLQ again", chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"),
 		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery),
 		chromedp.Click("#redrive-open", chromedp.ByQuery),
 		chromedp.WaitVisible("#redrive-form", chromedp.ByQuery),
+		chromedp.SendKeys("#rd-source", "gone", chromedp.ByQuery),
 		chromedp.Click(`#redrive-form button[type="submit"]`, chromedp.ByQuery))
 	poll(t, ctx, "failures listed", `(() => { const s = document.querySelector("#rd-status");
 		const f = document.querySelector("#rd-failures");
-		return !!s && !!f && s.dataset.state === "finished" && s.textContent.includes("moved 0, failed 2") &&
+		return !!s && !!f && s.dataset.state === "finished" && s.textContent.includes("moved 0, failed 2, remaining in orders.dlq 3") &&
 			f.querySelectorAll("table.failures tbody tr").length === 2 && f.textContent.includes("no queue 'gone': 2"); })()`)
 	screenshot(t, ctx, "redrive-failures")
 	until(t, ctx, "close", chromedp.KeyEvent("\x1b"))

@@ -55,16 +55,18 @@ type options struct {
 	description string
 	tags        string
 	queueType   string
-	count       int     // peek: messages to show
-	from        uint64  // peek: first seq
-	peekPrio    *int    // peek: the priority level from starts on
-	toOrigin    bool    // redrive
-	exchange    *string // redrive: target exchange
-	routingKey  *string // redrive
-	max         int     // redrive: most messages (0: all)
-	reason      string  // redrive: latest x-death reason filter
-	rate        float64 // redrive: most messages a second (0: unpaced)
-	detach      bool    // redrive: start the task and return
+	count       int           // peek: messages to show
+	from        uint64        // peek: first seq
+	peekPrio    *int          // peek: the priority level from starts on
+	toOrigin    bool          // redrive
+	exchange    *string       // redrive: target exchange
+	routingKey  *string       // redrive
+	max         int           // redrive: most messages (0: all)
+	reason      string        // redrive: latest x-death reason filter
+	rate        float64       // redrive: most messages a second (0: unpaced)
+	sourceQueue string        // redrive: latest x-death queue filter
+	minAge      time.Duration // redrive: latest x-death at least this old
+	detach      bool          // redrive: start the task and return
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -132,6 +134,15 @@ var optSpecs = []optSpec{
 	{long: "exchange", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.exchange = &v; return nil }},
 	{long: "routing-key", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.routingKey = &v; return nil }},
 	{long: "reason", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.reason = v; return nil }},
+	{long: "source-queue", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.sourceQueue = v; return nil }},
+	{long: "min-age", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--min-age %q: want a positive duration such as 90s or 2h", v)
+		}
+		o.minAge = d
+		return nil
+	}},
 	{long: "detach", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.detach = true; return nil }},
 	{long: "rate", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
 		n, err := strconv.ParseFloat(v, 64)

@@ -196,7 +196,7 @@ var verbs = []*verb{
 		args: "[--vhost <vhost>] [--count <n>] [--from <seq> [--priority <level>]] <queue>",
 		desc: "Shows ready messages of a queue from its head (or from a sequence number) without consuming them."},
 	{name: "redrive", min: 1, max: 1, run: redrive,
-		args: "[--vhost <vhost>] <queue> [--to-origin | --exchange <exchange> --routing-key <key>] [--rate <n>] [--max <n>] [--reason <reason>] [--detach]",
+		args: "[--vhost <vhost>] <queue> [--to-origin | --exchange <exchange> --routing-key <key>] [--rate <n>] [--max <n>] [--reason <reason>] [--source-queue <queue>] [--min-age <duration>] [--detach]",
 		desc: "Starts a task moving ready messages (dead letters) of a queue back to the queue each was dead-lettered from, or through an exchange, and watches it to its end."},
 	{name: "list_redrives", max: -1, run: listRedrives, columns: &redriveTaskColumns,
 		args: "[--no-table-headers] [<column> ...]", desc: "Lists redrive tasks, running and ended, with their progress."},

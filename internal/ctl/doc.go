@@ -70,7 +70,7 @@
 //	import_definitions [FILE|-]        (stdin if omitted; with -p: into that vhost)
 //	purge_queue [-p V] QUEUE
 //	peek [-p V] [--count N] [--from SEQ [--priority P]] QUEUE   (brokerd's own: ready messages, not consumed)
-//	redrive [-p V] QUEUE [--to-origin | --exchange X --routing-key K] [--rate N] [--max N] [--reason R] [--detach]
+//	redrive [-p V] QUEUE [--to-origin | --exchange X --routing-key K] [--rate N] [--max N] [--reason R] [--source-queue Q] [--min-age D] [--detach]
 //	list_redrives [column ...], cancel_redrive ID, forget_redrive ID   (brokerd's own: redrive tasks)
 //	delete_queue [-p V] QUEUE [--if-empty|-e] [--if-unused|-u]
 //	status

@@ -11,7 +11,9 @@ import (
 const redrivePoll = 250 * time.Millisecond
 
 // redrive: redrive QUEUE [--to-origin | --exchange X --routing-key K]
-// [--rate N] [--max N] [--reason R] [--detach]. Starts a redrive task
+// [--rate N] [--max N] [--reason R] [--source-queue Q] [--min-age D]
+// [--detach]. The filters are on each message's latest x-death: its
+// reason, its queue, and its time at least D ago. Starts a redrive task
 // (POST /api/queues/{vhost}/{name}/redrive): ready messages (dead
 // letters) move back to the queue each came from, or through an exchange.
 // It then watches the task (GET /api/redrives/{id}), printing its
@@ -38,6 +40,12 @@ func redrive(r *run, args []string) error {
 	}
 	if r.opts.reason != "" {
 		body["reason"] = r.opts.reason
+	}
+	if r.opts.sourceQueue != "" {
+		body["source_queue"] = r.opts.sourceQueue
+	}
+	if r.opts.minAge > 0 {
+		body["min_age_ms"] = r.opts.minAge.Milliseconds()
 	}
 	data, err := json.Marshal(body)
 	if err != nil {

@@ -71,6 +71,14 @@ func TestRedrive(t *testing.T) {
 			}
 		}
 		e.eventuallyOut([]string{"rd-dlq\t4"}, "list_queues", "-p", e.vhost)
+		// Filters that match none of them: nothing moves.
+		for _, filter := range [][]string{{"--source-queue", "elsewhere"}, {"--min-age", "1h"}} {
+			out := e.ok(append([]string{"-q", "redrive", "-p", e.vhost, "rd-dlq"}, filter...)...)
+			if strings.TrimSpace(out) != "state\tmoved\tfailed\tremaining\nfinished\t0\t0\t4" {
+				t.Fatalf("redrive %v printed:\n%s", filter, out)
+			}
+		}
+		e.fails(ExitUsage, []string{"--min-age"}, "redrive", "-p", e.vhost, "--min-age", "soon", "rd-dlq")
 		out = e.ok("-q", "redrive", "-p", e.vhost, "--rate", "0.2", "--detach", "rd-dlq")
 		fields := strings.Fields(strings.TrimSpace(out))
 		if len(fields) != 4 || fields[0] != "id" || fields[3] != "running" {

@@ -445,6 +445,8 @@ function redriveSection(q, changed) {
       h("input", { type: "radio", name: "rd-to", id: `rd-to-${value}`, value, checked,
         onchange: () => { xName.disabled = xKey.disabled = value !== "exchange"; } }), " ", label);
     const reason = h("select", { id: "rd-reason" }, DEATH_REASONS.map(([v, l]) => h("option", { value: v }, l)));
+    const source = h("input", { id: "rd-source", autocomplete: "off", placeholder: "any queue" });
+    const age = h("input", { id: "rd-age", type: "number", min: 0, step: "any", placeholder: "any age", inputmode: "decimal" });
     const max = h("input", { id: "rd-max", type: "number", min: 1, step: 1, placeholder: "all", inputmode: "numeric" });
     const rate = h("input", { id: "rd-rate", type: "number", min: 0.1, step: "any", placeholder: "unlimited", inputmode: "decimal" });
     const form = h("form", { id: "redrive-form", class: "stack", onsubmit: async ev => {
@@ -452,6 +454,8 @@ function redriveSection(q, changed) {
       const body = { to: form.querySelector('input[name="rd-to"]:checked').value };
       if (body.to === "exchange") { body.exchange = xName.value; body.routing_key = xKey.value; }
       if (reason.value) body.reason = reason.value;
+      if (source.value) body.source_queue = source.value;
+      if (age.value) body.min_age_ms = Math.round(Number(age.value) * 60000);
       if (max.value) body.max = Number(max.value);
       if (rate.value) body.rate = Number(rate.value);
       try {
@@ -466,6 +470,8 @@ function redriveSection(q, changed) {
         h("div", { class: "row" }, h("label", { for: "rd-exchange" }, "Exchange (empty: the default exchange)", xName),
           h("label", { for: "rd-key" }, "Routing key", xKey))),
       h("label", { for: "rd-reason" }, "Only messages dead-lettered for", reason),
+      h("div", { class: "row" }, h("label", { for: "rd-source" }, "Only dead-lettered from queue", source),
+        h("label", { for: "rd-age" }, "Only dead-lettered at least (minutes) ago", age)),
       h("div", { class: "row" }, h("label", { for: "rd-max" }, "At most (messages)", max),
         h("label", { for: "rd-rate" }, "Rate (messages a second)", rate)),
       msg,
@@ -486,7 +492,8 @@ function redriveSection(q, changed) {
     const again = h("button", { type: "button", hidden: true, onclick: showForm }, "New redrive");
     dlg.replaceChildren(h("h2", { id: "rd-h" }, `Redrive from ${q.name}`),
       h("p", {}, `Task ${task.id}: to ${task.to === "exchange" ? `exchange “${exchangeLabel(task.exchange === "amq.default" ? "" : task.exchange)}” with key “${task.routing_key}”` : "each message's origin queue"}` +
-        (task.rate ? `, ${task.rate} a second` : "") + (task.max ? `, at most ${task.max}` : "") + (task.reason ? `, reason ${task.reason}` : "")),
+        (task.rate ? `, ${task.rate} a second` : "") + (task.max ? `, at most ${task.max}` : "") + (task.reason ? `, reason ${task.reason}` : "") +
+        (task.source_queue ? `, from ${task.source_queue}` : "") + (task.min_age_ms ? `, at least ${task.min_age_ms / 60000} min old` : "")),
       bar, status, failures, msg, h("div", {}, cancel, " ", again, " ", closeBtn()));
     const show = t => {
       bar.max = Math.max(t.moved + t.remaining, t.moved + t.failed, 1);

@@ -3,6 +3,7 @@ package mgmt_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,8 +61,9 @@ func axeCheck(t *testing.T, ctx context.Context, page string) {
 	}
 }
 
-// Every page, and the redrive dialog, passes axe-core's WCAG 2.1 A and AA
-// rules (labels, names, contrast, landmarks, ARIA use); the dialog opens
+// Every page, at 1280 px and at phone width, and the redrive dialog pass
+// axe-core's WCAG 2.1 A and AA rules (labels, names, contrast, landmarks,
+// ARIA use); the dialog opens
 // and closes from the keyboard and gives focus back to its button.
 func TestUIAccessibility(t *testing.T) {
 	script := axeScript(t)
@@ -80,12 +82,17 @@ func TestUIAccessibility(t *testing.T) {
 
 	uiLogin(t, ctx, root, "guest", "guest")
 	until(t, ctx, "load axe", chromedp.Evaluate(script+";true", nil))
-	for _, page := range []string{"#/overview", "#/queues", "#/queue/%2F/orders.dlq", "#/exchanges", "#/exchange/%2F/events",
-		"#/connections", "#/redrives", "#/policies", "#/users"} {
-		until(t, ctx, page, chromedp.Navigate(root+"/"+page))
-		poll(t, ctx, page+" loaded", `document.querySelector("main").dataset.loaded === `+jsString(page)+` && typeof axe !== "undefined"`)
-		axeCheck(t, ctx, page)
+	pages := []string{"#/overview", "#/queues", "#/queue/%2F/orders.dlq", "#/exchanges", "#/exchange/%2F/events",
+		"#/connections", "#/redrives", "#/policies", "#/users"}
+	for _, width := range []int64{1280, 390} {
+		until(t, ctx, "viewport", chromedp.EmulateViewport(width, 844))
+		for _, page := range pages {
+			until(t, ctx, page, chromedp.Navigate(root+"/"+page))
+			poll(t, ctx, page+" loaded", `document.querySelector("main").dataset.loaded === `+jsString(page)+` && typeof axe !== "undefined"`)
+			axeCheck(t, ctx, fmt.Sprintf("%s at %d px", page, width))
+		}
 	}
+	until(t, ctx, "viewport", chromedp.EmulateViewport(1280, 800))
 
 	// The redrive dialog, from the keyboard.
 	until(t, ctx, "queue page", chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"))

@@ -375,6 +375,46 @@ func (b *Broker) ForgetRedrive(id string) error {
 	return b.forgetRedrive(id).waitErr()
 }
 
+// RedriveMaxFailuresPage bounds a page of a task's failures in the API.
+const RedriveMaxFailuresPage = 1000
+
+// RedriveFailures returns up to count of a task's failures with seq >= from, in seq order, read from their
+// records: every failure, where a task's snapshot lists the first
+// redriveListedFailures. The error wraps ErrNotFound for an unknown id.
+func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFailure, error) {
+	if _, err := b.redriveTask(id); err != nil {
+		return nil, err
+	}
+	out := []RedriveFailure{}
+	var perr error
+	err := b.store.ScanMeta(metaKey(metaRedriveFailure, id), func(k string, v []byte) bool {
+		if len(out) >= count {
+			return false
+		}
+		parts, err := metaParts(k, metaRedriveFailure, 2)
+		if err != nil {
+			perr = err
+			return false
+		}
+		seq, err := strconv.ParseUint(parts[1], 16, 64)
+		if err != nil {
+			perr = fmt.Errorf("redrive failure %q: %w: %w", k, errMetaCorrupt, err)
+			return false
+		}
+		if seq >= from {
+			out = append(out, RedriveFailure{Seq: seq, Reason: string(v)})
+		}
+		return true
+	})
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read failures of redrive task '%s': %w", id, err)
+	}
+	return out, nil
+}
+
 // forgetRedrive deletes a task's record and failure records.
 func (b *Broker) forgetRedrive(id string) *storeWrite {
 	ops := []store.MetaOp{{Key: metaKey(metaRedrive, id)}}

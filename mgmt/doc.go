@@ -49,6 +49,7 @@
 //	POST   /api/queues/{vhost}/{name}/redrive  {"to": "origin"|"exchange", "rate", "max", ...}  201, the task, Location
 //	GET    /api/redrives[/{id}]                 tasks: state, moved, failed, remaining, failures (redrive.go)
 //	DELETE /api/redrives/{id}[?forget=true]     cancels a running task; forget also removes it
+//	GET    /api/redrives/{id}/failures?from=SEQ&count=N   every failure, {"failures": [...], "next": SEQ}
 //	GET    /api/bindings[/{vhost}]
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}, .../e/{x}/e/{y}   POST creates (201, Location)
 //	GET    /api/bindings/{vhost}/e/{x}/q/{q}/{props}            DELETE removes

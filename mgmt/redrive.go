@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/brokerd/brokerd/broker"
@@ -162,4 +163,47 @@ func (s *Server) cancelRedrive(u *broker.UserInfo, r *http.Request) (any, error)
 		return nil, err
 	}
 	return noContent{}, nil
+}
+
+// redriveFailures is GET /api/redrives/{id}/failures?from=SEQ&count=N:
+// every failure of a task (the task lists only its first ones), by seq,
+// {"failures": [{"seq", "reason"}], "next": SEQ} (next 0 at the end).
+func (s *Server) redriveFailures(u *broker.UserInfo, r *http.Request) (any, error) {
+	t, err := s.b.RedriveTask(r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	if !s.mayWatch(u, t) {
+		return nil, notFound()
+	}
+	qv := r.URL.Query()
+	count := 100
+	if c := qv.Get("count"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 || n > broker.RedriveMaxFailuresPage {
+			return nil, badRequest("count must be an integer from 1 to %d", broker.RedriveMaxFailuresPage)
+		}
+		count = n
+	}
+	var from uint64
+	if f := qv.Get("from"); f != "" {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, badRequest("from must be a message seq (an unsigned integer)")
+		}
+		from = n
+	}
+	fs, err := s.b.RedriveFailures(t.ID, from, count+1) // one more: the next page's from
+	if err != nil {
+		return nil, err
+	}
+	var next uint64
+	if len(fs) > count {
+		next, fs = fs[count].Seq, fs[:count]
+	}
+	out := make([]map[string]any, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, map[string]any{"seq": f.Seq, "reason": f.Reason})
+	}
+	return map[string]any{"failures": out, "next": next}, nil
 }

@@ -129,5 +129,27 @@ func TestRedriveTasksHTTP(t *testing.T) {
 		reasons["no queue 'work'"] != n-moved || len(failures) != int(n-moved) || task["remaining"] != n-moved {
 		t.Fatalf("redrive to a deleted origin: %v", task)
 	}
+	// Every failure, page by page.
+	var all []any
+	path := "/redrives/" + fmt.Sprint(task["id"]) + "/failures?count=7"
+	for range 20 {
+		p := a.must(200, "GET", path, nil).object(t)
+		all = append(all, p["failures"].([]any)...)
+		if p["next"] == 0.0 {
+			break
+		}
+		path = fmt.Sprintf("/redrives/%v/failures?count=7&from=%v", task["id"], p["next"])
+	}
+	if len(all) != int(n-moved) {
+		t.Fatalf("%d failures paged, want %v", len(all), n-moved)
+	}
+	for i, f := range all {
+		m := f.(map[string]any)
+		if m["reason"] != "no queue 'work'" || i > 0 && m["seq"].(float64) <= all[i-1].(map[string]any)["seq"].(float64) {
+			t.Fatalf("failure %d: %v", i, m)
+		}
+	}
+	a.must(400, "GET", "/redrives/"+fmt.Sprint(task["id"])+"/failures?count=0", nil)
+	a.must(404, "GET", "/redrives/nope/failures", nil)
 	a.must(400, "POST", "/queues/%2F/dlq/redrive", map[string]any{"rate": -1})
 }

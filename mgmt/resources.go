@@ -29,6 +29,7 @@ func (s *Server) resourceRoutes() {
 	s.handle("GET /api/redrives", management, s.redrives)
 	s.handle("GET /api/redrives/{id}", management, s.redriveTask)
 	s.handle("DELETE /api/redrives/{id}", management, s.cancelRedrive)
+	s.handle("GET /api/redrives/{id}/failures", management, s.redriveFailures)
 	s.handle("GET /api/queues/{vhost}/{name}/bindings", management, s.queueBindings)
 
 	s.handle("GET /api/exchanges", management, s.listExchanges)

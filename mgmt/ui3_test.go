@@ -25,9 +25,10 @@ func (a *api) deadLetter(q, dlq string, total int, bodies ...string) {
 // In the browser: a DLQ's page starts a paced redrive to origin in the
 // redrive dialog, which shows the task running and then finished with
 // every message moved; the page's count of the DLQ falls to 0 and the
-// origin queue's page shows them. A second redrive, whose origin queue is
-// gone, lists its failures with the reason. The redrives page lists both
-// tasks and forgets one.
+// origin queue's page shows them. A second redrive, of the messages from
+// a queue since deleted, lists its failures with the reason, the first 100
+// and then the rest on request. The redrives page lists both tasks and
+// forgets one.
 func TestUIRedrive(t *testing.T) {
 	ctx := browser(t)
 	a := startAPI(t)
@@ -86,7 +87,11 @@ func TestUIRedrive(t *testing.T) {
 	// deleted: they stay, each failure listed; the one from orders is
 	// left alone.
 	a.deadLetter("orders", "orders.dlq", 1, "late")
-	a.deadLetter("gone", "orders.dlq", 3, "g1", "g2")
+	var gone []string
+	for i := range 103 {
+		gone = append(gone, fmt.Sprintf("g%d", i))
+	}
+	a.deadLetter("gone", "orders.dlq", 104, gone...)
 	a.must(204, "DELETE", "/queues/%2F/gone", nil)
 	until(t, ctx, "DLQ again", chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"),
 		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery),
@@ -96,9 +101,12 @@ func TestUIRedrive(t *testing.T) {
 		chromedp.Click(`#redrive-form button[type="submit"]`, chromedp.ByQuery))
 	poll(t, ctx, "failures listed", `(() => { const s = document.querySelector("#rd-status");
 		const f = document.querySelector("#rd-failures");
-		return !!s && !!f && s.dataset.state === "finished" && s.textContent.includes("moved 0, failed 2, remaining in orders.dlq 3") &&
-			f.querySelectorAll("table.failures tbody tr").length === 2 && f.textContent.includes("no queue 'gone': 2"); })()`)
+		return !!s && !!f && s.dataset.state === "finished" && s.textContent.includes("moved 0, failed 103, remaining in orders.dlq 104") &&
+			f.querySelectorAll("table.failures tbody tr").length === 100 && f.textContent.includes("no queue 'gone': 103"); })()`)
 	screenshot(t, ctx, "redrive-failures")
+	until(t, ctx, "more failures", chromedp.Click("#rd-failures button.more-failures", chromedp.ByQuery))
+	poll(t, ctx, "all failures listed", `document.querySelectorAll("#rd-failures table.failures tbody tr").length === 103 &&
+		document.querySelector("#rd-failures button.more-failures").hidden`)
 	until(t, ctx, "close", chromedp.KeyEvent("\x1b"))
 
 	until(t, ctx, "redrives page", chromedp.Click(`a[href="#/redrives"]`, chromedp.ByQuery),

@@ -522,14 +522,28 @@ function redriveSection(q, changed) {
     open, dlg);
 }
 
-// failureTable lists a task's failures (the first 100) and counts them by reason.
+// failureTable lists a task's failures (the first 100, then more pages
+// of them on request) and counts them by reason.
 function failureTable(t) {
+  const row = f => h("tr", {}, h("td", { class: "num" }, f.seq), h("td", {}, f.reason));
+  const body = h("tbody", {}, t.failures.map(row));
+  const msg = h("div");
+  let next = t.failures.length < t.failed ? t.failures[t.failures.length - 1].seq + 1 : 0;
+  const more = h("button", { type: "button", class: "more-failures", hidden: !next, onclick: async () => {
+    try {
+      const p = await api("GET", `/redrives/${enc(t.id)}/failures?count=1000&from=${next}`);
+      body.append(...p.failures.map(row));
+      next = p.next;
+      more.hidden = !next;
+      announce(`${body.childElementCount} failures shown`);
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  } }, "Show more failures");
   return h("div", {},
     h("h3", {}, "Not moved (left in the queue)"),
     h("ul", { class: "reasons" }, Object.entries(t.failure_reasons || {}).map(([r, n]) => h("li", {}, `${r}: ${fmt(n)}`))),
     h("div", { class: "table-wrap" }, h("table", { class: "failures" },
-      h("thead", {}, h("tr", {}, colHead("Seq", "num"), colHead("Reason"))),
-      h("tbody", {}, t.failures.map(f => h("tr", {}, h("td", { class: "num" }, f.seq), h("td", {}, f.reason)))))));
+      h("thead", {}, h("tr", {}, colHead("Seq", "num"), colHead("Reason"))), body)),
+    more, msg);
 }
 
 // redrivesPage lists every redrive task with its progress; running ones

@@ -40,6 +40,25 @@ type QueueInfo struct {
 	// DeadLettered counts messages dead-lettered from the queue to at
 	// least one target, by reason.
 	DeadLettered map[string]uint64
+	// MessageStats counts what clients did with the queue's messages
+	// since it was created (or recovered: they are not stored).
+	MessageStats QueueMessageStats
+}
+
+// QueueMessageStats are a queue's message counters under RabbitMQ's
+// names (its queue message_stats): messages a publish put into the
+// queue; deliveries by consume with and without acknowledgement, by
+// basic.get with and without; basic.gets answered get-empty; deliveries
+// flagged redelivered; deliveries settled by basic.ack. Each is read on
+// its own, so a snapshot is not one instant across counters.
+type QueueMessageStats struct {
+	Publish, Deliver, DeliverNoAck, Get, GetNoAck, GetEmpty, Redeliver, Ack uint64
+}
+
+// DeliverGet is RabbitMQ's deliver_get: every delivery, by consume or
+// basic.get, acknowledged or not.
+func (s QueueMessageStats) DeliverGet() uint64 {
+	return s.Deliver + s.DeliverNoAck + s.Get + s.GetNoAck
 }
 
 // Messages is what RabbitMQ calls a queue's depth: ready, unacknowledged
@@ -98,6 +117,12 @@ func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
 	q.mu.Unlock()
 	for i, r := range reasons {
 		qi.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
+	}
+	st := &q.stats
+	qi.MessageStats = QueueMessageStats{
+		Publish: st.publish.Load(), Deliver: st.deliver.Load(), DeliverNoAck: st.deliverNoAck.Load(),
+		Get: st.get.Load(), GetNoAck: st.getNoAck.Load(), GetEmpty: st.getEmpty.Load(),
+		Redeliver: st.redeliver.Load(), Ack: st.ack.Load(),
 	}
 	return qi
 }

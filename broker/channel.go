@@ -99,6 +99,7 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 		c.unacked++
 	}
 	q.vhost.b.counters.delivered(false, c.noAck, e.redelivered)
+	q.stats.delivered(false, c.noAck, e.redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicDeliver{
 		ConsumerTag: c.tag,
@@ -271,6 +272,7 @@ func forEachQueue(ds []*delivery, fn func(q *Queue, es []*entry)) {
 func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
 	if action == actAck {
 		q.vhost.b.counters.acked.Add(uint64(len(es)))
+		q.stats.ack.Add(uint64(len(es)))
 	}
 	q.unacked -= len(es)
 	if q.isDeleted() {

@@ -255,10 +255,12 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	e, tag, props, remaining := q.get(ch, m.NoAck)
 	if e == nil {
 		ch.conn.b.counters.getEmpty.Add(1)
+		q.stats.getEmpty.Add(1)
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
 	ch.conn.b.counters.delivered(true, m.NoAck, e.redelivered)
+	q.stats.delivered(true, m.NoAck, e.redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicGetOk{
 		DeliveryTag:  tag,

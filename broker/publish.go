@@ -370,6 +370,7 @@ func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, now int64
 			t.put(e)
 		}
 		q.arriveLocked(t, e)
+		q.stats.publish.Add(1)
 	}
 	return refused
 }

@@ -164,9 +164,42 @@ type Queue struct {
 	evictWaiters []func(error)
 }
 
-// queueStats are per-queue counters.
+// queueStats are per-queue counters: RabbitMQ's queue message_stats and
+// brokerd's dead-letter totals. Each is one atomic add next to the
+// broker-wide counter of the same event (counters.go). Atomics rather
+// than fields under q.mu because not every site holds q.mu: publish,
+// deliver and ack are counted under it, but basic.get is counted after
+// q.get has released it, and readers (Queue, Queues) load them without
+// it. The counters only grow; a client computes rates from the change
+// between two reads.
 type queueStats struct {
 	deadLettered [4]atomic.Uint64 // by reasonIndex
+	// publish counts messages a publish put into the queue (not those
+	// it refused for a length limit).
+	publish atomic.Uint64
+	// deliver, deliverNoAck, get and getNoAck count deliveries by how
+	// the client took them (consume or basic.get, acknowledged or not);
+	// getEmpty the basic.gets answered get-empty; redeliver deliveries
+	// flagged redelivered; ack the deliveries settled by basic.ack.
+	deliver, deliverNoAck, get, getNoAck atomic.Uint64
+	getEmpty, redeliver, ack             atomic.Uint64
+}
+
+// delivered counts one delivery of the queue, as counters.delivered.
+func (s *queueStats) delivered(get, noAck, redelivered bool) {
+	switch {
+	case !get && !noAck:
+		s.deliver.Add(1)
+	case !get:
+		s.deliverNoAck.Add(1)
+	case !noAck:
+		s.get.Add(1)
+	default:
+		s.getNoAck.Add(1)
+	}
+	if redelivered {
+		s.redeliver.Add(1)
+	}
 }
 
 // consumer is a basic.consume subscription.

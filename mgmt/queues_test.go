@@ -489,3 +489,107 @@ func TestOverviewMessageStats(t *testing.T) {
 		}
 	}
 }
+
+// A queue's message_stats count what clients did with that queue's
+// messages, under RabbitMQ's names and grouped as RabbitMQ 3.10 reports
+// them: publish alone on a queue only published to, the delivery counters
+// together once any is non-zero, none at all on a queue without activity.
+func TestQueueMessageStats(t *testing.T) {
+	a := startAPI(t)
+	conn, ch := a.Channel(t)
+	for _, q := range []string{"q", "other", "idle"} {
+		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish := func(q string, n int) {
+		t.Helper()
+		for i := range n {
+			if err := ch.Publish("", q, false, false, amqp091.Publishing{Body: []byte(fmt.Sprint(i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	queue := func(q string) map[string]any { return a.must(200, "GET", "/queues/%2F/"+q, nil).object(t) }
+	publish("q", 6)
+	publish("other", 2)
+	waitFor(t, func() bool { return queue("q")["messages"] == 6.0 && queue("other")["messages"] == 2.0 })
+
+	// get with ack; get without; get then nack with requeue.
+	m, ok, err := ch.Get("q", false)
+	if err != nil || !ok || m.Ack(false) != nil {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+	if _, ok, err := ch.Get("q", true); err != nil || !ok {
+		t.Fatalf("get no-ack: %v %v", ok, err)
+	}
+	if m, ok, err = ch.Get("q", false); err != nil || !ok || m.Nack(false, true) != nil {
+		t.Fatalf("get to nack: %v %v", ok, err)
+	}
+	// A manual-ack consumer takes the 4 left, the requeued one first
+	// (redelivered), and acks them.
+	ch2, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dels, err := ch2.Consume("q", "manual", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		d := <-dels
+		if d.Redelivered != (i == 0) {
+			t.Errorf("delivery %d: redelivered %v", i, d.Redelivered)
+		}
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ch2.Cancel("manual", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { q := queue("q"); return q["messages"] == 0.0 && q["consumers"] == 0.0 })
+	// An auto-ack consumer takes 2 more; then a get finds the queue empty.
+	publish("q", 2)
+	auto, err := ch2.Consume("q", "auto", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-auto
+	<-auto
+	if _, ok, err := ch.Get("q", true); err != nil || ok {
+		t.Fatalf("get from the empty queue: %v %v", ok, err)
+	}
+
+	want := map[string]any{"publish": 8.0, "get": 2.0, "get_no_ack": 1.0, "deliver": 4.0, "deliver_no_ack": 2.0,
+		"deliver_get": 9.0, "ack": 5.0, "redeliver": 1.0, "get_empty": 1.0}
+	check := func(where string, q map[string]any, want map[string]any) {
+		t.Helper()
+		ms, _ := q["message_stats"].(map[string]any)
+		if want == nil {
+			if _, ok := q["message_stats"]; ok {
+				t.Errorf("%s: message_stats %v on a queue without activity", where, q["message_stats"])
+			}
+			return
+		}
+		if len(ms) != len(want) {
+			t.Errorf("%s: message_stats %v, want %v", where, ms, want)
+		}
+		for k, v := range want {
+			if ms[k] != v {
+				t.Errorf("%s: message_stats.%s = %v, want %v", where, k, ms[k], v)
+			}
+		}
+	}
+	check("q", queue("q"), want)
+	check("other", queue("other"), map[string]any{"publish": 2.0})
+	check("idle", queue("idle"), nil)
+	for _, q := range a.must(200, "GET", "/queues/%2F", nil).list(t) {
+		switch q["name"] {
+		case "q":
+			check("listed q", q, want)
+		case "idle":
+			check("listed idle", q, nil)
+		}
+	}
+}

@@ -81,10 +81,46 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		"dead_letter_backlog": qi.DeadLetterBacklog,
 		"dead_lettered":       qi.DeadLettered,
 	}
+	if ms := queueMessageStats(qi); ms != nil {
+		m["message_stats"] = ms
+	}
 	if qi.ExclusiveOwner != "" {
 		m["owner_pid_details"] = map[string]any{"name": qi.ExclusiveOwner}
 	}
 	return m
+}
+
+// queueMessageStats is a queue's message_stats, grouped as RabbitMQ 3.10
+// reports them: publish once a publish reached the queue; the delivery
+// counters (deliver, deliver_no_ack, get, get_no_ack, deliver_get,
+// get_empty, redeliver, ack) together once any of them is non-zero; and
+// brokerd's dead_lettered (messages dead-lettered from the queue to at
+// least one target, any reason) once non-zero. A queue with none of
+// these has no message_stats, as in RabbitMQ. No *_details rates
+// (rates_mode none): a client computes them from two reads.
+func queueMessageStats(qi broker.QueueInfo) map[string]any {
+	ms := map[string]any{}
+	st := qi.MessageStats
+	if st.Publish > 0 {
+		ms["publish"] = st.Publish
+	}
+	if st.DeliverGet()+st.GetEmpty+st.Redeliver+st.Ack > 0 {
+		ms["deliver"], ms["deliver_no_ack"] = st.Deliver, st.DeliverNoAck
+		ms["get"], ms["get_no_ack"] = st.Get, st.GetNoAck
+		ms["deliver_get"], ms["get_empty"] = st.DeliverGet(), st.GetEmpty
+		ms["redeliver"], ms["ack"] = st.Redeliver, st.Ack
+	}
+	var dl uint64
+	for _, n := range qi.DeadLettered {
+		dl += n
+	}
+	if dl > 0 {
+		ms["dead_lettered"] = dl
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	return ms
 }
 
 func orEmpty(m map[string]any) map[string]any {

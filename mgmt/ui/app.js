@@ -200,12 +200,36 @@ function features(q) {
 }
 
 const queueState = { name: "", sort: "name", reverse: false, page: 1, size: 100 };
-const QCOLS = "name,vhost,type,durable,auto_delete,exclusive,arguments,policy,operator_policy,effective_policy_definition,messages,messages_ready,messages_unacknowledged,state";
+const QCOLS = "name,vhost,type,durable,auto_delete,exclusive,arguments,policy,operator_policy,effective_policy_definition,messages,messages_ready,messages_unacknowledged,state,message_stats";
+
+// QRATES are the message_stats counters the queue list and page show as
+// rates per second.
+const QRATES = [["publish", "Incoming"], ["deliver_get", "Deliver / get"], ["ack", "Ack"]];
+
+// queueSample is a queue's counters at a poll (performance.now() ms).
+function queueSample(q, at) {
+  const ms = q.message_stats || {};
+  return { at, stats: Object.fromEntries(QRATES.map(([k]) => [k, ms[k] ?? 0])) };
+}
+
+// queueRate is counter k's growth from sample prev to now per second, "—"
+// without an earlier sample; delta is the growth (for the tests).
+function queueRate(prev, now, k) {
+  if (!prev || now.at <= prev.at) return { text: "—" };
+  const delta = Math.max(0, now.stats[k] - prev.stats[k]);
+  return { text: (delta / ((now.at - prev.at) / 1000)).toFixed(1), delta };
+}
+
+// queueListPrev keeps the queue list's last poll (each shown queue's
+// sample, by vhost and name), so the next one shows rates; a poll sets
+// queueListPolled, any other render of the list starts afresh.
+let queueListPrev = new Map(), queueListPolled = false;
 
 function queueLink(q) { return `#/queue/${enc(q.vhost)}/${enc(q.name)}`; }
 
 async function queuesPage() {
-  const st = queueState;
+  const st = queueState, polled = queueListPolled;
+  queueListPolled = false;
   const params = new URLSearchParams({ page: st.page, page_size: st.size, sort: st.sort, sort_reverse: st.reverse, columns: QCOLS });
   if (st.name) params.set("name", st.name);
   let res;
@@ -215,6 +239,18 @@ async function queuesPage() {
     if (e instanceof APIError && e.status === 400 && st.page > 1) { st.page = 1; return queuesPage(); }
     throw e;
   }
+  const at = performance.now();
+  const prevSamples = polled ? queueListPrev : new Map(), prevAt = polled ? queueListPrev.at : undefined;
+  queueListPrev = new Map();
+  queueListPrev.at = at;
+  const rateCells = q => {
+    const key = q.vhost + "\n" + q.name, now = queueSample(q, at);
+    queueListPrev.set(key, now);
+    return QRATES.map(([k]) => {
+      const r = queueRate(prevSamples.get(key), now, k);
+      return h("td", { class: "num rate", dataset: r.delta === undefined ? { rate: k } : { rate: k, delta: r.delta } }, r.text);
+    });
+  };
   const filter = h("input", { id: "q-filter", type: "search", value: st.name, "aria-describedby": "q-count" });
   let timer;
   filter.addEventListener("input", () => {
@@ -240,22 +276,30 @@ async function queuesPage() {
     h("td", { class: "wide" }, q.state),
     h("td", { class: "num wide" }, fmt(q.messages_ready)),
     h("td", { class: "num wide" }, fmt(q.messages_unacknowledged)),
-    h("td", { class: "num messages" }, fmt(q.messages))));
+    h("td", { class: "num messages" }, fmt(q.messages)),
+    rateCells(q)));
   const go = p => () => { st.page = p; rerender(p < st.page ? "#q-prev" : "#q-next"); };
   setPage("Queues", form,
     h("p", { id: "q-count" }, `${fmt(res.filtered_count)} of ${fmt(res.total_count)} queues` + (res.page_count > 1 ? `, page ${res.page} of ${res.page_count}` : "")),
-    h("div", { class: "table-wrap" }, h("table", { id: "queues" },
-      h("caption", { class: "visually-hidden" }, "Queues; column headers sort"),
+    h("div", { class: "table-wrap" }, h("table", { id: "queues", dataset: prevAt === undefined ? { at } : { at, prevAt } },
+      h("caption", { class: "visually-hidden" }, "Queues; column headers sort; rates are per second since the last refresh (every 5 s)"),
       h("thead", {}, h("tr", {},
         sortHead("vhost", "Virtual host", "wide"), sortHead("name", "Name"), sortHead("type", "Type", "wide"),
         h("th", { scope: "col" }, "Features"), sortHead("policy", "Policy"), sortHead("state", "State", "wide"),
         sortHead("messages_ready", "Ready", "num wide"), sortHead("messages_unacknowledged", "Unacked", "num wide"),
-        sortHead("messages", "Total", "num"))),
+        sortHead("messages", "Total", "num"),
+        QRATES.map(([k, label]) => h("th", { scope: "col", class: "num rate" }, label, h("span", { class: "visually-hidden" }, " per second"))))),
       h("tbody", {}, rows))),
     res.page_count > 1 ? h("nav", { class: "pager", "aria-label": "Pages" },
       h("button", { type: "button", id: "q-prev", disabled: res.page <= 1, onclick: go(res.page - 1) }, "Previous"),
       h("span", {}, `Page ${res.page} of ${res.page_count}`),
       h("button", { type: "button", id: "q-next", disabled: res.page >= res.page_count, onclick: go(res.page + 1) }, "Next")) : null);
+  // The list follows the queues every 5 s, not while a control in the
+  // page has focus (a redraw would lose the user's place).
+  every(5000, () => {
+    const el = document.activeElement;
+    if (el === main || !main.contains(el)) { queueListPolled = true; rerender(); }
+  });
 }
 
 // rerender redraws the current page and puts focus back on the control
@@ -366,6 +410,7 @@ function messageView(m, i) {
 async function queuePage(vhost, name) {
   const path = `/queues/${enc(vhost)}/${enc(name)}`;
   const [q, bindings] = await Promise.all([api("GET", path), api("GET", path + "/bindings")]);
+  let sample = queueSample(q, performance.now());
   const bindMsg = h("div", { id: "qbind-msg" });
   const chartWrap = h("div", { class: "chart" }, depthChart(depthSample(q)));
   const chartMsg = h("div");
@@ -395,7 +440,8 @@ async function queuePage(vhost, name) {
         [["Virtual host", q.vhost], ["Type", q.type], ["Features", features(q)], ["State", q.state],
          ["Policy", q.policy || "none"], ["Operator policy", q.operator_policy || "none"],
          ["Messages", fmt(q.messages), "q-messages"], ["Ready", fmt(q.messages_ready), "q-ready"],
-         ["Unacked", fmt(q.messages_unacknowledged), "q-unacked"], ["Consumers", fmt(q.consumers), "q-consumers"]]
+         ["Unacked", fmt(q.messages_unacknowledged), "q-unacked"], ["Consumers", fmt(q.consumers), "q-consumers"],
+         ...QRATES.map(([k, label]) => [label + " (per second)", "—", "q-rate-" + k])]
           .map(([k, v, id]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", { id }, v)))))),
     chartBox,
     h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(q.arguments, "queue-arguments")),
@@ -415,6 +461,18 @@ async function queuePage(vhost, name) {
       const el = document.getElementById(id);
       if (el) el.textContent = fmt(v);
     }
+    // Rates from the growth since the previous sample (the page's load
+    // or last refresh); the samples' times are on the details table.
+    const prev = sample;
+    sample = queueSample(now, performance.now());
+    for (const [k] of QRATES) {
+      const el = document.getElementById("q-rate-" + k), r = queueRate(prev, sample, k);
+      if (!el) continue;
+      el.textContent = r.text;
+      if (r.delta !== undefined) el.dataset.delta = r.delta;
+    }
+    const det = document.getElementById("queue-details");
+    if (det) Object.assign(det.dataset, { prevAt: prev.at, at: sample.at });
   };
   every(5000, refresh);
   await load();
@@ -696,7 +754,8 @@ async function policiesPage() {
   const rows = pols.map(p => h("tr", { dataset: { policy: p.name, vhost: p.vhost } },
     h("td", { class: "wide" }, p.vhost), h("th", { scope: "row" }, p.name), h("td", {}, p.pattern),
     h("td", { class: "wide" }, p["apply-to"]), h("td", {}, h("pre", {}, JSON.stringify(p.definition))), h("td", { class: "num" }, p.priority),
-    h("td", {}, h("button", { type: "button", "aria-label": `Delete policy ${p.name}`, onclick: async () => {
+    h("td", { class: "actions" }, h("button", { type: "button", class: "edit", "aria-label": `Edit policy ${p.name}`, onclick: () => edit(p) }, "Edit"), " ",
+      h("button", { type: "button", "aria-label": `Delete policy ${p.name}`, onclick: async () => {
       if (!confirm(`Delete policy ${p.name}?`)) return;
       try {
         await api("DELETE", `/policies/${enc(p.vhost)}/${enc(p.name)}`);
@@ -732,6 +791,20 @@ async function policiesPage() {
     h("small", { id: "p-def-help" }, "e.g. {\"dead-letter-exchange\": \"dlx\", \"message-ttl\": 60000}"),
     msg,
     h("div", {}, h("button", { type: "submit", class: "primary" }, "Add / update policy")));
+  // edit fills the form with policy p (saving puts it under the same
+  // name, which replaces it) and moves focus there.
+  const edit = p => {
+    if (![...f.vhost.options].some(o => o.value === p.vhost)) f.vhost.append(h("option", { value: p.vhost }, p.vhost));
+    f.vhost.value = p.vhost;
+    f.name.value = p.name;
+    f.pattern.value = p.pattern;
+    f.applyTo.value = p["apply-to"];
+    f.priority.value = String(p.priority ?? 0);
+    f.definition.value = JSON.stringify(p.definition, null, 2);
+    msg.replaceChildren();
+    f.name.focus();
+    announce(`Editing policy ${p.name}`);
+  };
   setPage("Policies",
     h("div", { class: "table-wrap" }, h("table", { id: "policies" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "wide" }, "Virtual host"), h("th", { scope: "col" }, "Name"),

@@ -1,0 +1,166 @@
+package mgmt_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// pollTimes reads the times (performance.now() ms) of a page's last two
+// polls from the data-at and data-prev-at attributes of sel.
+func pollTimes(t *testing.T, ctx context.Context, sel string) (prev, at float64) {
+	t.Helper()
+	var p, a string
+	until(t, ctx, "poll times of "+sel,
+		chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel)+`).dataset.prevAt ?? ""`, &p),
+		chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel)+`).dataset.at ?? ""`, &a))
+	prev, _ = strconv.ParseFloat(p, 64)
+	at, _ = strconv.ParseFloat(a, 64)
+	return prev, at
+}
+
+// checkRates checks the rates shown in the cells sel(k) for counters that
+// grew by want[k] between polls at prev and at (ms): the cell's growth is
+// want[k] and its text want[k] per elapsed second, to the one decimal shown.
+func checkRates(t *testing.T, ctx context.Context, sel func(k string) string, want map[string]int, prev, at float64) {
+	t.Helper()
+	secs := (at - prev) / 1000
+	if secs <= 0 {
+		t.Fatalf("poll times %v then %v", prev, at)
+	}
+	for k, n := range want {
+		var delta, shown string
+		until(t, ctx, "rate "+k,
+			chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel(k))+`).dataset.delta ?? ""`, &delta),
+			chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel(k))+`).textContent`, &shown))
+		r, err := strconv.ParseFloat(shown, 64)
+		if want := float64(n) / secs; err != nil || math.Abs(r-want) > 0.05+1e-9 {
+			t.Errorf("%s: shown %q, want %.1f (%d over %.3f s)", k, shown, want, n, secs)
+		}
+		if delta != strconv.Itoa(n) {
+			t.Errorf("%s: growth %q, want %d", k, delta, n)
+		}
+	}
+}
+
+// The queues list and the queue page show incoming, deliver/get and ack
+// rates: "—" before a second poll, then each counter's growth between two
+// polls over the time between them (the polls' times are on the page).
+func TestUIQueueRates(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	_, ch := a.Channel(t)
+	for _, q := range []string{"rated", "quiet"} {
+		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// traffic publishes n to rated and takes k of them with an ack, then
+	// waits until the API counts the acks (they are asynchronous).
+	var published, acked int
+	traffic := func(n, k int) {
+		t.Helper()
+		for i := range n {
+			if err := ch.Publish("", "rated", false, false, amqp091.Publishing{Body: []byte{byte(i)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range k {
+			m, ok, err := ch.Get("rated", false)
+			if err != nil || !ok || m.Ack(false) != nil {
+				t.Fatalf("get: %v %v", ok, err)
+			}
+		}
+		published, acked = published+n, acked+k
+		waitFor(t, func() bool {
+			ms, _ := a.must(200, "GET", "/queues/%2F/rated", nil).object(t)["message_stats"].(map[string]any)
+			return ms["publish"] == float64(published) && ms["ack"] == float64(acked)
+		})
+	}
+	traffic(2, 1) // before the page: not a rate
+
+	uiLogin(t, ctx, root, "guest", "guest")
+	until(t, ctx, "queues page", chromedp.Navigate(root+"/#/queues"),
+		chromedp.WaitVisible(`tr[data-queue="rated"] td[data-rate="publish"]`, chromedp.ByQuery))
+	for _, k := range []string{"publish", "deliver_get", "ack"} {
+		if got := text(t, ctx, `tr[data-queue="rated"] td[data-rate="`+k+`"]`); got != "—" {
+			t.Errorf("%s rate on the first render: %q", k, got)
+		}
+	}
+	_, first := pollTimes(t, ctx, "#queues")
+	traffic(10, 4)
+	if _, at := pollTimes(t, ctx, "#queues"); at != first {
+		t.Fatal("the list polled while the test published; too slow a machine for this test")
+	}
+	poll(t, ctx, "list poll", fmt.Sprintf(`document.querySelector("#queues")?.dataset.prevAt === %q`, strconv.FormatFloat(first, 'f', -1, 64)))
+	prev, at := pollTimes(t, ctx, "#queues")
+	checkRates(t, ctx, func(k string) string { return `tr[data-queue="rated"] td[data-rate="` + k + `"]` },
+		map[string]int{"publish": 10, "deliver_get": 4, "ack": 4}, prev, at)
+	checkRates(t, ctx, func(k string) string { return `tr[data-queue="quiet"] td[data-rate="` + k + `"]` },
+		map[string]int{"publish": 0, "deliver_get": 0, "ack": 0}, prev, at)
+	screenshot(t, ctx, "queues-rates")
+
+	until(t, ctx, "queue page", chromedp.Click(`tr[data-queue="rated"] a`, chromedp.ByQuery),
+		chromedp.WaitVisible("#q-rate-publish", chromedp.ByQuery))
+	if got := text(t, ctx, "#q-rate-publish"); got != "—" {
+		t.Errorf("queue page's publish rate before a poll: %q", got)
+	}
+	poll(t, ctx, "first refresh", `document.querySelector("#queue-details").dataset.at !== undefined`)
+	_, first = pollTimes(t, ctx, "#queue-details")
+	traffic(6, 3)
+	if _, at := pollTimes(t, ctx, "#queue-details"); at != first {
+		t.Fatal("the queue page polled while the test published; too slow a machine for this test")
+	}
+	poll(t, ctx, "queue page poll", fmt.Sprintf(`document.querySelector("#queue-details").dataset.prevAt === %q`, strconv.FormatFloat(first, 'f', -1, 64)))
+	prev, at = pollTimes(t, ctx, "#queue-details")
+	checkRates(t, ctx, func(k string) string { return "#q-rate-" + k }, map[string]int{"publish": 6, "deliver_get": 3, "ack": 3}, prev, at)
+}
+
+// A policy's Edit button fills the form with it and moves focus there;
+// saving replaces the policy under the same name.
+func TestUIPolicyEdit(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/policies/%2F/edit-me", map[string]any{"pattern": `^e\.`, "apply-to": "queues", "priority": 3,
+		"definition": map[string]any{"message-ttl": 1000}})
+	uiLogin(t, ctx, root, "guest", "guest")
+	until(t, ctx, "policies page", chromedp.Navigate(root+"/#/policies"),
+		chromedp.WaitVisible(`tr[data-policy="edit-me"] button.edit`, chromedp.ByQuery),
+		chromedp.Click(`tr[data-policy="edit-me"] button.edit`, chromedp.ByQuery))
+	var name, pattern, apply, prio, def, focused string
+	until(t, ctx, "form filled",
+		chromedp.Value("#p-name", &name, chromedp.ByQuery), chromedp.Value("#p-pattern", &pattern, chromedp.ByQuery),
+		chromedp.Value("#p-apply", &apply, chromedp.ByQuery), chromedp.Value("#p-priority", &prio, chromedp.ByQuery),
+		chromedp.Value("#p-definition", &def, chromedp.ByQuery),
+		chromedp.Evaluate(`document.activeElement.id`, &focused))
+	if name != "edit-me" || pattern != `^e\.` || apply != "queues" || prio != "3" || strings.Join(strings.Fields(def), "") != `{"message-ttl":1000}` {
+		t.Errorf("form: name %q pattern %q apply-to %q priority %q definition %q", name, pattern, apply, prio, def)
+	}
+	if focused != "p-name" {
+		t.Errorf("focus on %q after Edit", focused)
+	}
+	until(t, ctx, "save",
+		setValue("#p-definition", `{"message-ttl": 2000, "max-length": 5}`),
+		chromedp.Click(`#policy-form button[type="submit"]`, chromedp.ByQuery))
+	want := map[string]any{"message-ttl": 2000.0, "max-length": 5.0}
+	waitFor(t, func() bool {
+		return reflect.DeepEqual(a.must(200, "GET", "/policies/%2F/edit-me", nil).object(t)["definition"], want)
+	})
+	p := a.must(200, "GET", "/policies/%2F/edit-me", nil).object(t)
+	if p["pattern"] != `^e\.` || p["apply-to"] != "queues" || p["priority"] != 3.0 {
+		t.Errorf("edited policy %v", p)
+	}
+	if n := len(a.must(200, "GET", "/policies", nil).list(t)); n != 1 {
+		t.Errorf("%d policies after the edit, want 1", n)
+	}
+	poll(t, ctx, "list shows the edit", `document.querySelector('tr[data-policy="edit-me"] pre')?.textContent.includes('"max-length":5')`)
+}

@@ -217,6 +217,7 @@ func TestUIBrowser(t *testing.T) {
 	if reason != "rejected" || from != "orders" || count != "1" || payload != "order 7" {
 		t.Errorf("x-death shown: reason %q queue %q count %q payload %q", reason, from, count, payload)
 	}
+	until(t, ctx, "scroll to the message", chromedp.ScrollIntoView(".message", chromedp.ByQuery))
 	screenshot(t, ctx, "queue-dlq")
 
 	// A policy the API refuses shows its message; a good one applies.

@@ -288,7 +288,7 @@ async function queuesPage() {
         h("th", { scope: "col" }, "Features"), sortHead("policy", "Policy"), sortHead("state", "State", "wide"),
         sortHead("messages_ready", "Ready", "num wide"), sortHead("messages_unacknowledged", "Unacked", "num wide"),
         sortHead("messages", "Total", "num"),
-        QRATES.map(([k, label]) => h("th", { scope: "col", class: "num rate" }, label, h("span", { class: "visually-hidden" }, " per second"))))),
+        QRATES.map(([k, label]) => h("th", { scope: "col", class: "num rate" }, label, h("span", { "aria-hidden": "true" }, " /s"), h("span", { class: "visually-hidden" }, " per second"))))),
       h("tbody", {}, rows))),
     res.page_count > 1 ? h("nav", { class: "pager", "aria-label": "Pages" },
       h("button", { type: "button", id: "q-prev", disabled: res.page <= 1, onclick: go(res.page - 1) }, "Previous"),

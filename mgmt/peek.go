@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -24,21 +25,9 @@ const peekDefaultCount = 20
 // message_count).
 func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) {
 	qv := r.URL.Query()
-	count := peekDefaultCount
-	if c := qv.Get("count"); c != "" {
-		n, err := strconv.Atoi(c)
-		if err != nil || n < 0 || n > broker.PeekMaxCount {
-			return nil, badRequest("count must be an integer from 0 to %d", broker.PeekMaxCount)
-		}
-		count = n
-	}
-	var from uint64
-	if f := qv.Get("from"); f != "" {
-		n, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			return nil, badRequest("from must be a message seq (an unsigned integer)")
-		}
-		from = n
+	count, from, err := pageQuery(qv, peekDefaultCount, 0, broker.PeekMaxCount)
+	if err != nil {
+		return nil, err
 	}
 	prio := -1
 	if p := qv.Get("priority"); p != "" {
@@ -66,7 +55,7 @@ func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) 
 		return nil, badRequest("Unsupported encoding. Please use auto or base64.")
 	}
 	var ms []broker.PeekedMessage
-	err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
+	err = s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error {
 		var err error
 		// One more than asked: its seq is the next page's from.
 		ms, err = d.PeekLevel(r.PathValue("name"), prio, from, count+1)
@@ -105,4 +94,25 @@ func (s *Server) peekMessages(u *broker.UserInfo, r *http.Request) (any, error) 
 		out = append(out, j)
 	}
 	return map[string]any{"messages": out, "next": next, "next_priority": nextPrio}, nil
+}
+
+// pageQuery reads a paged list's count (def when absent, lo to hi) and
+// from (a message seq, 0 when absent) parameters.
+func pageQuery(qv url.Values, def, lo, hi int) (count int, from uint64, err error) {
+	count = def
+	if c := qv.Get("count"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < lo || n > hi {
+			return 0, 0, badRequest("count must be an integer from %d to %d", lo, hi)
+		}
+		count = n
+	}
+	if f := qv.Get("from"); f != "" {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, 0, badRequest("from must be a message seq (an unsigned integer)")
+		}
+		from = n
+	}
+	return count, from, nil
 }

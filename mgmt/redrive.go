@@ -2,7 +2,6 @@ package mgmt
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/brokerd/brokerd/broker"
@@ -176,22 +175,9 @@ func (s *Server) redriveFailures(u *broker.UserInfo, r *http.Request) (any, erro
 	if !s.mayWatch(u, t) {
 		return nil, notFound()
 	}
-	qv := r.URL.Query()
-	count := 100
-	if c := qv.Get("count"); c != "" {
-		n, err := strconv.Atoi(c)
-		if err != nil || n < 1 || n > broker.RedriveMaxFailuresPage {
-			return nil, badRequest("count must be an integer from 1 to %d", broker.RedriveMaxFailuresPage)
-		}
-		count = n
-	}
-	var from uint64
-	if f := qv.Get("from"); f != "" {
-		n, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			return nil, badRequest("from must be a message seq (an unsigned integer)")
-		}
-		from = n
+	count, from, err := pageQuery(r.URL.Query(), 100, 1, broker.RedriveMaxFailuresPage)
+	if err != nil {
+		return nil, err
 	}
 	fs, err := s.b.RedriveFailures(t.ID, from, count+1) // one more: the next page's from
 	if err != nil {

@@ -35,7 +35,7 @@ type RedriveOptions struct {
 	MinAge      time.Duration
 
 	// allow, if set, says whether a message may go to its origin queue
-	// (Direct.Redrive's write permission check).
+	// (a task's user's write permission).
 	allow func(queue string) bool
 }
 
@@ -536,28 +536,12 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 	return ""
 }
 
-// Redrive is Broker.Redrive as this Direct's user may do it, in its
-// vhost: read permission on the source queue (as basic.get), write on the
-// exchange when one is named (as basic.publish), and otherwise write on
-// each origin queue, a message whose origin is refused counting as a
-// failure. A refused source or exchange is an access-refused error.
-func (d *Direct) Redrive(queue string, opts RedriveOptions) (RedriveResult, error) {
-	if aerr := d.c.checkPerm(permRead, "queue", queue); aerr != nil {
-		return RedriveResult{}, aerr
-	}
-	if opts.ToExchange || opts.Exchange != "" {
-		if aerr := d.c.checkPerm(permWrite, "exchange", opts.Exchange); aerr != nil {
-			return RedriveResult{}, aerr
-		}
-	} else {
-		opts.allow = func(q string) bool { return d.c.checkPerm(permWrite, "queue", q) == nil }
-	}
-	return d.c.b.Redrive(d.c.vhost.Name, queue, opts)
-}
-
 // StartRedrive is Broker.StartRedrive as this Direct's user may do it, in
-// its vhost, with the permissions Redrive checks; the task keeps checking
-// them as that user (write on each origin queue), also after a restart.
+// its vhost: read permission on the source queue (as basic.get), write on
+// the exchange when one is named (as basic.publish); a refused one is an
+// access-refused error. The task checks them again as that user at each
+// step, and write on each origin queue (a message whose origin is refused
+// counts as a failure), also after a restart.
 func (d *Direct) StartRedrive(queue string, opts RedriveOptions, rate float64) (string, error) {
 	if aerr := d.c.checkPerm(permRead, "queue", queue); aerr != nil {
 		return "", aerr

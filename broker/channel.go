@@ -29,6 +29,8 @@ type channel struct {
 	out  amqp.ChannelOut
 
 	committing *pendingCommit // the last tx.commit; reader goroutine only
+	routeBuf   []*Queue       // a publish's route, reused; reader goroutine only
+	ackBuf     []*delivery    // an ack's deliveries, reused; reader goroutine only
 
 	mu             sync.Mutex
 	closed         bool
@@ -130,9 +132,9 @@ func (ch *channel) addUnackedLocked(d *delivery) {
 
 // takeUnackedLocked removes and returns the deliveries an ack/nack/reject
 // with (tag, multiple) settles, in tag order. tag 0 with multiple means all.
-func (ch *channel) takeUnackedLocked(tag uint64, multiple bool) ([]*delivery, *amqp.Error) {
+func (ch *channel) takeUnackedLocked(tag uint64, multiple bool, dst []*delivery) ([]*delivery, *amqp.Error) {
 	live := ch.unacked[ch.unackedHead:]
-	var out []*delivery
+	out := dst[:0]
 	if multiple {
 		end := len(live)
 		if tag != 0 {
@@ -166,7 +168,7 @@ func (ch *channel) takeUnackedLocked(tag uint64, multiple bool) ([]*delivery, *a
 		if i == len(live) || live[i].tag != tag {
 			return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
 		}
-		out = []*delivery{live[i]}
+		out = append(out, live[i])
 		live[i] = nil
 	}
 	ch.unackedN -= len(out)
@@ -231,13 +233,41 @@ func (ch *channel) restoreUnackedLocked(ds []*delivery) {
 }
 
 // settle applies an ack, requeue or reject to deliveries already taken
-// from the unacked list, one store operation per queue, in tag order,
-// then lets the channel's queues deliver into the freed credit.
+// from the unacked list, one store operation and one hold of the lock per
+// queue, in tag order, and lets each queue deliver into the credit its
+// consumer got back in the same hold. Only a channel-wide prefetch
+// (basic.qos global) frees credit for the channel's other queues too:
+// they are kicked then.
 func (ch *channel) settle(ds []*delivery, action settleAction) {
-	forEachQueue(ds, func(q *Queue, es []*entry) {
-		q.locked(func(t *txn) { q.settleLocked(t, es, action) })
-	})
-	ch.kick()
+	var buf [16]*entry
+	for len(ds) > 0 {
+		q := ds[0].q
+		es := buf[:0]
+		rest := ds[:0:0]
+		for _, d := range ds {
+			if d.q == q {
+				es = append(es, d.e)
+			} else {
+				rest = append(rest, d)
+			}
+		}
+		q.mu.Lock()
+		t := q.vhost.b.newTxn()
+		q.settleLocked(t, es, action)
+		if !q.isDeleted() && action != actRequeue { // a requeue dispatched already
+			q.dispatchLocked(t)
+		}
+		t.apply(nil)
+		q.mu.Unlock()
+		t.finish()
+		ds = rest
+	}
+	ch.mu.Lock()
+	global := ch.globalPrefetch > 0
+	ch.mu.Unlock()
+	if global {
+		ch.kick()
+	}
 }
 
 // forEachQueue calls fn for each queue of ds with that queue's entries,

@@ -128,7 +128,7 @@ func (ch *channel) timeOut(ms int64) {
 		return
 	}
 	ch.timedOut = true
-	ds, _ := ch.takeUnackedLocked(0, true)
+	ds, _ := ch.takeUnackedLocked(0, true, nil)
 	ch.mu.Unlock()
 	c := ch.conn
 	c.b.log.Warn("consumer timeout: channel closed",

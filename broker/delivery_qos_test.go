@@ -160,3 +160,26 @@ func TestDeliverySlowConsumerLosesNothing(t *testing.T) {
 	}
 	dvWantReady(t, pub, "slow", 0)
 }
+
+// With a channel-wide prefetch, an ack of one queue's delivery frees the
+// credit another queue's consumer on the channel waits for: it delivers.
+func TestDeliveryQosGlobalAckFreesOtherQueue(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	_, ch := b.Channel(t)
+	qa := dvDeclare(t, ch, "qa", nil)
+	qb := dvDeclare(t, ch, "qb", nil)
+	if err := ch.Qos(1, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	dvPublishBodies(t, ch, qa, "a0")
+	a := dvConsume(t, ch, qa, "a", false, nil)
+	got := dvRecvN(t, a, 1)
+	dvWantBodies(t, "qa takes the channel's one", got, "a0")
+	bc := dvConsume(t, ch, qb, "b", false, nil)
+	dvPublishBodies(t, ch, qb, "b0", "b1")
+	if rb := dvReady(t, ch, qb); rb != 2 {
+		t.Fatalf("qb ready %d, want 2 (the channel's credit is taken)", rb)
+	}
+	dvAck(t, got[0], false)
+	dvWantBodies(t, "qb after the ack", dvRecvN(t, bc, 1), "b0")
+}

@@ -274,10 +274,17 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 
 func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *amqp.Error {
 	ch.mu.Lock()
-	ds, err := ch.takeUnackedLocked(tag, multiple)
+	var dst []*delivery
+	if !ch.tx {
+		dst = ch.ackBuf // settled before the next ack; a transaction keeps its own
+	}
+	ds, err := ch.takeUnackedLocked(tag, multiple, dst)
 	if err != nil {
 		ch.mu.Unlock()
 		return err
+	}
+	if !ch.tx {
+		ch.ackBuf = ds[:0]
 	}
 	if ch.tx {
 		// Settled at commit; until then the deliveries still hold their
@@ -297,7 +304,7 @@ func (ch *channel) recover(requeue bool) *amqp.Error {
 		return amqp.Errorf(amqp.NotImplemented, "requeue=false")
 	}
 	ch.mu.Lock()
-	ds, _ := ch.takeUnackedLocked(0, true)
+	ds, _ := ch.takeUnackedLocked(0, true, nil)
 	ch.mu.Unlock()
 	if len(ds) > 0 {
 		ch.settle(ds, actRequeue)

@@ -25,6 +25,17 @@ type pendingPublish struct {
 	seq       uint64     // confirm number; 0 when not in confirm mode
 }
 
+// publishAlloc is a publish with its message and its (one) routing key,
+// allocated together. The message keeps the block alive as long as a
+// queue holds it: the publish's own fields cost ~80 bytes more per
+// resident message than a message alone, for two allocations less per
+// publish.
+type publishAlloc struct {
+	p   pendingPublish
+	msg store.Message
+	key [1]string
+}
+
 // maxExpiration is RabbitMQ's upper bound for TTL values: ten years in ms.
 const maxExpiration = 315360000000
 
@@ -92,7 +103,9 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 	if x.Internal {
 		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", m.Exchange, v.Name)
 	}
-	p := &pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, ttl: -1, prio: props.Priority}
+	// One allocation for the publish, its message and its routing key.
+	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, ttl: -1, prio: props.Priority}}
+	p := &a.p
 	if props.Flags&amqp.FlagExpiration != 0 {
 		ttl, err := parseExpiration(props.Expiration)
 		if err != nil {
@@ -105,7 +118,8 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 	if props.Flags&amqp.FlagUserID != 0 && props.UserID != c.userName && !c.user.Load().hasTag("impersonator") {
 		return nil, amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, c.userName)
 	}
-	keys := []string{m.RoutingKey}
+	a.key[0] = m.RoutingKey
+	keys := a.key[:1:1]
 	rewrite := false
 	if props.Headers != nil {
 		cc, err := senderKeys(props.Headers, "CC")
@@ -139,12 +153,11 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		}
 		raw = enc
 	}
-	p.msg = &store.Message{
-		ID:         c.b.store.AllocMsgID(), // fixed now: copies in several queues share it
-		Header:     store.Header{Exchange: m.Exchange, RoutingKeys: keys, Props: raw},
-		Body:       body,
-		Persistent: props.DeliveryMode == 2,
-	}
+	p.msg = &a.msg
+	p.msg.ID = c.b.store.AllocMsgID() // fixed now: copies in several queues share it
+	p.msg.Header = store.Header{Exchange: m.Exchange, RoutingKeys: keys, Props: raw}
+	p.msg.Body = body
+	p.msg.Persistent = props.DeliveryMode == 2
 	return p, nil
 }
 
@@ -173,7 +186,8 @@ func senderKeys(h amqp.Table, name string) ([]string, *amqp.Error) {
 // unroutable mandatory message and the publisher confirm when the message
 // is safe (immediately, or when the store has made it durable).
 func (ch *channel) publish(p *pendingPublish) {
-	qs := ch.route(p)
+	qs := ch.route(p, ch.routeBuf[:0])
+	ch.routeBuf = qs[:0] // reused: enqueue keeps none of qs
 	if len(qs) == 0 {
 		ch.confirmDone(p.seq, true, false)
 		return
@@ -185,10 +199,11 @@ func (ch *channel) publish(p *pendingPublish) {
 	ch.conn.b.enqueue(qs, p, done)
 }
 
-// route returns the queues p goes to. A direct reply-to message is handed
-// to its consumer at once and an unroutable mandatory one returned; for
-// those, and any other message routed nowhere, it returns none.
-func (ch *channel) route(p *pendingPublish) []*Queue {
+// route returns the queues p goes to, appended to dst. A direct
+// reply-to message is handed to its consumer at once and an unroutable
+// mandatory one returned; for those, and any other message routed
+// nowhere, it returns none.
+func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	c := ch.conn
 	b := c.b
 	h := &p.msg.Header
@@ -212,7 +227,7 @@ func (ch *channel) route(p *pendingPublish) []*Queue {
 	x := v.exchanges[p.exchange]
 	var qs []*Queue
 	if x != nil {
-		qs = v.routeLocked(x, h.RoutingKeys, p.headers)
+		qs = v.routeIntoLocked(dst, x, h.RoutingKeys, p.headers)
 	}
 	v.mu.RUnlock()
 	b.counters.published.Add(1)
@@ -417,7 +432,7 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 	var rs []routed
 	var qs []*Queue
 	for _, p := range pubs {
-		if targets := ch.route(p); len(targets) > 0 {
+		if targets := ch.route(p, nil); len(targets) > 0 {
 			rs = append(rs, routed{p, targets})
 			qs = append(qs, targets...)
 		}

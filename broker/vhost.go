@@ -63,16 +63,42 @@ func newVHost(b *Broker, name string) *VHost {
 // keys and headers reaches, following exchange-to-exchange bindings and
 // alternate exchanges, each queue once. Caller holds v.mu (shared).
 func (v *VHost) routeLocked(x *Exchange, keys []string, headers amqp.Table) []*Queue {
-	r := router{v: v, seenX: map[*Exchange]bool{}}
+	return v.routeIntoLocked(nil, x, keys, headers)
+}
+
+// routeIntoLocked is routeLocked appending to dst (a publisher's reused
+// buffer): routing a message to one exchange's queues allocates nothing.
+func (v *VHost) routeIntoLocked(dst []*Queue, x *Exchange, keys []string, headers amqp.Table) []*Queue {
+	r := router{v: v, queues: dst[:0]}
 	r.route(x, keys, headers)
 	return r.queues
 }
 
+// router collects a route's queues. The exchanges it has visited are
+// first, then seenX once it has visited more than one (an exchange-to-
+// exchange binding or an alternate exchange), so the common route makes
+// no map.
 type router struct {
 	v      *VHost
+	first  *Exchange
 	seenX  map[*Exchange]bool
 	seenQ  map[*Queue]bool
 	queues []*Queue
+}
+
+// visit reports whether x was visited before, and records it.
+func (r *router) visit(x *Exchange) bool {
+	switch {
+	case r.first == nil:
+		r.first = x
+		return false
+	case r.first == x || r.seenX[x]:
+		return true
+	case r.seenX == nil:
+		r.seenX = map[*Exchange]bool{}
+	}
+	r.seenX[x] = true
+	return false
 }
 
 func (r *router) addQueue(q *Queue) {
@@ -93,10 +119,9 @@ func (r *router) addQueue(q *Queue) {
 }
 
 func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
-	if r.seenX[x] {
+	if r.visit(x) {
 		return
 	}
-	r.seenX[x] = true
 	found := false
 	visit := func(b *Binding) {
 		found = true

@@ -60,8 +60,8 @@ type ChannelOut interface {
 	Send(m Method)
 	// SendContent sends a content method (basic.deliver, get-ok, return)
 	// followed by its header and body frames, split by the negotiated
-	// frame size. props is the raw property list; props and body are only
-	// read during the call.
+	// frame size. props is the raw property list; m, props and body are
+	// only read during the call (a caller may reuse them after it).
 	SendContent(m Method, props, body []byte)
 	// Writable reports whether the connection's outbound queue is below
 	// its high-water mark.

@@ -109,7 +109,7 @@ func TestPublishDeliverAckAllocs(t *testing.T) {
 	for _, c := range []struct {
 		persistent bool
 		max        float64
-	}{{false, 6}, {true, 21}} {
+	}{{false, 3}, {true, 20}} {
 		_, ch, out := benchChannel(t, c.persistent, nil)
 		if err := ch.Handle(&amqp.BasicConsume{Queue: "q", ConsumerTag: "c"}); err != nil {
 			t.Fatal(err)

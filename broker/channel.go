@@ -32,6 +32,8 @@ type channel struct {
 	routeBuf   []*Queue       // a publish's route, reused; reader goroutine only
 	ackBuf     []*delivery    // an ack's deliveries, reused; reader goroutine only
 
+	deliverMsg amqp.BasicDeliver // the basic.deliver being sent; mu
+
 	mu             sync.Mutex
 	closed         bool
 	timedOut       bool // closed for a consumer timeout, the close-ok not yet in
@@ -103,13 +105,16 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 	q.vhost.b.counters.delivered(false, c.noAck, e.redelivered)
 	q.stats.delivered(false, c.noAck, e.redelivered)
 	h := e.EffectiveHeader()
-	ch.out.SendContent(&amqp.BasicDeliver{
+	// The channel's one basic.deliver, rewritten under ch.mu: SendContent
+	// reads its method only during the call.
+	ch.deliverMsg = amqp.BasicDeliver{
 		ConsumerTag: c.tag,
 		DeliveryTag: tag,
 		Redelivered: e.redelivered,
 		Exchange:    h.Exchange,
 		RoutingKey:  h.RoutingKeys[0],
-	}, props, e.Msg.Body)
+	}
+	ch.out.SendContent(&ch.deliverMsg, props, e.Msg.Body)
 	return true
 }
 

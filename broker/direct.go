@@ -47,6 +47,10 @@ func (o *directOut) Send(m amqp.Method) {
 }
 
 func (o *directOut) SendContent(m amqp.Method, props, body []byte) {
+	if d, ok := m.(*amqp.BasicDeliver); ok { // the channel's own, reused: keep a copy
+		c := *d
+		m = &c
+	}
 	r := Reply{Method: m, Props: append([]byte(nil), props...), Body: append([]byte(nil), body...)}
 	o.mu.Lock()
 	o.replies = append(o.replies, r)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/brokerd/brokerd/store"
 )
@@ -26,7 +27,12 @@ type txn struct {
 	inserts []*entry                // dead-lettered copies for target queues
 	puts    []*entry                // the entries of batch.Puts (inStore is set on write)
 	vhost   *VHost                  // read-locked until apply (holdVHost)
+	handed  bool                    // the store holds batch (until its done, or longer)
 }
+
+// txnPool recycles the txns the store never saw: most operations on
+// transient messages (a publish, a delivery, an ack) write nothing.
+var txnPool = sync.Pool{New: func() any { return new(txn) }}
 
 // holdVHost read-locks v until apply: dead letters routed under it must
 // reach the store before any queue they were routed to can be deleted
@@ -38,7 +44,28 @@ func (t *txn) holdVHost(v *VHost) {
 	}
 }
 
-func (b *Broker) newTxn() *txn { return &txn{b: b} }
+func (b *Broker) newTxn() *txn {
+	t := txnPool.Get().(*txn)
+	t.b = b
+	return t
+}
+
+// recycle returns t to txnPool once its owner is done with it (finish),
+// unless it was handed to the store, which may hold its batch: that one
+// is left to the garbage collector.
+func (t *txn) recycle() {
+	if t.handed || t.vhost != nil {
+		return
+	}
+	b := &t.batch
+	clear(b.Messages)
+	clear(b.Puts)
+	clear(t.puts)
+	*t = txn{batch: store.Batch{
+		Messages: b.Messages[:0], Puts: b.Puts[:0], Updates: b.Updates[:0], Deletes: b.Deletes[:0],
+	}, puts: t.puts[:0], inserts: t.inserts[:0]}
+	txnPool.Put(t)
+}
 
 // smallBatch is the size up to which a txn scans its puts instead of
 // indexing them: most operations put one to a few entries, and a map per
@@ -161,6 +188,7 @@ func (t *txn) write(done func(error)) bool {
 		return false
 	}
 	b := t.b
+	t.handed = true
 	b.store.Apply(&t.batch, func(err error) {
 		if err != nil {
 			b.storeFailed(err)
@@ -177,8 +205,9 @@ func (t *txn) write(done func(error)) bool {
 }
 
 // finish inserts dead-lettered copies into their target queues. Call it
-// with no queue lock held.
+// with no queue lock held, last: t may be reused after it.
 func (t *txn) finish() {
+	defer t.recycle()
 	for len(t.inserts) > 0 {
 		// Group by target, keeping order, so each target is locked once.
 		q := t.inserts[0].q

@@ -271,8 +271,8 @@ func TestScaleScenarios(t *testing.T) {
 			}
 		}},
 		{"backlog", func(o *options) { o.scenario = "backlog" }, func(t *testing.T, o options, res result) {
-			if res.DrainMsgsPerS <= 0 {
-				t.Fatalf("drain rate %v", res.DrainMsgsPerS)
+			if res.DrainMsgsPerS <= 0 || res.BrokerRSSFilledMiB <= 0 || res.BrokerRSSFilledMiB > res.BrokerRSSPeakMiB {
+				t.Fatalf("drain rate %v, rss filled %v MiB (peak %v)", res.DrainMsgsPerS, res.BrokerRSSFilledMiB, res.BrokerRSSPeakMiB)
 			}
 		}},
 	} {

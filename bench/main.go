@@ -3,6 +3,7 @@
 //
 //	go run ./bench -scenario e2e -n 100000 -size 1024 -confirm 1000
 //	go run ./bench -scenario publish -url amqp://guest:guest@127.0.0.1:5672/ -compare amqp://guest:guest@127.0.0.1:5673/
+//	bench -scenario idle-conns -conns 10000 -client raw -broker-pid $(pidof brokerd)
 //
 // Every message carries its producer, sequence number and send time in its
 // body; the run verifies that each arrived exactly once and exits 1 if any
@@ -264,6 +265,8 @@ type result struct {
 	// pid.
 	BrokerRSSPeakMiB float64 `json:"broker_rss_peak_mib,omitempty"`
 	BrokerRSSEndMiB  float64 `json:"broker_rss_end_mib,omitempty"`
+	// BrokerRSSFilledMiB is backlog's sample once the queue is full.
+	BrokerRSSFilledMiB float64 `json:"broker_rss_filled_mib,omitempty"`
 	// Conditions.
 	Size       int     `json:"size"`
 	Producers  int     `json:"producers"`
@@ -324,6 +327,9 @@ func printTable(w io.Writer, rs []result) {
 	if rs[0].BrokerRSSPeakMiB > 0 {
 		row("broker RSS peak MiB", func(r result) float64 { return r.BrokerRSSPeakMiB }, "%.1f")
 		row("broker RSS end MiB", func(r result) float64 { return r.BrokerRSSEndMiB }, "%.1f")
+		if rs[0].BrokerRSSFilledMiB > 0 {
+			row("broker RSS filled MiB", func(r result) float64 { return r.BrokerRSSFilledMiB }, "%.1f")
+		}
 	}
 	row("p50 ms", func(r result) float64 { return r.P50MS }, "%.2f")
 	row("p99 ms", func(r result) float64 { return r.P99MS }, "%.2f")

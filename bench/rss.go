@@ -67,6 +67,12 @@ func (s *rssSampler) sample() (uint64, error) {
 	return v, nil
 }
 
+// nowMiB samples the RSS once (keeping the peak) and returns it in MiB.
+func (s *rssSampler) nowMiB() (float64, error) {
+	v, err := s.sample()
+	return float64(v) / (1 << 20), err
+}
+
 // stop ends the sampling and returns the peak and a last sample, in MiB.
 // It fails if any read failed (the broker exited, say): a peak with gaps
 // is not one.

@@ -42,6 +42,9 @@ type runner struct {
 	target atomic.Uint64 // arrivals that end the wait; 0 = not known yet
 	notify chan struct{} // signalled when arrivals may have reached target
 
+	// rss samples the broker's RSS (nil without -broker-pid).
+	rss *rssSampler
+
 	// atEnd runs after the scenario, once the broker's RSS at the end was
 	// sampled (idle-conns closes its connections there).
 	atEnd []func()
@@ -69,14 +72,13 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 			f()
 		}
 	}()
-	var rss *rssSampler
 	if o.brokerPID > 0 {
-		if rss, err = startRSS(o.brokerPID); err != nil {
+		if r.rss, err = startRSS(o.brokerPID); err != nil {
 			return res, err
 		}
 		defer func() {
-			if rss != nil {
-				rss.stop()
+			if r.rss != nil {
+				r.rss.stop()
 			}
 		}()
 	}
@@ -120,9 +122,9 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 	if err != nil {
 		return res, err
 	}
-	if rss != nil {
-		res.BrokerRSSPeakMiB, res.BrokerRSSEndMiB, err = rss.stop()
-		rss = nil
+	if r.rss != nil {
+		res.BrokerRSSPeakMiB, res.BrokerRSSEndMiB, err = r.rss.stop()
+		r.rss = nil
 		if err != nil {
 			return res, err
 		}

@@ -53,6 +53,11 @@ func (r *runner) scenarioBacklog(ctx context.Context, res *result) (time.Duratio
 		return 0, err
 	}
 	r.confirmLatency = false
+	if r.rss != nil {
+		if res.BrokerRSSFilledMiB, err = r.rss.nowMiB(); err != nil {
+			return 0, err
+		}
+	}
 	res.Msgs = r.published.Load()
 	if r.o.confirm > 0 {
 		res.Latency = "publish to confirm"

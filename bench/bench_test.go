@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -246,4 +248,139 @@ func startDroppingProxy(t *testing.T, addr string) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+// TestScaleScenarios runs the scale scenarios at small sizes against an
+// in-process broker (so its RSS is this process's) and checks their
+// counts and the RSS fields.
+func TestScaleScenarios(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	for _, c := range []struct {
+		name  string
+		tweak func(*options)
+		check func(t *testing.T, o options, res result)
+	}{
+		{"queues", func(o *options) { o.scenario, o.queues, o.consumers = "queues", 20, 3 }, func(t *testing.T, o options, res result) {
+			if res.Queues != 20 || res.P50MS <= 0 {
+				t.Fatalf("queues %d, p50 %v ms", res.Queues, res.P50MS)
+			}
+		}},
+		{"fanout", func(o *options) { o.scenario, o.queues = "fanout", 10 }, func(t *testing.T, o options, res result) {
+			if res.Queues != 10 || res.DeliveriesPerS < 9*res.MsgsPerS {
+				t.Fatalf("queues %d, deliveries/s %v for %v msgs/s, want 10 copies each", res.Queues, res.DeliveriesPerS, res.MsgsPerS)
+			}
+		}},
+		{"backlog", func(o *options) { o.scenario = "backlog" }, func(t *testing.T, o options, res result) {
+			if res.DrainMsgsPerS <= 0 || res.BrokerRSSFilledMiB <= 0 || res.BrokerRSSFilledMiB > res.BrokerRSSPeakMiB {
+				t.Fatalf("drain rate %v, rss filled %v MiB (peak %v)", res.DrainMsgsPerS, res.BrokerRSSFilledMiB, res.BrokerRSSPeakMiB)
+			}
+		}},
+	} {
+		for _, client := range clients {
+			t.Run(client+"/"+c.name, func(t *testing.T) {
+				o := opts(b.URL, c.name)
+				o.client, o.brokerPID = client, os.Getpid()
+				c.tweak(&o)
+				res, err := run(context.Background(), o, io.Discard)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Msgs != uint64(o.n) || res.Lost != 0 || res.Duplicated != 0 || res.MsgsPerS <= 0 {
+					t.Fatalf("result = %+v, want %d msgs, none lost or duplicated", res, o.n)
+				}
+				checkRSS(t, res)
+				c.check(t, o, res)
+			})
+		}
+	}
+}
+
+// checkRSS checks a result's broker RSS fields against this process's
+// (the broker is in-process).
+func checkRSS(t *testing.T, res result) {
+	t.Helper()
+	now, err := readRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.BrokerRSSEndMiB <= 0 || res.BrokerRSSPeakMiB < res.BrokerRSSEndMiB || res.BrokerRSSPeakMiB > 4*float64(now)/(1<<20) {
+		t.Fatalf("broker rss peak %v end %v MiB (process now %v MiB)", res.BrokerRSSPeakMiB, res.BrokerRSSEndMiB, float64(now)/(1<<20))
+	}
+	line, _ := json.Marshal(res)
+	if !bytes.Contains(line, []byte(`"broker_rss_peak_mib":`)) || !bytes.Contains(line, []byte(`"broker_rss_end_mib":`)) {
+		t.Fatalf("no rss in %s", line)
+	}
+}
+
+// TestQueuesFewChannels: with a broker allowing 8 channels, the raw client
+// puts the 20 consumers of one connection on 8 channels (several a
+// channel) and still gets every message once.
+func TestQueuesFewChannels(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{ChannelMax: 8}})
+	o := opts(b.URL, "queues")
+	o.client, o.queues, o.consumers, o.ack = "raw", 20, 1, "auto"
+	res, err := run(context.Background(), o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Msgs != uint64(o.n) || res.Lost != 0 || res.Duplicated != 0 || res.Queues != 20 {
+		t.Fatalf("result = %+v", res)
+	}
+	line, _ := json.Marshal(res)
+	if bytes.Contains(line, []byte("broker_rss")) {
+		t.Fatalf("rss fields without -broker-pid: %s", line)
+	}
+}
+
+// TestIdleConns holds 200 idle connections with 1 s heartbeats for 2.5 s
+// (the broker drops a connection it has not heard from for 2.25 s) while
+// the pair's e2e runs; none may be dropped.
+func TestIdleConns(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	for _, client := range clients {
+		t.Run(client, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := realMain([]string{"-url", b.URL, "-scenario", "idle-conns", "-conns", "200", "-heartbeat", "1",
+				"-duration", "2500ms", "-rate", "400", "-client", client, "-broker-pid", strconv.Itoa(os.Getpid()), "-json"}, &stdout, &stderr)
+			if code != 0 {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+			}
+			var res result
+			if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &res); err != nil {
+				t.Fatalf("stdout %q: %v", stdout.String(), err)
+			}
+			if res.Conns != 200 || res.ConnsDropped != 0 || res.ConnsOpenS <= 0 {
+				t.Fatalf("conns %d dropped %d open %v s", res.Conns, res.ConnsDropped, res.ConnsOpenS)
+			}
+			if res.Msgs < 800 || res.Msgs > 1010 || res.Lost != 0 || res.Duplicated != 0 || res.P50MS <= 0 || res.Producers != 1 || res.Consumers != 1 {
+				t.Fatalf("e2e of the pair: %+v, want ~1000 msgs, none lost", res)
+			}
+			checkRSS(t, res)
+		})
+	}
+}
+
+// TestIdleConnsTooMany: more connections than the hard RLIMIT_NOFILE
+// allows fail the run before any is opened, saying why.
+func TestIdleConnsTooMany(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	o := opts(b.URL, "idle-conns")
+	o.conns, o.duration, o.rate = 1<<30, time.Second, 100
+	_, err := run(context.Background(), o, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "RLIMIT_NOFILE") {
+		t.Fatalf("err = %v, want one naming RLIMIT_NOFILE", err)
+	}
+}
+
+func TestParseVmRSS(t *testing.T) {
+	v, err := parseVmRSS([]byte("Name:\tbrokerd\nVmHWM:\t  900 kB\nVmRSS:\t   1234 kB\nThreads:\t7\n"))
+	if err != nil || v != 1234<<10 {
+		t.Fatalf("= %d, %v", v, err)
+	}
+	if _, err := parseVmRSS([]byte("Name:\tkworker\n")); err == nil {
+		t.Fatal("no VmRSS line: no error")
+	}
+	if _, err := readRSS(1 << 30); err == nil {
+		t.Fatal("rss of a pid that does not exist: no error")
+	}
 }

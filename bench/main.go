@@ -3,6 +3,7 @@
 //
 //	go run ./bench -scenario e2e -n 100000 -size 1024 -confirm 1000
 //	go run ./bench -scenario publish -url amqp://guest:guest@127.0.0.1:5672/ -compare amqp://guest:guest@127.0.0.1:5673/
+//	bench -scenario idle-conns -conns 10000 -client raw -broker-pid $(pidof brokerd)
 //
 // Every message carries its producer, sequence number and send time in its
 // body; the run verifies that each arrived exactly once and exits 1 if any
@@ -49,9 +50,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	var results []result
 	failed := false
-	for _, u := range urls {
+	pids := []int{o.brokerPID, o.comparePID}
+	for i, u := range urls {
 		ro := o
-		ro.url = u
+		ro.url, ro.brokerPID = u, pids[i]
 		fmt.Fprintf(stderr, "bench: %s against %s\n", o.scenario, redact(u))
 		r, err := run(ctx, ro, stderr)
 		if err != nil {
@@ -61,7 +63,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		line, _ := json.Marshal(r)
 		fmt.Fprintln(stdout, string(line))
 		results = append(results, r)
-		if r.Lost > 0 || r.Duplicated > 0 {
+		if r.Lost > 0 || r.Duplicated > 0 || r.ConnsDropped > 0 {
 			failed = true
 		}
 	}
@@ -69,7 +71,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		printTable(stdout, results)
 	}
 	if failed {
-		fmt.Fprintln(stderr, "bench: FAILED: messages were lost or duplicated")
+		fmt.Fprintln(stderr, "bench: FAILED: messages were lost or duplicated, or the broker dropped idle connections")
 		return 1
 	}
 	return 0
@@ -102,9 +104,13 @@ type options struct {
 	id         string // queue and exchange name prefix
 	keep       bool   // leave the run's queues and exchanges in place
 	client     string // amqp091 or raw
+	conns      int    // idle-conns: connections to hold open
+	heartbeat  int    // idle-conns: heartbeat interval in seconds
+	brokerPID  int    // sample this process's RSS during the run (0 = none)
+	comparePID int    // the -compare broker's process
 }
 
-var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout"}
+var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout", "queues", "idle-conns"}
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -128,7 +134,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.ttlMode, "ttl-mode", "queue", "ttl-expire: queue (x-message-ttl) or message (expiration property)")
 	fs.IntVar(&o.maxLength, "max-length", 1000, "x-max-length for maxlen")
 	fs.Float64Var(&o.rate, "rate", 0, "pace all producers together to this many msgs/s (0 = as fast as possible)")
-	fs.IntVar(&o.queues, "queues", 4, "queues bound to the exchange in fanout")
+	fs.IntVar(&o.queues, "queues", 0, "queues: fanout's queues bound to the exchange (default 4), or the queues scenario's queues (default 1000)")
+	fs.IntVar(&o.conns, "conns", 10000, "idle-conns: connections held open (raw client, heartbeats answered)")
+	fs.IntVar(&o.heartbeat, "heartbeat", 10, "idle-conns: heartbeat interval in seconds the idle connections ask for")
+	fs.IntVar(&o.brokerPID, "broker-pid", 0, "sample the RSS of the broker with this `PID` (same machine) every 100 ms: peak and end in the result")
+	fs.IntVar(&o.comparePID, "compare-pid", 0, "as -broker-pid, for the -compare broker")
 	fs.BoolVar(&o.json, "json", false, "print only the JSON result line on stdout")
 	fs.StringVar(&o.compare, "compare", "", "run the same scenario against this second broker `URL` and compare")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for messages after this long")
@@ -145,11 +155,32 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if !contains(scenarios, o.scenario) {
 		problems = append(problems, fmt.Sprintf("-scenario %q is not one of %s", o.scenario, strings.Join(scenarios, ", ")))
 	}
+	if o.scenario == "idle-conns" {
+		// One pair at a modest pace keeps the broker serving while the
+		// idle connections are held.
+		if o.duration == 0 {
+			o.duration = 30 * time.Second
+		}
+		if o.rate == 0 {
+			o.rate = 1000
+		}
+		o.n = 0
+		o.producers, o.consumers = 1, 1 // the pair
+	}
 	if o.n == 0 && o.duration == 0 {
 		o.n = 100000
 	}
+	if o.queues == 0 {
+		o.queues = 4
+		if o.scenario == "queues" {
+			o.queues = 1000
+		}
+	}
 	if o.n < 0 || o.size < bodyHeader || o.producers < 1 || o.consumers < 1 || o.confirm < 0 || o.prefetch < 0 || o.queues < 1 || o.maxLength < 0 || o.rate < 0 {
 		problems = append(problems, fmt.Sprintf("need -n >= 0, -size >= %d, -producers >= 1, -consumers >= 1, -queues >= 1, and non-negative -confirm, -prefetch, -max-length, -rate", bodyHeader))
+	}
+	if o.conns < 1 || o.heartbeat < 0 || o.heartbeat > 65535 || o.brokerPID < 0 || o.comparePID < 0 {
+		problems = append(problems, "need -conns >= 1, -heartbeat in 0..65535 and non-negative -broker-pid, -compare-pid")
 	}
 	if o.client != "amqp091" && o.client != "raw" {
 		problems = append(problems, "-client must be amqp091 or raw")
@@ -172,7 +203,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if len(problems) > 0 {
 		return o, errors.New(strings.Join(problems, "; "))
 	}
-	if o.persistent || o.queueType == "quorum" {
+	if o.persistent || o.queueType == "quorum" || o.scenario == "queues" {
 		o.durable = true
 	}
 	if o.id == "" {
@@ -218,6 +249,24 @@ type result struct {
 	Nacked     uint64  `json:"nacked"`
 	// DrainMsgsPerS is the consume rate of the backlog scenario.
 	DrainMsgsPerS float64 `json:"drain_msgs_per_s,omitempty"`
+	// DeliveriesPerS counts every copy (fanout: msgs_per_s × queues).
+	DeliveriesPerS float64 `json:"deliveries_per_s,omitempty"`
+	// Queues is the number of queues of fanout and queues.
+	Queues int `json:"queues,omitempty"`
+	// Conns is the number of idle connections idle-conns opened and held
+	// (with heartbeats) for the run; ConnsDropped, those that ended before
+	// the run did (a failure); ConnsOpenS, how long opening them took.
+	Conns        int     `json:"conns,omitempty"`
+	ConnsDropped int     `json:"conns_dropped,omitempty"`
+	ConnsOpenS   float64 `json:"conns_open_s,omitempty"`
+	// The broker's resident set (VmRSS of -broker-pid), sampled every
+	// 100 ms from the start of the run: the peak, and at the end of the
+	// scenario (before the run's queues are deleted). Omitted without a
+	// pid.
+	BrokerRSSPeakMiB float64 `json:"broker_rss_peak_mib,omitempty"`
+	BrokerRSSEndMiB  float64 `json:"broker_rss_end_mib,omitempty"`
+	// BrokerRSSFilledMiB is backlog's sample once the queue is full.
+	BrokerRSSFilledMiB float64 `json:"broker_rss_filled_mib,omitempty"`
 	// Conditions.
 	Size       int     `json:"size"`
 	Producers  int     `json:"producers"`
@@ -266,6 +315,21 @@ func printTable(w io.Writer, rs []result) {
 	row("MB/s", func(r result) float64 { return r.MBPerS }, "%.1f")
 	if rs[0].DrainMsgsPerS > 0 {
 		row("drain msgs/s", func(r result) float64 { return r.DrainMsgsPerS }, "%.0f")
+	}
+	if rs[0].DeliveriesPerS > 0 {
+		row("deliveries/s", func(r result) float64 { return r.DeliveriesPerS }, "%.0f")
+	}
+	if rs[0].Conns > 0 {
+		row("idle conns", func(r result) float64 { return float64(r.Conns) }, "%.0f")
+		row("conns dropped", func(r result) float64 { return float64(r.ConnsDropped) }, "%.0f")
+		row("conns open s", func(r result) float64 { return r.ConnsOpenS }, "%.2f")
+	}
+	if rs[0].BrokerRSSPeakMiB > 0 {
+		row("broker RSS peak MiB", func(r result) float64 { return r.BrokerRSSPeakMiB }, "%.1f")
+		row("broker RSS end MiB", func(r result) float64 { return r.BrokerRSSEndMiB }, "%.1f")
+		if rs[0].BrokerRSSFilledMiB > 0 {
+			row("broker RSS filled MiB", func(r result) float64 { return r.BrokerRSSFilledMiB }, "%.1f")
+		}
 	}
 	row("p50 ms", func(r result) float64 { return r.P50MS }, "%.2f")
 	row("p99 ms", func(r result) float64 { return r.P99MS }, "%.2f")

@@ -21,21 +21,39 @@ import (
 // and content header are encoded once per run (per message only with a
 // per-message expiration). So one process can offer several hundred
 // thousand messages a second, and what it measures is the broker, not the
-// client. It does what the benchmark needs and nothing more: one channel,
-// no heartbeats, no returns.
+// client. It does what the benchmark needs and nothing more: a publisher
+// uses channel 1, a subscriber as many channels as it has queues (up to
+// the broker's channel_max, then several consumers a channel); heartbeats
+// only on the idle connections of idle-conns (see idle.go); no returns.
 
 // rawConn is one connection with channel 1 open.
 type rawConn struct {
-	nc       net.Conn
-	w        *bufio.Writer
-	fr       *amqp.FrameReader
-	frameMax uint32
-	buf      []byte // scratch for encoding
+	nc         net.Conn
+	w          *bufio.Writer
+	fr         *amqp.FrameReader
+	frameMax   uint32
+	channelMax uint16 // negotiated; at least 1
+	heartbeat  uint16 // negotiated, seconds
+	buf        []byte // scratch for encoding
+}
+
+// rawConfig tunes a raw connection; the zero value is the load
+// generator's: one channel, no heartbeats, a 256 KiB write buffer.
+type rawConfig struct {
+	// channelMax is the number of channels the client wants (the
+	// broker's limit wins if lower); 0 means 1.
+	channelMax uint16
+	// heartbeat is the interval in seconds the client asks for; the
+	// broker's proposal wins if lower and not 0 (as in RabbitMQ's
+	// clients). 0 asks for none.
+	heartbeat uint16
+	// writeBuffer is the write buffer's size; 0 means 256 KiB.
+	writeBuffer int
 }
 
 // rawDial connects to rawURL (amqp://user:pass@host:port/vhost), logs in
 // with PLAIN and opens channel 1.
-func rawDial(rawURL string) (*rawConn, error) {
+func rawDial(rawURL string, cfg rawConfig) (*rawConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -64,15 +82,18 @@ func rawDial(rawURL string) (*rawConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &rawConn{nc: nc, w: bufio.NewWriterSize(nc, 256<<10), fr: amqp.NewFrameReader(nc)}
-	if err := c.handshake(user, pass, vhost); err != nil {
+	if cfg.writeBuffer == 0 {
+		cfg.writeBuffer = 256 << 10
+	}
+	c := &rawConn{nc: nc, w: bufio.NewWriterSize(nc, cfg.writeBuffer), fr: amqp.NewFrameReader(nc)}
+	if err := c.handshake(user, pass, vhost, cfg); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("raw client: %w", err)
 	}
 	return c, nil
 }
 
-func (c *rawConn) handshake(user, pass, vhost string) error {
+func (c *rawConn) handshake(user, pass, vhost string, cfg rawConfig) error {
 	c.nc.SetDeadline(time.Now().Add(10 * time.Second))
 	defer c.nc.SetDeadline(time.Time{})
 	if _, err := c.w.WriteString("AMQP\x00\x00\x09\x01"); err != nil {
@@ -100,7 +121,15 @@ func (c *rawConn) handshake(user, pass, vhost string) error {
 		c.frameMax = 1 << 20
 	}
 	c.fr.SetMaxFrameSize(c.frameMax)
-	c.send(0, &amqp.ConnectionTuneOk{ChannelMax: 1, FrameMax: c.frameMax})
+	c.channelMax = max(cfg.channelMax, 1)
+	if tune.ChannelMax != 0 {
+		c.channelMax = min(c.channelMax, tune.ChannelMax)
+	}
+	c.heartbeat = cfg.heartbeat
+	if tune.Heartbeat != 0 && cfg.heartbeat != 0 {
+		c.heartbeat = min(c.heartbeat, tune.Heartbeat)
+	}
+	c.send(0, &amqp.ConnectionTuneOk{ChannelMax: c.channelMax, FrameMax: c.frameMax, Heartbeat: c.heartbeat})
 	c.send(0, &amqp.ConnectionOpen{VirtualHost: vhost})
 	if _, err := c.call(0, nil); err != nil { // flush, then open-ok
 		return err
@@ -219,11 +248,10 @@ type rawPublisher struct {
 	c *rawConn
 	// head is the pre-encoded basic.publish frame and content header up
 	// to the body size (the props follow it), for the last expiration.
-	exchange, key string
-	persistent    bool
-	method        []byte
-	props         []byte
-	expiration    string
+	persistent bool
+	methods    [][]byte // basic.publish frames, one per routing key
+	props      []byte
+	expiration string
 	// confirms that arrived but were not taken yet: acks then nacks
 	// are counted per tag run, in order.
 	confirming bool
@@ -232,9 +260,11 @@ type rawPublisher struct {
 	pending    []bool // confirms arrived, oldest first, not yet taken
 }
 
-func newRawPublisher(c *rawConn, exchange, key string, persistent, confirm bool) (*rawPublisher, error) {
-	p := &rawPublisher{c: c, exchange: exchange, key: key, persistent: persistent, nextTag: 1}
-	p.method = amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{Exchange: exchange, RoutingKey: key})
+func newRawPublisher(c *rawConn, exchange string, keys []string, persistent, confirm bool) (*rawPublisher, error) {
+	p := &rawPublisher{c: c, persistent: persistent, nextTag: 1}
+	for _, key := range keys {
+		p.methods = append(p.methods, amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{Exchange: exchange, RoutingKey: key}))
+	}
 	p.setProps("")
 	if confirm {
 		if _, err := c.call(1, &amqp.ConfirmSelect{}); err != nil {
@@ -259,12 +289,12 @@ func (p *rawPublisher) setProps(expiration string) {
 }
 
 // publish appends one message to the write buffer.
-func (p *rawPublisher) publish(body []byte, expiration string) error {
+func (p *rawPublisher) publish(key int, body []byte, expiration string) error {
 	if expiration != p.expiration {
 		p.setProps(expiration)
 	}
 	c := p.c
-	c.w.Write(p.method)
+	c.w.Write(p.methods[key])
 	c.buf = amqp.AppendHeaderFrame(c.buf[:0], 1, 60, uint64(len(body)), p.props)
 	c.buf = amqp.AppendBodyFrames(c.buf, 1, body, c.frameMax)
 	_, err := c.w.Write(c.buf)
@@ -310,22 +340,50 @@ func (p *rawPublisher) confirm() (bool, error) {
 	return ack, nil
 }
 
-// rawSubscriber is the consuming side of a raw connection.
+// rawSubscriber is the consuming side of a raw connection: one consumer
+// per queue, on channels 1..n. The tags it hands out carry the channel
+// in their top 16 bits (tagShift), so ack and reject know where to go.
 type rawSubscriber struct {
-	c    *rawConn
-	body []byte // the delivery being assembled
+	c     *rawConn
+	chans []rawDelivery // indexed by channel number: the delivery being assembled
 }
 
-func newRawSubscriber(c *rawConn, queue string, prefetch int, noAck bool) (*rawSubscriber, error) {
-	if !noAck {
-		if _, err := c.call(1, &amqp.BasicQos{PrefetchCount: uint16(min(prefetch, 65535))}); err != nil {
-			return nil, fmt.Errorf("qos: %w", err)
+// tagShift places the channel number above a delivery tag in the tags a
+// rawSubscriber returns.
+const tagShift = 48
+
+// rawDelivery is a delivery being assembled on one channel (frames of
+// several channels may interleave).
+type rawDelivery struct {
+	tag  uint64
+	size uint64
+	have bool   // the content header arrived
+	body []byte // reused
+}
+
+// newRawSubscriber consumes each of queues, one consumer per queue, on as
+// many channels as the connection allows (channel 1 is open already).
+func newRawSubscriber(c *rawConn, queues []string, prefetch int, noAck bool) (*rawSubscriber, error) {
+	n := min(len(queues), int(c.channelMax))
+	for ch := uint16(1); int(ch) <= n; ch++ {
+		if ch > 1 {
+			if _, err := c.call(ch, &amqp.ChannelOpen{}); err != nil {
+				return nil, fmt.Errorf("open channel %d: %w", ch, err)
+			}
+		}
+		if !noAck {
+			if _, err := c.call(ch, &amqp.BasicQos{PrefetchCount: uint16(min(prefetch, 65535))}); err != nil {
+				return nil, fmt.Errorf("qos: %w", err)
+			}
 		}
 	}
-	if _, err := c.call(1, &amqp.BasicConsume{Queue: queue, NoAck: noAck}); err != nil {
-		return nil, fmt.Errorf("consume %s: %w", queue, err)
+	for i, queue := range queues {
+		ch := uint16(1 + i%n)
+		if _, err := c.call(ch, &amqp.BasicConsume{Queue: queue, NoAck: noAck}); err != nil {
+			return nil, fmt.Errorf("consume %s: %w", queue, err)
+		}
 	}
-	return &rawSubscriber{c: c}, nil
+	return &rawSubscriber{c: c, chans: make([]rawDelivery, n+1)}, nil
 }
 
 // next returns the next delivery's tag and body (valid until the next
@@ -333,10 +391,6 @@ func newRawSubscriber(c *rawConn, queue string, prefetch int, noAck bool) (*rawS
 // is buffered to read: one write per burst.
 func (s *rawSubscriber) next() (uint64, []byte, error) {
 	c := s.c
-	var tag uint64
-	var size uint64
-	have := false
-	s.body = s.body[:0]
 	for {
 		if c.fr.Buffered() == 0 && c.w.Buffered() > 0 {
 			if err := c.w.Flush(); err != nil {
@@ -351,9 +405,21 @@ func (s *rawSubscriber) next() (uint64, []byte, error) {
 			c.nc.Close()
 			return 0, nil, err
 		}
-		switch f.Type {
-		case amqp.FrameHeartbeat:
+		if f.Type == amqp.FrameHeartbeat {
 			continue
+		}
+		if f.Channel == 0 || int(f.Channel) >= len(s.chans) {
+			if f.Type == amqp.FrameMethod {
+				if m, err := amqp.DecodeMethod(f.Payload); err == nil {
+					if err := closeError(m); err != nil {
+						return 0, nil, err
+					}
+				}
+			}
+			return 0, nil, fmt.Errorf("frame type %d on channel %d while consuming", f.Type, f.Channel)
+		}
+		d := &s.chans[f.Channel]
+		switch f.Type {
 		case amqp.FrameMethod:
 			m, err := amqp.DecodeMethod(f.Payload)
 			if err != nil {
@@ -362,27 +428,27 @@ func (s *rawSubscriber) next() (uint64, []byte, error) {
 			if err := closeError(m); err != nil {
 				return 0, nil, err
 			}
-			d, ok := m.(*amqp.BasicDeliver)
+			dm, ok := m.(*amqp.BasicDeliver)
 			if !ok {
 				return 0, nil, fmt.Errorf("got %s while consuming", m.Name())
 			}
-			tag, have = d.DeliveryTag, false
+			d.tag, d.have, d.body = dm.DeliveryTag|uint64(f.Channel)<<tagShift, false, d.body[:0]
 		case amqp.FrameHeader:
-			_, size, _, err = amqp.ParseContentHeader(f.Payload)
+			_, d.size, _, err = amqp.ParseContentHeader(f.Payload)
 			if err != nil {
 				return 0, nil, err
 			}
-			have = true
-			if size == 0 {
-				return tag, s.body, nil
+			d.have = true
+			if d.size == 0 {
+				return d.tag, d.body, nil
 			}
 		case amqp.FrameBody:
-			if !have {
+			if !d.have {
 				return 0, nil, errors.New("body frame without a content header")
 			}
-			s.body = append(s.body, f.Payload...)
-			if uint64(len(s.body)) >= size {
-				return tag, s.body, nil
+			d.body = append(d.body, f.Payload...)
+			if uint64(len(d.body)) >= d.size {
+				return d.tag, d.body, nil
 			}
 		}
 	}
@@ -391,16 +457,16 @@ func (s *rawSubscriber) next() (uint64, []byte, error) {
 func (s *rawSubscriber) ack(tag uint64)    { s.settle(80, tag) } // basic.ack, multiple=false
 func (s *rawSubscriber) reject(tag uint64) { s.settle(90, tag) } // basic.reject, requeue=false
 
-// settle appends a basic.ack or basic.reject of tag with its bit clear,
-// encoded by hand: the two share one layout.
+// settle appends a basic.ack or basic.reject of tag (channel above
+// tagShift) with its bit clear, encoded by hand: the two share one layout.
 func (s *rawSubscriber) settle(methodID uint16, tag uint64) {
 	var f [8 + 13]byte
 	f[0] = amqp.FrameMethod
-	binary.BigEndian.PutUint16(f[1:], 1)  // channel
-	binary.BigEndian.PutUint32(f[3:], 13) // payload size
-	binary.BigEndian.PutUint16(f[7:], 60) // basic
+	binary.BigEndian.PutUint16(f[1:], uint16(tag>>tagShift)) // channel
+	binary.BigEndian.PutUint32(f[3:], 13)                    // payload size
+	binary.BigEndian.PutUint16(f[7:], 60)                    // basic
 	binary.BigEndian.PutUint16(f[9:], methodID)
-	binary.BigEndian.PutUint64(f[11:], tag)
+	binary.BigEndian.PutUint64(f[11:], tag&(1<<tagShift-1))
 	f[19] = 0 // multiple / requeue
 	f[20] = amqp.FrameEnd
 	s.c.w.Write(f[:])

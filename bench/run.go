@@ -41,6 +41,13 @@ type runner struct {
 
 	target atomic.Uint64 // arrivals that end the wait; 0 = not known yet
 	notify chan struct{} // signalled when arrivals may have reached target
+
+	// rss samples the broker's RSS (nil without -broker-pid).
+	rss *rssSampler
+
+	// atEnd runs after the scenario, once the broker's RSS at the end was
+	// sampled (idle-conns closes its connections there).
+	atEnd []func()
 }
 
 // run executes one scenario against o.url.
@@ -60,6 +67,21 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 		return res, fmt.Errorf("open channel: %w", err)
 	}
 	defer r.cleanup()
+	defer func() {
+		for _, f := range r.atEnd {
+			f()
+		}
+	}()
+	if o.brokerPID > 0 {
+		if r.rss, err = startRSS(o.brokerPID); err != nil {
+			return res, err
+		}
+		defer func() {
+			if r.rss != nil {
+				r.rss.stop()
+			}
+		}()
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -92,9 +114,20 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 		elapsed, err = r.scenarioTTL(ctx, &res)
 	case "maxlen":
 		elapsed, err = r.scenarioMaxLen(ctx, &res)
+	case "queues":
+		elapsed, err = r.scenarioQueues(ctx, &res)
+	case "idle-conns":
+		elapsed, err = r.scenarioIdleConns(ctx, &res)
 	}
 	if err != nil {
 		return res, err
+	}
+	if r.rss != nil {
+		res.BrokerRSSPeakMiB, res.BrokerRSSEndMiB, err = r.rss.stop()
+		r.rss = nil
+		if err != nil {
+			return res, err
+		}
 	}
 	res.ClientCPUS = (cpuTime() - cpu0).Seconds()
 	res.Seconds = elapsed.Seconds()
@@ -206,10 +239,11 @@ func (r *runner) verify(res *result, want uint64) {
 	res.Duplicated = dup + r.strays.Load()
 }
 
-// produceAll runs o.producers publishers to (exchange, key) and returns
-// when all have finished and every confirm has arrived. The returned
-// duration runs from the first publish to the last confirm.
-func (r *runner) produceAll(ctx context.Context, exchange, key string, ttl func() (uint32, string)) (time.Duration, error) {
+// produceAll runs o.producers publishers to exchange and returns when all
+// have finished and every confirm has arrived. Producer p publishes its
+// message i with routing key keys[(p+i) % len(keys)] (round-robin). The
+// returned duration runs from the first publish to the last confirm.
+func (r *runner) produceAll(ctx context.Context, exchange string, keys []string, ttl func() (uint32, string)) (time.Duration, error) {
 	start := time.Now()
 	var deadline time.Time
 	if r.o.duration > 0 {
@@ -224,7 +258,7 @@ func (r *runner) produceAll(ctx context.Context, exchange, key string, ttl func(
 				count++
 			}
 		}
-		go func() { errc <- r.produce(ctx, p, count, deadline, exchange, key, ttl) }()
+		go func() { errc <- r.produce(ctx, p, count, deadline, exchange, keys, ttl) }()
 	}
 	var first error
 	for p := 0; p < r.o.producers; p++ {
@@ -237,8 +271,9 @@ func (r *runner) produceAll(ctx context.Context, exchange, key string, ttl func(
 
 // publisher is one publishing connection of either client.
 type publisher interface {
-	// publish sends (or buffers) one message.
-	publish(body []byte, expiration string) error
+	// publish sends (or buffers) one message with the routing key of
+	// index key in the keys the publisher was dialled with.
+	publish(key int, body []byte, expiration string) error
 	// flush sends what is buffered (before the producer pauses).
 	flush() error
 	// confirm returns the next confirm, in publish order.
@@ -248,14 +283,15 @@ type publisher interface {
 	close() error
 }
 
-// dialPublisher connects a publisher with the run's client.
-func (r *runner) dialPublisher(ctx context.Context, exchange, key string) (publisher, error) {
+// dialPublisher connects a publisher to exchange with the given routing
+// keys with the run's client.
+func (r *runner) dialPublisher(ctx context.Context, exchange string, keys []string) (publisher, error) {
 	if r.o.client == "raw" {
-		c, err := rawDial(r.o.url)
+		c, err := rawDial(r.o.url, rawConfig{})
 		if err != nil {
 			return nil, fmt.Errorf("connect: %w", err)
 		}
-		p, err := newRawPublisher(c, exchange, key, r.o.persistent, r.o.confirm > 0)
+		p, err := newRawPublisher(c, exchange, keys, r.o.persistent, r.o.confirm > 0)
 		if err != nil {
 			c.nc.Close()
 			return nil, err
@@ -271,7 +307,7 @@ func (r *runner) dialPublisher(ctx context.Context, exchange, key string) (publi
 		conn.Close()
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	p := &goPublisher{ctx: ctx, conn: conn, ch: ch, exchange: exchange, key: key, mode: amqp091.Transient}
+	p := &goPublisher{ctx: ctx, conn: conn, ch: ch, exchange: exchange, keys: keys, mode: amqp091.Transient}
 	if r.o.persistent {
 		p.mode = amqp091.Persistent
 	}
@@ -287,16 +323,17 @@ func (r *runner) dialPublisher(ctx context.Context, exchange, key string) (publi
 
 // goPublisher publishes with amqp091-go.
 type goPublisher struct {
-	ctx           context.Context
-	conn          *amqp091.Connection
-	ch            *amqp091.Channel
-	confirms      chan amqp091.Confirmation
-	exchange, key string
-	mode          uint8
+	ctx      context.Context
+	conn     *amqp091.Connection
+	ch       *amqp091.Channel
+	confirms chan amqp091.Confirmation
+	exchange string
+	keys     []string
+	mode     uint8
 }
 
-func (p *goPublisher) publish(body []byte, expiration string) error {
-	return p.ch.PublishWithContext(p.ctx, p.exchange, p.key, false, false, amqp091.Publishing{
+func (p *goPublisher) publish(key int, body []byte, expiration string) error {
+	return p.ch.PublishWithContext(p.ctx, p.exchange, p.keys[key], false, false, amqp091.Publishing{
 		Body: body, DeliveryMode: p.mode, Expiration: expiration,
 	})
 }
@@ -316,8 +353,8 @@ func (p *goPublisher) close() error {
 	return p.ch.Close()
 }
 
-func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time, exchange, key string, ttl func() (uint32, string)) error {
-	p, err := r.dialPublisher(ctx, exchange, key)
+func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time, exchange string, keys []string, ttl func() (uint32, string)) error {
+	p, err := r.dialPublisher(ctx, exchange, keys)
 	if err != nil {
 		return fmt.Errorf("producer %d: %w", id, err)
 	}
@@ -370,7 +407,7 @@ func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time,
 		}
 		now := time.Now()
 		body := makeBody(buf, r.o.size, id, uint64(i), now, ttlMS)
-		if err := p.publish(body, expiration); err != nil {
+		if err := p.publish((id+i)%len(keys), body, expiration); err != nil {
 			return fmt.Errorf("producer %d: publish: %w", id, err)
 		}
 		r.sent.Add(1)
@@ -405,7 +442,10 @@ const (
 
 // consumerSpec says what a consumer does.
 type consumerSpec struct {
-	queue  string
+	// queues are consumed on one connection: with amqp091 a channel
+	// each, with raw as many channels as the broker allows, the
+	// consumers spread over them.
+	queues []string
 	action consumeAction
 	record bool // track arrivals (and their latency)
 	// latency, if set, gives a delivery's latency in ms.
@@ -426,41 +466,47 @@ type subscriber interface {
 	close()
 }
 
-// dialSubscriber connects a consumer of queue with the run's client.
-func (r *runner) dialSubscriber(queue string, noAck bool) (subscriber, error) {
+// dialSubscribers connects one connection consuming queues with the
+// run's client; each subscriber returned is read by its own goroutine (the
+// raw client: one for the connection; amqp091: one per channel).
+func (r *runner) dialSubscribers(queues []string, noAck bool) ([]subscriber, error) {
 	if r.o.client == "raw" {
-		c, err := rawDial(r.o.url)
+		c, err := rawDial(r.o.url, rawConfig{channelMax: uint16(min(len(queues), 65535))})
 		if err != nil {
 			return nil, fmt.Errorf("connect: %w", err)
 		}
-		s, err := newRawSubscriber(c, queue, r.o.prefetch, noAck)
+		s, err := newRawSubscriber(c, queues, r.o.prefetch, noAck)
 		if err != nil {
 			c.nc.Close()
 			return nil, err
 		}
-		return s, nil
+		return []subscriber{s}, nil
 	}
 	conn, err := amqp091.Dial(r.o.url)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("open channel: %w", err)
-	}
-	if !noAck {
-		if err := ch.Qos(r.o.prefetch, 0, false); err != nil {
+	subs := make([]subscriber, 0, len(queues))
+	for _, queue := range queues {
+		ch, err := conn.Channel()
+		if err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("qos: %w", err)
+			return nil, fmt.Errorf("open channel: %w", err)
 		}
+		if !noAck {
+			if err := ch.Qos(r.o.prefetch, 0, false); err != nil {
+				conn.Close()
+				return nil, fmt.Errorf("qos: %w", err)
+			}
+		}
+		deliveries, err := ch.Consume(queue, "", noAck, false, false, false, nil)
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("consume %s: %w", queue, err)
+		}
+		subs = append(subs, &goSubscriber{conn: conn, ch: ch, deliveries: deliveries})
 	}
-	deliveries, err := ch.Consume(queue, "", noAck, false, false, false, nil)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("consume %s: %w", queue, err)
-	}
-	return &goSubscriber{conn: conn, ch: ch, deliveries: deliveries}, nil
+	return subs, nil
 }
 
 // goSubscriber consumes with amqp091-go.
@@ -480,17 +526,32 @@ func (s *goSubscriber) next() (uint64, []byte, error) {
 
 func (s *goSubscriber) ack(tag uint64)    { s.ch.Ack(tag, false) }
 func (s *goSubscriber) reject(tag uint64) { s.ch.Reject(tag, false) }
-func (s *goSubscriber) close()            { s.conn.Close() }
+func (s *goSubscriber) close()            { s.conn.Close() } // the connection's other channels too: all stop together
 
 // consumer runs one consuming connection until stop is closed.
 func (r *runner) consumer(spec consumerSpec, stop <-chan struct{}, ready chan<- error) {
 	auto := r.o.ack == "auto" && spec.action == actAck
-	s, err := r.dialSubscriber(spec.queue, auto)
+	subs, err := r.dialSubscribers(spec.queues, auto)
 	if err != nil {
 		ready <- fmt.Errorf("consumer: %w", err)
 		return
 	}
 	ready <- nil
+	var wg sync.WaitGroup
+	for _, s := range subs[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.consume(s, spec, auto, stop)
+		}()
+	}
+	r.consume(subs[0], spec, auto, stop)
+	wg.Wait()
+}
+
+// consume reads s until stop is closed (or s fails), acknowledging and
+// recording each delivery as spec says.
+func (r *runner) consume(s subscriber, spec consumerSpec, auto bool, stop <-chan struct{}) {
 	done := make(chan struct{})
 	defer close(done)
 	go func() {

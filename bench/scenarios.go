@@ -20,7 +20,7 @@ func (r *runner) scenarioPublish(ctx context.Context, res *result) (time.Duratio
 		return 0, err
 	}
 	r.confirmLatency = true
-	elapsed, err := r.produceAll(ctx, "", q, nil)
+	elapsed, err := r.produceAll(ctx, "", []string{q}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -48,11 +48,16 @@ func (r *runner) scenarioBacklog(ctx context.Context, res *result) (time.Duratio
 		return 0, err
 	}
 	r.confirmLatency = true
-	elapsed, err := r.produceAll(ctx, "", q, nil)
+	elapsed, err := r.produceAll(ctx, "", []string{q}, nil)
 	if err != nil {
 		return 0, err
 	}
 	r.confirmLatency = false
+	if r.rss != nil {
+		if res.BrokerRSSFilledMiB, err = r.rss.nowMiB(); err != nil {
+			return 0, err
+		}
+	}
 	res.Msgs = r.published.Load()
 	if r.o.confirm > 0 {
 		res.Latency = "publish to confirm"
@@ -76,7 +81,7 @@ func (r *runner) drain(ctx context.Context, q string, want uint64) (time.Duratio
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
 	start := time.Now()
-	if err := r.startConsumers(r.o.consumers, consumerSpec{queue: q, action: actAck, record: true}, stop, &wg); err != nil {
+	if err := r.startConsumers(r.o.consumers, consumerSpec{queues: []string{q}, action: actAck, record: true}, stop, &wg); err != nil {
 		return 0, err
 	}
 	r.awaitArrivals(ctx)
@@ -88,7 +93,7 @@ func (r *runner) drain(ctx context.Context, q string, want uint64) (time.Duratio
 func (r *runner) prefill(ctx context.Context, q string) error {
 	saved := r.o
 	r.o.confirm, r.o.rate, r.o.duration = 1000, 0, 0
-	_, err := r.produceAll(ctx, "", q, nil)
+	_, err := r.produceAll(ctx, "", []string{q}, nil)
 	r.o = saved
 	return err
 }
@@ -136,7 +141,7 @@ func (r *runner) scenarioDrain(ctx context.Context, res *result) (time.Duration,
 // first publish to the last arrival.
 func (r *runner) concurrent(ctx context.Context, exchange, key string, ttl func() (uint32, string), arrivalsPerMsg uint64) (time.Duration, error) {
 	start := time.Now()
-	if _, err := r.produceAll(ctx, exchange, key, ttl); err != nil {
+	if _, err := r.produceAll(ctx, exchange, []string{key}, ttl); err != nil {
 		return 0, err
 	}
 	r.finishTarget(r.expected() * arrivalsPerMsg)
@@ -155,7 +160,7 @@ func (r *runner) scenarioE2E(ctx context.Context, res *result) (time.Duration, e
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
-	if err := r.startConsumers(r.o.consumers, consumerSpec{queue: q, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
+	if err := r.startConsumers(r.o.consumers, consumerSpec{queues: []string{q}, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
 		return 0, err
 	}
 	elapsed, err := r.concurrent(ctx, "", q, nil, 1)
@@ -189,7 +194,7 @@ func (r *runner) scenarioFanout(ctx context.Context, res *result) (time.Duration
 		if err := r.ach.QueueBind(q, "", x, false, nil); err != nil {
 			return 0, fmt.Errorf("bind %s: %w", q, err)
 		}
-		spec := consumerSpec{queue: q, action: actAck, record: true, latency: sinceSent, slot: i * r.o.producers}
+		spec := consumerSpec{queues: []string{q}, action: actAck, record: true, latency: sinceSent, slot: i * r.o.producers}
 		if err := r.startConsumers(1, spec, stop, &wg); err != nil {
 			return 0, err
 		}
@@ -199,6 +204,10 @@ func (r *runner) scenarioFanout(ctx context.Context, res *result) (time.Duration
 		return 0, err
 	}
 	res.Msgs = r.expected()
+	res.Queues = r.o.queues
+	if elapsed > 0 {
+		res.DeliveriesPerS = float64(r.received.Load()) / elapsed.Seconds()
+	}
 	res.Latency = "publish to delivery (each copy)"
 	r.verify(res, r.expected()*uint64(r.o.queues))
 	return elapsed, nil
@@ -233,10 +242,10 @@ func (r *runner) scenarioDLXReject(ctx context.Context, res *result) (time.Durat
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
-	if err := r.startConsumers(1, consumerSpec{queue: dlq, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queues: []string{dlq}, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
 		return 0, err
 	}
-	if err := r.startConsumers(r.o.consumers, consumerSpec{queue: src, action: actReject, record: false}, stop, &wg); err != nil {
+	if err := r.startConsumers(r.o.consumers, consumerSpec{queues: []string{src}, action: actReject, record: false}, stop, &wg); err != nil {
 		return 0, err
 	}
 	elapsed, err := r.concurrent(ctx, "", src, nil, 1)
@@ -280,7 +289,7 @@ func (r *runner) scenarioTTL(ctx context.Context, res *result) (time.Duration, e
 		deadline := info.sent.Add(time.Duration(info.ttlMS) * time.Millisecond)
 		return float64(now.Sub(deadline)) / 1e6
 	}
-	if err := r.startConsumers(1, consumerSpec{queue: dlq, action: actAck, record: true, latency: lateness}, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queues: []string{dlq}, action: actAck, record: true, latency: lateness}, stop, &wg); err != nil {
 		return 0, err
 	}
 	elapsed, err := r.concurrent(ctx, "", src, ttl, 1)
@@ -305,11 +314,11 @@ func (r *runner) scenarioMaxLen(ctx context.Context, res *result) (time.Duration
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	defer func() { close(stop); wg.Wait() }()
-	if err := r.startConsumers(1, consumerSpec{queue: dlq, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queues: []string{dlq}, action: actAck, record: true, latency: sinceSent}, stop, &wg); err != nil {
 		return 0, err
 	}
 	start := time.Now()
-	if _, err := r.produceAll(ctx, "", src, nil); err != nil {
+	if _, err := r.produceAll(ctx, "", []string{src}, nil); err != nil {
 		return 0, err
 	}
 	total := r.expected()
@@ -329,7 +338,7 @@ func (r *runner) scenarioMaxLen(ctx context.Context, res *result) (time.Duration
 	}
 	// Drain the source so every message is accounted for.
 	r.finishTarget(total)
-	if err := r.startConsumers(1, consumerSpec{queue: src, action: actAck, record: true}, stop, &wg); err != nil {
+	if err := r.startConsumers(1, consumerSpec{queues: []string{src}, action: actAck, record: true}, stop, &wg); err != nil {
 		return 0, err
 	}
 	r.awaitArrivals(ctx)

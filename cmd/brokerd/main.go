@@ -32,6 +32,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -63,12 +64,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Func("mgmt-listen", "management HTTP listen `address`, or off (overrides mgmt.listen)", func(s string) error { o.MgmtListen = &s; return nil })
 	fs.Func("data", "data `directory` (overrides storage.data_dir)", func(s string) error { o.DataDir = &s; return nil })
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to `file` until the broker stops")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *showVersion {
 		fmt.Fprintf(stdout, "brokerd %s\n", version.String())
 		return 0
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "brokerd: cpu profile: %v\n", err)
+			return 2
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "brokerd: cpu profile: %v\n", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	cfg, err := loadConfig(*configPath, o)
 	if err != nil {

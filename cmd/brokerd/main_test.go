@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -431,5 +433,41 @@ func TestMemoryWatermarkBlocksPublishers(t *testing.T) {
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(); code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// -cpuprofile writes a CPU profile (for go tool pprof), complete once the
+// broker stops on SIGTERM.
+func TestCPUProfile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.prof")
+	d := startDaemon(t, "", "-listen", "127.0.0.1:0", "-mgmt-listen", "off", "-data", filepath.Join(dir, "data"), "-cpuprofile", prof)
+	c, err := amqp091.Dial(d.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, c)
+	c.Close()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := d.wait(); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// A profile is a gzipped protocol buffer: whole once the broker
+	// stopped it.
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("the profile is not gzipped: %v", err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil || len(data) == 0 {
+		t.Fatalf("the profile is cut short: %d bytes, %v", len(data), err)
 	}
 }

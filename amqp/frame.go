@@ -82,6 +82,17 @@ func (fr *FrameReader) ReadProtocolHeader() ([8]byte, error) {
 // call: it points into the reader's buffers, so that the steady state reads
 // frames without allocating.
 //
+// HasFrame reports whether a whole frame is in the read buffer: the next
+// ReadFrame returns it without reading from the connection.
+func (fr *FrameReader) HasFrame() bool {
+	n := fr.r.Buffered()
+	if n < frameHeaderSize {
+		return false
+	}
+	hdr, _ := fr.r.Peek(frameHeaderSize) // buffered: no read
+	return uint64(n) >= uint64(binary.BigEndian.Uint32(hdr[3:]))+frameOverhead
+}
+
 // A frame over the size limit, of an unknown type, or not closed by the
 // frame-end octet is an *Error with Code FrameError; the stream cannot be
 // resynchronised after one. Read errors are wrapped: errors.Is(err, io.EOF)

@@ -38,6 +38,14 @@ type Session interface {
 	Closed()
 }
 
+// BurstEnder is an optional interface of a Session. EndBurst is called
+// from the connection's reader goroutine when it has handled every whole
+// frame it has read, before it reads (and maybe waits) again: work put off
+// across a burst of frames, such as settling acks, is done once for it.
+type BurstEnder interface {
+	EndBurst()
+}
+
 // ChannelHandler executes one channel's methods. Handle and Publish are
 // called from the connection's reader goroutine, in frame order. A returned
 // *Error closes the channel (soft code) or the connection (hard code); any

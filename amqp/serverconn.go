@@ -559,6 +559,9 @@ func (c *ServerConn) readLoop() error {
 			}
 			return c.fatal(Errorf(InternalError, "%s", err))
 		}
+		if be, ok := c.session.(BurstEnder); ok && !c.fr.HasFrame() {
+			be.EndBurst()
+		}
 	}
 }
 

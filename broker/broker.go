@@ -335,7 +335,7 @@ func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.S
 	if u == nil || perm == nil {
 		return nil, amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", vhost, user)
 	}
-	c := &conn{b: b, ac: ac, vhost: v, userName: user, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now()}
+	c := &conn{b: b, ac: ac, vhost: v, userName: user, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now(), bursts: true}
 	c.user.Store(u)
 	c.perm.Store(perm)
 	c.ctx, c.cancel = context.WithCancel(context.Background())

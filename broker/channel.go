@@ -32,6 +32,12 @@ type channel struct {
 	routeBuf   []*Queue       // a publish's route, reused; reader goroutine only
 	ackBuf     []*delivery    // an ack's deliveries, reused; reader goroutine only
 
+	// Acks, nacks and rejects put off to the end of a burst of frames
+	// (conn.bursts): the deliveries in order, and runs of them with one
+	// action. mu.
+	pendingDs   []*delivery
+	pendingActs []pendingSettle
+
 	deliverMsg amqp.BasicDeliver // the basic.deliver being sent; mu
 
 	mu             sync.Mutex
@@ -139,7 +145,7 @@ func (ch *channel) addUnackedLocked(d *delivery) {
 // with (tag, multiple) settles, in tag order. tag 0 with multiple means all.
 func (ch *channel) takeUnackedLocked(tag uint64, multiple bool, dst []*delivery) ([]*delivery, *amqp.Error) {
 	live := ch.unacked[ch.unackedHead:]
-	out := dst[:0]
+	out := dst
 	if multiple {
 		end := len(live)
 		if tag != 0 {
@@ -176,9 +182,9 @@ func (ch *channel) takeUnackedLocked(tag uint64, multiple bool, dst []*delivery)
 		out = append(out, live[i])
 		live[i] = nil
 	}
-	ch.unackedN -= len(out)
+	ch.unackedN -= len(out) - len(dst)
 	ch.compactLocked()
-	for _, d := range out {
+	for _, d := range out[len(dst):] {
 		if d.c != nil {
 			d.c.unacked--
 		}
@@ -234,6 +240,79 @@ func (ch *channel) restoreUnackedLocked(ds []*delivery) {
 		if d.c != nil {
 			d.c.unacked++
 		}
+	}
+}
+
+// pendingSettle is a run of n put-off deliveries with one action.
+type pendingSettle struct {
+	n      int
+	action settleAction
+}
+
+// maxPendingSettles bounds the deliveries a channel puts off settling: a
+// burst that long is settled at once.
+const maxPendingSettles = 4096
+
+// flushSettles settles the acks, nacks and rejects put off so far, in
+// their order: per queue, one hold of its lock and one store operation,
+// then its consumers take the credit freed. Any goroutine.
+func (ch *channel) flushSettles() {
+	ch.mu.Lock()
+	ds, acts := ch.pendingDs, ch.pendingActs
+	ch.pendingDs, ch.pendingActs = nil, nil
+	ch.mu.Unlock()
+	if len(ds) == 0 {
+		return
+	}
+	var buf [16]*entry
+	for len(ds) > 0 {
+		q := ds[0].q
+		rest := ds[:0:0]
+		q.mu.Lock()
+		t := q.vhost.b.newTxn()
+		i := 0
+		for _, a := range acts {
+			es := buf[:0]
+			for _, d := range ds[i : i+a.n] {
+				if d.q == q {
+					es = append(es, d.e)
+				} else {
+					rest = append(rest, d)
+				}
+			}
+			i += a.n
+			if len(es) > 0 {
+				q.settleLocked(t, es, a.action)
+			}
+		}
+		if !q.isDeleted() {
+			q.dispatchLocked(t)
+		}
+		t.apply(nil)
+		q.mu.Unlock()
+		t.finish()
+		// The others, with their runs recounted.
+		var next []pendingSettle
+		i = 0
+		for _, a := range acts {
+			n := 0
+			for _, d := range ds[i : i+a.n] {
+				if d.q != q {
+					n++
+				}
+			}
+			i += a.n
+			if n > 0 {
+				next = append(next, pendingSettle{n: n, action: a.action})
+			}
+		}
+		ds, acts = rest, next
+	}
+	ch.mu.Lock()
+	global := ch.globalPrefetch > 0
+	ch.mu.Unlock()
+	if global {
+		ch.kick()
 	}
 }
 
@@ -366,6 +445,7 @@ func (ch *channel) kick() {
 // close releases the channel: consumers are cancelled and unacked
 // deliveries returned to their queues. Idempotent.
 func (ch *channel) close() {
+	ch.flushSettles() // the client acked them: settled, not requeued
 	ch.mu.Lock()
 	if ch.closed {
 		ch.mu.Unlock()

@@ -34,6 +34,23 @@ type conn struct {
 	mu        sync.Mutex
 	channels  map[uint16]*channel
 	exclusive []*Queue
+
+	// bursts: the connection is a socket whose reader calls EndBurst, so
+	// its channels put off settling acks until the burst ends. unsettled
+	// lists the channels with acks put off; reader goroutine only.
+	bursts    bool
+	unsettled []*channel
+}
+
+// EndBurst implements amqp.BurstEnder: the acks, nacks and rejects the
+// burst of frames just read are settled, one lock hold and one store
+// operation per queue and channel instead of one per method.
+func (c *conn) EndBurst() {
+	for _, ch := range c.unsettled {
+		ch.flushSettles()
+	}
+	clear(c.unsettled)
+	c.unsettled = c.unsettled[:0]
 }
 
 // OpenChannel implements amqp.Session.

@@ -183,3 +183,52 @@ func TestDeliveryQosGlobalAckFreesOtherQueue(t *testing.T) {
 	dvAck(t, got[0], false)
 	dvWantBodies(t, "qb after the ack", dvRecvN(t, bc, 1), "b0")
 }
+
+// Acks put off to the end of a burst of frames are settled before
+// anything the client does next on the channel, and before the channel
+// closes: acked messages never come back, and a passive declare right
+// after the acks counts them gone.
+func TestDeliveryAcksInABurst(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	conn, ch := b.Channel(t)
+	q := dvDeclare(t, ch, "burst", nil)
+	dvPublishBodies(t, ch, q, dvNumbered("m", 200)...)
+	msgs := dvConsume(t, ch, q, "c", false, nil)
+	ds := dvRecvN(t, msgs, 200)
+	if err := ch.Cancel("c", false); err != nil { // the requeued stay ready
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		switch {
+		case i%10 == 9:
+			if err := d.Nack(false, true); err != nil { // back to the queue
+				t.Fatal(err)
+			}
+		default:
+			dvAck(t, d, false)
+		}
+	}
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Messages != 20 {
+		t.Fatalf("after 180 acks and 20 requeues: %d messages, want 20", st.Messages)
+	}
+	// Acks then a close at once: none of them comes back.
+	ch2, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds = dvRecvN(t, dvConsume(t, ch2, q, "c2", false, nil), 20)
+	for _, d := range ds {
+		dvAck(t, d, false)
+	}
+	if err := ch2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, ch3 := b.Channel(t)
+	if st, err := ch3.QueueDeclarePassive(q, true, false, false, false, nil); err != nil || st.Messages != 0 {
+		t.Fatalf("after acking all and closing: %+v, %v", st, err)
+	}
+}

@@ -12,6 +12,11 @@ import (
 // channel.open/close and content). A returned *amqp.Error closes the channel
 // (soft code) or the connection (hard code).
 func (ch *channel) Handle(m amqp.Method) error {
+	switch m.(type) {
+	case *amqp.BasicAck, *amqp.BasicNack, *amqp.BasicReject:
+	default:
+		ch.flushSettles() // what the client acked before comes first
+	}
 	if err := ch.awaitCommit(); err != nil {
 		return err
 	}
@@ -274,6 +279,33 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 
 func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *amqp.Error {
 	ch.mu.Lock()
+	if !ch.tx && ch.conn.bursts {
+		// Put off to the end of the burst of frames (conn.EndBurst),
+		// or the next method that is not an ack, nack or reject.
+		before := len(ch.pendingDs)
+		ds, err := ch.takeUnackedLocked(tag, multiple, ch.pendingDs)
+		if err != nil {
+			ch.mu.Unlock()
+			return err
+		}
+		ch.pendingDs = ds
+		if n := len(ds) - before; n > 0 {
+			if k := len(ch.pendingActs); k > 0 && ch.pendingActs[k-1].action == action {
+				ch.pendingActs[k-1].n += n
+			} else {
+				ch.pendingActs = append(ch.pendingActs, pendingSettle{n: n, action: action})
+			}
+		}
+		first, full := before == 0 && len(ds) > 0, len(ds) >= maxPendingSettles
+		ch.mu.Unlock()
+		if first {
+			ch.conn.unsettled = append(ch.conn.unsettled, ch)
+		}
+		if full {
+			ch.flushSettles()
+		}
+		return nil
+	}
 	var dst []*delivery
 	if !ch.tx {
 		dst = ch.ackBuf // settled before the next ack; a transaction keeps its own

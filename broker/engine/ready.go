@@ -49,7 +49,12 @@ type Entry interface {
 // when they reach the head, or all at once when they outnumber the live.
 type Ready[E Entry] struct {
 	levels []Level[E] // index = priority
-	n      int        // live entries, middles included
+	// high is at least the highest level with entries: top starts there
+	// instead of at the highest level the queue allows (a queue declared
+	// with x-max-priority 255 and traffic at 0 would look at 256 levels
+	// per delivery). Raised when a level gains entries, lowered by top.
+	high int
+	n    int // live entries, middles included
 	bytes  int64      // their body bytes
 	dead   int        // removed entries still held by the deques
 	// Window is the resident target per level; 0 disables paging (every
@@ -125,7 +130,7 @@ func (m *Middle) Contains(seq uint64) bool { return m.N > 0 && seq >= m.From && 
 // NewReady returns an empty ready list for a queue whose highest priority
 // is maxPriority.
 func NewReady[E Entry](maxPriority uint8) Ready[E] {
-	r := Ready[E]{levels: make([]Level[E], int(maxPriority)+1)}
+	r := Ready[E]{levels: make([]Level[E], int(maxPriority)+1), high: -1}
 	for i := range r.levels {
 		r.levels[i].Prio = uint8(i)
 	}
@@ -155,8 +160,11 @@ func (r *Ready[E]) LevelOf(e E) *Level[E] { return r.Level(e.EntryPrio()) }
 // highest level's middle could not be read (a store failure): a lower
 // level is never served ahead of a higher one.
 func (r *Ready[E]) top() *Level[E] {
-	for i := len(r.levels) - 1; i >= 0; i-- {
+	for i := r.high; i >= 0; i-- {
 		l := &r.levels[i]
+		if l.n == 0 && i == r.high {
+			r.high-- // empty, and so is everything above it
+		}
 		for l.n > 0 {
 			for l.Head.Len() > 0 && !l.Head.Front().Ready() {
 				l.Head.PopFront()
@@ -297,6 +305,7 @@ func (r *Ready[E]) InsertSorted(e E) {
 }
 
 func (r *Ready[E]) added(l *Level[E], e E) {
+	r.high = max(r.high, int(l.Prio))
 	l.n++
 	r.n++
 	r.bytes += e.EntrySize()
@@ -510,6 +519,7 @@ func (r *Ready[E]) Recover(prio uint8, lastSeq uint64, n int, bytes int64) bool 
 	}
 	l := &r.levels[prio]
 	l.Mid = Middle{From: 0, To: lastSeq, N: n, Bytes: bytes}
+	r.high = max(r.high, int(prio))
 	l.n += n
 	r.n += n
 	r.bytes += bytes

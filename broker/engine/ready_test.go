@@ -536,3 +536,23 @@ func BenchmarkArrivalsBehindUnpageableTail(b *testing.B) {
 		}
 	}
 }
+
+// top starts at the highest level that had entries, and finds a higher
+// one again when it gains entries after the list emptied.
+func TestReadyQueueHighLevelFollowsEntries(t *testing.T) {
+	r := NewReady[*entry](255)
+	r.PushBack(newTestEntry(1, 3))
+	if got := r.PopFront(); got == nil || got.Seq != 1 || r.PopFront() != nil {
+		t.Fatalf("first pop: %v", got)
+	}
+	for i, p := range []uint8{7, 250, 0, 250, 7} {
+		r.PushBack(newTestEntry(uint64(i+2), p))
+	}
+	var got []uint64
+	for r.Len() > 0 {
+		got = append(got, r.PopFront().Seq)
+	}
+	if want := []uint64{3, 5, 2, 6, 4}; !slices.Equal(got, want) {
+		t.Fatalf("delivery order %v, want %v", got, want)
+	}
+}

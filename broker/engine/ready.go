@@ -53,10 +53,10 @@ type Ready[E Entry] struct {
 	// instead of at the highest level the queue allows (a queue declared
 	// with x-max-priority 255 and traffic at 0 would look at 256 levels
 	// per delivery). Raised when a level gains entries, lowered by top.
-	high int
-	n    int // live entries, middles included
-	bytes  int64      // their body bytes
-	dead   int        // removed entries still held by the deques
+	high  int
+	n     int   // live entries, middles included
+	bytes int64 // their body bytes
+	dead  int   // removed entries still held by the deques
 	// Window is the resident target per level; 0 disables paging (every
 	// entry stays in the head).
 	Window int

@@ -229,6 +229,18 @@ type rdStore struct {
 	hit     chan struct{}
 }
 
+// wrapFirst is a brokertest.Config.WrapStore that records the first
+// store only: after a crash the old broker, still running a redrive, must
+// keep writing to the store that crashed (its writes fail), never through
+// the recorder into the new one.
+func (r *rdStore) wrapFirst(s store.Store) store.Store {
+	if r.Store != nil {
+		return s
+	}
+	r.Store = s
+	return r
+}
+
 func (r *rdStore) Apply(b *store.Batch, done func(error)) {
 	r.mu.Lock()
 	r.batches = append(r.batches, *b)
@@ -246,7 +258,7 @@ func (r *rdStore) Apply(b *store.Batch, done func(error)) {
 // them leaves every message in exactly one of the two queues.
 func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 	rec := &rdStore{hit: make(chan struct{}), n: 15}
-	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: func(s store.Store) store.Store { rec.Store = s; return rec }})
+	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: rec.wrapFirst})
 	e.setup(nil)
 	const n = 40
 	bodies := rdBodies("c", n)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/internal/brokertest"
-	"github.com/brokerd/brokerd/store"
 )
 
 // armedAt reports whether a timer of c is set to fire at t.
@@ -198,7 +197,7 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 // count of moves is exact (each move's batch carries the task's record).
 func TestRedriveTaskCrash(t *testing.T) {
 	rec := &rdStore{hit: make(chan struct{}), n: 15}
-	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: func(s store.Store) store.Store { rec.Store = s; return rec }})
+	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: rec.wrapFirst})
 	e.setup(nil)
 	const n = 200
 	bodies := rdBodies("c", n)

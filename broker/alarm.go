@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 )
 
 // Resource alarms (SPEC §7), as RabbitMQ's: while a memory or disk alarm is
@@ -27,6 +28,9 @@ type alarmState struct {
 	active map[string]bool
 	// clear is closed when the last alarm clears; nil when none is raised.
 	clear chan struct{}
+	// on mirrors clear != nil for publishers, which read it without the
+	// lock: a publish takes no broker-wide lock while no alarm is raised.
+	on atomic.Bool
 }
 
 // SetAlarm raises or clears a resource alarm.
@@ -44,6 +48,7 @@ func (b *Broker) SetAlarm(resource string, raised bool) {
 		a.active[resource] = true
 		if a.clear == nil {
 			a.clear = make(chan struct{})
+			a.on.Store(true)
 		}
 		b.log.Warn("resource alarm raised: publishers are blocked", "resource", resource)
 		return
@@ -53,6 +58,7 @@ func (b *Broker) SetAlarm(resource string, raised bool) {
 	if len(a.active) == 0 && a.clear != nil {
 		close(a.clear)
 		a.clear = nil
+		a.on.Store(false)
 	}
 }
 
@@ -72,6 +78,9 @@ func (b *Broker) Alarms() []string {
 // blocked reason RabbitMQ gives ("low on memory", "low on disk"), or nil
 // when no alarm is raised.
 func (b *Broker) alarmWait() (<-chan struct{}, string) {
+	if !b.alarms.on.Load() && b.storeErr.Load() == nil {
+		return nil, "" // the common case, without the broker's lock
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.alarms.clear == nil {

@@ -254,16 +254,29 @@ type pendingSettle struct {
 const maxPendingSettles = 4096
 
 // flushSettles settles the acks, nacks and rejects put off so far, in
-// their order: per queue, one hold of its lock and one store operation,
-// then its consumers take the credit freed. Any goroutine.
+// their order (settleRuns). Any goroutine.
 func (ch *channel) flushSettles() {
 	ch.mu.Lock()
 	ds, acts := ch.pendingDs, ch.pendingActs
 	ch.pendingDs, ch.pendingActs = nil, nil
 	ch.mu.Unlock()
-	if len(ds) == 0 {
-		return
+	if len(ds) > 0 {
+		ch.settleRuns(ds, acts)
 	}
+}
+
+// settle applies an ack, requeue or reject to deliveries already taken
+// from the unacked list (settleRuns with one run).
+func (ch *channel) settle(ds []*delivery, action settleAction) {
+	ch.settleRuns(ds, []pendingSettle{{n: len(ds), action: action}})
+}
+
+// settleRuns settles deliveries already taken from the unacked list, in
+// runs of one action, in order: per queue, one hold of its lock and one
+// store operation, in which the queue then delivers into the credit its
+// consumers got back. Only a channel-wide prefetch (basic.qos global)
+// frees credit for the channel's other queues too: they are kicked then.
+func (ch *channel) settleRuns(ds []*delivery, acts []pendingSettle) {
 	var buf [16]*entry
 	for len(ds) > 0 {
 		q := ds[0].q
@@ -291,7 +304,10 @@ func (ch *channel) flushSettles() {
 		t.apply(nil)
 		q.mu.Unlock()
 		t.finish()
-		// The others, with their runs recounted.
+		if len(rest) == 0 {
+			break
+		}
+		// The other queues' deliveries, with their runs recounted.
 		var next []pendingSettle
 		i = 0
 		for _, a := range acts {
@@ -307,44 +323,6 @@ func (ch *channel) flushSettles() {
 			}
 		}
 		ds, acts = rest, next
-	}
-	ch.mu.Lock()
-	global := ch.globalPrefetch > 0
-	ch.mu.Unlock()
-	if global {
-		ch.kick()
-	}
-}
-
-// settle applies an ack, requeue or reject to deliveries already taken
-// from the unacked list, one store operation and one hold of the lock per
-// queue, in tag order, and lets each queue deliver into the credit its
-// consumer got back in the same hold. Only a channel-wide prefetch
-// (basic.qos global) frees credit for the channel's other queues too:
-// they are kicked then.
-func (ch *channel) settle(ds []*delivery, action settleAction) {
-	var buf [16]*entry
-	for len(ds) > 0 {
-		q := ds[0].q
-		es := buf[:0]
-		rest := ds[:0:0]
-		for _, d := range ds {
-			if d.q == q {
-				es = append(es, d.e)
-			} else {
-				rest = append(rest, d)
-			}
-		}
-		q.mu.Lock()
-		t := q.vhost.b.newTxn()
-		q.settleLocked(t, es, action)
-		if !q.isDeleted() && action != actRequeue { // a requeue dispatched already
-			q.dispatchLocked(t)
-		}
-		t.apply(nil)
-		q.mu.Unlock()
-		t.finish()
-		ds = rest
 	}
 	ch.mu.Lock()
 	global := ch.globalPrefetch > 0

@@ -120,9 +120,9 @@ func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
 	}
 	st := &q.stats
 	qi.MessageStats = QueueMessageStats{
-		Publish: st.publish.Load(), Deliver: st.deliver.Load(), DeliverNoAck: st.deliverNoAck.Load(),
-		Get: st.get.Load(), GetNoAck: st.getNoAck.Load(), GetEmpty: st.getEmpty.Load(),
-		Redeliver: st.redeliver.Load(), Ack: st.ack.Load(),
+		Publish: st.publish.Load(), Deliver: st.delivered.consumeManual.Load(), DeliverNoAck: st.delivered.consumeAuto.Load(),
+		Get: st.delivered.getManual.Load(), GetNoAck: st.delivered.getAuto.Load(), GetEmpty: st.getEmpty.Load(),
+		Redeliver: st.delivered.redelivered.Load(), Ack: st.ack.Load(),
 	}
 	return qi
 }

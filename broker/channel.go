@@ -108,8 +108,8 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.vhost.b.nowMS()})
 		c.unacked++
 	}
-	q.vhost.b.counters.delivered(false, c.noAck, e.redelivered)
-	q.stats.delivered(false, c.noAck, e.redelivered)
+	q.vhost.b.counters.delivered.add(false, c.noAck, e.redelivered)
+	q.stats.delivered.add(false, c.noAck, e.redelivered)
 	h := e.EffectiveHeader()
 	// The channel's one basic.deliver, rewritten under ch.mu: SendContent
 	// reads its method only during the call.

@@ -30,14 +30,9 @@ type counters struct {
 	nacked          atomic.Uint64
 	// routed counts publishes routed to at least one queue.
 	routed atomic.Uint64
-	// Deliveries by how the client took them.
-	deliveredConsumeManual atomic.Uint64
-	deliveredConsumeAuto   atomic.Uint64
-	deliveredGetManual     atomic.Uint64
-	deliveredGetAuto       atomic.Uint64
-	getEmpty               atomic.Uint64
-	// redelivered counts deliveries flagged redelivered.
-	redelivered atomic.Uint64
+	// delivered counts deliveries by how the client took them.
+	delivered deliveries
+	getEmpty  atomic.Uint64
 	// acked counts deliveries settled by basic.ack (at commit in a
 	// transaction).
 	acked atomic.Uint64
@@ -84,21 +79,29 @@ const (
 	DeliveredGetAutoAck       = "get_auto_ack"
 )
 
-// delivered counts one delivery made by consume (or get) with or without
+// deliveries counts deliveries by how the client took them (consume or
+// basic.get, acknowledged or not), and those flagged redelivered: the
+// broker's (counters) and each queue's (queueStats).
+type deliveries struct {
+	consumeManual, consumeAuto, getManual, getAuto atomic.Uint64
+	redelivered                                    atomic.Uint64
+}
+
+// add counts one delivery made by consume (or get) with or without
 // acknowledgement, flagged redelivered or not.
-func (c *counters) delivered(get, noAck, redelivered bool) {
+func (d *deliveries) add(get, noAck, redelivered bool) {
 	switch {
 	case !get && !noAck:
-		c.deliveredConsumeManual.Add(1)
+		d.consumeManual.Add(1)
 	case !get:
-		c.deliveredConsumeAuto.Add(1)
+		d.consumeAuto.Add(1)
 	case !noAck:
-		c.deliveredGetManual.Add(1)
+		d.getManual.Add(1)
 	default:
-		c.deliveredGetAuto.Add(1)
+		d.getAuto.Add(1)
 	}
 	if redelivered {
-		c.redelivered.Add(1)
+		d.redelivered.Add(1)
 	}
 }
 
@@ -166,13 +169,13 @@ func (b *Broker) Stats() Stats {
 		Confirmed:       c.confirmed.Load(),
 		Nacked:          c.nacked.Load(),
 		Delivered: map[string]uint64{
-			DeliveredConsumeManualAck: c.deliveredConsumeManual.Load(),
-			DeliveredConsumeAutoAck:   c.deliveredConsumeAuto.Load(),
-			DeliveredGetManualAck:     c.deliveredGetManual.Load(),
-			DeliveredGetAutoAck:       c.deliveredGetAuto.Load(),
+			DeliveredConsumeManualAck: c.delivered.consumeManual.Load(),
+			DeliveredConsumeAutoAck:   c.delivered.consumeAuto.Load(),
+			DeliveredGetManualAck:     c.delivered.getManual.Load(),
+			DeliveredGetAutoAck:       c.delivered.getAuto.Load(),
 		},
 		GetEmpty:     c.getEmpty.Load(),
-		Redelivered:  c.redelivered.Load(),
+		Redelivered:  c.delivered.redelivered.Load(),
 		Acknowledged: c.acked.Load(),
 		Discarded: map[string]uint64{
 			reasonRejected:      c.discardedRejected.Load(),

@@ -264,8 +264,8 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
-	ch.conn.b.counters.delivered(true, m.NoAck, e.redelivered)
-	q.stats.delivered(true, m.NoAck, e.redelivered)
+	ch.conn.b.counters.delivered.add(true, m.NoAck, e.redelivered)
+	q.stats.delivered.add(true, m.NoAck, e.redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicGetOk{
 		DeliveryTag:  tag,

@@ -177,29 +177,11 @@ type queueStats struct {
 	// publish counts messages a publish put into the queue (not those
 	// it refused for a length limit).
 	publish atomic.Uint64
-	// deliver, deliverNoAck, get and getNoAck count deliveries by how
-	// the client took them (consume or basic.get, acknowledged or not);
-	// getEmpty the basic.gets answered get-empty; redeliver deliveries
-	// flagged redelivered; ack the deliveries settled by basic.ack.
-	deliver, deliverNoAck, get, getNoAck atomic.Uint64
-	getEmpty, redeliver, ack             atomic.Uint64
-}
-
-// delivered counts one delivery of the queue, as counters.delivered.
-func (s *queueStats) delivered(get, noAck, redelivered bool) {
-	switch {
-	case !get && !noAck:
-		s.deliver.Add(1)
-	case !get:
-		s.deliverNoAck.Add(1)
-	case !noAck:
-		s.get.Add(1)
-	default:
-		s.getNoAck.Add(1)
-	}
-	if redelivered {
-		s.redeliver.Add(1)
-	}
+	// delivered counts deliveries by how the client took them; getEmpty
+	// the basic.gets answered get-empty; ack the deliveries settled by
+	// basic.ack.
+	delivered     deliveries
+	getEmpty, ack atomic.Uint64
 }
 
 // consumer is a basic.consume subscription.

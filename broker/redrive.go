@@ -8,6 +8,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -53,15 +54,11 @@ type RedriveResult struct {
 	Remaining int // ready messages left in the source queue
 }
 
-// latestDeath is what Redrive reads of a message's latest x-death entry.
+// latestDeath is what Redrive reads of a message: its latest x-death
+// entry (ok: there is one, naming a queue) and its redrive count.
 type latestDeath struct {
+	deadletter.Latest
 	ok         bool
-	queue      string
-	reason     string
-	exchange   string
-	keys       []string
-	time       time.Time
-	hasTime    bool
 	redriveCnt int64
 }
 
@@ -70,53 +67,8 @@ func readLatestDeath(h amqp.Table) latestDeath {
 	if v, ok := h.Get(RedrivenCountHeader); ok {
 		d.redriveCnt, _ = asInt(v) // 0 when not an integer
 	}
-	v, ok := h.Get("x-death")
-	if !ok {
-		return d
-	}
-	arr, ok := v.([]any)
-	if !ok || len(arr) == 0 {
-		return d
-	}
-	t, ok := arr[0].(amqp.Table) // most recent first, as RabbitMQ keeps it
-	if !ok {
-		return d
-	}
-	d.queue, d.ok = strOf(t, "queue")
-	d.reason, _ = strOf(t, "reason")
-	d.exchange, _ = strOf(t, "exchange")
-	if ks, ok := t.Get("routing-keys"); ok {
-		if a, ok := ks.([]any); ok {
-			for _, k := range a {
-				switch s := k.(type) {
-				case string:
-					d.keys = append(d.keys, s)
-				case []byte:
-					d.keys = append(d.keys, string(s))
-				}
-			}
-		}
-	}
-	if tv, ok := t.Get("time"); ok {
-		if ts, ok := tv.(amqp.Timestamp); ok {
-			d.time, d.hasTime = time.Unix(int64(ts), 0), true
-		}
-	}
+	d.Latest, d.ok = deadletter.LatestDeath(h)
 	return d
-}
-
-func strOf(t amqp.Table, key string) (string, bool) {
-	v, ok := t.Get(key)
-	if !ok {
-		return "", false
-	}
-	switch s := v.(type) {
-	case string:
-		return s, true
-	case []byte:
-		return string(s), true
-	}
-	return "", false
 }
 
 // Redrive moves up to opts.Max ready messages of queue, from the head in
@@ -300,9 +252,9 @@ func (r *redriveRun) match(e *entry, now time.Time) (amqp.Properties, latestDeat
 	}
 	d := readLatestDeath(props.Headers)
 	opts := r.opts
-	if (opts.Reason != "" && d.reason != opts.Reason) ||
-		(opts.SourceQueue != "" && d.queue != opts.SourceQueue) ||
-		(opts.MinAge > 0 && (!d.hasTime || now.Sub(d.time) < opts.MinAge)) {
+	if (opts.Reason != "" && d.Reason != opts.Reason) ||
+		(opts.SourceQueue != "" && d.Queue != opts.SourceQueue) ||
+		(opts.MinAge > 0 && (d.Time.IsZero() || now.Sub(d.Time) < opts.MinAge)) {
 		return props, d, false
 	}
 	return props, d, true
@@ -471,21 +423,21 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 		if !d.ok {
 			return "no x-death queue to return to"
 		}
-		tq := v.queues[d.queue]
+		tq := v.queues[d.Queue]
 		if tq == nil {
-			return fmt.Sprintf("no queue '%s'", d.queue)
+			return fmt.Sprintf("no queue '%s'", d.Queue)
 		}
 		if tq == q {
 			return "origin is the source queue"
 		}
-		if opts.allow != nil && !opts.allow(d.queue) {
-			return fmt.Sprintf("write access to queue '%s' refused", d.queue)
+		if opts.allow != nil && !opts.allow(d.Queue) {
+			return fmt.Sprintf("write access to queue '%s' refused", d.Queue)
 		}
 		targets = []*Queue{tq}
 		props.Headers = props.Headers.With(RedrivenCountHeader, d.redriveCnt+1)
-		header.Exchange, header.RoutingKeys = d.exchange, d.keys
+		header.Exchange, header.RoutingKeys = d.Exchange, d.RoutingKeys
 		if len(header.RoutingKeys) == 0 {
-			header.RoutingKeys = []string{d.queue}
+			header.RoutingKeys = []string{d.Queue}
 		}
 	}
 	props.Flags |= amqp.FlagHeaders

@@ -229,6 +229,18 @@ type rdStore struct {
 	hit     chan struct{}
 }
 
+// rdRecorded is rdStart over a recording store that, once armed, fires
+// after the 15th batch that deletes an entry, with n messages (c0, c1,
+// ...) dead-lettered from src into dlq.
+func rdRecorded(t *testing.T, n int) (*dsEnv, *rdStore, []string) {
+	rec := &rdStore{hit: make(chan struct{}), n: 15}
+	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: rec.wrapFirst})
+	e.setup(nil)
+	bodies := rdBodies("c", n)
+	e.rdReject("src", n, bodies...)
+	return e, rec, bodies
+}
+
 // wrapFirst is a brokertest.Config.WrapStore that records the first
 // store only: after a crash the old broker, still running a redrive, must
 // keep writing to the store that crashed (its writes fail), never through
@@ -257,12 +269,8 @@ func (r *rdStore) Apply(b *store.Batch, done func(error)) {
 // putting it, the same stored message, into src; a crash after some of
 // them leaves every message in exactly one of the two queues.
 func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
-	rec := &rdStore{hit: make(chan struct{}), n: 15}
-	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: rec.wrapFirst})
-	e.setup(nil)
 	const n = 40
-	bodies := rdBodies("c", n)
-	e.rdReject("src", n, bodies...)
+	e, rec, _ := rdRecorded(t, n)
 
 	rec.mu.Lock()
 	msgOf := map[store.Ref]store.MsgID{} // dlq entries and their messages

@@ -196,12 +196,8 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 // message is in exactly one queue, the task resumes and finishes, and its
 // count of moves is exact (each move's batch carries the task's record).
 func TestRedriveTaskCrash(t *testing.T) {
-	rec := &rdStore{hit: make(chan struct{}), n: 15}
-	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: rec.wrapFirst})
-	e.setup(nil)
 	const n = 200
-	bodies := rdBodies("c", n)
-	e.rdReject("src", n, bodies...)
+	e, rec, bodies := rdRecorded(t, n)
 	rec.mu.Lock()
 	rec.armed = true
 	rec.mu.Unlock()

@@ -187,6 +187,45 @@ func xDeath(h amqp.Table) ([]amqp.Table, bool) {
 	return out, true
 }
 
+// Latest is what a message's most recent x-death entry says (RabbitMQ
+// keeps the most recent first): where it last died, and how it was routed
+// then. A field the entry lacks (or holds with another type) is empty.
+type Latest struct {
+	Queue, Reason, Exchange string
+	RoutingKeys             []string
+	Time                    time.Time // zero without a timestamp
+}
+
+// LatestDeath returns h's most recent x-death entry, and false if there
+// is none or it names no queue.
+func LatestDeath(h amqp.Table) (Latest, bool) {
+	var l Latest
+	v, ok := h.Get("x-death")
+	if !ok {
+		return l, false
+	}
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return l, false
+	}
+	t, ok := arr[0].(amqp.Table)
+	if !ok {
+		return l, false
+	}
+	l.Queue, ok = str(t, "queue")
+	l.Reason, _ = str(t, "reason")
+	l.Exchange, _ = str(t, "exchange")
+	if ks, found := t.Get("routing-keys"); found {
+		l.RoutingKeys = stringsOf(ks)
+	}
+	if tv, found := t.Get("time"); found {
+		if ts, isTS := tv.(amqp.Timestamp); isTS {
+			l.Time = time.Unix(int64(ts), 0)
+		}
+	}
+	return l, ok
+}
+
 // deathKey returns an entry's queue and reason, if it has both as strings.
 func deathKey(t amqp.Table) (queue, reason string, ok bool) {
 	q, ok1 := str(t, "queue")
@@ -244,6 +283,12 @@ func ccKeys(h amqp.Table) []string {
 	if !ok {
 		return nil
 	}
+	return stringsOf(v)
+}
+
+// stringsOf returns the string elements of an array value (nil for
+// anything else).
+func stringsOf(v any) []string {
 	arr, ok := v.([]any)
 	if !ok {
 		return nil

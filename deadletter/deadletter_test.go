@@ -260,3 +260,33 @@ func BenchmarkRewrite(b *testing.B) {
 		}
 	})
 }
+
+// LatestDeath reads the first (most recent) x-death entry, strings as
+// longstr or bytes; it reports false without one or without its queue.
+func TestLatestDeath(t *testing.T) {
+	at := amqp.Timestamp(1_700_000_000)
+	entry := func(fields ...amqp.Field) amqp.Table { return amqp.Table(fields) }
+	full := amqp.Table{{Key: "x-death", Value: []any{
+		entry(amqp.Field{Key: "queue", Value: "work"}, amqp.Field{Key: "reason", Value: []byte("rejected")},
+			amqp.Field{Key: "exchange", Value: "x"}, amqp.Field{Key: "routing-keys", Value: []any{"k1", []byte("k2"), int32(3)}},
+			amqp.Field{Key: "time", Value: at}),
+		entry(amqp.Field{Key: "queue", Value: "older"}),
+	}}}
+	l, ok := LatestDeath(full)
+	if !ok || l.Queue != "work" || l.Reason != "rejected" || l.Exchange != "x" ||
+		!slices.Equal(l.RoutingKeys, []string{"k1", "k2"}) || !l.Time.Equal(time.Unix(int64(at), 0)) {
+		t.Fatalf("full entry: %+v %v", l, ok)
+	}
+	for name, h := range map[string]amqp.Table{
+		"no header":  nil,
+		"not array":  {{Key: "x-death", Value: "x"}},
+		"empty":      {{Key: "x-death", Value: []any{}}},
+		"not table":  {{Key: "x-death", Value: []any{"x"}}},
+		"no queue":   {{Key: "x-death", Value: []any{entry(amqp.Field{Key: "reason", Value: "expired"})}}},
+		"queue type": {{Key: "x-death", Value: []any{entry(amqp.Field{Key: "queue", Value: int32(1)})}}},
+	} {
+		if l, ok := LatestDeath(h); ok {
+			t.Errorf("%s: %+v reported as a death", name, l)
+		}
+	}
+}

@@ -66,6 +66,7 @@ type ServerConn struct {
 	linger bool
 
 	session  Session                   // set under wmu (the writer reads it)
+	bursts   BurstEnder                // the session's, if it is one; reader only
 	channels map[uint16]*serverChannel // reader goroutine only
 	// unfinished is the capacity of the channels' bodies still being
 	// assembled (reader goroutine only; bounded by MaxUnfinishedContent).
@@ -348,6 +349,7 @@ func (c *ServerConn) handshake() error {
 	c.wmu.Lock()
 	c.session = sess
 	c.wmu.Unlock()
+	c.bursts, _ = sess.(BurstEnder)
 	var name string
 	if v, ok := c.clientProps.Get("connection_name"); ok {
 		name, _ = v.(string)
@@ -559,8 +561,8 @@ func (c *ServerConn) readLoop() error {
 			}
 			return c.fatal(Errorf(InternalError, "%s", err))
 		}
-		if be, ok := c.session.(BurstEnder); ok && !c.fr.HasFrame() {
-			be.EndBurst()
+		if c.bursts != nil && !c.fr.HasFrame() {
+			c.bursts.EndBurst()
 		}
 	}
 }

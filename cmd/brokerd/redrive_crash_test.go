@@ -89,8 +89,10 @@ func TestRedriveKill9(t *testing.T) {
 	d.wait()
 	t.Logf("killed after %v of %d moves", task["moved"], n)
 
+	restart := time.Now()
 	d = startDaemon(t, "", args...)
 	api = mgmtClient{t: t, base: d.mgmtURL()}
+	t.Logf("the restart (log replay) took %v", time.Since(restart))
 	api.call("GET", "/api/redrives/"+id, nil, 200, &task)
 	if task["state"] != "running" || task["moved"].(float64) < killAt-float64(n/10) {
 		t.Fatalf("task after the restart: %v (killed at about %v moves)", task, killAt)

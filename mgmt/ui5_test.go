@@ -96,7 +96,10 @@ func TestUIAccessibility(t *testing.T) {
 
 	// The redrive dialog, from the keyboard.
 	until(t, ctx, "queue page", chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"))
-	poll(t, ctx, "queue page loaded", `!!document.querySelector("#redrive-open") && typeof axe !== "undefined"`)
+	// Loaded, and focus given to main as the hash change does once the
+	// page is drawn: a focus before that is taken back.
+	poll(t, ctx, "queue page loaded", `document.querySelector("main").dataset.loaded === "#/queue/%2F/orders.dlq" &&
+		document.activeElement === document.querySelector("main") && typeof axe !== "undefined"`)
 	until(t, ctx, "open with Enter", chromedp.Focus("#redrive-open", chromedp.ByQuery), chromedp.KeyEvent("\r"))
 	poll(t, ctx, "dialog open, focus in it", `document.querySelector("#redrive-dialog").open && document.querySelector("#redrive-dialog").contains(document.activeElement)`)
 	axeCheck(t, ctx, "redrive dialog")

@@ -24,7 +24,7 @@ type recordingStore struct {
 
 func (r *recordingStore) Apply(b *store.Batch, done func(error)) {
 	r.mu.Lock()
-	r.batches = append(r.batches, *b)
+	r.batches = append(r.batches, b.Clone())
 	r.mu.Unlock()
 	r.Store.Apply(b, done)
 }

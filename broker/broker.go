@@ -85,6 +85,9 @@ type Broker struct {
 	opts  Options
 	log   *slog.Logger
 	store store.Store
+	// storeFailedFn is storeFailed as a func value made once: the
+	// completion of a store write nobody waits for (txn.write).
+	storeFailedFn func(error)
 
 	// authMu serializes changes to users, vhosts and permissions, from
 	// the change in memory to the store's completion, so a change the
@@ -193,6 +196,7 @@ func Open(opts Options) (*Broker, error) {
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}
+	b.storeFailedFn = b.storeFailed
 	b.dropLog = newDropLogs(opts.Logger)
 	b.minConsumerTimeout.Store(math.MaxInt64)
 	b.SetConsumerTimeout(opts.ConsumerTimeout)
@@ -377,9 +381,12 @@ func (b *Broker) newDurableQueueID() store.QueueID {
 // needs the store fails (publishers get nacks) and the failure is logged
 // once.
 func (b *Broker) storeFailed(err error) {
-	if err == nil {
-		return
+	if err != nil {
+		b.storeFailure(err) // apart, so a nil err is not moved to the heap
 	}
+}
+
+func (b *Broker) storeFailure(err error) {
 	if b.storeErr.CompareAndSwap(nil, &err) {
 		b.log.Error("message store failed; persistent operations will fail", "err", err)
 		// Publishers are blocked, as by a disk alarm: the store accepts

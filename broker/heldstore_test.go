@@ -61,7 +61,7 @@ func (h *heldStore) Apply(b *store.Batch, done func(error)) {
 		})
 		return
 	}
-	h.batches = append(h.batches, *b)
+	h.batches = append(h.batches, b.Clone())
 	h.mu.Unlock()
 	h.Store.Apply(b, func(err error) {
 		h.mu.Lock()

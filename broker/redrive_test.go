@@ -255,7 +255,7 @@ func (r *rdStore) wrapFirst(s store.Store) store.Store {
 
 func (r *rdStore) Apply(b *store.Batch, done func(error)) {
 	r.mu.Lock()
-	r.batches = append(r.batches, *b)
+	r.batches = append(r.batches, b.Clone())
 	if r.armed && len(b.Deletes) > 0 {
 		if r.n--; r.n == 0 {
 			close(r.hit)

@@ -27,11 +27,10 @@ type txn struct {
 	inserts []*entry                // dead-lettered copies for target queues
 	puts    []*entry                // the entries of batch.Puts (inStore is set on write)
 	vhost   *VHost                  // read-locked until apply (holdVHost)
-	handed  bool                    // the store holds batch (until its done, or longer)
 }
 
-// txnPool recycles the txns the store never saw: most operations on
-// transient messages (a publish, a delivery, an ack) write nothing.
+// txnPool recycles txns and their slices: a store does not keep a batch
+// after Apply returns (store.Store), so every txn is reused once finished.
 var txnPool = sync.Pool{New: func() any { return new(txn) }}
 
 // holdVHost read-locks v until apply: dead letters routed under it must
@@ -50,16 +49,20 @@ func (b *Broker) newTxn() *txn {
 	return t
 }
 
-// recycle returns t to txnPool once its owner is done with it (finish),
-// unless it was handed to the store, which may hold its batch: that one
-// is left to the garbage collector.
+// maxPooledBatch is the most puts, deletes or updates a txn may have held
+// and still go back to txnPool: a large transaction's slices are left to
+// the garbage collector rather than pinned by the pool.
+const maxPooledBatch = 1024
+
+// recycle returns t to txnPool once its owner is done with it (finish).
 func (t *txn) recycle() {
-	if t.handed || t.vhost != nil {
+	b := &t.batch
+	if t.vhost != nil || max(cap(b.Puts), cap(b.Deletes), cap(b.Updates), cap(b.Messages)) > maxPooledBatch {
 		return
 	}
-	b := &t.batch
 	clear(b.Messages)
 	clear(b.Puts)
+	clear(b.Updates)
 	clear(t.puts)
 	*t = txn{batch: store.Batch{
 		Messages: b.Messages[:0], Puts: b.Puts[:0], Updates: b.Updates[:0], Deletes: b.Deletes[:0],
@@ -188,15 +191,14 @@ func (t *txn) write(done func(error)) bool {
 		return false
 	}
 	b := t.b
-	t.handed = true
-	b.store.Apply(&t.batch, func(err error) {
-		if err != nil {
+	if done == nil {
+		b.store.Apply(&t.batch, b.storeFailedFn)
+	} else {
+		b.store.Apply(&t.batch, func(err error) {
 			b.storeFailed(err)
-		}
-		if done != nil {
 			done(err)
-		}
-	})
+		})
+	}
 	// A read of the store finds these entries now: they may page out.
 	for _, e := range t.puts {
 		e.inStore = true

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 )
 
@@ -173,6 +174,20 @@ type Batch struct {
 	Meta       []MetaOp
 }
 
+// Clone returns a copy of b that shares no slice with it (only the
+// messages and headers, which are immutable): what code that keeps a batch
+// past Apply (a recorder in a test) must keep, as the caller reuses b.
+func (b *Batch) Clone() Batch {
+	return Batch{
+		Messages:   slices.Clone(b.Messages),
+		Puts:       slices.Clone(b.Puts),
+		Updates:    slices.Clone(b.Updates),
+		Deletes:    slices.Clone(b.Deletes),
+		DropQueues: slices.Clone(b.DropQueues),
+		Meta:       slices.Clone(b.Meta),
+	}
+}
+
 // Empty reports whether the batch changes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Messages) == 0 && len(b.Puts) == 0 && len(b.Updates) == 0 &&
@@ -196,6 +211,11 @@ type Store interface {
 	// after every batch whose Apply returned before its Apply began: a
 	// later batch may delete or overwrite what an earlier one wrote, and
 	// recovery must see the effect of that order.
+	//
+	// A store does not keep b, its slices or their backing arrays after
+	// Apply returns (what it keeps, it copies): the caller reuses them. The
+	// messages b lists and the headers its entries point to are not the
+	// batch's: they stay the caller's, immutable, and may be kept.
 	Apply(b *Batch, done func(error))
 	// ScanQueue calls fn for the entries of q with Seq >= from, in Seq
 	// order, until fn returns false. The entries passed to fn must not be

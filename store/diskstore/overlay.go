@@ -73,6 +73,12 @@ func (m delMark) prio() uint8     { return uint8(m) }
 func (m delMark) isPending() bool { return m&delPending != 0 }
 
 // ovEntry is an entry put in an overlay, with its body size when known.
+// ovPair is an entry and the message it alone put, allocated as one.
+type ovPair struct {
+	e ovEntry
+	m ovMsg
+}
+
 type ovEntry struct {
 	store.Entry
 	size  uint32
@@ -125,6 +131,15 @@ func headerBytes(h *store.Header) int64 {
 func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 	o.last = lsn
 	o.n++
+	// The common batch, a publish to one queue, puts its one fresh message
+	// once: its overlay entry and message are allocated together.
+	var pair *ovPair
+	if len(fresh) == 1 && len(b.Puts) == 1 && b.Puts[0].Msg.ID == fresh[0].ID && o.msgs[fresh[0].ID] == nil {
+		pair = &ovPair{m: ovMsg{m: fresh[0]}}
+		o.msgs[fresh[0].ID] = &pair.m
+		o.bytes += int64(len(fresh[0].Body)) + headerBytes(&fresh[0].Header) + entryOverhead
+		fresh = nil
+	}
 	for _, m := range fresh {
 		if o.msgs[m.ID] == nil {
 			o.msgs[m.ID] = &ovMsg{m: m}
@@ -132,25 +147,36 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		}
 	}
 	for i := range b.Puts {
-		e := &ovEntry{Entry: b.Puts[i]} // a copy: the caller may reuse the batch
+		var e *ovEntry
+		if pair != nil {
+			e = &pair.e
+		} else {
+			e = new(ovEntry)
+		}
+		e.Entry = b.Puts[i] // a copy: the caller reuses the batch
 		oq := o.queue(e.Queue)
 		if old := oq.entries[e.Seq]; old != nil {
 			oq.removePut(old) // a put over a put: the later one stays
 		}
-		e.size, e.sized = o.putSize(&e.Entry)
-		if e.sized && o.msgs[e.Msg.ID] == nil {
-			// The body is stored already (a dead-lettered copy, or a
-			// message read back by a paging queue): keep only the id,
-			// as a replayed record does, so the overlay does not hold
-			// bodies its byte count does not include.
-			e.Msg = &store.Message{ID: e.Msg.ID}
+		if pair != nil {
+			e.size, e.sized = uint32(len(pair.m.m.Body)), true
+			pair.m.refs++
+		} else {
+			e.size, e.sized = o.putSize(&e.Entry)
+			if e.sized && o.msgs[e.Msg.ID] == nil {
+				// The body is stored already (a dead-lettered copy, or a
+				// message read back by a paging queue): keep only the id,
+				// as a replayed record does, so the overlay does not hold
+				// bodies its byte count does not include.
+				e.Msg = &store.Message{ID: e.Msg.ID}
+			}
+			o.ref(e.Msg.ID, +1)
 		}
 		oq.entries[e.Seq] = e
 		oq.addPut(e)
 		if e.Seq > oq.lastSeq {
 			oq.lastSeq = e.Seq
 		}
-		o.ref(e.Msg.ID, +1)
 		o.bytes += entryOverhead + headerBytes(e.Header)
 	}
 	for _, u := range b.Updates {

@@ -101,6 +101,7 @@ type Store struct {
 	active *overlay // changed by Apply
 	frozen *overlay // being checkpointed; read-only; nil when none
 	encBuf []byte
+	fresh  []*store.Message // freshLocked's result, reused by Apply
 	// staleWake, when set (by tests), is called when the checkpointer
 	// ignores a wake because the active overlay is not full.
 	staleWake func()
@@ -229,6 +230,10 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 	if cap(s.encBuf) > 1<<20 {
 		s.encBuf = nil // don't pin a huge buffer after one big message
 	}
+	if cap(fresh) <= 1024 { // reused under s.mu: nothing keeps the slice
+		clear(fresh)
+		s.fresh = fresh[:0]
+	}
 	s.mu.Unlock()
 	if full {
 		s.wake()
@@ -278,7 +283,7 @@ func withoutVolatile(b *store.Batch) {
 // carry: listed, referred to by one of b's puts, and not stored before. It
 // marks them stored.
 func (s *Store) freshLocked(b *store.Batch) []*store.Message {
-	var fresh []*store.Message
+	fresh := s.fresh[:0]
 	var put map[store.MsgID]bool // ids the puts refer to, for large batches (a tx commit)
 	if len(b.Messages) > 8 {
 		put = make(map[store.MsgID]bool, len(b.Puts))

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -43,6 +44,20 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: cpu profile: %v\n", err)
+			return 2
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 
 	urls := []string{o.url}
 	if o.compare != "" {
@@ -108,6 +123,7 @@ type options struct {
 	heartbeat  int    // idle-conns: heartbeat interval in seconds
 	brokerPID  int    // sample this process's RSS during the run (0 = none)
 	comparePID int    // the -compare broker's process
+	cpuProfile string // write the client's own CPU profile here
 }
 
 var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout", "queues", "idle-conns"}
@@ -143,6 +159,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.compare, "compare", "", "run the same scenario against this second broker `URL` and compare")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up waiting for messages after this long")
 	fs.StringVar(&o.id, "id", "", "name prefix of the run's queues and exchanges (default random); with -keep and scenario drain, a later run finds an earlier run's queue")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the client's CPU profile (go tool pprof) to `file`")
 	fs.BoolVar(&o.keep, "keep", false, "leave the run's queues and exchanges in place (e.g. publish -keep, restart the broker, then drain)")
 	fs.StringVar(&o.client, "client", "amqp091", "client library for producers and consumers: amqp091 (github.com/rabbitmq/amqp091-go, what users run) or raw (pre-encoded frames over brokerd's codec, batched writes: a load generator that is not the bottleneck)")
 	if err := fs.Parse(args); err != nil {

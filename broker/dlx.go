@@ -223,7 +223,8 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		// target's own message TTL applies.
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
-		ne := tq.newCopyEntry(msg, header, props.Priority, arrival)
+		at := arrivedAt(arrival)
+		ne := tq.newCopyEntry(msg, header, props.Priority, &at)
 		if ne.stored {
 			t.put(ne)
 		}

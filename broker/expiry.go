@@ -22,6 +22,25 @@ func (b *Broker) nowMS() int64 { return b.opts.Now().UnixMilli() }
 // rounding the arrival up makes that never earlier than arrival + TTL.
 func (b *Broker) arrivalMS() int64 { return ceilMS(b.opts.Now()) }
 
+// arrival is the arrival time of a publish (arrivalMS), read from the
+// clock when a deadline first needs it and then kept, so a message with
+// no TTL costs no clock read and every queue of one publish counts from
+// the same instant.
+type arrival struct {
+	b  *Broker
+	ms int64 // 0: not read yet
+}
+
+// arrivedAt is an arrival already known.
+func arrivedAt(ms int64) arrival { return arrival{ms: ms} }
+
+func (a *arrival) get() int64 {
+	if a.ms == 0 {
+		a.ms = a.b.arrivalMS()
+	}
+	return a.ms
+}
+
 // ceilMS returns t in Unix milliseconds, rounded up.
 func ceilMS(t time.Time) int64 {
 	ms := t.UnixMilli()

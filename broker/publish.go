@@ -272,7 +272,7 @@ func (ch *channel) confirmDone(seq uint64, ack, inGroup bool) {
 func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup bool)) {
 	qs = lockQueues(qs)
 	t := b.newTxn()
-	refused := b.enqueueLocked(t, qs, p, b.arrivalMS())
+	refused := b.enqueueLocked(t, qs, p, &arrival{b: b})
 	if done != nil {
 		done = awaitEvictions(qs, done)
 	}
@@ -360,7 +360,7 @@ func joinEvictions(owed []*Queue, done func(error)) func(error) {
 
 // enqueueLocked is enqueue's work on queues qs, locked by the caller,
 // within t. It reports whether a queue refused the message.
-func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, now int64) (refused bool) {
+func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, at *arrival) (refused bool) {
 	msg := p.msg
 	for _, q := range qs {
 		if q.isDeleted() {
@@ -380,7 +380,7 @@ func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, now int64
 			}
 			continue
 		}
-		e := q.newEntry(msg, nil, p.prio, p.ttl, now)
+		e := q.newEntry(msg, nil, p.prio, p.ttl, at)
 		if e.stored {
 			t.put(e)
 		}
@@ -448,11 +448,11 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 	}
 	qs = lockQueues(qs)
 	t := b.newTxn()
-	arrival := b.arrivalMS()
+	at := arrival{b: b}
 	for _, r := range rs {
 		// A message a reject-publish queue refuses is dropped: a
 		// transaction has no per-message nack.
-		b.enqueueLocked(t, r.qs, r.p, arrival)
+		b.enqueueLocked(t, r.qs, r.p, &at)
 	}
 	for _, a := range acks {
 		forEachQueue(a.ds, func(q *Queue, es []*entry) { q.settleLocked(t, es, a.action) })

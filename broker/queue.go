@@ -262,10 +262,10 @@ func (q *Queue) declareCounts() (messages, consumers int) {
 	return q.ready.Len() + q.backlogLen(), len(q.consumers)
 }
 
-// newEntry makes the entry for msg entering q at arrival (arrivalMS), with
-// the deadline from the queue's message TTL and msgTTL (the expiration
-// property, -1 if none).
-func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, arrival int64) *entry {
+// newEntry makes the entry for msg entering q at at, with the deadline
+// from the queue's message TTL and msgTTL (the expiration property, -1 if
+// none).
+func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *entry {
 	e := &entry{q: q, prio: prio, stored: q.isStoredFor(msg)}
 	e.Ref = store.Ref{Queue: q.id, Prio: min(prio, q.maxPriority), Seq: q.seq.Add(1)}
 	e.Msg, e.Header = msg, h
@@ -274,7 +274,7 @@ func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL
 		ttlMS = msgTTL
 	}
 	if ttlMS >= 0 {
-		e.Deadline = arrival + ttlMS
+		e.Deadline = at.get() + ttlMS
 		e.zeroTTL = ttlMS == 0
 	}
 	e.timer.Value = e
@@ -284,10 +284,10 @@ func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL
 // newCopyEntry is newEntry for a dead-lettered copy, which reaches q
 // (insertDeadLetters) after its put reached the store: its seq is
 // recorded as in flight until then.
-func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, arrival int64) *entry {
+func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, at *arrival) *entry {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
-	e := q.newEntry(msg, h, prio, -1, arrival)
+	e := q.newEntry(msg, h, prio, -1, at)
 	q.inflight = append(q.inflight, e.Seq)
 	return e
 }
@@ -523,12 +523,15 @@ func (q *Queue) dispatchLocked(t *txn) {
 	if len(q.consumers) == 0 || q.ready.Len() == 0 {
 		return
 	}
-	now := q.vhost.b.nowMS()
+	var now int64 // read from the clock once an entry has a deadline
 	var expired []*entry
 	for q.ready.Len() > 0 && len(q.consumers) > 0 {
 		e := q.ready.Front()
 		if e == nil {
 			break // the head could not be refilled (the store failed)
+		}
+		if e.Deadline != 0 && now == 0 {
+			now = q.vhost.b.nowMS()
 		}
 		if e.expiredAt(now) && !e.arriving {
 			q.takeLocked()

@@ -478,7 +478,7 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 			}
 			msg = clone
 		}
-		ne := tq.newCopyEntry(msg, header, props.Priority, b.arrivalMS())
+		ne := tq.newCopyEntry(msg, header, props.Priority, &arrival{b: b})
 		if ne.stored {
 			t.put(ne)
 		}

@@ -178,9 +178,14 @@ func TestPublishDeliverAckAllocs(t *testing.T) {
 // reject without requeue into a DLQ (x-death rewrite, routing, one store
 // operation), then take the dead letter from the DLQ.
 func BenchmarkRejectDeadLetter(b *testing.B) {
-	for _, persistent := range []bool{false, true} {
-		b.Run(fmt.Sprintf("persistent=%t", persistent), func(b *testing.B) {
-			br, ch, out := benchChannel(b, persistent, amqp.Table{{Key: "x-dead-letter-exchange", Value: ""}, {Key: "x-dead-letter-routing-key", Value: "dlq"}})
+	for _, kind := range []string{"transient", "persistent", "persistent-disk"} {
+		persistent := kind != "transient"
+		b.Run(kind, func(b *testing.B) {
+			var st store.Store = memstore.New()
+			if kind == "persistent-disk" {
+				st = benchDiskStore(b)
+			}
+			br, ch, out := benchChannelOn(b, st, persistent, amqp.Table{{Key: "x-dead-letter-exchange", Value: ""}, {Key: "x-dead-letter-routing-key", Value: "dlq"}})
 			if err := ch.Handle(&amqp.QueueDeclare{Queue: "dlq", Durable: persistent}); err != nil {
 				b.Fatal(err)
 			}

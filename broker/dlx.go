@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"bytes"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,6 +93,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	// between routing to it and the put that gives it the copy.
 	t.holdVHost(v)
 	x := v.exchanges[cfg.dlx]
+	var memo dlMemo
 	for _, e := range es {
 		cause := -1
 		if x == nil {
@@ -100,7 +103,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			if e.DeadAt != 0 {
 				died = time.UnixMilli(e.DeadAt)
 			}
-			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, arrival, backlogOK)
+			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, arrival, backlogOK, &memo)
 		}
 		if e.DeadLetter == "" { // a waiting dead letter was counted when it died
 			b.counters.deadLetteredBy[strategyOf(cfg)][ri].Add(1)
@@ -144,26 +147,59 @@ func newDropLogs(log *slog.Logger) [numDropCauses]*ratelog.Limiter {
 	return l
 }
 
+// dlMemo keeps the last dead letter's rewrite and route within one
+// deadLetterLocked call (one queue, one reason, one configuration, the
+// vhost read-locked): consecutive dead letters published alike — the same
+// properties, exchange and routing keys, dying within the same second —
+// get the same x-death headers and the same targets, so they share one
+// rewrite, one encoding of it and one stored header.
+type dlMemo struct {
+	src     *store.Header // the last source header, and what it held:
+	props   []byte
+	xchg    string
+	keys    []string
+	sec     int64 // died, in Unix seconds (x-death's time)
+	prio    uint8
+	res     deadletter.Result
+	targets []*Queue
+	header  *store.Header // nil: the rewritten properties are not encoded yet
+}
+
+// hit reports whether h dying at sec rewrites as the memo's dead letter.
+func (m *dlMemo) hit(h *store.Header, sec int64) bool {
+	if m.src == nil || sec != m.sec {
+		return false
+	}
+	return h == m.src || bytes.Equal(h.Props, m.props) && h.Exchange == m.xchg && slices.Equal(h.RoutingKeys, m.keys)
+}
+
 // planDeadLetterLocked rewrites and routes one dead letter (which died at
 // died) and plans its copies. It returns -1 when the copies are planned,
 // else the drop cause. Where the message may wait (at-least-once, with
 // backlogOK), it goes to all its targets or to none: a full target keeps
 // it waiting rather than deliver it to some. Caller holds q.mu and, through
 // t, v.mu (shared).
-func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool) int {
+func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool, m *dlMemo) int {
 	b := q.vhost.b
 	h := e.EffectiveHeader()
-	props, err := amqp.DecodeProperties(h.Props)
-	if err != nil {
-		// Stored properties were validated when published.
-		b.log.Error("dead-letter: undecodable stored properties; dropping", "queue", q.Name, "err", err)
-		return dropUnroutable
+	if !m.hit(h, died.Unix()) {
+		props, err := amqp.DecodeProperties(h.Props)
+		if err != nil {
+			// Stored properties were validated when published.
+			b.log.Error("dead-letter: undecodable stored properties; dropping", "queue", q.Name, "err", err)
+			return dropUnroutable
+		}
+		res := deadletter.Rewrite(deadletter.Source{
+			Props: props, Exchange: h.Exchange, RoutingKeys: h.RoutingKeys,
+			Queue: q.Name, Reason: reason, Time: died,
+		}, deadletter.Target{Exchange: cfg.dlx, RoutingKey: cfg.dlrk, HasRoutingKey: cfg.hasDLRK})
+		*m = dlMemo{
+			src: h, props: h.Props, xchg: h.Exchange, keys: h.RoutingKeys, sec: died.Unix(),
+			prio: props.Priority, res: res,
+			targets: q.vhost.routeLocked(x, res.RoutingKeys, res.Props.Headers),
+		}
 	}
-	res := deadletter.Rewrite(deadletter.Source{
-		Props: props, Exchange: h.Exchange, RoutingKeys: h.RoutingKeys,
-		Queue: q.Name, Reason: reason, Time: died,
-	}, deadletter.Target{Exchange: cfg.dlx, RoutingKey: cfg.dlrk, HasRoutingKey: cfg.hasDLRK})
-	targets := q.vhost.routeLocked(x, res.RoutingKeys, res.Props.Headers)
+	res, targets := &m.res, m.targets
 	if len(targets) == 0 {
 		return dropUnroutable
 	}
@@ -194,15 +230,18 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		}
 		return cause
 	}
-	raw, err := res.Props.Append(nil)
-	if err != nil {
-		for _, tq := range taking {
-			tq.release(size)
+	if m.header == nil {
+		raw, err := res.Props.Append(nil)
+		if err != nil {
+			for _, tq := range taking {
+				tq.release(size)
+			}
+			b.log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
+			return dropUnroutable
 		}
-		b.log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
-		return dropUnroutable
+		m.header = &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
 	}
-	header := &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
+	header := m.header
 	var clone *store.Message
 	for _, tq := range taking {
 		// A stored copy refers to its message's stored body. Only a
@@ -224,7 +263,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
 		at := arrivedAt(arrival)
-		ne := tq.newCopyEntry(msg, header, props.Priority, &at)
+		ne := tq.newCopyEntry(msg, header, m.prio, &at)
 		if ne.stored {
 			t.put(ne)
 		}

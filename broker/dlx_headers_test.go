@@ -388,3 +388,50 @@ func TestDLXWireXDeathLayout(t *testing.T) {
 		t.Fatalf("times %d (mid), %d (src), want src ≤ mid ≤ now %d", t0, t1, now)
 	}
 }
+
+// dsHeadersBatch: dead letters settled together (one multiple nack) each
+// get their own x-death and keep their own headers, whether consecutive
+// ones were published alike (they share one rewrite: dlMemo) or differ in
+// a header, the expiration, CC, or exchange and routing key.
+func dsHeadersBatch(e *dsEnv) {
+	e.setup(nil)
+	e.bind("src", "k2", "amq.direct", nil)
+	type pub struct {
+		x, key string
+		p      amqp091.Publishing
+		death  dsDeath
+	}
+	rejected := func(x string, keys ...string) dsDeath {
+		return dsDeath{queue: "src", reason: "rejected", exchange: x, count: 1, keys: keys}
+	}
+	expiring := rejected("", "src")
+	expiring.origExp = "60000"
+	pubs := []pub{
+		{"", "src", amqp091.Publishing{Headers: amqp091.Table{"user": "a"}}, rejected("", "src")},
+		{"", "src", amqp091.Publishing{Headers: amqp091.Table{"user": "a"}}, rejected("", "src")},
+		{"", "src", amqp091.Publishing{Headers: amqp091.Table{"user": "b"}}, rejected("", "src")},
+		{"", "src", amqp091.Publishing{Headers: amqp091.Table{"user": "b"}, Expiration: "60000"}, expiring},
+		{"", "src", amqp091.Publishing{Headers: amqp091.Table{"user": "b", "CC": []interface{}{"cc"}}}, rejected("", "src", "cc")},
+		{"amq.direct", "k2", amqp091.Publishing{Headers: amqp091.Table{"user": "b"}}, rejected("amq.direct", "k2")},
+		{"", "src", amqp091.Publishing{Headers: amqp091.Table{"user": "a"}}, rejected("", "src")},
+	}
+	bodies := make([]string, len(pubs))
+	for i, p := range pubs {
+		bodies[i] = fmt.Sprintf("p%d", i+1)
+		p.p.Body = []byte(bodies[i])
+		e.publishTo(p.x, p.key, p.p)
+	}
+	e.waitFor("src", len(pubs), len(pubs), 0)
+	ds := e.get("src", bodies...)
+	e.nack(ds[len(ds)-1], true, false)
+	for i, d := range e.get("dlq", bodies...) {
+		dsWantStr(e.t, d.Headers, "user", pubs[i].p.Headers["user"].(string))
+		e.wantDeaths(d.Headers, pubs[i].death)
+		dsWantFirstLast(e.t, d.Headers, [3]string{"rejected", "src", pubs[i].x}, [3]string{"rejected", "src", pubs[i].x})
+		dsWantAbsent(e.t, d.Headers, "CC")
+		if d.Expiration != "" {
+			e.t.Fatalf("%s: expiration %q, want none", d.Body, d.Expiration)
+		}
+	}
+	e.getEmpty("dlq")
+}

@@ -59,6 +59,7 @@ var dsRows = []dsRow{
 	{"dead_letter_ignore_policy", false, dsIgnorePolicy},
 	{"dead_letter_headers", false, dsHeaders},
 	{"dead_letter_headers_reason_maxlen", true, dsHeadersReasonMaxLen},
+	{"dead_letter_headers_batch", false, dsHeadersBatch},
 	{"dead_letter_headers_cycle", false, dsHeadersCycle},
 	{"dead_letter_headers_BCC", false, dsHeadersBCC},
 	{"dead_letter_headers_CC", false, dsHeadersCC},

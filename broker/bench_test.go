@@ -137,7 +137,7 @@ func TestPublishDeliverAckAllocs(t *testing.T) {
 	for _, c := range []struct {
 		persistent, disk bool
 		max              float64
-	}{{false, false, 3}, {true, false, 12}, {true, true, 6}} {
+	}{{false, false, 3}, {true, false, 12}, {true, true, 4}} {
 		var st store.Store = memstore.New()
 		if c.disk {
 			st = benchDiskStore(t)

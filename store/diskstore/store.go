@@ -102,6 +102,10 @@ type Store struct {
 	frozen *overlay // being checkpointed; read-only; nil when none
 	encBuf []byte
 	fresh  []*store.Message // freshLocked's result, reused by Apply
+	// dones holds the completions of Apply's records, in LSN order;
+	// walDone, the WAL callback of every record, runs the oldest.
+	dones   doneQueue
+	walDone func(wal.LSN, error)
 	// staleWake, when set (by tests), is called when the checkpointer
 	// ignores a wake because the active overlay is not full.
 	staleWake func()
@@ -149,6 +153,7 @@ func Open(dir string, opts Options) (*Store, error) {
 
 		cpDuration: histogram.New(CheckpointDurationBounds...),
 	}
+	s.walDone = s.completeRecord
 	start := time.Now()
 	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
@@ -217,14 +222,8 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 	if volatileOnly(b) {
 		class = wal.Volatile
 	}
-	lsn := s.wal.Append(s.encBuf, class, func(_ wal.LSN, err error) {
-		if err != nil {
-			s.fail(err)
-		}
-		if done != nil {
-			done(err)
-		}
-	})
+	s.dones.push(done) // before Append: the WAL may complete the record at once
+	lsn := s.wal.Append(s.encBuf, class, s.walDone)
 	s.active.apply(b, fresh, uint64(lsn))
 	full := s.active.bytes >= s.opts.CheckpointBytes
 	if cap(s.encBuf) > 1<<20 {
@@ -238,6 +237,57 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 	if full {
 		s.wake()
 	}
+}
+
+// completeRecord is the WAL's callback for a record Apply appended: the
+// WAL runs one per record, in LSN order, on its goroutine, so the record
+// is the one whose completion s.dones holds oldest. (One func for every
+// record: a closure each cost an allocation per store operation.)
+func (s *Store) completeRecord(_ wal.LSN, err error) {
+	done := s.dones.pop()
+	if err != nil {
+		s.fail(err)
+	}
+	if done != nil {
+		done(err)
+	}
+}
+
+// doneQueue is a FIFO of completions, safe for concurrent use.
+type doneQueue struct {
+	mu   sync.Mutex
+	ring []func(error) // length a power of two (or 0)
+	head int
+	n    int
+}
+
+func (q *doneQueue) push(f func(error)) {
+	q.mu.Lock()
+	if q.n == len(q.ring) {
+		ring := make([]func(error), max(64, 2*len(q.ring)))
+		for i := range q.n {
+			ring[i] = q.ring[(q.head+i)&(len(q.ring)-1)]
+		}
+		q.ring, q.head = ring, 0
+	}
+	q.ring[(q.head+q.n)&(len(q.ring)-1)] = f
+	q.n++
+	q.mu.Unlock()
+}
+
+// pop removes and returns the oldest completion. It panics when empty:
+// the WAL completed a record Apply did not append.
+func (q *doneQueue) pop() func(error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n == 0 {
+		panic("diskstore: a WAL completion with no record waiting for it")
+	}
+	f := q.ring[q.head]
+	q.ring[q.head] = nil
+	q.head = (q.head + 1) & (len(q.ring) - 1)
+	q.n--
+	return f
 }
 
 // volatileOnly reports whether b changes volatile queues only: its record

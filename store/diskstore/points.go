@@ -17,6 +17,9 @@ import (
 // message records and a checkpoint's deleted entries is such a run.
 type pointReader struct {
 	it *pebble.Iterator
+	// stepped: the last lookup got there by Next, so the run is dense
+	// and the next one may step as far; after a seek it tries one Next.
+	stepped bool
 }
 
 func (s *Store) newPointReader() (*pointReader, error) {
@@ -28,16 +31,19 @@ func (s *Store) newPointReader() (*pointReader, error) {
 }
 
 // nextBeforeSeek is how many keys get steps over with Next before it
-// seeks instead. The runs it serves are mostly dense (a window's messages
-// were published in id order; a checkpoint deletes the entries a consumer
-// acked), and a Next costs a fraction of a seek, which repositions every
-// level of the LSM (a third of a drain's CPU went to those seeks).
+// seeks instead, while lookups keep finding their key that way (after a
+// seek it tries one). The runs it serves are mostly dense (a window's
+// messages were published in id order; a checkpoint deletes the entries
+// a consumer acked), and a Next costs a fraction of a seek, which
+// repositions every level of the LSM (a third of a drain's CPU went to
+// those seeks); a sparse run wastes one Next per lookup.
 const nextBeforeSeek = 8
 
 // get returns key's value, valid until the next call, and whether the key
 // is there.
 func (p *pointReader) get(key []byte) ([]byte, bool, error) {
-	if !p.step(key) {
+	p.stepped = p.step(key)
+	if !p.stepped {
 		if !p.it.SeekGE(key) {
 			return nil, false, p.it.Error()
 		}
@@ -50,15 +56,19 @@ func (p *pointReader) get(key []byte) ([]byte, bool, error) {
 }
 
 // step moves the iterator forward from where the last lookup left it to
-// the first key >= key, by at most nextBeforeSeek Nexts, and reports
-// whether it got there (or to the end: then key is not there either). It
-// reports false, leaving a seek to the caller, if the iterator is not
-// positioned, is past key already, or did not reach it in that many steps.
+// the first key >= key, by at most nextBeforeSeek Nexts (one after a
+// seek), and reports whether it got there (or to the end: then key is not
+// there either). It reports false, leaving a seek to the caller, if the
+// iterator is not positioned, is past key already, or did not reach it.
 func (p *pointReader) step(key []byte) bool {
 	if !p.it.Valid() || bytes.Compare(p.it.Key(), key) > 0 {
 		return false
 	}
-	for range nextBeforeSeek {
+	n := 1
+	if p.stepped {
+		n = nextBeforeSeek
+	}
+	for range n {
 		if bytes.Compare(p.it.Key(), key) >= 0 {
 			return true
 		}

@@ -14,7 +14,7 @@ func TestPointReaderLookups(t *testing.T) {
 	s := openDir(t, t.TempDir(), quiet())
 	defer s.Close()
 	key := func(i int) []byte { return []byte(fmt.Sprintf("zz-test-%04d", i)) } // after every index key
-	has := func(i int) bool { return i%3 != 0 && i < 200 } // gaps of one, then none past 199
+	has := func(i int) bool { return i%3 != 0 && i < 200 }                      // gaps of one, then none past 199
 	b := s.db.NewBatch()
 	for i := range 300 {
 		if has(i) {

@@ -25,27 +25,7 @@ other=${1:?usage: bench/acceptance.sh OTHER_AMQP_URL|- [OTHER_PID]}
 other_pid=${2:-0}
 rounds=${ROUNDS:-3}
 port=${PORT:-5680}
-tmp=$(mktemp -d)
-trap 'kill $bpid 2>/dev/null || true; rm -rf "$tmp"' EXIT
-go build -o "$tmp/brokerd" ./cmd/brokerd
-go build -o "$tmp/bench" ./bench
-url=amqp://guest:guest@127.0.0.1:$port/
-
-start_brokerd() {
-  kill ${bpid:-} 2>/dev/null || true; wait ${bpid:-} 2>/dev/null || true
-  rm -rf "$tmp/data"
-  if (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null; then
-    echo "127.0.0.1:$port is taken by another process: stop it first (or set PORT)" >&2; exit 1
-  fi
-  "$tmp/brokerd" -listen 127.0.0.1:$port -mgmt-listen off -data "$tmp/data" >/dev/null 2>"$tmp/brokerd.log" &
-  bpid=$!
-  for _ in $(seq 3000); do
-    kill -0 $bpid 2>/dev/null || { echo "brokerd exited" >&2; cat "$tmp/brokerd.log" >&2; exit 1; }
-    (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && return
-    sleep 0.01
-  done
-  echo "brokerd did not start" >&2; cat "$tmp/brokerd.log" >&2; exit 1
-}
+. bench/lib.sh
 
 # cpu PID: the process's user+system CPU in clock ticks (0 without a pid).
 cpu() { if [ "$1" -gt 0 ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }

@@ -134,10 +134,13 @@ func TestPublishDeliverAckAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts: not with -short")
 	}
+	if raceEnabled {
+		t.Skip("allocation counts: not under the race detector, whose sync.Pool drops objects at random")
+	}
 	for _, c := range []struct {
 		persistent, disk bool
 		max              float64
-	}{{false, false, 3}, {true, false, 12}, {true, true, 4}} {
+	}{{false, false, 2}, {true, false, 11}, {true, true, 3}} {
 		var st store.Store = memstore.New()
 		if c.disk {
 			st = benchDiskStore(t)

@@ -266,7 +266,13 @@ func (q *Queue) declareCounts() (messages, consumers int) {
 // from the queue's message TTL and msgTTL (the expiration property, -1 if
 // none).
 func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *entry {
-	e := &entry{q: q, prio: prio, stored: q.isStoredFor(msg)}
+	return q.initEntry(new(entry), msg, h, prio, msgTTL, at)
+}
+
+// initEntry is newEntry in memory the caller provides (the publish's own,
+// publishAlloc), which must be zero.
+func (q *Queue) initEntry(e *entry, msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *entry {
+	e.q, e.prio, e.stored = q, prio, q.isStoredFor(msg)
 	e.Ref = store.Ref{Queue: q.id, Prio: min(prio, q.maxPriority), Seq: q.seq.Add(1)}
 	e.Msg, e.Header = msg, h
 	ttlMS := q.config().messageTTL

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scale.sh runs the scale scenarios of issue 12 with the broker's RSS: one
 # queue vs 1,000 queues (one consumer each), fan-out to 100 queues, 10,000
-# idle connections with heartbeats, and a 10M-message backlog filled and
+# idle connections with heartbeats, and a 10M-message persistent backlog filled and
 # drained, against a fresh brokerd per scenario and, unless OTHER is "-", a
 # second broker (RabbitMQ) whose pid, if given, is sampled the same way.
 #
@@ -42,4 +42,4 @@ run queues-1     -scenario queues -queues 1 -n "$n" -size 1024 -ack manual
 run queues-1000  -scenario queues -queues 1000 -n "$n" -size 1024 -ack manual
 run fanout-100   -scenario fanout -queues 100 -n $((n / 100)) -size 1024 -ack manual
 run idle-conns   -scenario idle-conns -conns "$conns" -heartbeat 10 -duration "$hold" -rate 1000 -size 1024
-run backlog      -scenario backlog -n "$backlog" -size 1024 -confirm 1000 -ack manual
+run backlog      -scenario backlog -persistent -n "$backlog" -size 1024 -confirm 1000 -ack manual

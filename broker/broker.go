@@ -38,6 +38,12 @@ type Options struct {
 	LoopbackUsers []string
 	// MaxMessageSize bounds a message body. Default 128 MiB.
 	MaxMessageSize int
+	// MaxTxBytes bounds what one transaction's publishes hold (bodies,
+	// properties, exchange and routing key, and txPublishOverhead each):
+	// its commit is one store operation, and the write-ahead log takes
+	// records up to 1 GiB. A publish that would take a transaction past it
+	// closes the channel with 406 PRECONDITION_FAILED. Default 512 MiB.
+	MaxTxBytes int64
 	// Now is the clock for TTLs and queue leases; time.Now if nil. Tests
 	// pass a clock they control.
 	Now func() time.Time
@@ -164,6 +170,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	if opts.MaxMessageSize <= 0 {
 		opts.MaxMessageSize = 128 << 20
+	}
+	if opts.MaxTxBytes <= 0 {
+		opts.MaxTxBytes = 512 << 20
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -60,6 +60,7 @@ type channel struct {
 	// tx mode
 	tx        bool
 	txPubs    []*pendingPublish
+	txBytes   int64 // what txPubs hold, as Options.MaxTxBytes counts it
 	txAcks    []txAck
 	replyTo   string // direct reply-to address of this channel, "" if not consuming
 	replyTag  string // consumer tag of the direct reply-to consumer

@@ -45,7 +45,15 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	}
 	ch.mu.Lock()
 	if ch.tx {
+		n := int64(len(body)+len(raw)+len(m.Exchange)+len(m.RoutingKey)) + txPublishOverhead
+		if max := ch.conn.b.opts.MaxTxBytes; ch.txBytes+n > max {
+			ch.mu.Unlock()
+			err := amqp.Errorf(amqp.PreconditionFailed, "transaction too large: its publishes would hold more than %d bytes; commit in smaller transactions", max)
+			err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
+			return err
+		}
 		ch.txPubs = append(ch.txPubs, p)
+		ch.txBytes += n
 		ch.mu.Unlock()
 		return nil
 	}
@@ -383,6 +391,11 @@ func (ch *channel) txSelect() *amqp.Error {
 // go on meanwhile. A method that arrives on this channel before the
 // completion waits for it (awaitCommit), so no reply overtakes
 // tx.commit-ok.
+// txPublishOverhead is what Options.MaxTxBytes counts for a publish in a
+// transaction besides its bytes: its entry, message id and lengths in the
+// store record, generously.
+const txPublishOverhead = 256
+
 func (ch *channel) txCommit() *amqp.Error {
 	ch.mu.Lock()
 	if !ch.tx {
@@ -390,7 +403,7 @@ func (ch *channel) txCommit() *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "channel is not transactional")
 	}
 	pubs, acks := ch.txPubs, ch.txAcks
-	ch.txPubs, ch.txAcks = nil, nil
+	ch.txPubs, ch.txAcks, ch.txBytes = nil, nil, 0
 	for _, a := range acks {
 		ch.holdCreditLocked(a.ds, -1)
 	}
@@ -451,7 +464,7 @@ func (ch *channel) txRollback() *amqp.Error {
 		ch.holdCreditLocked(a.ds, -1)
 		ds = append(ds, a.ds...)
 	}
-	ch.txPubs, ch.txAcks = nil, nil
+	ch.txPubs, ch.txAcks, ch.txBytes = nil, nil, 0
 	if len(ds) > 0 {
 		ch.restoreUnackedLocked(ds)
 	}

@@ -161,16 +161,21 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		if pair != nil {
 			e.size, e.sized = uint32(len(pair.m.m.Body)), true
 			pair.m.refs++
+		} else if om := o.msgs[e.Msg.ID]; om != nil {
+			e.size, e.sized = uint32(len(om.m.Body)), true
+			om.refs++
 		} else {
-			e.size, e.sized = o.putSize(&e.Entry)
-			if e.sized && o.msgs[e.Msg.ID] == nil {
+			// The message is not this overlay's: its size is found below,
+			// and its reference counts in older.
+			e.size, e.sized = o.belowSize(&e.Entry)
+			if e.sized {
 				// The body is stored already (a dead-lettered copy, or a
 				// message read back by a paging queue): keep only the id,
 				// as a replayed record does, so the overlay does not hold
 				// bodies its byte count does not include.
 				e.Msg = &store.Message{ID: e.Msg.ID}
 			}
-			o.ref(e.Msg.ID, +1)
+			o.older[e.Msg.ID]++
 		}
 		oq.entries[e.Seq] = e
 		oq.addPut(e)

@@ -99,11 +99,12 @@ func (oq *ovQueue) noteUpdate(u store.Update) {
 	}
 }
 
-// putSize is the body size of a put's message, if it is at hand: the
-// body in this overlay or the one below, or the batch's message.
-func (o *overlay) putSize(e *store.Entry) (uint32, bool) {
-	m := o.message(e.Msg.ID)
-	if m == nil && o.below != nil {
+// belowSize is the body size of a put's message that this overlay does not
+// hold, if it is at hand: the body in the overlay below, or the batch's
+// message.
+func (o *overlay) belowSize(e *store.Entry) (uint32, bool) {
+	var m *store.Message
+	if o.below != nil {
 		m = o.below.message(e.Msg.ID)
 	}
 	if m == nil && e.Msg.Body != nil { // nil: a stub from a replayed record

@@ -243,6 +243,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 	}
 	header := m.header
 	var clone *store.Message
+	at := arrivedAt(arrival)
 	for _, tq := range taking {
 		// A stored copy refers to its message's stored body. Only a
 		// source entry that is stored itself, durably, proves that body
@@ -262,7 +263,6 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		// target's own message TTL applies.
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
-		at := arrivedAt(arrival)
 		ne := tq.newCopyEntry(msg, header, m.prio, &at)
 		if ne.stored {
 			t.put(ne)

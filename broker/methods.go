@@ -29,6 +29,11 @@ func (ch *channel) Handle(m amqp.Method) error {
 	return nil
 }
 
+// txPublishOverhead is what Options.MaxTxBytes counts for a publish in a
+// transaction besides its bytes: its entry, message id and lengths in the
+// store record, generously.
+const txPublishOverhead = 256
+
 // Publish executes basic.publish with its content. props is the decoded
 // form of raw; body and raw become owned by the broker.
 func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, body []byte) error {
@@ -46,9 +51,9 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	ch.mu.Lock()
 	if ch.tx {
 		n := int64(len(body)+len(raw)+len(m.Exchange)+len(m.RoutingKey)) + txPublishOverhead
-		if max := ch.conn.b.opts.MaxTxBytes; ch.txBytes+n > max {
+		if limit := ch.conn.b.opts.MaxTxBytes; ch.txBytes+n > limit {
 			ch.mu.Unlock()
-			err := amqp.Errorf(amqp.PreconditionFailed, "transaction too large: its publishes would hold more than %d bytes; commit in smaller transactions", max)
+			err := amqp.Errorf(amqp.PreconditionFailed, "transaction too large: its publishes would hold more than %d bytes; commit in smaller transactions", limit)
 			err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
 			return err
 		}
@@ -391,11 +396,6 @@ func (ch *channel) txSelect() *amqp.Error {
 // go on meanwhile. A method that arrives on this channel before the
 // completion waits for it (awaitCommit), so no reply overtakes
 // tx.commit-ok.
-// txPublishOverhead is what Options.MaxTxBytes counts for a publish in a
-// transaction besides its bytes: its entry, message id and lengths in the
-// store record, generously.
-const txPublishOverhead = 256
-
 func (ch *channel) txCommit() *amqp.Error {
 	ch.mu.Lock()
 	if !ch.tx {

@@ -73,16 +73,16 @@ func (m delMark) prio() uint8     { return uint8(m) }
 func (m delMark) isPending() bool { return m&delPending != 0 }
 
 // ovEntry is an entry put in an overlay, with its body size when known.
-// ovPair is an entry and the message it alone put, allocated as one.
-type ovPair struct {
-	e ovEntry
-	m ovMsg
-}
-
 type ovEntry struct {
 	store.Entry
 	size  uint32
 	sized bool // false: the message was stored before the overlay and its body was not at hand (queues.go)
+}
+
+// ovPair is an entry and the message it alone put, allocated as one.
+type ovPair struct {
+	e ovEntry
+	m ovMsg
 }
 
 // entryOverhead approximates an overlay entry's memory besides its body.
@@ -148,20 +148,19 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 	}
 	for i := range b.Puts {
 		var e *ovEntry
+		var om *ovMsg // the entry's message, if this overlay holds it
 		if pair != nil {
-			e = &pair.e
+			e, om = &pair.e, &pair.m
 		} else {
 			e = new(ovEntry)
+			om = o.msgs[b.Puts[i].Msg.ID]
 		}
 		e.Entry = b.Puts[i] // a copy: the caller reuses the batch
 		oq := o.queue(e.Queue)
 		if old := oq.entries[e.Seq]; old != nil {
 			oq.removePut(old) // a put over a put: the later one stays
 		}
-		if pair != nil {
-			e.size, e.sized = uint32(len(pair.m.m.Body)), true
-			pair.m.refs++
-		} else if om := o.msgs[e.Msg.ID]; om != nil {
+		if om != nil {
 			e.size, e.sized = uint32(len(om.m.Body)), true
 			om.refs++
 		} else {

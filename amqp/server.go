@@ -77,6 +77,12 @@ type ChannelOut interface {
 	// Saturated reports whether the outbound queue is at its hard limit:
 	// what would add to it unasked (a direct reply-to reply) is refused.
 	Saturated() bool
+	// Later runs fn on the connection's writer goroutine before its next
+	// write, unless the channel or the connection has closed by then.
+	// fn may send (it is how a frame is formatted off the caller's
+	// goroutine: publisher confirms completed by the store's); it must
+	// not block. Later itself never blocks and never calls fn.
+	Later(fn func())
 	// Close closes the channel from the server's side with e (a soft
 	// error), from any goroutine, as a handler's returned error does:
 	// channel.close is sent at once and the channel's later sends are

@@ -41,6 +41,9 @@ func (ch *serverChannel) SendContent(m Method, props, body []byte) {
 	ch.c.sendContent(ch, m, props, body)
 }
 
+// Later implements ChannelOut.
+func (ch *serverChannel) Later(fn func()) { ch.c.later(ch, fn) }
+
 // Writable implements ChannelOut.
 func (ch *serverChannel) Writable() bool { return ch.c.writable() }
 

@@ -75,6 +75,7 @@ type ServerConn struct {
 	// Outbound queue, guarded by wmu.
 	wmu      sync.Mutex
 	wbuf     []byte
+	wlater   []func() // for the writer to run before it takes wbuf (ChannelOut.Later)
 	wclosed  bool
 	wblocked bool // a Writable() call returned false since the last drain
 	wsignal  chan struct{}

@@ -70,6 +70,17 @@ func (c *ServerConn) sendOn(ch *serverChannel, m Method) {
 	c.signal()
 }
 
+// later queues fn for the writer (ChannelOut.Later) unless the channel
+// is dead.
+func (c *ServerConn) later(ch *serverChannel, fn func()) {
+	c.wmu.Lock()
+	if !c.wclosed && !ch.dead {
+		c.wlater = append(c.wlater, fn)
+	}
+	c.wmu.Unlock()
+	c.signal()
+}
+
 // noteQueuedLocked flags a queue that reached writeHardLimit for the
 // reader (awaitOutboundRoom), which looks at the flag on every frame.
 func (c *ServerConn) noteQueuedLocked() {
@@ -140,6 +151,7 @@ func (c *ServerConn) writer() {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	var spare []byte
+	var spareLater []func()
 	lastWrite := time.Now()
 	for {
 		quit := false
@@ -155,10 +167,25 @@ func (c *ServerConn) writer() {
 			}
 		}
 		c.wmu.Lock()
+		if len(c.wlater) > 0 {
+			// Run them unlocked: they send, which takes wmu. What they
+			// queue goes out in this write, quitting or not (a shutdown
+			// flushes the confirms of what the store made durable).
+			fns := c.wlater
+			c.wlater = spareLater
+			c.wmu.Unlock()
+			for i, fn := range fns {
+				fn()
+				fns[i] = nil
+			}
+			spareLater = fns[:0]
+			c.wmu.Lock()
+		}
 		buf := c.wbuf
 		c.wbuf = spare[:0]
 		if quit {
 			c.wclosed = true
+			c.wlater = nil
 		}
 		if len(buf) >= writeHardLimit {
 			c.wfull.Store(false)
@@ -171,7 +198,7 @@ func (c *ServerConn) writer() {
 			if _, err := c.nc.Write(buf); err != nil {
 				c.wmu.Lock()
 				c.wclosed = true
-				c.wbuf = nil
+				c.wbuf, c.wlater = nil, nil
 				close(c.wtaken)
 				c.wtaken = make(chan struct{})
 				c.wmu.Unlock()

@@ -39,6 +39,7 @@ func (o *discardOut) SendContent(m amqp.Method, props, body []byte) {
 func (o *discardOut) Writable() bool    { return true }
 func (o *discardOut) Close(*amqp.Error) {}
 func (o *discardOut) Saturated() bool   { return false }
+func (o *discardOut) Later(fn func())   { fn() }
 
 // benchChannel opens a broker over a memory store and one channel on it,
 // with a queue q declared (durable if durable).

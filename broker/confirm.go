@@ -35,30 +35,33 @@ import (
 // the ring until the tags below it complete, which is never longer than
 // the store takes for them.
 //
-// Who formats and sends the frames (flush):
+// The frames are formatted and queued (flush) by the connection's writer
+// goroutine, before its next socket write (amqp.ChannelOut.Later); a
+// completion only decides when to wake it:
 //
 //   - A completion that runs in a store's group, when the store implements
-//     groupCompleter, does not flush: the first one that finds the
-//     watermark's next tag completed asks the store to call the channel's
-//     flush once the group's completions have all run. A group commit
-//     therefore costs each channel one ack frame (plus a frame per nack)
-//     and one write-lock round trip, however many of its publishes the
-//     fsync covered, and the store goroutine does one byte store per
-//     publish.
+//     groupCompleter, leaves the wake-up to the end of the group: the
+//     first one that finds the watermark's next tag completed asks the
+//     store to hand the flush to the writer once the group's completions
+//     have all run. A group commit therefore costs the store's goroutine
+//     one byte store per publish and one hand-over per channel, and each
+//     channel one ack frame (plus a frame per nack), however many of its
+//     publishes the fsync covered.
 //   - Any other completion (at once, inside Apply, a store failure, a store
-//     without groups) flushes itself, as soon as it finds something to
-//     send: no later event is guaranteed to come and do it.
+//     without groups) hands the flush to the writer itself, as soon as it
+//     finds something to send: no later event is guaranteed to come and
+//     do it.
 //
-// Frames are sent under confirmTracker.mu, so concurrent flushes (the
-// reader's for an unroutable publish, the store's for a durable one)
-// cannot reorder them.
+// A flush is due at most once at a time (queued), and it sends whatever
+// has completed by the time it runs.
 type confirmTracker struct {
 	mu     sync.Mutex
 	out    amqp.ChannelOut
 	grp    groupCompleter // the store's, if it completes in groups
 	flushf func()         // t.flush, bound once
+	laterf func()         // t.later, bound once
 	closed bool
-	queued bool   // a flush is due at the end of the store's group
+	queued bool   // a flush is due, on the writer or at the end of the store's group
 	sent   uint64 // every tag <= sent is confirmed to the client
 	// ring holds the result of tag sent+1+i at index (sent+1+i) &
 	// (len(ring)-1): confPending until the tag completes. Its length is a
@@ -96,7 +99,7 @@ type groupCompleter interface {
 func (t *confirmTracker) start(out amqp.ChannelOut, g groupCompleter, ctr *counters) {
 	t.mu.Lock()
 	t.out, t.grp, t.ctr = out, g, ctr
-	t.flushf = t.flush
+	t.flushf, t.laterf = t.flush, t.later
 	t.ring = make([]uint8, confirmRingMin)
 	t.mu.Unlock()
 }
@@ -124,16 +127,18 @@ func (t *confirmTracker) done(seq uint64, ack bool, inGroup bool) {
 		t.mu.Unlock()
 		return
 	}
-	if g := t.grp; inGroup && g != nil {
-		t.queued = true
-		f := t.flushf
-		t.mu.Unlock()
-		g.AfterGroup(f)
-		return
-	}
-	t.flushLocked()
+	t.queued = true
+	g, f := t.grp, t.laterf
 	t.mu.Unlock()
+	if inGroup && g != nil {
+		g.AfterGroup(f)
+	} else {
+		f()
+	}
 }
+
+// later hands the flush to the connection's writer.
+func (t *confirmTracker) later() { t.out.Later(t.flushf) }
 
 // growLocked makes the ring hold at least n tags past sent.
 func (t *confirmTracker) growLocked(n uint64) {
@@ -149,7 +154,8 @@ func (t *confirmTracker) growLocked(n uint64) {
 	t.ring = ring
 }
 
-// flush sends what has completed since the last flush.
+// flush sends what has completed since the last flush. The connection's
+// writer goroutine runs it.
 func (t *confirmTracker) flush() {
 	t.mu.Lock()
 	t.flushLocked()

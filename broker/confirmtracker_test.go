@@ -16,6 +16,7 @@ type confirmClient struct {
 	result    map[uint64]uint8 // how each tag completed; absent: pending
 	expecting uint64           // first tag not confirmed yet
 	frames    int
+	later     []func() // given to Later, not run yet
 }
 
 func (c *confirmClient) Send(m amqp.Method) {
@@ -53,6 +54,19 @@ func (c *confirmClient) Writable() bool    { return true }
 func (c *confirmClient) Close(*amqp.Error) {}
 func (c *confirmClient) Saturated() bool   { return false }
 
+// Later keeps fn for the writer (runWriter).
+func (c *confirmClient) Later(fn func()) { c.later = append(c.later, fn) }
+
+// runWriter does what the connection's writer does before a write: it
+// runs what Later was given.
+func (c *confirmClient) runWriter() {
+	fs := c.later
+	c.later = nil
+	for _, fn := range fs {
+		fn()
+	}
+}
+
 // caughtUp checks that every tag below the first pending one is confirmed.
 func (c *confirmClient) caughtUp(when string) {
 	c.t.Helper()
@@ -83,7 +97,8 @@ func (g *fakeGroups) end() {
 // group boundaries, nacks sprinkled in) and checks that the client sees
 // each tag confirmed once, in order, never a multiple ack over a nack or a
 // pending tag, and that nothing completed is left unsent once a group ends
-// or an immediate completion has run.
+// or an immediate completion has run and the writer after it. Only the
+// writer sends.
 func TestConfirmTrackerRandomOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 500 {
@@ -107,7 +122,11 @@ func TestConfirmTrackerRandomOrder(t *testing.T) {
 				res = confNack
 			}
 			c.result[tag] = res
+			frames := c.frames
 			tr.done(tag, res == confAck, inGroup)
+			if c.frames != frames {
+				t.Fatalf("round %d: tag %d's completion sent a frame itself", round, tag)
+			}
 		}
 		// Store completions come in tag order; immediate ones are
 		// interleaved with them at random.
@@ -124,6 +143,7 @@ func TestConfirmTrackerRandomOrder(t *testing.T) {
 			if len(imm) > 0 && (len(stored) == 0 || rng.IntN(2) == 0) {
 				complete(imm[0], false)
 				imm = imm[1:]
+				c.runWriter()
 				c.caughtUp("after an immediate completion")
 				continue
 			}
@@ -133,6 +153,10 @@ func TestConfirmTrackerRandomOrder(t *testing.T) {
 			}
 			stored = stored[k:]
 			g.end()
+			if len(c.later) > 1 {
+				t.Fatalf("round %d: %d flushes handed to the writer for one group", round, len(c.later))
+			}
+			c.runWriter()
 			c.caughtUp("after a group")
 		}
 		if c.expecting != uint64(n)+1 {
@@ -141,7 +165,8 @@ func TestConfirmTrackerRandomOrder(t *testing.T) {
 	}
 }
 
-// countOut counts the frames sent.
+// countOut counts the frames sent; it runs what Later is given at once,
+// as if the writer were always ready.
 type countOut struct{ frames int }
 
 func (o *countOut) Send(amqp.Method)                        { o.frames++ }
@@ -149,6 +174,7 @@ func (o *countOut) SendContent(amqp.Method, []byte, []byte) { o.frames++ }
 func (o *countOut) Writable() bool                          { return true }
 func (o *countOut) Close(*amqp.Error)                       {}
 func (o *countOut) Saturated() bool                         { return false }
+func (o *countOut) Later(fn func())                         { fn() }
 
 // BenchmarkConfirmTracker measures a channel's confirms when the store
 // completes its publishes in groups of the given size (group=1: every

@@ -57,6 +57,9 @@ func (o *directOut) SendContent(m amqp.Method, props, body []byte) {
 	o.mu.Unlock()
 }
 
+// Later runs fn at once: a Direct has no writer.
+func (o *directOut) Later(fn func()) { fn() }
+
 func (o *directOut) Writable() bool  { return true }
 func (o *directOut) Saturated() bool { return false }
 

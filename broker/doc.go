@@ -126,7 +126,9 @@
 // out as one basic.ack{multiple=true}, each nack on its own, and nothing
 // past a publish that is still pending. With a store that completes in
 // groups (the disk store's group commit, through AfterGroup), the flush
-// runs once after the group, so each channel gets one ack frame per fsync.
+// is handed over once after the group, so each channel gets one ack frame
+// per fsync. The connection's writer goroutine formats the frames, not the
+// store's.
 //
 // After a restart every recovered message is marked redelivered, because
 // any of them may have been delivered before: a false positive is allowed

@@ -450,7 +450,8 @@ var _ store.Store = (*Store)(nil)
 
 // Sync returns once every batch whose Apply returned before the call is
 // durable and its completions have run, AfterGroup hooks included (the
-// publisher confirms they send are queued to their connections), whatever
+// publisher confirms they record are handed to their connections'
+// writers, which send them before they close), whatever
 // the sync policy. brokerd calls it at shutdown, before it closes the
 // connections, and as the watchdog's check that the store's goroutine
 // makes progress. Safe for concurrent use.

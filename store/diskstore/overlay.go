@@ -18,9 +18,10 @@ type overlay struct {
 	last uint64 // LSN of the last record applied; 0 before any
 
 	// msgs holds the messages whose bodies arrived in this overlay, with
-	// how many of its live entries refer to each. A message whose count
-	// is zero at the checkpoint (published and acked in one interval)
-	// never reaches a segment.
+	// how many of its live entries refer to each. A message leaves when
+	// its count falls to zero (published and acked in one interval): no
+	// entry can refer to it again, so it never reaches a segment, and the
+	// map holds only what is in flight.
 	msgs map[store.MsgID]*ovMsg
 	// older counts reference changes to messages stored before this
 	// overlay: +1 per put that refers to one (a dead-lettered copy). The
@@ -75,6 +76,7 @@ func (m delMark) isPending() bool { return m&delPending != 0 }
 // ovEntry is an entry put in an overlay, with its body size when known.
 type ovEntry struct {
 	store.Entry
+	om    *ovMsg // its message, if the overlay holds it (else the reference counts in older)
 	size  uint32
 	sized bool // false: the message was stored before the overlay and its body was not at hand (queues.go)
 }
@@ -157,11 +159,14 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		}
 		e.Entry = b.Puts[i] // a copy: the caller reuses the batch
 		oq := o.queue(e.Queue)
-		if old := oq.entries[e.Seq]; old != nil {
-			oq.removePut(old) // a put over a put: the later one stays
+		if e.Seq <= oq.lastSeq { // else no put of this overlay has the seq
+			if old := oq.entries[e.Seq]; old != nil {
+				oq.removePut(old) // a put over a put: the later one stays
+			}
 		}
 		if om != nil {
 			e.size, e.sized = uint32(len(om.m.Body)), true
+			e.om = om
 			om.refs++
 		} else {
 			// The message is not this overlay's: its size is found below,
@@ -200,7 +205,7 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 		oq := o.queue(r.Queue)
 		if e := oq.entries[r.Seq]; e != nil {
 			delete(oq.entries, r.Seq)
-			o.ref(e.Msg.ID, -1)
+			o.unref(e)
 			oq.removePut(e)
 			continue
 		}
@@ -214,7 +219,7 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 	for _, q := range b.DropQueues {
 		oq := o.queue(q)
 		for _, e := range oq.entries {
-			o.ref(e.Msg.ID, -1)
+			o.unref(e)
 		}
 		clear(oq.entries)
 		oq.dels, oq.upds = nil, nil
@@ -228,13 +233,16 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 	}
 }
 
-// ref counts a reference to message id from an entry of this overlay.
-func (o *overlay) ref(id store.MsgID, d int) {
-	if om := o.msgs[id]; om != nil {
-		om.refs += d
+// unref takes back e's reference to its message, e having left the
+// overlay's entries.
+func (o *overlay) unref(e *ovEntry) {
+	if om := e.om; om != nil {
+		if om.refs--; om.refs == 0 {
+			delete(o.msgs, e.Msg.ID)
+		}
 		return
 	}
-	o.older[id] += d
+	o.older[e.Msg.ID]--
 }
 
 // message returns the body-carrying message id if this overlay has it.

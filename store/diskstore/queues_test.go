@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -248,5 +249,63 @@ func TestReadEntriesReadsNoBodies(t *testing.T) {
 	}
 	if bodies != 2000 || blockReads() == before {
 		t.Fatalf("LoadMessages: %d body bytes, block reads %d -> %d", bodies, before, blockReads())
+	}
+}
+
+// TestOverlayForgetsUnreferencedMessages: a message of the overlay stays
+// in it while an entry refers to it (across a dead-letter move, and while
+// one of two copies is left) and leaves once none does; what is left is
+// checkpointed and read back whole, and what left is in no segment.
+func TestOverlayForgetsUnreferencedMessages(t *testing.T) {
+	s := openDir(t, t.TempDir(), quiet())
+	defer func() { s.Close() }()
+	held := func(m *store.Message) int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if om := s.active.msgs[m.ID]; om != nil {
+			return om.refs
+		}
+		return 0
+	}
+	ref := func(q store.QueueID, seq uint64) store.Ref { return store.Ref{Queue: q, Seq: seq} }
+	a, b, c := bodyMsg(s, 10), bodyMsg(s, 20), bodyMsg(s, 30)
+	mustApply(t, s, &store.Batch{Messages: []*store.Message{a}, Puts: []store.Entry{{Ref: ref(1, 1), Msg: a}}})
+	mustApply(t, s, &store.Batch{Messages: []*store.Message{b, c}, Puts: []store.Entry{
+		{Ref: ref(1, 2), Msg: b}, {Ref: ref(1, 3), Msg: c}, {Ref: ref(2, 1), Msg: c},
+	}})
+	// a is dead-lettered from queue 1 to queue 3: a put and a delete in one batch.
+	mustApply(t, s, &store.Batch{Messages: []*store.Message{a}, Puts: []store.Entry{{Ref: ref(3, 1), Msg: a, Header: &store.Header{Exchange: "dlx"}}},
+		Deletes: []store.Ref{ref(1, 1)}})
+	if got := held(a); got != 1 {
+		t.Fatalf("after the move a has %d references in the overlay, want 1", got)
+	}
+	mustApply(t, s, &store.Batch{Deletes: []store.Ref{ref(3, 1), ref(1, 2), ref(1, 3)}})
+	if got := held(a) + held(b); got != 0 {
+		t.Fatalf("a and b are still held (%d references) with no entry left", got)
+	}
+	if got := held(c); got != 1 {
+		t.Fatalf("c, left in queue 2, has %d references, want 1", got)
+	}
+	s.mu.Lock()
+	n := len(s.active.msgs)
+	s.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the overlay holds %d messages, want only c", n)
+	}
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err := s.LoadMessages([]store.MsgID{c.ID}, func(_ int, m *store.Message) { got = append(got, string(m.Body)) })
+	if err != nil || len(got) != 1 || got[0] != string(c.Body) {
+		t.Fatalf("c read back as %q, %v", got, err)
+	}
+	for _, m := range []*store.Message{a, b} {
+		if err := s.LoadMessages([]store.MsgID{m.ID}, func(int, *store.Message) {}); !errors.Is(err, store.ErrUnknownMessage) {
+			t.Fatalf("message %d, acked before the checkpoint: %v, want ErrUnknownMessage", m.ID, err)
+		}
+	}
+	if got := queueStates(t, s); got != "1 last=3; 2 last=1 0:1/30; 3 last=1; " {
+		t.Fatalf("queues = %q", got)
 	}
 }

@@ -186,6 +186,7 @@ func collectStore(ch chan<- prometheus.Metric, st diskstore.Stats) {
 	histogram(ch, "wal_fsync_duration_seconds", "Duration of WAL fsyncs", st.WAL.SyncLatency)
 	histogram(ch, "wal_group_commit_records", "Records per WAL group commit (one write and, with sync = fsync, one fsync)", st.WAL.GroupSize)
 	counter(ch, "wal_records_total", "Records written to the WAL since start", st.WAL.Records)
+	counter(ch, "wal_files_recycled_total", "WAL files started from a finished one rather than created, since start", st.WAL.Recycled)
 	gauge(ch, "wal_files", "WAL files on disk", float64(st.WAL.Files))
 	gauge(ch, "wal_bytes", "Bytes of records in the WAL files (not their preallocated rest)", float64(st.WAL.Bytes))
 	gauge(ch, "segment_files", "Segment files on disk", float64(st.SegmentFiles))

@@ -25,8 +25,9 @@
 //	0000000000001268.wal  records 4712 …
 //
 // Open creates the directory if it is missing (and fsyncs its parent). The
-// directory may also hold LOCK (held while the log is open). Any other
-// name makes Open fail: it is not ours, and guessing is how data is lost.
+// directory may also hold LOCK (held while the log is open) and spare.tmp
+// (a finished file kept for reuse, not part of the log). Any other name
+// makes Open fail: it is not ours, and guessing is how data is lost.
 //
 // A file is created with its header written and fsync'd, preallocated to
 // Options.SegmentSize, and the directory fsync'd. Records are appended until
@@ -37,10 +38,20 @@
 // directory fsync after each, so the files on disk are always a gapless run
 // of LSNs.
 //
-// Preallocation keeps the file size (st_size) at what was written, so the
-// bytes after the last record read as the end of the file or as zeros. A
-// record header of all zeros, or the end of the file, is the clean end of a
-// file.
+// RemoveBefore keeps one finished file, renamed to spare.tmp, and the next
+// file is started from it when it is there: its header is written over the
+// old one, followed by a zero record header, fsync'd, and the file renamed
+// (spare.go says why: an fdatasync inside blocks written before needs no
+// journal commit). Such a recycled file holds its earlier life's records
+// after the new ones; each write to it is followed by a zero record header,
+// so the new records always end in one.
+//
+// Preallocation keeps the file size (st_size) at what was written, so in a
+// new file the bytes after the last record read as the end of the file or
+// as zeros. A record header of all zeros, or the end of the file, is the
+// clean end of a file, unless records of this file's life (LSNs from the
+// one expected on) follow it, which is damage; zeros or an earlier life's
+// bytes may.
 //
 // # File header
 //
@@ -82,14 +93,16 @@
 // (each file's first LSN is one after the previous file's last record),
 // checks every header and every record CRC. It then:
 //
-//   - Files before the last one must be intact up to their clean end and
-//     hold only zeros after it. Any damage there is a *CorruptError naming
-//     the file and offset: those records were fsync'd before the next file
-//     was created, so damage is not a torn write, and Open never skips it.
+//   - Files before the last one must be intact up to their clean end. Any
+//     damage there is a *CorruptError naming the file and offset: those
+//     records were fsync'd before the next file was created, so damage is
+//     not a torn write, and Open never skips it. (A file whose records end
+//     early in a zeroed region, with nothing of its life after it, shows as
+//     a gap: the next file does not start at the LSN after its last.)
 //   - The last file may end in a torn write: the records of the group being
 //     written when the process or machine stopped. Reading stops at the first
 //     record with a bad length, a bad CRC, a bad class or an unexpected LSN,
-//     or at a zero header followed by non-zero bytes. Everything from there
+//     or at a zero header followed by records of its life. Everything from there
 //     to the end of the file is zeroed and the file fsync'd, and Open logs
 //     what it dropped: the offset, the reason, the byte count and any intact
 //     looking records found after the damage (an intact record after the

@@ -91,6 +91,7 @@ func syncDir(fs vfs.FS, dir string) error {
 // RemoveBefore deletes every file all of whose records have an LSN below
 // lsn; it never deletes the file being written. Files go oldest first, with
 // a directory fsync after each, so a crash leaves a gapless run of files.
+// One of them may be kept, out of the log, for reuse (spare.go).
 // Safe for concurrent use; not to be called during Replay.
 func (w *WAL) RemoveBefore(lsn LSN) error {
 	w.removeMu.Lock()
@@ -114,9 +115,15 @@ func (w *WAL) RemoveBefore(lsn LSN) error {
 
 	removed := 0
 	for _, fm := range doomed {
-		if err = w.fs.Remove(fm.path); err != nil {
-			err = fmt.Errorf("remove %s: %w", fm.path, err)
+		var kept bool
+		if kept, err = w.recycle(fm); err != nil {
 			break
+		}
+		if !kept {
+			if err = w.fs.Remove(fm.path); err != nil {
+				err = fmt.Errorf("remove %s: %w", fm.path, err)
+				break
+			}
 		}
 		removed++
 		if err = syncDir(w.fs, w.dir); err != nil {

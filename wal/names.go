@@ -38,8 +38,8 @@ func parseFileName(name string) (LSN, bool) {
 }
 
 // listFiles returns the first LSNs of the log files in dir, ascending. Any
-// name other than a log file or LOCK is an error: the directory belongs to
-// the log alone.
+// name other than a log file, LOCK or the spare is an error: the directory
+// belongs to the log alone.
 func listFiles(fs vfs.FS, dir string) ([]LSN, error) {
 	names, err := fs.List(dir)
 	if err != nil {
@@ -47,7 +47,7 @@ func listFiles(fs vfs.FS, dir string) ([]LSN, error) {
 	}
 	firsts := make([]LSN, 0, len(names))
 	for _, name := range names {
-		if name == lockName {
+		if name == lockName || name == spareName {
 			continue
 		}
 		first, ok := parseFileName(name)

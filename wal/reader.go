@@ -26,6 +26,9 @@ type segmentReader struct {
 	off    int64 // offset of the next record; after io.EOF, the clean end
 	expect LSN   // LSN the next record must carry
 	ended  bool
+	// stale: the clean end is followed by an earlier life's bytes (a
+	// recycled file, spare.go), not by zeros.
+	stale bool
 
 	buf    []byte // file bytes [bufOff, bufOff+len(buf))
 	bufOff int64
@@ -106,23 +109,38 @@ func (r *segmentReader) next() (recordHeader, []byte, error) {
 	return h, payload, nil
 }
 
-// cleanEnd checks that nothing but zeros follows a zero record header: a
-// zeroed sector at a record boundary would otherwise end the file early and
-// silently.
+// cleanEnd checks what follows a zero record header. Zeros, or bytes in
+// which no record of this file's life appears (a recycled file's earlier
+// records, spare.go), make it the clean end. A record from the expected LSN
+// on is damage: a zeroed sector at a record boundary would otherwise end
+// the file early and silently.
 func (r *segmentReader) cleanEnd() error {
 	for p := r.off; p < r.size; {
 		b, err := r.load(p, readChunk)
 		if err != nil {
 			return err
 		}
-		for i, c := range b {
+		for _, c := range b {
 			if c != 0 {
-				return r.corrupt(fmt.Sprintf("zero record header followed by non-zero bytes at offset %d", p+int64(i)))
+				return r.staleEnd()
 			}
 		}
 		p += int64(len(b))
 	}
 	r.ended = true
+	return io.EOF
+}
+
+// staleEnd is cleanEnd once it met a non-zero byte.
+func (r *segmentReader) staleEnd() error {
+	rest, err := readFrom(r.f, r.path, r.off)
+	if err != nil {
+		return err
+	}
+	if n, lo, _ := findIntactRecords(rest, r.expect); n > 0 {
+		return r.corrupt(fmt.Sprintf("zero record header followed by %d records from LSN %d", n, lo))
+	}
+	r.ended, r.stale = true, true
 	return io.EOF
 }
 

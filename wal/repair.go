@@ -23,7 +23,10 @@ type recovery struct {
 	files   []fileMeta // gapless; the last is the one to append to
 	next    LSN        // LSN of the next record
 	tailOff int64      // offset after the last file's last record
-	create  bool       // the last file must be (re)created: none, or its header was incomplete
+	// tailStale: an earlier life's bytes follow the last file's records
+	// (spare.go), so appends to it must keep marking their end.
+	tailStale bool
+	create    bool // the last file must be (re)created: none, or its header was incomplete
 }
 
 // recoverFiles validates every file in dir, repairs a torn tail of the
@@ -80,6 +83,7 @@ func recoverFiles(fs vfs.FS, dir string, log *slog.Logger) (recovery, error) {
 		rec.files = append(rec.files, fileMeta{first: first, path: path, size: r.off})
 		rec.next = r.expect
 		rec.tailOff = r.off
+		rec.tailStale = r.stale
 	}
 	return rec, nil
 }

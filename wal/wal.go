@@ -48,10 +48,13 @@ type WAL struct {
 	files    []fileMeta // on disk, oldest first; the last is being written
 	removeMu sync.Mutex // serialises RemoveBefore
 
+	spare spare // a finished file kept for the next rotation (spare.go)
+
 	activeOff atomic.Int64 // bytes in the file being written
 	syncs     atomic.Uint64
 	syncNanos atomic.Uint64
 	records   atomic.Uint64
+	recycled  atomic.Uint64
 	// syncLatency (seconds per fsync) and groupSize (records per group
 	// commit) are observed on the writer goroutine, once per fsync and
 	// once per group, never per record.
@@ -91,6 +94,7 @@ type Stats struct {
 	Syncs     uint64 // fsyncs of log files since Open
 	SyncNanos uint64 // time spent in those fsyncs
 	Records   uint64 // records written since Open
+	Recycled  uint64 // files started from a finished file since Open (spare.go)
 	// SyncLatency is the distribution of fsync durations in seconds.
 	SyncLatency histogram.Snapshot
 	// GroupSize is the distribution of records per group commit: one
@@ -137,6 +141,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 		return nil, err
 	}
 	w.wr.init(w)
+	w.findSpare()
 	go w.run()
 	return w, nil
 }
@@ -153,7 +158,7 @@ func (w *WAL) recover() error {
 		a.f, a.path, err = w.createFile(last.first, w.opts.SegmentSize)
 		a.off = fileHeaderSize
 	} else {
-		a.path, a.off = last.path, rec.tailOff
+		a.path, a.off, a.recycled = last.path, rec.tailOff, rec.tailStale
 		a.f, err = w.fs.OpenReadWrite(last.path, vfs.WriteCategoryUnspecified)
 		if err != nil {
 			err = fmt.Errorf("open %s: %w", last.path, err)
@@ -329,6 +334,7 @@ func (w *WAL) Stats() Stats {
 	s.Syncs = w.syncs.Load()
 	s.SyncNanos = w.syncNanos.Load()
 	s.Records = w.records.Load()
+	s.Recycled = w.recycled.Load()
 	s.SyncLatency = w.syncLatency.Snapshot()
 	s.GroupSize = w.groupSize.Snapshot()
 	return s

@@ -7,6 +7,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// zeroRecordHeader ends the records of a recycled file.
+var zeroRecordHeader [recordHeaderSize]byte
+
 // maxSpareBuf is the largest group buffer the writer keeps for reuse; one
 // huge record should not pin its buffer for the life of the log.
 const maxSpareBuf = 32 << 20
@@ -20,6 +23,9 @@ type active struct {
 	cap        int64 // records must end at or before cap
 	dirty      bool  // written since its last fsync
 	dirtySince time.Time
+	// recycled: the file holds an earlier life's records past off (see
+	// spare.go), so each write is followed by a zero record header.
+	recycled bool
 }
 
 // writer is the state of the writer goroutine; nothing else touches it.
@@ -186,6 +192,11 @@ func (wr *writer) writeAt(b []byte) error {
 		return fmt.Errorf("write %s: %w", a.path, err)
 	}
 	a.off += int64(len(b))
+	if a.recycled {
+		if _, err := a.f.WriteAt(zeroRecordHeader[:], a.off); err != nil {
+			return fmt.Errorf("write %s: %w", a.path, err)
+		}
+	}
 	if !a.dirty {
 		a.dirty, a.dirtySince = true, time.Now()
 	}
@@ -221,14 +232,27 @@ func (wr *writer) rotate(first LSN, capacity int64) error {
 	if err != nil {
 		return fmt.Errorf("close %s: %w", a.path, err)
 	}
-	f, path, err := w.createFile(first, capacity)
-	if err != nil {
-		return err
+	var f vfs.File
+	var path string
+	recycled := false
+	if capacity == w.opts.SegmentSize && w.takeSpare() {
+		if f, path, err = w.useSpare(first); err != nil {
+			w.log.Warn("wal: could not reuse a finished log file; creating a new one", "err", err)
+		}
+		recycled = f != nil
+		if recycled {
+			w.recycled.Add(1)
+		}
+	}
+	if f == nil {
+		if f, path, err = w.createFile(first, capacity); err != nil {
+			return err
+		}
 	}
 	w.filesMu.Lock()
 	w.files[len(w.files)-1].size = a.off
 	w.files = append(w.files, fileMeta{first: first, path: path})
-	wr.act = active{f: f, path: path, first: first, off: fileHeaderSize, cap: capacity}
+	wr.act = active{f: f, path: path, first: first, off: fileHeaderSize, cap: capacity, recycled: recycled}
 	w.activeOff.Store(fileHeaderSize)
 	w.filesMu.Unlock()
 	return nil

@@ -66,8 +66,14 @@ type Options struct {
 	PageWindowBytes int64
 	// DeliveredMarkChunk is how far ahead of deliveries a durable queue
 	// writes its delivered marks (see marks.go): after a crash at most
-	// this many never-delivered messages per priority level come back
-	// with redelivered=true. Default 512.
+	// this many never-delivered messages per priority level (one and a
+	// half times it, with a write under way) come back with
+	// redelivered=true. Default 2048: a mark is written again when
+	// deliveries come within half a chunk of it, and 1024 deliveries take
+	// 5 ms at 200k msgs/s, more than a mark write needs under load. At
+	// 512 the deliveries of a dead-lettering run kept catching up with the
+	// mark and waiting for its write: publish-to-DLQ latency p50 12–17 ms
+	// against 7–8 ms, 155–177k msgs/s against 168–180k.
 	DeliveredMarkChunk int
 	// ConsumerTimeout is how long a delivery may stay unacknowledged
 	// before its channel is closed (RabbitMQ's consumer_timeout), unless
@@ -184,7 +190,7 @@ func Open(opts Options) (*Broker, error) {
 		opts.PageWindowBytes = 4 << 20
 	}
 	if opts.DeliveredMarkChunk <= 0 {
-		opts.DeliveredMarkChunk = 512
+		opts.DeliveredMarkChunk = 2048
 	}
 	if opts.BacklogRetry <= 0 {
 		opts.BacklogRetry = time.Second

@@ -109,6 +109,10 @@
 //	                                        rest of a deeper queue stays on disk. 0: all in memory.
 //	storage.page_window_bytes    "4MiB"     ... and at most this many body bytes of them,
 //	                                        64KiB..16GiB (a larger message fits alone).
+//	storage.delivered_mark_chunk 2048       How far ahead of its deliveries a durable queue
+//	                                        records them, 1..1048576: after a crash at most
+//	                                        1.5x this many never-delivered messages per
+//	                                        priority level come back redelivered=true.
 //
 // [limits] — resource alarms and bounds. While an alarm is raised, publishing
 // connections get connection.blocked and are not read from; nothing is

@@ -124,6 +124,9 @@ func (c *Config) Validate() error {
 	if w := c.Storage.PageWindow; w < 0 || w > 1<<20 {
 		k.addf("storage.page_window", "must be between 0 and 1048576, got %d", w)
 	}
+	if n := c.Storage.DeliveredMarkChunk; n < 1 || n > 1<<20 {
+		k.addf("storage.delivered_mark_chunk", "must be between 1 and 1048576, got %d", n)
+	}
 	if b := c.Storage.PageWindowBytes; b < 64*KiB || b > 16*GiB {
 		k.addf("storage.page_window_bytes", "must be between 64KiB and 16GiB, got %d", uint64(b))
 	}

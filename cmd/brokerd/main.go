@@ -174,11 +174,12 @@ func serve(cfg config.Config, lv *live) error {
 	}
 	b, err := broker.Open(broker.Options{
 		Store: st, Logger: log, VHosts: vhosts, Users: users, LoopbackUsers: loopback,
-		MaxMessageSize:   int(cfg.AMQP.MaxMessageSize),
-		PageWindow:       pageWindow(cfg.Storage),
-		PageWindowBytes:  int64(cfg.Storage.PageWindowBytes),
-		ConsumerTimeout:  consumerTimeout(cfg.AMQP.ConsumerTimeout),
-		RecoveryProgress: status.queues,
+		MaxMessageSize:     int(cfg.AMQP.MaxMessageSize),
+		PageWindow:         pageWindow(cfg.Storage),
+		PageWindowBytes:    int64(cfg.Storage.PageWindowBytes),
+		DeliveredMarkChunk: cfg.Storage.DeliveredMarkChunk,
+		ConsumerTimeout:    consumerTimeout(cfg.AMQP.ConsumerTimeout),
+		RecoveryProgress:   status.queues,
 	})
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)

@@ -22,25 +22,41 @@ func TestCrashKeepsConfirmedRecords(t *testing.T) {
 	for _, unsynced := range []int{0, 50, 100} {
 		for seed := range 4 {
 			t.Run(fmt.Sprintf("unsynced=%d%%/seed=%d", unsynced, seed), func(t *testing.T) {
-				crashWhileAppending(t, unsynced, uint64(seed))
+				crashWhileAppending(t, unsynced, uint64(seed), false)
 			})
 		}
 	}
 }
 
-func crashWhileAppending(t *testing.T, unsyncedPercent int, seed uint64) {
+// crashWhileAppending appends from several goroutines, takes a crash
+// clone of the filesystem once enough records were confirmed, and checks
+// the log reopened from it: the records replayed are a gapless run with
+// the contents appended, every confirmed one is among them, and appends
+// continue after them. With recycle, a checkpointer removes files 100
+// records below the highest confirmed one as confirmations come (so files
+// are reused, spare.go), the crash comes once three were, and confirmed
+// records below the last removal's LSN may be gone.
+func crashWhileAppending(t *testing.T, unsyncedPercent int, seed uint64, recycle bool) {
 	fs := vfs.NewCrashableMem()
-	w := mustOpen(t, fs, Options{SegmentSize: 8192})
+	opts, crashAfter := Options{SegmentSize: 8192}, 400
+	if recycle {
+		opts, crashAfter = Options{SegmentSize: 4096}, 1500
+	}
+	w := mustOpen(t, fs, opts)
 
 	var (
 		mu       sync.Mutex
 		appended = map[LSN][]byte{}
 		acked    = map[LSN]bool{}
+		maxAcked LSN
+		crashing bool
+		cut      LSN        // the highest LSN a RemoveBefore was called with
+		removing sync.Mutex // held by the checkpointer around each RemoveBefore
 		enough   = make(chan struct{})
+		progress = make(chan struct{}, 1)
 		stop     = make(chan struct{})
 		wg       sync.WaitGroup
 	)
-	const crashAfter = 400
 	for g := range 4 {
 		wg.Add(1)
 		go func() {
@@ -59,10 +75,16 @@ func crashWhileAppending(t *testing.T, unsyncedPercent int, seed uint64) {
 					}
 					mu.Lock()
 					acked[lsn] = true
-					if len(acked) == crashAfter {
+					maxAcked = max(maxAcked, lsn)
+					if len(acked) >= crashAfter && (!recycle || w.recycled.Load() >= 3) && !crashing {
+						crashing = true
 						close(enough)
 					}
 					mu.Unlock()
+					select {
+					case progress <- struct{}{}:
+					default:
+					}
 				})
 				mu.Lock()
 				appended[lsn] = rec
@@ -70,13 +92,39 @@ func crashWhileAppending(t *testing.T, unsyncedPercent int, seed uint64) {
 			}
 		}()
 	}
+	if recycle {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-progress:
+				}
+				removing.Lock()
+				mu.Lock()
+				c := max(cut, maxAcked-min(maxAcked, 100))
+				cut = c
+				mu.Unlock()
+				err := w.RemoveBefore(c)
+				removing.Unlock()
+				if err != nil {
+					t.Errorf("RemoveBefore(%d): %v", c, err)
+					return
+				}
+			}
+		}()
+	}
 
 	<-enough
+	removing.Lock() // no removal between reading cut and the crash
 	mu.Lock()
 	confirmed := make([]LSN, 0, len(acked))
 	for lsn := range acked {
 		confirmed = append(confirmed, lsn)
 	}
+	cutAtCrash := cut
 	mu.Unlock()
 	// Every completion counted above ran after its fsync returned, so the
 	// clone, taken now, holds those records.
@@ -84,17 +132,24 @@ func crashWhileAppending(t *testing.T, unsyncedPercent int, seed uint64) {
 		UnsyncedDataPercent: unsyncedPercent,
 		RNG:                 rand.New(rand.NewPCG(seed, 1)),
 	})
+	removing.Unlock()
 	close(stop)
 	wg.Wait()
 	mustClose(t, w)
 
-	w = mustOpen(t, crashed, Options{SegmentSize: 8192})
+	w = mustOpen(t, crashed, opts)
 	defer mustClose(t, w)
-	got := replayAll(t, w, 1)
+	files := walFiles(t, crashed)
+	first, _ := parseFileName(crashed.PathBase(files[0]))
+	if first > max(cutAtCrash, 1) {
+		// RemoveBefore(cut) removes only files wholly below cut.
+		t.Fatalf("the first file on disk starts at LSN %d, above the last removal's %d", first, cutAtCrash)
+	}
+	got := replayAll(t, w, first)
 	survived := map[LSN]bool{}
 	for i, r := range got {
-		if r.lsn != LSN(i+1) {
-			t.Fatalf("replayed LSN %d at position %d: not a gapless prefix", r.lsn, i)
+		if r.lsn != first+LSN(i) {
+			t.Fatalf("replayed LSN %d at position %d from %d: not a gapless run", r.lsn, i, first)
 		}
 		if !bytes.Equal(r.rec, appended[r.lsn]) {
 			t.Fatalf("LSN %d replayed as %q, appended as %q", r.lsn, r.rec, appended[r.lsn])
@@ -102,12 +157,13 @@ func crashWhileAppending(t *testing.T, unsyncedPercent int, seed uint64) {
 		survived[r.lsn] = true
 	}
 	for _, lsn := range confirmed {
-		if !survived[lsn] {
-			t.Fatalf("confirmed LSN %d lost in the crash (%d records survived)", lsn, len(got))
+		if lsn >= cutAtCrash && !survived[lsn] {
+			t.Fatalf("confirmed LSN %d lost in the crash (%d records survived from %d)", lsn, len(got), first)
 		}
 	}
-	if lsn := appendWait(t, w, Durable, []byte("after"))[0]; lsn != LSN(len(got)+1) {
-		t.Fatalf("Append after the crash got LSN %d, want %d", lsn, len(got)+1)
+	last := first + LSN(len(got)) - 1
+	if lsn := appendWait(t, w, Durable, []byte("after"))[0]; lsn != last+1 {
+		t.Fatalf("Append after the crash got LSN %d, want %d", lsn, last+1)
 	}
 }
 

@@ -68,8 +68,10 @@ type ChannelOut interface {
 	Send(m Method)
 	// SendContent sends a content method (basic.deliver, get-ok, return)
 	// followed by its header and body frames, split by the negotiated
-	// frame size. props is the raw property list; m, props and body are
-	// only read during the call (a caller may reuse them after it).
+	// frame size. props is the raw property list. A *BasicDeliver is
+	// copied during the call (a caller may reuse it); another m, props and
+	// body are kept until the frames are encoded, by the connection's
+	// writer or before the next frame queued: they must not change.
 	SendContent(m Method, props, body []byte)
 	// Writable reports whether the connection's outbound queue is below
 	// its high-water mark.

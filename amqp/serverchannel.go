@@ -68,6 +68,7 @@ func (ch *serverChannel) sendClose(e *Error) bool {
 		return false
 	}
 	ch.dead = true
+	c.encodeContentLocked()
 	c.wbuf = AppendMethodFrame(c.wbuf, ch.id, &ChannelClose{ReplyCode: e.Code, ReplyText: e.Text, FailingClassID: e.ClassID, FailingMethodID: e.MethodID})
 	c.wmu.Unlock()
 	c.signal()

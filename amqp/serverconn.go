@@ -73,15 +73,19 @@ type ServerConn struct {
 	unfinished uint64
 
 	// Outbound queue, guarded by wmu.
-	wmu      sync.Mutex
-	wbuf     []byte
-	wlater   []func() // for the writer to run before it takes wbuf (ChannelOut.Later)
-	wclosed  bool
-	wblocked bool // a Writable() call returned false since the last drain
-	wsignal  chan struct{}
-	wdone    chan struct{} // closed when the writer exits
-	wtaken   chan struct{} // closed (and replaced) when the writer takes a queue of writeHardLimit, or fails
-	wfull    atomic.Bool   // the queue reached writeHardLimit since the writer last took it
+	wmu    sync.Mutex
+	wbuf   []byte
+	wlater []func() // for the writer to run before it takes wbuf (ChannelOut.Later)
+	// wcontent are content frames queued after wbuf's and not encoded
+	// yet (sendContent); wcontentBytes is about what they encode to.
+	wcontent      []pendingContent
+	wcontentBytes int
+	wclosed       bool
+	wblocked      bool // a Writable() call returned false since the last drain
+	wsignal       chan struct{}
+	wdone         chan struct{} // closed when the writer exits
+	wtaken        chan struct{} // closed (and replaced) when the writer takes a queue of writeHardLimit, or fails
+	wfull         atomic.Bool   // the queue reached writeHardLimit since the writer last took it
 
 	// Connection close state, guarded by cmu. cmu also orders the
 	// changes of the read deadline that are made off the reader goroutine.

@@ -32,6 +32,7 @@ func (c *ServerConn) signal() {
 func (c *ServerConn) send(ch uint16, m Method) {
 	c.wmu.Lock()
 	if !c.wclosed {
+		c.encodeContentLocked()
 		c.wbuf = AppendMethodFrame(c.wbuf, ch, m)
 		c.noteQueuedLocked()
 	}
@@ -43,6 +44,7 @@ func (c *ServerConn) send(ch uint16, m Method) {
 func (c *ServerConn) sendRaw(b []byte) {
 	c.wmu.Lock()
 	if !c.wclosed {
+		c.encodeContentLocked()
 		c.wbuf = append(c.wbuf, b...)
 		c.noteQueuedLocked()
 	}
@@ -52,23 +54,75 @@ func (c *ServerConn) sendRaw(b []byte) {
 
 // sendContent queues a content method with its header and body frames.
 // It does nothing if the channel is dead (closed, maybe reopened by the
-// client under the same number).
+// client under the same number). The frames are encoded by the writer
+// (or by the next sender of another frame, which encodes them first, so
+// frames leave in the order they were queued): a queue's dispatch, which
+// runs on a publisher's reader goroutine, only records the delivery, and
+// the copy of its body into the outbound buffer happens on the consumer's
+// connection's writer.
 func (c *ServerConn) sendContent(ch *serverChannel, m Method, props, body []byte) {
 	c.wmu.Lock()
 	if !c.wclosed && !ch.dead {
-		c.wbuf = AppendMethodFrame(c.wbuf, ch.id, m)
-		c.wbuf = AppendHeaderFrame(c.wbuf, ch.id, m.ClassID(), uint64(len(body)), props)
-		c.wbuf = AppendBodyFrames(c.wbuf, ch.id, body, c.frameMax)
+		p := pendingContent{ch: ch.id, props: props, body: body}
+		if d, ok := m.(*BasicDeliver); ok {
+			p.deliver = *d // the caller reuses its method
+		} else {
+			p.m = m
+		}
+		c.wcontent = append(c.wcontent, p)
+		c.wcontentBytes += len(props) + len(body) + contentOverhead
 		c.noteQueuedLocked()
 	}
 	c.wmu.Unlock()
 	c.signal()
 }
 
+// pendingContent is a content method queued by sendContent: a
+// basic.deliver, copied, or another content method (get-ok, return), with
+// the properties and body it refers to.
+type pendingContent struct {
+	ch          uint16
+	deliver     BasicDeliver
+	m           Method // nil for a basic.deliver
+	props, body []byte
+}
+
+// contentOverhead approximates the frames of a content method besides its
+// properties and body.
+const contentOverhead = 96
+
+// appendContent encodes ps after dst, in order.
+func (c *ServerConn) appendContent(dst []byte, ps []pendingContent) []byte {
+	for i := range ps {
+		p := &ps[i]
+		m := p.m
+		if m == nil {
+			m = &p.deliver
+		}
+		dst = AppendMethodFrame(dst, p.ch, m)
+		dst = AppendHeaderFrame(dst, p.ch, m.ClassID(), uint64(len(p.body)), p.props)
+		dst = AppendBodyFrames(dst, p.ch, p.body, c.frameMax)
+	}
+	return dst
+}
+
+// encodeContentLocked encodes the queued content frames into wbuf: what a
+// sender of any other frame does first.
+func (c *ServerConn) encodeContentLocked() {
+	if len(c.wcontent) == 0 {
+		return
+	}
+	c.wbuf = c.appendContent(c.wbuf, c.wcontent)
+	clear(c.wcontent)
+	c.wcontent = c.wcontent[:0]
+	c.wcontentBytes = 0
+}
+
 // sendOn queues a method frame for a channel unless it is dead.
 func (c *ServerConn) sendOn(ch *serverChannel, m Method) {
 	c.wmu.Lock()
 	if !c.wclosed && !ch.dead {
+		c.encodeContentLocked()
 		c.wbuf = AppendMethodFrame(c.wbuf, ch.id, m)
 		c.noteQueuedLocked()
 	}
@@ -90,7 +144,7 @@ func (c *ServerConn) later(ch *serverChannel, fn func()) {
 // noteQueuedLocked flags a queue that reached writeHardLimit for the
 // reader (awaitOutboundRoom), which looks at the flag on every frame.
 func (c *ServerConn) noteQueuedLocked() {
-	if len(c.wbuf) >= writeHardLimit {
+	if c.queuedLocked() >= writeHardLimit {
 		c.wfull.Store(true)
 	}
 }
@@ -99,8 +153,12 @@ func (c *ServerConn) noteQueuedLocked() {
 func (c *ServerConn) saturated() bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return len(c.wbuf) >= writeHardLimit
+	return c.queuedLocked() >= writeHardLimit
 }
+
+// queuedLocked is the size of the outbound queue: its frames and the
+// content frames still to encode.
+func (c *ServerConn) queuedLocked() int { return len(c.wbuf) + c.wcontentBytes }
 
 // awaitOutboundRoom parks the reader while the outbound queue holds
 // writeHardLimit or more, until the writer takes it (or the connection
@@ -112,7 +170,7 @@ func (c *ServerConn) awaitOutboundRoom() {
 		return
 	}
 	c.wmu.Lock()
-	if len(c.wbuf) < writeHardLimit || c.wclosed {
+	if c.queuedLocked() < writeHardLimit || c.wclosed {
 		c.wmu.Unlock()
 		return
 	}
@@ -123,7 +181,7 @@ func (c *ServerConn) awaitOutboundRoom() {
 	c.cmu.Unlock()
 	for {
 		c.wmu.Lock()
-		full, taken := len(c.wbuf) >= writeHardLimit && !c.wclosed, c.wtaken
+		full, taken := c.queuedLocked() >= writeHardLimit && !c.wclosed, c.wtaken
 		c.wmu.Unlock()
 		if !full {
 			break
@@ -142,7 +200,7 @@ func (c *ServerConn) awaitOutboundRoom() {
 func (c *ServerConn) writable() bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if len(c.wbuf) < writeHighWater {
+	if c.queuedLocked() < writeHighWater {
 		return true
 	}
 	c.wblocked = true
@@ -158,6 +216,7 @@ func (c *ServerConn) writer() {
 	defer tick.Stop()
 	var spare []byte
 	var spareLater []func()
+	var spareContent []pendingContent
 	lastWrite := time.Now()
 	for {
 		quit := false
@@ -187,24 +246,30 @@ func (c *ServerConn) writer() {
 			spareLater = fns[:0]
 			c.wmu.Lock()
 		}
-		buf := c.wbuf
-		c.wbuf = spare[:0]
+		buf, content := c.wbuf, c.wcontent
+		queued := c.queuedLocked()
+		c.wbuf, c.wcontent, c.wcontentBytes = spare[:0], spareContent[:0], 0
 		if quit {
 			c.wclosed = true
 			c.wlater = nil
 		}
-		if len(buf) >= writeHardLimit {
+		if queued >= writeHardLimit {
 			c.wfull.Store(false)
 			close(c.wtaken) // the reader may wait for it (awaitOutboundRoom)
 			c.wtaken = make(chan struct{})
 		}
 		c.wmu.Unlock()
+		if len(content) > 0 {
+			buf = c.appendContent(buf, content)
+			clear(content) // drop the bodies
+		}
+		spareContent = content[:0]
 		if len(buf) > 0 {
 			c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, err := c.nc.Write(buf); err != nil {
 				c.wmu.Lock()
 				c.wclosed = true
-				c.wbuf, c.wlater = nil, nil
+				c.wbuf, c.wlater, c.wcontent, c.wcontentBytes = nil, nil, nil, 0
 				close(c.wtaken)
 				c.wtaken = make(chan struct{})
 				c.wmu.Unlock()
@@ -223,7 +288,7 @@ func (c *ServerConn) writer() {
 			return
 		}
 		c.wmu.Lock()
-		drained := c.wblocked && len(c.wbuf) < writeLowWater
+		drained := c.wblocked && c.queuedLocked() < writeLowWater
 		if drained {
 			c.wblocked = false
 		}

@@ -31,10 +31,34 @@ port=${PORT:-5680}
 cpu() { if [ "$1" -gt 0 ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 hz=$(getconf CLK_TCK)
 
-# bench NAME BROKER ROUND URL PID ARGS...: one run, its line tagged.
+# quiesce PID...: waits, up to 30 s, until none of the processes used more
+# than 5 % of a core over half a second. A broker still digesting the run
+# before (RabbitMQ collecting a deleted queue of a million messages,
+# brokerd checkpointing) would otherwise take CPU from the next run, which
+# is the other broker's as often as not.
+quiesce() {
+  local deadline=$((SECONDS + 30)) busy i p t0 t1
+  while [ $SECONDS -lt $deadline ]; do
+    t0=()
+    for p in "$@"; do t0+=("$(cpu "$p")"); done
+    sleep 0.5
+    busy=0 i=0
+    for p in "$@"; do
+      t1=$(cpu "$p")
+      if [ $((t1 - t0[i])) -gt $((hz / 40)) ]; then busy=1; fi
+      i=$((i + 1))
+    done
+    if [ $busy = 0 ]; then return; fi
+  done
+  echo "acceptance.sh: a broker is still busy after 30 s; running anyway" >&2
+}
+
+# bench NAME BROKER ROUND URL PID ARGS...: one run, its line tagged, once
+# both brokers are idle.
 bench() {
   local name=$1 broker=$2 round=$3 u=$4 pid=$5; shift 5
   local c0 c1 line
+  quiesce "$bpid" "$other_pid"
   c0=$(cpu "$pid")
   line=$("$tmp/bench" -json -client raw -url "$u" -broker-pid "$pid" "$@")
   c1=$(cpu "$pid")

@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// loopConn is a ServerConn on one end of a loopback TCP connection, its
-// writer running, and a FrameReader on the other end.
-func loopConn(t *testing.T) (*ServerConn, *FrameReader) {
+// loopConn is a ServerConn with the given frame_max on one end of a
+// loopback TCP connection, its writer running; the other end is returned.
+// The test's cleanup stops the writer and closes both ends.
+func loopConn(t testing.TB, frameMax uint32) (*ServerConn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -22,10 +23,11 @@ func loopConn(t *testing.T) (*ServerConn, *FrameReader) {
 	}
 	nc, err := ln.Accept()
 	if err != nil {
+		client.Close()
 		t.Fatal(err)
 	}
 	c := newServerConn(NewServer(ServerConfig{}), nc)
-	c.frameMax = 4096
+	c.frameMax = frameMax
 	go c.writer()
 	t.Cleanup(func() {
 		c.closeOnce.Do(func() { close(c.quit) })
@@ -33,9 +35,7 @@ func loopConn(t *testing.T) (*ServerConn, *FrameReader) {
 		nc.Close()
 		client.Close()
 	})
-	fr := NewFrameReader(client)
-	fr.SetMaxFrameSize(0)
-	return c, fr
+	return c, client
 }
 
 // TestContentFramesKeepTheirPlace: content frames, encoded by the writer
@@ -45,7 +45,9 @@ func loopConn(t *testing.T) (*ServerConn, *FrameReader) {
 // after them, before a channel.close, and a return after that on another
 // channel.
 func TestContentFramesKeepTheirPlace(t *testing.T) {
-	c, fr := loopConn(t)
+	c, client := loopConn(t, 4096)
+	fr := NewFrameReader(client)
+	fr.SetMaxFrameSize(0)
 	ch1, ch2 := &serverChannel{c: c, id: 1}, &serverChannel{c: c, id: 2}
 	big := bytes.Repeat([]byte("b"), 10000) // three body frames at frame_max 4096
 	props, err := (&Properties{}).Append(nil)

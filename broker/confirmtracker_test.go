@@ -16,7 +16,7 @@ type confirmClient struct {
 	result    map[uint64]uint8 // how each tag completed; absent: pending
 	expecting uint64           // first tag not confirmed yet
 	frames    int
-	later     []func() // given to Later, not run yet
+	later     funcQueue // given to Later, not run yet
 }
 
 func (c *confirmClient) Send(m amqp.Method) {
@@ -55,17 +55,11 @@ func (c *confirmClient) Close(*amqp.Error) {}
 func (c *confirmClient) Saturated() bool   { return false }
 
 // Later keeps fn for the writer (runWriter).
-func (c *confirmClient) Later(fn func()) { c.later = append(c.later, fn) }
+func (c *confirmClient) Later(fn func()) { c.later.add(fn) }
 
 // runWriter does what the connection's writer does before a write: it
 // runs what Later was given.
-func (c *confirmClient) runWriter() {
-	fs := c.later
-	c.later = nil
-	for _, fn := range fs {
-		fn()
-	}
-}
+func (c *confirmClient) runWriter() { c.later.run() }
 
 // caughtUp checks that every tag below the first pending one is confirmed.
 func (c *confirmClient) caughtUp(when string) {
@@ -79,18 +73,26 @@ func (c *confirmClient) caughtUp(when string) {
 	}
 }
 
-// fakeGroups is a groupCompleter whose groups end when the test says.
-type fakeGroups struct{ after []func() }
+// funcQueue holds functions to run later, in order: what a store runs at
+// the end of a group, what a connection's writer runs before a write.
+type funcQueue []func()
 
-func (g *fakeGroups) AfterGroup(fn func()) { g.after = append(g.after, fn) }
+func (q *funcQueue) add(fn func()) { *q = append(*q, fn) }
 
-func (g *fakeGroups) end() {
-	fs := g.after
-	g.after = nil
+func (q *funcQueue) run() {
+	fs := *q
+	*q = nil
 	for _, fn := range fs {
 		fn()
 	}
 }
+
+// fakeGroups is a groupCompleter whose groups end when the test says.
+type fakeGroups struct{ after funcQueue }
+
+func (g *fakeGroups) AfterGroup(fn func()) { g.after.add(fn) }
+
+func (g *fakeGroups) end() { g.after.run() }
 
 // TestConfirmTrackerRandomOrder completes publishes in random orders (runs
 // of store completions in tag order, immediate ones anywhere, random

@@ -63,6 +63,11 @@ func replayFile(w *WAL, fm fileMeta, from LSN, fn func(LSN, Class, []byte) error
 		return err
 	}
 	defer r.close()
+	// Open read the file to its clean end and checked what follows it
+	// (zeros, or a reused file's earlier life: cleanEnd); nothing has
+	// been appended since. Reading stops there rather than scanning that
+	// tail again, up to a whole file of it per file.
+	r.size = min(r.size, fm.size)
 	for {
 		h, payload, err := r.next()
 		if err == io.EOF {

@@ -109,8 +109,7 @@ func (w *WAL) useSpare(first LSN) (vfs.File, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("open %s: %w", old, err)
 	}
-	hdr := appendFileHeader(nil, first)
-	hdr = append(hdr, make([]byte, recordHeaderSize)...)
+	hdr := append(appendFileHeader(nil, first), zeroRecordHeader[:]...)
 	if _, err := f.WriteAt(hdr, 0); err != nil {
 		f.Close()
 		return nil, "", fmt.Errorf("write %s: %w", old, err)

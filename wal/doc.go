@@ -141,4 +141,14 @@
 // and later completion, Sync, Reserve and Close returns the error, and fsync
 // is never retried (after a failed fsync the kernel may have dropped the
 // dirty pages, so a retry that succeeds proves nothing).
+//
+// A failure to start the next file (create it or reuse the spare, write and
+// fsync its header, preallocate it, fsync the directory: out of file
+// descriptors or disk space, typically) loses nothing, since no record was
+// written to it: the writer removes what it created and retries, with a
+// backoff doubling from 10ms to 1s, holding the group meanwhile. Stalled
+// reports it and Options.OnStall is told when it begins and ends; appenders
+// are held back by Reserve once MaxPending is queued. Close ends the
+// retries: the records of the group written to files finished before the
+// stall complete, the rest fail with the error, which sticks.
 package wal

@@ -11,27 +11,31 @@ import (
 // createFile creates the file whose first record will be first, with its
 // header written and fsync'd, preallocated to capacity, and its directory
 // entry fsync'd. A crash anywhere in here leaves either no file or one whose
-// header is missing, which Open recreates.
-func (w *WAL) createFile(first LSN, capacity int64) (vfs.File, string, error) {
-	path := w.fs.PathJoin(w.dir, fileName(first))
-	f, err := w.fs.Create(path, vfs.WriteCategoryUnspecified)
+// header is missing, which Open recreates. On failure what was created is
+// removed (best effort: a file left holds no record, and Open or the next
+// attempt recreates it).
+func (w *WAL) createFile(first LSN, capacity int64) (f vfs.File, path string, err error) {
+	path = w.fs.PathJoin(w.dir, fileName(first))
+	f, err = w.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return nil, "", fmt.Errorf("create %s: %w", path, err)
 	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			_ = w.fs.Remove(path)
+		}
+	}()
 	if _, err := f.WriteAt(appendFileHeader(nil, first), 0); err != nil {
-		f.Close()
 		return nil, "", fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := preallocate(f, capacity); err != nil {
-		f.Close()
 		return nil, "", fmt.Errorf("preallocate %s: %w", path, err)
 	}
 	if err := w.syncFile(f); err != nil {
-		f.Close()
 		return nil, "", fmt.Errorf("sync %s: %w", path, err)
 	}
 	if err := syncDir(w.fs, w.dir); err != nil {
-		f.Close()
 		return nil, "", err
 	}
 	return f, path, nil

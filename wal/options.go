@@ -110,6 +110,11 @@ type Options struct {
 	MaxPending int64
 	// Logger receives repair reports and failures (default slog.Default()).
 	Logger *slog.Logger
+	// OnStall, if set, is called on the WAL's goroutine when the writer
+	// cannot start a new file and begins retrying (with the error), and
+	// again with nil once it has started one or gave up at Close. It must
+	// not block.
+	OnStall func(err error)
 	// AfterGroup, if set, runs on the WAL's goroutine after the
 	// completions of each group commit (one write and at most one fsync),
 	// before the goroutine waits for more. A store uses it to let the

@@ -35,8 +35,12 @@ type WAL struct {
 
 	lastLSN atomic.Uint64
 
-	kick    chan struct{} // wakes the writer; capacity 1
-	stopped chan struct{} // closed when the writer has exited
+	kick      chan struct{} // wakes the writer; capacity 1
+	closingCh chan struct{} // closed when Close begins
+	stopped   chan struct{} // closed when the writer has exited
+	// stall is the error the writer retries (it cannot start a new file),
+	// nil when it is not stalled.
+	stall   atomic.Pointer[error]
 	closeMu sync.Mutex
 	closed  bool
 	// closeErr is the writer's final error; written before stopped closes.
@@ -132,6 +136,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 		lock:        lock,
 		pend:        new(group),
 		kick:        make(chan struct{}, 1),
+		closingCh:   make(chan struct{}),
 		stopped:     make(chan struct{}),
 		syncLatency: histogram.New(SyncLatencyBounds...),
 		groupSize:   histogram.New(GroupSizeBounds...),
@@ -311,6 +316,31 @@ func (w *WAL) fail(err error) {
 	w.mu.Unlock()
 }
 
+// Stalled returns the error the writer is retrying while it cannot start
+// a new file (out of descriptors or disk space), or nil. Records appended
+// meanwhile wait; Reserve holds appenders back once MaxPending is queued.
+func (w *WAL) Stalled() error {
+	if p := w.stall.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setStall records that the writer began (err) or ended (nil) retrying
+// the start of a new file, and reports it. Writer goroutine only.
+func (w *WAL) setStall(err error) {
+	if err != nil {
+		w.stall.Store(&err)
+		w.log.Error("wal: cannot start a new log file; retrying (records wait, nothing is lost)", "dir", w.dir, "err", err)
+	} else {
+		w.stall.Store(nil)
+		w.log.Info("wal: new log file started after failures", "dir", w.dir)
+	}
+	if w.opts.OnStall != nil {
+		w.opts.OnStall(err)
+	}
+}
+
 // LastLSN returns the highest LSN assigned so far: by Append since Open, or
 // found on disk by Open.
 func (w *WAL) LastLSN() LSN { return LSN(w.lastLSN.Load()) }
@@ -365,6 +395,7 @@ func (w *WAL) Close() error {
 	w.closing = true
 	w.signalSpaceLocked()
 	w.mu.Unlock()
+	close(w.closingCh)
 	w.wake()
 	<-w.stopped
 	if err := w.lock.Close(); err != nil && w.closeErr == nil {

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,11 +32,25 @@ type active struct {
 // writer is the state of the writer goroutine; nothing else touches it.
 type writer struct {
 	w          *WAL
-	act        active
+	act        active // act.f is nil between a finished file and the next
 	spare      *group // swapped with WAL.pend at each commit
 	timer      *time.Timer
 	timerArmed bool
+	// The group being committed is written up to record done, byte
+	// doneOff of its buffer: a write that could not start a new file is
+	// retried from there.
+	done    int
+	doneOff int
 }
+
+// startError is a failure to start the next file (create, open, write
+// its header, preallocate, sync the directory): nothing of the group was
+// written past the files already finished, so it is retried rather than
+// made sticky.
+type startError struct{ err error }
+
+func (e *startError) Error() string { return e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
 
 func (wr *writer) init(w *WAL) {
 	wr.w = w
@@ -92,10 +107,16 @@ func (w *WAL) run() {
 func (wr *writer) commit(g *group) {
 	w := wr.w
 	err := w.Err()
+	written := 0 // records of g written and fsync'd although the commit failed
 	if err == nil {
-		err = wr.write(g)
+		err = wr.writeRetrying(g)
 		if err != nil {
 			w.fail(err)
+		}
+		if _, ok := err.(*startError); ok {
+			// Given up at Close: the records before the stall are in
+			// files finished, so fsync'd, before it.
+			written = wr.done
 		}
 	}
 	w.mu.Lock()
@@ -103,7 +124,10 @@ func (wr *writer) commit(g *group) {
 	w.signalSpaceLocked()
 	w.mu.Unlock()
 	if err != nil {
-		wr.finish(g, 0, err)
+		for _, r := range g.recs[:written] {
+			complete(r, nil)
+		}
+		wr.finish(g, written, err)
 		return
 	}
 	w.records.Add(uint64(len(g.recs)))
@@ -163,25 +187,81 @@ func complete(r pendingRec, err error) {
 	}
 }
 
-// write writes g's records, as one write per file they go to, rotating
-// files where the next record does not fit.
+// writeRetrying writes g, retrying while the next file cannot be started
+// (out of descriptors or space): a backoff that doubles from stallMin to
+// stallMax, with the stall reported (Options.OnStall) while it lasts.
+// Close ends the retries: the group's records not yet written then fail
+// with the *startError.
+func (wr *writer) writeRetrying(g *group) error {
+	w := wr.w
+	wr.done, wr.doneOff = 0, 0
+	var backoff time.Duration
+	for {
+		err := wr.write(g)
+		var se *startError
+		if !errors.As(err, &se) {
+			if backoff > 0 {
+				w.setStall(nil)
+			}
+			return err
+		}
+		if backoff == 0 {
+			w.setStall(se.err)
+		}
+		backoff = min(max(2*backoff, stallMin), stallMax)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-w.closingCh:
+			t.Stop()
+			w.setStall(nil)
+			return se
+		}
+	}
+}
+
+// Bounds of the backoff between attempts to start a new file.
+const (
+	stallMin = 10 * time.Millisecond
+	stallMax = time.Second
+)
+
+// write writes g's records from wr.done on, as one write per file they go
+// to: where the next record does not fit, the file is finished and the
+// next one started.
 func (wr *writer) write(g *group) error {
-	off := 0
-	for i := 0; i < len(g.recs); {
-		if size := g.recs[i].size; wr.act.off+int64(size) > wr.act.cap {
-			if err := wr.makeRoom(g.recs[i].lsn, size); err != nil {
-				return err
+	a := &wr.act
+	for wr.done < len(g.recs) {
+		r := g.recs[wr.done]
+		if a.f == nil {
+			if err := wr.start(r.lsn, max(wr.w.opts.SegmentSize, fileHeaderSize+int64(r.size))); err != nil {
+				return &startError{err}
 			}
 		}
-		n, j := 0, i
-		for j < len(g.recs) && wr.act.off+int64(n+g.recs[j].size) <= wr.act.cap {
+		if a.off+int64(r.size) > a.cap {
+			if a.off > fileHeaderSize {
+				if err := wr.finishFile(); err != nil {
+					return err
+				}
+				continue
+			}
+			// A record larger than a file, in a file without records:
+			// it grows instead.
+			need := fileHeaderSize + int64(r.size)
+			if err := preallocate(a.f, need); err != nil {
+				return &startError{fmt.Errorf("preallocate %s: %w", a.path, err)}
+			}
+			a.cap = need
+		}
+		n, j := 0, wr.done
+		for j < len(g.recs) && a.off+int64(n+g.recs[j].size) <= a.cap {
 			n += g.recs[j].size
 			j++
 		}
-		if err := wr.writeAt(g.buf[off : off+n]); err != nil {
+		if err := wr.writeAt(g.buf[wr.doneOff : wr.doneOff+n]); err != nil {
 			return err
 		}
-		off, i = off+n, j
+		wr.done, wr.doneOff = j, wr.doneOff+n
 	}
 	return nil
 }
@@ -204,36 +284,29 @@ func (wr *writer) writeAt(b []byte) error {
 	return nil
 }
 
-// makeRoom makes the record lsn of size bytes fit: a file holding records
-// is finished and a new one started; a file without records (the record is
-// larger than SegmentSize) grows instead.
-func (wr *writer) makeRoom(lsn LSN, size int) error {
+// finishFile fsyncs and closes the file being written: no record goes to it
+// any more. A failed fsync is sticky; a failed close after it is not (the
+// data is on disk), it is logged.
+func (wr *writer) finishFile() error {
 	a := &wr.act
-	need := fileHeaderSize + int64(size)
-	if a.off == fileHeaderSize {
-		if err := preallocate(a.f, need); err != nil {
-			return fmt.Errorf("preallocate %s: %w", a.path, err)
-		}
-		a.cap = need
-		return nil
-	}
-	return wr.rotate(lsn, max(wr.w.opts.SegmentSize, need))
-}
-
-// rotate fsyncs and closes the file being written and starts the file whose
-// first record is first.
-func (wr *writer) rotate(first LSN, capacity int64) error {
-	w, a := wr.w, &wr.act
 	if err := wr.sync(); err != nil {
 		return err
 	}
-	err := a.f.Close()
-	a.f = nil
-	if err != nil {
-		return fmt.Errorf("close %s: %w", a.path, err)
+	if err := a.f.Close(); err != nil {
+		wr.w.log.Warn("wal: close a finished log file", "file", a.path, "err", err)
 	}
+	a.f = nil
+	return nil
+}
+
+// start starts the file whose first record is first, from the spare if
+// there is one and capacity is the usual size, else created. On failure
+// nothing changes but what is left of a file created for it (removed).
+func (wr *writer) start(first LSN, capacity int64) error {
+	w, a := wr.w, &wr.act
 	var f vfs.File
 	var path string
+	var err error
 	recycled := false
 	if capacity == w.opts.SegmentSize && w.takeSpare() {
 		if f, path, err = w.useSpare(first); err != nil {

@@ -2,6 +2,7 @@ package diskstore
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -19,6 +20,15 @@ import (
 type checkpointer struct {
 	// segs is the live accounting of every segment, as the index has it.
 	segs map[segment.ID]*index.SegmentState
+	// orphans are segment files no committed checkpoint refers to (the
+	// output of a checkpoint or compaction that failed, or dead segments
+	// a checkpoint could not remove) still to be removed. Recovery
+	// removes such files too.
+	orphans []segment.ID
+	// failing is the error of the last checkpoint attempt when it failed
+	// (nil once one succeeds): the checkpoint goroutine retries it with
+	// backoff, and the store's "checkpoint" alarm is raised meanwhile.
+	failing error
 	// afterFreeze and afterCommit, when set (by tests, under cpMu), run in
 	// checkpoint with only cpMu held: once the active overlay is frozen,
 	// and once the index batch committed but before the frozen overlay
@@ -35,27 +45,94 @@ func (s *Store) wake() {
 
 // checkpointLoop runs checkpoints when the active overlay is full or the
 // interval passed, and compacts segments after them.
+//
+// A checkpoint that fails is retried, with a backoff that doubles from
+// retryMin to retryMax, until one succeeds: until its index batch commits
+// nothing of it counts, and the WAL still holds everything it would have
+// moved (its files are removed only after the commit). The store stays
+// usable meanwhile — the WAL takes records, reads see the frozen overlay —
+// while the "checkpoint" alarm holds publishers back (Options.OnAlarm);
+// Reserve bounds what the active overlay grows to. Only a WAL failure,
+// which can mean lost records, fails the store for good.
 func (s *Store) checkpointLoop() {
 	defer close(s.stopped)
 	t := time.NewTicker(s.opts.CheckpointInterval)
 	defer t.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	var backoff time.Duration
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-s.kick:
-			if !s.overlayFull() {
-				continue
+			if backoff > 0 || !s.overlayFull() {
+				continue // a failed checkpoint waits for its retry
 			}
 		case <-t.C:
+			if backoff > 0 {
+				continue
+			}
+		case <-retry.C:
 		}
-		if err := s.checkpoint(); err != nil {
-			s.fail(fmt.Errorf("checkpoint: %w", err))
+		err := s.checkpoint()
+		if err == nil {
+			if cerr := s.Compact(); cerr != nil {
+				s.compactFailed(cerr)
+			}
+		}
+		if werr := s.wal.Err(); werr != nil {
+			s.fail(fmt.Errorf("checkpoint: %w", werr))
+			backoff = 0
 			continue
 		}
-		if err := s.Compact(); err != nil {
-			s.fail(fmt.Errorf("compact segments: %w", err))
+		if s.checkpointOutcome(err) {
+			backoff = min(max(2*backoff, retryMin), retryMax)
+			retry.Reset(backoff)
+		} else {
+			backoff = 0
 		}
+	}
+}
+
+// Bounds of the backoff between checkpoint attempts after a failure.
+const (
+	retryMin = 50 * time.Millisecond
+	retryMax = time.Second
+)
+
+// checkpointOutcome records how a checkpoint attempt ended, logs a
+// failure (the first in full, then about once a minute while it lasts)
+// and raises or clears the "checkpoint" alarm. It reports whether the
+// attempt failed.
+func (s *Store) checkpointOutcome(err error) bool {
+	s.cpMu.Lock()
+	was := s.cp.failing
+	s.cp.failing = err
+	s.cpMu.Unlock()
+	n := s.cpFailures.Load()
+	if err != nil {
+		n = s.cpFailures.Add(1)
+	}
+	switch {
+	case err != nil && was == nil:
+		s.log.Error("checkpoint failed; retrying (the WAL keeps every change, publishers are held back until it succeeds)", "err", err)
+		s.alarm(AlarmCheckpoint, true)
+	case err != nil && s.failLog.allow():
+		s.log.Error("checkpoint still failing; retrying", "err", err, "failed_attempts", n)
+	case err == nil && was != nil:
+		s.log.Info("checkpoint succeeded after failures", "failed_attempts", n)
+		s.alarm(AlarmCheckpoint, false)
+	}
+	return err != nil
+}
+
+// compactFailed logs a failed compaction. Compaction only gives disk
+// space back; it is tried again after the next checkpoint.
+func (s *Store) compactFailed(err error) {
+	if s.failLog.allow() {
+		s.log.Warn("segment compaction failed; retried after the next checkpoint", "err", err)
 	}
 }
 
@@ -88,7 +165,14 @@ func (s *Store) Checkpoint() error {
 }
 
 // checkpoint moves the active overlay into segments and the index and
-// removes the WAL files it covered. cpMu makes it one at a time.
+// removes the WAL files it covered. cpMu makes it one at a time. When an
+// earlier attempt failed, its frozen overlay is still there and is what
+// this one writes; the active overlay waits for the next.
+//
+// A failure before the index batch commits leaves the store as it was
+// (the segment files it wrote are removed) and the attempt can be made
+// again; one after it (removing files the checkpoint made dead) is
+// logged and left to the next checkpoint.
 func (s *Store) checkpoint() (err error) {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
@@ -99,14 +183,17 @@ func (s *Store) checkpoint() (err error) {
 		s.mu.Unlock()
 		return nil // nothing more is written once the store failed
 	}
-	f := s.active
-	if f.empty() {
-		s.mu.Unlock()
-		return nil
+	f := s.frozen
+	if f == nil {
+		if s.active.empty() {
+			s.mu.Unlock()
+			return nil
+		}
+		f = s.active
+		s.active = newOverlay()
+		s.active.below = f
+		s.frozen = f
 	}
-	s.active = newOverlay()
-	s.active.below = f
-	s.frozen = f
 	nextID := s.nextID.Load()
 	s.mu.Unlock()
 	defer func() {
@@ -134,11 +221,12 @@ func (s *Store) checkpoint() (err error) {
 	s.frozen = nil
 	s.active.below = nil // f's bodies may go; the index has its sizes now
 	s.mu.Unlock()
-	if err := s.removeSegments(dead); err != nil {
-		return err
-	}
-	if err := s.wal.RemoveBefore(wal.LSN(f.last + 1)); err != nil {
-		return fmt.Errorf("remove checkpointed wal files: %w", err)
+	// The index no longer refers to the dead segments: from here on a
+	// failure costs disk space until a later checkpoint, never data.
+	s.cp.orphans = append(s.cp.orphans, dead...)
+	s.removeOrphans()
+	if err := s.wal.RemoveBefore(wal.LSN(f.last + 1)); err != nil && s.wal.Err() == nil && s.failLog.allow() {
+		s.log.Warn("could not remove checkpointed WAL files; retried after the next checkpoint", "err", err)
 	}
 	return nil
 }
@@ -153,6 +241,9 @@ type cpBatch struct {
 	delta map[store.MsgID]int                // reference changes of messages already in the index
 	segs  map[segment.ID]*index.SegmentState // segments whose accounting changed
 	qs    map[store.QueueID]*queueCount      // new state of the overlay's queues (queues.go)
+	// written are the segments this checkpoint wrote: removed again if
+	// it fails before its batch commits.
+	written []segment.ID
 }
 
 func (c *cpBatch) seg(id segment.ID) *index.SegmentState {
@@ -233,7 +324,7 @@ func (c *cpBatch) putEntry(e *store.Entry, size uint32) error {
 // writeCheckpoint writes frozen overlay f: new bodies into a segment,
 // entries, deletes, definitions and accounting into one synced index
 // batch. It returns the segments that no longer hold a live message.
-func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error) {
+func (s *Store) writeCheckpoint(f *overlay, nextID uint64) (dead []segment.ID, err error) {
 	c := &cpBatch{
 		s:     s,
 		b:     s.db.NewBatch(),
@@ -242,6 +333,14 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 		qs:    make(map[store.QueueID]*queueCount),
 	}
 	defer c.b.Close()
+	defer func() {
+		if err != nil {
+			// Nothing refers to what it wrote: the attempt is abandoned
+			// and the next one writes the overlay again.
+			s.cp.orphans = append(s.cp.orphans, c.written...)
+			s.removeOrphans()
+		}
+	}()
 	for id, d := range f.older {
 		c.delta[id] += d
 	}
@@ -361,7 +460,6 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) ([]segment.ID, error)
 		}
 	}
 	// Segment accounting, and the checkpoint mark itself.
-	var dead []segment.ID
 	for id, st := range c.segs {
 		c.key = index.SegmentKey(c.key[:0], uint32(id))
 		var err error
@@ -425,6 +523,7 @@ func (c *cpBatch) writeMessages(f *overlay) error {
 	if err != nil {
 		return fmt.Errorf("start segment writer: %w", err)
 	}
+	defer func() { c.written = w.Segments() }()
 	var blob []byte
 	type written struct {
 		id  store.MsgID
@@ -536,19 +635,31 @@ func (c *cpBatch) dropQueue(q store.QueueID) error {
 	return c.b.DeleteRange(lo, hi, nil)
 }
 
-// removeSegments deletes segment files that hold no live message.
-func (s *Store) removeSegments(ids []segment.ID) error {
-	if len(ids) == 0 {
-		return nil
+// removeOrphans removes the segment files in cp.orphans; those it cannot
+// remove stay there for the next call. The index no longer refers to
+// them, but a read that looked a location up before the commit may still
+// be reading one: segMu waits for it.
+func (s *Store) removeOrphans() {
+	if len(s.cp.orphans) == 0 {
+		return
 	}
 	s.segMu.Lock()
 	defer s.segMu.Unlock()
-	for _, id := range ids {
-		if err := s.segs.Remove(id); err != nil {
-			return fmt.Errorf("remove segment %d: %w", id, err)
+	left := s.cp.orphans[:0]
+	for _, id := range s.cp.orphans {
+		err := s.segs.Remove(id)
+		if err == nil || errors.Is(err, segment.ErrNotFound) {
+			continue
+		}
+		if errors.Is(err, segment.ErrClosed) {
+			return // recovery removes them
+		}
+		left = append(left, id)
+		if s.failLog.allow() {
+			s.log.Warn("could not remove a segment file nothing refers to; retried after the next checkpoint", "segment", id, "err", err)
 		}
 	}
-	return nil
+	s.cp.orphans = left
 }
 
 // sortRefs sorts refs of one queue in index key order.

@@ -20,8 +20,10 @@ const compactLimit = 256 << 20
 // below Options.CompactBelow of the file) into a new segment and removes
 // the old files, so disk use follows live data. The checkpoint goroutine
 // runs it after each checkpoint; it holds the checkpoint lock, so nothing
-// else changes message records meanwhile.
-func (s *Store) Compact() error {
+// else changes message records meanwhile. A compaction that fails changes
+// nothing (the files it wrote are removed) and is tried again after the
+// next checkpoint.
+func (s *Store) Compact() (err error) {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
 	var cands []segment.ID
@@ -46,6 +48,14 @@ func (s *Store) Compact() error {
 	if err != nil {
 		return err
 	}
+	committed := false
+	defer func() {
+		if !committed {
+			w.Abort()
+			s.cp.orphans = append(s.cp.orphans, w.Segments()...)
+			s.removeOrphans()
+		}
+	}()
 	b := s.db.NewBatch()
 	defer b.Close()
 	fresh := make(map[segment.ID]*index.SegmentState)
@@ -90,7 +100,6 @@ func (s *Store) Compact() error {
 			return b.Set(key, val, nil)
 		})
 		if err != nil {
-			w.Abort()
 			return fmt.Errorf("compact segment %d: %w", old, err)
 		}
 	}
@@ -113,6 +122,7 @@ func (s *Store) Compact() error {
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit compaction: %w", err)
 	}
+	committed = true
 	for _, old := range cands {
 		delete(s.cp.segs, old)
 	}
@@ -120,7 +130,9 @@ func (s *Store) Compact() error {
 		s.cp.segs[id] = st
 	}
 	s.log.Debug("compacted segments", "segments", len(cands), "messages", moved)
-	return s.removeSegments(cands)
+	s.cp.orphans = append(s.cp.orphans, cands...)
+	s.removeOrphans()
+	return nil
 }
 
 // blobMsgID reads the message id at the front of a blob without decoding

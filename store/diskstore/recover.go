@@ -52,6 +52,7 @@ func (s *Store) recover(dir string) error {
 		SyncInterval: o.SyncInterval,
 		Logger:       s.log,
 		AfterGroup:   s.runAfterGroup,
+		OnStall:      s.walStalled,
 	})
 	if err != nil {
 		return fmt.Errorf("open wal: %w", err)

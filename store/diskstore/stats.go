@@ -26,12 +26,16 @@ type Stats struct {
 	// Recovery is how long Open took: the index, the segments and the WAL
 	// replayed.
 	Recovery time.Duration
+	// CheckpointFailures counts checkpoint attempts that failed and were
+	// retried (out of descriptors or space, say) since Open.
+	CheckpointFailures uint64
 }
 
 // Stats returns the store's counters. Safe for concurrent use; each part
 // is read on its own, so the whole is not one instant.
 func (s *Store) Stats() Stats {
-	st := Stats{WAL: s.wal.Stats(), CheckpointDuration: s.cpDuration.Snapshot(), Recovery: s.recovery}
+	st := Stats{WAL: s.wal.Stats(), CheckpointDuration: s.cpDuration.Snapshot(), Recovery: s.recovery,
+		CheckpointFailures: s.cpFailures.Load()}
 	for _, si := range s.segs.List() {
 		st.SegmentFiles++
 		st.SegmentBytes += si.Size

@@ -50,6 +50,11 @@ type Options struct {
 	// fraction of its size (default 0.5).
 	CompactBelow float64
 	Logger       *slog.Logger
+	// OnAlarm, if set, is called when the store raises or clears an
+	// alarm (AlarmCheckpoint, AlarmWAL), from the store's goroutines, never under
+	// its locks. brokerd hands it to the broker, which holds publishers
+	// back while one is raised.
+	OnAlarm func(resource string, raised bool)
 	// RecoveryProgress, if set, is called by Open while it replays the
 	// WAL, with the records replayed so far and the number to replay: at
 	// the start, at each whole percent and at the end. It runs on the
@@ -81,6 +86,17 @@ func (o *Options) fill() {
 		o.Logger = slog.Default()
 	}
 }
+
+// The alarms a Store raises (Options.OnAlarm) while it retries something
+// it cannot do for now — out of file descriptors or disk space, say.
+// Nothing is lost meanwhile, and each clears by itself when a retry
+// succeeds.
+const (
+	// AlarmCheckpoint: checkpoints fail. The WAL keeps every change.
+	AlarmCheckpoint = "checkpoint"
+	// AlarmWAL: the WAL cannot start its next file; records wait.
+	AlarmWAL = "wal"
+)
 
 // Store is the durable store.Store. Safe for concurrent use.
 type Store struct {
@@ -131,6 +147,14 @@ type Store struct {
 	closeMu  sync.Mutex
 	closeErr error
 
+	// stallKick gets a value when the WAL stalls (Close waits on it).
+	stallKick chan struct{}
+
+	// failLog spaces out the logs of failures the store retries.
+	failLog logGate
+	// cpFailures counts failed checkpoint attempts since Open.
+	cpFailures atomic.Uint64
+
 	// cpDuration observes each checkpoint that moved something (seconds);
 	// recovery is how long Open took to recover. See Stats.
 	cpDuration *histogram.Histogram
@@ -142,14 +166,15 @@ type Store struct {
 func Open(dir string, opts Options) (*Store, error) {
 	opts.fill()
 	s := &Store{
-		dir:     dir,
-		opts:    opts,
-		log:     opts.Logger,
-		active:  newOverlay(),
-		kick:    make(chan struct{}, 1),
-		cpDone:  make(chan struct{}),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		dir:       dir,
+		opts:      opts,
+		log:       opts.Logger,
+		active:    newOverlay(),
+		kick:      make(chan struct{}, 1),
+		stallKick: make(chan struct{}, 1),
+		cpDone:    make(chan struct{}),
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
 
 		cpDuration: histogram.New(CheckpointDurationBounds...),
 	}
@@ -170,6 +195,41 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.recovery = time.Since(start)
 	go s.checkpointLoop()
 	return s, nil
+}
+
+// alarm reports an alarm raised or cleared to Options.OnAlarm.
+func (s *Store) alarm(resource string, raised bool) {
+	if s.opts.OnAlarm != nil {
+		s.opts.OnAlarm(resource, raised)
+	}
+}
+
+// walStalled is the WAL's OnStall hook.
+func (s *Store) walStalled(err error) {
+	s.alarm(AlarmWAL, err != nil)
+	if err != nil {
+		select {
+		case s.stallKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// logGate lets a repeated log line through about once a minute. Safe
+// for concurrent use.
+type logGate struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (g *logGate) allow() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if now := time.Now(); now.Sub(g.last) >= time.Minute {
+		g.last = now
+		return true
+	}
+	return false
 }
 
 func (s *Store) closeFiles() {
@@ -434,9 +494,22 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.checkpointEnded() // Reserve calls waiting for a checkpoint see the store closed
 	close(s.stop)
-	<-s.stopped
+	// A checkpoint under way waits for the WAL; a stalled WAL (it cannot
+	// start a file) is told to give up, or Close would wait for the disk.
+	for waiting := true; waiting; {
+		if s.wal.Stalled() != nil {
+			s.wal.Close()
+			<-s.stopped
+			break
+		}
+		select {
+		case <-s.stopped:
+			waiting = false
+		case <-s.stallKick:
+		}
+	}
 	var errs []error
-	if s.err == nil {
+	if s.err == nil && s.wal.Err() == nil {
 		if err := s.checkpoint(); err != nil {
 			errs = append(errs, err)
 		}

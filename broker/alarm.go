@@ -14,11 +14,31 @@ import (
 // while consumers keep draining. Nothing is lost: the publish that found the
 // alarm is carried out when it clears.
 
-// Alarm resources.
+// Alarm resources: RabbitMQ's two, and the store's (diskstore's alarms,
+// raised while it retries what it cannot do for now, and "store" once it
+// failed for good).
 const (
-	AlarmMemory = "memory"
-	AlarmDisk   = "disk"
+	AlarmMemory     = "memory"
+	AlarmDisk       = "disk"
+	AlarmCheckpoint = "checkpoint"
+	AlarmWAL        = "wal"
+	AlarmStore      = "store"
 )
+
+// blockedReason is the connection.blocked reason of an alarm: RabbitMQ's
+// "low on …" for its resources, a phrase saying what is wrong for the
+// store's.
+func blockedReason(resource string) string {
+	switch resource {
+	case AlarmCheckpoint:
+		return "store cannot checkpoint"
+	case AlarmWAL:
+		return "store cannot write its log"
+	case AlarmStore:
+		return "store failed"
+	}
+	return "low on " + resource
+}
 
 // neverClear is never closed: the wait of an alarm that cannot clear.
 var neverClear = make(chan struct{})
@@ -87,13 +107,13 @@ func (b *Broker) alarmWait() (<-chan struct{}, string) {
 		if b.storeErr.Load() != nil {
 			// The store failed and its alarm is on its way (raised off
 			// the failing goroutine, see storeFailed); it never clears.
-			return neverClear, "low on store"
+			return neverClear, blockedReason(AlarmStore)
 		}
 		return nil, ""
 	}
 	var parts []string
 	for r := range b.alarms.active {
-		parts = append(parts, "low on "+r)
+		parts = append(parts, blockedReason(r))
 	}
 	slices.Sort(parts)
 	return b.alarms.clear, strings.Join(parts, " & ")

@@ -409,7 +409,7 @@ func (b *Broker) storeFailure(err error) {
 		// pretends to be durable. The alarm is raised off this goroutine:
 		// storeFailed may run under queue locks, and Broker.mu is taken
 		// alone.
-		go b.SetAlarm("store", true)
+		go b.SetAlarm(AlarmStore, true)
 	}
 }
 

@@ -115,7 +115,9 @@ type Limits struct {
 	MemoryHighWatermarkBytes ByteSize `toml:"memory_high_watermark_bytes"`
 	DiskFreeLimit            ByteSize `toml:"disk_free_limit"` // 0: no disk alarm
 	// MaxConnections bounds the open AMQP connections, over all listeners
-	// (RabbitMQ's connection_max); 0: no limit.
+	// (RabbitMQ's connection_max); 0: derived from the process's file
+	// descriptor limit, leaving the store and the HTTP listener their
+	// reserve (internal/fdbudget).
 	MaxConnections int `toml:"max_connections"`
 }
 

@@ -123,10 +123,13 @@
 //	limits.disk_free_limit              "50MB"  Disk alarm when free space on data_dir's disk drops
 //	                                            below this; 0 disables it.
 //	limits.max_connections              0       Most open AMQP connections, over all listeners
-//	                                            (RabbitMQ's connection_max); 0: no limit. A
-//	                                            connection beyond it is closed at once, without a
-//	                                            handshake. Each connection holds a file descriptor:
-//	                                            keep it below the process's limit (ulimit -n).
+//	                                            (RabbitMQ's connection_max). A connection beyond it
+//	                                            is closed at once, without a handshake. 0: derived
+//	                                            from the file descriptor limit (ulimit -n) less the
+//	                                            store's reserve and the HTTP listener's share: 672
+//	                                            at 1,024, 56,288 at 65,536. A value above that is
+//	                                            used, with a warning: the store may run out of
+//	                                            descriptors (checkpoints then wait for them).
 //
 // [log] — slog to stderr.
 //

@@ -229,7 +229,7 @@ func TestLoadProblems(t *testing.T) {
 		{"bad sync", "[storage]\nsync = \"sometimes\"\n", `2: storage.sync: invalid value "sometimes": want one of "fsync", "interval", "none"`},
 		{"watermark of 1", "[limits]\nmemory_high_watermark = 1\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got 1`},
 		{"watermark nan", "[limits]\nmemory_high_watermark = nan\n", `2: limits.memory_high_watermark: must be a fraction of RAM between 0 and 1 (exclusive), got NaN`},
-		{"negative max_connections", "[limits]\nmax_connections = -1\n", `2: limits.max_connections: must not be negative (0 means no limit), got -1`},
+		{"negative max_connections", "[limits]\nmax_connections = -1\n", `2: limits.max_connections: must not be negative (0 means derived from the file descriptor limit), got -1`},
 		{"bad level", "[log]\nlevel = \"verbose\"\n", `2: log.level: invalid value "verbose": want one of "debug", "info", "warn", "error"`},
 		{"bad format", "[log]\nformat = \"xml\"\n", `2: log.format: invalid value "xml": want one of "text", "json"`},
 		{"password and hash", "[[users]]\nname = \"a\"\npassword = \"p\"\npassword_hash = \"kI1KsWtT+9nON3W1/o0imLIDVd6oA+fMrA2rpagBHSiDQ/O9\"\n", `4: users[0]: password and password_hash are mutually exclusive: set one`},

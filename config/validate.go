@@ -135,7 +135,7 @@ func (c *Config) Validate() error {
 		k.addf("limits.memory_high_watermark", "must be a fraction of RAM between 0 and 1 (exclusive), got %v", w)
 	}
 	if n := c.Limits.MaxConnections; n < 0 {
-		k.addf("limits.max_connections", "must not be negative (0 means no limit), got %d", n)
+		k.addf("limits.max_connections", "must not be negative (0 means derived from the file descriptor limit), got %d", n)
 	}
 
 	if !slices.Contains(LogLevels, c.Log.Level) {

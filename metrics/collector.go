@@ -192,6 +192,7 @@ func collectStore(ch chan<- prometheus.Metric, st diskstore.Stats) {
 	gauge(ch, "segment_files", "Segment files on disk", float64(st.SegmentFiles))
 	gauge(ch, "segment_bytes", "Bytes of the segment files on disk", float64(st.SegmentBytes))
 	histogram(ch, "checkpoint_duration_seconds", "Duration of checkpoints (WAL into segments and the index)", st.CheckpointDuration)
+	counter(ch, "checkpoint_failures_total", "Checkpoint attempts that failed and were retried (out of file descriptors or disk space, say), since start", st.CheckpointFailures)
 	gauge(ch, "recovery_duration_seconds", "How long the store took to recover at start (index, segments, WAL replay)", st.Recovery.Seconds())
 }
 

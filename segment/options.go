@@ -12,7 +12,9 @@ import (
 const (
 	DefaultTargetSize = 64 << 20
 	DefaultBlockSize  = 64 << 10
-	DefaultCacheBytes = 32 << 20
+	// DefaultMaxOpenFiles is Options.MaxOpenFiles' default.
+	DefaultMaxOpenFiles = 256
+	DefaultCacheBytes   = 32 << 20
 
 	// maxBlockSize bounds Options.BlockSize: the cut threshold, not the
 	// largest block (a large blob gets a block of its own).
@@ -37,6 +39,12 @@ type Options struct {
 	// CacheBytes is the block cache budget in decompressed bytes, LRU.
 	// 0 means DefaultCacheBytes, a negative value no cache.
 	CacheBytes int64
+	// MaxOpenFiles bounds the read handles kept open (one per segment
+	// read recently): past it, the least recently used idle one is closed
+	// before another is opened. Handles in use are never closed, so it
+	// is exceeded only while more segments than that are being read at
+	// once. Default DefaultMaxOpenFiles.
+	MaxOpenFiles int
 	// Codec compresses new blocks; CodecDefault means DefaultCodec.
 	Codec Codec
 	// Logger gets what Open found (torn tails); discarded if nil.
@@ -62,6 +70,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = DefaultMaxOpenFiles
 	}
 	if o.Codec == CodecDefault {
 		o.Codec = DefaultCodec

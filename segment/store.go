@@ -2,6 +2,7 @@ package segment
 
 import (
 	"cmp"
+	"container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,11 @@ type Store struct {
 	segs   map[ID]*segFile
 	nextID ID
 	writer *Writer // the active writer, or nil
+	// idle holds the segFiles whose read handle is open and unused,
+	// least recently used first; open counts every read handle open.
+	// Past Options.MaxOpenFiles, acquire closes idle handles.
+	idle list.List
+	open int
 }
 
 // segFile is one segment file. Its fields other than size are guarded by
@@ -42,10 +48,11 @@ type segFile struct {
 	// the block CRCs, so intact blocks after damage stay readable.
 	valid int64
 
-	busy    bool     // a Writer is writing it, or wrote it and has not finished
-	refs    int      // readers using f
-	removed bool     // Remove or Close took it away; close f at refs 0
-	f       vfs.File // read handle, opened on first use
+	busy    bool          // a Writer is writing it, or wrote it and has not finished
+	refs    int           // readers using f
+	removed bool          // Remove or Close took it away; close f at refs 0
+	f       vfs.File      // read handle, opened on first use
+	idle    *list.Element // in Store.idle while f is open and refs is 0
 }
 
 // SegInfo describes one segment file.
@@ -234,8 +241,7 @@ func (s *Store) Remove(id ID) error {
 	sf.removed = true
 	var closeErr error
 	if sf.refs == 0 && sf.f != nil {
-		closeErr = sf.f.Close()
-		sf.f = nil
+		closeErr = s.closeHandleLocked(sf)
 	}
 	s.mu.Unlock()
 	if s.cache != nil {
@@ -276,8 +282,7 @@ func (s *Store) Close() error {
 	for _, sf := range s.segs {
 		sf.removed = true
 		if sf.refs == 0 && sf.f != nil {
-			errs = append(errs, sf.f.Close())
-			sf.f = nil
+			errs = append(errs, s.closeHandleLocked(sf))
 		}
 	}
 	s.mu.Unlock()
@@ -303,26 +308,52 @@ func (s *Store) acquire(id ID) (*segFile, error) {
 		return nil, fmt.Errorf("segment %d: %w", id, ErrBusy)
 	}
 	if sf.f == nil {
+		// Make room first: the descriptors are the process's, shared
+		// with the index and the clients' sockets (Options.MaxOpenFiles).
+		for s.open >= s.opts.MaxOpenFiles && s.idle.Len() > 0 {
+			s.closeHandleLocked(s.idle.Front().Value.(*segFile))
+		}
 		f, err := s.fs.Open(sf.path)
 		if err != nil {
 			return nil, fmt.Errorf("open segment %d: %w", id, err)
 		}
 		sf.f = f
+		s.open++
+	}
+	if sf.idle != nil {
+		s.idle.Remove(sf.idle)
+		sf.idle = nil
 	}
 	sf.refs++
 	return sf, nil
 }
 
 // release ends a use of sf begun by acquire, closing its handle if it was
-// removed meanwhile.
+// removed meanwhile; otherwise the handle stays open for the next read,
+// idle.
 func (s *Store) release(sf *segFile) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sf.refs--
-	if sf.refs == 0 && sf.removed && sf.f != nil {
-		sf.f.Close()
-		sf.f = nil
+	switch {
+	case sf.refs > 0 || sf.f == nil:
+	case sf.removed:
+		s.closeHandleLocked(sf)
+	default:
+		sf.idle = s.idle.PushBack(sf)
 	}
+}
+
+// closeHandleLocked closes sf's read handle, which no reader uses.
+func (s *Store) closeHandleLocked(sf *segFile) error {
+	if sf.idle != nil {
+		s.idle.Remove(sf.idle)
+		sf.idle = nil
+	}
+	err := sf.f.Close()
+	sf.f = nil
+	s.open--
+	return err
 }
 
 // syncDir fsyncs directory dir, making file creations and removals in it

@@ -61,6 +61,14 @@ func (w *WAL) findSpare() {
 	}
 }
 
+// SpareReady reports whether a finished file is kept for the next
+// rotation, which then needs no new disk space.
+func (w *WAL) SpareReady() bool {
+	w.spare.mu.Lock()
+	defer w.spare.mu.Unlock()
+	return w.spare.ready
+}
+
 // recycle renames fm, a file RemoveBefore is done with, to the spare and
 // reports true, if there is no spare yet and fm is worth keeping: a
 // finished file of the usual size (a file grown for one large record is

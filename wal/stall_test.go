@@ -127,3 +127,28 @@ func TestCloseWhileStalled(t *testing.T) {
 	defer mustClose(t, w)
 	checkSeq(t, replayAll(t, w, 1), 1, 10+ok)
 }
+
+// Reserve does not hold appenders while the writer is stalled: it lets go
+// of those waiting when the stall begins, since the caller's alarm (raised
+// by OnStall) holds them back instead, where a client can see it.
+func TestReserveLetsGoWhenStalled(t *testing.T) {
+	fs := newStartFailFS(vfs.NewMem(), syscall.ENOSPC)
+	stalls := make(chan error, 4)
+	w := mustOpen(t, fs, Options{SegmentSize: 4 << 10, MaxPending: 2 << 10, OnStall: func(err error) { stalls <- err }})
+	fs.on.Store(true)
+	for i := 1; i <= 100; i++ {
+		w.Append(payload(i), Durable, nil)
+	}
+	res := waitReserve(w, 1<<10)
+	if err := <-stalls; err == nil {
+		t.Fatal("no stall")
+	}
+	if err := <-res; err != nil {
+		t.Fatalf("Reserve = %v, want nil once stalled", err)
+	}
+	fs.on.Store(false)
+	if err := <-stalls; err != nil {
+		t.Fatalf("stall end %v", err)
+	}
+	mustClose(t, w)
+}

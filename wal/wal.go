@@ -246,7 +246,8 @@ func (w *WAL) wake() {
 // most Options.MaxPending, ctx is done, or the WAL has failed or is closed.
 // It reserves nothing: concurrent callers may all pass and overshoot the
 // limit by their records, which keeps Append free of blocking. n above
-// MaxPending waits until nothing is pending.
+// MaxPending waits until nothing is pending. While the writer is stalled
+// (Stalled) it does not wait: whoever OnStall told holds appenders back.
 func (w *WAL) Reserve(ctx context.Context, n int) error {
 	for {
 		w.mu.Lock()
@@ -254,7 +255,7 @@ func (w *WAL) Reserve(ctx context.Context, n int) error {
 			w.mu.Unlock()
 			return err
 		}
-		if w.pendBytes == 0 || w.pendBytes+int64(n) <= w.opts.MaxPending {
+		if w.pendBytes == 0 || w.pendBytes+int64(n) <= w.opts.MaxPending || w.stall.Load() != nil {
 			w.mu.Unlock()
 			return nil
 		}
@@ -338,6 +339,12 @@ func (w *WAL) setStall(err error) {
 	}
 	if w.opts.OnStall != nil {
 		w.opts.OnStall(err)
+	}
+	if err != nil {
+		// Reserve no longer waits: let go of those waiting.
+		w.mu.Lock()
+		w.signalSpaceLocked()
+		w.mu.Unlock()
 	}
 }
 

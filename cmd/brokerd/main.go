@@ -41,6 +41,7 @@ import (
 	"github.com/brokerd/brokerd/config"
 	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/datadir"
+	"github.com/brokerd/brokerd/internal/fdbudget"
 	"github.com/brokerd/brokerd/internal/sdnotify"
 	"github.com/brokerd/brokerd/internal/version"
 	"github.com/brokerd/brokerd/metrics"
@@ -151,8 +152,10 @@ func serve(cfg config.Config, lv *live) error {
 	}
 	res.add(func() { dir.Close() })
 
+	fds := descriptorBudget(log)
 	status := &recoveryStatus{log: log}
-	st, err := openStore(cfg.Storage, dir.Path, log, status.wal)
+	var storeAlarms alarmRelay
+	st, err := openStore(cfg.Storage, cfg.Limits, dir.Path, log, status.wal, storeAlarms.set, fds.Store)
 	if err != nil {
 		return err
 	}
@@ -186,6 +189,13 @@ func serve(cfg config.Config, lv *live) error {
 	}
 	res.add(b.Close)
 	lv.b = b
+	storeAlarms.attach(b.SetAlarm)
+	if ds, ok := st.(*diskstore.Store); ok {
+		// The disk store watches the space it writes to itself, counting
+		// what it is about to write (diskstore/space.go); the monitor
+		// watches it for the memory store.
+		lv.storeDisk = ds.SetDiskFreeLimit
+	}
 
 	memLimit := memoryLimit(cfg.Limits, log)
 	if gl := alarm.SetGoMemoryLimit(memLimit); memLimit > 0 {
@@ -194,7 +204,7 @@ func serve(cfg config.Config, lv *live) error {
 	mon := alarm.Start(alarm.Options{
 		MemoryLimit:   memLimit,
 		DiskPath:      dir.Path,
-		DiskFreeLimit: uint64(cfg.Limits.DiskFreeLimit),
+		DiskFreeLimit: lv.monitorDiskLimit(cfg.Limits),
 		OnChange:      b.SetAlarm,
 		Logger:        log,
 	})
@@ -209,10 +219,10 @@ func serve(cfg config.Config, lv *live) error {
 		ChannelMax:       uint16(cfg.AMQP.ChannelMax),
 		HandshakeTimeout: time.Duration(cfg.AMQP.HandshakeTimeout),
 		MaxMessageSize:   uint64(cfg.AMQP.MaxMessageSize),
-		MaxConnections:   cfg.Limits.MaxConnections,
+		MaxConnections:   maxConnections(cfg.Limits, fds, log),
 		Version:          version.String(),
 	})
-	lv.srv = srv
+	lv.srv, lv.fds = srv, fds
 	// Started before anything listens: a failed start closes every
 	// listener opened so far.
 	res.add(func() { srv.Shutdown(context.Background()) })
@@ -409,7 +419,7 @@ func memoryLimit(l config.Limits, log *slog.Logger) uint64 {
 }
 
 // openStore opens the configured message store in the data directory.
-func openStore(c config.Storage, dir string, log *slog.Logger, progress func(done, total uint64)) (store.Store, error) {
+func openStore(c config.Storage, limits config.Limits, dir string, log *slog.Logger, progress func(done, total uint64), alarm func(string, bool), maxOpenFiles int) (store.Store, error) {
 	if c.Engine == config.EngineMemory {
 		log.Warn("message store is in memory: messages and definitions do not survive a restart", "data_dir", dir)
 		return memstore.New(), nil
@@ -427,11 +437,41 @@ func openStore(c config.Storage, dir string, log *slog.Logger, progress func(don
 		IndexCacheBytes:    int64(c.IndexCache),
 		Logger:             log,
 		RecoveryProgress:   progress,
+		OnAlarm:            alarm,
+		DiskFreeLimit:      uint64(limits.DiskFreeLimit),
+		MaxOpenFiles:       maxOpenFiles,
+		FreeDescriptors:    fdbudget.Free,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open store in %s: %w", dir, err)
 	}
 	return st, nil
+}
+
+// descriptorBudget divides the process's file descriptors between the
+// store and the listeners (internal/fdbudget).
+func descriptorBudget(log *slog.Logger) fdbudget.Budget {
+	limit, err := fdbudget.Limit()
+	if err != nil {
+		log.Warn("cannot read the file descriptor limit; assuming 1024", "err", err)
+		limit = 1024
+	}
+	b := fdbudget.Split(limit)
+	log.Info("file descriptors", "limit", b.Limit, "store", b.Store, "http", b.HTTP, "amqp", b.AMQP)
+	return b
+}
+
+// maxConnections is limits.max_connections in force: as set, or the AMQP
+// share of the descriptor budget when 0.
+func maxConnections(c config.Limits, fds fdbudget.Budget, log *slog.Logger) int {
+	if c.MaxConnections == 0 {
+		return fds.AMQP
+	}
+	if c.MaxConnections > fds.AMQP {
+		log.Warn("limits.max_connections leaves the store less than its reserve of file descriptors: with that many connections open, checkpoints wait for descriptors and publishers are blocked",
+			"max_connections", c.MaxConnections, "fd_limit", fds.Limit, "store_reserve", fds.Store, "suggested_max", fds.AMQP)
+	}
+	return c.MaxConnections
 }
 
 // pageWindow maps storage.page_window to broker.Options.PageWindow, where

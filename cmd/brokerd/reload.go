@@ -12,6 +12,7 @@ import (
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/config"
 	"github.com/brokerd/brokerd/internal/alarm"
+	"github.com/brokerd/brokerd/internal/fdbudget"
 	"github.com/brokerd/brokerd/internal/sdnotify"
 )
 
@@ -26,13 +27,17 @@ type live struct {
 	start, cfg config.Config
 	log        *slog.Logger
 
-	level   *slog.LevelVar
-	logs    *logSwitch
-	srv     *amqp.Server
-	b       *broker.Broker
-	mon     *alarm.Monitor
-	amqpTLS *tlsSource // nil: no amqps listener
-	mgmtTLS *tlsSource // nil: no HTTPS listener
+	level *slog.LevelVar
+	logs  *logSwitch
+	srv   *amqp.Server
+	fds   fdbudget.Budget // the file descriptors' division, fixed at start
+	b     *broker.Broker
+	// storeDisk sets the disk store's disk_free_limit; nil on the memory
+	// store, whose disk alarm the monitor raises.
+	storeDisk func(uint64)
+	mon       *alarm.Monitor
+	amqpTLS   *tlsSource // nil: no amqps listener
+	mgmtTLS   *tlsSource // nil: no HTTPS listener
 
 	shutdownTimeout atomic.Int64 // daemon.shutdown_timeout in force
 }
@@ -106,13 +111,16 @@ func (l *live) reload() {
 		}
 	}
 
-	l.srv.SetMaxConnections(cfg.Limits.MaxConnections)
+	l.srv.SetMaxConnections(maxConnections(cfg.Limits, l.fds, l.log))
 	l.b.SetConsumerTimeout(consumerTimeout(cfg.AMQP.ConsumerTimeout))
 	l.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))
 	if cfg.Limits != l.cfg.Limits {
 		mem := memoryLimit(cfg.Limits, l.log)
 		alarm.SetGoMemoryLimit(mem)
-		l.mon.SetLimits(mem, uint64(cfg.Limits.DiskFreeLimit))
+		l.mon.SetLimits(mem, l.monitorDiskLimit(cfg.Limits))
+		if l.storeDisk != nil {
+			l.storeDisk(uint64(cfg.Limits.DiskFreeLimit))
+		}
 	}
 	for _, t := range []struct {
 		name string
@@ -130,6 +138,15 @@ func (l *live) reload() {
 	}
 	l.cfg = cfg
 	l.log.Info("configuration reloaded", "log_level", lvl.String(), "changed", len(changed))
+}
+
+// monitorDiskLimit is the disk limit the resource monitor watches: none
+// when the disk store watches its own space.
+func (l *live) monitorDiskLimit(c config.Limits) uint64 {
+	if l.storeDisk != nil {
+		return 0
+	}
+	return uint64(c.DiskFreeLimit)
 }
 
 // timeout is daemon.shutdown_timeout as last reloaded.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -34,6 +35,13 @@ type checkpointer struct {
 	// and once the index batch committed but before the frozen overlay
 	// is let go. Reads and Applies in them see the in-between states.
 	afterFreeze, afterCommit func()
+}
+
+// forceCheckpoint has the checkpointer run a checkpoint now, full overlay
+// or not (unless one failed and waits for its retry).
+func (s *Store) forceCheckpoint() {
+	s.force.Store(true)
+	s.wake()
 }
 
 func (s *Store) wake() {
@@ -67,7 +75,7 @@ func (s *Store) checkpointLoop() {
 		case <-s.stop:
 			return
 		case <-s.kick:
-			if backoff > 0 || !s.overlayFull() {
+			if backoff > 0 || !s.force.Swap(false) && !s.overlayFull() {
 				continue // a failed checkpoint waits for its retry
 			}
 		case <-t.C:
@@ -93,6 +101,7 @@ func (s *Store) checkpointLoop() {
 		} else {
 			backoff = 0
 		}
+		s.kickSpace() // it wrote, and may have given space back
 	}
 }
 
@@ -118,11 +127,17 @@ func (s *Store) checkpointOutcome(err error) bool {
 	switch {
 	case err != nil && was == nil:
 		s.log.Error("checkpoint failed; retrying (the WAL keeps every change, publishers are held back until it succeeds)", "err", err)
+		// The alarm holds publishers from now on; those Reserve holds
+		// are let go (they would wait unseen, without the alarm's
+		// connection.blocked) and meet the alarm at their next publish.
 		s.alarm(AlarmCheckpoint, true)
+		s.cpFailing.Store(true)
+		s.checkpointEnded()
 	case err != nil && s.failLog.allow():
 		s.log.Error("checkpoint still failing; retrying", "err", err, "failed_attempts", n)
 	case err == nil && was != nil:
 		s.log.Info("checkpoint succeeded after failures", "failed_attempts", n)
+		s.cpFailing.Store(false)
 		s.alarm(AlarmCheckpoint, false)
 	}
 	return err != nil
@@ -179,16 +194,21 @@ func (s *Store) checkpoint() (err error) {
 	defer s.checkpointEnded() // also on failure: waiters then see the error
 	start := time.Now()
 	s.mu.Lock()
+	idle := s.err != nil || s.frozen == nil && s.active.empty()
+	s.mu.Unlock()
+	if idle {
+		return nil // nothing to move, or nothing more is written once the store failed
+	}
+	if err := s.descriptorsFree(); err != nil {
+		return err
+	}
+	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return nil // nothing more is written once the store failed
+		return nil
 	}
 	f := s.frozen
 	if f == nil {
-		if s.active.empty() {
-			s.mu.Unlock()
-			return nil
-		}
 		f = s.active
 		s.active = newOverlay()
 		s.active.below = f
@@ -229,6 +249,25 @@ func (s *Store) checkpoint() (err error) {
 		s.log.Warn("could not remove checkpointed WAL files; retried after the next checkpoint", "err", err)
 	}
 	return nil
+}
+
+// checkpointFDs is the descriptors a checkpoint may need at once: a
+// segment file and its directory, the index's new log file, the tables
+// its flush and a compaction write, their directory and manifest, with
+// room to spare.
+const checkpointFDs = 32
+
+// descriptorsFree returns an error matching syscall.EMFILE when fewer
+// than checkpointFDs descriptors are free (Options.FreeDescriptors).
+func (s *Store) descriptorsFree() error {
+	if s.opts.FreeDescriptors == nil {
+		return nil
+	}
+	free, err := s.opts.FreeDescriptors()
+	if err != nil || free >= checkpointFDs {
+		return nil // unknown: the checkpoint finds out
+	}
+	return fmt.Errorf("%d file descriptors free, a checkpoint may need %d: %w", free, checkpointFDs, syscall.EMFILE)
 }
 
 // cpBatch is one checkpoint's index batch under construction.

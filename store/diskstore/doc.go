@@ -115,6 +115,30 @@
 // no-op and the checkpoint logs it. store.ErrInvalidBatch is never
 // returned.
 //
+// # Faults the store outlives
+//
+// Only a failed WAL write or fsync fails the store for good (every later
+// Apply gets the error): the records may not be on disk, and fsync is
+// never retried. Everything else that can run out is retried, with an
+// alarm (Options.OnAlarm) while it lasts, and loses nothing:
+//
+//   - A checkpoint that fails before its index batch commits — out of file
+//     descriptors or disk space, a segment fsync, an index read — is
+//     abandoned (the segment files it wrote are removed) and retried with
+//     a backoff of 50ms to 1s; the WAL still holds all it would have moved.
+//     Failures after the commit (removing dead segments, old WAL files)
+//     wait for the next checkpoint. AlarmCheckpoint.
+//   - The WAL retries starting its next file (package wal). AlarmWAL.
+//   - A checkpoint is not started with fewer than checkpointFDs file
+//     descriptors free (Options.FreeDescriptors): Pebble treats a failure
+//     to create its log file as fatal. The store keeps its own descriptors
+//     within Options.MaxOpenFiles (index tables, segment read handles).
+//   - The free space is watched on the write path, counting what the store
+//     is about to write (space.go). AlarmDisk.
+//
+// While an alarm is raised Reserve does not wait on the checkpoint: the
+// alarm holds publishers back instead, where clients see it.
+//
 // # Layout of the data directory
 //
 //	DIR/wal/        WAL files (package wal)

@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -258,4 +259,95 @@ func quietOn(fs vfs.FS) Options {
 	o := quiet()
 	o.FS = fs
 	return o
+}
+
+// With fewer descriptors free than a checkpoint may need, none is started
+// (Pebble would panic if it could not create its log file): the attempt
+// fails with EMFILE, the alarm is raised, and the checkpoint runs once
+// descriptors are free again.
+func TestCheckpointWaitsForDescriptors(t *testing.T) {
+	var free atomic.Int64
+	free.Store(5)
+	alarms := make(alarmLog, 16)
+	opts := quiet()
+	opts.FS = vfs.NewMem()
+	opts.OnAlarm = alarms.record
+	opts.CheckpointBytes = 1
+	opts.FreeDescriptors = func() (int, error) { return int(free.Load()), nil }
+	s := openDir(t, "data", opts)
+	defer s.Close()
+	m := &store.Message{ID: s.AllocMsgID(), Persistent: true, Body: []byte("x")}
+	applyWait(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	if err := s.Checkpoint(); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("Checkpoint with 5 descriptors free = %v, want EMFILE", err)
+	}
+	alarms.expect(t, "checkpoint=true")
+	if n := len(s.segs.List()); n != 0 {
+		t.Fatalf("%d segment files written while out of descriptors", n)
+	}
+	free.Store(1000)
+	alarms.expect(t, "checkpoint=false")
+	if n := len(s.segs.List()); n != 1 {
+		t.Fatalf("%d segment files after the checkpoint, want 1", n)
+	}
+}
+
+// The store raises the disk alarm when the free space, less what it is
+// about to write (the checkpoint of what its overlays hold, the index's
+// headroom, the next WAL file when there is no spare to reuse), falls
+// below the limit — before the space is gone — starts a checkpoint at
+// once, and clears the alarm when there is room again.
+func TestDiskAlarmCountsWhatTheStoreWillWrite(t *testing.T) {
+	mem := vfs.NewMem()
+	const mib = 1 << 20
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	alarms := make(alarmLog, 16)
+	opts := quietOn(mem)
+	opts.OnAlarm = alarms.record
+	opts.DiskFreeLimit = 50 * mib
+	opts.CheckpointInterval = time.Hour
+	s := openDir(t, "data", opts)
+	defer s.Close()
+	var b store.Batch
+	for i := uint64(1); i <= 100; i++ {
+		m := &store.Message{ID: s.AllocMsgID(), Persistent: true, Body: make([]byte, 10<<10)}
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: 1, Seq: i}, Msg: m})
+	}
+	applyWait(t, s, &b)
+	need := s.diskNeed()
+	// 100 × 10 KiB held, 32 MiB for the index, 64 MiB for a new WAL file.
+	if need < 97*mib || need > 98*mib {
+		t.Fatalf("diskNeed = %d MiB, want about 97", need/mib)
+	}
+	// Above the limit, but not by what the store is about to write.
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 50*mib + need - 1, TotalBytes: 2 << 30})
+	s.SetDiskFreeLimit(50 * mib)
+	alarms.expect(t, "disk=true")
+	// The checkpoint it started moved the overlay out.
+	s.mu.Lock()
+	for s.frozen != nil || !s.active.empty() {
+		s.mu.Unlock()
+		<-s.cpDoneCh()
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	s.SetDiskFreeLimit(50 * mib)
+	alarms.expect(t, "disk=false")
+	// 0 turns the watch off.
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1, TotalBytes: 2 << 30})
+	s.SetDiskFreeLimit(0)
+	select {
+	case a := <-alarms:
+		t.Fatalf("alarm %s with the watch off", a)
+	case <-time.After(100 * time.Millisecond): // nothing may happen
+	}
+}
+
+// cpDoneCh returns the channel closed when the current checkpoint ends.
+func (s *Store) cpDoneCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cpDone
 }

@@ -18,7 +18,9 @@ import (
 // of segments, not with the number of stored messages.
 func (s *Store) recover(dir string) error {
 	o := s.opts
-	db, err := pebble.Open(subdir(dir, "index"), index.Options(o.FS, o.IndexCacheBytes))
+	po := index.Options(o.FS, o.IndexCacheBytes)
+	po.MaxOpenFiles = max(o.MaxOpenFiles/2, pebbleMinOpenFiles)
+	db, err := pebble.Open(subdir(dir, "index"), po)
 	if err != nil {
 		return fmt.Errorf("open index: %w", err)
 	}
@@ -109,12 +111,17 @@ func (s *Store) recover(dir string) error {
 	return nil
 }
 
+// pebbleMinOpenFiles is the fewest descriptors Pebble keeps open: its
+// table cache holds at least 64 tables, besides 10 other files.
+const pebbleMinOpenFiles = 74
+
 // openSegments opens the segment files and loads their accounting. A
 // segment file the index does not know is the output of a checkpoint or
 // compaction that did not commit: it holds nothing live and is removed. A
 // segment the index knows but whose file is missing is corruption.
 func (s *Store) openSegments(dir string) error {
-	segs, err := segment.Open(subdir(dir, "segments"), segment.Options{FS: s.opts.FS, CacheBytes: s.opts.CacheBytes, Logger: s.log})
+	segs, err := segment.Open(subdir(dir, "segments"), segment.Options{FS: s.opts.FS, CacheBytes: s.opts.CacheBytes, Logger: s.log,
+		MaxOpenFiles: max(s.opts.MaxOpenFiles/4, 16)})
 	if err != nil {
 		return fmt.Errorf("open segments: %w", err)
 	}

@@ -50,8 +50,27 @@ type Options struct {
 	// fraction of its size (default 0.5).
 	CompactBelow float64
 	Logger       *slog.Logger
+	// MaxOpenFiles is the file descriptors the store may keep open
+	// (default 1024): the index's table cache gets half of them (at
+	// least the 74 Pebble insists on), segment read handles a quarter,
+	// and the rest is left for the WAL, the segment writer, directories
+	// and the index's log and manifest. brokerd reserves them out of
+	// RLIMIT_NOFILE (internal/fdbudget).
+	MaxOpenFiles int
+	// FreeDescriptors, if set, says how many more descriptors the process
+	// may open. A checkpoint that would find fewer than checkpointFDs is
+	// not started (it fails, and is retried): Pebble treats a failure to
+	// create its log file as fatal, so the store never starts one it may
+	// not finish. brokerd sets it (fdbudget.Free).
+	FreeDescriptors func() (int, error)
+	// DiskFreeLimit is the free space below which, less what the store
+	// is about to write, AlarmDisk is raised (space.go); 0: not watched.
+	// DiskCheckInterval is how often the free space is sampled besides
+	// after the store's own writes (default 1s).
+	DiskFreeLimit     uint64
+	DiskCheckInterval time.Duration
 	// OnAlarm, if set, is called when the store raises or clears an
-	// alarm (AlarmCheckpoint, AlarmWAL), from the store's goroutines, never under
+	// alarm (AlarmCheckpoint, AlarmWAL, AlarmDisk), from the store's goroutines, never under
 	// its locks. brokerd hands it to the broker, which holds publishers
 	// back while one is raised.
 	OnAlarm func(resource string, raised bool)
@@ -78,6 +97,15 @@ func (o *Options) fill() {
 	}
 	if o.IndexCacheBytes <= 0 {
 		o.IndexCacheBytes = 32 << 20
+	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = 1024
+	}
+	if o.WALSegmentSize <= 0 {
+		o.WALSegmentSize = 64 << 20
+	}
+	if o.DiskCheckInterval <= 0 {
+		o.DiskCheckInterval = time.Second
 	}
 	if o.CompactBelow <= 0 {
 		o.CompactBelow = 0.5
@@ -152,8 +180,16 @@ type Store struct {
 
 	// failLog spaces out the logs of failures the store retries.
 	failLog logGate
-	// cpFailures counts failed checkpoint attempts since Open.
+	// cpFailures counts failed checkpoint attempts since Open; cpFailing
+	// is set while checkpoints fail (the checkpoint alarm is raised),
+	// diskLow while the disk alarm is.
 	cpFailures atomic.Uint64
+	cpFailing  atomic.Bool
+	diskLow    atomic.Bool
+	// force makes the checkpointer's next wake run a checkpoint even if
+	// the overlay is not full (forceCheckpoint).
+	force atomic.Bool
+	space space
 
 	// cpDuration observes each checkpoint that moved something (seconds);
 	// recovery is how long Open took to recover. See Stats.
@@ -172,6 +208,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		active:    newOverlay(),
 		kick:      make(chan struct{}, 1),
 		stallKick: make(chan struct{}, 1),
+		space:     space{kick: make(chan struct{}, 1), stopped: make(chan struct{})},
 		cpDone:    make(chan struct{}),
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
@@ -193,7 +230,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.recovery = time.Since(start)
+	s.space.limit.Store(opts.DiskFreeLimit)
 	go s.checkpointLoop()
+	go s.spaceLoop()
 	return s, nil
 }
 
@@ -285,6 +324,7 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 	s.dones.push(done) // before Append: the WAL may complete the record at once
 	lsn := s.wal.Append(s.encBuf, class, s.walDone)
 	s.active.apply(b, fresh, uint64(lsn))
+	s.spaceAppended(len(s.encBuf))
 	full := s.active.bytes >= s.opts.CheckpointBytes
 	if cap(s.encBuf) > 1<<20 {
 		s.encBuf = nil // don't pin a huge buffer after one big message
@@ -496,6 +536,7 @@ func (s *Store) Close() error {
 	close(s.stop)
 	// A checkpoint under way waits for the WAL; a stalled WAL (it cannot
 	// start a file) is told to give up, or Close would wait for the disk.
+	<-s.space.stopped
 	for waiting := true; waiting; {
 		if s.wal.Stalled() != nil {
 			s.wal.Close()
@@ -570,13 +611,16 @@ func (s *Store) runAfterGroup() {
 // bound queued for writing (a disk slower than the publishers), and while
 // the active overlay holds more than twice CheckpointBytes (checkpoints
 // slower than the publishers): memory stays bounded by configuration.
+// While an alarm of the store's is raised (a checkpoint or the WAL cannot
+// make progress) it does not wait: the alarm holds publishers instead,
+// with connection.blocked, at their next publish.
 func (s *Store) Reserve(ctx context.Context, n int) error {
 	if err := s.wal.Reserve(ctx, n); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.active.bytes >= 2*s.opts.CheckpointBytes {
+	for s.active.bytes >= 2*s.opts.CheckpointBytes && !s.cpFailing.Load() && !s.diskLow.Load() {
 		if err := s.usableLocked(); err != nil {
 			return err
 		}

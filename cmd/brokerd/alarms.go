@@ -1,0 +1,36 @@
+package main
+
+import "sync"
+
+// alarmRelay passes the store's alarms (diskstore.Options.OnAlarm) to the
+// broker, which is opened after the store: what is raised before the
+// broker attaches is passed on when it does. Safe for concurrent use.
+type alarmRelay struct {
+	mu     sync.Mutex
+	to     func(resource string, raised bool)
+	raised map[string]bool // before attach
+}
+
+func (r *alarmRelay) set(resource string, raised bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.to != nil {
+		r.to(resource, raised)
+		return
+	}
+	if r.raised == nil {
+		r.raised = make(map[string]bool)
+	}
+	r.raised[resource] = raised
+}
+
+func (r *alarmRelay) attach(to func(resource string, raised bool)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for resource, raised := range r.raised {
+		if raised {
+			to(resource, true)
+		}
+	}
+	r.to, r.raised = to, nil
+}

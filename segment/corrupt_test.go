@@ -321,8 +321,9 @@ func TestCorruption(t *testing.T) {
 // checkDamage reads every blob and scans every segment of a broken store:
 // a blob in a damaged block must give a *CorruptError naming its file and
 // block (of kind for the first damaged block of a file), every other blob
-// its bytes; Scan must stop at the first damaged block with the blobs
-// before it intact.
+// its bytes; ReadManyDamaged of them all must read every other blob and
+// report exactly the damaged ones; Scan must stop at the first damaged
+// block with the blobs before it intact.
 func checkDamage(t *testing.T, h *harness, s *Store, dmg damage, kind error) {
 	t.Helper()
 	firstDamaged := map[ID]int64{}
@@ -346,6 +347,28 @@ func checkDamage(t *testing.T, h *harness, s *Store, dmg damage, kind error) {
 		}
 		if err != nil || !bytes.Equal(got, h.blobs[i]) {
 			t.Fatalf("undamaged blob %d at %+v: %v (%d bytes, want %d)", i, loc, err, len(got), len(h.blobs[i]))
+		}
+	}
+	read := make([]bool, len(h.locs))
+	err := s.ReadManyDamaged(h.locs, func(i int, blob []byte) error {
+		if dmg[h.locs[i].Seg][int64(h.locs[i].Block)] || !bytes.Equal(blob, h.blobs[i]) || read[i] {
+			t.Fatalf("ReadManyDamaged read blob %d at %+v wrongly", i, h.locs[i])
+		}
+		read[i] = true
+		return nil
+	}, func(i int, ce *CorruptError) error {
+		if !dmg[h.locs[i].Seg][int64(h.locs[i].Block)] || ce.File != h.path(h.locs[i].Seg) || ce.Offset != int64(h.locs[i].Block) || read[i] {
+			t.Fatalf("ReadManyDamaged reports blob %d at %+v damaged: %v", i, h.locs[i], ce)
+		}
+		read[i] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ReadManyDamaged: %v", err)
+	}
+	for i := range read {
+		if !read[i] {
+			t.Fatalf("ReadManyDamaged left blob %d out", i)
 		}
 	}
 	byLoc := map[Loc][]byte{}

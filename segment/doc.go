@@ -116,7 +116,8 @@
 // no Loc the caller committed (it commits Locs only after Finish returned
 // nil), and the caller removes them. Damage anywhere else is found when the
 // block is read: Read, ReadMany and Scan return a *CorruptError with the
-// file and the offset of the block, and other blocks stay readable.
+// file and the offset of the block, and other blocks stay readable;
+// ReadManyDamaged reports each blob of a damaged block and reads on.
 //
 // # Reading and the cache
 //

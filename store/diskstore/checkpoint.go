@@ -19,6 +19,9 @@ import (
 type checkpointer struct {
 	// segs is the live accounting of every segment, as the index has it.
 	segs map[segment.ID]*index.SegmentState
+	// damaged holds the segments a compaction found a damaged block in,
+	// with the damage: never compacted again (compact.go).
+	damaged map[segment.ID]string
 	// afterFreeze and afterCommit, when set (by tests, under cpMu), run in
 	// checkpoint with only cpMu held: once the active overlay is frozen,
 	// and once the index batch committed but before the frozen overlay

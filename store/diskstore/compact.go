@@ -2,6 +2,7 @@ package diskstore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -27,6 +28,9 @@ func (s *Store) Compact() error {
 	var cands []segment.ID
 	var total int64
 	for id, st := range s.cp.segs {
+		if _, bad := s.cp.damaged[id]; bad {
+			continue
+		}
 		if st.TotalBytes > 0 && float64(st.LiveBytes) < s.opts.CompactBelow*float64(st.TotalBytes) {
 			cands = append(cands, id)
 		}
@@ -91,6 +95,10 @@ func (s *Store) Compact() error {
 		})
 		if err != nil {
 			w.Abort()
+			var ce *segment.CorruptError
+			if errors.As(err, &ce) {
+				return s.compactionDamaged(old, ce, w.Segments())
+			}
 			return fmt.Errorf("compact segment %d: %w", old, err)
 		}
 	}
@@ -121,6 +129,23 @@ func (s *Store) Compact() error {
 	}
 	s.log.Debug("compacted segments", "segments", len(cands), "messages", moved)
 	return s.removeSegments(cands)
+}
+
+// compactionDamaged ends a compaction that met a damaged block in segment
+// old: the segment stays as it is and is never compacted again. Its
+// intact blocks are read where they are, and the messages of the damaged
+// one are reported as damage when read (LoadMessages), so the broker takes
+// them out of their queues; once no live message is left in the segment,
+// a checkpoint removes it as any other. The compaction's output (written,
+// never committed) is removed.
+func (s *Store) compactionDamaged(old segment.ID, ce *segment.CorruptError, written []segment.ID) error {
+	if s.cp.damaged == nil {
+		s.cp.damaged = make(map[segment.ID]string)
+	}
+	s.cp.damaged[old] = ce.Error()
+	s.log.Error("segment: damaged block found by compaction; the segment is left as it is",
+		"segment", old, "file", ce.File, "offset", ce.Offset, "reason", ce.Reason)
+	return s.removeSegments(written)
 }
 
 // blobMsgID reads the message id at the front of a blob without decoding

@@ -55,8 +55,11 @@ func (e *DamageError) Msgs() []MsgID {
 	return slices.Compact(out)
 }
 
-// Where returns the damage that holds id, or nil.
+// Where returns the damage that holds id, or nil (also for a nil e).
 func (e *DamageError) Where(id MsgID) *Damage {
+	if e == nil {
+		return nil
+	}
 	for i := range e.Damage {
 		if slices.Contains(e.Damage[i].Msgs, id) {
 			return &e.Damage[i]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -20,9 +21,16 @@ import (
 // of segments, not with the number of stored messages.
 func (s *Store) recover(dir string) error {
 	o := s.opts
-	db, err := pebble.Open(subdir(dir, "index"), index.Options(o.FS, o.IndexCacheBytes))
+	if err := s.verifyIndex(subdir(dir, "index")); err != nil {
+		return err
+	}
+	io := index.Options(o.FS, o.IndexCacheBytes)
+	// Damage a read or compaction meets later fails the store, with the
+	// file named; it never takes the process down (index.Options).
+	index.OnCorruption(io, func(ce *index.CorruptionError) { go s.fail(ce) })
+	db, err := pebble.Open(subdir(dir, "index"), io)
 	if err != nil {
-		return fmt.Errorf("open index: %w", err)
+		return fmt.Errorf("open index: %w", index.FromPebble(err))
 	}
 	s.db = db
 	var st index.StoreState
@@ -124,6 +132,34 @@ func (s *Store) recover(dir string) error {
 	progress.end()
 	s.log.Info("store recovered", "dir", dir, "checkpoint_lsn", st.CheckpointLSN,
 		"wal_records_replayed", replayed, "volatile_records_skipped", skipped, "segments", len(s.cp.segs))
+	return nil
+}
+
+// verifyIndex checks every block of the index's sstables before the store
+// serves (index.Verify): a damaged one makes Open fail, naming the files,
+// rather than the broker failing once it reads the block. A new store has
+// no index yet.
+func (s *Store) verifyIndex(dir string) error {
+	if _, err := s.opts.FS.Stat(dir); err != nil {
+		return nil
+	}
+	start := time.Now()
+	reports, err := index.Verify(s.opts.FS, dir)
+	if err != nil {
+		return fmt.Errorf("verify index: %w", err)
+	}
+	var size uint64
+	for _, r := range reports {
+		size += r.Size
+	}
+	s.log.Info("index verified", "tables", len(reports), "bytes", size, "duration", time.Since(start))
+	var errs []error
+	for _, ce := range index.Damaged(reports) {
+		errs = append(errs, ce)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("verify index: %w", errors.Join(errs...))
+	}
 	return nil
 }
 

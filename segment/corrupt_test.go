@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -298,6 +299,14 @@ func TestCorruption(t *testing.T) {
 					if ce.Offset != tc.open.off || !bytes.Contains([]byte(ce.Reason), []byte(tc.open.reason)) || ce.File == "" {
 						t.Fatalf("Open: %v, want offset %d and %q", err, tc.open.off, tc.open.reason)
 					}
+					reps, err := Verify(h.fs, h.dir)
+					if err != nil {
+						t.Fatalf("Verify: %v", err)
+					}
+					i := slices.IndexFunc(reps, func(r FileReport) bool { return r.File == ce.File })
+					if i < 0 || len(reps[i].Damage) == 0 || !reps[i].Damage[0].Header || reps[i].Damage[0].Offset != tc.open.off {
+						t.Fatalf("Verify reports %+v, want %s's header damaged at %d", reps, ce.File, tc.open.off)
+					}
 					return
 				}
 				if err != nil {
@@ -305,6 +314,7 @@ func TestCorruption(t *testing.T) {
 				}
 				defer s.Close()
 				checkDamage(t, h, s, dmg, tc.kind)
+				checkVerify(t, h, dmg)
 				if tc.torn != nil {
 					last := h.ids[len(h.ids)-1]
 					want := tc.torn(h)
@@ -314,6 +324,37 @@ func TestCorruption(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// checkVerify checks that Verify reports exactly the damaged blocks of
+// dmg: each lies in a reported span, and no intact block does.
+func checkVerify(t *testing.T, h *harness, dmg damage) {
+	t.Helper()
+	reps, err := Verify(h.fs, h.dir)
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	for _, r := range reps {
+		in := func(off int64) bool {
+			for _, d := range r.Damage {
+				if off >= d.Offset && off < d.End {
+					return true
+				}
+			}
+			// Blocks of a file cut short: gone with its damaged end.
+			n := len(r.Damage)
+			return off >= r.Size && n > 0 && r.Damage[n-1].End == r.Size
+		}
+		for _, b := range h.blocks[r.ID] {
+			if in(b.off) != dmg[r.ID][b.off] {
+				t.Fatalf("Verify of segment %d: block at %d reported damaged %v, want %v: %+v", r.ID, b.off, in(b.off), dmg[r.ID][b.off], r.Damage)
+			}
+		}
+		intact := len(h.blocks[r.ID]) - len(dmg[r.ID])
+		if r.Blocks != intact {
+			t.Fatalf("Verify of segment %d counts %d intact blocks, want %d", r.ID, r.Blocks, intact)
 		}
 	}
 }

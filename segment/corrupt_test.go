@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -122,6 +123,9 @@ func TestCorruption(t *testing.T) {
 		open    *wantOpen              // Open must fail so
 		torn    func(h *harness) int64 // the last file's Valid, when Open finds it torn
 		kind    error                  // kind of the read errors
+		// header: Verify reports a damaged file header at this offset
+		// (nil: none).
+		header *int64
 	}{
 		{
 			name: "flipped payload bit",
@@ -237,21 +241,33 @@ func TestCorruption(t *testing.T) {
 				h.rewrite(t, h.ids[len(h.ids)-1], func(d []byte) []byte { clear(d[:fileHeaderSize]); return d })
 				return nil // its blocks are intact and stay readable
 			},
-			torn: func(*harness) int64 { return 0 },
+			torn:   func(*harness) int64 { return 0 },
+			header: at(0), // what Verify reports; the store removes such a file
 		},
+		// A damaged file header (its CRC fails) costs nothing: the
+		// blocks are read on their own checksums.
 		{
 			name: "bad magic",
 			breakIt: func(t *testing.T, h *harness) damage {
 				h.rewrite(t, h.ids[1], func(d []byte) []byte { d[0] = 'x'; return d })
 				return nil
 			},
-			open: &wantOpen{0, "bad magic"},
+			header: at(0),
 		},
 		{
-			name: "bad version",
+			name: "flipped version bit",
+			breakIt: func(t *testing.T, h *harness) damage {
+				h.rewrite(t, h.ids[1], func(d []byte) []byte { d[4] ^= 0x02; return d })
+				return nil
+			},
+			header: at(4),
+		},
+		{
+			name: "newer format version",
 			breakIt: func(t *testing.T, h *harness) damage {
 				h.rewrite(t, h.ids[1], func(d []byte) []byte {
 					binary.LittleEndian.PutUint32(d[4:], formatVersion+1)
+					binary.LittleEndian.PutUint32(d[12:], crc32.Checksum(d[:12], crcTable))
 					return d
 				})
 				return nil
@@ -279,9 +295,10 @@ func TestCorruption(t *testing.T) {
 			name: "truncated file header",
 			breakIt: func(t *testing.T, h *harness) damage {
 				h.rewrite(t, h.ids[0], func(d []byte) []byte { return d[:7] })
-				return nil
+				return blocksFrom(h, h.ids[0], 0)
 			},
-			open: &wantOpen{7, "file header is 7 bytes"},
+			header: at(7),
+			kind:   errShortBlock,
 		},
 	}
 	for _, codec := range []Codec{CodecS2, CodecNone, CodecZstd} {
@@ -314,7 +331,7 @@ func TestCorruption(t *testing.T) {
 				}
 				defer s.Close()
 				checkDamage(t, h, s, dmg, tc.kind)
-				checkVerify(t, h, dmg)
+				checkVerify(t, h, dmg, tc.header)
 				if tc.torn != nil {
 					last := h.ids[len(h.ids)-1]
 					want := tc.torn(h)
@@ -328,15 +345,28 @@ func TestCorruption(t *testing.T) {
 	}
 }
 
+func at(off int64) *int64 { return &off }
+
 // checkVerify checks that Verify reports exactly the damaged blocks of
-// dmg: each lies in a reported span, and no intact block does.
-func checkVerify(t *testing.T, h *harness, dmg damage) {
+// dmg: each lies in a reported span, and no intact block does; and a
+// damaged file header at header (if not nil), in the file whose header it
+// is: the second, or the first when the first is cut short.
+func checkVerify(t *testing.T, h *harness, dmg damage, header *int64) {
 	t.Helper()
 	reps, err := Verify(h.fs, h.dir)
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
+	headers := 0
 	for _, r := range reps {
+		for _, d := range r.Damage {
+			if d.Header {
+				headers++
+				if header == nil || d.Offset != *header {
+					t.Fatalf("Verify reports a damaged header of segment %d at %d, want %v", r.ID, d.Offset, header)
+				}
+			}
+		}
 		in := func(off int64) bool {
 			for _, d := range r.Damage {
 				if off >= d.Offset && off < d.End {
@@ -356,6 +386,9 @@ func checkVerify(t *testing.T, h *harness, dmg damage) {
 		if r.Blocks != intact {
 			t.Fatalf("Verify of segment %d counts %d intact blocks, want %d", r.ID, r.Blocks, intact)
 		}
+	}
+	if header != nil && headers != 1 {
+		t.Fatalf("Verify reports %d damaged headers, want one at %d", headers, *header)
 	}
 }
 

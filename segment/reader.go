@@ -135,6 +135,9 @@ func (s *Store) Scan(id ID, fn func(loc Loc, blob []byte) error) error {
 		return err
 	}
 	defer s.release(sf)
+	if size := sf.size.Load(); size < fileHeaderSize {
+		return corrupt(sf.path, fileHeaderSize, fmt.Errorf("%w: the file is %d bytes, shorter than its header", errShortBlock, size))
+	}
 	r := newBlockReader(sf.f, sf.path, fileHeaderSize, sf.size.Load())
 	for {
 		off, blk, err := r.next(false)

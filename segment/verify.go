@@ -72,7 +72,7 @@ func verifyFile(fs vfs.FS, path string, id ID) (FileReport, error) {
 	}
 	rep.Size = int64(len(data))
 	if off, reason := checkFileHeader(data[:min(len(data), fileHeaderSize)], id); reason != "" {
-		rep.Damage = append(rep.Damage, BlockDamage{Offset: off, End: fileHeaderSize, Reason: reason, Header: true})
+		rep.Damage = append(rep.Damage, BlockDamage{Offset: off, End: min(fileHeaderSize, rep.Size), Reason: reason, Header: true})
 	}
 	for off := int64(fileHeaderSize); off < int64(len(data)); {
 		blk, h, err := decodeBlock(data[off:], nil, maxBlockLen)

@@ -37,14 +37,18 @@ func (e *CorruptionError) Error() string {
 func (e *CorruptionError) Unwrap() error { return e.Err }
 
 // FromPebble returns err as a *CorruptionError when Pebble reports it as
-// data corruption with the file it found it in, else err itself.
-func FromPebble(err error) error {
+// data corruption: naming the file it found it in, or else dir (damage in
+// Pebble's own log or manifest, found when it opens); else err itself.
+func FromPebble(dir string, err error) error {
 	var ce *CorruptionError
 	if err == nil || errors.As(err, &ce) {
 		return err
 	}
 	if info := pebble.ExtractDataCorruptionInfo(err); info != nil {
 		return &CorruptionError{File: info.Path, Level: -1, Bounds: describeBounds(info.Bounds.Start, info.Bounds.End.Key), Err: info.Details}
+	}
+	if pebble.IsCorruptionError(err) {
+		return &CorruptionError{File: dir, Level: -1, Err: err}
 	}
 	return err
 }
@@ -81,7 +85,7 @@ func Verify(fs vfs.FS, dir string) ([]TableReport, error) {
 		return nil, nil // never opened for writing: nothing in it
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open index %s read-only: %w", dir, FromPebble(err))
+		return nil, fmt.Errorf("open index %s read-only: %w", dir, FromPebble(dir, err))
 	}
 	defer db.Close()
 	levels, err := db.SSTables()
@@ -99,6 +103,7 @@ func Verify(fs vfs.FS, dir string) ([]TableReport, error) {
 				Size:   t.Size,
 				Bounds: describeBounds(t.Smallest.UserKey, t.Largest.UserKey),
 			}
+			ro.CacheOpts.FileNum = t.BackingSSTNum // for the errors' text
 			rep.Err = verifyTable(fs, rep.File, ro)
 			out = append(out, rep)
 		}

@@ -161,8 +161,8 @@ func TestCorruptionIsAnErrorNotACrash(t *testing.T) {
 		t.Fatalf("a scan over a damaged block read %d keys and ended with %v, want an error", n, err)
 	}
 	var ce *CorruptionError
-	if !errors.As(FromPebble(err), &ce) || ce.File != sst {
-		t.Fatalf("FromPebble(%v) = %v, want a *CorruptionError naming %s", err, FromPebble(err), sst)
+	if !errors.As(FromPebble(dir, err), &ce) || ce.File != sst {
+		t.Fatalf("FromPebble(%v) = %v, want a *CorruptionError naming %s", err, FromPebble(dir, err), sst)
 	}
 	mu.Lock()
 	defer mu.Unlock()

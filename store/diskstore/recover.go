@@ -30,7 +30,7 @@ func (s *Store) recover(dir string) error {
 	index.OnCorruption(io, func(ce *index.CorruptionError) { go s.fail(ce) })
 	db, err := pebble.Open(subdir(dir, "index"), io)
 	if err != nil {
-		return fmt.Errorf("open index: %w", index.FromPebble(err))
+		return fmt.Errorf("open index: %w", index.FromPebble(subdir(dir, "index"), err))
 	}
 	s.db = db
 	var st index.StoreState

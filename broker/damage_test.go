@@ -179,3 +179,69 @@ func TestDamagedSegmentBlockCostsOnlyItsMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestDamagedBacklogCostsOnlyItsMessages: dead letters waiting for a route
+// (at-least-once) in a damaged segment block. When a route appears, the
+// retry forwards every other one and takes the damaged ones out of the
+// backlog as a counted loss; the store does not fail.
+func TestDamagedBacklogCostsOnlyItsMessages(t *testing.T) {
+	const n = 300
+	inst := brokertest.Start(t, brokertest.Config{Backend: damagingBackend{}})
+	_, ch := tlChannel(t, inst)
+	if err := ch.ExchangeDeclare("dlx", "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", amqp091.Table{
+		"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "at-least-once"}))
+	for i := range n {
+		p := amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: damageBody(i), Headers: amqp091.Table{"id": int32(i)}}
+		if !tlPublish(t, ch, "", "src", p) {
+			t.Fatalf("publish %d nacked", i)
+		}
+	}
+	for i := range n {
+		m, ok, err := ch.Get("src", false)
+		if err != nil || !ok {
+			t.Fatalf("get %d: %v %v", i, ok, err)
+		}
+		if err := m.Reject(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tlEventually(t, "the backlog to hold every dead letter", func() bool {
+		st, _ := inst.Broker.QueueStats("/", "src")
+		return st.DeadLetterBacklog == n
+	})
+	inst.Restart() // into segments, then damaged
+	_, ch = tlChannel(t, inst)
+	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	tlBind(t, ch, "dlq", "dlq", "dlx") // a route: the backlog is retried
+	tlEventually(t, "the backlog to empty", func() bool {
+		st, _ := inst.Broker.QueueStats("/", "src")
+		return st.DeadLetterBacklog == 0
+	})
+	qi, err := inst.Broker.Queue("/", "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for {
+		m, ok, err := ch.Get("dlq", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if id := int(m.Headers["id"].(int32)); !bytes.Equal(m.Body, damageBody(id)) {
+			t.Fatalf("dead letter %d has a wrong body", id)
+		}
+		got++
+	}
+	if got+int(qi.Damaged) != n || qi.Damaged == 0 {
+		t.Fatalf("%d dead letters forwarded, %d lost to damage, of %d", got, qi.Damaged, n)
+	}
+	if a := inst.Broker.Alarms(); len(a) != 0 {
+		t.Fatalf("alarms %v: the store must not fail", a)
+	}
+}

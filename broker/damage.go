@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -24,6 +25,16 @@ import (
 // Each loss is counted (QueueInfo.Damaged, Stats.Damaged); the first one
 // of each damaged place in a queue is logged as an error with the file,
 // offset and reason (a block's messages are read a window at a time).
+
+// pageErr is the error of page-in read r with damage left out: r.Damage
+// names the messages lost, which the merge takes out of the queue
+// (takeDamagedLocked); the rest merge as usual.
+func pageErr(r engine.PageRead, err error) error {
+	if r.Damage != nil && errors.Is(err, store.ErrDamaged) {
+		return nil
+	}
+	return err
+}
 
 // damagedEntry is an entry taken out as lost, and where its message was.
 type damagedEntry struct {

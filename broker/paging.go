@@ -51,7 +51,7 @@ func (q *Queue) fillLocked(l *level) {
 	}
 	want, wantBytes := q.readWantLocked(l)
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
-	if err != nil {
+	if err = pageErr(r, err); err != nil {
 		q.vhost.b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 		return
 	}
@@ -89,6 +89,7 @@ func (q *Queue) prefetchLocked(l *level) bool {
 	go func() {
 		defer b.asyncDone()
 		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
+		err = pageErr(r, err)
 		q.mu.Lock()
 		t := b.newTxn()
 		l := q.ready.Level(prio)

@@ -63,8 +63,10 @@ type PageRead struct {
 	Metas []store.EntryMeta
 	Msgs  []*store.Message
 	// Damage, when not nil, names the messages the store could not read
-	// because the data holding them is damaged: their Msgs are nil. The
-	// owner takes those entries out of the queue as lost.
+	// because the data holding them is damaged: their Msgs are nil, and
+	// the read's error is Damage too, so a caller that does not look for
+	// it stops there. A paging owner takes those entries out of the
+	// queue as lost and merges the rest.
 	Damage *store.DamageError
 	// Done: the read covered the middle as it was bounded then (to).
 	Done bool
@@ -130,7 +132,7 @@ func (s Ranges) readMiddleOnce(spilled bool, prio uint8, from, to uint64, want i
 	err = s.Store.LoadMessages(ids, func(i int, m *store.Message) { r.Msgs[i] = m })
 	var de *store.DamageError
 	if errors.As(err, &de) {
-		r.Damage, err = de, nil
+		r.Damage = de
 	}
 	return r, err
 }

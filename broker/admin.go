@@ -40,6 +40,9 @@ type QueueInfo struct {
 	// DeadLettered counts messages dead-lettered from the queue to at
 	// least one target, by reason.
 	DeadLettered map[string]uint64
+	// Damaged counts messages the queue lost to damaged data on disk
+	// since it was created (or recovered).
+	Damaged uint64
 	// MessageStats counts what clients did with the queue's messages
 	// since it was created (or recovered: they are not stored).
 	MessageStats QueueMessageStats
@@ -118,6 +121,7 @@ func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
 	for i, r := range reasons {
 		qi.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
 	}
+	qi.Damaged = q.stats.damaged.Load()
 	st := &q.stats
 	qi.MessageStats = QueueMessageStats{
 		Publish: st.publish.Load(), Deliver: st.delivered.consumeManual.Load(), DeliverNoAck: st.delivered.consumeAuto.Load(),

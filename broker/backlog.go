@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/brokerd/brokerd/deadletter"
@@ -96,6 +97,7 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 	for {
 		metas, err := q.ranges().ReadBacklog(vol, from, backlogChunk)
 		var msgs []*store.Message
+		var damage *store.DamageError
 		if err == nil && len(metas) > 0 {
 			ids := make([]store.MsgID, len(metas))
 			for i := range metas {
@@ -103,6 +105,9 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 			}
 			msgs = make([]*store.Message, len(ids))
 			err = b.store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m })
+			if errors.As(err, &damage) {
+				err = nil // those messages are lost (damage.go); the rest go on
+			}
 		}
 		more, taken := false, 0
 		q.locked(func(t *txn) {
@@ -113,17 +118,24 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 				b.storeFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 				return
 			}
-			es := make([]*entry, len(metas))
+			es := make([]*entry, 0, len(metas))
 			for i := range metas {
+				if msgs[i] == nil { // damaged on disk: a counted loss
+					e := q.entryFromMeta(&metas[i], &store.Message{ID: metas[i].Msg})
+					e.state = stGone
+					q.damaged = append(q.damaged, damagedEntry{e, damage.Where(metas[i].Msg)})
+					continue
+				}
 				e := q.entryFromMeta(&metas[i], msgs[i])
 				e.state = stGone
-				es[i] = e
+				es = append(es, e)
 			}
+			q.dropDamagedLocked(t, false)
 			// They leave the count once their copies are in their
 			// targets (below): a client that sees the backlog shrink
 			// finds them there. One still without a route is counted
 			// again at once (storeBacklogLocked).
-			taken = len(es)
+			taken = len(metas)
 			q.blStayed = 0
 			// Runs of one reason, in order.
 			for len(es) > 0 {

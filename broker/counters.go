@@ -11,6 +11,7 @@ const (
 	reasonExpired       = "expired"
 	reasonMaxLen        = "maxlen"
 	reasonDeliveryLimit = "delivery_limit"
+	reasonDamaged       = "damaged"
 )
 
 // counters are broker-wide totals, read by the metrics exporter. Each is
@@ -42,12 +43,16 @@ type counters struct {
 	discardedExpired       atomic.Uint64
 	discardedMaxLen        atomic.Uint64
 	discardedDeliveryLimit atomic.Uint64
+	discardedDamaged       atomic.Uint64
+	// damaged counts messages lost to damaged data: their entries were
+	// taken out of their queues (damage.go).
+	damaged atomic.Uint64
 
-	deadLettered [4]atomic.Uint64 // by reasonIndex
+	deadLettered [numReasons]atomic.Uint64 // by reasonIndex
 	// deadLetteredBy counts messages that died (left a queue for a
 	// reason) by the queue's dead-letter strategy and reason, once each,
 	// when they die: RabbitMQ's messages_dead_lettered_<reason>_total.
-	deadLetteredBy [numStrategies][4]atomic.Uint64
+	deadLetteredBy [numStrategies][numReasons]atomic.Uint64
 	// deadLetteredConfirmed counts dead letters of at-least-once queues
 	// delivered to their targets.
 	deadLetteredConfirmed atomic.Uint64
@@ -67,6 +72,8 @@ func (c *counters) discarded(reason string, n int) {
 		c.discardedMaxLen.Add(uint64(n))
 	case reasonDeliveryLimit:
 		c.discardedDeliveryLimit.Add(uint64(n))
+	case reasonDamaged:
+		c.discardedDamaged.Add(uint64(n))
 	}
 }
 
@@ -152,6 +159,10 @@ type Stats struct {
 	// Backlogged counts dead letters that waited for a route
 	// (at-least-once).
 	Backlogged uint64
+	// Damaged counts messages lost to damaged data on disk (a segment
+	// block that fails its checksum): taken out of their queues, and
+	// dead-lettered with reason damaged where that was possible.
+	Damaged uint64
 }
 
 // Stats returns the current counters.
@@ -182,6 +193,7 @@ func (b *Broker) Stats() Stats {
 			reasonExpired:       c.discardedExpired.Load(),
 			reasonMaxLen:        c.discardedMaxLen.Load(),
 			reasonDeliveryLimit: c.discardedDeliveryLimit.Load(),
+			reasonDamaged:       c.discardedDamaged.Load(),
 		},
 		DeadLettered:          map[string]uint64{},
 		Died:                  map[string]map[string]uint64{},
@@ -190,6 +202,7 @@ func (b *Broker) Stats() Stats {
 		Cycles:                c.cycles.Load(),
 		Overflowed:            c.overflowed.Load(),
 		Backlogged:            c.backlogged.Load(),
+		Damaged:               c.damaged.Load(),
 	}
 	for i, r := range reasons {
 		st.DeadLettered[string(r)] = c.deadLettered[i].Load()

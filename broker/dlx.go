@@ -22,11 +22,16 @@ func reasonIndex(r deadletter.Reason) int {
 		return 1
 	case deadletter.MaxLen:
 		return 2
+	case deadletter.Damaged:
+		return 4
 	}
 	return 3 // delivery_limit
 }
 
-var reasons = [4]deadletter.Reason{deadletter.Rejected, deadletter.Expired, deadletter.MaxLen, deadletter.DeliveryLimit}
+// numReasons is the number of dead-letter reasons (reasonIndex).
+const numReasons = 5
+
+var reasons = [numReasons]deadletter.Reason{deadletter.Rejected, deadletter.Expired, deadletter.MaxLen, deadletter.DeliveryLimit, deadletter.Damaged}
 
 // Why a dead letter was dropped instead of delivered.
 const (

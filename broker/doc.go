@@ -88,6 +88,13 @@
 // only a queue whose stored definition still has the backlog flag of an
 // older layout is read whole at recovery.
 //
+// A page-in read whose store answers that some messages are damaged on
+// disk (store.DamageError: a segment block that fails its checksum)
+// merges the others and takes those entries out of the queue as a counted
+// loss (damage.go), dead-lettered with reason damaged where the entry's
+// properties are its own; the store does not fail for it. An expiry read
+// leaves such entries to the page-in read.
+//
 // Definitions follow the same rule: the store receives changes in the
 // order memory made them. A declaration, deletion, binding, unbinding,
 // policy, vhost, user or permission change calls Apply while it still

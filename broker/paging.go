@@ -51,11 +51,19 @@ func (q *Queue) fillLocked(l *level) {
 	}
 	want, wantBytes := q.readWantLocked(l)
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
-	if err != nil {
+	if err = pageErr(r, err); err != nil {
 		q.vhost.b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 		return
 	}
 	q.mergeLocked(l, r)
+	if len(q.damaged) > 0 {
+		// No dead-lettering here: its copies go to their queues after
+		// this lock is released, and this read runs under it.
+		t := q.vhost.b.newTxn()
+		q.dropDamagedLocked(t, false)
+		t.apply(nil)
+		t.finish()
+	}
 	clear(r.Metas)
 	q.pageBuf = r.Metas[:0]
 }
@@ -81,6 +89,7 @@ func (q *Queue) prefetchLocked(l *level) bool {
 	go func() {
 		defer b.asyncDone()
 		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
+		err = pageErr(r, err)
 		q.mu.Lock()
 		t := b.newTxn()
 		l := q.ready.Level(prio)
@@ -94,6 +103,7 @@ func (q *Queue) prefetchLocked(l *level) bool {
 			// Entries paged out since the read began are read next time.
 			r.Done = r.Done && l.Mid.To == to
 			q.mergeLocked(l, r)
+			q.dropDamagedLocked(t, true)
 		}
 		evicted := q.endReadLocked(l, t, err)
 		evictedDone := func(applyErr error) {
@@ -228,6 +238,10 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 		if m.DeadLetter != "" && !q.unreadBacklog(m.Seq) {
 			// A dead letter that waits in the backlog (it was
 			// resident when it died): not part of the middle.
+			continue
+		}
+		if r.Msgs[i] == nil { // its message is damaged (damage.go)
+			q.takeDamagedLocked(l, m, r.Damage.Where(m.Msg))
 			continue
 		}
 		q.unpageTimerLocked(m.Seq)

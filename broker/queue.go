@@ -162,6 +162,12 @@ type Queue struct {
 	// drop-head limit while its head was being read back: they run once
 	// the eviction is written (prefetchLocked).
 	evictWaiters []func(error)
+	// damaged are entries a read found lost to damaged data, taken out
+	// of the ready list and not yet deleted from the store (damage.go).
+	damaged []damagedEntry
+	// damageLogged holds the damaged places (file@offset) already logged
+	// for this queue.
+	damageLogged map[string]bool
 }
 
 // queueStats are per-queue counters: RabbitMQ's queue message_stats and
@@ -173,7 +179,9 @@ type Queue struct {
 // it. The counters only grow; a client computes rates from the change
 // between two reads.
 type queueStats struct {
-	deadLettered [4]atomic.Uint64 // by reasonIndex
+	deadLettered [numReasons]atomic.Uint64 // by reasonIndex
+	// damaged counts messages lost to damaged data (damage.go).
+	damaged atomic.Uint64
 	// publish counts messages a publish put into the queue (not those
 	// it refused for a length limit).
 	publish atomic.Uint64

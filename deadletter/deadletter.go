@@ -16,6 +16,10 @@ const (
 	Expired       Reason = "expired"
 	MaxLen        Reason = "maxlen"
 	DeliveryLimit Reason = "delivery_limit"
+	// Damaged is brokerd's own: the message's body was lost to damaged
+	// data on disk; what is dead-lettered is its properties with an
+	// empty body, so the application learns which message it lost.
+	Damaged Reason = "damaged"
 )
 
 // Death is one event of the message's history.

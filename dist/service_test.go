@@ -79,12 +79,15 @@ func TestUnitMatchesConfig(t *testing.T) {
 	}
 	s := unitSettings(t, string(text))
 	for key, want := range map[string]string{
-		"Service.Type":             "notify",
-		"Service.User":             "brokerd",
-		"Service.ExecReload":       "/bin/kill -HUP $MAINPID",
-		"Service.ProtectSystem":    "strict",
-		"Service.Restart":          "on-failure",
-		"Service.SystemCallFilter": "@system-service",
+		"Service.Type":          "notify",
+		"Service.User":          "brokerd",
+		"Service.ExecReload":    "/bin/kill -HUP $MAINPID",
+		"Service.ProtectSystem": "strict",
+		"Service.Restart":       "on-failure",
+		// brokerd's exit status for a damaged data directory (cmd/brokerd
+		// exitDamaged): not restarted into the same refusal.
+		"Service.RestartPreventExitStatus": "3",
+		"Service.SystemCallFilter":         "@system-service",
 	} {
 		if got := s[key]; len(got) == 0 || got[0] != want {
 			t.Errorf("%s = %q, want %q first", key, got, want)

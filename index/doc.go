@@ -137,4 +137,20 @@
 // Options gives the Pebble configuration for this workload and says why;
 // Pebble's own WAL stays enabled. The package does not depend on any other
 // package of brokerd.
+//
+// # Damage
+//
+// Pebble checks a checksum on every block it reads. Damage it finds (a
+// *CorruptionError names the file, and what keys it holds) fails the read
+// or compaction that met it and is logged; it never takes the process
+// down (Pebble's default does, through Logger.Fatalf, so a broker serving
+// from a damaged index exited at the first read of the block, and again
+// after every restart). Verify reads every block of every live sstable,
+// on an index opened read-only, before a store serves: a 1M-message index
+// (35 MB, 4 tables, page cache warm) takes 28–32 ms. Damage in the index
+// cannot be isolated: a block of an LSM table may hold the newest version
+// of any of its keys (a tombstone of an acked message, a queue's counters,
+// a segment's live count), so reading around it would bring back acked
+// messages or drop live segments. A store with a damaged index refuses to
+// open; the operator restores the data directory from a backup.
 package index

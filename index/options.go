@@ -57,8 +57,14 @@ const (
 //     (246–261k msgs/s): point lookups skip L0 files by their bloom
 //     filters, and a paging read seeks each level once per window.
 //   - The logger drops Pebble's informational chatter and keeps errors; a
-//     fatal error (Pebble's invariant violations, data corruption) panics
-//     after logging, as Pebble requires Fatalf not to return.
+//     fatal error (Pebble's invariant violations) panics after logging, as
+//     Pebble requires Fatalf not to return.
+//   - Data corruption (a block that fails its checksum) is not fatal: by
+//     default Pebble hands it to Logger.Fatalf, and a damaged block read
+//     while serving brought the process down, and again after every
+//     restart. It is logged, and the read or compaction that met it fails
+//     with the error as usual; OnCorruption lets the store fail with the
+//     file named instead. (Verify checks every block before a store serves.)
 //   - Pebble's WAL stays enabled: the store relies on it when it commits a
 //     checkpoint with pebble.Sync.
 //   - The format is pinned (FormatMajorVersion).
@@ -72,6 +78,9 @@ func Options(fs vfs.FS, cacheBytes int64) *pebble.Options {
 		L0CompactionThreshold:       l0Compaction,
 		L0StopWritesThreshold:       l0StopWrites,
 		Logger:                      quietLogger{},
+		EventListener: &pebble.EventListener{
+			DataCorruption: logCorruption,
+		},
 	}
 	if cacheBytes > 0 {
 		opts.CacheSize = cacheBytes
@@ -90,6 +99,23 @@ func Open(dir string, fs vfs.FS, cacheBytes int64) (*pebble.DB, error) {
 		return nil, fmt.Errorf("open index %s: %w", dir, err)
 	}
 	return db, nil
+}
+
+// OnCorruption makes the index opened with opts call fn, besides logging,
+// when Pebble finds damage in one of its files. fn runs on the goroutine
+// that found it, in the middle of a read or a compaction: it must not
+// block or call the index.
+func OnCorruption(opts *pebble.Options, fn func(*CorruptionError)) {
+	opts.EventListener.DataCorruption = func(info pebble.DataCorruptionInfo) {
+		logCorruption(info)
+		fn(&CorruptionError{File: info.Path, Level: -1, Bounds: describeBounds(info.Bounds.Start, info.Bounds.End.Key), Err: info.Details})
+	}
+}
+
+// logCorruption logs damage Pebble found, in one line (Pebble's own
+// formatting of it carries a stack trace).
+func logCorruption(info pebble.DataCorruptionInfo) {
+	quietLogger{}.Errorf("on-disk corruption in %s (keys %s): %v", info.Path, describeBounds(info.Bounds.Start, info.Bounds.End.Key), info.Details)
 }
 
 // quietLogger is a pebble.Logger that keeps only errors. It is safe for

@@ -11,7 +11,8 @@ import (
 )
 
 // Dead-letter reasons, in the order metrics list them (x-death's words).
-var deadLetterReasons = []string{"rejected", "expired", "maxlen", "delivery_limit"}
+// damaged is brokerd's own (deadletter.Damaged).
+var deadLetterReasons = []string{"rejected", "expired", "maxlen", "delivery_limit", "damaged"}
 
 // Dead-letter strategies, as broker.Stats.Died names them (RabbitMQ's
 // dead_letter_strategy label).
@@ -67,6 +68,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		bool01(slices.Contains(alarms, broker.AlarmMemory)))
 	gauge(ch, "alarms_free_disk_space_watermark", "1 while the disk alarm is raised (publishers blocked), else 0",
 		bool01(slices.Contains(alarms, broker.AlarmDisk)))
+	// brokerd's own: the store retrying what it cannot do for now, or
+	// failed for good.
+	d := prometheus.NewDesc("brokerd_alarms_store", "1 while the store's alarm of this kind is raised (publishers blocked): checkpoint (checkpoints fail and are retried), wal (the WAL cannot start a file), failed (the store failed for good)", []string{"alarm"}, nil)
+	for _, a := range []struct{ label, resource string }{{"checkpoint", broker.AlarmCheckpoint}, {"wal", broker.AlarmWAL}, {"failed", broker.AlarmStore}} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, bool01(slices.Contains(alarms, a.resource)), a.label)
+	}
 }
 
 func (c *collector) collectGlobal(ch chan<- prometheus.Metric, st broker.Stats) {
@@ -108,6 +115,7 @@ func (c *collector) collectGlobal(ch chan<- prometheus.Metric, st broker.Stats) 
 	counter(ch, "dead_letter_cycles_total", "Dead-letter targets skipped because delivering would close a cycle", st.Cycles)
 	counter(ch, "dead_letters_backlogged_total", "Dead letters of at-least-once queues that had to wait for a route", st.Backlogged)
 	counter(ch, "global_messages_overflowed_total", "Messages evicted (drop-head) or refused (reject-publish) by a queue length limit", st.Overflowed)
+	counter(ch, "global_messages_damaged_total", "Messages lost to damaged data on disk, taken out of their queues (dead-lettered with reason damaged where possible)", st.Damaged)
 }
 
 func deliveryVerb(kind string) string {
@@ -148,6 +156,7 @@ func (c *collector) collectQueues(ch chan<- prometheus.Metric, qs []broker.Queue
 	}
 	gauge(ch, "consumers", "Consumers currently subscribed", float64(consumers))
 	const dlName, dlHelp = "brokerd_queue_messages_dead_lettered_total", "Messages dead-lettered from the queue to at least one dead letter queue, by reason"
+	const damagedName, damagedHelp = "brokerd_queue_messages_damaged_total", "Messages the queue lost to damaged data on disk since it was created or recovered"
 	if len(qs) > 0 && len(qs) <= c.opts.PerQueueLimit {
 		labels := []string{"vhost", "queue"}
 		for _, g := range queueGauges {
@@ -161,6 +170,10 @@ func (c *collector) collectQueues(ch chan<- prometheus.Metric, qs []broker.Queue
 			for _, r := range deadLetterReasons {
 				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(qs[i].DeadLettered[r]), qs[i].VHost, qs[i].Name, r)
 			}
+		}
+		dm := prometheus.NewDesc(damagedName, damagedHelp, labels, nil)
+		for i := range qs {
+			ch <- prometheus.MustNewConstMetric(dm, prometheus.CounterValue, float64(qs[i].Damaged), qs[i].VHost, qs[i].Name)
 		}
 		return
 	}
@@ -179,6 +192,11 @@ func (c *collector) collectQueues(ch chan<- prometheus.Metric, qs []broker.Queue
 		}
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(sum), r)
 	}
+	var damaged uint64
+	for i := range qs {
+		damaged += qs[i].Damaged
+	}
+	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(damagedName, damagedHelp+", summed over every queue", nil, nil), prometheus.CounterValue, float64(damaged))
 }
 
 // collectStore exports the disk store's statistics.

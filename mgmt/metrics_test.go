@@ -347,7 +347,7 @@ func TestMetricsPerQueueLimit(t *testing.T) {
 				"brokerd_queues":                                              3,
 				"brokerd_queue_messages_dead_lettered_total{reason=rejected}": 0,
 			})
-			if n := len(s["brokerd_queue_messages_dead_lettered_total"].Metric); n != 4 {
+			if n := len(s["brokerd_queue_messages_dead_lettered_total"].Metric); n != 5 { // rejected, expired, maxlen, delivery_limit, damaged
 				t.Errorf("%d series of brokerd_queue_messages_dead_lettered_total, want one per reason", n)
 			}
 		})

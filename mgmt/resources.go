@@ -80,6 +80,8 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		// counted in messages) and dead-lettered totals by reason.
 		"dead_letter_backlog": qi.DeadLetterBacklog,
 		"dead_lettered":       qi.DeadLettered,
+		// Messages lost to damaged data on disk (broker/damage.go).
+		"messages_damaged": qi.Damaged,
 	}
 	if ms := queueMessageStats(qi); ms != nil {
 		m["message_stats"] = ms

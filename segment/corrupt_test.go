@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -121,6 +123,9 @@ func TestCorruption(t *testing.T) {
 		open    *wantOpen              // Open must fail so
 		torn    func(h *harness) int64 // the last file's Valid, when Open finds it torn
 		kind    error                  // kind of the read errors
+		// header: Verify reports a damaged file header at this offset
+		// (nil: none).
+		header *int64
 	}{
 		{
 			name: "flipped payload bit",
@@ -236,21 +241,33 @@ func TestCorruption(t *testing.T) {
 				h.rewrite(t, h.ids[len(h.ids)-1], func(d []byte) []byte { clear(d[:fileHeaderSize]); return d })
 				return nil // its blocks are intact and stay readable
 			},
-			torn: func(*harness) int64 { return 0 },
+			torn:   func(*harness) int64 { return 0 },
+			header: at(0), // what Verify reports; the store removes such a file
 		},
+		// A damaged file header (its CRC fails) costs nothing: the
+		// blocks are read on their own checksums.
 		{
 			name: "bad magic",
 			breakIt: func(t *testing.T, h *harness) damage {
 				h.rewrite(t, h.ids[1], func(d []byte) []byte { d[0] = 'x'; return d })
 				return nil
 			},
-			open: &wantOpen{0, "bad magic"},
+			header: at(0),
 		},
 		{
-			name: "bad version",
+			name: "flipped version bit",
+			breakIt: func(t *testing.T, h *harness) damage {
+				h.rewrite(t, h.ids[1], func(d []byte) []byte { d[4] ^= 0x02; return d })
+				return nil
+			},
+			header: at(4),
+		},
+		{
+			name: "newer format version",
 			breakIt: func(t *testing.T, h *harness) damage {
 				h.rewrite(t, h.ids[1], func(d []byte) []byte {
 					binary.LittleEndian.PutUint32(d[4:], formatVersion+1)
+					binary.LittleEndian.PutUint32(d[12:], crc32.Checksum(d[:12], crcTable))
 					return d
 				})
 				return nil
@@ -278,9 +295,10 @@ func TestCorruption(t *testing.T) {
 			name: "truncated file header",
 			breakIt: func(t *testing.T, h *harness) damage {
 				h.rewrite(t, h.ids[0], func(d []byte) []byte { return d[:7] })
-				return nil
+				return blocksFrom(h, h.ids[0], 0)
 			},
-			open: &wantOpen{7, "file header is 7 bytes"},
+			header: at(7),
+			kind:   errShortBlock,
 		},
 	}
 	for _, codec := range []Codec{CodecS2, CodecNone, CodecZstd} {
@@ -298,6 +316,14 @@ func TestCorruption(t *testing.T) {
 					if ce.Offset != tc.open.off || !bytes.Contains([]byte(ce.Reason), []byte(tc.open.reason)) || ce.File == "" {
 						t.Fatalf("Open: %v, want offset %d and %q", err, tc.open.off, tc.open.reason)
 					}
+					reps, err := Verify(h.fs, h.dir)
+					if err != nil {
+						t.Fatalf("Verify: %v", err)
+					}
+					i := slices.IndexFunc(reps, func(r FileReport) bool { return r.File == ce.File })
+					if i < 0 || len(reps[i].Damage) == 0 || !reps[i].Damage[0].Header || reps[i].Damage[0].Offset != tc.open.off {
+						t.Fatalf("Verify reports %+v, want %s's header damaged at %d", reps, ce.File, tc.open.off)
+					}
 					return
 				}
 				if err != nil {
@@ -305,6 +331,7 @@ func TestCorruption(t *testing.T) {
 				}
 				defer s.Close()
 				checkDamage(t, h, s, dmg, tc.kind)
+				checkVerify(t, h, dmg, tc.header)
 				if tc.torn != nil {
 					last := h.ids[len(h.ids)-1]
 					want := tc.torn(h)
@@ -318,11 +345,59 @@ func TestCorruption(t *testing.T) {
 	}
 }
 
+func at(off int64) *int64 { return &off }
+
+// checkVerify checks that Verify reports exactly the damaged blocks of
+// dmg: each lies in a reported span, and no intact block does; and a
+// damaged file header at header (if not nil), in the file whose header it
+// is: the second, or the first when the first is cut short.
+func checkVerify(t *testing.T, h *harness, dmg damage, header *int64) {
+	t.Helper()
+	reps, err := Verify(h.fs, h.dir)
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	headers := 0
+	for _, r := range reps {
+		for _, d := range r.Damage {
+			if d.Header {
+				headers++
+				if header == nil || d.Offset != *header {
+					t.Fatalf("Verify reports a damaged header of segment %d at %d, want %v", r.ID, d.Offset, header)
+				}
+			}
+		}
+		in := func(off int64) bool {
+			for _, d := range r.Damage {
+				if off >= d.Offset && off < d.End {
+					return true
+				}
+			}
+			// Blocks of a file cut short: gone with its damaged end.
+			n := len(r.Damage)
+			return off >= r.Size && n > 0 && r.Damage[n-1].End == r.Size
+		}
+		for _, b := range h.blocks[r.ID] {
+			if in(b.off) != dmg[r.ID][b.off] {
+				t.Fatalf("Verify of segment %d: block at %d reported damaged %v, want %v: %+v", r.ID, b.off, in(b.off), dmg[r.ID][b.off], r.Damage)
+			}
+		}
+		intact := len(h.blocks[r.ID]) - len(dmg[r.ID])
+		if r.Blocks != intact {
+			t.Fatalf("Verify of segment %d counts %d intact blocks, want %d", r.ID, r.Blocks, intact)
+		}
+	}
+	if header != nil && headers != 1 {
+		t.Fatalf("Verify reports %d damaged headers, want one at %d", headers, *header)
+	}
+}
+
 // checkDamage reads every blob and scans every segment of a broken store:
 // a blob in a damaged block must give a *CorruptError naming its file and
 // block (of kind for the first damaged block of a file), every other blob
-// its bytes; Scan must stop at the first damaged block with the blobs
-// before it intact.
+// its bytes; ReadManyDamaged of them all must read every other blob and
+// report exactly the damaged ones; Scan must stop at the first damaged
+// block with the blobs before it intact.
 func checkDamage(t *testing.T, h *harness, s *Store, dmg damage, kind error) {
 	t.Helper()
 	firstDamaged := map[ID]int64{}
@@ -346,6 +421,28 @@ func checkDamage(t *testing.T, h *harness, s *Store, dmg damage, kind error) {
 		}
 		if err != nil || !bytes.Equal(got, h.blobs[i]) {
 			t.Fatalf("undamaged blob %d at %+v: %v (%d bytes, want %d)", i, loc, err, len(got), len(h.blobs[i]))
+		}
+	}
+	read := make([]bool, len(h.locs))
+	err := s.ReadManyDamaged(h.locs, func(i int, blob []byte) error {
+		if dmg[h.locs[i].Seg][int64(h.locs[i].Block)] || !bytes.Equal(blob, h.blobs[i]) || read[i] {
+			t.Fatalf("ReadManyDamaged read blob %d at %+v wrongly", i, h.locs[i])
+		}
+		read[i] = true
+		return nil
+	}, func(i int, ce *CorruptError) error {
+		if !dmg[h.locs[i].Seg][int64(h.locs[i].Block)] || ce.File != h.path(h.locs[i].Seg) || ce.Offset != int64(h.locs[i].Block) || read[i] {
+			t.Fatalf("ReadManyDamaged reports blob %d at %+v damaged: %v", i, h.locs[i], ce)
+		}
+		read[i] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ReadManyDamaged: %v", err)
+	}
+	for i := range read {
+		if !read[i] {
+			t.Fatalf("ReadManyDamaged left blob %d out", i)
 		}
 	}
 	byLoc := map[Loc][]byte{}

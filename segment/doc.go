@@ -108,15 +108,19 @@
 //
 // A file is fsynced before the next one is created, so a crash leaves at
 // most one torn file: the last, written by a Writer that never finished.
-// Open checks every file's header (a bad one is a *CorruptError naming the
-// file and field offset) and walks the last file's blocks, checking lengths
+// Open checks every file's header. One as written (its CRC holds) that
+// names another format version or another segment is a *CorruptError
+// naming the file and field offset: not ours to read. One whose CRC fails
+// is damage, and costs nothing: it is logged, and the file's blocks are
+// read on their own lengths and CRCs. Open walks the last file's blocks, checking lengths
 // and CRCs: the length of the intact prefix is logged and reported as
 // SegInfo.Valid, and nothing is repaired or dropped. A last file whose
 // header never reached the disk is reported with Valid 0. Such files hold
 // no Loc the caller committed (it commits Locs only after Finish returned
 // nil), and the caller removes them. Damage anywhere else is found when the
 // block is read: Read, ReadMany and Scan return a *CorruptError with the
-// file and the offset of the block, and other blocks stay readable.
+// file and the offset of the block, and other blocks stay readable;
+// ReadManyDamaged reports each blob of a damaged block and reads on.
 //
 // # Reading and the cache
 //

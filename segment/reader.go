@@ -55,6 +55,16 @@ func (s *Store) Read(loc Loc, dst []byte) ([]byte, error) {
 // the order of locs. The blob is valid only during fn. The first error,
 // from a read or from fn, stops it and is returned.
 func (s *Store) ReadMany(locs []Loc, fn func(i int, blob []byte) error) error {
+	return s.ReadManyDamaged(locs, fn, nil)
+}
+
+// ReadManyDamaged is ReadMany that goes on past damage: for each loc whose
+// block fails its checks, or which its block does not hold, it calls
+// damaged (when not nil) with the loc's index and the *CorruptError, in
+// place of fn, and reads on; damage never stops it. Other errors (I/O,
+// ErrClosed, ErrNotFound, an error from fn or damaged) stop it and are
+// returned. With a nil damaged it is ReadMany.
+func (s *Store) ReadManyDamaged(locs []Loc, fn func(i int, blob []byte) error, damaged func(i int, ce *CorruptError) error) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -71,6 +81,14 @@ func (s *Store) ReadMany(locs []Loc, fn func(i int, blob []byte) error) error {
 		sc = getScratch()
 		defer putScratch(sc)
 	}
+	// bad reports damage at loc i to damaged, or stops with it.
+	bad := func(i int, err error) error {
+		var ce *CorruptError
+		if damaged == nil || !errors.As(err, &ce) {
+			return err
+		}
+		return damaged(i, ce)
+	}
 	for i := 0; i < len(order); {
 		first := locs[order[i]]
 		var blk block
@@ -80,17 +98,23 @@ func (s *Store) ReadMany(locs []Loc, fn func(i int, blob []byte) error) error {
 		} else {
 			blk, err = s.uncachedBlock(first.Seg, first.Block, sc)
 		}
-		if err != nil {
-			return err
-		}
 		for ; i < len(order); i++ {
 			loc := locs[order[i]]
 			if loc.Seg != first.Seg || loc.Block != first.Block {
 				break
 			}
-			b, err := s.blob(blk, loc)
 			if err != nil {
-				return err
+				if err := bad(order[i], err); err != nil {
+					return err
+				}
+				continue
+			}
+			b, berr := s.blob(blk, loc)
+			if berr != nil {
+				if err := bad(order[i], berr); err != nil {
+					return err
+				}
+				continue
 			}
 			if err := fn(order[i], b); err != nil {
 				return err
@@ -111,6 +135,9 @@ func (s *Store) Scan(id ID, fn func(loc Loc, blob []byte) error) error {
 		return err
 	}
 	defer s.release(sf)
+	if size := sf.size.Load(); size < fileHeaderSize {
+		return corrupt(sf.path, fileHeaderSize, fmt.Errorf("%w: the file is %d bytes, shorter than its header", errShortBlock, size))
+	}
 	r := newBlockReader(sf.f, sf.path, fileHeaderSize, sf.size.Load())
 	for {
 		off, blk, err := r.next(false)

@@ -3,8 +3,10 @@ package segment
 import (
 	"cmp"
 	"container/list"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"slices"
@@ -168,7 +170,16 @@ func (s *Store) openFile(id ID, last bool) (*segFile, error) {
 		return sf, nil
 	}
 	if off, reason := checkFileHeader(hdr[:n], id); reason != "" {
-		return nil, &CorruptError{File: path, Offset: off, Reason: reason}
+		if n == fileHeaderSize && binary.LittleEndian.Uint32(hdr[12:16]) == crc32.Checksum(hdr[:12], crcTable) {
+			// As written: a newer format, or a file renamed. Not ours
+			// to read.
+			return nil, &CorruptError{File: path, Offset: off, Reason: reason}
+		}
+		// Damage: the header holds nothing a read needs (blocks carry
+		// their own lengths and CRCs), so the blocks stay readable and
+		// only damaged ones are lost.
+		s.log.Error("segment: damaged file header; its blocks are read on their own checksums",
+			"file", path, "offset", off, "reason", reason)
 	}
 	if !last {
 		return sf, nil

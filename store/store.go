@@ -261,7 +261,9 @@ type Store interface {
 	// reads (fn may call the store). An id listed twice is read once and
 	// both calls get the same *Message, which must not be modified. An id
 	// that is not stored fails the whole call with an error matching
-	// ErrUnknownMessage, before fn is called.
+	// ErrUnknownMessage, before fn is called. A message whose stored data
+	// is damaged is left out: fn is called for every other index, and
+	// LoadMessages then returns a *DamageError naming the damaged ones.
 	LoadMessages(ids []MsgID, fn func(i int, m *Message)) error
 	// ScanMeta calls fn for every definition whose key starts with prefix,
 	// in key order, until fn returns false.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,8 +19,12 @@ import (
 type corruptCase struct {
 	name   string
 	damage func(b []byte, recs []recLoc) (damaged []byte, cut int64)
-	// fatal: damage Open must refuse even in the last file.
-	fatal bool
+	// torn: in the last file, what a write cut short by a crash leaves
+	// (nothing intact after it, or an unwritten sector): Open keeps the
+	// records before cut and drops the rest. Any other damage Open refuses
+	// (unless Options.Covered covers it), writing nothing, and Repair
+	// drops exactly the records it damaged.
+	torn bool
 }
 
 const (
@@ -89,16 +94,16 @@ func corruptCases(t *testing.T, fs vfs.FS) []corruptCase {
 			binary.LittleEndian.PutUint32(r[0:], crc32.Checksum(r[4:], crcTable))
 		})},
 		{name: "zeroed header before live records", damage: modify(mid, func(r []byte) { clear(r[:recordHeaderSize]) })},
-		{name: "zeroed sector inside a record", damage: zeroSector(func(recs []recLoc) int64 { return mid(recs).off + 5 })},
+		{name: "zeroed sector inside a record", torn: true, damage: zeroSector(func(recs []recLoc) int64 { return mid(recs).off + 5 })},
 		{name: "zeroed sector at the header", damage: zeroSector(func([]recLoc) int64 { return 0 })},
-		{name: "garbage after the last record", damage: func(b []byte, recs []recLoc) ([]byte, int64) {
+		{name: "garbage after the last record", torn: true, damage: func(b []byte, recs []recLoc) ([]byte, int64) {
 			return append(b, "stale bytes"...), int64(len(b))
 		}},
-		{name: "bad magic", fatal: true, damage: func(b []byte, _ []recLoc) ([]byte, int64) {
+		{name: "bad magic", damage: func(b []byte, _ []recLoc) ([]byte, int64) {
 			b[0] ^= 0xff
 			return b, 0
 		}},
-		{name: "bad format version", fatal: true, damage: func(b []byte, _ []recLoc) ([]byte, int64) {
+		{name: "bad format version", damage: func(b []byte, _ []recLoc) ([]byte, int64) {
 			binary.LittleEndian.PutUint32(b[4:], formatVersion+1)
 			return b, 0
 		}},
@@ -109,11 +114,11 @@ func corruptCases(t *testing.T, fs vfs.FS) []corruptCase {
 	lastRec := last(layout(t, fs, fsFiles[len(fsFiles)-1]))
 	for k := range lastRec.size {
 		cases = append(cases,
-			corruptCase{name: fmt.Sprintf("torn last record cut at +%d", k), damage: func(b []byte, recs []recLoc) ([]byte, int64) {
+			corruptCase{name: fmt.Sprintf("torn last record cut at +%d", k), torn: true, damage: func(b []byte, recs []recLoc) ([]byte, int64) {
 				r := last(recs)
 				return b[:r.off+min(k, r.size-1)], r.off
 			}},
-			corruptCase{name: fmt.Sprintf("torn last record zeroed from +%d", k), damage: func(b []byte, recs []recLoc) ([]byte, int64) {
+			corruptCase{name: fmt.Sprintf("torn last record zeroed from +%d", k), torn: true, damage: func(b []byte, recs []recLoc) ([]byte, int64) {
 				r := last(recs)
 				clear(b[r.off+min(k, r.size-1):])
 				return b, r.off
@@ -123,9 +128,15 @@ func corruptCases(t *testing.T, fs vfs.FS) []corruptCase {
 	return cases
 }
 
-// TestCorruption applies every case to the last file (Open repairs: every
-// record before the damage is kept and the log appends after it) and to an
-// earlier file (Open refuses with a *CorruptError at the damage).
+// TestCorruption applies every case to the last file and to an earlier
+// one. A torn write in the last file is repaired by Open: every record
+// before the damage is kept and the log appends after it. Any other damage
+// makes Open refuse with a *CorruptError at the damage naming the records
+// lost and the intact ones after it, and write nothing; with
+// Options.Covered at or above the records lost (a checkpoint holds them)
+// Open steps over it and replays the rest; Repair drops exactly the
+// damaged records and keeps every intact one, after which Open accepts the
+// log and appends continue.
 func TestCorruption(t *testing.T) {
 	gold := golden(t)
 	for _, c := range corruptCases(t, gold) {
@@ -142,31 +153,123 @@ func TestCorruption(t *testing.T) {
 				}
 				path := files[idx]
 				recs := layout(t, fs, path)
-				damaged, cut := c.damage(readFile(t, fs, path), recs)
+				orig := readFile(t, fs, path)
+				damaged, cut := c.damage(slices.Clone(orig), recs)
 				writeFile(t, fs, path, damaged)
 
 				var logs logBuf
 				w, err := Open(testDir, Options{FS: fs, SegmentSize: goldenSegment, Logger: logs.logger()})
-				if target == "earlier" || c.fatal {
-					var ce *CorruptError
-					if !errors.As(err, &ce) {
-						if err == nil {
-							w.Close()
-						}
-						t.Fatalf("Open = %v, want a *CorruptError", err)
+				if target == "last" && c.torn {
+					if err != nil {
+						t.Fatalf("Open of a torn last file: %v", err)
 					}
-					if ce.File != path || ce.Offset != cut {
-						t.Fatalf("CorruptError at %s offset %d (%s), want %s offset %d", ce.File, ce.Offset, ce.Reason, path, cut)
-					}
+					checkRepaired(t, fs, w, &logs, recs, cut, damaged)
 					return
 				}
-				if err != nil {
-					t.Fatalf("Open of a torn last file: %v", err)
+				var ce *CorruptError
+				if !errors.As(err, &ce) {
+					if err == nil {
+						w.Close()
+					}
+					t.Fatalf("Open = %v, want a *CorruptError", err)
 				}
-				checkRepaired(t, fs, w, &logs, recs, cut, damaged)
+				if ce.File != path || ce.Offset != cut {
+					t.Fatalf("CorruptError at %s offset %d (%s), want %s offset %d", ce.File, ce.Offset, ce.Reason, path, cut)
+				}
+				if got := readFile(t, fs, path); !bytes.Equal(got, damaged) {
+					t.Fatalf("Open refused but changed %s", path)
+				}
+				lost := changedRecords(recs, orig, damaged)
+				if len(lost) > 0 && !ce.Header && (ce.FirstLSN != lost[0] || ce.LastLSN != lost[len(lost)-1]) {
+					t.Fatalf("CorruptError names records %d–%d as lost, want %d–%d: %v", ce.FirstLSN, ce.LastLSN, lost[0], lost[len(lost)-1], ce)
+				}
+				if !(ce.Header && target == "last") {
+					// A checkpoint that holds the records lost: nothing
+					// is lost, and Open steps over the damage.
+					covered := recs[len(recs)-1].lsn // a damaged header: the whole file
+					if len(lost) > 0 && !ce.Header {
+						covered = lost[len(lost)-1]
+					}
+					w, err := Open(testDir, Options{FS: fs, SegmentSize: goldenSegment, Logger: discardLogger(), Covered: covered})
+					if err != nil {
+						t.Fatalf("Open with the damage covered (Covered %d): %v", covered, err)
+					}
+					checkLSNs(t, replayAll(t, w, 1), lost)
+					mustClose(t, w)
+					if got := readFile(t, fs, path); !bytes.Equal(got, damaged) {
+						t.Fatalf("Open over covered damage changed %s", path)
+					}
+				}
+				checkRepair(t, fs, lost)
 			})
 		}
 	}
+}
+
+// changedRecords returns the LSNs of the records of recs whose bytes
+// differ between orig and damaged (cut short counts as changed).
+func changedRecords(recs []recLoc, orig, damaged []byte) []LSN {
+	var out []LSN
+	for _, r := range recs {
+		end := r.off + r.size
+		if end > int64(len(damaged)) || !bytes.Equal(orig[r.off:end], damaged[r.off:end]) {
+			out = append(out, r.lsn)
+		}
+	}
+	return out
+}
+
+// checkLSNs checks that got holds every golden record but those in lost,
+// in order, with their payloads.
+func checkLSNs(t *testing.T, got []replayed, lost []LSN) {
+	t.Helper()
+	i := 0
+	for lsn := LSN(1); lsn <= goldenRecords; lsn++ {
+		if slices.Contains(lost, lsn) {
+			continue
+		}
+		if i >= len(got) || got[i].lsn != lsn || !bytes.Equal(got[i].rec, payload(int(lsn))) {
+			t.Fatalf("replayed %d records; record %d missing or wrong (lost: %v)", len(got), lsn, lost)
+		}
+		i++
+	}
+	if i != len(got) {
+		t.Fatalf("replayed %d records, want %d (lost: %v)", len(got), i, lost)
+	}
+}
+
+// checkRepair runs Check and Repair on the damaged log: Check names the
+// damage, Repair drops exactly the records lost, and the log then opens,
+// replays every other record and takes new ones after the last.
+func checkRepair(t *testing.T, fs vfs.FS, lost []LSN) {
+	t.Helper()
+	rep, err := Check(fs, testDir, 0)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	if len(rep.Refused()) == 0 {
+		t.Fatalf("Check found no damage Open refuses: %+v", rep)
+	}
+	after, err := Repair(fs, testDir, 0, rep)
+	if err != nil {
+		t.Fatalf("Repair: %v", err)
+	}
+	if len(after.Damage) != 0 {
+		t.Fatalf("damage after Repair: %v", after.Damage)
+	}
+	if after.Records != goldenRecords-len(lost) {
+		t.Fatalf("Check after Repair counts %d records, want %d", after.Records, goldenRecords-len(lost))
+	}
+	w := mustOpen(t, fs, Options{SegmentSize: goldenSegment})
+	checkLSNs(t, replayAll(t, w, 1), lost)
+	if lsn := appendWait(t, w, Durable, payload(goldenRecords+1))[0]; lsn != goldenRecords+1 {
+		t.Fatalf("Append after Repair got LSN %d, want %d", lsn, goldenRecords+1)
+	}
+	mustClose(t, w)
+	w = mustOpen(t, fs, Options{SegmentSize: goldenSegment})
+	defer mustClose(t, w)
+	got := replayAll(t, w, 1)
+	checkLSNs(t, got[:len(got)-1], lost)
 }
 
 // checkRepaired checks a log whose last file was damaged at cut: every
@@ -199,29 +302,8 @@ func checkRepaired(t *testing.T, fs vfs.FS, w *WAL, logs *logBuf, recs []recLoc,
 	checkSeq(t, replayAll(t, w, 1), 1, keep+1)
 }
 
-// TestCorruptionReportsIntactRecordsLost checks that damage in the middle of
-// the last file, which drops intact records, is logged as an error naming
-// them, not as an ordinary torn tail.
-func TestCorruptionReportsIntactRecordsLost(t *testing.T) {
-	fs := golden(t)
-	files := walFiles(t, fs)
-	path := files[len(files)-1]
-	recs := layout(t, fs, path)
-	b := readFile(t, fs, path)
-	b[recs[0].off+3] ^= 1 // first record's CRC
-	writeFile(t, fs, path, b)
-
-	var logs logBuf
-	w := mustOpen(t, fs, Options{SegmentSize: goldenSegment, Logger: logs.logger()})
-	defer mustClose(t, w)
-	want := fmt.Sprintf("intact_records_after=%d first_lsn_after=%d last_lsn_after=%d",
-		len(recs)-1, recs[1].lsn, recs[len(recs)-1].lsn)
-	if out := logs.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, want) {
-		t.Fatalf("repair log lacks an error with %q:\n%s", want, out)
-	}
-}
-
-// TestMissingMiddleFile checks that a gap between files is corruption.
+// TestMissingMiddleFile checks that a gap between files is corruption, and
+// that Repair bridges it with a skip record for the missing records.
 func TestMissingMiddleFile(t *testing.T) {
 	fs := golden(t)
 	files := walFiles(t, fs)
@@ -237,6 +319,14 @@ func TestMissingMiddleFile(t *testing.T) {
 	if end := recs[len(recs)-1].off + recs[len(recs)-1].size; ce.Offset != end {
 		t.Fatalf("CorruptError offset %d, want the end of the records, %d", ce.Offset, end)
 	}
+	var lost []LSN
+	for lsn := mustParse(t, fs, files[1]); lsn < mustParse(t, fs, files[2]); lsn++ {
+		lost = append(lost, lsn)
+	}
+	if ce.FirstLSN != lost[0] || ce.LastLSN != lost[len(lost)-1] {
+		t.Fatalf("CorruptError names records %d–%d as lost, want %d–%d", ce.FirstLSN, ce.LastLSN, lost[0], lost[len(lost)-1])
+	}
+	checkRepair(t, fs, lost)
 }
 
 // TestLastFileWithoutHeader is a crash between creating a file and syncing

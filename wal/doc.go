@@ -80,35 +80,79 @@
 //	CRC     uint32  CRC-32C (Castagnoli) of bytes [4, 17+length): everything
 //	                after the CRC field, header and payload
 //	length  uint32  payload length, at most MaxRecordSize
-//	cls     uint8   class: 1 Durable, 2 Volatile (0 is never a record)
+//	cls     uint8   class: 1 Durable, 2 Volatile, 3 Skip (0 is never a record)
 //	LSN     uint64  the record's LSN, never 0
 //
 // Because each record carries its LSN, a reader accepts a record only if
 // its LSN is the one after the previous record's (the file's first LSN for
 // the first record), which rejects stale bytes that happen to checksum.
 //
+// A Skip record stands for records that were damaged and dropped: Repair
+// writes one over the damaged bytes, of exactly their length, and Open
+// one at a damaged end of the last file that a checkpoint covers. Its
+// payload is the LSN of the record that follows it, then zeros:
+//
+//	 0               8
+//	+---------------+---------------- … -+
+//	|   next LSN    | zeros              |
+//	+---------------+---------------- … -+
+//
+//	next LSN  uint64  LSN of the next record, at least the Skip record's own
+//	                  (equal: it stands for no record, just fills bytes)
+//
+// so it stands for the LSNs from its own up to next-1. A Skip record whose
+// payload is shorter than 8 bytes stands for its own LSN only (a damaged
+// record of 17 to 24 bytes). Skip records are never given to Replay; an
+// older build refuses a log that holds one (bad record class), as it
+// should: it cannot read past it.
+//
 // # Open and repair
 //
 // Open lists the files, checks that their names form a gapless sequence
 // (each file's first LSN is one after the previous file's last record),
-// checks every header and every record CRC. It then:
+// and reads every header and every record. Damage does not stop the
+// reading: at each damaged span it looks for the first intact record of
+// the file's life after it (a record with a good CRC and an LSN from the
+// one expected on), and goes on from there. So it knows, for each damage,
+// which LSNs are lost (those between the last intact record before it and
+// the first intact one after it, or the next file's first LSN) and what
+// intact records follow (CorruptError). Then:
 //
-//   - Files before the last one must be intact up to their clean end. Any
-//     damage there is a *CorruptError naming the file and offset: those
-//     records were fsync'd before the next file was created, so damage is
-//     not a torn write, and Open never skips it. (A file whose records end
-//     early in a zeroed region, with nothing of its life after it, shows as
-//     a gap: the next file does not start at the LSN after its last.)
-//   - The last file may end in a torn write: the records of the group being
-//     written when the process or machine stopped. Reading stops at the first
-//     record with a bad length, a bad CRC, a bad class or an unexpected LSN,
-//     or at a zero header followed by records of its life. Everything from there
-//     to the end of the file is zeroed and the file fsync'd, and Open logs
-//     what it dropped: the offset, the reason, the byte count and any intact
-//     looking records found after the damage (an intact record after the
-//     damage means the damage was not a torn write and records were lost).
+//   - A torn write at the end of the last file — the records of the group
+//     being written when the process or machine stopped — is dropped: the
+//     file is zeroed from the damage to its end and fsync'd, and Open logs
+//     the offset, the reason and the bytes dropped. The damage is a torn
+//     write when nothing intact follows it in the file, or when the
+//     damaged span holds a sector (512 aligned bytes) that was never
+//     written: all zeros in a new file, or a whole record of a reused
+//     file's earlier life (spare.go). The kernel writes a group's pages
+//     back in any order, so a crash can leave a later page of a group on
+//     disk and an earlier one not; none of it was fsync'd, so none of it
+//     was confirmed. Open logs intact records it drops after such a sector
+//     as an error: zeros that were written (a lost write, or a body of
+//     zeros around a flipped bit) cannot be told from a sector never
+//     written.
+//   - Any other damage — a flipped bit, a bad length or LSN, a damaged
+//     file header, a file missing, damage in a file before the last
+//     (those were fsync'd before the next file was created) — is not a
+//     torn write, and records confirmed to someone may be in it and after
+//     it. Open writes nothing and returns a *CorruptError naming the file,
+//     the offset, the LSNs lost and the intact records after the damage.
+//     Repair (below) drops the damaged records only, on request.
+//   - Unless Options.Covered covers it: damage whose lost records all have
+//     LSNs up to Covered costs nothing (the caller's checkpoint holds what
+//     they did), so Open logs it and steps over it, in memory: Replay
+//     jumps from the damage to the first intact record after it (or reads
+//     a file with a damaged header as if the header were intact). Open
+//     writes nothing for it, except at the end of the last file: damage
+//     there is zeroed, and a Skip record written in its place takes the
+//     log on to Covered+1, so new records never reuse an LSN the
+//     checkpoint counts as done. Records up to Covered were fsync'd before
+//     the checkpoint, so damage among them is never a torn write.
 //   - A last file whose header was never completed (shorter than a header,
-//     or an all-zero header) holds no records; it is created again.
+//     or an all-zero header) and that holds no record of its life holds
+//     nothing; it is created again. (Headers are fsync'd before any record
+//     is written, so records after a missing header are damage.)
 //
 // After Open, new records are appended to the last file after its last
 // valid record (a new file is created only when the directory is empty or
@@ -118,6 +162,18 @@
 // Open reads every file once to validate it and Replay reads the files again
 // (from the page cache, usually); the log's length is bounded by the store's
 // checkpoints.
+//
+// Check reads a log as Open does and reports every damage, writing nothing
+// and taking no lock. Repair, given Check's report, drops exactly what it
+// names: a damaged span with intact records after it becomes one Skip
+// record of the same length (the LSN chain and every record after it stay
+// as they were), a damaged file header is written again from the file's
+// name, a damaged end of a file before the last (or a missing file)
+// becomes a Skip record to the next file's first LSN, and a torn write at
+// the end of the last file is zeroed, as Open does. It writes nothing if
+// the log's damage changed since the report or if any of it cannot be
+// repaired (a span too short for a record header; files whose LSNs
+// overlap).
 //
 // # Writer and durability
 //

@@ -117,7 +117,7 @@ func decodeRecordHeader(b []byte) (recordHeader, error) {
 	if h == (recordHeader{}) {
 		return h, errZeroHeader
 	}
-	if !h.class.valid() {
+	if !h.class.onDisk() {
 		return h, fmt.Errorf("%w %d", errBadClass, uint8(h.class))
 	}
 	if h.lsn == 0 {
@@ -154,4 +154,46 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// skipNextSize is the payload of a skip record that names the LSN after
+// it: a uint64. A skip record with a shorter payload stands for its own
+// LSN only.
+const skipNextSize = 8
+
+// skipNext returns the LSN of the record that follows a skip record, or
+// why the record is not a valid one.
+func skipNext(h recordHeader, payload []byte) (LSN, error) {
+	if len(payload) < skipNextSize {
+		return h.lsn + 1, nil
+	}
+	next := LSN(binary.LittleEndian.Uint64(payload))
+	if next < h.lsn {
+		return 0, fmt.Errorf("%w: skip record %d names next LSN %d", errBadLSN, h.lsn, next)
+	}
+	return next, nil
+}
+
+// recordNext returns the LSN of the record after the one decoded.
+func recordNext(h recordHeader, payload []byte) (LSN, error) {
+	if h.class == classSkip {
+		return skipNext(h, payload)
+	}
+	return h.lsn + 1, nil
+}
+
+// appendSkipRecord appends a skip record of exactly size bytes with LSN
+// lsn, followed by the record with LSN next: it stands for the LSNs lsn …
+// next-1 (none when next == lsn: padding). It reports false when size
+// cannot hold such a record: below a record header, or below a header
+// and skipNextSize unless next is lsn+1.
+func appendSkipRecord(dst []byte, lsn, next LSN, size int) ([]byte, bool) {
+	if size < recordHeaderSize || size-recordHeaderSize < skipNextSize && next != lsn+1 || next < lsn {
+		return dst, false
+	}
+	payload := make([]byte, size-recordHeaderSize)
+	if len(payload) >= skipNextSize {
+		binary.LittleEndian.PutUint64(payload, uint64(next))
+	}
+	return appendRecord(dst, lsn, classSkip, payload), true
 }

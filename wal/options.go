@@ -76,6 +76,10 @@ const (
 	// Volatile records are written, never waited on for an fsync, and
 	// skipped by Replay: they are discarded at Open.
 	Volatile Class = 2
+	// classSkip records stand for records that were damaged and dropped
+	// (Repair, or Open for damage a checkpoint covers): never appended by
+	// a caller, never replayed. See the package doc.
+	classSkip Class = 3
 )
 
 // String returns "durable", "volatile" or Class(n).
@@ -85,11 +89,17 @@ func (c Class) String() string {
 		return "durable"
 	case Volatile:
 		return "volatile"
+	case classSkip:
+		return "skip"
 	}
 	return fmt.Sprintf("Class(%d)", uint8(c))
 }
 
+// valid reports whether a caller may append records of class c.
 func (c Class) valid() bool { return c == Durable || c == Volatile }
+
+// onDisk reports whether c is a class a record on disk may have.
+func (c Class) onDisk() bool { return c == Durable || c == Volatile || c == classSkip }
 
 // Options configure a WAL. Zero values take the defaults.
 type Options struct {
@@ -115,6 +125,12 @@ type Options struct {
 	// again with nil once it has started one or gave up at Close. It must
 	// not block.
 	OnStall func(err error)
+	// Covered is the highest LSN whose record the caller no longer needs
+	// from the log: its effect is held elsewhere (the store's checkpoint).
+	// Damage confined to records up to Covered costs nothing, so Open
+	// steps over it instead of refusing to open; Replay is never asked for
+	// those records. Default 0: every record counts.
+	Covered LSN
 	// AfterGroup, if set, runs on the WAL's goroutine after the
 	// completions of each group commit (one write and at most one fsync),
 	// before the goroutine waits for more. A store uses it to let the

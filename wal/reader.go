@@ -30,8 +30,20 @@ type segmentReader struct {
 	// recycled file, spare.go), not by zeros.
 	stale bool
 
+	// holes are damaged spans known to hold only covered records
+	// (Options.Covered), in file order: reading steps over each.
+	holes []hole
+
 	buf    []byte // file bytes [bufOff, bufOff+len(buf))
 	bufOff int64
+}
+
+// hole is damage Open stepped over because every record it held is
+// covered: a reader at off goes on at end, where the record with LSN next
+// starts.
+type hole struct {
+	off, end int64
+	next     LSN
 }
 
 // openSegment opens the file at path, whose name says its first LSN is
@@ -69,12 +81,32 @@ func openSegment(fs vfs.FS, path string, first LSN) (*segmentReader, error) {
 	return r, nil
 }
 
+// openRecords opens the file at path for its records only, as if its
+// header named first: a file whose header is damaged.
+func openRecords(fs vfs.FS, path string, first LSN) (*segmentReader, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return &segmentReader{f: f, path: path, size: st.Size(), off: fileHeaderSize, expect: first}, nil
+}
+
 func (r *segmentReader) close() error { return r.f.Close() }
 
-// next returns the next record. payload is valid until the next call. At the
-// clean end of the file it returns io.EOF; damage is a *CorruptError at the
-// offset of the first record not accepted, and the reader stays there.
+// next returns the next record, skip records included. payload is valid
+// until the next call. At the clean end of the file it returns io.EOF;
+// damage is a *CorruptError at the offset of the first record not
+// accepted, and the reader stays there (jump moves it on).
 func (r *segmentReader) next() (recordHeader, []byte, error) {
+	if len(r.holes) > 0 && r.off == r.holes[0].off {
+		r.jump(r.holes[0].end, r.holes[0].next)
+		r.holes = r.holes[1:]
+	}
 	if r.ended || r.off >= r.size {
 		r.ended = true
 		return recordHeader{}, nil, io.EOF
@@ -104,9 +136,19 @@ func (r *segmentReader) next() (recordHeader, []byte, error) {
 	if h.lsn != r.expect {
 		return h, nil, r.corrupt(fmt.Sprintf("record LSN %d, expected %d", h.lsn, r.expect))
 	}
+	next, err := recordNext(h, payload)
+	if err != nil {
+		return h, nil, r.corrupt(err.Error())
+	}
 	r.off += int64(n)
-	r.expect++
+	r.expect = next
 	return h, payload, nil
+}
+
+// jump moves the reader past damage: it goes on at off, where the record
+// with LSN expect starts.
+func (r *segmentReader) jump(off int64, expect LSN) {
+	r.off, r.expect, r.ended = off, expect, false
 }
 
 // cleanEnd checks what follows a zero record header. Zeros, or bytes in
@@ -137,8 +179,8 @@ func (r *segmentReader) staleEnd() error {
 	if err != nil {
 		return err
 	}
-	if n, lo, _ := findIntactRecords(rest, r.expect); n > 0 {
-		return r.corrupt(fmt.Sprintf("zero record header followed by %d records from LSN %d", n, lo))
+	if ir := findIntactRecords(rest, r.expect); ir.count > 0 {
+		return r.corrupt(fmt.Sprintf("zero record header followed by %d records from LSN %d", ir.count, ir.first))
 	}
 	r.ended, r.stale = true, true
 	return io.EOF

@@ -2,10 +2,7 @@ package wal
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -16,6 +13,11 @@ type fileMeta struct {
 	first LSN    // LSN of its first record (its name)
 	path  string // full path
 	size  int64  // header + records; for the file being written, see WAL.activeOff
+	// holes is damage in it Open stepped over (every record lost in it
+	// is covered, Options.Covered); badHeader, a damaged header Open
+	// let be for the same reason. Replay reads past both.
+	holes     []hole
+	badHeader bool
 }
 
 // recovery is what Open found on disk.
@@ -30,79 +32,65 @@ type recovery struct {
 }
 
 // recoverFiles validates every file in dir, repairs a torn tail of the
-// last one, and says where appending resumes. See the package doc.
-func recoverFiles(fs vfs.FS, dir string, log *slog.Logger) (recovery, error) {
+// last one, and says where appending resumes. Damage that loses records
+// the caller needs (above covered) and is not a torn write is returned as
+// a *CorruptError before anything is written. See the package doc.
+func recoverFiles(fs vfs.FS, dir string, covered LSN, log *slog.Logger) (recovery, error) {
 	var rec recovery
-	firsts, err := listFiles(fs, dir)
+	sc, err := scanLog(fs, dir, covered)
 	if err != nil {
 		return rec, err
 	}
-	if len(firsts) == 0 {
-		rec.next, rec.create = 1, true
-		rec.files = []fileMeta{{first: 1, path: fs.PathJoin(dir, fileName(1))}}
-		return rec, nil
+	var torn, coveredTail *CorruptError
+	for _, d := range sc.damage {
+		switch {
+		case d.Torn:
+			torn = d
+		case d.Covered && d.LastLSN == 0:
+			coveredTail = d // the end of the last file, in covered records
+		case d.Covered:
+		default:
+			return rec, d
+		}
 	}
-	rec.next = firsts[0]
-	for i, first := range firsts {
-		path := fs.PathJoin(dir, fileName(first))
-		last := i == len(firsts)-1
-		if first != rec.next {
-			prev := rec.files[i-1]
-			return rec, &CorruptError{File: prev.path, Offset: prev.size, Reason: fmt.Sprintf(
-				"records end at LSN %d but the next file, %s, starts at LSN %d", rec.next-1, fileName(first), first)}
+	for _, d := range sc.damage {
+		if d.Covered {
+			log.Warn("wal: damaged records the checkpoint already holds; nothing is lost", "file", d.File, "offset", d.Offset,
+				"reason", d.Reason, "first_lsn", uint64(d.FirstLSN), "last_lsn", uint64(d.LastLSN), "covered", uint64(covered))
 		}
-		r, err := openSegment(fs, path, first)
-		if errors.Is(err, errNoHeader) {
-			if !last {
-				return rec, &CorruptError{File: path, Offset: 0, Reason: "file header missing (zeros, or the file is shorter than a header)"}
-			}
-			// Normally created, then a crash before its header was synced,
-			// so it holds no records. Whatever it does hold is dropped.
-			if err := dropHeaderless(fs, path, first, log); err != nil {
-				return rec, err
-			}
-			rec.files = append(rec.files, fileMeta{first: first, path: path})
-			rec.create = true
-			return rec, nil
+	}
+	rec = recovery{files: sc.files, next: sc.next, tailOff: sc.tailOff, tailStale: sc.tailStale, create: sc.create}
+	last := &rec.files[len(rec.files)-1]
+	switch {
+	case sc.headerless != "":
+		if err := dropHeaderless(fs, sc.headerless, last.first, log); err != nil {
+			return rec, err
 		}
+	case torn != nil:
+		if err := repairTail(fs, torn, log); err != nil {
+			return rec, err
+		}
+	case coveredTail != nil:
+		// Zero the damage and write a skip record in its place that
+		// takes the log on to the record after the checkpoint: new
+		// records must not reuse LSNs the checkpoint counts as done.
+		next := covered + 1
+		if err := repairTail(fs, coveredTail, log); err != nil {
+			return rec, err
+		}
+		end, err := writeSkip(fs, coveredTail.File, coveredTail.Offset, coveredTail.FirstLSN, next)
 		if err != nil {
 			return rec, err
 		}
-		err = scanFile(r)
-		r.close()
-		var ce *CorruptError
-		switch {
-		case err == nil:
-		case last && errors.As(err, &ce):
-			if err := repairTail(fs, ce, r.expect, log); err != nil {
-				return rec, err
-			}
-		default:
-			return rec, err
-		}
-		rec.files = append(rec.files, fileMeta{first: first, path: path, size: r.off})
-		rec.next = r.expect
-		rec.tailOff = r.off
-		rec.tailStale = r.stale
+		last.size, rec.tailOff, rec.next = end, end, next
 	}
 	return rec, nil
 }
 
-// scanFile reads r to its clean end or its first damage.
-func scanFile(r *segmentReader) error {
-	for {
-		if _, _, err := r.next(); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return err
-		}
-	}
-}
-
 // repairTail zeroes the last file from the damage ce reports to its end and
-// fsyncs it, after logging what is dropped. expect is the LSN the damaged
-// record should have carried.
-func repairTail(fs vfs.FS, ce *CorruptError, expect LSN, log *slog.Logger) error {
+// fsyncs it, after logging what is dropped: a torn write, which no one was
+// told was durable.
+func repairTail(fs vfs.FS, ce *CorruptError, log *slog.Logger) error {
 	f, err := fs.OpenReadWrite(ce.File, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", ce.File, err)
@@ -112,19 +100,46 @@ func repairTail(fs vfs.FS, ce *CorruptError, expect LSN, log *slog.Logger) error
 	if err != nil {
 		return err
 	}
-	dirty := logDropped(log, ce.File, ce.Offset, ce.Reason, tail, expect)
-	zeros := make([]byte, min(dirty, readChunk))
-	for done := 0; done < dirty; {
-		n := min(len(zeros), dirty-done)
-		if _, err := f.WriteAt(zeros[:n], ce.Offset+int64(done)); err != nil {
-			return fmt.Errorf("write %s: %w", ce.File, err)
-		}
-		done += n
+	dirty := logDropped(log, ce, tail)
+	if err := zeroAt(f, ce.File, ce.Offset, dirty); err != nil {
+		return err
 	}
 	if err := f.SyncData(); err != nil {
 		return fmt.Errorf("sync %s: %w", ce.File, err)
 	}
 	return nil
+}
+
+// zeroAt writes n zeros at off of f.
+func zeroAt(f vfs.File, path string, off int64, n int) error {
+	zeros := make([]byte, min(n, readChunk))
+	for done := 0; done < n; {
+		k := min(len(zeros), n-done)
+		if _, err := f.WriteAt(zeros[:k], off+int64(done)); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		done += k
+	}
+	return nil
+}
+
+// writeSkip writes a skip record with LSN lsn at off of the file at path,
+// followed by the record with LSN next, and fsyncs the file. It returns the
+// offset after it.
+func writeSkip(fs vfs.FS, path string, off int64, lsn, next LSN) (int64, error) {
+	rec, _ := appendSkipRecord(nil, lsn, next, recordHeaderSize+skipNextSize)
+	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return 0, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(rec, off); err != nil {
+		return 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.SyncData(); err != nil {
+		return 0, fmt.Errorf("sync %s: %w", path, err)
+	}
+	return off + int64(len(rec)), nil
 }
 
 // dropHeaderless reports what a last file without a header holds; Open
@@ -143,7 +158,7 @@ func dropHeaderless(fs vfs.FS, path string, first LSN, log *slog.Logger) error {
 		log.Warn("wal: recreating a log file whose header was never written", "file", path)
 		return nil
 	}
-	logDropped(log, path, 0, "file header missing", data, first)
+	logDropped(log, &CorruptError{File: path, Reason: "file header missing", FirstLSN: first}, data)
 	return nil
 }
 
@@ -160,54 +175,22 @@ func readFrom(f vfs.File, path string, off int64) ([]byte, error) {
 	return b, nil
 }
 
-// logDropped logs the data from off on that a repair drops (tail) and
-// returns how many bytes of it are not trailing zeros.
-func logDropped(log *slog.Logger, path string, off int64, reason string, tail []byte, expect LSN) int {
+// logDropped logs the data from ce.Offset on that a repair of a torn tail
+// drops (tail) and returns how many bytes of it are not trailing zeros.
+func logDropped(log *slog.Logger, ce *CorruptError, tail []byte) int {
 	dirty := len(tail)
 	for dirty > 0 && tail[dirty-1] == 0 {
 		dirty--
 	}
-	count, lo, hi := findIntactRecords(tail, expect)
 	level, msg := slog.LevelWarn, "wal: dropping the torn tail of the last log file"
-	if count > 0 {
-		// Intact records after the damage: not a torn write, and records
-		// that may have been confirmed are lost.
-		level, msg = slog.LevelError, "wal: dropping damaged data in the last log file and the intact records after it"
+	if ce.IntactAfter > 0 {
+		// Sectors a crash left unwritten, with later ones of the same
+		// writes on disk: none of it was ever synced, unless the zeros
+		// are damage (a lost write) — then records were lost.
+		level, msg = slog.LevelError, "wal: dropping a torn write in the last log file and the intact records after it"
 	}
-	log.Log(context.Background(), level, msg, "file", path, "offset", off, "reason", reason,
-		"dropped_bytes", dirty, "intact_records_after", count, "first_lsn_after", uint64(lo), "last_lsn_after", uint64(hi))
+	log.Log(context.Background(), level, msg, "file", ce.File, "offset", ce.Offset, "reason", ce.Reason,
+		"dropped_bytes", dirty, "first_lsn", uint64(ce.FirstLSN), "intact_records_after", ce.IntactAfter,
+		"first_lsn_after", uint64(ce.NextLSN), "last_lsn_after", uint64(ce.IntactLast))
 	return dirty
-}
-
-// findIntactRecords looks for a well-formed record anywhere after the first
-// byte of b with an LSN of at least min, and counts the chain of records
-// with consecutive LSNs that starts there. It only informs the repair log.
-func findIntactRecords(b []byte, min LSN) (count int, first, last LSN) {
-	for i := 1; i+recordHeaderSize <= len(b); i++ {
-		// Cheap rejections first: most offsets fail one of these.
-		if !Class(b[i+8]).valid() {
-			continue
-		}
-		lsn := LSN(binary.LittleEndian.Uint64(b[i+9:]))
-		if lsn < min || lsn-min > LSN(len(b)) {
-			continue
-		}
-		if int(binary.LittleEndian.Uint32(b[i+4:])) > len(b)-i-recordHeaderSize {
-			continue
-		}
-		h, _, n, err := decodeRecord(b[i:])
-		if err != nil {
-			continue
-		}
-		count, first, last = 1, h.lsn, h.lsn
-		for j := i + n; j < len(b); j += n {
-			h, _, n, err = decodeRecord(b[j:])
-			if err != nil || h.lsn != last+1 {
-				break
-			}
-			count, last = count+1, h.lsn
-		}
-		return count, first, last
-	}
-	return 0, 0, 0
 }

@@ -58,11 +58,16 @@ func (w *WAL) ReplayClasses(from LSN, fn func(lsn LSN, c Class, rec []byte) erro
 }
 
 func replayFile(w *WAL, fm fileMeta, from LSN, fn func(LSN, Class, []byte) error) error {
-	r, err := openSegment(w.fs, fm.path, fm.first)
+	open := openSegment
+	if fm.badHeader {
+		open = openRecords // covered damage Open let be
+	}
+	r, err := open(w.fs, fm.path, fm.first)
 	if err != nil {
 		return err
 	}
 	defer r.close()
+	r.holes = fm.holes
 	// Open read the file to its clean end and checked what follows it
 	// (zeros, or a reused file's earlier life: cleanEnd); nothing has
 	// been appended since. Reading stops there rather than scanning that
@@ -76,7 +81,7 @@ func replayFile(w *WAL, fm fileMeta, from LSN, fn func(LSN, Class, []byte) error
 		if err != nil {
 			return err
 		}
-		if h.lsn < from {
+		if h.lsn < from || h.class == classSkip {
 			continue
 		}
 		if err := fn(h.lsn, h.class, payload); err != nil {

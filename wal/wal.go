@@ -153,7 +153,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 
 // recover reads the directory and opens the file to append to.
 func (w *WAL) recover() error {
-	rec, err := recoverFiles(w.fs, w.dir, w.log)
+	rec, err := recoverFiles(w.fs, w.dir, w.opts.Covered, w.log)
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,12 @@ func (s Ranges) ReadLevel(spilled bool, prio uint8, from uint64, want int, buf [
 type PageRead struct {
 	Metas []store.EntryMeta
 	Msgs  []*store.Message
+	// Damage, when not nil, names the messages the store could not read
+	// because the data holding them is damaged: their Msgs are nil, and
+	// the read's error is Damage too, so a caller that does not look for
+	// it stops there. A paging owner takes those entries out of the
+	// queue as lost and merges the rest.
+	Damage *store.DamageError
 	// Done: the read covered the middle as it was bounded then (to).
 	Done bool
 }
@@ -124,6 +130,10 @@ func (s Ranges) readMiddleOnce(spilled bool, prio uint8, from, to uint64, want i
 	}
 	r.Msgs = make([]*store.Message, len(ids))
 	err = s.Store.LoadMessages(ids, func(i int, m *store.Message) { r.Msgs[i] = m })
+	var de *store.DamageError
+	if errors.As(err, &de) {
+		r.Damage = de
+	}
 	return r, err
 }
 
@@ -169,7 +179,8 @@ func MergeBySeq(a, v []store.EntryMeta, max int) []store.EntryMeta {
 // ReadDue reads the entries refs name (one point read each, wherever they
 // lie: Store.ReadRefs) with their messages, for entries about to expire:
 // a gone entry is left out, and so is a dead letter waiting for a route or
-// an entry without a deadline (not the entry the ref was taken for).
+// an entry without a deadline (not the entry the ref was taken for), and
+// one whose message is damaged (a read of its middle reports it).
 func ReadDue(st store.Store, refs []store.Ref) ([]store.EntryMeta, []*store.Message, error) {
 	for attempt := 1; ; attempt++ {
 		metas, msgs, err := readDueOnce(st, refs)
@@ -195,7 +206,21 @@ func readDueOnce(st store.Store, refs []store.Ref) ([]store.EntryMeta, []*store.
 		ids[i] = metas[i].Msg
 	}
 	msgs := make([]*store.Message, len(ids))
-	if err := st.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m }); err != nil {
+	err = st.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m })
+	var de *store.DamageError
+	if errors.As(err, &de) {
+		// Left where they are: the read of their middle finds the
+		// damage too and takes them out of the queue as lost.
+		n := 0
+		for i := range metas {
+			if msgs[i] != nil {
+				metas[n], msgs[n] = metas[i], msgs[i]
+				n++
+			}
+		}
+		metas, msgs, err = metas[:n], msgs[:n], nil
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	return metas, msgs, nil

@@ -300,12 +300,12 @@ func TestDiskFullDiskStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	drain(t, c, "fill", confirmed)
+	drainAcked(t, c, "fill", confirmed)
 	p.expectBlocked(false, "")
 	if err := <-res; err != nil { // the window the alarm held
 		t.Fatal(err)
 	}
-	drain(t, c, "fill", 200)
+	drainAcked(t, c, "fill", 200)
 
 	// Now the disk fills from outside, to its last MiB, while messages
 	// are coming in: the checkpoint that moves them into a segment gets
@@ -369,8 +369,8 @@ func TestDiskFullDiskStore(t *testing.T) {
 	}
 }
 
-// drain consumes n messages from queue, acking them.
-func drain(t *testing.T, c *amqp091.Connection, queue string, n int) {
+// drainAcked consumes n messages from queue, acking them.
+func drainAcked(t *testing.T, c *amqp091.Connection, queue string, n int) {
 	t.Helper()
 	ch, err := c.Channel()
 	if err != nil {

@@ -6,6 +6,14 @@
 //
 //	brokerd [-config FILE] [-listen ADDR] [-mgmt-listen ADDR] [-data DIR]
 //	brokerd -version
+//	brokerd verify [-config FILE] [-data DIR]
+//	brokerd repair [-config FILE] [-data DIR] [-yes]
+//
+// verify and repair work on a stopped broker's data directory (see
+// verify.go): verify reads every WAL record, segment block and index
+// block and reports what is damaged, changing nothing; repair drops the
+// damaged WAL records that keep brokerd from starting, and only those.
+// brokerd exits with status 3 when it refuses to start on damage.
 //
 // Under systemd (Type=notify or notify-reload) it sends READY=1 once
 // recovery is over and every listener is bound, STATUS= lines during
@@ -57,6 +65,14 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "verify":
+			return runVerify(args[1:], stdout, stderr)
+		case "repair":
+			return runRepair(args[1:], os.Stdin, stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("brokerd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "TOML configuration `file`")
@@ -106,9 +122,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	lv.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))
 	if err := serve(cfg, lv); err != nil {
 		log.Error("brokerd failed", "err", err)
-		return 1
+		if hint, ok := damageHint(err); ok {
+			log.Error(hint, "data_dir", cfg.Storage.DataDir)
+			return exitDamaged
+		}
+		return exitFailed
 	}
-	return 0
+	return exitOK
 }
 
 func loadConfig(path string, o config.Overrides) (config.Config, error) {

@@ -48,3 +48,21 @@ func (d *Dir) Close() error {
 	d.lock = nil
 	return err
 }
+
+// LockExisting locks the data directory path for a tool that must not
+// change it (brokerd verify, repair): it creates nothing, and fails if
+// path or its LOCK file (made by brokerd's first start) is missing.
+func LockExisting(path string) (*Dir, error) {
+	f, err := os.OpenFile(filepath.Join(path, "LOCK"), os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a brokerd data directory: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock %s: %w (stop brokerd first)", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return &Dir{Path: path, lock: f}, nil
+}

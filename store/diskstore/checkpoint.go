@@ -30,6 +30,9 @@ type checkpointer struct {
 	// (nil once one succeeds): the checkpoint goroutine retries it with
 	// backoff, and the store's "checkpoint" alarm is raised meanwhile.
 	failing error
+	// damaged holds the segments a compaction found a damaged block in,
+	// with the damage: never compacted again (compact.go).
+	damaged map[segment.ID]string
 	// afterFreeze and afterCommit, when set (by tests, under cpMu), run in
 	// checkpoint with only cpMu held: once the active overlay is frozen,
 	// and once the index batch committed but before the frozen overlay

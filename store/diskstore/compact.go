@@ -2,6 +2,7 @@ package diskstore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -29,6 +30,9 @@ func (s *Store) Compact() (err error) {
 	var cands []segment.ID
 	var total int64
 	for id, st := range s.cp.segs {
+		if _, bad := s.cp.damaged[id]; bad {
+			continue
+		}
 		if st.TotalBytes > 0 && float64(st.LiveBytes) < s.opts.CompactBelow*float64(st.TotalBytes) {
 			cands = append(cands, id)
 		}
@@ -100,6 +104,11 @@ func (s *Store) Compact() (err error) {
 			return b.Set(key, val, nil)
 		})
 		if err != nil {
+			var ce *segment.CorruptError
+			if errors.As(err, &ce) {
+				s.compactionDamaged(old, ce)
+				return nil // what it wrote is removed (above)
+			}
 			return fmt.Errorf("compact segment %d: %w", old, err)
 		}
 	}
@@ -133,6 +142,22 @@ func (s *Store) Compact() (err error) {
 	s.cp.orphans = append(s.cp.orphans, cands...)
 	s.removeOrphans()
 	return nil
+}
+
+// compactionDamaged records that a compaction met a damaged block in
+// segment old: the segment stays as it is and is never compacted again.
+// Its intact blocks are read where they are, and the messages of the
+// damaged one are reported as damage when read (LoadMessages), so the
+// broker takes them out of their queues; once no live message is left in
+// the segment, a checkpoint removes it as any other. The compaction's
+// output (written, never committed) is removed by Compact.
+func (s *Store) compactionDamaged(old segment.ID, ce *segment.CorruptError) {
+	if s.cp.damaged == nil {
+		s.cp.damaged = make(map[segment.ID]string)
+	}
+	s.cp.damaged[old] = ce.Error()
+	s.log.Error("segment: damaged block found by compaction; the segment is left as it is",
+		"segment", old, "file", ce.File, "offset", ce.Offset, "reason", ce.Reason)
 }
 
 // blobMsgID reads the message id at the front of a blob without decoding

@@ -139,6 +139,28 @@
 // While an alarm is raised Reserve does not wait on the checkpoint: the
 // alarm holds publishers back instead, where clients see it.
 //
+// # Damage
+//
+// Damaged files cost what they damaged, never more, and never silently:
+//
+//   - The WAL is opened with wal.Options.Covered set to the checkpoint
+//     LSN: damage in records the index already holds costs nothing and is
+//     stepped over. Other damage (not a torn write) makes Open fail with
+//     the *wal.CorruptError; wal.Repair drops exactly the damaged records
+//     (brokerd repair). A replay that then finds records missing after the
+//     checkpoint (skip records) logs it, and deletes, in one batch, the
+//     entries of later records whose message was stored by a missing one
+//     (a dead-lettered copy of a lost publish), which would otherwise
+//     refer to nothing: they are lost with it, and logged.
+//   - A damaged segment block loses the messages in it: LoadMessages
+//     returns every other message and names those in a *store.DamageError
+//     with the file and block offset (the broker takes their entries out
+//     of their queues as a counted loss). The store does not fail: reads
+//     of other blocks, applies and checkpoints go on. Compaction that
+//     meets the damage leaves the segment as it is, never compacts it
+//     again, and removes what it wrote; a checkpoint removes the segment
+//     once no live message is left in it.
+//
 // # Layout of the data directory
 //
 //	DIR/wal/        WAL files (package wal)

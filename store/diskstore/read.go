@@ -184,8 +184,12 @@ func (v *view) loadMessages(entries []*store.Entry) error {
 		}
 	}
 	if len(need) > 0 {
-		if err := v.readMessages(need, loaded); err != nil {
+		dmg, err := v.readMessages(need, loaded)
+		if err != nil {
 			return err
+		}
+		if dmg != nil {
+			return dmg
 		}
 	}
 	for _, e := range entries {
@@ -206,9 +210,12 @@ func (s *Store) overlayMessage(o *overlay, id store.MsgID) *store.Message {
 	return o.message(id)
 }
 
-// readMessages reads messages from their segments.
-func (v *view) readMessages(ids []store.MsgID, into map[store.MsgID]*store.Message) error {
+// readMessages reads messages from their segments. A message whose
+// segment block is damaged is left out of into and named in the
+// *store.DamageError returned (nil when there is none).
+func (v *view) readMessages(ids []store.MsgID, into map[store.MsgID]*store.Message) (*store.DamageError, error) {
 	s := v.s
+	var dmg *store.DamageError
 	s.segMu.RLock()
 	defer s.segMu.RUnlock()
 	locs := make([]segment.Loc, len(ids))
@@ -223,7 +230,7 @@ func (v *view) readMessages(ids []store.MsgID, into map[store.MsgID]*store.Messa
 	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ids[a], ids[b]) })
 	pr, err := s.newPointReader()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer pr.close()
 	var key []byte
@@ -233,19 +240,19 @@ func (v *view) readMessages(ids []store.MsgID, into map[store.MsgID]*store.Messa
 		key = index.MsgKey(key[:0], uint64(id))
 		raw, ok, err := pr.get(key)
 		if err != nil {
-			return fmt.Errorf("read message %d: %w", id, err)
+			return nil, fmt.Errorf("read message %d: %w", id, err)
 		}
 		if !ok {
-			return fmt.Errorf("read message %d: %w", id, store.ErrUnknownMessage)
+			return nil, fmt.Errorf("read message %d: %w", id, store.ErrUnknownMessage)
 		}
 		if err := index.DecodeMsgValue(raw, &mv); err != nil {
-			return fmt.Errorf("read message %d: %w", id, err)
+			return nil, fmt.Errorf("read message %d: %w", id, err)
 		}
 		if locs[i], err = segment.DecodeLoc(mv.Loc); err != nil {
-			return fmt.Errorf("message %d location: %w", id, err)
+			return nil, fmt.Errorf("message %d location: %w", id, err)
 		}
 	}
-	return s.segs.ReadMany(locs, func(i int, blob []byte) error {
+	err = s.segs.ReadManyDamaged(locs, func(i int, blob []byte) error {
 		m, err := decodeBlob(blob)
 		if err != nil {
 			return fmt.Errorf("message %d: %w", ids[i], err)
@@ -255,7 +262,27 @@ func (v *view) readMessages(ids []store.MsgID, into map[store.MsgID]*store.Messa
 		}
 		into[m.ID] = m
 		return nil
+	}, func(i int, ce *segment.CorruptError) error {
+		dmg = addDamage(dmg, ce.File, ce.Offset, ce.Reason, ids[i])
+		return nil
 	})
+	return dmg, err
+}
+
+// addDamage adds message id, held by the damage at offset of file, to d
+// (a new one if nil) and returns it.
+func addDamage(d *store.DamageError, file string, offset int64, reason string, id store.MsgID) *store.DamageError {
+	if d == nil {
+		d = new(store.DamageError)
+	}
+	for i := range d.Damage {
+		if x := &d.Damage[i]; x.File == file && x.Offset == offset {
+			x.Msgs = append(x.Msgs, id)
+			return d
+		}
+	}
+	d.Damage = append(d.Damage, store.Damage{File: file, Offset: offset, Reason: reason, Msgs: []store.MsgID{id}})
+	return d
 }
 
 // ScanDeadlines implements store.Store.

@@ -1,14 +1,17 @@
 package diskstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/brokerd/brokerd/index"
 	"github.com/brokerd/brokerd/segment"
+	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/wal"
 )
 
@@ -18,11 +21,17 @@ import (
 // of segments, not with the number of stored messages.
 func (s *Store) recover(dir string) error {
 	o := s.opts
-	po := index.Options(o.FS, o.IndexCacheBytes)
-	po.MaxOpenFiles = max(o.MaxOpenFiles/2, pebbleMinOpenFiles)
-	db, err := pebble.Open(subdir(dir, "index"), po)
+	if err := s.verifyIndex(subdir(dir, "index")); err != nil {
+		return err
+	}
+	io := index.Options(o.FS, o.IndexCacheBytes)
+	io.MaxOpenFiles = max(o.MaxOpenFiles/2, pebbleMinOpenFiles)
+	// Damage a read or compaction meets later fails the store, with the
+	// file named; it never takes the process down (index.Options).
+	index.OnCorruption(io, func(ce *index.CorruptionError) { go s.fail(ce) })
+	db, err := pebble.Open(subdir(dir, "index"), io)
 	if err != nil {
-		return fmt.Errorf("open index: %w", err)
+		return fmt.Errorf("open index: %w", index.FromPebble(subdir(dir, "index"), err))
 	}
 	s.db = db
 	var st index.StoreState
@@ -55,6 +64,9 @@ func (s *Store) recover(dir string) error {
 		Logger:       s.log,
 		AfterGroup:   s.runAfterGroup,
 		OnStall:      s.walStalled,
+		// Damage in records the index holds already costs nothing:
+		// the WAL steps over it instead of refusing to open.
+		Covered: wal.LSN(st.CheckpointLSN),
 	})
 	if err != nil {
 		return fmt.Errorf("open wal: %w", err)
@@ -69,7 +81,13 @@ func (s *Store) recover(dir string) error {
 	}
 	replayed, skipped := 0, 0
 	progress := newReplayProgress(o.RecoveryProgress, uint64(st.CheckpointLSN), uint64(w.LastLSN()))
+	var gaps []lsnRange // records a repair of damage dropped (skip records)
+	prev := wal.LSN(st.CheckpointLSN)
 	err = w.ReplayClasses(wal.LSN(st.CheckpointLSN+1), func(lsn wal.LSN, class wal.Class, rec []byte) error {
+		if lsn != prev+1 {
+			gaps = append(gaps, lsnRange{prev + 1, lsn - 1})
+		}
+		prev = lsn
 		progress.at(uint64(lsn))
 		b, err := decodeRecord(rec)
 		if err != nil {
@@ -105,6 +123,14 @@ func (s *Store) recover(dir string) error {
 	if err != nil {
 		return fmt.Errorf("replay wal: %w", err)
 	}
+	if w.LastLSN() > prev {
+		gaps = append(gaps, lsnRange{prev + 1, w.LastLSN()})
+	}
+	if len(gaps) > 0 {
+		if err := s.dropDangling(gaps); err != nil {
+			return err
+		}
+	}
 	progress.end()
 	s.log.Info("store recovered", "dir", dir, "checkpoint_lsn", st.CheckpointLSN,
 		"wal_records_replayed", replayed, "volatile_records_skipped", skipped, "segments", len(s.cp.segs))
@@ -114,6 +140,34 @@ func (s *Store) recover(dir string) error {
 // pebbleMinOpenFiles is the fewest descriptors Pebble keeps open: its
 // table cache holds at least 64 tables, besides 10 other files.
 const pebbleMinOpenFiles = 74
+
+// verifyIndex checks every block of the index's sstables before the store
+// serves (index.Verify): a damaged one makes Open fail, naming the files,
+// rather than the broker failing once it reads the block. A new store has
+// no index yet.
+func (s *Store) verifyIndex(dir string) error {
+	if _, err := s.opts.FS.Stat(dir); err != nil {
+		return nil
+	}
+	start := time.Now()
+	reports, err := index.Verify(s.opts.FS, dir)
+	if err != nil {
+		return fmt.Errorf("verify index: %w", err)
+	}
+	var size uint64
+	for _, r := range reports {
+		size += r.Size
+	}
+	s.log.Info("index verified", "tables", len(reports), "bytes", size, "duration", time.Since(start))
+	var errs []error
+	for _, ce := range index.Damaged(reports) {
+		errs = append(errs, ce)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("verify index: %w", errors.Join(errs...))
+	}
+	return nil
+}
 
 // openSegments opens the segment files and loads their accounting. A
 // segment file the index does not know is the output of a checkpoint or
@@ -203,4 +257,66 @@ func (p *replayProgress) end() {
 	if p.fn != nil {
 		p.fn(p.total, p.total)
 	}
+}
+
+// lsnRange is a range of WAL records, first … last.
+type lsnRange struct{ first, last wal.LSN }
+
+// dropDangling runs after a replay that found records missing (gaps): a
+// repair of damage dropped them (wal.Repair). The messages those records
+// stored are lost, and a later record's entry that refers to one (a
+// dead-lettered copy, a message put again) would refer to nothing: such
+// entries are deleted, in a batch of their own, and logged as lost. Their
+// other effects are gone with them: a publish, an ack (the message comes
+// back), a definition change.
+func (s *Store) dropDangling(gaps []lsnRange) error {
+	var n uint64
+	for _, g := range gaps {
+		n += uint64(g.last - g.first + 1)
+	}
+	s.log.Error("store: WAL records after the checkpoint were dropped as damaged; what they did is lost",
+		"records", n, "first_lsn", uint64(gaps[0].first), "last_lsn", uint64(gaps[len(gaps)-1].last))
+	pr, err := s.newPointReader()
+	if err != nil {
+		return err
+	}
+	defer pr.close()
+	// Entries whose message no record replayed stored: the index must
+	// have it, or it was in a dropped record.
+	type dangling struct {
+		ref store.Ref
+		msg store.MsgID
+	}
+	var found []dangling
+	for q, oq := range s.active.queues {
+		for _, e := range oq.entries {
+			if e.om == nil && !q.Volatile() {
+				found = append(found, dangling{e.Ref, e.Msg.ID})
+			}
+		}
+	}
+	slices.SortFunc(found, func(a, b dangling) int { return cmp.Compare(a.msg, b.msg) })
+	var b store.Batch
+	var key []byte
+	for _, d := range found {
+		key = index.MsgKey(key[:0], uint64(d.msg))
+		_, ok, err := pr.get(key)
+		if err != nil {
+			return fmt.Errorf("read message %d: %w", d.msg, err)
+		}
+		if !ok {
+			s.log.Error("store: dropping an entry whose message was in a dropped WAL record",
+				"queue", uint64(d.ref.Queue), "seq", d.ref.Seq, "msg", uint64(d.msg))
+			b.Deletes = append(b.Deletes, d.ref)
+		}
+	}
+	if len(b.Deletes) == 0 {
+		return nil
+	}
+	done := make(chan error, 1)
+	s.Apply(&b, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		return fmt.Errorf("drop entries lost with damaged WAL records: %w", err)
+	}
+	return nil
 }

@@ -378,9 +378,10 @@ func metaFromIndex(r store.Ref, ev *index.EntryValue) store.EntryMeta {
 
 // LoadMessages implements store.Store. Each distinct id is read once: from
 // an overlay if one holds the body, else from its segment, all of those in
-// one segment.ReadMany under segMu. A message whose last entry was deleted
-// since the last checkpoint may still be found; one the index and the
-// overlays do not have is ErrUnknownMessage.
+// one segment.ReadManyDamaged under segMu. A message whose last entry was
+// deleted since the last checkpoint may still be found; one the index and
+// the overlays do not have is ErrUnknownMessage. One in a damaged segment
+// block is named in a *store.DamageError after fn ran for the others.
 func (s *Store) LoadMessages(ids []store.MsgID, fn func(i int, m *store.Message)) error {
 	s.mu.Lock()
 	if s.closed {
@@ -403,14 +404,21 @@ func (s *Store) LoadMessages(ids []store.MsgID, fn func(i int, m *store.Message)
 		}
 	}
 	s.mu.Unlock()
+	var dmg *store.DamageError
 	if len(need) > 0 {
 		v := &view{s: s}
-		if err := v.readMessages(need, found); err != nil {
+		var err error
+		if dmg, err = v.readMessages(need, found); err != nil {
 			return fmt.Errorf("load messages: %w", err)
 		}
 	}
 	for i, id := range ids {
-		fn(i, found[id])
+		if m := found[id]; m != nil {
+			fn(i, m)
+		}
+	}
+	if dmg != nil {
+		return dmg
 	}
 	return nil
 }

@@ -20,12 +20,12 @@ func (s *Server) resourceRoutes() {
 	s.handle("GET /api/queues", management, s.listQueues)
 	s.handle("GET /api/queues/{vhost}", management, s.listQueues)
 	s.handle("GET /api/queues/{vhost}/{name}", management, s.getQueue)
-	s.handle("PUT /api/queues/{vhost}/{name}", management, s.putQueue)
+	s.handle("PUT /api/queues/{vhost}/{name}", management, s.putQueue, checked(s.mayAccess(broker.Configure, "queue", "name")))
 	s.handle("DELETE /api/queues/{vhost}/{name}", management, s.deleteQueue)
 	s.handle("DELETE /api/queues/{vhost}/{name}/contents", management, s.purgeQueue)
-	s.handle("POST /api/queues/{vhost}/{name}/get", management, s.getMessages)
+	s.handle("POST /api/queues/{vhost}/{name}/get", management, s.getMessages, checked(onChannel(s.mayAccess(broker.Read, "queue", "name"))))
 	s.handle("GET /api/queues/{vhost}/{name}/peek", management, s.peekMessages)
-	s.handle("POST /api/queues/{vhost}/{name}/redrive", management, s.redrive)
+	s.handle("POST /api/queues/{vhost}/{name}/redrive", management, s.redrive, checked(s.mayAccess(broker.Read, "queue", "name")))
 	s.handle("GET /api/redrives", management, s.redrives)
 	s.handle("GET /api/redrives/{id}", management, s.redriveTask)
 	s.handle("DELETE /api/redrives/{id}", management, s.cancelRedrive)
@@ -35,9 +35,9 @@ func (s *Server) resourceRoutes() {
 	s.handle("GET /api/exchanges", management, s.listExchanges)
 	s.handle("GET /api/exchanges/{vhost}", management, s.listExchanges)
 	s.handle("GET /api/exchanges/{vhost}/{name}", management, s.getExchange)
-	s.handle("PUT /api/exchanges/{vhost}/{name}", management, s.putExchange)
+	s.handle("PUT /api/exchanges/{vhost}/{name}", management, s.putExchange, checked(s.mayAccess(broker.Configure, "exchange", "name")))
 	s.handle("DELETE /api/exchanges/{vhost}/{name}", management, s.deleteExchange)
-	s.handle("POST /api/exchanges/{vhost}/{name}/publish", management, s.publish)
+	s.handle("POST /api/exchanges/{vhost}/{name}/publish", management, s.publish, checked(s.mayAccess(broker.Write, "exchange", "name")))
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/source", management, s.exchangeBindings("source"))
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/destination", management, s.exchangeBindings("destination"))
 
@@ -46,7 +46,7 @@ func (s *Server) resourceRoutes() {
 	for _, kind := range []string{"q", "e"} {
 		base := "/api/bindings/{vhost}/e/{source}/" + kind + "/{dest}"
 		s.handle("GET "+base, management, s.bindingsBetween(kind))
-		s.handle("POST "+base, management, s.postBinding(kind))
+		s.handle("POST "+base, management, s.postBinding(kind), checked(s.mayBind(kind)))
 		s.handle("GET "+base+"/{props}", management, s.getBinding(kind))
 		s.handle("DELETE "+base+"/{props}", management, s.deleteBinding(kind))
 	}
@@ -521,6 +521,26 @@ func bindMethod(kind, source, dest, key string, args amqp.Table, bind bool) amqp
 		return &amqp.ExchangeBind{Destination: dest, Source: source, RoutingKey: key, Arguments: args}
 	}
 	return &amqp.ExchangeUnbind{Destination: dest, Source: source, RoutingKey: key, Arguments: args}
+}
+
+// mayBind is postBinding's precheck, in the channel's order: write on the
+// destination, then (unless either side is the default exchange, which the
+// channel refuses) read on the source.
+func (s *Server) mayBind(kind string) precheck {
+	return func(u *broker.UserInfo, r *http.Request) error {
+		vhost, source, dest := r.PathValue("vhost"), exchangeName(r.PathValue("source")), r.PathValue("dest")
+		destKind := "queue"
+		if kind == "e" {
+			destKind = "exchange"
+		}
+		if err := s.checkAccess(u, vhost, broker.Write, destKind, dest); err != nil {
+			return err
+		}
+		if source == "" || kind == "e" && dest == "" {
+			return nil
+		}
+		return s.checkAccess(u, vhost, broker.Read, "exchange", source)
+	}
 }
 
 // postBinding creates a binding; the response's Location names it by its

@@ -4,25 +4,44 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/brokerd/brokerd/broker"
 )
 
 // What a request must get past before its handler runs, against clients
-// that are slow or large on purpose:
+// that are slow on purpose, lie about who they are, or are a browser
+// someone else's page is driving:
 //
+//   - Host: only a loopback name (localhost, *.localhost), an IP address,
+//     the machine's host name or a name in Options.AllowedHosts. A page
+//     on a name its author controls can point that name at 127.0.0.1
+//     (DNS rebinding) and then talk to the API as its own origin, with the
+//     loopback-only guest; it cannot make the browser send a Host it does
+//     not own. An IP address cannot be rebound: a page can reach one only
+//     as its own origin.
+//   - Cross-origin: a state-changing request (not GET, HEAD, OPTIONS) a
+//     browser sends on behalf of another origin (Sec-Fetch-Site, Origin)
+//     is refused (net/http's CrossOriginProtection): a form on another
+//     site would otherwise carry the credentials a user gave the browser
+//     for this one. Clients that are not browsers send neither header.
 //   - Credentials, tags and the permissions the route needs are checked
 //     from the headers (handle), before a byte of the body is read.
-//   - A body must be no larger than the route's limit (Options.MaxBody;
-//     Options.MaxDefinitionsBody for a definitions import; alarmBodyLimit
-//     while the memory alarm is raised, refused with 503 then), and arrive
-//     in time: within Options.BodyTimeout plus one second per
-//     Options.MinBodyRate bytes received, so a client trickling a body is
-//     cut off while a large import over a slow link is not.
+//   - A body must be JSON (Content-Type application/json; a form can send
+//     only form and text types without a preflight), no larger than the
+//     route's limit (Options.MaxBody; Options.MaxDefinitionsBody for a
+//     definitions import; alarmBodyLimit while the memory alarm is raised,
+//     refused with 503 then), and arrive in time: within
+//     Options.BodyTimeout plus one second per Options.MinBodyRate bytes
+//     received, so a client trickling a body is cut off while a large
+//     import over a slow link is not.
 //   - A reply to a request whose body was not read to its end closes the
 //     connection (Connection: close) after reading for at most
 //     unreadLinger what the client already sent, so that it sees the
@@ -153,12 +172,19 @@ func (e *bodyTimeout) Error() string {
 }
 
 // admitBody checks a request that may carry a body, once its sender is
-// authorized and before the handler reads it: within the route's size
-// limit, which bounds the reads that follow.
+// authorized and before the handler reads it: JSON, and within the
+// route's size limit, which bounds the reads that follow.
 func (s *Server) admitBody(r *http.Request, large bool) error {
 	b, ok := r.Body.(*bodyReader)
 	if !ok {
 		return nil // no body
+	}
+	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
+		if ct == "" {
+			ct = "none"
+		}
+		return &httpError{http.StatusUnsupportedMediaType, "unsupported_media_type",
+			fmt.Sprintf("a request body must be JSON, sent with Content-Type: application/json (this one's is %s)", ct)}
 	}
 	b.limit = s.opts.MaxBody
 	if large {
@@ -171,4 +197,54 @@ func (s *Server) admitBody(r *http.Request, large bool) error {
 		return &bodyTooLarge{limit: b.limit, alarm: b.alarm}
 	}
 	return nil
+}
+
+// isJSON reports whether a Content-Type is JSON: application/json or a
+// +json type.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+}
+
+// hostAllowed reports whether a request's Host may be served (see the
+// comment at the top).
+func (s *Server) hostAllowed(host string) bool {
+	if host == "" {
+		return true // HTTP/1.0 without a Host: no browser sends that
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	return s.hosts["*"] || s.hosts[host]
+}
+
+// allowedHosts is the set hostAllowed looks names up in.
+func allowedHosts(extra []string) map[string]bool {
+	m := map[string]bool{}
+	if h, err := os.Hostname(); err == nil {
+		m[strings.ToLower(h)] = true
+	}
+	for _, h := range extra {
+		m[strings.ToLower(strings.TrimSuffix(h, "."))] = true
+	}
+	return m
+}
+
+func hostRefused(host string) error {
+	return &httpError{http.StatusForbidden, "forbidden", fmt.Sprintf(
+		"host name '%s' is not allowed: add it to mgmt.allowed_hosts, or use localhost or an IP address", host)}
+}
+
+func crossOriginRefused(err error) error {
+	return &httpError{http.StatusForbidden, "forbidden", "cross-origin request refused: " + err.Error()}
 }

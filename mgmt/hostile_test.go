@@ -387,3 +387,22 @@ func TestJSONValuesBounded(t *testing.T) {
 	wantError(t, a.do("PUT", "/queues/%2F/many", body), 400, "bad_request", "JSON values")
 	a.must(404, "GET", "/queues/%2F/many", nil)
 }
+
+// A body must be JSON: a form (what a page on another site can post
+// without asking) or a body without a type is refused with 415, before it
+// is read; application/json with parameters is fine.
+func TestBodyMustBeJSON(t *testing.T) {
+	a := startAPI(t)
+	for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "multipart/form-data; boundary=x", ""} {
+		r := a.do("PUT", "/queues/%2F/q", `{"durable": true}`, "Content-Type", ct) // "": none
+		wantError(t, r, 415, "unsupported_media_type", "Content-Type: application/json")
+	}
+	a.must(404, "GET", "/queues/%2F/q", nil)
+	if r := a.do("PUT", "/queues/%2F/q", `{"durable": true}`, "Content-Type", "application/json; charset=utf-8"); r.status != 201 {
+		t.Fatalf("application/json; charset=utf-8: %d %s", r.status, r.body)
+	}
+	// No body, no type needed (rabbitmqadmin sends none then).
+	if r := a.do("DELETE", "/queues/%2F/q", nil, "Content-Type", ""); r.status != 204 {
+		t.Fatalf("DELETE without a body: %d %s", r.status, r.body)
+	}
+}

@@ -46,6 +46,11 @@ type Options struct {
 	// MaxConnections bounds the HTTP connections open at once over every
 	// listener; more wait to be accepted. Default DefaultMaxConnections().
 	MaxConnections int
+	// AllowedHosts are the host names, besides localhost, *.localhost,
+	// IP addresses and the machine's host name, that requests may name
+	// in their Host header; "*" allows any (and gives up the protection
+	// against DNS rebinding).
+	AllowedHosts []string
 	// FrameMax is the AMQP frame_max: a definitions import holds at most
 	// eight frames' worth of JSON of one object at a time. Default 131072.
 	FrameMax int
@@ -75,6 +80,8 @@ type Server struct {
 	rt    router
 	srv   *http.Server
 	conns *connLimit
+	hosts map[string]bool // allowed host names (hostAllowed)
+	cop   *http.CrossOriginProtection
 }
 
 // New builds a Server; Serve starts it on a listener.
@@ -104,6 +111,8 @@ func New(opts Options) *Server {
 		opts.MaxGetBytes = 64 << 20
 	}
 	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger,
+		hosts: allowedHosts(opts.AllowedHosts),
+		cop:   http.NewCrossOriginProtection(),
 		conns: &connLimit{slots: make(chan struct{}, opts.MaxConnections),
 			log: ratelog.New(opts.Logger, slog.LevelWarn, "management connections at mgmt.max_connections; new ones wait", ratelog.Interval)},
 	}
@@ -147,6 +156,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = gw.body
 	}
 	w = gw
+	if !s.hostAllowed(r.Host) {
+		s.writeError(w, r, hostRefused(r.Host))
+		return
+	}
+	if err := s.cop.Check(r); err != nil {
+		s.writeError(w, r, crossOriginRefused(err))
+		return
+	}
 	s.rt.serve(w, r, func() { s.writeError(w, r, notFound()) }, func(allow []string) {
 		if slices.Contains(allow, http.MethodGet) {
 			allow = append([]string{http.MethodHead}, allow...)
@@ -203,7 +220,7 @@ func largeBody(o *routeOpts) { o.large = true }
 // Routes are matched in registration order. The user is authenticated
 // and authorized (tags, the vhost, the route's prechecks) from the
 // request's headers; only then may a PUT's or POST's body be read, if it
-// is within its limit (admitBody).
+// is JSON and within its limit (admitBody).
 func (s *Server) handle(pattern string, need access, h handlerFunc, opts ...routeOption) {
 	var ro routeOpts
 	for _, o := range opts {

@@ -54,6 +54,10 @@ type Options struct {
 	// FrameMax is the AMQP frame_max: a definitions import holds at most
 	// eight frames' worth of JSON of one object at a time. Default 131072.
 	FrameMax int
+	// LoginFailureDelay is how long a refused login waits before its 401,
+	// as amqp.ServerConfig.LoginFailureDelay (default 1s; negative:
+	// none).
+	LoginFailureDelay time.Duration
 	// MaxGetBytes bounds what one POST .../get collects: once its
 	// messages (bodies, properties and some overhead each) reach it, no
 	// more are fetched, whatever the count asked (RabbitMQ has no bound;
@@ -74,14 +78,17 @@ type Listener struct {
 
 // Server serves the management HTTP API. Safe for concurrent use.
 type Server struct {
-	opts  Options
-	b     *broker.Broker
-	log   *slog.Logger
-	rt    router
-	srv   *http.Server
-	conns *connLimit
-	hosts map[string]bool // allowed host names (hostAllowed)
-	cop   *http.CrossOriginProtection
+	opts     Options
+	b        *broker.Broker
+	log      *slog.Logger
+	rt       router
+	srv      *http.Server
+	conns    *connLimit
+	hosts    map[string]bool // allowed host names (hostAllowed)
+	cop      *http.CrossOriginProtection
+	loginLog *ratelog.Limiter
+	// loginDelay waits out a refused login's delay; a test replaces it.
+	loginDelay func(r *http.Request, d time.Duration)
 }
 
 // New builds a Server; Serve starts it on a listener.
@@ -107,12 +114,17 @@ func New(opts Options) *Server {
 	if opts.FrameMax <= 0 {
 		opts.FrameMax = 131072
 	}
+	if opts.LoginFailureDelay == 0 {
+		opts.LoginFailureDelay = time.Second
+	}
 	if opts.MaxGetBytes <= 0 {
 		opts.MaxGetBytes = 64 << 20
 	}
 	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger,
-		hosts: allowedHosts(opts.AllowedHosts),
-		cop:   http.NewCrossOriginProtection(),
+		hosts:      allowedHosts(opts.AllowedHosts),
+		cop:        http.NewCrossOriginProtection(),
+		loginLog:   ratelog.New(opts.Logger, slog.LevelWarn, "management login refused", ratelog.Interval),
+		loginDelay: waitLoginDelay,
 		conns: &connLimit{slots: make(chan struct{}, opts.MaxConnections),
 			log: ratelog.New(opts.Logger, slog.LevelWarn, "management connections at mgmt.max_connections; new ones wait", ratelog.Interval)},
 	}
@@ -142,6 +154,7 @@ func (s *Server) Serve(l net.Listener) error {
 // ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
+	s.loginLog.Stop()
 	s.conns.log.Stop()
 	return err
 }
@@ -456,24 +469,42 @@ func amqpHTTPError(e *amqp.Error) *httpError {
 	return &httpError{http.StatusBadRequest, "bad_request", reason}
 }
 
-// authenticate checks the request's basic auth credentials.
+// authenticate checks the request's basic auth credentials
+// (Broker.Login: the password, the loopback rule, the source's budget of
+// failed logins). A refusal is logged through an aggregating logger and
+// answered Options.LoginFailureDelay after the request arrived, whatever
+// the reason, as an AMQP login's is.
 func (s *Server) authenticate(r *http.Request) (*broker.UserInfo, error) {
+	start := time.Now()
 	name, pass, ok := r.BasicAuth()
 	if !ok {
 		return nil, notAuthorized("")
 	}
 	// The peer as a *net.TCPAddr, for the loopback-only rule (a nil
-	// address is not loopback).
+	// address is not loopback) and the failed-login budget.
 	var remote net.Addr
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		remote = net.TCPAddrFromAddrPort(ap)
 	}
 	u, err := s.b.Login(name, pass, remote)
 	if err != nil {
-		s.log.Debug("management login refused", "user", name, "remote", r.RemoteAddr, "err", err)
+		s.loginLog.Event("remote", r.RemoteAddr, "user", name, "path", r.URL.Path, "reason", err.Error())
+		if d := s.opts.LoginFailureDelay - time.Since(start); d > 0 {
+			s.loginDelay(r, d)
+		}
 		return nil, notAuthorized("Login failed")
 	}
 	return &u, nil
+}
+
+// waitLoginDelay waits d, or until the client goes.
+func waitLoginDelay(r *http.Request, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	}
 }
 
 func hasTag(u *broker.UserInfo, tags ...string) bool {

@@ -224,6 +224,9 @@ func (s *Server) importDefs(im *imported, into string) error {
 				return importError(what, err)
 			}
 			spec := broker.UserSpec{Name: du.Name, PasswordHash: du.PasswordHash, HashingAlgorithm: du.HashingAlgorithm, Tags: tags}
+			if err := s.checkUser(spec); err != nil {
+				return importError(what, err)
+			}
 			if err := s.b.PutUser(spec); err != nil {
 				return importError(what, err)
 			}
@@ -244,12 +247,18 @@ func (s *Server) importDefs(im *imported, into string) error {
 			if _, exists := s.vhostInfo(dv.Name); exists && dv.Metadata == nil && dv.Description == "" && !hasTags {
 				continue // nothing to change: keep its metadata
 			}
+			if err := s.checkVHost(info); err != nil {
+				return importError(what, err)
+			}
 			if err := s.b.PutVHost(info); err != nil {
 				return importError(what, err)
 			}
 		}
 		for _, p := range im.permissions {
 			what := fmt.Sprintf("permissions of user '%s' in vhost '%s'", p.User, p.VHost)
+			if err := s.checkStored("the permissions", len(p.User)+len(p.VHost)+len(p.Configure)+len(p.Write)+len(p.Read)); err != nil {
+				return importError(what, err)
+			}
 			if err := s.b.SetPermissions(p.User, p.VHost, p.Configure, p.Write, p.Read); err != nil {
 				return importError(what, err)
 			}
@@ -271,6 +280,9 @@ func (s *Server) importDefs(im *imported, into string) error {
 		body := policyBody{Pattern: &p.Value.Pattern, Definition: def, Priority: rawValue(p.Value.Priority), ApplyTo: p.Value.ApplyTo}
 		pol, err := body.policy(p.Name)
 		if err == nil {
+			err = s.checkPolicy(pol)
+		}
+		if err == nil {
 			err = s.b.SetOperatorPolicy(vhostOf(p.VHost), pol)
 		}
 		if err != nil {
@@ -286,6 +298,9 @@ func (s *Server) importDefs(im *imported, into string) error {
 		body := policyBody{Pattern: &p.Pattern, Definition: def, Priority: rawValue(p.Priority), ApplyTo: p.ApplyTo}
 		pol, err := body.policy(p.Name)
 		if err == nil {
+			err = s.checkPolicy(pol)
+		}
+		if err == nil {
 			err = s.b.SetPolicy(vhostOf(p.VHost), pol)
 		}
 		if err != nil {
@@ -295,6 +310,9 @@ func (s *Server) importDefs(im *imported, into string) error {
 	// Queues, exchanges and bindings are declared as the broker itself,
 	// with every permission (RabbitMQ's import checks none either).
 	declare := func(vhost, what string, m amqp.Method) error {
+		if err := s.checkMethod(m); err != nil {
+			return importError(what, err)
+		}
 		d, err := s.b.OpenDirect("", vhost)
 		if err != nil {
 			return importError(what, err)

@@ -204,6 +204,9 @@ func (s *Server) putQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 	vhost, name := r.PathValue("vhost"), r.PathValue("name")
 	_, lookupErr := s.b.Queue(vhost, name)
 	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
+	if err := s.checkMethod(m); err != nil {
+		return nil, err
+	}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err
 	}
@@ -413,6 +416,9 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	_, lookupErr := s.b.Exchange(vhost, name)
 	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable,
 		AutoDelete: body.AutoDelete, Internal: body.Internal, Arguments: args}
+	if err := s.checkMethod(m); err != nil {
+		return nil, err
+	}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err
 	}
@@ -557,6 +563,9 @@ func (s *Server) postBinding(kind string) handlerFunc {
 		}
 		source, dest := exchangeName(r.PathValue("source")), r.PathValue("dest")
 		m := bindMethod(kind, source, dest, body.RoutingKey, args, true)
+		if err := s.checkMethod(m); err != nil {
+			return nil, err
+		}
 		if err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 			return nil, err
 		}

@@ -51,8 +51,9 @@ type Options struct {
 	// in their Host header; "*" allows any (and gives up the protection
 	// against DNS rebinding).
 	AllowedHosts []string
-	// FrameMax is the AMQP frame_max: a definitions import holds at most
-	// eight frames' worth of JSON of one object at a time. Default 131072.
+	// FrameMax is the AMQP frame_max: a declaration or binding whose
+	// method frame would be larger is refused, as over AMQP, and policies,
+	// users, vhosts and permissions are bounded by it too. Default 131072.
 	FrameMax int
 	// LoginFailureDelay is how long a refused login waits before its 401,
 	// as amqp.ServerConfig.LoginFailureDelay (default 1s; negative:

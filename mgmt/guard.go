@@ -117,6 +117,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
+	if b.limit > 0 && b.n > b.limit {
+		return 0, &bodyTooLarge{limit: b.limit, alarm: b.alarm}
+	}
 	if b.limit > 0 && int64(len(p)) > b.limit-b.n+1 {
 		p = p[:b.limit-b.n+1]
 	}

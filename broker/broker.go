@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/internal/loginlimit"
 	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -36,6 +37,11 @@ type Options struct {
 	// LoopbackUsers may log in only from a loopback address (RabbitMQ's
 	// loopback_users), whenever they were created. Default: guest.
 	LoopbackUsers []string
+	// LoginLimit is the per-source budget of failed logins that Login
+	// (every AMQP and HTTP API login) spends; a login over it is refused
+	// without its password being checked. Default: loginlimit's defaults
+	// (10 failures in a row, then one a second).
+	LoginLimit *loginlimit.Limiter
 	// MaxMessageSize bounds a message body. Default 128 MiB.
 	MaxMessageSize int
 	// MaxTxBytes bounds what one transaction's publishes hold (bodies,
@@ -165,6 +171,9 @@ func Open(opts Options) (*Broker, error) {
 	}
 	if opts.LoopbackUsers == nil {
 		opts.LoopbackUsers = []string{"guest"}
+	}
+	if opts.LoginLimit == nil {
+		opts.LoginLimit = loginlimit.New(loginlimit.Options{})
 	}
 	bootUsers := make([]*user, 0, len(opts.Users))
 	for _, spec := range opts.Users {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/internal/loginlimit"
 )
 
 // Password hashing algorithms, by the names RabbitMQ gives them (its
@@ -270,10 +271,16 @@ func (b *Broker) DeleteUser(name string) error {
 
 // Login checks a user's password and, for the loopback users
 // (Options.LoopbackUsers), that remote is a loopback address (a nil remote
-// is not): the rules of an AMQP login, for the HTTP API's basic auth. The
-// error says why, for the log; callers show clients one generic refusal.
-// Safe for concurrent use.
+// is not): the rules of an AMQP login, for the HTTP API's basic auth. Each
+// attempt spends the failed-login budget of remote's source
+// (Options.LoginLimit) unless it succeeds; an attempt over the budget is
+// refused without the password being checked. The error says why, for the
+// log; callers show clients one generic refusal, the same for every
+// reason. Safe for concurrent use.
 func (b *Broker) Login(name, password string, remote net.Addr) (UserInfo, error) {
+	if !b.opts.LoginLimit.Take(remote) {
+		return UserInfo{}, fmt.Errorf("user '%s' - too many failed logins from %s; refused without checking the password", name, sourceName(remote))
+	}
 	b.mu.RLock()
 	u := b.users[name]
 	b.mu.RUnlock()
@@ -289,6 +296,7 @@ func (b *Broker) Login(name, password string, remote net.Addr) (UserInfo, error)
 	if slices.Contains(b.opts.LoopbackUsers, name) && !isLoopback(remote) {
 		return UserInfo{}, fmt.Errorf("user '%s' can only connect via localhost", name)
 	}
+	b.opts.LoginLimit.Return(remote)
 	return u.info(), nil
 }
 
@@ -296,6 +304,17 @@ func (b *Broker) Login(name, password string, remote net.Addr) (UserInfo, error)
 func (b *Broker) Authenticate(user, password string, remote net.Addr) error {
 	_, err := b.Login(user, password, remote)
 	return err
+}
+
+// sourceName names the source whose failed-login budget remote spends.
+func sourceName(remote net.Addr) string {
+	if p := loginlimit.Source(remote); p.IsValid() {
+		return p.String()
+	}
+	if remote == nil {
+		return "an unknown address"
+	}
+	return remote.String()
 }
 
 func isLoopback(addr net.Addr) bool {

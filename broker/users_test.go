@@ -3,14 +3,20 @@ package broker_test
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/internal/loginlimit"
 )
 
 // Users: RabbitMQ's password hashes, validation, login rules, deletion.
@@ -295,4 +301,86 @@ func TestUsersListed(t *testing.T) {
 	if _, ok := b.Broker.User("nobody"); ok {
 		t.Fatal("User(nobody) found")
 	}
+}
+
+// usClock is a clock the test moves.
+type usClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *usClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *usClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// A source gets a budget of failed logins however many connections it
+// opens: 32 connections at once, trying 8 passwords each with the right
+// one among them, have only the budget's guesses checked (the clock does
+// not move), so the right password, past the budget, is refused like a
+// wrong one. Another source is not affected; once the budget refills, the
+// right password gets in.
+func TestLoginGuessesBoundedPerSource(t *testing.T) {
+	t.Parallel()
+	clk := &usClock{t: time.Unix(1e9, 0)}
+	const burst = 5
+	b := brokertest.Start(t, brokertest.Config{
+		Server: amqp.ServerConfig{LoginFailureDelay: -1},
+		Broker: broker.Options{LoginLimit: loginlimit.New(loginlimit.Options{Burst: burst, Interval: time.Second, Now: clk.now})},
+	})
+	if err := b.Broker.PutUser(broker.UserSpec{Name: "victim", Password: "right"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Broker.SetPermissions("victim", "/", ".*", ".*", ".*"); err != nil {
+		t.Fatal(err)
+	}
+	const conns, guesses = 32, 8
+	var refused, accepted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := range guesses {
+				pw := fmt.Sprintf("guess-%d-%d", i, g)
+				if i == conns-1 && g == guesses-1 {
+					pw = "right" // the last guess of all, long past the budget
+				}
+				c, err := pmTryDial(b, "victim", pw, "/")
+				if err == nil {
+					accepted.Add(1)
+					c.Close()
+					continue
+				}
+				if e := (*amqp091.Error)(nil); errors.As(err, &e) && e.Code == amqp091.AccessRefused {
+					refused.Add(1)
+					continue
+				}
+				t.Errorf("guess %q: %v, want 403 ACCESS_REFUSED", pw, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := accepted.Load(); n != 0 {
+		t.Fatalf("the right password got in among %d guesses from one source with a budget of %d", conns*guesses, burst)
+	}
+	if n := refused.Load(); n != conns*guesses {
+		t.Fatalf("%d guesses refused, want all %d", n, conns*guesses)
+	}
+	// The budget is the source's, not the user's: the same password from
+	// another loopback address is checked.
+	if _, err := b.Broker.Login("victim", "right", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 1}); err != nil {
+		t.Fatalf("another source: %v", err)
+	}
+	if _, err := pmTryDial(b, "victim", "right", "/"); err == nil {
+		t.Fatal("the right password got in over the budget")
+	}
+	clk.add(time.Second)
+	c, err := pmTryDial(b, "victim", "right", "/")
+	if err != nil {
+		t.Fatalf("the right password, one interval later: %v", err)
+	}
+	c.Close()
 }

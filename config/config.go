@@ -2,6 +2,7 @@ package config
 
 import (
 	"maps"
+	"net"
 	"time"
 )
 
@@ -55,7 +56,36 @@ type TLS struct {
 // Mgmt is the [mgmt] table: the HTTP management API and /metrics.
 type Mgmt struct {
 	Listen string `toml:"listen"` // "" or "off": no HTTP listener
-	TLS    TLS    `toml:"tls"`    // the HTTPS listener, as [amqp.tls]
+	// MaxConnections bounds the HTTP connections open at once over both
+	// listeners; more wait in the kernel's queue. 0: a sixteenth of the
+	// descriptor limit (RLIMIT_NOFILE), 8 to 1024 (internal/fdbudget).
+	MaxConnections int `toml:"max_connections"`
+	// AllowedHosts are the host names requests may name (Host) besides
+	// localhost, *.localhost, IP addresses, the machine's host name and
+	// the listeners' host names; "*" allows any.
+	AllowedHosts []string `toml:"allowed_hosts"`
+	// MaxBodySize bounds a request body, except a definitions import's
+	// (MaxDefinitionsSize).
+	MaxBodySize        ByteSize `toml:"max_body_size"`
+	MaxDefinitionsSize ByteSize `toml:"max_definitions_size"`
+	// BodyTimeout and MinBodyRate bound the time a request body may take:
+	// BodyTimeout plus a second per MinBodyRate bytes received.
+	BodyTimeout Duration `toml:"body_timeout"`
+	MinBodyRate ByteSize `toml:"min_body_rate"`
+	TLS         TLS      `toml:"tls"` // the HTTPS listener, as [amqp.tls]
+}
+
+// HostNames returns the host names the API accepts in a request's Host
+// besides the ones it always does: AllowedHosts and the host parts of
+// the listen addresses that are names.
+func (m Mgmt) HostNames() []string {
+	names := append([]string{}, m.AllowedHosts...)
+	for _, addr := range []string{m.Listen, m.TLS.Listen} {
+		if host, _, ok := splitListen(addr); ok && host != "" && net.ParseIP(host) == nil {
+			names = append(names, host)
+		}
+	}
+	return names
 }
 
 // Daemon is the [daemon] table: the process's life cycle.
@@ -132,6 +162,15 @@ type Auth struct {
 	// LoopbackUsers may connect only from a loopback address, by name:
 	// a user created later through the HTTP API is covered too.
 	LoopbackUsers []string `toml:"loopback_users"`
+	// LoginFailureDelay is how long a refused login (AMQP or HTTP) waits
+	// before its refusal.
+	LoginFailureDelay Duration `toml:"login_failure_delay"`
+	// FailedLoginBurst failed logins from one source (an IPv4 address,
+	// an IPv6 /64) are checked in a row, then one per
+	// FailedLoginInterval; logins past that are refused unchecked. 0: no
+	// limit.
+	FailedLoginBurst    int      `toml:"failed_login_burst"`
+	FailedLoginInterval Duration `toml:"failed_login_interval"`
 }
 
 // User is one [[users]] entry, created on a fresh data dir (the first start,
@@ -164,7 +203,14 @@ func Default() Config {
 			HandshakeTimeout: Duration(10 * time.Second),
 			ConsumerTimeout:  Duration(30 * time.Minute),
 		},
-		Mgmt: Mgmt{Listen: "127.0.0.1:15672"},
+		Mgmt: Mgmt{
+			Listen:             "127.0.0.1:15672",
+			AllowedHosts:       []string{},
+			MaxBodySize:        1 * MiB,
+			MaxDefinitionsSize: 64 * MiB,
+			BodyTimeout:        Duration(10 * time.Second),
+			MinBodyRate:        64 * KiB,
+		},
 		Storage: Storage{
 			DataDir:            "./data",
 			Engine:             EngineDisk,
@@ -184,7 +230,12 @@ func Default() Config {
 		},
 		Log:     Log{Level: LevelInfo, Format: FormatText},
 		Metrics: Metrics{PerQueueLimit: 1000},
-		Auth:    Auth{LoopbackUsers: []string{"guest"}},
+		Auth: Auth{
+			LoopbackUsers:       []string{"guest"},
+			LoginFailureDelay:   Duration(time.Second),
+			FailedLoginBurst:    10,
+			FailedLoginInterval: Duration(time.Second),
+		},
 		Daemon:  Daemon{ShutdownTimeout: Duration(30 * time.Second)},
 		Users:   []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
 		Vhosts:  []Vhost{{Name: "/"}},

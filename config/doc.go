@@ -76,6 +76,19 @@
 // [mgmt] — HTTP management API (RabbitMQ-compatible subset) and /metrics.
 //
 //	mgmt.listen              "127.0.0.1:15672"  "" or "off" disables.
+//	mgmt.max_connections     0               Most HTTP connections open at once over both listeners;
+//	                                         more wait in the kernel's accept queue. 0: a sixteenth
+//	                                         of the descriptor limit (ulimit -n), 8 to 1024.
+//	mgmt.allowed_hosts       []              Host names a request's Host may name besides localhost,
+//	                                         *.localhost, IP addresses, the machine's host name and
+//	                                         the listen addresses' host names; others get 403 (DNS
+//	                                         rebinding). "*" allows any.
+//	mgmt.max_body_size       "1MiB"          Largest request body but a definitions import's,
+//	                                         64KiB..1GiB; larger is refused (400) unread.
+//	mgmt.max_definitions_size "64MiB"        Largest definitions import, 64KiB..4GiB.
+//	mgmt.body_timeout        "10s"           A body must arrive within this, 100ms..1h, plus a second
+//	mgmt.min_body_rate       "64KiB"         per min_body_rate bytes received (at least 1KiB); a
+//	                                         slower one is refused (408) and its connection closed.
 //
 // [mgmt.tls] — HTTPS for the same API; the keys mean what they mean in
 // [amqp.tls].
@@ -152,6 +165,12 @@
 //
 //	auth.loopback_users      ["guest"]       Users that may connect only from a loopback address,
 //	                                         by name: also users created later through the API.
+//	auth.login_failure_delay "1s"            A refused login (AMQP or HTTP) is answered this long
+//	                                         after it arrived, 0s..1m.
+//	auth.failed_login_burst  10              Failed logins a source (IPv4 address, IPv6 /64) may make
+//	auth.failed_login_interval "1s"          in a row over AMQP and HTTP together, then one per
+//	                                         interval (1ms..1h); past that a login is refused
+//	                                         unchecked. 0: no limit.
 //
 // [[users]] — users created on a fresh data dir, with full permissions on the
 // [[vhosts]], as RabbitMQ's default_user; later starts leave users as they

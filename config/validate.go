@@ -87,8 +87,7 @@ func (k *checker) addf(key, format string, args ...any) { k.add(key, nil, format
 func (c *Config) Validate() error {
 	k := &checker{src: c.src}
 	c.validateAMQP(k)
-	k.listen("mgmt.listen", c.Mgmt.Listen)
-	k.tls("mgmt.tls", &c.Mgmt.TLS)
+	c.validateMgmt(k)
 	c.validateListeners(k)
 	if d := time.Duration(c.Daemon.ShutdownTimeout); d < time.Second || d > time.Hour {
 		k.addf("daemon.shutdown_timeout", "must be between 1s and 1h, got %s", d)
@@ -150,6 +149,15 @@ func (c *Config) Validate() error {
 			k.addf(indexKey("auth.loopback_users", i), "must not be empty")
 		}
 	}
+	if d := time.Duration(c.Auth.LoginFailureDelay); d < 0 || d > time.Minute {
+		k.addf("auth.login_failure_delay", "must be between 0s and 1m, got %s", d)
+	}
+	if n := c.Auth.FailedLoginBurst; n < 0 {
+		k.addf("auth.failed_login_burst", "must not be negative (0 means no limit), got %d", n)
+	}
+	if d := time.Duration(c.Auth.FailedLoginInterval); d < time.Millisecond || d > time.Hour {
+		k.addf("auth.failed_login_interval", "must be between 1ms and 1h, got %s", d)
+	}
 	c.validateUsers(k)
 	c.validateVhosts(k)
 
@@ -158,6 +166,32 @@ func (c *Config) Validate() error {
 	}
 	sortProblems(k.probs)
 	return &ValidationError{File: c.File(), Problems: k.probs}
+}
+
+func (c *Config) validateMgmt(k *checker) {
+	m := &c.Mgmt
+	k.listen("mgmt.listen", m.Listen)
+	k.tls("mgmt.tls", &m.TLS)
+	if m.MaxConnections < 0 {
+		k.addf("mgmt.max_connections", "must not be negative (0 means a share of the descriptor limit), got %d", m.MaxConnections)
+	}
+	for i, h := range m.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/: ") {
+			k.addf(indexKey("mgmt.allowed_hosts", i), "invalid host name %q: want a name such as \"broker.example.com\", without a port, or \"*\"", h)
+		}
+	}
+	if b := m.MaxBodySize; b < 64*KiB || b > 1*GiB {
+		k.addf("mgmt.max_body_size", "must be between 64KiB and 1GiB, got %s", b)
+	}
+	if b := m.MaxDefinitionsSize; b < 64*KiB || b > 4*GiB {
+		k.addf("mgmt.max_definitions_size", "must be between 64KiB and 4GiB, got %s", b)
+	}
+	if d := time.Duration(m.BodyTimeout); d < 100*time.Millisecond || d > time.Hour {
+		k.addf("mgmt.body_timeout", "must be between 100ms and 1h, got %s", d)
+	}
+	if b := m.MinBodyRate; b < 1*KiB {
+		k.addf("mgmt.min_body_rate", "must be at least 1KiB (a second), got %s", b)
+	}
 }
 
 func (c *Config) validateAMQP(k *checker) {

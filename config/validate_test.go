@@ -148,3 +148,37 @@ func TestDisabled(t *testing.T) {
 		}
 	}
 }
+
+// The management API's and the logins' bounds are checked; the API's host
+// names include the listen addresses' names.
+func TestValidateMgmtAndAuth(t *testing.T) {
+	c := Default()
+	c.Mgmt.MaxConnections = -1
+	c.Mgmt.AllowedHosts = []string{"ok.example", "bad:15672", ""}
+	c.Mgmt.MaxBodySize = 1 * KiB
+	c.Mgmt.BodyTimeout = 0
+	c.Mgmt.MinBodyRate = 10
+	c.Auth.FailedLoginBurst = -1
+	c.Auth.FailedLoginInterval = 0
+	c.Auth.LoginFailureDelay = Duration(-1)
+	var ve *ValidationError
+	if err := c.Validate(); !errors.As(err, &ve) {
+		t.Fatalf("Validate() = %v; want *ValidationError", err)
+	}
+	var keys []string
+	for _, p := range ve.Problems {
+		keys = append(keys, p.Key)
+	}
+	want := []string{"mgmt.max_connections", "mgmt.allowed_hosts[1]", "mgmt.allowed_hosts[2]", "mgmt.max_body_size",
+		"mgmt.body_timeout", "mgmt.min_body_rate", "auth.login_failure_delay", "auth.failed_login_burst", "auth.failed_login_interval"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Errorf("problems with %v, want %v:\n%v", keys, want, ve)
+	}
+
+	m := Default().Mgmt
+	m.AllowedHosts = []string{"broker.example"}
+	m.Listen, m.TLS.Listen = "mq.internal:15672", "10.0.0.1:15671"
+	if got := m.HostNames(); !reflect.DeepEqual(got, []string{"broker.example", "mq.internal"}) {
+		t.Errorf("HostNames() = %v", got)
+	}
+}

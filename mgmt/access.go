@@ -141,6 +141,9 @@ func (s *Server) putVHost(u *broker.UserInfo, r *http.Request) (any, error) {
 		}
 		info.Tags = tags
 	}
+	if err := s.checkVHost(info); err != nil {
+		return nil, err
+	}
 	_, existed := s.vhostInfo(info.Name)
 	if err := s.b.PutVHost(info); err != nil {
 		return nil, err
@@ -220,6 +223,9 @@ func (s *Server) putUser(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	if body.PasswordHash != nil {
 		spec.PasswordHash = *body.PasswordHash
+	}
+	if err := s.checkUser(spec); err != nil {
+		return nil, err
 	}
 	_, existed := s.b.User(spec.Name)
 	if err := s.b.PutUser(spec); err != nil {
@@ -303,6 +309,9 @@ func (s *Server) putPermission(u *broker.UserInfo, r *http.Request) (any, error)
 		return nil, badRequest("[%s]", strings.Join(missing, ","))
 	}
 	vhost, user := r.PathValue("pvhost"), r.PathValue("user")
+	if err := s.checkStored("the permissions", len(user)+len(vhost)+len(*body.Configure)+len(*body.Write)+len(*body.Read)); err != nil {
+		return nil, err
+	}
 	existed := false
 	for _, p := range s.b.Permissions() {
 		existed = existed || (p.VHost == vhost && p.User == user)

@@ -2,7 +2,6 @@ package mgmt
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -33,13 +32,13 @@ import (
 
 func (s *Server) definitionRoutes() {
 	s.handle("GET /api/definitions", administrator, s.exportDefinitions)
-	s.handle("POST /api/definitions", administrator, s.importDefinitions)
+	s.handle("POST /api/definitions", administrator, s.importDefinitions, largeBody)
 	s.handle("GET /api/definitions/{vhost}", administrator, s.exportDefinitions)
-	s.handle("POST /api/definitions/{vhost}", administrator, s.importDefinitions)
+	s.handle("POST /api/definitions/{vhost}", administrator, s.importDefinitions, largeBody)
 }
 
-// definitions is the file's layout. Slices of maps keep the fields
-// RabbitMQ writes that brokerd does not read (limits, say) out of the way.
+// definitions is the file's layout, as exported (an import reads it into
+// imported, importdefs.go).
 type definitions struct {
 	RabbitVersion    string          `json:"rabbit_version,omitempty"`
 	RabbitMQVersion  string          `json:"rabbitmq_version,omitempty"`
@@ -236,143 +235,18 @@ func importError(what string, err error) error {
 }
 
 func (s *Server) importDefinitions(u *broker.UserInfo, r *http.Request) (any, error) {
-	var d definitions
-	if err := readJSON(r, &d); err != nil {
-		var he *httpError
-		if errors.As(err, &he) && he.reason == "not_json" {
-			return nil, badRequest("failed_to_parse_json") // RabbitMQ's words here
-		}
+	limit := s.opts.MaxDefinitionsBody
+	if b, ok := r.Body.(*bodyReader); ok && b.limit > 0 {
+		limit = b.limit
+	}
+	im, err := s.decodeImport(r.Body, limit)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.importDefs(&d, r.PathValue("vhost")); err != nil {
+	if err := s.importDefs(im, r.PathValue("vhost")); err != nil {
 		return nil, err
 	}
 	s.log.Info("definitions imported", "by", u.Name, "vhost", r.PathValue("vhost"),
-		"users", len(d.Users), "vhosts", len(d.VHosts), "queues", len(d.Queues), "exchanges", len(d.Exchanges), "bindings", len(d.Bindings))
+		"users", len(im.users), "vhosts", len(im.vhosts), "queues", len(im.queues), "exchanges", len(im.exchanges), "bindings", len(im.bindings))
 	return noContent{}, nil
-}
-
-// importDefs imports d; into (when set) is the vhost every object goes
-// to, whatever its own vhost field says.
-func (s *Server) importDefs(d *definitions, into string) error {
-	vhostOf := func(v string) string {
-		if into != "" {
-			return into
-		}
-		if v == "" {
-			return "/"
-		}
-		return v
-	}
-	if into == "" {
-		for _, du := range d.Users {
-			tags, ok := tagList(du.Tags)
-			if du.Tags != nil && !ok {
-				return importError(fmt.Sprintf("user '%s'", du.Name), errors.New("tags must be a string or a list of strings"))
-			}
-			spec := broker.UserSpec{Name: du.Name, PasswordHash: du.PasswordHash, HashingAlgorithm: du.HashingAlgorithm, Tags: tags}
-			if err := s.b.PutUser(spec); err != nil {
-				return importError(fmt.Sprintf("user '%s'", du.Name), err)
-			}
-		}
-		for _, dv := range d.VHosts {
-			info := broker.VHostInfo{Name: dv.Name, Description: dv.Description}
-			tags := dv.Tags
-			if dv.Metadata != nil {
-				info.Description, info.DefaultQueueType = dv.Metadata.Description, dv.Metadata.DefaultQueueType
-				tags = dv.Metadata.Tags
-			}
-			if tags != nil {
-				info.Tags, _ = tagList(tags)
-			}
-			if _, exists := s.vhostInfo(dv.Name); exists && dv.Metadata == nil && dv.Description == "" && dv.Tags == nil {
-				continue // nothing to change: keep its metadata
-			}
-			if err := s.b.PutVHost(info); err != nil {
-				return importError(fmt.Sprintf("vhost '%s'", dv.Name), err)
-			}
-		}
-		for _, p := range d.Permissions {
-			if err := s.b.SetPermissions(p.User, p.VHost, p.Configure, p.Write, p.Read); err != nil {
-				return importError(fmt.Sprintf("permissions of user '%s' in vhost '%s'", p.User, p.VHost), err)
-			}
-		}
-		if len(d.TopicPermissions) > 0 {
-			s.log.Warn("definitions import: topic permissions are not supported; skipped", "count", len(d.TopicPermissions))
-		}
-	}
-	for _, p := range d.Parameters {
-		if p.Component != "operator_policy" {
-			s.log.Warn("definitions import: parameter of an unsupported component skipped", "component", p.Component, "name", p.Name, "vhost", p.VHost)
-			continue
-		}
-		body := policyBody{Pattern: &p.Value.Pattern, Definition: p.Value.Definition, Priority: p.Value.Priority, ApplyTo: p.Value.ApplyTo}
-		pol, err := body.policy(p.Name)
-		if err == nil {
-			err = s.b.SetOperatorPolicy(vhostOf(p.VHost), pol)
-		}
-		if err != nil {
-			return importError(fmt.Sprintf("operator policy '%s' in vhost '%s'", p.Name, vhostOf(p.VHost)), err)
-		}
-	}
-	for _, p := range d.Policies {
-		body := policyBody{Pattern: &p.Pattern, Definition: p.Definition, Priority: p.Priority, ApplyTo: p.ApplyTo}
-		pol, err := body.policy(p.Name)
-		if err == nil {
-			err = s.b.SetPolicy(vhostOf(p.VHost), pol)
-		}
-		if err != nil {
-			return importError(fmt.Sprintf("policy '%s' in vhost '%s'", p.Name, vhostOf(p.VHost)), err)
-		}
-	}
-	// Queues, exchanges and bindings are declared as the broker itself,
-	// with every permission (RabbitMQ's import checks none either).
-	declare := func(vhost, what string, m amqp.Method) error {
-		d, err := s.b.OpenDirect("", vhost)
-		if err != nil {
-			return importError(what, err)
-		}
-		defer d.Close()
-		if _, aerr := d.Do(m); aerr != nil {
-			return importError(what, aerr)
-		}
-		return nil
-	}
-	for _, q := range d.Queues {
-		args, err := tableFromJSON(q.Arguments)
-		if err != nil {
-			return importError(fmt.Sprintf("queue '%s'", q.Name), err)
-		}
-		m := &amqp.QueueDeclare{Queue: q.Name, Durable: q.Durable == nil || *q.Durable, AutoDelete: q.AutoDelete, Arguments: args}
-		if err := declare(vhostOf(q.VHost), fmt.Sprintf("queue '%s' in vhost '%s'", q.Name, vhostOf(q.VHost)), m); err != nil {
-			return err
-		}
-	}
-	for _, x := range d.Exchanges {
-		args, err := tableFromJSON(x.Arguments)
-		if err != nil {
-			return importError(fmt.Sprintf("exchange '%s'", x.Name), err)
-		}
-		m := &amqp.ExchangeDeclare{Exchange: x.Name, Type: x.Type, Durable: x.Durable == nil || *x.Durable,
-			AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: args}
-		if err := declare(vhostOf(x.VHost), fmt.Sprintf("exchange '%s' in vhost '%s'", x.Name, vhostOf(x.VHost)), m); err != nil {
-			return err
-		}
-	}
-	for _, b := range d.Bindings {
-		args, err := tableFromJSON(b.Arguments)
-		if err != nil {
-			return importError("binding", err)
-		}
-		kind := "q"
-		if b.DestinationType == "exchange" {
-			kind = "e"
-		}
-		m := bindMethod(kind, b.Source, b.Destination, b.RoutingKey, args, true)
-		what := fmt.Sprintf("binding from '%s' to %s '%s' in vhost '%s'", b.Source, b.DestinationType, b.Destination, vhostOf(b.VHost))
-		if err := declare(vhostOf(b.VHost), what, m); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -21,12 +21,36 @@
 // the AMQP methods would for the user (broker.Direct), so permissions are
 // enforced exactly as over AMQP.
 //
+// A refused login is answered Options.LoginFailureDelay after the request
+// arrived, whatever the reason, and logged as an aggregated warning; every
+// login spends the per-source budget of failed logins that AMQP logins
+// spend too (Broker.Login, package internal/loginlimit).
+//
+// # Hostile clients
+//
+// Everything about a request that can be checked from its headers is
+// checked before its body is read (guard.go): the Host (loopback names, IP
+// addresses, the machine's name, Options.AllowedHosts: DNS rebinding), a
+// browser's cross-origin state-changing request (CSRF), credentials, tags,
+// the vhost and the permission the route needs on the resource in its
+// path, a JSON Content-Type, and the body's size. Bodies are bounded
+// (Options.MaxBody, Options.MaxDefinitionsBody, 64 KiB while the memory
+// alarm is raised) and timed (Options.BodyTimeout, Options.MinBodyRate);
+// connections are bounded (Options.MaxConnections). What is stored is
+// bounded as an AMQP declaration is, by frame_max (limits.go).
+//
 // # Errors
 //
 // Errors are JSON {"error": word, "reason": text}: 400 bad_request for a
-// body that is not JSON or a refused value (the reason is RabbitMQ's text,
-// e.g. a policy validation message), 401 not_authorized, 403 for a missing
-// tag, 404 "Object Not Found", 405 for a method a path does not take.
+// body that is not JSON, over its size limit ("Exceeded HTTP request body
+// size limit", as RabbitMQ) or holding a refused value (the reason is
+// RabbitMQ's text, e.g. a policy validation message), 401 not_authorized,
+// 403 for a missing tag, 403 forbidden for a Host not allowed or a
+// cross-origin request, 404 "Object Not Found", 405 for a method a path
+// does not take, 408 request_timeout for a body too slow, 415
+// unsupported_media_type for a body that is not sent as application/json,
+// 503 service_unavailable for a body over 64 KiB while the memory alarm is
+// raised.
 //
 // # Endpoints
 //

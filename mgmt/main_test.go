@@ -41,7 +41,13 @@ func startAPI(t *testing.T) *api {
 // startAPIWith is startAPI with the API's options.
 func startAPIWith(t *testing.T, opts mgmt.Options) *api {
 	t.Helper()
-	a := &api{t: t, Instance: brokertest.Start(t, brokertest.Config{}), opts: opts}
+	return startBrokerAPI(t, brokertest.Config{}, opts)
+}
+
+// startBrokerAPI is startAPI with the broker's and the API's options.
+func startBrokerAPI(t *testing.T, cfg brokertest.Config, opts mgmt.Options) *api {
+	t.Helper()
+	a := &api{t: t, Instance: brokertest.Start(t, cfg), opts: opts}
 	a.serve()
 	t.Cleanup(a.stopAPI)
 	return a
@@ -65,10 +71,12 @@ func (a *api) stopAPI() {
 	if a.srv == nil {
 		return
 	}
+	// Idle client connections first: Shutdown waits 5s for one that
+	// never sent a request (the client dialled more than it used).
+	http.DefaultClient.CloseIdleConnections()
 	a.srv.Shutdown(a.t.Context())
 	<-a.done
 	a.srv = nil
-	http.DefaultClient.CloseIdleConnections()
 }
 
 // restart restarts the broker over its store and the API with it.
@@ -118,7 +126,8 @@ func (r resp) list(t *testing.T) []map[string]any {
 }
 
 // as sends a request with the given credentials; body is JSON-encoded
-// unless it is a string (sent as is) or nil.
+// unless it is a string (sent as is) or nil, and sent as
+// application/json (header may say otherwise).
 func (a *api) as(user, pass, method, path string, body any, header ...string) resp {
 	a.t.Helper()
 	var rd io.Reader
@@ -138,6 +147,9 @@ func (a *api) as(user, pass, method, path string, body any, header ...string) re
 		a.t.Fatal(err)
 	}
 	req.SetBasicAuth(user, pass)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json") // as every client sends a body
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -76,6 +76,9 @@ func (k policyKind) put(s *Server) handlerFunc {
 		if err != nil {
 			return nil, err
 		}
+		if err := s.checkPolicy(p); err != nil {
+			return nil, err
+		}
 		existed := false
 		for _, old := range k.policies(s, vhost) {
 			existed = existed || old.Name == name

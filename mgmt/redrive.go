@@ -44,6 +44,11 @@ func (s *Server) redrive(u *broker.UserInfo, r *http.Request) (any, error) {
 	default:
 		return nil, badRequest("to must be origin or exchange")
 	}
+	for _, f := range [][2]string{{"exchange", body.Exchange}, {"routing_key", body.RoutingKey}, {"reason", body.Reason}, {"source_queue", body.SourceQueue}} {
+		if err := checkShort(f[0], f[1]); err != nil {
+			return nil, err
+		}
+	}
 	if body.Max < 0 || body.MinAgeMS < 0 || body.Rate < 0 {
 		return nil, badRequest("max, rate and min_age_ms must not be negative")
 	}

@@ -20,12 +20,12 @@ func (s *Server) resourceRoutes() {
 	s.handle("GET /api/queues", management, s.listQueues)
 	s.handle("GET /api/queues/{vhost}", management, s.listQueues)
 	s.handle("GET /api/queues/{vhost}/{name}", management, s.getQueue)
-	s.handle("PUT /api/queues/{vhost}/{name}", management, s.putQueue)
+	s.handle("PUT /api/queues/{vhost}/{name}", management, s.putQueue, checked(s.mayAccess(broker.Configure, "queue", "name")))
 	s.handle("DELETE /api/queues/{vhost}/{name}", management, s.deleteQueue)
 	s.handle("DELETE /api/queues/{vhost}/{name}/contents", management, s.purgeQueue)
-	s.handle("POST /api/queues/{vhost}/{name}/get", management, s.getMessages)
+	s.handle("POST /api/queues/{vhost}/{name}/get", management, s.getMessages, checked(onChannel(s.mayAccess(broker.Read, "queue", "name"))))
 	s.handle("GET /api/queues/{vhost}/{name}/peek", management, s.peekMessages)
-	s.handle("POST /api/queues/{vhost}/{name}/redrive", management, s.redrive)
+	s.handle("POST /api/queues/{vhost}/{name}/redrive", management, s.redrive, checked(s.mayAccess(broker.Read, "queue", "name")))
 	s.handle("GET /api/redrives", management, s.redrives)
 	s.handle("GET /api/redrives/{id}", management, s.redriveTask)
 	s.handle("DELETE /api/redrives/{id}", management, s.cancelRedrive)
@@ -35,9 +35,9 @@ func (s *Server) resourceRoutes() {
 	s.handle("GET /api/exchanges", management, s.listExchanges)
 	s.handle("GET /api/exchanges/{vhost}", management, s.listExchanges)
 	s.handle("GET /api/exchanges/{vhost}/{name}", management, s.getExchange)
-	s.handle("PUT /api/exchanges/{vhost}/{name}", management, s.putExchange)
+	s.handle("PUT /api/exchanges/{vhost}/{name}", management, s.putExchange, checked(s.mayAccess(broker.Configure, "exchange", "name")))
 	s.handle("DELETE /api/exchanges/{vhost}/{name}", management, s.deleteExchange)
-	s.handle("POST /api/exchanges/{vhost}/{name}/publish", management, s.publish)
+	s.handle("POST /api/exchanges/{vhost}/{name}/publish", management, s.publish, checked(s.mayAccess(broker.Write, "exchange", "name")))
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/source", management, s.exchangeBindings("source"))
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/destination", management, s.exchangeBindings("destination"))
 
@@ -46,7 +46,7 @@ func (s *Server) resourceRoutes() {
 	for _, kind := range []string{"q", "e"} {
 		base := "/api/bindings/{vhost}/e/{source}/" + kind + "/{dest}"
 		s.handle("GET "+base, management, s.bindingsBetween(kind))
-		s.handle("POST "+base, management, s.postBinding(kind))
+		s.handle("POST "+base, management, s.postBinding(kind), checked(s.mayBind(kind)))
 		s.handle("GET "+base+"/{props}", management, s.getBinding(kind))
 		s.handle("DELETE "+base+"/{props}", management, s.deleteBinding(kind))
 	}
@@ -206,6 +206,9 @@ func (s *Server) putQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 	vhost, name := r.PathValue("vhost"), r.PathValue("name")
 	_, lookupErr := s.b.Queue(vhost, name)
 	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
+	if err := s.checkMethod(m); err != nil {
+		return nil, err
+	}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err
 	}
@@ -415,6 +418,9 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	_, lookupErr := s.b.Exchange(vhost, name)
 	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable,
 		AutoDelete: body.AutoDelete, Internal: body.Internal, Arguments: args}
+	if err := s.checkMethod(m); err != nil {
+		return nil, err
+	}
 	if err := s.withDirect(u, vhost, func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 		return nil, err
 	}
@@ -525,6 +531,26 @@ func bindMethod(kind, source, dest, key string, args amqp.Table, bind bool) amqp
 	return &amqp.ExchangeUnbind{Destination: dest, Source: source, RoutingKey: key, Arguments: args}
 }
 
+// mayBind is postBinding's precheck, in the channel's order: write on the
+// destination, then (unless either side is the default exchange, which the
+// channel refuses) read on the source.
+func (s *Server) mayBind(kind string) precheck {
+	return func(u *broker.UserInfo, r *http.Request) error {
+		vhost, source, dest := r.PathValue("vhost"), exchangeName(r.PathValue("source")), r.PathValue("dest")
+		destKind := "queue"
+		if kind == "e" {
+			destKind = "exchange"
+		}
+		if err := s.checkAccess(u, vhost, broker.Write, destKind, dest); err != nil {
+			return err
+		}
+		if source == "" || kind == "e" && dest == "" {
+			return nil
+		}
+		return s.checkAccess(u, vhost, broker.Read, "exchange", source)
+	}
+}
+
 // postBinding creates a binding; the response's Location names it by its
 // properties key, as RabbitMQ's does.
 func (s *Server) postBinding(kind string) handlerFunc {
@@ -539,6 +565,9 @@ func (s *Server) postBinding(kind string) handlerFunc {
 		}
 		source, dest := exchangeName(r.PathValue("source")), r.PathValue("dest")
 		m := bindMethod(kind, source, dest, body.RoutingKey, args, true)
+		if err := s.checkMethod(m); err != nil {
+			return nil, err
+		}
 		if err := s.withDirect(u, r.PathValue("vhost"), func(d *broker.Direct) error { _, err := do(d, m); return err }); err != nil {
 			return nil, err
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,9 +17,10 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/ratelog"
 )
 
-// Options configures a Server.
+// Options configures a Server. Zero fields take the defaults noted.
 type Options struct {
 	// Broker is the broker managed. Required.
 	Broker *broker.Broker
@@ -30,8 +30,35 @@ type Options struct {
 	Version string
 	// Listeners are the broker's AMQP listeners, shown in /api/overview.
 	Listeners []Listener
-	// MaxBody bounds a request body. Default 64 MiB (definitions files).
+	// MaxBody bounds a request body (a declaration, a policy, a publish),
+	// except a definitions import's. Default 1 MiB.
 	MaxBody int64
+	// MaxDefinitionsBody bounds the body of a definitions import (POST
+	// /api/definitions, an administrator's: an export of a large broker).
+	// Default 64 MiB.
+	MaxDefinitionsBody int64
+	// BodyTimeout and MinBodyRate bound the time a request body may
+	// take: BodyTimeout, plus one second per MinBodyRate bytes received.
+	// A body later than that is refused (408) and its connection closed.
+	// Defaults 10s and 64 KiB/s (a 64 MiB import may take 17 minutes).
+	BodyTimeout time.Duration
+	MinBodyRate int64
+	// MaxConnections bounds the HTTP connections open at once over every
+	// listener; more wait to be accepted. Default DefaultMaxConnections().
+	MaxConnections int
+	// AllowedHosts are the host names, besides localhost, *.localhost,
+	// IP addresses and the machine's host name, that requests may name
+	// in their Host header; "*" allows any (and gives up the protection
+	// against DNS rebinding).
+	AllowedHosts []string
+	// FrameMax is the AMQP frame_max: a declaration or binding whose
+	// method frame would be larger is refused, as over AMQP, and policies,
+	// users, vhosts and permissions are bounded by it too. Default 131072.
+	FrameMax int
+	// LoginFailureDelay is how long a refused login waits before its 401,
+	// as amqp.ServerConfig.LoginFailureDelay (default 1s; negative:
+	// none).
+	LoginFailureDelay time.Duration
 	// MaxGetBytes bounds what one POST .../get collects: once its
 	// messages (bodies, properties and some overhead each) reach it, no
 	// more are fetched, whatever the count asked (RabbitMQ has no bound;
@@ -52,11 +79,17 @@ type Listener struct {
 
 // Server serves the management HTTP API. Safe for concurrent use.
 type Server struct {
-	opts Options
-	b    *broker.Broker
-	log  *slog.Logger
-	rt   router
-	srv  *http.Server
+	opts     Options
+	b        *broker.Broker
+	log      *slog.Logger
+	rt       router
+	srv      *http.Server
+	conns    *connLimit
+	hosts    map[string]bool // allowed host names (hostAllowed)
+	cop      *http.CrossOriginProtection
+	loginLog *ratelog.Limiter
+	// loginDelay waits out a refused login's delay; a test replaces it.
+	loginDelay func(r *http.Request, d time.Duration)
 }
 
 // New builds a Server; Serve starts it on a listener.
@@ -65,36 +98,85 @@ func New(opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	if opts.MaxBody <= 0 {
-		opts.MaxBody = 64 << 20
+		opts.MaxBody = 1 << 20
+	}
+	if opts.MaxDefinitionsBody <= 0 {
+		opts.MaxDefinitionsBody = 64 << 20
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 10 * time.Second
+	}
+	if opts.MinBodyRate <= 0 {
+		opts.MinBodyRate = 64 << 10
+	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = DefaultMaxConnections()
+	}
+	if opts.FrameMax <= 0 {
+		opts.FrameMax = 131072
+	}
+	if opts.LoginFailureDelay == 0 {
+		opts.LoginFailureDelay = time.Second
 	}
 	if opts.MaxGetBytes <= 0 {
 		opts.MaxGetBytes = 64 << 20
 	}
-	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger}
+	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger,
+		hosts:      allowedHosts(opts.AllowedHosts),
+		cop:        http.NewCrossOriginProtection(),
+		loginLog:   ratelog.New(opts.Logger, slog.LevelWarn, "management login refused", ratelog.Interval),
+		loginDelay: waitLoginDelay,
+		conns: &connLimit{slots: make(chan struct{}, opts.MaxConnections),
+			log: ratelog.New(opts.Logger, slog.LevelWarn, "management connections at mgmt.max_connections; new ones wait", ratelog.Interval)},
+	}
 	s.routes()
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed || st == http.StateHijacked {
+				s.conns.release()
+			}
+		},
 	}
 	return s
 }
 
 // Serve serves HTTP on l until Shutdown; it returns http.ErrServerClosed
-// then.
-func (s *Server) Serve(l net.Listener) error { return s.srv.Serve(l) }
+// then. The connections of every listener count against
+// Options.MaxConnections together.
+func (s *Server) Serve(l net.Listener) error {
+	return s.srv.Serve(&limitListener{Listener: l, lim: s.conns, done: make(chan struct{})})
+}
 
 // Shutdown stops accepting and waits for requests in progress until ctx
 // ends.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	s.loginLog.Stop()
+	s.conns.log.Stop()
+	return err
+}
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("Vary", "accept, accept-encoding, origin")
-	if r.Body != nil {
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	gw := &guardedWriter{ResponseWriter: w}
+	if r.Body != nil && r.Body != http.NoBody {
+		gw.body = s.newBodyReader(w, r)
+		r.Body = gw.body
+	}
+	w = gw
+	if !s.hostAllowed(r.Host) {
+		s.writeError(w, r, hostRefused(r.Host))
+		return
+	}
+	if err := s.cop.Check(r); err != nil {
+		s.writeError(w, r, crossOriginRefused(err))
+		return
 	}
 	s.rt.serve(w, r, func() { s.writeError(w, r, notFound()) }, func(allow []string) {
 		if slices.Contains(allow, http.MethodGet) {
@@ -128,10 +210,38 @@ const (
 // not a policymaker with permissions in the vhost.
 const notAuthorisedObject = "User not authorised to access object"
 
+// A precheck refuses a request from its route and user alone, before its
+// body is read: the permission the operation needs on the resource the
+// path names.
+type precheck func(u *broker.UserInfo, r *http.Request) error
+
+// routeOption adjusts a route registered with handle.
+type routeOption func(*routeOpts)
+
+type routeOpts struct {
+	pre   []precheck
+	large bool // the body may be Options.MaxDefinitionsBody
+}
+
+// checked runs fn before the body is read.
+func checked(fn precheck) routeOption { return func(o *routeOpts) { o.pre = append(o.pre, fn) } }
+
+// largeBody lets the route's body be Options.MaxDefinitionsBody.
+func largeBody(o *routeOpts) { o.large = true }
+
 // handle registers a handler for pattern ("METHOD /path/{wild}"); the
 // same path with a trailing slash is served too, as RabbitMQ does.
-// Routes are matched in registration order.
-func (s *Server) handle(pattern string, need access, h handlerFunc) {
+// Routes are matched in registration order. The user is authenticated
+// and authorized (tags, the vhost, the route's prechecks) from the
+// request's headers; only then may a PUT's or POST's body be read, if it
+// is JSON and within its limit (admitBody).
+func (s *Server) handle(pattern string, need access, h handlerFunc, opts ...routeOption) {
+	var ro routeOpts
+	for _, o := range opts {
+		o(&ro)
+	}
+	method, _, _ := strings.Cut(pattern, " ")
+	takesBody := method == http.MethodPut || method == http.MethodPost
 	fn := func(w http.ResponseWriter, r *http.Request) {
 		u, err := s.authenticate(r)
 		if err == nil {
@@ -145,6 +255,14 @@ func (s *Server) handle(pattern string, need access, h handlerFunc) {
 				}
 				err = s.authorizeVHost(u, r, v, denied)
 			}
+		}
+		for _, pre := range ro.pre {
+			if err == nil {
+				err = pre(u, r)
+			}
+		}
+		if err == nil && takesBody {
+			err = s.admitBody(r, ro.large)
 		}
 		var out any
 		if err == nil {
@@ -160,6 +278,45 @@ func (s *Server) handle(pattern string, need access, h handlerFunc) {
 		writeResult(w, r, out)
 	}
 	s.rt.add(pattern, fn)
+}
+
+// onChannel reports a precheck's refusal as a channel saw it, as a get's
+// (channelError).
+func onChannel(pre precheck) precheck {
+	return func(u *broker.UserInfo, r *http.Request) error {
+		err := pre(u, r)
+		if ae, ok := err.(*amqp.Error); ok {
+			return channelError{ae}
+		}
+		return err
+	}
+}
+
+// mayAccess is a precheck: the user's access (broker.Configure, Write or
+// Read) to the resource (kind "queue" or "exchange") named by the path's
+// name wildcard (an exchange's amq.default is the default exchange).
+func (s *Server) mayAccess(access, kind, wildcard string) precheck {
+	return func(u *broker.UserInfo, r *http.Request) error {
+		name := r.PathValue(wildcard)
+		if kind == "exchange" {
+			name = exchangeName(name)
+		}
+		return s.checkAccess(u, r.PathValue("vhost"), access, kind, name)
+	}
+}
+
+// checkAccess refuses what the operation's broker.Direct would refuse for
+// want of access: no permissions in the vhost at all (an
+// *broker.AccessError, as OpenDirect's), or not the access to the
+// resource (the channel's *amqp.Error).
+func (s *Server) checkAccess(u *broker.UserInfo, vhost, access, kind, name string) error {
+	if !s.canAccessVHost(u, vhost) {
+		return &broker.AccessError{Msg: fmt.Sprintf("access to vhost '%s' refused for user '%s'", vhost, u.Name)}
+	}
+	if aerr := s.b.CheckAccess(u.Name, vhost, access, kind, name); aerr != nil {
+		return aerr
+	}
+	return nil
 }
 
 // created is a handler result: 201 Created with no body (a PUT that made
@@ -254,15 +411,21 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ie *broker.InvalidError
 	var ae *amqp.Error
 	var acc *broker.AccessError
-	var mbe *http.MaxBytesError
+	var tooLarge *bodyTooLarge
+	var slow *bodyTimeout
 	var ce channelError
 	switch {
 	case errors.As(err, &he):
 	case errors.As(err, &ce):
 		he = amqpHTTPError(ce.e)
 		he.reason = ce.e.Text
-	case errors.As(err, &mbe):
-		he = &httpError{http.StatusRequestEntityTooLarge, "bad_request", fmt.Sprintf("request body larger than %d bytes", mbe.Limit)}
+	case errors.As(err, &tooLarge) && tooLarge.alarm:
+		he = &httpError{http.StatusServiceUnavailable, "service_unavailable", tooLarge.Error()}
+	case errors.As(err, &tooLarge): // 400, as RabbitMQ's
+		he = &httpError{http.StatusBadRequest, "bad_request", tooLarge.Error()}
+	case errors.As(err, &slow):
+		he = &httpError{http.StatusRequestTimeout, "request_timeout", fmt.Sprintf("%s: a body must arrive within %s plus a second per %d bytes (mgmt.body_timeout, mgmt.min_body_rate)",
+			slow.Error(), s.opts.BodyTimeout, s.opts.MinBodyRate)}
 	case errors.Is(err, broker.ErrNotFound):
 		he = notFound().(*httpError)
 	case errors.As(err, &ie):
@@ -307,24 +470,42 @@ func amqpHTTPError(e *amqp.Error) *httpError {
 	return &httpError{http.StatusBadRequest, "bad_request", reason}
 }
 
-// authenticate checks the request's basic auth credentials.
+// authenticate checks the request's basic auth credentials
+// (Broker.Login: the password, the loopback rule, the source's budget of
+// failed logins). A refusal is logged through an aggregating logger and
+// answered Options.LoginFailureDelay after the request arrived, whatever
+// the reason, as an AMQP login's is.
 func (s *Server) authenticate(r *http.Request) (*broker.UserInfo, error) {
+	start := time.Now()
 	name, pass, ok := r.BasicAuth()
 	if !ok {
 		return nil, notAuthorized("")
 	}
 	// The peer as a *net.TCPAddr, for the loopback-only rule (a nil
-	// address is not loopback).
+	// address is not loopback) and the failed-login budget.
 	var remote net.Addr
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		remote = net.TCPAddrFromAddrPort(ap)
 	}
 	u, err := s.b.Login(name, pass, remote)
 	if err != nil {
-		s.log.Debug("management login refused", "user", name, "remote", r.RemoteAddr, "err", err)
+		s.loginLog.Event("remote", r.RemoteAddr, "user", name, "path", r.URL.Path, "reason", err.Error())
+		if d := s.opts.LoginFailureDelay - time.Since(start); d > 0 {
+			s.loginDelay(r, d)
+		}
 		return nil, notAuthorized("Login failed")
 	}
 	return &u, nil
+}
+
+// waitLoginDelay waits d, or until the client goes.
+func waitLoginDelay(r *http.Request, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	}
 }
 
 func hasTag(u *broker.UserInfo, tags ...string) bool {
@@ -392,23 +573,5 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("not an integer: %s", b)
 	}
 	*n = jsonInt(i)
-	return nil
-}
-
-// readJSON decodes the request body into v; a body that is not JSON is
-// refused as RabbitMQ does. An empty body leaves v as it is.
-func readJSON(r *http.Request, v any) error {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return err
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return nil
-	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return badRequest("not_json")
-	}
 	return nil
 }

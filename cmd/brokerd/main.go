@@ -50,6 +50,7 @@ import (
 	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/datadir"
 	"github.com/brokerd/brokerd/internal/fdbudget"
+	"github.com/brokerd/brokerd/internal/loginlimit"
 	"github.com/brokerd/brokerd/internal/sdnotify"
 	"github.com/brokerd/brokerd/internal/version"
 	"github.com/brokerd/brokerd/metrics"
@@ -203,6 +204,7 @@ func serve(cfg config.Config, lv *live) error {
 		DeliveredMarkChunk: cfg.Storage.DeliveredMarkChunk,
 		ConsumerTimeout:    consumerTimeout(cfg.AMQP.ConsumerTimeout),
 		RecoveryProgress:   status.queues,
+		LoginLimit:         loginlimit.New(loginLimit(cfg.Auth)),
 	})
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)
@@ -232,15 +234,16 @@ func serve(cfg config.Config, lv *live) error {
 	lv.mon = mon
 
 	srv := amqp.NewServer(amqp.ServerConfig{
-		Handler:          b,
-		Logger:           log,
-		Heartbeat:        time.Duration(cfg.AMQP.Heartbeat),
-		FrameMax:         uint32(cfg.AMQP.FrameMax),
-		ChannelMax:       uint16(cfg.AMQP.ChannelMax),
-		HandshakeTimeout: time.Duration(cfg.AMQP.HandshakeTimeout),
-		MaxMessageSize:   uint64(cfg.AMQP.MaxMessageSize),
-		MaxConnections:   maxConnections(cfg.Limits, fds, log),
-		Version:          version.String(),
+		Handler:           b,
+		Logger:            log,
+		Heartbeat:         time.Duration(cfg.AMQP.Heartbeat),
+		FrameMax:          uint32(cfg.AMQP.FrameMax),
+		ChannelMax:        uint16(cfg.AMQP.ChannelMax),
+		HandshakeTimeout:  time.Duration(cfg.AMQP.HandshakeTimeout),
+		MaxMessageSize:    uint64(cfg.AMQP.MaxMessageSize),
+		MaxConnections:    maxConnections(cfg.Limits, fds, log),
+		LoginFailureDelay: loginFailureDelay(cfg.Auth),
+		Version:           version.String(),
 	})
 	lv.srv, lv.fds = srv, fds
 	// Started before anything listens: a failed start closes every
@@ -291,6 +294,10 @@ func serve(cfg config.Config, lv *live) error {
 		}
 		if api == nil {
 			api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version.String(), Listeners: listeners,
+				MaxBody: int64(cfg.Mgmt.MaxBodySize), MaxDefinitionsBody: int64(cfg.Mgmt.MaxDefinitionsSize),
+				BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
+				MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
+				FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
 				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)})})
 			res.add(func() { api.Shutdown(context.Background()) })
 		}
@@ -419,6 +426,26 @@ func consumerTimeout(d config.Duration) time.Duration {
 		return -1
 	}
 	return time.Duration(d)
+}
+
+// loginFailureDelay maps auth.login_failure_delay to the servers' options,
+// where 0 means the default and a negative value none.
+func loginFailureDelay(a config.Auth) time.Duration {
+	if a.LoginFailureDelay == 0 {
+		return -1
+	}
+	return time.Duration(a.LoginFailureDelay)
+}
+
+// loginLimit maps auth.failed_login_burst (0: no limit) and
+// auth.failed_login_interval to loginlimit's options (a negative burst:
+// no limit).
+func loginLimit(a config.Auth) loginlimit.Options {
+	burst := a.FailedLoginBurst
+	if burst == 0 {
+		burst = -1
+	}
+	return loginlimit.Options{Burst: burst, Interval: time.Duration(a.FailedLoginInterval)}
 }
 
 // memoryLimit is the memory alarm's limit: the absolute setting, else

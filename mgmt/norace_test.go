@@ -1,0 +1,5 @@
+//go:build !race
+
+package mgmt_test
+
+const raceEnabled = false

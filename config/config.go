@@ -236,9 +236,9 @@ func Default() Config {
 			FailedLoginBurst:    10,
 			FailedLoginInterval: Duration(time.Second),
 		},
-		Daemon:  Daemon{ShutdownTimeout: Duration(30 * time.Second)},
-		Users:   []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
-		Vhosts:  []Vhost{{Name: "/"}},
+		Daemon: Daemon{ShutdownTimeout: Duration(30 * time.Second)},
+		Users:  []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
+		Vhosts: []Vhost{{Name: "/"}},
 	}
 }
 

@@ -94,6 +94,7 @@ func (q *Queue) retryStoredLocked() {
 func (q *Queue) retryStored(gen uint64, vol bool) {
 	b := q.vhost.b
 	var from uint64
+	failed := false
 	for {
 		metas, err := q.ranges().ReadBacklog(vol, from, backlogChunk)
 		var msgs []*store.Message
@@ -115,7 +116,9 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 				return
 			}
 			if err != nil {
-				b.storeFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				// The pass is made again after a pause (readretry.go).
+				b.readFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				failed = true
 				return
 			}
 			es := make([]*entry, 0, len(metas))
@@ -174,6 +177,13 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 		q.retryStoredLocked()
 	}
 	q.mu.Unlock()
+	if failed {
+		b.retryRead(func() {
+			q.mu.Lock()
+			q.retryStoredLocked()
+			q.mu.Unlock()
+		})
+	}
 }
 
 // backlogRefsLocked reads the refs of q's stored backlog (purge deletes

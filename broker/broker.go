@@ -130,6 +130,7 @@ type Broker struct {
 	counters counters
 	cycles   cycleLog
 	dropLog  [numDropCauses]*ratelog.Limiter // nil for dropNoDLX; see newDropLogs
+	readLog  *ratelog.Limiter                // store reads retried (readretry.go)
 
 	timers *ttl.Scheduler // message deadlines and queue leases
 	// horizon is the latest deadline the store's expiry keys have been
@@ -222,6 +223,7 @@ func Open(opts Options) (*Broker, error) {
 	}
 	b.storeFailedFn = b.storeFailed
 	b.dropLog = newDropLogs(opts.Logger)
+	b.readLog = newReadLog(opts.Logger)
 	b.minConsumerTimeout.Store(math.MaxInt64)
 	b.SetConsumerTimeout(opts.ConsumerTimeout)
 	b.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
@@ -310,6 +312,7 @@ func (b *Broker) Close() {
 			l.Stop() // logs the drops counted since the last line
 		}
 	}
+	b.readLog.Stop()
 }
 
 // goAsync registers a background task (call asyncDone when it ends), or

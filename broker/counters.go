@@ -47,6 +47,9 @@ type counters struct {
 	// damaged counts messages lost to damaged data: their entries were
 	// taken out of their queues (damage.go).
 	damaged atomic.Uint64
+	// readErrors counts store reads that failed and were retried
+	// (readretry.go).
+	readErrors atomic.Uint64
 
 	deadLettered [numReasons]atomic.Uint64 // by reasonIndex
 	// deadLetteredBy counts messages that died (left a queue for a
@@ -163,6 +166,10 @@ type Stats struct {
 	// block that fails its checksum): taken out of their queues, and
 	// dead-lettered with reason damaged where that was possible.
 	Damaged uint64
+	// StoreReadErrors counts store reads that failed for a reason other
+	// than damage (out of file descriptors, an I/O error) and were made
+	// again after a pause.
+	StoreReadErrors uint64
 }
 
 // Stats returns the current counters.
@@ -203,6 +210,7 @@ func (b *Broker) Stats() Stats {
 		Overflowed:            c.overflowed.Load(),
 		Backlogged:            c.backlogged.Load(),
 		Damaged:               c.damaged.Load(),
+		StoreReadErrors:       c.readErrors.Load(),
 	}
 	for i, r := range reasons {
 		st.DeadLettered[string(r)] = c.deadLettered[i].Load()

@@ -112,19 +112,27 @@ func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
 	}
 	go func() {
 		defer b.asyncDone()
-		read, err := q.readPaged(toRead)
-		q.locked(func(t *txn) {
-			if err != nil {
-				if !q.isDeleted() {
-					b.storeFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
-				}
-				return
-			}
-			if !q.isDeleted() {
-				q.expireLocked(t, nil, q.holdReadLocked(read, b.nowMS()))
-			}
-		})
+		q.expireRead(toRead)
 	}()
+}
+
+// expireRead reads the paged entries refs name, which are due, and
+// expires them. A read that fails is made again after a pause
+// (readretry.go).
+func (q *Queue) expireRead(refs []store.Ref) {
+	b := q.vhost.b
+	read, err := q.readPaged(refs)
+	q.locked(func(t *txn) {
+		if q.isDeleted() {
+			return
+		}
+		if err != nil {
+			b.readFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+			b.retryRead(func() { q.expireRead(refs) })
+			return
+		}
+		q.expireLocked(t, nil, q.holdReadLocked(read, b.nowMS()))
+	})
 }
 
 // expireLocked dead-letters those of es still ready and expired, and

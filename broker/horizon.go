@@ -98,8 +98,11 @@ func (b *Broker) scanHorizon() {
 		return true
 	})
 	if err != nil {
-		b.storeFailed(fmt.Errorf("read deadlines: %w", err))
-		return // the store's errors are sticky: no more scans
+		// The same range is read again after a pause (readretry.go).
+		b.readFailed(fmt.Errorf("read deadlines: %w", err))
+		h.timer.Deadline = b.nowMS() + readRetryDelay.Milliseconds()
+		b.timers.Add(&h.timer)
+		return
 	}
 	h.scanned = until
 	if len(byQueue) > 0 {

@@ -52,7 +52,8 @@ func (q *Queue) fillLocked(l *level) {
 	want, wantBytes := q.readWantLocked(l)
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
 	if err = pageErr(r, err); err != nil {
-		q.vhost.b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+		// Made again at the level's next refill (readretry.go).
+		q.vhost.b.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 		return
 	}
 	q.mergeLocked(l, r)
@@ -97,7 +98,8 @@ func (q *Queue) prefetchLocked(l *level) bool {
 		switch {
 		case err != nil:
 			if current {
-				b.storeFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				b.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				q.retryPageLocked()
 			}
 		case current:
 			// Entries paged out since the read began are read next time.
@@ -120,6 +122,23 @@ func (q *Queue) prefetchLocked(l *level) bool {
 		}
 	}()
 	return true
+}
+
+// retryPageLocked has the queue deliver again, and so read the level it
+// could not, after readRetryDelay; one retry is pending at a time.
+func (q *Queue) retryPageLocked() {
+	if q.pageRetry {
+		return
+	}
+	q.pageRetry = true
+	q.vhost.b.retryRead(func() {
+		q.locked(func(t *txn) {
+			q.pageRetry = false
+			if !q.isDeleted() {
+				q.dispatchLocked(t)
+			}
+		})
+	})
 }
 
 // endReadLocked ends the read of l's middle under way (Filling), merged,

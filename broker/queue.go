@@ -144,6 +144,7 @@ type Queue struct {
 	// while stored dead letters may wait in the backlog.
 	backlogMarked bool
 	pageBuf       []store.EntryMeta // fillLocked's read buffer
+	pageRetry     bool              // a failed page-in read is to be made again (retryPageLocked)
 	pageIDs       []store.MsgID
 	// paged are the timers of entries in a middle whose deadline is
 	// within the broker's horizon, by seq (see horizon.go).

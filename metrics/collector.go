@@ -116,6 +116,7 @@ func (c *collector) collectGlobal(ch chan<- prometheus.Metric, st broker.Stats) 
 	counter(ch, "dead_letters_backlogged_total", "Dead letters of at-least-once queues that had to wait for a route", st.Backlogged)
 	counter(ch, "global_messages_overflowed_total", "Messages evicted (drop-head) or refused (reject-publish) by a queue length limit", st.Overflowed)
 	counter(ch, "global_messages_damaged_total", "Messages lost to damaged data on disk, taken out of their queues (dead-lettered with reason damaged where possible)", st.Damaged)
+	counter(ch, "store_read_errors_total", "Store reads that failed for a reason other than damage (out of file descriptors, an I/O error) and were made again after a second", st.StoreReadErrors)
 }
 
 func deliveryVerb(kind string) string {

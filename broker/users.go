@@ -278,9 +278,20 @@ func (b *Broker) DeleteUser(name string) error {
 // log; callers show clients one generic refusal, the same for every
 // reason. Safe for concurrent use.
 func (b *Broker) Login(name, password string, remote net.Addr) (UserInfo, error) {
-	if !b.opts.LoginLimit.Take(remote) {
+	var info UserInfo
+	var err error
+	_, checked := b.opts.LoginLimit.Check(remote, func() bool {
+		info, err = b.checkLogin(name, password, remote)
+		return err == nil
+	})
+	if !checked {
 		return UserInfo{}, fmt.Errorf("user '%s' - too many failed logins from %s; refused without checking the password", name, sourceName(remote))
 	}
+	return info, err
+}
+
+// checkLogin checks name's password, and that it may log in from remote.
+func (b *Broker) checkLogin(name, password string, remote net.Addr) (UserInfo, error) {
 	b.mu.RLock()
 	u := b.users[name]
 	b.mu.RUnlock()
@@ -296,7 +307,6 @@ func (b *Broker) Login(name, password string, remote net.Addr) (UserInfo, error)
 	if slices.Contains(b.opts.LoopbackUsers, name) && !isLoopback(remote) {
 		return UserInfo{}, fmt.Errorf("user '%s' can only connect via localhost", name)
 	}
-	b.opts.LoginLimit.Return(remote)
 	return u.info(), nil
 }
 

@@ -5,10 +5,10 @@
 // buys no more guesses.
 //
 // Each source has a token bucket: Burst failed logins in a row, then one
-// more every Interval. A login attempt takes a token before its password
-// is checked and gives it back if the password was right, so a source
-// that logs in successfully never runs short, and parallel attempts cannot
-// overdraw the bucket. An attempt that finds the bucket empty is refused
+// more every Interval. A failed login costs a token and a successful one
+// nothing, so a source that logs in successfully never runs short; a
+// source's attempts are checked one at a time (Check), so parallel
+// attempts cannot overdraw the bucket. An attempt that finds the bucket empty is refused
 // without checking the password: the caller answers it exactly as a wrong
 // password (same reply, same delay), so a client cannot tell a refused
 // guess from a wrong one, nor learn anything from the guesses it makes
@@ -88,44 +88,39 @@ func New(o Options) *Limiter {
 	return l
 }
 
-// Take takes a token for a login attempt from remote, before its password
-// is checked, and reports whether there was one. false: the source is over
-// its budget; refuse the attempt as a wrong password without checking it.
-// After a successful login, call Return.
-func (l *Limiter) Take(remote net.Addr) bool {
+// Check checks a login attempt from remote with check, which compares the
+// password and reports whether it was right, unless the source is over
+// its budget. It returns whether the login succeeded and whether check
+// was run at all: checked false means the source is over its budget, and
+// the caller refuses the attempt as a wrong password.
+//
+// check runs under the limiter's lock, so the attempts of a source are
+// checked one at a time and each failure is charged before the next is
+// checked: parallel guesses cannot overdraw the budget, and parallel
+// logins that succeed (a connection pool opening) are never refused. A
+// password check takes microseconds; check must not do more (no I/O, no
+// waiting).
+func (l *Limiter) Check(remote net.Addr, check func() bool) (ok, checked bool) {
 	if l == nil || l.off {
-		return true
-	}
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.bucketLocked(Source(remote), now)
-	l.refill(b, now)
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
-// Return gives back the token of an attempt from remote that succeeded.
-func (l *Limiter) Return(remote net.Addr) {
-	if l == nil || l.off {
-		return
+		return check(), true
 	}
 	now := l.now()
 	src := Source(remote)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b := l.buckets[src]
-	if b == nil {
-		b = &l.overflow
-	}
+	b := l.bucketLocked(src, now)
 	l.refill(b, now)
-	b.tokens = min(b.tokens+1, l.burst)
-	if b != &l.overflow && b.tokens >= l.burst {
-		delete(l.buckets, src) // as good as new: forget it
+	if b.tokens < 1 {
+		return false, false
 	}
+	if check() {
+		if b != &l.overflow && b.tokens >= l.burst {
+			delete(l.buckets, src) // as good as new: forget it
+		}
+		return true, true
+	}
+	b.tokens--
+	return false, true
 }
 
 // Sources returns how many sources the limiter remembers (tests and

@@ -61,6 +61,15 @@
 //	                                         406 PRECONDITION_FAILED and is requeued (RabbitMQ's
 //	                                         consumer_timeout); queues set their own with
 //	                                         x-consumer-timeout or policy consumer-timeout. "0s": off.
+//	amqp.unfinished_content_limit 256MiB     Message body bytes being received at once, over every
+//	                                         connection, 64KiB..1024GiB: a content header reserves
+//	                                         its body's size; a connection whose body does not fit
+//	                                         is not read until others complete (one larger than the
+//	                                         limit is received alone). At most a quarter of the
+//	                                         memory watermark applies: the memory alarm stops a
+//	                                         publisher at its next content frame, holding what it
+//	                                         sent, and that must not keep the alarm raised.
+//	                                         SIGHUP applies a change.
 //
 // [amqp.tls] — the amqps listener.
 //

@@ -293,12 +293,12 @@ func (r *redriveRun) moved(t *txn) {
 // how many it moved or failed. The queue may be deleted on return.
 func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*txn, later *[]func()) (examined, took int, err error) {
 	q, b := r.q, r.b
-	prio, gen, spilled := l.Prio, l.Gen, q.spilled
+	prio, gen, spilled, per := l.Prio, l.Gen, q.spilled, l.MeanResident()
 	from, to := max(l.Mid.From, r.after[prio]+1), min(l.Mid.To, r.upTo)
 	want, wantBytes := q.ready.HeadRoom(l)
 	l.Filling = true
 	q.mu.Unlock()
-	read, rerr := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
+	read, rerr := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, per, nil)
 	q.mu.Lock()
 	l = q.ready.Level(prio)
 	if rerr == nil && !q.isDeleted() && l.Gen == gen {

@@ -100,9 +100,9 @@ type Storage struct {
 	// messages too, from a part of the store a restart discards).
 	// 0 keeps every message in memory.
 	PageWindow int `toml:"page_window"`
-	// PageWindowBytes bounds those windows by message body bytes as
-	// well: a queue of large messages keeps fewer of them in memory (one
-	// larger than it still fits alone).
+	// PageWindowBytes bounds those windows by message bytes as well,
+	// bodies and properties: a queue of large messages keeps fewer of
+	// them in memory (one larger than it still fits alone).
 	PageWindowBytes ByteSize `toml:"page_window_bytes"`
 	// DeliveredMarkChunk is how far ahead of its deliveries a durable
 	// queue records how far it has delivered: after a crash, at most one

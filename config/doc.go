@@ -116,8 +116,8 @@
 //	storage.page_window          2048       Ready messages per priority level of a queue
 //	                                        kept in memory at its head (and tail), 0..1048576; the
 //	                                        rest of a deeper queue stays on disk. 0: all in memory.
-//	storage.page_window_bytes    "4MiB"     ... and at most this many body bytes of them,
-//	                                        64KiB..16GiB (a larger message fits alone).
+//	storage.page_window_bytes    "4MiB"     ... and at most this many bytes of them, bodies and
+//	                                        properties, 64KiB..16GiB (a larger message fits alone).
 //	storage.delivered_mark_chunk 2048       How far ahead of its deliveries a durable queue
 //	                                        records them, 1..1048576: after a crash at most
 //	                                        1.5x this many never-delivered messages per

@@ -72,6 +72,15 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 			}
 			dvWantReady(t, ch, "props", n)
 			wantBound("after publishing")
+			// The byte counts are of bodies (RabbitMQ's classic queues'
+			// message_bytes); the memory figure shows the properties.
+			qi, err := b.Broker.Queue("/", "props")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res := b.Broker.ResidentBytesForTest("/", "props"); qi.ReadyBytes != 0 || qi.Memory != res || qi.Memory < size {
+				t.Fatalf("queue info: ready bytes %d, memory %d; want 0 and the %d resident bytes", qi.ReadyBytes, qi.Memory, res)
+			}
 			if mode == "restart" {
 				b.Restart()
 				_, ch = tlChannel(t, b)

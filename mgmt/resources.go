@@ -80,6 +80,10 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		// counted in messages) and dead-lettered totals by reason.
 		"dead_letter_backlog": qi.DeadLetterBacklog,
 		"dead_lettered":       qi.DeadLettered,
+
+		// Bodies and properties held in memory (message_bytes counts
+		// bodies only, as RabbitMQ's classic queues do).
+		"memory": qi.Memory,
 	}
 	if ms := queueMessageStats(qi); ms != nil {
 		m["message_stats"] = ms

@@ -247,3 +247,15 @@ func PreUsersLayoutForTest(s store.Store) ([]store.MetaOp, error) {
 // RaceEnabledForTest reports whether the tests run under the race
 // detector, whose shadow memory makes heap figures meaningless.
 const RaceEnabledForTest = raceEnabled
+
+// StoredOriginsForTest returns the dead-letter records (nil for none) of
+// queue's stored entries, in seq order, as the store holds them.
+func (b *Broker) StoredOriginsForTest(vhost, queue string) ([]*store.Origin, error) {
+	q := b.queueForTest(vhost, queue)
+	var out []*store.Origin
+	err := b.store.ScanQueue(q.id, 0, func(e *store.Entry) bool {
+		out = append(out, e.Origin)
+		return true
+	})
+	return out, err
+}

@@ -272,6 +272,7 @@ func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *entry {
 	e := &entry{q: q, prio: m.Prio, stored: true, inStore: true, redelivered: q.deliveredBefore(m.Prio, m.Seq, m.DeliveryCount)}
 	e.Ref, e.Msg, e.Header = m.Ref, msg, m.Header
 	e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt = m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt
+	e.Origin = m.Origin
 	e.timer.Value = e
 	return e
 }

@@ -23,7 +23,7 @@ import (
 //     socket, until the budget has room (first come, first served); the
 //     connection.blocked notification is not sent for it (this is flow
 //     control, like RabbitMQ's credit flow, not a resource alarm), and
-//     the heartbeat monitor pauses meanwhile.
+//     its heartbeat monitor starts again when the wait ends.
 //   - A body larger than the whole budget takes the whole budget: it is
 //     received alone, once every other body has finished.
 //   - A connection that already holds a reservation (it interleaves bodies
@@ -182,10 +182,10 @@ func (c *ServerConn) reserveBody(ch *serverChannel, size uint64) bool {
 	b := c.srv.budget
 	n := b.tryAcquire(size, c.reserved > 0)
 	if n == 0 {
-		// Not read from while it waits: its heartbeats cannot be heard.
-		c.setBudgetPaused(true)
 		n = b.wait(size, c.closingCh)
-		c.setBudgetPaused(false)
+		// Not read from while it waited, it could not be heard: the
+		// heartbeat monitor starts again from now, as after Unblocked.
+		c.armReadDeadline()
 		if n == 0 {
 			return false
 		}
@@ -193,13 +193,6 @@ func (c *ServerConn) reserveBody(ch *serverChannel, size uint64) bool {
 	ch.reserved = n
 	c.reserved += n
 	return true
-}
-
-func (c *ServerConn) setBudgetPaused(on bool) {
-	c.cmu.Lock()
-	c.budgetPaused = on
-	c.armReadDeadlineLocked()
-	c.cmu.Unlock()
 }
 
 // releaseBody gives back ch's reservation, if it has one.

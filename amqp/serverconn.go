@@ -102,11 +102,6 @@ type ServerConn struct {
 	closingCh chan struct{} // closed with closing, or when the connection ends
 	closeOnce sync.Once
 	quit      chan struct{} // closed to stop the writer
-
-	// budgetPaused: the heartbeat monitor is paused while the reader
-	// waits for the unfinished-content budget (reserveBody). Guarded by
-	// cmu.
-	budgetPaused bool
 }
 
 func newServerConn(s *Server, nc net.Conn) *ServerConn {
@@ -538,7 +533,7 @@ func (c *ServerConn) armReadDeadline() {
 func (c *ServerConn) armReadDeadlineLocked() {
 	switch {
 	case c.closing:
-	case c.heartbeat > 0 && !c.paused && !c.outPaused && !c.budgetPaused:
+	case c.heartbeat > 0 && !c.paused && !c.outPaused:
 		c.nc.SetReadDeadline(time.Now().Add(2*c.heartbeat + c.heartbeat/4))
 	default:
 		c.nc.SetReadDeadline(time.Time{})

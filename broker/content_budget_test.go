@@ -279,3 +279,51 @@ func TestUnfinishedContentBudgetInterleavedBodiesDoNotDeadlock(t *testing.T) {
 	tlEventually(t, "every reservation given back", func() bool { return srv.ContentStats().Reserved == 0 })
 	getEach(t, ch, "interleaved", [][]byte{one, two, patternBody(9, 0, size)})
 }
+
+// A connection waiting for the budget is not read, so its heartbeats go
+// unheard: its heartbeat monitor starts again when the wait ends, and a
+// wait longer than two heartbeat intervals does not cost it its
+// connection.
+func TestUnfinishedContentBudgetWaitKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	const hb = time.Second
+	const budget = 64 << 10
+	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{Heartbeat: hb, MaxUnfinishedContentTotal: budget}})
+	srv := b.Server()
+	_, ch := b.Channel(t)
+	if _, err := ch.QueueDeclare("hb-budget", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A connection takes the whole budget and sends nothing more.
+	r := dialRawOpen(t, b.Addr)
+	r.openChannel(1)
+	r.startPublish(1, "hb-budget", budget)
+	r.openChannel(2) // a round trip: the reservation is made
+	if st := srv.ContentStats(); st.Reserved != budget {
+		t.Fatalf("reserved %d, want the budget, %d", st.Reserved, budget)
+	}
+
+	// Another, heartbeating every half interval, waits for it.
+	w := dialRaw(t, b.Addr)
+	w.handshake(rawOpts{TuneOk: func(tu amqp.ConnectionTune) amqp.ConnectionTuneOk {
+		return amqp.ConnectionTuneOk{ChannelMax: tu.ChannelMax, FrameMax: tu.FrameMax, Heartbeat: uint16(hb / time.Second)}
+	}})
+	w.openChannel(1)
+	body := patternBody(1, 0, 1000)
+	w.startPublish(1, "hb-budget", uint64(len(body)))
+	beat := amqp.AppendFrame(nil, amqp.Frame{Type: amqp.FrameHeartbeat})
+	// Time is the point: the wait lasts more than the 2.25 intervals
+	// after which a silent client is dropped.
+	for range 6 {
+		time.Sleep(hb / 2)
+		w.mustWrite(beat)
+	}
+	if n := tlReady(t, b, "hb-budget"); n != 0 {
+		t.Fatalf("%d messages enqueued while the budget was taken", n)
+	}
+	r.bodyFrame(1, patternBody(2, 0, budget))
+	w.bodyFrame(1, body)
+	w.openChannel(2) // still open: a round trip
+	tlEventuallyReady(t, b, "hb-budget", 2)
+	getEach(t, ch, "hb-budget", [][]byte{body, patternBody(2, 0, budget)})
+}

@@ -46,6 +46,17 @@ type BurstEnder interface {
 	EndBurst()
 }
 
+// ContentHolder is an optional interface of a Session. HoldContent is
+// called from the connection's reader goroutine when a content header or
+// body frame of a publish has arrived, before the connection takes it in:
+// it may block, and the connection is read no further until it returns,
+// which is how a resource alarm stops a publisher at its next content
+// frame rather than once a whole body (up to MaxMessageSize) is in. It
+// must return when the connection starts closing (ServerConn.Done).
+type ContentHolder interface {
+	HoldContent()
+}
+
 // ChannelHandler executes one channel's methods. Handle and Publish are
 // called from the connection's reader goroutine, in frame order. A returned
 // *Error closes the channel (soft code) or the connection (hard code); any
@@ -119,6 +130,13 @@ type ServerConfig struct {
 	// Bodies are held as their frames arrive, never reserved from the
 	// size a content header announces.
 	MaxUnfinishedContent uint64
+	// MaxUnfinishedContentTotal bounds the body bytes reserved, over
+	// every connection, by messages being received: a content header
+	// reserves its body size (at most this) before any body frame is
+	// read, and a connection whose body does not fit waits, unread,
+	// until others complete (default 256 MiB; see contentBudget for the
+	// rules that keep it free of deadlock).
+	MaxUnfinishedContentTotal uint64
 	// MaxConnections bounds the open connections, over all listeners
 	// (RabbitMQ's connection_max). A connection accepted beyond it is
 	// closed at once, without a handshake. 0: no limit.
@@ -161,6 +179,9 @@ func (c *ServerConfig) setDefaults() {
 	if c.MaxUnfinishedContent == 0 {
 		c.MaxUnfinishedContent = 2 * c.MaxMessageSize
 	}
+	if c.MaxUnfinishedContentTotal == 0 {
+		c.MaxUnfinishedContentTotal = 256 << 20
+	}
 	if c.LoginFailureDelay == 0 {
 		c.LoginFailureDelay = time.Second
 	}
@@ -183,6 +204,9 @@ type Server struct {
 	overLimitLog *logLimiter // connection refused over MaxConnections
 	loginLog     *logLimiter // login refused
 	handshakeLog *logLimiter // handshake failed before the login succeeded
+
+	// budget bounds the content being received, over every connection.
+	budget *contentBudget
 
 	// maxConns is the MaxConnections in force: SetMaxConnections
 	// changes it at run time.
@@ -209,6 +233,7 @@ func NewServer(cfg ServerConfig) *Server {
 		listeners:    map[net.Listener]struct{}{},
 		conns:        map[*ServerConn]struct{}{},
 		done:         make(chan struct{}),
+		budget:       newContentBudget(cfg.MaxUnfinishedContentTotal),
 	}
 	s.maxConns.Store(int64(cfg.MaxConnections))
 	return s

@@ -29,8 +29,9 @@ type serverChannel struct {
 	raw      []byte
 	body     []byte
 	bodySize uint64
-	inHeader bool // expecting the content header
-	inBody   bool // expecting body frames
+	reserved uint64 // of the server's unfinished-content budget (reserveBody)
+	inHeader bool   // expecting the content header
+	inBody   bool   // expecting body frames
 }
 
 // Send implements ChannelOut.
@@ -100,10 +101,15 @@ func (ch *serverChannel) frame(f Frame) error {
 	if ch.closing {
 		return ch.frameWhileClosing(f)
 	}
-	switch {
-	case ch.inHeader:
-		return ch.header(f)
-	case ch.inBody:
+	if ch.inHeader || ch.inBody {
+		// A resource alarm stops the connection here, at its next
+		// content frame, not once the body is whole.
+		if h := ch.c.holder; h != nil {
+			h.HoldContent()
+		}
+		if ch.inHeader {
+			return ch.header(f)
+		}
 		return ch.bodyFrame(f)
 	}
 	if f.Type != FrameMethod {
@@ -165,6 +171,9 @@ func (ch *serverChannel) header(f Frame) error {
 	if size == 0 {
 		return ch.complete()
 	}
+	if !ch.c.reserveBody(ch, size) {
+		return nil // closing: the read loop ends at its next turn
+	}
 	ch.inBody = true
 	return nil
 }
@@ -200,6 +209,7 @@ func (ch *serverChannel) bodyFrame(f Frame) error {
 		ch.body = b
 	}
 	ch.body = append(ch.body, f.Payload...)
+	ch.c.srv.budget.received.Add(uint64(len(f.Payload)))
 	if n == ch.bodySize {
 		ch.inBody = false
 		return ch.complete()
@@ -207,10 +217,12 @@ func (ch *serverChannel) bodyFrame(f Frame) error {
 	return nil
 }
 
-// dropBody lets go of the body being assembled, if any.
+// dropBody lets go of the body being assembled, if any, and of its
+// reservation.
 func (ch *serverChannel) dropBody() {
 	ch.c.unfinished -= uint64(cap(ch.body))
 	ch.body = nil
+	ch.c.releaseBody(ch)
 }
 
 func (ch *serverChannel) complete() error {

@@ -71,6 +71,12 @@ type ServerConn struct {
 	// unfinished is the capacity of the channels' bodies still being
 	// assembled (reader goroutine only; bounded by MaxUnfinishedContent).
 	unfinished uint64
+	// reserved is the budget the channels' bodies in assembly reserved
+	// (Server.budget; reader goroutine only).
+	reserved uint64
+	// holder holds the reader at content frames, if the session is one
+	// (ContentHolder).
+	holder ContentHolder
 
 	// Outbound queue, guarded by wmu.
 	wmu    sync.Mutex
@@ -160,10 +166,11 @@ func (c *ServerConn) Close(err *Error) {
 // Blocked tells the client that its publishes are held back (a resource
 // alarm), if it announced the connection.blocked capability, and pauses
 // the heartbeat monitor until Unblocked: the caller stops reading the
-// connection (it parks the reader goroutine in ChannelHandler.Publish), so
-// the client's heartbeats cannot be seen, and a client blocked for longer
-// than two heartbeat intervals must not be dropped for it — RabbitMQ pauses
-// its monitor the same way. Safe from any goroutine.
+// connection (it parks the reader goroutine in ChannelHandler.Publish or
+// ContentHolder.HoldContent), so the client's heartbeats cannot be seen,
+// and a client blocked for longer than two heartbeat intervals must not be
+// dropped for it — RabbitMQ pauses its monitor the same way. Safe from any
+// goroutine.
 func (c *ServerConn) Blocked(reason string) {
 	c.cmu.Lock()
 	c.paused = true
@@ -355,6 +362,7 @@ func (c *ServerConn) handshake() error {
 	c.session = sess
 	c.wmu.Unlock()
 	c.bursts, _ = sess.(BurstEnder)
+	c.holder, _ = sess.(ContentHolder)
 	var name string
 	if v, ok := c.clientProps.Get("connection_name"); ok {
 		name, _ = v.(string)

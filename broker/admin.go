@@ -32,7 +32,8 @@ type QueueInfo struct {
 	// but not settled; DeadLetterBacklog the dead letters waiting for a
 	// route (at-least-once), which count as messages too.
 	Ready, Unacked, DeadLetterBacklog int
-	// ReadyBytes and UnackedBytes are body bytes.
+	// ReadyBytes and UnackedBytes are body bytes, as RabbitMQ's classic
+	// queues count message_bytes (and x-max-length-bytes counts).
 	ReadyBytes, UnackedBytes int64
 	Consumers                int
 	// ExclusiveOwner names the connection owning an exclusive queue.
@@ -46,6 +47,12 @@ type QueueInfo struct {
 	// MessageStats counts what clients did with the queue's messages
 	// since it was created (or recovered: they are not stored).
 	MessageStats QueueMessageStats
+	// Memory is the bytes of messages the queue holds in memory: bodies
+	// and properties of its resident ready messages (its page windows)
+	// and of its deliveries not yet settled. Unlike the byte counts it
+	// includes properties, which can be far larger than bodies, and
+	// leaves out what only the store holds.
+	Memory int64
 }
 
 // QueueMessageStats are a queue's message counters under RabbitMQ's
@@ -71,14 +78,14 @@ func (qi *QueueInfo) Messages() int { return qi.Ready + qi.Unacked + qi.DeadLett
 // Queues describes the queues of vhost ("" for every vhost), sorted by
 // vhost and name.
 func (b *Broker) Queues(vhost string) []QueueInfo {
-	unackedBytes := b.unackedBytes()
+	unacked := b.unackedBytes()
 	var out []QueueInfo
 	for _, v := range b.vhostsNamed(vhost) {
 		v.mu.RLock()
 		qs := slices.Collect(maps.Values(v.queues))
 		v.mu.RUnlock()
 		for _, q := range qs {
-			out = append(out, q.info(unackedBytes))
+			out = append(out, q.info(unacked))
 		}
 	}
 	slices.SortFunc(out, func(a, b QueueInfo) int {
@@ -103,10 +110,11 @@ func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
 	return q.info(b.unackedBytes()), nil
 }
 
-func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
+func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
+	u := unacked[q]
 	qi := QueueInfo{
 		VHost: q.vhost.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
-		Arguments: q.Args, Type: q.qtype, UnackedBytes: unackedBytes[q],
+		Arguments: q.Args, Type: q.qtype, UnackedBytes: u.body, Memory: u.resident,
 		DeadLettered: map[string]uint64{},
 	}
 	cfg := q.config()
@@ -116,6 +124,7 @@ func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
 	}
 	q.mu.Lock()
 	qi.Ready, qi.ReadyBytes = q.ready.Len(), q.ready.Bytes()
+	qi.Memory += q.ready.Resident()
 	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = q.unacked, q.backlogLen(), len(q.consumers)
 	q.mu.Unlock()
 	for i, r := range reasons {
@@ -131,16 +140,23 @@ func (q *Queue) info(unackedBytes map[*Queue]int64) QueueInfo {
 	return qi
 }
 
-// unackedBytes sums the body bytes of the deliveries not yet settled, by
-// queue, over every connection's channels.
-func (b *Broker) unackedBytes() map[*Queue]int64 {
-	out := map[*Queue]int64{}
+// unackedSize is what a queue's deliveries not yet settled hold: body
+// bytes, and resident bytes (bodies and properties, EntryResident).
+type unackedSize struct{ body, resident int64 }
+
+// unackedBytes sums the deliveries not yet settled, by queue, over every
+// connection's channels.
+func (b *Broker) unackedBytes() map[*Queue]unackedSize {
+	out := map[*Queue]unackedSize{}
 	for _, c := range b.connList() {
 		for _, ch := range c.channelList() {
 			ch.mu.Lock()
 			for _, d := range ch.unacked[ch.unackedHead:] {
 				if d != nil {
-					out[d.q] += int64(d.e.bodySize())
+					u := out[d.q]
+					u.body += int64(d.e.bodySize())
+					u.resident += d.e.EntryResident()
+					out[d.q] = u
 				}
 			}
 			ch.mu.Unlock()

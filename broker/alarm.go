@@ -11,8 +11,10 @@ import (
 // raised, a connection that publishes is blocked — it gets
 // connection.blocked (if it announced the capability) and its frames are not
 // read until every alarm has cleared, so publishers are held back by TCP
-// while consumers keep draining. Nothing is lost: the publish that found the
-// alarm is carried out when it clears.
+// while consumers keep draining. A connection is stopped at its next
+// basic.publish content frame (header or body: HoldContent) and at each
+// complete publish, so a body under way stops growing at once. Nothing is
+// lost: the publish that found the alarm is carried out when it clears.
 
 // Alarm resources: RabbitMQ's two, and the store's (diskstore's alarms,
 // raised while it retries what it cannot do for now, and "store" once it
@@ -118,6 +120,11 @@ func (b *Broker) alarmWait() (<-chan struct{}, string) {
 	slices.Sort(parts)
 	return b.alarms.clear, strings.Join(parts, " & ")
 }
+
+// HoldContent implements amqp.ContentHolder: a connection that sends a
+// content frame while an alarm is raised is held there, as at a publish,
+// so a body in assembly stops growing at once instead of at its end.
+func (c *conn) HoldContent() { c.holdForAlarms() }
 
 // holdForAlarms blocks a publishing connection while an alarm is raised.
 // It returns when the alarms clear, or the connection or the broker closes.

@@ -65,10 +65,10 @@ type Options struct {
 	// only, so memory does not grow with queue depth. Default 2048;
 	// negative keeps every entry in memory.
 	PageWindow int
-	// PageWindowBytes also bounds a window by the body bytes it holds,
-	// so a queue of large messages keeps fewer of them resident (a
-	// message larger than it is resident alone). Default 4 MiB; negative:
-	// no byte bound.
+	// PageWindowBytes also bounds a window by the bytes of messages it
+	// holds, bodies and properties, so a queue of large messages (or of
+	// large headers) keeps fewer of them resident (a message larger than
+	// it is resident alone). Default 4 MiB; negative: no byte bound.
 	PageWindowBytes int64
 	// DeliveredMarkChunk is how far ahead of deliveries a durable queue
 	// writes its delivered marks (see marks.go): after a crash at most

@@ -168,6 +168,9 @@ type dlMemo struct {
 	res     deadletter.Result
 	targets []*Queue
 	header  *store.Header // nil: the rewritten properties are not encoded yet
+	// origin is the copies' dead-letter record (store.Origin), shared by
+	// the dead letters that died in the same millisecond.
+	origin *store.Origin
 }
 
 // hit reports whether h dying at sec rewrites as the memo's dead letter.
@@ -247,6 +250,12 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		m.header = &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
 	}
 	header := m.header
+	// The broker's own record of where the copies come from: what a
+	// redrive to the origin goes by, never x-death, which the publisher
+	// of a message can have written.
+	if o := m.origin; o == nil || o.At != died.UnixMilli() {
+		m.origin = &store.Origin{Queue: q.Name, Reason: string(reason), At: died.UnixMilli()}
+	}
 	var clone *store.Message
 	at := arrivedAt(arrival)
 	for _, tq := range taking {
@@ -269,6 +278,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
 		ne := tq.newCopyEntry(msg, header, m.prio, &at)
+		ne.Origin = m.origin
 		if ne.stored {
 			t.put(ne)
 		}

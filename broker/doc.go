@@ -61,7 +61,8 @@
 //
 // A queue keeps about two windows of ready entries per priority level in
 // memory however deep it is, a window being Options.PageWindow entries or
-// Options.PageWindowBytes of bodies, whichever is reached first: a resident
+// Options.PageWindowBytes of messages (bodies and properties: a header can
+// outweigh a body), whichever is reached first: a resident
 // head, a middle held by the store alone (a seq range and counters) and a
 // resident tail of new arrivals (package engine). Entries page out once
 // their put has been handed to the store and page back in, bodies

@@ -89,17 +89,12 @@ func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {
 	return resident, q.ready.Len()
 }
 
-// ResidentBytesForTest returns the body bytes of queue's ready entries in
-// memory (live or removed but still held).
+// ResidentBytesForTest returns the resident bytes (bodies and properties)
+// of queue's ready entries in memory (live or removed but still held).
 func (b *Broker) ResidentBytesForTest(vhost, queue string) int64 {
 	q := b.lockedQueueForTest(vhost, queue)
 	defer q.mu.Unlock()
-	var n int64
-	for i := range q.ready.Levels() {
-		l := q.ready.Level(uint8(i))
-		n += l.Head.Bytes() + l.Tail.Bytes()
-	}
-	return n
+	return q.ready.Resident()
 }
 
 // BacklogResidentForTest returns how many of queue's waiting dead letters
@@ -247,4 +242,20 @@ func PreUsersLayoutForTest(s store.Store) ([]store.MetaOp, error) {
 		}
 	}
 	return ops, nil
+}
+
+// RaceEnabledForTest reports whether the tests run under the race
+// detector, whose shadow memory makes heap figures meaningless.
+const RaceEnabledForTest = raceEnabled
+
+// StoredOriginsForTest returns the dead-letter records (nil for none) of
+// queue's stored entries, in seq order, as the store holds them.
+func (b *Broker) StoredOriginsForTest(vhost, queue string) ([]*store.Origin, error) {
+	q := b.queueForTest(vhost, queue)
+	var out []*store.Origin
+	err := b.store.ScanQueue(q.id, 0, func(e *store.Entry) bool {
+		out = append(out, e.Origin)
+		return true
+	})
+	return out, err
 }

@@ -40,6 +40,13 @@ func (e *entry) EntrySize() int64 { return int64(len(e.Msg.Body)) }
 func (e *entry) Ready() bool      { return e.state == stReady }
 func (e *entry) Pageable() bool   { return e.inStore && !e.zeroTTL }
 
+// EntryResident counts its body and its properties: a header can be far
+// larger than a body, and the windows bound what is held (the properties
+// of several entries sharing one dead-lettered header count for each).
+func (e *entry) EntryResident() int64 {
+	return int64(len(e.Msg.Body)) + int64(len(e.EffectiveHeader().Props))
+}
+
 // fillLocked refills l's head from its middle now that it is empty: by a
 // read outside the lock (prefetchLocked) while the broker serves, under
 // the lock while it recovers or closes. A store failure leaves the head
@@ -50,7 +57,7 @@ func (q *Queue) fillLocked(l *level) {
 		return
 	}
 	want, wantBytes := q.readWantLocked(l)
-	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, q.pageBuf[:0])
+	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, l.MeanResident(), q.pageBuf[:0])
 	if err = pageErr(r, err); err != nil {
 		// Made again at the level's next refill (readretry.go).
 		q.vhost.b.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
@@ -85,11 +92,11 @@ func (q *Queue) prefetchLocked(l *level) bool {
 		return false
 	}
 	l.Filling = true
-	prio, from, to, gen, spilled := l.Prio, l.Mid.From, l.Mid.To, l.Gen, q.spilled
+	prio, from, to, gen, spilled, per := l.Prio, l.Mid.From, l.Mid.To, l.Gen, q.spilled, l.MeanResident()
 	want, wantBytes := q.readWantLocked(l)
 	go func() {
 		defer b.asyncDone()
-		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
+		r, err := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, per, nil)
 		err = pageErr(r, err)
 		q.mu.Lock()
 		t := b.newTxn()
@@ -298,6 +305,7 @@ func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *entry {
 	e := &entry{q: q, prio: m.Prio, stored: true, inStore: true, redelivered: q.deliveredBefore(m.Prio, m.Seq, m.DeliveryCount)}
 	e.Ref, e.Msg, e.Header = m.Ref, msg, m.Header
 	e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt = m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt
+	e.Origin = m.Origin
 	e.timer.Value = e
 	return e
 }

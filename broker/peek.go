@@ -105,7 +105,7 @@ func (b *Broker) peek(vhost, queue string, level int, from uint64, count int) ([
 			continue
 		}
 		for pos := p.from; !full() && pos <= p.to; {
-			r, err := rg.ReadMiddle(spilled, p.prio, pos, p.to, want-len(out), max(PeekMaxBytes-bytes, 1), nil)
+			r, err := rg.ReadMiddle(spilled, p.prio, pos, p.to, want-len(out), max(PeekMaxBytes-bytes, 1), 0, nil)
 			if err != nil {
 				return nil, fmt.Errorf("peek queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, err)
 			}

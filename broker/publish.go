@@ -236,6 +236,10 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 		qs = v.routeIntoLocked(dst, x, h.RoutingKeys, p.headers)
 	}
 	v.mu.RUnlock()
+	// Routed: the decoded headers are not needed again, and p lives as
+	// long as its message's first entry (publishAlloc), so they would
+	// double what a resident message with a large header holds.
+	p.headers = nil
 	b.counters.published.Add(1)
 	if len(qs) == 0 {
 		b.counters.unroutable.Add(1)

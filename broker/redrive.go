@@ -24,13 +24,20 @@ type RedriveOptions struct {
 	// Max is the most messages moved or failed; 0 or less means all.
 	Max int
 	// Exchange, when set (or when ToExchange), is where each message is
-	// published, with RoutingKey; otherwise each goes to its origin,
-	// the queue named by its latest x-death entry.
+	// published, with RoutingKey; otherwise each goes to its origin: the
+	// queue the broker dead-lettered it from, by the record it kept with
+	// the message (store.Origin), never by its x-death header, which a
+	// publisher can write. A message without that record (published
+	// into the queue, or dead-lettered by a broker before records were
+	// kept) is a failure, and so is an origin that is an exclusive queue
+	// (it belongs to a connection, not to whoever redrives).
 	ToExchange bool
 	Exchange   string
 	RoutingKey string
-	// Filters on the latest x-death entry: its reason, its queue, and
-	// at least MinAge since its time. Empty / zero matches all.
+	// Filters on the message's latest death — the broker's record of it,
+	// or for a message without one its latest x-death entry: its reason,
+	// its queue, and at least MinAge since its time. Empty / zero
+	// matches all.
 	Reason      string
 	SourceQueue string
 	MinAge      time.Duration
@@ -39,6 +46,12 @@ type RedriveOptions struct {
 	// (a task's user's write permission).
 	allow func(queue string) bool
 }
+
+// NoOriginRecord is the failure of a redrive to origin of a message the
+// broker has no dead-letter record for: published into the queue rather
+// than dead-lettered there (whatever its x-death says), or dead-lettered
+// before the broker kept records.
+const NoOriginRecord = "no dead-letter record: not dead-lettered by this broker (or before it recorded origins), so its origin is unknown"
 
 // RedriveFailure is one message a target refused; it stays in the source.
 type RedriveFailure struct {
@@ -73,17 +86,19 @@ func readLatestDeath(h amqp.Table) latestDeath {
 
 // Redrive moves up to opts.Max ready messages of queue, from the head in
 // delivery order, that match the filters: each to its origin queue (put
-// directly into it, not routed) or, with opts.Exchange set, routed
-// through that exchange with opts.RoutingKey. x-death stays; the header
-// x-redriven-count is incremented. It returns when done; StartRedrive
-// runs the same moves as a task.
+// directly into it, not routed), the one the broker recorded when it
+// dead-lettered the message (RedriveOptions), or, with opts.Exchange set,
+// routed through that exchange with opts.RoutingKey. x-death stays; the
+// header x-redriven-count is incremented. It returns when done;
+// StartRedrive runs the same moves as a task.
 //
 // Each move is one store batch, as dead-lettering is (planDeadLetterLocked):
 // the target entries are put and the source entry deleted together, the
 // message keeping its id, so it is in exactly one place at every instant,
 // across a crash too. A target that refuses (missing, deleted, full with
 // reject-publish, the source itself) leaves the message in place and
-// counts a failure with the reason.
+// counts a failure with the reason, as does a message without a
+// dead-letter record when it is to go to its origin.
 //
 // Paged-out messages are read from the store in windows as the scan
 // reaches them, outside the queue's lock, and moved straight out of the
@@ -244,17 +259,22 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 }
 
 // match decodes e's properties and reports whether it passes the filters
-// on its latest x-death.
+// on its latest death: the broker's record of it (e.Origin), or for a
+// message without one its latest x-death.
 func (r *redriveRun) match(e *entry, now time.Time) (amqp.Properties, latestDeath, bool) {
 	props, err := amqp.DecodeProperties(e.EffectiveHeader().Props)
 	if err != nil {
 		return props, latestDeath{}, false
 	}
 	d := readLatestDeath(props.Headers)
+	queue, reason, died := d.Queue, d.Reason, d.Time
+	if o := e.Origin; o != nil {
+		queue, reason, died = o.Queue, o.Reason, time.UnixMilli(o.At)
+	}
 	opts := r.opts
-	if (opts.Reason != "" && d.Reason != opts.Reason) ||
-		(opts.SourceQueue != "" && d.Queue != opts.SourceQueue) ||
-		(opts.MinAge > 0 && (d.Time.IsZero() || now.Sub(d.Time) < opts.MinAge)) {
+	if (opts.Reason != "" && reason != opts.Reason) ||
+		(opts.SourceQueue != "" && queue != opts.SourceQueue) ||
+		(opts.MinAge > 0 && (died.IsZero() || now.Sub(died) < opts.MinAge)) {
 		return props, d, false
 	}
 	return props, d, true
@@ -293,12 +313,12 @@ func (r *redriveRun) moved(t *txn) {
 // how many it moved or failed. The queue may be deleted on return.
 func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*txn, later *[]func()) (examined, took int, err error) {
 	q, b := r.q, r.b
-	prio, gen, spilled := l.Prio, l.Gen, q.spilled
+	prio, gen, spilled, per := l.Prio, l.Gen, q.spilled, l.MeanResident()
 	from, to := max(l.Mid.From, r.after[prio]+1), min(l.Mid.To, r.upTo)
 	want, wantBytes := q.ready.HeadRoom(l)
 	l.Filling = true
 	q.mu.Unlock()
-	read, rerr := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, nil)
+	read, rerr := q.ranges().ReadMiddle(spilled, prio, from, to, want, wantBytes, per, nil)
 	q.mu.Lock()
 	l = q.ready.Level(prio)
 	if rerr == nil && !q.isDeleted() && l.Gen == gen {
@@ -420,24 +440,33 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 		}
 		header.Exchange, header.RoutingKeys = opts.Exchange, []string{opts.RoutingKey}
 	} else {
-		if !d.ok {
-			return "no x-death queue to return to"
+		// The origin is the broker's own record, never x-death: a
+		// publisher may write any x-death, naming any queue.
+		o := e.Origin
+		if o == nil {
+			return NoOriginRecord
 		}
-		tq := v.queues[d.Queue]
+		tq := v.queues[o.Queue]
 		if tq == nil {
-			return fmt.Sprintf("no queue '%s'", d.Queue)
+			return fmt.Sprintf("no queue '%s'", o.Queue)
 		}
 		if tq == q {
 			return "origin is the source queue"
 		}
-		if opts.allow != nil && !opts.allow(d.Queue) {
-			return fmt.Sprintf("write access to queue '%s' refused", d.Queue)
+		if tq.Exclusive {
+			return fmt.Sprintf("queue '%s' is exclusive to a connection", o.Queue)
+		}
+		if opts.allow != nil && !opts.allow(o.Queue) {
+			return fmt.Sprintf("write access to queue '%s' refused", o.Queue)
 		}
 		targets = []*Queue{tq}
 		props.Headers = props.Headers.With(RedrivenCountHeader, d.redriveCnt+1)
-		header.Exchange, header.RoutingKeys = d.Exchange, d.RoutingKeys
-		if len(header.RoutingKeys) == 0 {
-			header.RoutingKeys = []string{d.Queue}
+		// Delivered as the message was before it died, as x-death says
+		// where it agrees with the record; else as sent to the queue by
+		// the default exchange.
+		header.Exchange, header.RoutingKeys = "", []string{o.Queue}
+		if d.ok && d.Queue == o.Queue && d.Reason == o.Reason && len(d.RoutingKeys) > 0 {
+			header.Exchange, header.RoutingKeys = d.Exchange, d.RoutingKeys
 		}
 	}
 	props.Flags |= amqp.FlagHeaders

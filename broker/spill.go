@@ -37,7 +37,7 @@ func (b *Broker) ownMessage(m *store.Message) *store.Message {
 func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
 
 // spillChunk reports whether a tail over the window by n entries and
-// bytes body bytes (Ready.TailOverBy) is a chunk over: how far past the
+// bytes resident bytes (Ready.TailOverBy) is a chunk over: how far past the
 // window a level's tail grows before its transient front is written, a
 // write per chunk, not per arrival.
 func (q *Queue) spillChunk(n int, bytes int64) bool {

@@ -39,7 +39,13 @@ type AMQP struct {
 	// for longer (RabbitMQ's consumer_timeout); queues may set their own.
 	// 0 disables it.
 	ConsumerTimeout Duration `toml:"consumer_timeout"`
-	TLS             TLS      `toml:"tls"`
+	// UnfinishedContentLimit bounds the message body bytes being received
+	// at once, over every connection: a body reserves its size when its
+	// content header arrives, and a connection whose body does not fit
+	// is not read until others have completed (a larger body is received
+	// alone). At most a quarter of the memory watermark is used.
+	UnfinishedContentLimit ByteSize `toml:"unfinished_content_limit"`
+	TLS                    TLS      `toml:"tls"`
 }
 
 // TLS is the [amqp.tls] table, the amqps listener, and the [mgmt.tls]
@@ -124,9 +130,9 @@ type Storage struct {
 	// messages too, from a part of the store a restart discards).
 	// 0 keeps every message in memory.
 	PageWindow int `toml:"page_window"`
-	// PageWindowBytes bounds those windows by message body bytes as
-	// well: a queue of large messages keeps fewer of them in memory (one
-	// larger than it still fits alone).
+	// PageWindowBytes bounds those windows by message bytes as well,
+	// bodies and properties: a queue of large messages keeps fewer of
+	// them in memory (one larger than it still fits alone).
 	PageWindowBytes ByteSize `toml:"page_window_bytes"`
 	// DeliveredMarkChunk is how far ahead of its deliveries a durable
 	// queue records how far it has delivered: after a crash, at most one
@@ -202,6 +208,9 @@ func Default() Config {
 			MaxMessageSize:   128 * MiB,
 			HandshakeTimeout: Duration(10 * time.Second),
 			ConsumerTimeout:  Duration(30 * time.Minute),
+			// Room for two bodies of the largest size at the default
+			// max_message_size.
+			UnfinishedContentLimit: 256 * MiB,
 		},
 		Mgmt: Mgmt{
 			Listen:             "127.0.0.1:15672",

@@ -61,6 +61,15 @@
 //	                                         406 PRECONDITION_FAILED and is requeued (RabbitMQ's
 //	                                         consumer_timeout); queues set their own with
 //	                                         x-consumer-timeout or policy consumer-timeout. "0s": off.
+//	amqp.unfinished_content_limit 256MiB     Message body bytes being received at once, over every
+//	                                         connection, 64KiB..1024GiB: a content header reserves
+//	                                         its body's size; a connection whose body does not fit
+//	                                         is not read until others complete (one larger than the
+//	                                         limit is received alone). At most a quarter of the
+//	                                         memory watermark applies: the memory alarm stops a
+//	                                         publisher at its next content frame, holding what it
+//	                                         sent, and that must not keep the alarm raised.
+//	                                         SIGHUP applies a change.
 //
 // [amqp.tls] — the amqps listener.
 //
@@ -120,8 +129,8 @@
 //	storage.page_window          2048       Ready messages per priority level of a queue
 //	                                        kept in memory at its head (and tail), 0..1048576; the
 //	                                        rest of a deeper queue stays on disk. 0: all in memory.
-//	storage.page_window_bytes    "4MiB"     ... and at most this many body bytes of them,
-//	                                        64KiB..16GiB (a larger message fits alone).
+//	storage.page_window_bytes    "4MiB"     ... and at most this many bytes of them, bodies and
+//	                                        properties, 64KiB..16GiB (a larger message fits alone).
 //	storage.delivered_mark_chunk 2048       How far ahead of its deliveries a durable queue
 //	                                        records them, 1..1048576: after a crash at most
 //	                                        1.5x this many never-delivered messages per

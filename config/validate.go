@@ -215,6 +215,9 @@ func (c *Config) validateAMQP(k *checker) {
 	if a.HandshakeTimeout <= 0 {
 		k.addf("amqp.handshake_timeout", "must be positive, got %s", a.HandshakeTimeout)
 	}
+	if b := a.UnfinishedContentLimit; b < 64*KiB || b > 1024*GiB {
+		k.addf("amqp.unfinished_content_limit", "must be between 64KiB and 1024GiB, got %s", b)
+	}
 	if a.ConsumerTimeout < 0 {
 		k.addf("amqp.consumer_timeout", "must not be negative (0 disables it), got %s", a.ConsumerTimeout)
 	}

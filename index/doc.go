@@ -80,11 +80,11 @@
 // (signed, as encoding/binary's AppendVarint); byte strings are a uvarint
 // length and then the bytes.
 //
-//	entry value, format 0x11
-//	+------+-------+----------------+--------------+- - - - - - - - - - -+
-//	| 0x11 | flags | msg id uvarint | size uvarint | optional fields ... |
-//	+------+-------+----------------+--------------+- - - - - - - - - - -+
-//	0      1       2
+//	entry value, format 0x11 (version 1) or 0x12 (version 2)
+//	+-----------+-------+----------------+--------------+- - - - - - - - - - -+
+//	| 0x11/0x12 | flags | msg id uvarint | size uvarint | optional fields ... |
+//	+-----------+-------+----------------+--------------+- - - - - - - - - - -+
+//	0           1       2
 //
 //	optional fields, in this order, each present iff its flag bit is set:
 //	  0x01  deadline        varint (unix ms)
@@ -92,8 +92,16 @@
 //	  0x04  dead-letter     bytes (the reason)
 //	  0x08  dead-at         varint (unix ms)
 //	  0x10  header          see below
+//	  0x20  origin          see below; version 2 only, and always in it
 //
 //	header: exchange bytes, uvarint count, count × routing key bytes, props bytes
+//	origin: queue bytes (non-empty), reason bytes, time varint (unix ms): the
+//	        broker's record of where a dead-lettered copy came from
+//
+// Version 2 is written for an entry with an origin and only for it, so
+// an entry without one keeps its version 1 encoding: a store that never
+// held an origin stays readable by a build that knows version 1 only, and
+// every value has exactly one encoding.
 //
 //	message value, format 0x21:        refs uvarint, size uvarint, location bytes
 //	queue state, format 0x32:          last seq uvarint, uvarint n, n × level
@@ -125,8 +133,9 @@
 // # Versions
 //
 // A value kind gains a field by getting a new format byte (0x12 for the
-// entry value's second version): the encoder writes the newest, the decoder
-// accepts every version it has known. Decoders do not skip unknown trailing
+// entry value's second version, which added the origin): the encoder
+// writes the newest (the entry value: the newest its fields need), the
+// decoder accepts every version it has known. Decoders do not skip unknown trailing
 // fields: a build that ignored a newer build's fields would silently drop
 // them on its next write, so an older build refuses newer values with
 // ErrUnknownVersion instead. Key layouts and prefix bytes never change; a

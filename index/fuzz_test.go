@@ -124,17 +124,26 @@ func FuzzEntryValue(f *testing.F) {
 			rks = bytes.Join(v.Header.RoutingKeys, []byte{0xfe})
 			exch, props = v.Header.Exchange, v.Header.Props
 		}
+		var oq, or []byte
+		var oat int64
+		if o := v.Origin; o != nil {
+			oq, or, oat = o.Queue, o.Reason, o.At
+		}
 		addDamaged(AppendEntryValue(nil, &v), func(raw []byte) {
 			f.Add(raw, v.Msg, v.Size, v.Deadline, v.DeliveryCount, v.DeadLetter, v.DeadAt,
-				v.Header != nil, exch, rks, props)
+				v.Header != nil, exch, rks, props, oq, or, oat)
 		})
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, msg uint64, size uint32, deadline int64, dc uint32,
-		reason []byte, deadAt int64, hasHeader bool, exch, rks, props []byte) {
+		reason []byte, deadAt int64, hasHeader bool, exch, rks, props []byte,
+		originQueue, originReason []byte, originAt int64) {
 		v := EntryValue{Msg: msg, Size: size, Deadline: deadline, DeliveryCount: dc,
 			DeadLetter: reason, DeadAt: deadAt}
 		if hasHeader {
 			v.Header = &Header{Exchange: exch, RoutingKeys: splitKeys(rks), Props: props}
+		}
+		if len(originQueue) > 0 { // an origin always names its queue
+			v.Origin = &Origin{Queue: originQueue, Reason: originReason, At: originAt}
 		}
 		b := AppendEntryValue(nil, &v)
 		var got EntryValue

@@ -47,7 +47,14 @@ func headerEqual(a, b *Header) bool {
 func entryValueEqual(a, b *EntryValue) bool {
 	return a.Msg == b.Msg && a.Size == b.Size && a.Deadline == b.Deadline &&
 		a.DeliveryCount == b.DeliveryCount && bytes.Equal(a.DeadLetter, b.DeadLetter) &&
-		a.DeadAt == b.DeadAt && headerEqual(a.Header, b.Header)
+		a.DeadAt == b.DeadAt && headerEqual(a.Header, b.Header) && originEqual(a.Origin, b.Origin)
+}
+
+func originEqual(a, b *Origin) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return bytes.Equal(a.Queue, b.Queue) && bytes.Equal(a.Reason, b.Reason) && a.At == b.At
 }
 
 // sampleEntryValues are the entry values the seed corpora and round-trip
@@ -76,6 +83,14 @@ func sampleEntryValues() []EntryValue {
 			Msg: math.MaxUint64, Size: math.MaxUint32, Deadline: math.MinInt64,
 			DeliveryCount: math.MaxUint32, DeadLetter: []byte("expired"), DeadAt: math.MaxInt64,
 		},
+		// Version 2: dead-lettered copies with the broker's record.
+		{
+			Msg: 100, Size: 7,
+			Header: &Header{Exchange: []byte("dlx"), RoutingKeys: [][]byte{[]byte("dlq")}, Props: []byte{0x20, 0x00}},
+			Origin: &Origin{Queue: []byte("orders"), Reason: []byte("rejected"), At: 1767225600999},
+		},
+		{Msg: 101, Origin: &Origin{Queue: []byte("q")}},
+		{Msg: 102, Deadline: 5, DeliveryCount: 2, Origin: &Origin{Queue: []byte("\xff\x00"), Reason: []byte("maxlen"), At: -1}},
 	}
 }
 

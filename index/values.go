@@ -11,6 +11,7 @@ import (
 // format byte and a value read as the wrong kind fails to decode.
 const (
 	formatEntryV1        byte = 0x11 // on-disk format; never renumber
+	formatEntryV2        byte = 0x12 // on-disk format; never renumber
 	formatMsgV1          byte = 0x21 // on-disk format; never renumber
 	formatQueueStateV1   byte = 0x31 // on-disk format; never renumber
 	formatQueueStateV2   byte = 0x32 // on-disk format; never renumber
@@ -27,9 +28,11 @@ const (
 	entryHasDeadLetter    byte = 1 << 2 // on-disk format; never renumber
 	entryHasDeadAt        byte = 1 << 3 // on-disk format; never renumber
 	entryHasHeader        byte = 1 << 4 // on-disk format; never renumber
+	entryHasOrigin        byte = 1 << 5 // on-disk format (version 2 only); never renumber
 
-	entryKnownFlags = entryHasDeadline | entryHasDeliveryCount | entryHasDeadLetter |
+	entryKnownFlagsV1 = entryHasDeadline | entryHasDeliveryCount | entryHasDeadLetter |
 		entryHasDeadAt | entryHasHeader
+	entryKnownFlagsV2 = entryKnownFlagsV1 | entryHasOrigin
 )
 
 // Header is a header rewritten by dead-lettering, stored with the entry that
@@ -40,10 +43,25 @@ type Header struct {
 	Props       []byte // raw AMQP content-header properties
 }
 
+// Origin is an entry's dead-letter record: the queue (by name) its message
+// was dead-lettered from by the broker, why and when.
+type Origin struct {
+	Queue  []byte // never empty
+	Reason []byte
+	At     int64 // unix ms
+}
+
 // EntryValue is the value of an entry key: one message's place in a queue.
 //
 // Nil and empty byte slices encode alike and decode as nil; Header nil and
-// non-nil are distinguished.
+// non-nil are distinguished, and so are Origin nil and non-nil.
+//
+// Version 2 (format 0x12) is version 1 with the origin: it is written for
+// an entry with an Origin and only then, so the entries of a store that
+// never dead-lettered (and every entry written before origins existed)
+// stay version 1, readable by builds that know no other, and each value
+// still has one encoding. A build that knows version 1 only refuses a
+// version 2 value with ErrUnknownVersion.
 type EntryValue struct {
 	Msg           uint64 // message id
 	Size          uint32 // body size (feeds byte limits without loading bodies)
@@ -52,6 +70,7 @@ type EntryValue struct {
 	DeadLetter    []byte  // non-empty: waiting in the dead-letter backlog, the reason
 	DeadAt        int64   // unix ms
 	Header        *Header // nil: the message's own header applies
+	Origin        *Origin // nil: none (version 1)
 }
 
 // AppendEntryValue appends the encoding of v to dst and returns the extended
@@ -79,9 +98,15 @@ func AppendEntryValue(dst []byte, v *EntryValue) []byte {
 			n += binary.MaxVarintLen32 + len(rk)
 		}
 	}
+	format := formatEntryV1
+	if o := v.Origin; o != nil {
+		flags |= entryHasOrigin
+		format = formatEntryV2
+		n += 2*binary.MaxVarintLen32 + binary.MaxVarintLen64 + len(o.Queue) + len(o.Reason)
+	}
 	dst = slices.Grow(dst, n)
 
-	dst = append(dst, formatEntryV1, flags)
+	dst = append(dst, format, flags)
 	dst = binary.AppendUvarint(dst, v.Msg)
 	dst = binary.AppendUvarint(dst, uint64(v.Size))
 	if flags&entryHasDeadline != 0 {
@@ -104,22 +129,39 @@ func AppendEntryValue(dst []byte, v *EntryValue) []byte {
 		}
 		dst = appendBytes(dst, h.Props)
 	}
+	if o := v.Origin; o != nil {
+		dst = appendBytes(dst, o.Queue)
+		dst = appendBytes(dst, o.Reason)
+		dst = binary.AppendVarint(dst, o.At)
+	}
 	return dst
 }
 
-// DecodeEntryValue decodes b into v, overwriting every field of v. v's byte
-// slices (DeadLetter and the Header's) alias b: copy them if b is about to
-// be reused, as a Pebble iterator's value is on the next step. A non-nil
-// Header and its RoutingKeys are newly allocated (the only allocations; an
-// entry without a header decodes without allocating). On error v is
-// unspecified and the error matches ErrCorrupt.
+// DecodeEntryValue decodes b, of either version, into v, overwriting every
+// field of v. v's byte slices (DeadLetter, the Header's and the Origin's)
+// alias b: copy them if b is about to be reused, as a Pebble iterator's
+// value is on the next step. A non-nil Header and its RoutingKeys, and a
+// non-nil Origin, are newly allocated (the only allocations; an entry
+// without either decodes without allocating). On error v is unspecified
+// and the error matches ErrCorrupt.
 func DecodeEntryValue(b []byte, v *EntryValue) error {
 	d := decoder{b: b, what: "entry value"}
-	d.format(formatEntryV1)
+	known := entryKnownFlagsV1
+	if len(b) > 0 && b[0] == formatEntryV2 {
+		d.format(formatEntryV2)
+		known = entryKnownFlagsV2
+	} else {
+		d.format(formatEntryV1)
+	}
 	flags := d.byte("flags")
-	if d.err == nil && flags&^entryKnownFlags != 0 {
+	switch {
+	case d.err != nil:
+	case flags&^known != 0:
 		d.off--
-		d.failf("unknown flags %#02x", flags&^entryKnownFlags)
+		d.failf("unknown flags %#02x", flags&^known)
+	case known == entryKnownFlagsV2 && flags&entryHasOrigin == 0:
+		d.off--
+		d.fail("version 2 without an origin")
 	}
 	*v = EntryValue{}
 	v.Msg = d.uvarint("message id")
@@ -153,6 +195,13 @@ func DecodeEntryValue(b []byte, v *EntryValue) error {
 		}
 		h.Props = d.bytes("properties")
 		v.Header = h
+	}
+	if flags&entryHasOrigin != 0 && d.err == nil {
+		o := &Origin{}
+		o.Queue = d.flaggedBytes("origin queue")
+		o.Reason = d.bytes("origin reason")
+		o.At = d.varint("origin time")
+		v.Origin = o
 	}
 	return d.finish()
 }

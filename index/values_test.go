@@ -37,6 +37,34 @@ func TestEntryValueCompact(t *testing.T) {
 	}
 }
 
+// Only an entry with an origin is written as version 2; every other
+// stays version 1 (what builds before origins read), and a version 1
+// value as such builds wrote it decodes, without an origin.
+func TestEntryValueVersions(t *testing.T) {
+	for i, v := range sampleEntryValues() {
+		b := AppendEntryValue(nil, &v)
+		if want := map[bool]byte{false: formatEntryV1, true: formatEntryV2}[v.Origin != nil]; b[0] != want {
+			t.Errorf("value %d (origin %v): format %#x, want %#x", i, v.Origin != nil, b[0], want)
+		}
+	}
+	// An entry value written before origins existed: a dead-lettered
+	// copy with its header, deadline and delivery count.
+	old := []byte{0x11, entryHasDeadline | entryHasDeliveryCount | entryHasHeader, 42, 5, 20, 3,
+		3, 'd', 'l', 'x', 1, 3, 'd', 'l', 'q', 2, 0x20, 0x00}
+	var got EntryValue
+	if err := DecodeEntryValue(old, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := EntryValue{Msg: 42, Size: 5, Deadline: 10, DeliveryCount: 3,
+		Header: &Header{Exchange: []byte("dlx"), RoutingKeys: [][]byte{[]byte("dlq")}, Props: []byte{0x20, 0x00}}}
+	if !entryValueEqual(&got, &want) || got.Origin != nil {
+		t.Fatalf("version 1 value decoded as %+v, want %+v", got, want)
+	}
+	if again := AppendEntryValue(nil, &got); !bytes.Equal(again, old) {
+		t.Fatalf("version 1 value re-encodes as %x, want %x", again, old)
+	}
+}
+
 func TestDecodedSlicesAliasWithCappedCapacity(t *testing.T) {
 	v := sampleEntryValues()[5]
 	b := AppendEntryValue(nil, &v)
@@ -142,11 +170,16 @@ func TestDecodeValueErrors(t *testing.T) {
 		reason  string // substring of the error
 	}{
 		{"empty", nil, decEntryValue, false, "empty value"},
-		{"future version", append([]byte{0x12}, plain[1:]...), decEntryValue, true, "format byte 0x12"},
+		{"future version", append([]byte{0x13}, plain[1:]...), decEntryValue, true, "format byte 0x13"},
+		{"version 2 without an origin", append([]byte{formatEntryV2}, plain[1:]...), decEntryValue, false, "version 2 without an origin"},
+		{"version 1 with an origin", []byte{formatEntryV1, entryHasOrigin, 1, 1, 1, 'q', 0, 0}, decEntryValue, false, "unknown flags 0x20"},
+		{"empty origin queue", []byte{formatEntryV2, entryHasOrigin, 1, 1, 0, 0, 0}, decEntryValue, false, "origin queue flagged but zero"},
+		{"truncated origin", []byte{formatEntryV2, entryHasOrigin, 1, 1, 1, 'q', 0}, decEntryValue, false, "truncated origin time"},
 		{"zero format byte", append([]byte{0x00}, plain[1:]...), decEntryValue, false, "format byte 0x00, want 0x11"},
 		{"message value as entry", msg, decEntryValue, false, "format byte 0x21"},
 		{"entry value as message", plain, decMsgValue, false, "format byte 0x11"},
-		{"unknown flag", []byte{formatEntryV1, 0x20, 1, 1}, decEntryValue, false, "unknown flags 0x20"},
+		{"unknown flag", []byte{formatEntryV1, 0x40, 1, 1}, decEntryValue, false, "unknown flags 0x40"},
+		{"unknown flag in version 2", []byte{formatEntryV2, entryHasOrigin | 0x40, 1, 1}, decEntryValue, false, "unknown flags 0x40"},
 		{"truncated flags", []byte{formatEntryV1}, decEntryValue, false, "truncated flags"},
 		{"truncated varint", plain[:3], decEntryValue, false, "truncated message id"},
 		{"trailing byte", append(bytes.Clone(plain), 0), decEntryValue, false, "1 trailing bytes"},

@@ -7,9 +7,11 @@ import (
 	"github.com/brokerd/brokerd/broker"
 )
 
-// redriveBody is a POST of a redrive. To is "origin" (the default) or
-// "exchange" (then Exchange and RoutingKey say where); Max 0 means all;
-// MinAgeMS filters on the latest x-death's time; Rate 0 is unpaced.
+// redriveBody is a POST of a redrive. To is "origin" (the default: the
+// queue the broker recorded when it dead-lettered each message, never its
+// x-death) or "exchange" (then Exchange and RoutingKey say where); Max 0
+// means all; Reason, SourceQueue and MinAgeMS filter on the latest death
+// (see broker.RedriveOptions); Rate 0 is unpaced.
 type redriveBody struct {
 	To          string  `json:"to"`
 	Exchange    string  `json:"exchange"`

@@ -82,6 +82,10 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		"dead_lettered":       qi.DeadLettered,
 		// Messages lost to damaged data on disk (broker/damage.go).
 		"messages_damaged": qi.Damaged,
+
+		// Bodies and properties held in memory (message_bytes counts
+		// bodies only, as RabbitMQ's classic queues do).
+		"memory": qi.Memory,
 	}
 	if ms := queueMessageStats(qi); ms != nil {
 		m["message_stats"] = ms

@@ -30,8 +30,10 @@
 //     highest ever put, from which the broker continues). Within a level
 //     entries are ordered by Seq. An entry may carry its own Header
 //     (dead-lettering rewrites exchange, routing keys and properties
-//     without copying the body), a Deadline (unix milliseconds; 0 = none)
-//     and a DeliveryCount.
+//     without copying the body), a Deadline (unix milliseconds; 0 = none),
+//     a DeliveryCount and an Origin: the broker's own record of the queue a
+//     dead-lettered copy came from, which x-death (a header any publisher
+//     can write) is not.
 //   - Meta is a small ordered key/value space for definitions, written in
 //     the same Batch mechanism so that, e.g., deleting a queue and all its
 //     entries is one atomic step. Keys and values are arbitrary bytes (the

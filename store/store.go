@@ -97,6 +97,23 @@ type Entry struct {
 	// DeadAt is when that death happened (unix milliseconds), the time
 	// x-death records when the entry is finally forwarded.
 	DeadAt int64
+	// Origin, when non-nil, is the broker's record of where the entry
+	// was dead-lettered from (see Origin). It is fixed for the entry's
+	// life.
+	Origin *Origin
+}
+
+// Origin is the broker's own record of where a message was dead-lettered
+// from, kept with the copy the broker put into each target queue, so that
+// what moves a dead letter back to its origin (a redrive) never trusts the
+// x-death header, which any publisher can write. An entry the broker did
+// not make by dead-lettering (published, redriven), or dead-lettered by a
+// store written before this record existed, has none. An Origin is
+// immutable once passed to Apply: entries may share one.
+type Origin struct {
+	Queue  string // the source queue's name, in the entry's vhost; never empty
+	Reason string // why it was dead-lettered: rejected, expired, maxlen, delivery_limit
+	At     int64  // when, unix milliseconds
 }
 
 // EffectiveHeader returns the entry's own header if it has one, else the
@@ -125,6 +142,10 @@ type EntryMeta struct {
 	// Header is the entry's own (dead-lettered) header, nil if it has
 	// none and the message's header applies.
 	Header *Header
+	// Origin is the entry's dead-letter record, nil if it has none. It
+	// may be shared with the store and other readers: it must not be
+	// modified.
+	Origin *Origin
 }
 
 // LevelState counts one priority level's entries: every stored entry of

@@ -7,14 +7,15 @@ type Deque[E Entry] struct {
 	buf   []E
 	head  int
 	n     int
-	bytes int64 // body bytes of the entries held, live or not
+	bytes int64 // resident bytes of the entries held, live or not
 }
 
 // Len returns the number of entries held, live or not.
 func (d *Deque[E]) Len() int { return d.n }
 
-// Bytes returns the body bytes of the entries held, live or not (an entry
-// that left from where it stood keeps its body until the deque drops it).
+// Bytes returns the resident bytes (EntryResident: bodies and properties)
+// of the entries held, live or not (an entry that left from where it
+// stood keeps them until the deque drops it).
 func (d *Deque[E]) Bytes() int64 { return d.bytes }
 
 // At returns the i-th entry from the front.
@@ -41,7 +42,7 @@ func (d *Deque[E]) PushBack(e E) {
 	}
 	d.set(d.n, e)
 	d.n++
-	d.bytes += e.EntrySize()
+	d.bytes += e.EntryResident()
 }
 
 func (d *Deque[E]) pushFront(e E) {
@@ -51,7 +52,7 @@ func (d *Deque[E]) pushFront(e E) {
 	d.head = (d.head - 1) & (len(d.buf) - 1)
 	d.buf[d.head] = e
 	d.n++
-	d.bytes += e.EntrySize()
+	d.bytes += e.EntryResident()
 }
 
 // Front returns the first entry, the zero E if there is none.
@@ -74,7 +75,7 @@ func (d *Deque[E]) PopFront() E {
 	d.buf[d.head] = zero
 	d.head = (d.head + 1) & (len(d.buf) - 1)
 	d.n--
-	d.bytes -= e.EntrySize()
+	d.bytes -= e.EntryResident()
 	if d.n == 0 {
 		d.head = 0
 	}
@@ -111,7 +112,7 @@ func (d *Deque[E]) InsertSorted(e E) {
 		d.set(i, d.At(i-1))
 	}
 	d.set(lo, e)
-	d.bytes += e.EntrySize()
+	d.bytes += e.EntryResident()
 }
 
 // Clear removes every entry and returns them in order.

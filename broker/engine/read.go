@@ -72,17 +72,31 @@ type PageRead struct {
 	Done bool
 }
 
+// damageErr is the read's error for its damage: Damage, or nil.
+func (r *PageRead) damageErr() error {
+	if r.Damage != nil {
+		return r.Damage
+	}
+	return nil
+}
+
 // ReadMiddle reads up to want entries of level prio from seq from, up to
-// seq to, with their messages (ReadLevel, then one Store.LoadMessages),
-// and if wantBytes > 0 only as many as hold wantBytes of bodies (at least
-// one): the entries' sizes are in the index, so the bodies left out are
-// never read. It touches no queue state: callers hold the queue's lock or
-// not.
-func (s Ranges) ReadMiddle(spilled bool, prio uint8, from, to uint64, want int, wantBytes int64, buf []store.EntryMeta) (PageRead, error) {
+// seq to, with their messages, and if wantBytes > 0 only as many as hold
+// wantBytes resident bytes (Resident: bodies and properties; at least
+// one). A message's properties are known only once it is loaded, so where
+// the bytes bind the read goes in chunks, each its entries (ReadLevel) and
+// then their messages (one Store.LoadMessages), sized by per, the caller's
+// estimate of an entry's resident bytes (Level.MeanResident; 0: unknown,
+// then a first chunk of probeChunk entries), and refined by what each
+// chunk holds: what is left out is never loaded, and a window of large
+// headers is not read whole to be cut. Without a byte bound, or with a
+// good estimate, it is one chunk. It touches no queue state: callers hold
+// the queue's lock or not.
+func (s Ranges) ReadMiddle(spilled bool, prio uint8, from, to uint64, want int, wantBytes, per int64, buf []store.EntryMeta) (PageRead, error) {
 	var r PageRead
 	for attempt := 1; ; attempt++ {
 		var err error
-		r, err = s.readMiddleOnce(spilled, prio, from, to, want, wantBytes, buf)
+		r, err = s.readMiddleOnce(spilled, prio, from, to, want, wantBytes, per, buf)
 		if !retryLoad(err, attempt) {
 			return r, err
 		}
@@ -105,36 +119,97 @@ func retryLoad(err error, attempt int) bool {
 	return errors.Is(err, store.ErrUnknownMessage) && attempt < maxLoadAttempts
 }
 
-func (s Ranges) readMiddleOnce(spilled bool, prio uint8, from, to uint64, want int, wantBytes int64, buf []store.EntryMeta) (PageRead, error) {
-	metas, err := s.ReadLevel(spilled, prio, from, want, buf)
-	if err != nil {
-		return PageRead{}, err
+// probeChunk is the first chunk of a read bounded by bytes when nothing is
+// known of the entries' size.
+const probeChunk = 8
+
+// Resident is what an entry read from the store holds in memory once
+// resident, as the broker's EntryResident counts it: its body and its
+// properties (its own, or else its message's).
+func Resident(m *store.EntryMeta, msg *store.Message) int64 {
+	n := int64(m.Size)
+	if m.Header != nil {
+		n += int64(len(m.Header.Props))
+	} else if msg != nil {
+		n += int64(len(msg.Header.Props))
 	}
-	r := PageRead{Metas: metas, Done: len(metas) < want}
+	return n
+}
+
+func (s Ranges) readMiddleOnce(spilled bool, prio uint8, from, to uint64, want int, wantBytes, per int64, buf []store.EntryMeta) (PageRead, error) {
+	r := PageRead{Metas: buf[:0]}
 	var bytes int64
-	for i, m := range metas {
-		if m.Seq > to { // resident in the tail, or paged after the read began
-			r.Metas, r.Done = metas[:i], true
-			break
+	for len(r.Metas) < want {
+		ask := want - len(r.Metas)
+		if wantBytes > 0 {
+			if per > 0 {
+				ask = int(min(int64(ask), (wantBytes-bytes+per-1)/per))
+			} else {
+				ask = min(ask, probeChunk)
+			}
 		}
-		if wantBytes > 0 && i > 0 && bytes >= wantBytes {
-			clear(metas[i:])
-			r.Metas, r.Done = metas[:i], false
-			break
+		var dst []store.EntryMeta
+		if len(r.Metas) == 0 {
+			dst = buf[:0] // the caller's buffer, for the common single chunk
 		}
-		bytes += int64(m.Size)
+		chunk, err := s.ReadLevel(spilled, prio, from, ask, dst)
+		if err != nil {
+			return r, err
+		}
+		end := len(chunk) < ask // the level has no more
+		for i := range chunk {
+			if chunk[i].Seq > to { // resident in the tail, or paged after the read began
+				clear(chunk[i:])
+				chunk, end = chunk[:i], true
+				break
+			}
+		}
+		ids := make([]store.MsgID, len(chunk))
+		for i := range chunk {
+			ids[i] = chunk[i].Msg
+		}
+		msgs := make([]*store.Message, len(ids))
+		if err := s.Store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m }); err != nil {
+			var de *store.DamageError
+			if !errors.As(err, &de) {
+				return r, err
+			}
+			// The damaged messages stay nil; the read goes on.
+			if r.Damage == nil {
+				r.Damage = &store.DamageError{}
+			}
+			r.Damage.Damage = append(r.Damage.Damage, de.Damage...)
+		}
+		keep := len(chunk)
+		var sum int64
+		for i := range chunk {
+			if wantBytes > 0 && bytes >= wantBytes && len(r.Metas)+i > 0 {
+				keep = i
+				break
+			}
+			n := Resident(&chunk[i], msgs[i])
+			bytes += n
+			sum += n
+		}
+		full := wantBytes > 0 && bytes >= wantBytes
+		clear(chunk[keep:])
+		if len(r.Metas) == 0 {
+			r.Metas = chunk[:keep]
+		} else {
+			r.Metas = append(r.Metas, chunk[:keep]...)
+		}
+		r.Msgs = append(r.Msgs, msgs[:keep]...)
+		switch {
+		case end && keep == len(chunk):
+			r.Done = true
+			return r, r.damageErr()
+		case full: // Done stays false: the middle goes on
+			return r, r.damageErr()
+		}
+		per = max(sum/int64(keep), 1)
+		from = chunk[keep-1].Seq + 1
 	}
-	ids := make([]store.MsgID, len(r.Metas))
-	for i := range r.Metas {
-		ids[i] = r.Metas[i].Msg
-	}
-	r.Msgs = make([]*store.Message, len(ids))
-	err = s.Store.LoadMessages(ids, func(i int, m *store.Message) { r.Msgs[i] = m })
-	var de *store.DamageError
-	if errors.As(err, &de) {
-		r.Damage = de
-	}
-	return r, err
+	return r, r.damageErr()
 }
 
 // ReadBacklog reads up to max entries of the backlog ranges from seq

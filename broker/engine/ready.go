@@ -12,8 +12,13 @@ type Entry interface {
 	// EntryPrio is its message priority; above the queue's top level it
 	// counts as the top level.
 	EntryPrio() uint8
-	// EntrySize is its body size in bytes.
+	// EntrySize is its body size in bytes: what the queue's byte
+	// counters (Bytes, a middle's Bytes) and length limits count.
 	EntrySize() int64
+	// EntryResident is what it holds in memory, in bytes: its body and
+	// its properties (a header can be far larger than its body). What
+	// the windows are bounded by.
+	EntryResident() int64
 	// Ready reports whether it is still ready. An entry that left from
 	// where it stood (Ready.Remove) must report false from then on; the
 	// deques drop it when it reaches a head.
@@ -36,9 +41,10 @@ type Entry interface {
 // past the window its front moves into the middle and its memory goes. So
 // a level holds about two windows of entries in memory however deep it
 // is. A window is bounded in entries (Window) and, if WindowBytes is set,
-// in body bytes too: whichever bound is reached first makes it full, so
-// large messages page with fewer entries resident. The counters (Len, Bytes) include the middles: they never depend on
-// what is resident.
+// in resident bytes too (EntryResident: bodies and properties): whichever
+// bound is reached first makes it full, so large messages page with fewer
+// entries resident. The counters (Len, Bytes: body bytes) include the
+// middles: they never depend on what is resident.
 //
 // Only entries the store already holds can enter the middle (Pageable),
 // and an entry the middle cannot take stops paging behind it, so the
@@ -60,8 +66,9 @@ type Ready[E Entry] struct {
 	// Window is the resident target per level; 0 disables paging (every
 	// entry stays in the head).
 	Window int
-	// WindowBytes, if > 0, also bounds a window's body bytes (with
-	// Window > 0; a single entry larger than it still fits alone).
+	// WindowBytes, if > 0, also bounds a window's resident bytes, bodies
+	// and properties (with Window > 0; a single entry larger than it
+	// still fits alone).
 	WindowBytes int64
 	// Fill refills l's head from its middle now (a store read, under the
 	// owner's lock); Prefetch starts such a read to complete later. Both
@@ -97,6 +104,9 @@ type Level[E Entry] struct {
 	// Filling (TakeOut): the read under way may hold them, and its merge
 	// skips them (Taken) instead of moving them in.
 	taken []uint64
+	// meanResident is MeanResident's running mean; 0 until an entry has
+	// paged out or been read in.
+	meanResident int64
 	// HeadMax is the highest seq that ever entered the head. Every entry
 	// delivered from the level (and maybe still unacked, so still in the
 	// store) has a seq up to it, so the tail and the middle hold only
@@ -140,8 +150,19 @@ func NewReady[E Entry](maxPriority uint8) Ready[E] {
 // Len returns the number of ready entries, middles included.
 func (r *Ready[E]) Len() int { return r.n }
 
-// Bytes returns their body bytes.
+// Bytes returns their body bytes, middles included.
 func (r *Ready[E]) Bytes() int64 { return r.bytes }
+
+// Resident returns the resident bytes (EntryResident) of the entries held
+// in memory, over every level's head and tail: what the windows bound.
+// Entries that left but are still held count until they are dropped.
+func (r *Ready[E]) Resident() int64 {
+	var n int64
+	for i := range r.levels {
+		n += r.levels[i].Head.Bytes() + r.levels[i].Tail.Bytes()
+	}
+	return n
+}
 
 // Levels returns the number of levels.
 func (r *Ready[E]) Levels() int { return len(r.levels) }
@@ -216,20 +237,40 @@ func (r *Ready[E]) headLow(l *Level[E]) bool {
 
 // HeadRoom returns how much a read of l's middle should bring in: what
 // fills the head to a window, and at least half a window, in entries and
-// in body bytes (0 bytes: no byte bound). Where the bytes bind, the
-// entries asked for are twice what the middle's mean size says fit, so
-// the read of the index stays near what is used.
+// in resident bytes (0 bytes: no byte bound). Where the bytes bind, the
+// entries asked for are twice what the level's mean resident size (or,
+// before one is known, its middle's mean body size) says fit, so the read
+// of the index stays near what is used.
 func (r *Ready[E]) HeadRoom(l *Level[E]) (n int, bytes int64) {
 	n = max(r.Window-l.Head.Len(), r.Window/2, 1)
 	if r.WindowBytes > 0 {
 		bytes = max(r.WindowBytes-l.Head.Bytes(), r.WindowBytes/2, 1)
-		if l.Mid.N > 0 && l.Mid.Bytes > 0 {
-			if k := 2*bytes/max(l.Mid.Bytes/int64(l.Mid.N), 1) + 2; k < int64(n) {
+		per := l.MeanResident()
+		if per == 0 && l.Mid.N > 0 && l.Mid.Bytes > 0 {
+			per = max(l.Mid.Bytes/int64(l.Mid.N), 1)
+		}
+		if per > 0 {
+			if k := 2*bytes/per + 2; k < int64(n) {
 				n = int(k)
 			}
 		}
 	}
 	return n, bytes
+}
+
+// MeanResident is the resident bytes of one of l's entries as last seen:
+// a running mean over the entries that paged out or were read in (0 while
+// none has). A read of the middle sizes its chunks by it (ReadMiddle).
+func (l *Level[E]) MeanResident() int64 { return l.meanResident }
+
+// SeenResident adds one entry's resident bytes to l's running mean
+// (MeanResident), weighting the last 8 or so.
+func (l *Level[E]) SeenResident(n int64) {
+	if l.meanResident == 0 {
+		l.meanResident = max(n, 1)
+		return
+	}
+	l.meanResident = max(l.meanResident+(n-l.meanResident)/8, 1)
 }
 
 // TailOver reports whether l's tail holds more than a window: its front
@@ -238,7 +279,7 @@ func (r *Ready[E]) TailOver(l *Level[E]) bool {
 	return r.Window > 0 && (l.Tail.Len() > r.Window || r.WindowBytes > 0 && l.Tail.Bytes() > r.WindowBytes)
 }
 
-// TailOverBy returns by how many entries and how many body bytes l's
+// TailOverBy returns by how many entries and how many resident bytes l's
 // tail is over a window (0 where it is within a bound). O(1): it is asked
 // on every arrival to a level whose tail is over.
 func (r *Ready[E]) TailOverBy(l *Level[E]) (n int, bytes int64) {
@@ -258,7 +299,7 @@ func (r *Ready[E]) TailOverBy(l *Level[E]) (n int, bytes int64) {
 func (r *Ready[E]) TailExcess(l *Level[E]) int {
 	n, over := r.TailOverBy(l)
 	for i := 0; over > 0 && i < l.Tail.Len(); i++ {
-		over -= l.Tail.At(i).EntrySize()
+		over -= l.Tail.At(i).EntryResident()
 		n = max(n, i+1)
 	}
 	return n
@@ -389,6 +430,7 @@ func (r *Ready[E]) PageOut(l *Level[E], limit uint64) {
 			return
 		}
 		l.Tail.PopFront()
+		l.SeenResident(e.EntryResident())
 		if r.Paged != nil {
 			r.Paged(e)
 		}
@@ -447,6 +489,7 @@ func (l *Level[E]) Skip(seq uint64) { l.Mid.From = seq + 1 }
 func (r *Ready[E]) MoveIn(l *Level[E], e E) {
 	l.Mid.N--
 	l.Mid.Bytes -= e.EntrySize()
+	l.SeenResident(e.EntryResident())
 	l.intoHead(e)
 }
 

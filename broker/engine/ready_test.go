@@ -22,8 +22,11 @@ type entry struct {
 func (e *entry) EntrySeq() uint64 { return e.Seq }
 func (e *entry) EntryPrio() uint8 { return e.prio }
 func (e *entry) EntrySize() int64 { return e.size }
-func (e *entry) Ready() bool      { return !e.gone }
-func (e *entry) Pageable() bool   { return e.inStore }
+
+// EntryResident counts the body only: these entries have no properties.
+func (e *entry) EntryResident() int64 { return e.size }
+func (e *entry) Ready() bool          { return !e.gone }
+func (e *entry) Pageable() bool       { return e.inStore }
 
 func newTestEntry(seq uint64, prio uint8) *entry {
 	return &entry{Seq: seq, prio: prio, size: int64(seq % 7)}

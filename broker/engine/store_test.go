@@ -77,7 +77,7 @@ func pagingThroughStore(t *testing.T, ts testStore, windowBytes int64) {
 	r.Paged = func(e *storedEntry) { e.gone = true }
 	r.Fill = func(l *Level[*storedEntry]) {
 		want, wantBytes := r.HeadRoom(l)
-		pr, err := rg.ReadMiddle(spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, nil)
+		pr, err := rg.ReadMiddle(spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, l.MeanResident(), nil)
 		if err != nil {
 			t.Fatalf("read middle: %v", err)
 		}
@@ -243,7 +243,7 @@ func TestReadMiddleStopsAtItsEnd(t *testing.T) {
 				{9, 10, 4, 1, []uint64{9}, false},
 				{9, 10, 1, 5, []uint64{9}, false},
 			} {
-				pr, err := rg.ReadMiddle(false, 0, c.from, c.to, c.want, c.wantBytes, nil)
+				pr, err := rg.ReadMiddle(false, 0, c.from, c.to, c.want, c.wantBytes, 0, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -402,7 +402,7 @@ func TestReadsSkipEntriesDeletedBeforeTheirLoad(t *testing.T) {
 					}
 				} else {
 					rg.Store = ds
-					r, err := rg.ReadMiddle(false, 0, 1, 3, 10, 0, nil)
+					r, err := rg.ReadMiddle(false, 0, 1, 3, 10, 0, 0, nil)
 					if err != nil {
 						t.Fatalf("%s: %v", how, err)
 					}
@@ -415,6 +415,72 @@ func TestReadsSkipEntriesDeletedBeforeTheirLoad(t *testing.T) {
 				}
 				if want := []uint64{1, 3}; !slices.Equal(got, want) {
 					t.Fatalf("%s: read %v, want %v", how, got, want)
+				}
+			}
+		})
+	}
+}
+
+// countingStore counts the messages LoadMessages is asked for.
+type countingStore struct {
+	store.Store
+	loaded int
+}
+
+func (s *countingStore) LoadMessages(ids []store.MsgID, fn func(int, *store.Message)) error {
+	s.loaded += len(ids)
+	return s.Store.LoadMessages(ids, fn)
+}
+
+// A read bounded in bytes counts properties as well as bodies, the
+// message's or the entry's own (a dead-lettered copy's), and loads little
+// more than it keeps: a first probe of probeChunk entries when nothing is
+// known of their size, then chunks sized by what it has seen, or by the
+// caller's estimate (defect: bodies only, so a window of bodiless messages
+// with large headers was read whole, 2,048 of them).
+func TestReadMiddleBoundsPropertyBytes(t *testing.T) {
+	const props, n = 1000, 100
+	for _, ts := range testStores() {
+		t.Run(ts.name, func(t *testing.T) {
+			s := ts.open(t)
+			var b store.Batch
+			for seq := uint64(1); seq <= n; seq++ {
+				raw := make([]byte, props)
+				m := &store.Message{ID: s.AllocMsgID(), Header: store.Header{Props: raw}, Body: []byte{byte(seq)}}
+				e := store.Entry{Ref: store.Ref{Queue: 5, Seq: seq}, Msg: m}
+				if seq%2 == 0 { // a dead-lettered copy: its own header
+					m.Header.Props = nil
+					e.Header = &store.Header{Props: raw}
+				}
+				b.Messages = append(b.Messages, m)
+				b.Puts = append(b.Puts, e)
+			}
+			storetest.Apply(t, s, &b)
+			for _, c := range []struct {
+				per        int64
+				want, load int
+			}{
+				{0, 10, probeChunk + 2}, // the probe, then the 2 more the mean says fit
+				{props + 1, 10, 10},     // the estimate is right: one chunk
+			} {
+				cs := &countingStore{Store: s}
+				rg := Ranges{Store: cs, ID: 5, Durable: true}
+				r, err := rg.ReadMiddle(false, 0, 1, n, 1000, 10*(props+1), c.per, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got int64
+				for i := range r.Metas {
+					got += Resident(&r.Metas[i], r.Msgs[i])
+					if r.Msgs[i].Body[0] != byte(r.Metas[i].Seq) {
+						t.Fatalf("seq %d read with the wrong message", r.Metas[i].Seq)
+					}
+				}
+				if len(r.Metas) != c.want || got != int64(c.want)*(props+1) || r.Done {
+					t.Fatalf("per %d: read %d entries holding %d bytes (done %v), want %d holding %d", c.per, len(r.Metas), got, r.Done, c.want, c.want*(props+1))
+				}
+				if cs.loaded != c.load {
+					t.Fatalf("per %d: loaded %d messages, want %d", c.per, cs.loaded, c.load)
 				}
 			}
 		})

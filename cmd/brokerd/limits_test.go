@@ -14,6 +14,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/config"
 )
 
 // memoryDaemon starts brokerd on the memory store (it opens no files while
@@ -216,5 +218,28 @@ func TestMaxConnections(t *testing.T) {
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	if code := d.wait(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// The budget of bodies being received is amqp.unfinished_content_limit, at
+// most a quarter of the memory watermark: a memory alarm holds what
+// publishers sent of their bodies, which must not be what keeps it raised
+// (with a 512 MiB watermark and the budget at 256 MiB, eight publishers of
+// 128 MiB bodies stalled for good once the alarm went off).
+func TestUnfinishedContentLimitFollowsTheWatermark(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		limit, mem, want uint64
+	}{
+		{256 * mib, 0, 256 * mib},
+		{256 * mib, 4096 * mib, 256 * mib},
+		{256 * mib, 512 * mib, 128 * mib},
+		{64 * mib, 512 * mib, 64 * mib},
+	} {
+		a := config.Default().AMQP
+		a.UnfinishedContentLimit = config.ByteSize(c.limit)
+		if got := unfinishedContentLimit(a, c.mem); got != c.want {
+			t.Errorf("limit %d, watermark %d: %d, want %d", c.limit, c.mem, got, c.want)
+		}
 	}
 }

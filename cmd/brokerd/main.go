@@ -244,6 +244,8 @@ func serve(cfg config.Config, lv *live) error {
 		MaxConnections:    maxConnections(cfg.Limits, fds, log),
 		LoginFailureDelay: loginFailureDelay(cfg.Auth),
 		Version:           version.String(),
+
+		MaxUnfinishedContentTotal: unfinishedContentLimit(cfg.AMQP, memLimit),
 	})
 	lv.srv, lv.fds = srv, fds
 	// Started before anything listens: a failed start closes every
@@ -463,6 +465,20 @@ func memoryLimit(l config.Limits, log *slog.Logger) uint64 {
 		return 0
 	}
 	return uint64(float64(total) * l.MemoryHighWatermark)
+}
+
+// unfinishedContentLimit is the server's budget of message bodies being
+// received: amqp.unfinished_content_limit, at most a quarter of the memory
+// watermark (mem, 0 when there is none). A memory alarm stops publishers
+// at their next content frame, with what they have sent of their bodies
+// held: were those bodies most of the watermark, their own memory would
+// keep the alarm raised and stall them all for good.
+func unfinishedContentLimit(a config.AMQP, mem uint64) uint64 {
+	n := uint64(a.UnfinishedContentLimit)
+	if mem > 0 {
+		n = min(n, max(mem/4, 1))
+	}
+	return n
 }
 
 // openStore opens the configured message store in the data directory.

@@ -52,6 +52,7 @@ var reloadable = map[string]bool{
 	"daemon.shutdown_timeout": true,
 	"amqp.tls.cert_file":      true, "amqp.tls.key_file": true, "amqp.tls.ca_file": true, "amqp.tls.verify_peer": true,
 	"mgmt.tls.cert_file": true, "mgmt.tls.key_file": true, "mgmt.tls.ca_file": true, "mgmt.tls.verify_peer": true,
+	"amqp.unfinished_content_limit": true,
 }
 
 // bootstrapOnly are settings used on a fresh data directory only: a
@@ -114,13 +115,14 @@ func (l *live) reload() {
 	l.srv.SetMaxConnections(maxConnections(cfg.Limits, l.fds, l.log))
 	l.b.SetConsumerTimeout(consumerTimeout(cfg.AMQP.ConsumerTimeout))
 	l.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))
-	if cfg.Limits != l.cfg.Limits {
+	if cfg.Limits != l.cfg.Limits || cfg.AMQP.UnfinishedContentLimit != l.cfg.AMQP.UnfinishedContentLimit {
 		mem := memoryLimit(cfg.Limits, l.log)
 		alarm.SetGoMemoryLimit(mem)
 		l.mon.SetLimits(mem, l.monitorDiskLimit(cfg.Limits))
 		if l.storeDisk != nil {
 			l.storeDisk(uint64(cfg.Limits.DiskFreeLimit))
 		}
+		l.srv.SetMaxUnfinishedContentTotal(unfinishedContentLimit(cfg.AMQP, mem))
 	}
 	for _, t := range []struct {
 		name string

@@ -113,6 +113,10 @@ func (i *Instance) start(addr string) {
 	}()
 }
 
+// Server returns the AMQP server the broker is served by (a new one after
+// Restart and Crash).
+func (i *Instance) Server() *amqp.Server { return i.srv }
+
 // Stop shuts the broker down (connections get 320 CONNECTION_FORCED).
 // Idempotent.
 func (i *Instance) Stop() {

@@ -62,10 +62,10 @@ type options struct {
 	exchange    *string       // redrive: target exchange
 	routingKey  *string       // redrive
 	max         int           // redrive: most messages (0: all)
-	reason      string        // redrive: latest x-death reason filter
+	reason      string        // redrive: latest death's reason filter
 	rate        float64       // redrive: most messages a second (0: unpaced)
-	sourceQueue string        // redrive: latest x-death queue filter
-	minAge      time.Duration // redrive: latest x-death at least this old
+	sourceQueue string        // redrive: latest death's queue filter
+	minAge      time.Duration // redrive: latest death at least this old
 	detach      bool          // redrive: start the task and return
 }
 

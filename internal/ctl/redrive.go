@@ -12,10 +12,13 @@ const redrivePoll = 250 * time.Millisecond
 
 // redrive: redrive QUEUE [--to-origin | --exchange X --routing-key K]
 // [--rate N] [--max N] [--reason R] [--source-queue Q] [--min-age D]
-// [--detach]. The filters are on each message's latest x-death: its
-// reason, its queue, and its time at least D ago. Starts a redrive task
-// (POST /api/queues/{vhost}/{name}/redrive): ready messages (dead
-// letters) move back to the queue each came from, or through an exchange.
+// [--detach]. The filters are on each message's latest death (the
+// broker's record of it; x-death for a message without one): its reason,
+// its queue, and its time at least D ago. Starts a redrive task (POST
+// /api/queues/{vhost}/{name}/redrive): ready messages (dead letters) move
+// back to the queue the broker dead-lettered each from, as it recorded
+// then (never as x-death says: a message without that record is a
+// failure), or through an exchange.
 // It then watches the task (GET /api/redrives/{id}), printing its
 // progress at most once a second, until it ends, and prints its state,
 // moved, failed and remaining, then one line per listed failure. With

@@ -343,6 +343,7 @@ func (c *cpBatch) putEntry(e *store.Entry, size uint32) error {
 		DeliveryCount: e.DeliveryCount,
 		DeadLetter:    []byte(e.DeadLetter),
 		DeadAt:        e.DeadAt,
+		Origin:        originToIndex(e.Origin),
 	}
 	if h := e.Header; h != nil {
 		ih := &index.Header{Exchange: []byte(h.Exchange), Props: h.Props}

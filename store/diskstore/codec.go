@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/brokerd/brokerd/index"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -14,17 +15,24 @@ import (
 //
 // A WAL record is one Batch:
 //
-//	record  = version(1)=1 | msgs | puts | updates | deletes | drops | meta
+//	record  = version(1) | msgs | puts | updates | deletes | drops | meta
 //	msgs    = uvarint(n) { uvarint(id) flags(1) header bytes(body) }
 //	puts    = uvarint(n) { ref uvarint(msg) varint(deadline) uvarint(dc)
-//	                       bytes(deadLetter) varint(deadAt) hasHeader(1) [header] }
+//	                       bytes(deadLetter) varint(deadAt) hasHeader(1) [header]
+//	                       [hasOrigin(1) [origin]] }       hasOrigin in version 2 only
 //	updates = uvarint(n) { ref uvarint(dc) bytes(deadLetter) varint(deadAt) }
 //	deletes = uvarint(n) { ref }
 //	drops   = uvarint(n) { uvarint(queue) }
 //	meta    = uvarint(n) { bytes(key) op(1) [bytes(value)] }   op: 1 put, 2 delete
 //	ref     = uvarint(queue) prio(1) uvarint(seq)
 //	header  = bytes(exchange) uvarint(n) { bytes(routing key) } bytes(props)
+//	origin  = bytes(queue) bytes(reason) varint(at)
 //	bytes   = uvarint(len) data
+//
+// A record is written as version 1 unless one of its puts carries an
+// origin (store.Origin: a dead-lettered copy's record of where it came
+// from), which needs version 2; replay reads both, so a WAL written before
+// origins existed replays as it did.
 //
 // A message blob, as the segment files hold it, is
 //
@@ -32,8 +40,9 @@ import (
 //
 // flags bit 0: persistent.
 const (
-	recordVersion = 1 // on-disk format; never renumber
-	blobVersion   = 1 // on-disk format; never renumber
+	recordVersion       = 1 // on-disk format; never renumber
+	recordVersionOrigin = 2 // on-disk format; never renumber: puts carry hasOrigin
+	blobVersion         = 1 // on-disk format; never renumber
 
 	flagPersistent = 1 << 0 // on-disk format; never renumber
 
@@ -90,7 +99,14 @@ func encodeBlob(dst []byte, m *store.Message) []byte {
 // encodeRecord appends b's WAL record. Only the messages in msgs are
 // written with their bodies (the caller drops those already stored).
 func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
-	dst = append(dst, recordVersion)
+	version := byte(recordVersion)
+	for i := range b.Puts {
+		if b.Puts[i].Origin != nil {
+			version = recordVersionOrigin
+			break
+		}
+	}
+	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(msgs)))
 	for _, m := range msgs {
 		dst = appendMessage(dst, m)
@@ -109,6 +125,16 @@ func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
 			dst = appendHeader(dst, e.Header)
 		} else {
 			dst = append(dst, 0)
+		}
+		if version == recordVersionOrigin {
+			if o := e.Origin; o != nil {
+				dst = append(dst, 1)
+				dst = appendString(dst, o.Queue)
+				dst = appendString(dst, o.Reason)
+				dst = binary.AppendVarint(dst, o.At)
+			} else {
+				dst = append(dst, 0)
+			}
 		}
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(b.Updates)))
@@ -137,6 +163,23 @@ func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
 		}
 	}
 	return dst
+}
+
+// originToIndex and originFromIndex convert an entry's origin to and from
+// its index form (the index value's copy is made here: ev aliases what it
+// was decoded from).
+func originToIndex(o *store.Origin) *index.Origin {
+	if o == nil {
+		return nil
+	}
+	return &index.Origin{Queue: []byte(o.Queue), Reason: []byte(o.Reason), At: o.At}
+}
+
+func originFromIndex(o *index.Origin) *store.Origin {
+	if o == nil {
+		return nil
+	}
+	return &store.Origin{Queue: string(o.Queue), Reason: string(o.Reason), At: o.At}
 }
 
 // decoder reads the encodings above; the first error sticks and every
@@ -288,8 +331,9 @@ func decodeBlob(b []byte) (*store.Message, error) {
 // only the id (Body nil).
 func decodeRecord(rec []byte) (*store.Batch, error) {
 	d := decoder{b: rec}
-	if v := d.byte1("record version"); d.err == nil && v != recordVersion {
-		d.fail(fmt.Sprintf("record version %d", v))
+	version := d.byte1("record version")
+	if d.err == nil && version != recordVersion && version != recordVersionOrigin {
+		d.fail(fmt.Sprintf("record version %d", version))
 	}
 	b := &store.Batch{}
 	if n := d.count("messages", 4); n > 0 {
@@ -319,6 +363,9 @@ func decodeRecord(rec []byte) (*store.Batch, error) {
 			if d.byte1("has header") == 1 {
 				e.Header = &store.Header{}
 				d.header(e.Header)
+			}
+			if version == recordVersionOrigin && d.byte1("has origin") == 1 {
+				e.Origin = &store.Origin{Queue: d.string("origin queue"), Reason: d.string("origin reason"), At: d.varint("origin time")}
 			}
 		}
 	}

@@ -147,6 +147,7 @@ func entryFromIndex(q store.QueueID, prio uint8, seq uint64, raw []byte) (*store
 		DeliveryCount: ev.DeliveryCount,
 		DeadLetter:    string(ev.DeadLetter),
 		DeadAt:        ev.DeadAt,
+		Origin:        originFromIndex(ev.Origin),
 	}
 	if h := ev.Header; h != nil {
 		e.Header = &store.Header{Exchange: string(h.Exchange), Props: h.Props}

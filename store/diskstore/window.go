@@ -350,6 +350,7 @@ func (v *snapView) putMeta(e *ovEntry) (store.EntryMeta, error) {
 		DeadLetter:    e.DeadLetter,
 		DeadAt:        e.DeadAt,
 		Header:        e.Header,
+		Origin:        e.Origin,
 	}, nil
 }
 
@@ -363,6 +364,7 @@ func metaFromIndex(r store.Ref, ev *index.EntryValue) store.EntryMeta {
 		DeliveryCount: ev.DeliveryCount,
 		DeadLetter:    string(ev.DeadLetter),
 		DeadAt:        ev.DeadAt,
+		Origin:        originFromIndex(ev.Origin),
 	}
 	if h := ev.Header; h != nil {
 		m.Header = &store.Header{Exchange: string(h.Exchange), Props: bytes.Clone(h.Props)}

@@ -121,6 +121,7 @@ func (q *queue) read(prio uint8, from uint64, max int, dst []store.EntryMeta) []
 			DeadLetter:    e.DeadLetter,
 			DeadAt:        e.DeadAt,
 			Header:        e.Header,
+			Origin:        e.Origin,
 		})
 		max--
 	}
@@ -201,6 +202,7 @@ func (s *Store) ReadRefs(refs []store.Ref, dst []store.EntryMeta) ([]store.Entry
 			dst = append(dst, store.EntryMeta{
 				Ref: e.Ref, Msg: e.Msg.ID, Size: uint32(len(e.Msg.Body)), Deadline: e.Deadline,
 				DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt, Header: e.Header,
+				Origin: e.Origin,
 			})
 		}
 	}

@@ -339,14 +339,15 @@ func testReadEntriesOverlayAndIndex(t *testing.T, open Opener, reopen Reopener) 
 }
 
 // testReadEntriesMetadata: every field of an entry comes back, its own
-// header included, without the body.
+// header and its origin included, without the body.
 func testReadEntriesMetadata(t *testing.T, open Opener, reopen Reopener) {
 	s := open(t)
 	m := sized(s, 123)
 	h := &store.Header{Exchange: "dlx", RoutingKeys: []string{"dead", "cc"}, Props: []byte{0x20, 0x00, 9, 0xff}}
+	o := store.Origin{Queue: "src", Reason: "rejected", At: 3999}
 	Apply(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
 		{Ref: store.Ref{Queue: 6, Prio: 1, Seq: 1}, Msg: m, Deadline: 5000},
-		{Ref: store.Ref{Queue: 6, Prio: 1, Seq: 2}, Msg: m, Header: h, DeadLetter: "expired", DeadAt: 4000, DeliveryCount: 3},
+		{Ref: store.Ref{Queue: 6, Prio: 1, Seq: 2}, Msg: m, Header: h, DeadLetter: "expired", DeadAt: 4000, DeliveryCount: 3, Origin: &o},
 	}})
 	check := func(when string) {
 		t.Helper()
@@ -359,7 +360,7 @@ func testReadEntriesMetadata(t *testing.T, open Opener, reopen Reopener) {
 		}
 		a, b := ms[0], ms[1]
 		if a.Ref != (store.Ref{Queue: 6, Prio: 1, Seq: 1}) || a.Msg != m.ID || a.Size != 123 || a.Deadline != 5000 ||
-			a.DeliveryCount != 0 || a.DeadLetter != "" || a.DeadAt != 0 || a.Header != nil {
+			a.DeliveryCount != 0 || a.DeadLetter != "" || a.DeadAt != 0 || a.Header != nil || a.Origin != nil {
 			t.Fatalf("%s: first entry = %+v", when, a)
 		}
 		if b.Ref != (store.Ref{Queue: 6, Prio: 1, Seq: 2}) || b.Msg != m.ID || b.Size != 123 || b.Deadline != 0 ||
@@ -368,6 +369,9 @@ func testReadEntriesMetadata(t *testing.T, open Opener, reopen Reopener) {
 		}
 		if b.Header.Exchange != h.Exchange || !slices.Equal(b.Header.RoutingKeys, h.RoutingKeys) || string(b.Header.Props) != string(h.Props) {
 			t.Fatalf("%s: header = %+v, want %+v", when, b.Header, h)
+		}
+		if b.Origin == nil || *b.Origin != o {
+			t.Fatalf("%s: origin = %v, want %+v", when, b.Origin, o)
 		}
 	}
 	check("fresh")

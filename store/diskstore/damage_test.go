@@ -457,7 +457,15 @@ func TestDamagedIndexTable(t *testing.T) {
 		t.Fatal("reads over a damaged table succeeded")
 	}
 	var ce *index.CorruptionError
-	tlWait(t, func() bool { return s.Sync() != nil })
+	// The failure is recorded off the reading goroutine
+	// (index.OnCorruption); fail wakes cpDone's waiters.
+	for done := s.cpDoneCh(); s.Sync() == nil; done = s.cpDoneCh() {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the store did not fail")
+		}
+	}
 	if serr := s.Sync(); !errors.As(serr, &ce) || !slices.Contains(tables, ce.File) {
 		t.Fatalf("store error %v, want an *index.CorruptionError naming one of %v", serr, tables)
 	}
@@ -466,17 +474,5 @@ func TestDamagedIndexTable(t *testing.T) {
 	_, err = Open("data", opts)
 	if !errors.As(err, &ce) || !slices.Contains(tables, ce.File) {
 		t.Fatalf("Open = %v, want an *index.CorruptionError naming one of %v", err, tables)
-	}
-}
-
-// tlWait polls cond: the store's failure is recorded off the reading
-// goroutine (index.OnCorruption).
-func tlWait(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; !cond(); i++ {
-		if i == 5000 {
-			t.Fatal("condition not met in 5 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -30,6 +30,9 @@ type checkpointer struct {
 	// (nil once one succeeds): the checkpoint goroutine retries it with
 	// backoff, and the store's "checkpoint" alarm is raised meanwhile.
 	failing error
+	// fdsPlentyUntil: the last descriptor count found plenty free; no
+	// checkpoint counts again before then (descriptorsFree).
+	fdsPlentyUntil time.Time
 	// damaged holds the segments a compaction found a damaged block in,
 	// with the damage: never compacted again (compact.go).
 	damaged map[segment.ID]string
@@ -261,14 +264,27 @@ func (s *Store) checkpoint() (err error) {
 const checkpointFDs = 32
 
 // descriptorsFree returns an error matching syscall.EMFILE when fewer
-// than checkpointFDs descriptors are free (Options.FreeDescriptors).
+// than checkpointFDs descriptors are free (Options.FreeDescriptors). A
+// count costs a directory read of every open descriptor, so after one
+// that found plenty free the next second's checkpoints do not count again.
+// Under cpMu.
 func (s *Store) descriptorsFree() error {
 	if s.opts.FreeDescriptors == nil {
 		return nil
 	}
+	now := time.Now()
+	if now.Before(s.cp.fdsPlentyUntil) {
+		return nil
+	}
 	free, err := s.opts.FreeDescriptors()
-	if err != nil || free >= checkpointFDs {
+	if err != nil {
 		return nil // unknown: the checkpoint finds out
+	}
+	if free >= 8*checkpointFDs {
+		s.cp.fdsPlentyUntil = now.Add(time.Second)
+	}
+	if free >= checkpointFDs {
+		return nil
 	}
 	return fmt.Errorf("%d file descriptors free, a checkpoint may need %d: %w", free, checkpointFDs, syscall.EMFILE)
 }

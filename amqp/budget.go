@@ -86,11 +86,21 @@ func (b *contentBudget) tryAcquire(size uint64, force bool) uint64 {
 // earlier waiter has had its turn, or gives up when cancel is closed; it
 // returns what it reserved, to be released, or 0.
 func (b *contentBudget) wait(size uint64, cancel <-chan struct{}) uint64 {
+	return b.await(b.enqueue(size), cancel)
+}
+
+// enqueue takes its place in line for size (clamped): wait's first half.
+func (b *contentBudget) enqueue(size uint64) *budgetWait {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	w := &budgetWait{size: size, n: b.clampLocked(size), granted: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
 	b.grantLocked() // room may have come since tryAcquire
-	b.mu.Unlock()
+	return w
+}
+
+// await is wait's second half, for w from enqueue.
+func (b *contentBudget) await(w *budgetWait, cancel <-chan struct{}) uint64 {
 	select {
 	case <-w.granted:
 		return w.n // set before granted was closed

@@ -16,9 +16,12 @@ func granted(ch <-chan uint64, d time.Duration) (uint64, bool) {
 	}
 }
 
+// waitAsync waits for size in the background, in line from the call on:
+// waiters called one after the other are served in that order.
 func waitAsync(b *contentBudget, size uint64, cancel <-chan struct{}) <-chan uint64 {
 	out := make(chan uint64, 1)
-	go func() { out <- b.wait(size, cancel) }()
+	w := b.enqueue(size)
+	go func() { out <- b.await(w, cancel) }()
 	return out
 }
 

@@ -34,16 +34,26 @@ import (
 //     nobody new until it is back under. What such a connection holds is
 //     still bounded by MaxUnfinishedContent, and by the memory alarm,
 //     which stops it at its next content frame.
+//
+// The common case — room in the budget, nobody waiting — takes and gives
+// back a reservation with one atomic operation each, without the mutex:
+// every publish of every connection passes here.
 type contentBudget struct {
+	used  atomic.Uint64 // reserved now
+	limit atomic.Uint64 // SetMaxUnfinishedContentTotal changes it (under mu)
+	// nwait is len(waiters), for the lock-free paths: a reservation that
+	// finds nobody waiting takes the room without the mutex, and a
+	// release that finds nobody waiting lets nobody in.
+	nwait atomic.Int64
+
 	mu      sync.Mutex
-	limit   uint64 // SetMaxUnfinishedContentTotal changes it
-	used    uint64
 	waiters []*budgetWait // first come first served
 
 	// peak is the highest used ever seen, for tests.
 	peak atomic.Uint64
-	// received counts the body bytes read from clients, for tests and
-	// figures: what the server took in, held or handed to the broker.
+	// received counts the body bytes read by connections that have
+	// ended; each open one counts its own (ServerConn.received), so the
+	// readers of many connections share no counter.
 	received atomic.Uint64
 }
 
@@ -54,17 +64,27 @@ type budgetWait struct {
 }
 
 func newContentBudget(limit uint64) *contentBudget {
-	return &contentBudget{limit: limit}
+	b := &contentBudget{}
+	b.limit.Store(max(limit, 1))
+	return b
 }
 
-// clampLocked is what a body of size n reserves. Caller holds b.mu.
-func (b *contentBudget) clampLocked(n uint64) uint64 { return min(n, b.limit) }
+// clamp is what a body of size n reserves.
+func (b *contentBudget) clamp(n uint64) uint64 { return min(n, b.limit.Load()) }
 
-// takeLocked reserves n. Caller holds b.mu.
-func (b *contentBudget) takeLocked(n uint64) {
-	b.used += n
-	if b.used > b.peak.Load() {
-		b.peak.Store(b.used)
+// take reserves n if used stays within the limit (or whatever used is,
+// with force), and reports whether it did.
+func (b *contentBudget) take(n uint64, force bool) bool {
+	for {
+		u := b.used.Load()
+		if !force && u+n > b.limit.Load() {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			for p := b.peak.Load(); u+n > p && !b.peak.CompareAndSwap(p, u+n); p = b.peak.Load() {
+			}
+			return true
+		}
 	}
 }
 
@@ -72,14 +92,14 @@ func (b *contentBudget) takeLocked(n uint64) {
 // waits ahead, or with force whether it fits or not (the caller holds a
 // reservation already); it returns what it reserved, to be released, or 0.
 func (b *contentBudget) tryAcquire(size uint64, force bool) uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := b.clampLocked(size)
-	if !force && (len(b.waiters) > 0 || b.used+n > b.limit) {
+	n := b.clamp(size)
+	if b.nwait.Load() == 0 || force {
+		if b.take(n, force) {
+			return n
+		}
 		return 0
 	}
-	b.takeLocked(n)
-	return n
+	return 0 // others wait ahead
 }
 
 // wait reserves size (clamped) once the budget has room for it and every
@@ -93,8 +113,11 @@ func (b *contentBudget) wait(size uint64, cancel <-chan struct{}) uint64 {
 func (b *contentBudget) enqueue(size uint64) *budgetWait {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	w := &budgetWait{size: size, n: b.clampLocked(size), granted: make(chan struct{})}
+	w := &budgetWait{size: size, n: b.clamp(size), granted: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
+	// Counted before the room is looked at: a release that comes after
+	// that look sees the waiter and grants it (release).
+	b.nwait.Store(int64(len(b.waiters)))
 	b.grantLocked() // room may have come since tryAcquire
 	return w
 }
@@ -107,10 +130,11 @@ func (b *contentBudget) await(w *budgetWait, cancel <-chan struct{}) uint64 {
 	case <-cancel:
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	select {
 	case <-w.granted: // granted meanwhile: give it back
-		b.used -= w.n
+		b.mu.Unlock()
+		b.release(w.n)
+		return 0
 	default:
 		for i, o := range b.waiters {
 			if o == w {
@@ -118,17 +142,21 @@ func (b *contentBudget) await(w *budgetWait, cancel <-chan struct{}) uint64 {
 				break
 			}
 		}
+		b.nwait.Store(int64(len(b.waiters)))
 	}
 	b.grantLocked() // w may have held up those behind it
+	b.mu.Unlock()
 	return 0
 }
 
 // release gives back n, as acquired, and lets waiters in.
 func (b *contentBudget) release(n uint64) {
-	b.mu.Lock()
-	b.used -= n
-	b.grantLocked()
-	b.mu.Unlock()
+	b.used.Add(-n)
+	if b.nwait.Load() > 0 {
+		b.mu.Lock()
+		b.grantLocked()
+		b.mu.Unlock()
+	}
 }
 
 // setLimit changes the budget (at least 1 byte). Reservations made stay;
@@ -136,9 +164,9 @@ func (b *contentBudget) release(n uint64) {
 func (b *contentBudget) setLimit(n uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.limit = max(n, 1)
+	b.limit.Store(max(n, 1))
 	for _, w := range b.waiters {
-		w.n = b.clampLocked(w.size)
+		w.n = b.clamp(w.size)
 	}
 	b.grantLocked()
 }
@@ -147,12 +175,12 @@ func (b *contentBudget) setLimit(n uint64) {
 func (b *contentBudget) grantLocked() {
 	for len(b.waiters) > 0 {
 		w := b.waiters[0]
-		if b.used+w.n > b.limit {
+		if !b.take(w.n, false) {
 			return
 		}
 		b.waiters[0] = nil
 		b.waiters = b.waiters[1:]
-		b.takeLocked(w.n)
+		b.nwait.Store(int64(len(b.waiters)))
 		close(w.granted)
 	}
 }
@@ -172,10 +200,14 @@ type ContentStats struct {
 // use.
 func (s *Server) ContentStats() ContentStats {
 	b := s.budget
-	b.mu.Lock()
-	used, limit := b.used, b.limit
-	b.mu.Unlock()
-	return ContentStats{Received: b.received.Load(), Reserved: used, Peak: b.peak.Load(), Limit: limit}
+	used, limit := b.used.Load(), b.limit.Load()
+	s.mu.Lock()
+	received := b.received.Load()
+	for c := range s.conns {
+		received += c.received.Load()
+	}
+	s.mu.Unlock()
+	return ContentStats{Received: received, Reserved: used, Peak: b.peak.Load(), Limit: limit}
 }
 
 // SetMaxUnfinishedContentTotal changes ServerConfig.MaxUnfinishedContentTotal

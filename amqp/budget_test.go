@@ -94,7 +94,7 @@ func TestContentBudgetRules(t *testing.T) {
 		t.Fatalf("after the limit was raised: granted %v, %d", ok, n)
 	}
 	b.release(200 + 10 + 5)
-	if b.used != 0 || b.peak.Load() != 215 {
-		t.Fatalf("used %d, peak %d, want 0 and 215", b.used, b.peak.Load())
+	if b.used.Load() != 0 || b.peak.Load() != 215 {
+		t.Fatalf("used %d, peak %d, want 0 and 215", b.used.Load(), b.peak.Load())
 	}
 }

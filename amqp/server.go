@@ -316,6 +316,7 @@ func (s *Server) Serve(l net.Listener) error {
 			c.serve()
 			s.mu.Lock()
 			delete(s.conns, c)
+			s.budget.received.Add(c.received.Load()) // under s.mu: ContentStats counts it once
 			s.mu.Unlock()
 			// Logged once the connection no longer counts against
 			// MaxConnections.

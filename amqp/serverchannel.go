@@ -209,7 +209,7 @@ func (ch *serverChannel) bodyFrame(f Frame) error {
 		ch.body = b
 	}
 	ch.body = append(ch.body, f.Payload...)
-	ch.c.srv.budget.received.Add(uint64(len(f.Payload)))
+	ch.c.received.Add(uint64(len(f.Payload)))
 	if n == ch.bodySize {
 		ch.inBody = false
 		return ch.complete()

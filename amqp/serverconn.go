@@ -74,6 +74,9 @@ type ServerConn struct {
 	// reserved is the budget the channels' bodies in assembly reserved
 	// (Server.budget; reader goroutine only).
 	reserved uint64
+	// received counts the body bytes read (the reader adds, ContentStats
+	// reads).
+	received atomic.Uint64
 	// holder holds the reader at content frames, if the session is one
 	// (ContentHolder).
 	holder ContentHolder

@@ -45,7 +45,19 @@ type conn struct {
 // EndBurst implements amqp.BurstEnder: the acks, nacks and rejects the
 // burst of frames just read are settled, one lock hold and one store
 // operation per queue and channel instead of one per method.
-func (c *conn) EndBurst() {
+func (c *conn) EndBurst() { c.settleHeld() }
+
+// settleHeld settles the acks, nacks and rejects every channel of the
+// connection put off. A method whose effect must come after them — any
+// but another ack, nack or reject, and every publish — calls it first,
+// whatever its channel: a publish applied before an ack the client sent
+// earlier could be confirmed, and a crash then bring the acked message
+// back. Reader goroutine only; nothing to do unless the connection's
+// socket reader puts acks off (bursts).
+func (c *conn) settleHeld() {
+	if len(c.unsettled) == 0 {
+		return
+	}
 	for _, ch := range c.unsettled {
 		ch.flushSettles()
 	}

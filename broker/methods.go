@@ -15,7 +15,7 @@ func (ch *channel) Handle(m amqp.Method) error {
 	switch m.(type) {
 	case *amqp.BasicAck, *amqp.BasicNack, *amqp.BasicReject:
 	default:
-		ch.flushSettles() // what the client acked before comes first
+		ch.conn.settleHeld() // what the client acked before comes first, on any channel
 	}
 	if err := ch.awaitCommit(); err != nil {
 		return err
@@ -37,6 +37,7 @@ const txPublishOverhead = 256
 // Publish executes basic.publish with its content. props is the decoded
 // form of raw; body and raw become owned by the broker.
 func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, body []byte) error {
+	ch.conn.settleHeld() // acks the client sent before, on any channel, come first
 	ch.conn.holdForAlarms()
 	// Backpressure from the store is taken here, before any lock: Apply
 	// never waits. An error means the connection is closing or the store

@@ -304,6 +304,7 @@ func (b *Broker) Close() {
 	b.asyncClosed = true
 	b.asyncMu.Unlock()
 	b.async.Wait()
+	b.storeExactMarks()
 	close(b.quit)
 	b.wg.Wait()
 	b.timers.Close()

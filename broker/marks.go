@@ -18,9 +18,49 @@ import (
 // most a chunk of never-delivered entries per level come back marked
 // redelivered.
 
+//
+// A clean stop stores exact marks instead (finalMarksLocked): each level's
+// highest seq delivered since the start, or the recovered mark if higher,
+// so that after it only what was delivered comes back redelivered=true.
+
 // marksLocked returns the marks to store with q's definition: the highest
 // asked for, nil for a queue without them.
 func (q *Queue) marksLocked() []uint64 { return q.markAsked }
+
+// deliveringLocked records that e, taken from the ready list, is being
+// delivered (to a consumer or a basic.get).
+func (q *Queue) deliveringLocked(e *entry) {
+	if q.delivered == nil || !e.durable() {
+		return
+	}
+	lv := min(int(e.Prio), len(q.delivered)-1)
+	q.delivered[lv] = max(q.delivered[lv], e.Seq)
+}
+
+// finalMarksLocked makes q's marks exact for a clean stop: each level's
+// highest seq delivered since the start, no lower than the recovered mark
+// (entries up to it may have been delivered before the start), where that
+// is below the mark asked for. It stops q's deliveries (markReadyLocked):
+// a delivery after the exact marks are taken could go unmarked. It
+// reports whether a mark changed, so that the definition is written.
+func (q *Queue) finalMarksLocked() bool {
+	if q.marks == nil || q.isDeleted() {
+		return false
+	}
+	q.marksFinal = true
+	if q.markWake != nil { // a basic.get waiting for a mark write gets nothing
+		close(q.markWake)
+		q.markWake = nil
+	}
+	changed := false
+	for lv := range q.markAsked {
+		if exact := max(q.delivered[lv], q.recMarks[lv]); exact < q.markAsked[lv] {
+			q.markAsked[lv], q.marks[lv] = exact, exact
+			changed = true
+		}
+	}
+	return changed
+}
 
 // initMarks sets q's marks as recovered (nil: none stored).
 func (q *Queue) initMarks(recovered []uint64) {
@@ -32,6 +72,7 @@ func (q *Queue) initMarks(recovered []uint64) {
 	copy(q.recMarks, recovered)
 	q.marks = slices.Clone(q.recMarks)
 	q.markAsked = slices.Clone(q.recMarks)
+	q.delivered = make([]uint64, n)
 }
 
 // deliveredBefore reports whether a recovered entry may have been
@@ -50,6 +91,9 @@ func (q *Queue) deliveredBefore(prio uint8, seq uint64, deliveryCount uint32) bo
 func (q *Queue) markReadyLocked(e *entry) bool {
 	if q.marks == nil || !e.durable() || q.vhost.b.storeErr.Load() != nil {
 		return true // nothing to mark, or nothing durable any more
+	}
+	if q.marksFinal {
+		return false // stopping: the exact marks are taken
 	}
 	lv := min(int(e.Prio), len(q.marks)-1)
 	chunk := uint64(q.vhost.b.opts.DeliveredMarkChunk)
@@ -116,4 +160,43 @@ func (q *Queue) markWaitLocked() chan struct{} {
 		q.markWake = make(chan struct{})
 	}
 	return q.markWake
+}
+
+// storeExactMarks stores every durable queue's exact marks at a clean stop
+// (finalMarksLocked) in one store operation, and waits for it: after the
+// next start a message that was never delivered comes back with
+// redelivered=false, as RabbitMQ says after a clean stop. Broker.Close
+// runs it once the connections are closed and the background work is
+// done; deliveries stop here.
+func (b *Broker) storeExactMarks() {
+	if b.storeErr.Load() != nil {
+		return
+	}
+	b.mu.RLock()
+	vhosts := make([]*VHost, 0, len(b.vhosts))
+	for _, v := range b.vhosts {
+		vhosts = append(vhosts, v)
+	}
+	b.mu.RUnlock()
+	var batch store.Batch
+	for _, v := range vhosts {
+		v.mu.RLock()
+		for _, q := range v.queues {
+			q.mu.Lock()
+			if q.finalMarksLocked() {
+				batch.Meta = append(batch.Meta, store.MetaOp{Key: metaKey(metaQueue, v.Name, q.Name), Value: encodeQueueDef(q)})
+			}
+			q.mu.Unlock()
+		}
+		v.mu.RUnlock()
+	}
+	if len(batch.Meta) == 0 {
+		return
+	}
+	done := make(chan error, 1)
+	b.store.Apply(&batch, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		// The marks asked for stay: a crash's answer, redelivered=true.
+		b.log.Warn("could not store exact delivered marks at shutdown", "err", err)
+	}
 }

@@ -496,6 +496,53 @@ func TestRedeliveredAfterCrashOnlyIfDelivered(t *testing.T) {
 	}
 }
 
+// After a clean stop (unlike a crash) only what was delivered comes back
+// redelivered=true: the shutdown stores each level's exact delivered mark
+// instead of the one written a chunk ahead, on classic and quorum queues,
+// with priorities. RabbitMQ says false for a message never delivered.
+func TestRedeliveredAfterCleanStopOnlyIfDelivered(t *testing.T) {
+	for _, qtype := range []string{"classic", "quorum"} {
+		t.Run(qtype, func(t *testing.T) {
+			b := brokertest.Start(t, brokertest.Config{})
+			_, ch := tlChannel(t, b)
+			args := amqp091.Table{}
+			if qtype == "classic" {
+				args["x-max-priority"] = int32(1)
+			}
+			tlDeclareDurable(t, ch, "cs", qtype, true, args)
+			bodies := dvNumbered("b", 100)
+			pgPublish(t, ch, "cs", bodies, func(i int) uint8 { return uint8(i % 2) })
+			// Take 10: acked, one requeued, one left unacked at the stop.
+			got := dvGetN(t, ch, "cs", 10)
+			for _, d := range got[:8] {
+				dvAck(t, d, false)
+			}
+			if err := got[8].Nack(false, true); err != nil {
+				t.Fatal(err)
+			}
+			taken := map[string]bool{}
+			for _, d := range got[8:] {
+				taken[string(d.Body)] = true
+			}
+			tlSync(t, ch)
+			b.Restart()
+			_, ch = tlChannel(t, b)
+			n := dvReady(t, ch, "cs")
+			if n != 92 {
+				t.Fatalf("%d messages after the restart, want 92", n)
+			}
+			for _, d := range dvGetN(t, ch, "cs", n) {
+				switch {
+				case taken[string(d.Body)] && !d.Redelivered:
+					t.Errorf("%q was delivered before the stop but comes back redelivered=false", d.Body)
+				case !taken[string(d.Body)] && d.Redelivered:
+					t.Errorf("%q was never delivered but comes back redelivered=true", d.Body)
+				}
+			}
+		})
+	}
+}
+
 // At-least-once dead letters that find no route wait in the store, not in
 // memory: counted, kept across a restart, forwarded in the order they died
 // once a route exists (in chunks: more than one retry read), and purged

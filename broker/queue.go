@@ -154,6 +154,11 @@ type Queue struct {
 	// maybe not durable yet), and as recovered. markWaiting is set when
 	// a delivery waits for a mark write, markWake when a basic.get does.
 	marks, markAsked, recMarks []uint64
+	// delivered is each level's highest seq delivered since the start;
+	// marksFinal is set once a clean stop took the exact marks
+	// (finalMarksLocked).
+	delivered  []uint64
+	marksFinal bool
 	markWaiting                bool
 	markWake                   chan struct{}
 	// fillWake is the wait of basic.gets for a read of a middle
@@ -578,6 +583,7 @@ func (q *Queue) dispatchLocked(t *txn) {
 			break
 		}
 		q.takeLocked()
+		q.deliveringLocked(e)
 		if got.noAck {
 			e.state = stGone
 			t.del(e)
@@ -678,7 +684,10 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 		for {
 			f := q.ready.Front()
 			if f != nil && !f.expiredAt(now) && !q.markReadyLocked(f) {
-				mark = q.markWaitLocked()
+				e = nil // an entry expired in an earlier turn is not the one got
+				if !q.marksFinal { // stopping: nothing more is delivered
+					mark = q.markWaitLocked()
+				}
 				break
 			}
 			e = q.takeLocked()
@@ -689,13 +698,14 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 			expired = append(expired, e)
 		}
 		q.deadLetterLocked(t, expired, deadletter.Expired, true)
-		if e == nil && mark == nil && q.ready.Len() > 0 {
+		if e == nil && mark == nil && q.ready.Len() > 0 && !q.marksFinal {
 			fill = q.fillWaitLocked() // nil if the store failed
 		}
 		if e == nil || mark != nil {
 			e = nil
 			return
 		}
+		q.deliveringLocked(e)
 		props = q.deliveryProps(e)
 		tag = ch.recordGet(q, e, noAck)
 		if noAck {

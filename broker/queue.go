@@ -157,10 +157,10 @@ type Queue struct {
 	// delivered is each level's highest seq delivered since the start;
 	// marksFinal is set once a clean stop took the exact marks
 	// (finalMarksLocked).
-	delivered  []uint64
-	marksFinal bool
-	markWaiting                bool
-	markWake                   chan struct{}
+	delivered   []uint64
+	marksFinal  bool
+	markWaiting bool
+	markWake    chan struct{}
 	// fillWake is the wait of basic.gets for a read of a middle
 	// (fillWaitLocked).
 	fillWake *fillWait
@@ -684,7 +684,7 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 		for {
 			f := q.ready.Front()
 			if f != nil && !f.expiredAt(now) && !q.markReadyLocked(f) {
-				e = nil // an entry expired in an earlier turn is not the one got
+				e = nil            // an entry expired in an earlier turn is not the one got
 				if !q.marksFinal { // stopping: nothing more is delivered
 					mark = q.markWaitLocked()
 				}

@@ -98,6 +98,15 @@ func (h *heldStore) runAfter() {
 	}
 }
 
+// stop stops holding and releases what is held: completions pass straight
+// through from now on.
+func (h *heldStore) stop() {
+	h.mu.Lock()
+	h.holding = false
+	h.mu.Unlock()
+	h.release()
+}
+
 // waitHeld waits until n completions are held.
 func (h *heldStore) waitHeld(t testing.TB, n int) {
 	t.Helper()

@@ -153,6 +153,26 @@ func (q *Queue) marksWritten(asked []uint64, err error) {
 	}
 }
 
+// deliverDue waits for the mark write that holds back deliveries due now,
+// if one does, and delivers them: a consumer cancelled meanwhile was
+// eligible for them before its cancel, and RabbitMQ would have delivered
+// them before cancel-ok (kombu's priority test saw them left in the
+// queue). Each level's first delivery waits for a write, so a few rounds
+// at most.
+func (q *Queue) deliverDue() {
+	for range q.ready.Levels() + 1 {
+		q.mu.Lock()
+		if !q.markWaiting || q.marksFinal || q.isDeleted() {
+			q.mu.Unlock()
+			return
+		}
+		wake := q.markWaitLocked()
+		q.mu.Unlock()
+		<-wake
+		q.dispatch() // marksWritten's own may come after the cancel
+	}
+}
+
 // markWaitLocked returns a channel closed when the next mark write
 // completes (basic.get waits on it).
 func (q *Queue) markWaitLocked() chan struct{} {

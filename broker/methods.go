@@ -235,6 +235,12 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
 	ch.mu.Lock()
 	cons := ch.consumers[m.ConsumerTag]
+	ch.mu.Unlock()
+	if cons != nil {
+		cons.q.deliverDue()
+	}
+	ch.mu.Lock()
+	cons = ch.consumers[m.ConsumerTag]
 	delete(ch.consumers, m.ConsumerTag)
 	isReply := ch.replyTo != "" && m.ConsumerTag == ch.replyTag
 	ch.mu.Unlock()

@@ -444,6 +444,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	q := v.queues[name]
 	v.mu.RUnlock()
 	n := 0
+	var own []*consumer
 	if q != nil {
 		if q.Exclusive && q.owner != c {
 			return errLocked(v.Name, name)
@@ -452,14 +453,26 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 			return err
 		}
 		var w *storeWrite
-		n, w = c.b.deleteQueue(q)
+		n, w, own = c.b.deleteQueueFor(q, ch)
 		// delete-ok promises the queue does not come back.
 		if err := w.wait(); err != nil {
+			ch.cancelConsumers(own)
 			return err
 		}
 	}
 	if !m.Nowait {
 		ch.out.Send(&amqp.QueueDeleteOk{MessageCount: uint32(n)})
 	}
+	// This channel's own consumers of q hear of it after delete-ok, as
+	// from RabbitMQ (see Broker.deleteQueueFor).
+	ch.cancelConsumers(own)
 	return nil
+}
+
+// cancelConsumers tells the client that each of cs, consumers on ch of a
+// queue that is gone, is cancelled.
+func (ch *channel) cancelConsumers(cs []*consumer) {
+	for _, c := range cs {
+		ch.serverCancel(c)
+	}
 }

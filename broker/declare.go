@@ -265,6 +265,16 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.checkPerm(permConfigure, "queue", name); err != nil {
 		return err
 	}
+	// The vhost's default queue type applies to the declare as if the
+	// client had named it: before the equivalence check and validation.
+	dqt := v.defaultQueueType()
+	defaulted := false
+	if args := withDefaultQueueType(m.Arguments, dqt, m.Durable, m.Exclusive, m.AutoDelete); len(args) != len(m.Arguments) {
+		mm := *m
+		mm.Arguments = args
+		m = &mm
+		defaulted = true
+	}
 	v.mu.Lock()
 	if q := v.queues[name]; q != nil {
 		v.mu.Unlock()
@@ -282,6 +292,9 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	// before the other arguments' validation, as in rabbit_channel.
 	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
+	}
+	if defaulted && queueType(m.Arguments) == queueStream {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", name, v.Name)
 	}
 	if err := validateQueueDeclare(v.Name, name, m); err != nil {
 		return err

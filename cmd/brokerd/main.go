@@ -120,6 +120,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	level.Set(l)
 	logs := newLogSwitch(stderr, level, cfg.Log.Format)
 	log := logs.logger()
+	log.Info("starting brokerd", "version", version.String(), "config", *configPath, "data_dir", cfg.Storage.DataDir)
 	lv := &live{path: *configPath, o: o, start: cfg, cfg: cfg, log: log, level: level, logs: logs,
 		daemon: newDaemonInfo(started, cfg.Storage.DataDir, *configPath)}
 	lv.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))
@@ -307,7 +308,7 @@ func serve(cfg config.Config, lv *live) error {
 				Daemon:  lv.daemon.info})
 			res.add(func() { api.Shutdown(context.Background()) })
 		}
-		log.Info("serving management "+what+" API", "addr", l.Addr().String())
+		log.Info("serving management "+what+" API", "addr", l.Addr().String(), "ui", uiURL(l.Addr(), tlsCfg != nil))
 		go func() { errc <- api.Serve(l) }()
 		return nil
 	}

@@ -110,9 +110,9 @@
 // Memory (used, and the high watermark), Free Disk Space (free, and the
 // low watermark), Totals, and brokerd's Messages and Listeners; sizes in
 // --unit (gb by default, 1 gb = 10^9 bytes, four decimals). The process's
-// figures come from /api/nodes/{node} (RabbitMQ's, which needs the
-// monitoring tag) or else the overview's node_status (brokerd's own); a
-// server that tells neither gets status without them. brokerd's AMQP
+// figures come from the overview's node_status (brokerd's own) or else
+// /api/nodes/{node} (RabbitMQ's); both need the monitoring or
+// administrator tag, and without them status leaves those lines out. brokerd's AMQP
 // listener is "AMQP 0-9-1" (RabbitMQ's is "AMQP 0-9-1 and AMQP 1.0").
 //
 // ping asks the API who the user is: it proves the API answers and takes

@@ -215,11 +215,15 @@ func status(r *run, args []string) error {
 	return nil
 }
 
-// node returns what the server tells of the node's process: RabbitMQ's
-// /api/nodes/{node} (which needs the monitoring tag), else the
-// overview's node_status (brokerd's own, for the same users); nil if
-// neither tells it.
+// node returns what the server tells of the node's process: the
+// overview's node_status (brokerd's own, shown to monitoring and
+// administrator users: no second request), else RabbitMQ's
+// /api/nodes/{node} (which needs the monitoring tag); nil if neither
+// tells it.
 func (r *run) node(ov overview) (*nodeInfo, error) {
+	if ov.NodeStatus != nil {
+		return ov.NodeStatus, nil
+	}
 	var n nodeInfo
 	err := r.c.get(r.ctx, apiPath("nodes", ov.Node), &n)
 	var ae *apiError
@@ -227,7 +231,7 @@ func (r *run) node(ov overview) (*nodeInfo, error) {
 	case err == nil:
 		return &n, nil
 	case errors.As(err, &ae) && ae.status/100 == 4:
-		return ov.NodeStatus, nil
+		return nil, nil
 	}
 	return nil, err
 }

@@ -84,6 +84,41 @@ func queueType(args amqp.Table) string {
 	return queueClassic
 }
 
+// withDefaultQueueType returns the arguments a queue.declare has in a
+// vhost whose default queue type is dqt ("" for none), as RabbitMQ 3.13
+// and 4.x compute them (rabbit_amqqueue:augment_declare_args) before the
+// declare is checked against an existing queue or validated: when the
+// client names no x-queue-type and the vhost has a default, x-queue-type
+// is set to that default if the queue's properties suit it (a quorum
+// queue is durable, not exclusive and not auto-delete), else to classic.
+// So the queue shows its type in its arguments, a redeclare without
+// x-queue-type is equivalent to the declare that made it, and a classic
+// queue made before the default was set is refused as inequivalent by a
+// redeclare without x-queue-type, as RabbitMQ refuses it. args is not
+// changed; with nothing to add it is returned as is.
+//
+// RabbitMQ 4.x also writes x-queue-type classic (its node-wide default)
+// into the arguments of a queue declared without one in a vhost without
+// a default; brokerd leaves those arguments as the client sent them, as
+// RabbitMQ 3.13 does.
+func withDefaultQueueType(args amqp.Table, dqt string, durable, exclusive, autoDelete bool) amqp.Table {
+	if dqt == "" {
+		return args
+	}
+	if _, named := args.Get("x-queue-type"); named {
+		return args
+	}
+	qtype := dqt
+	if dqt != queueClassic && (!durable || exclusive || autoDelete) {
+		// rabbit_queue_type:is_compatible of quorum and stream queues;
+		// the fallback is classic.
+		qtype = queueClassic
+	}
+	out := make(amqp.Table, 0, len(args)+1)
+	out = append(out, args...)
+	return append(out, amqp.Field{Key: "x-queue-type", Value: qtype})
+}
+
 // validateQueueDeclare checks a new queue's properties and arguments with
 // RabbitMQ's codes and texts (reference §2).
 func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error {

@@ -444,6 +444,21 @@ func (b *Broker) removeConsumer(c *consumer) {
 // every binding to q and before any change made once q is gone from the
 // vhost): lock order Queue.mu → VHost.mu.
 func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
+	n, w, _ := b.deleteQueueFor(q, nil)
+	return n, w
+}
+
+// deleteQueueFor is deleteQueue for a queue.delete on ch: the consumers
+// ch itself has on q are not told here but returned, for the caller to
+// cancel (channel.serverCancel) once it has sent queue.delete-ok.
+// RabbitMQ's deleting channel sees delete-ok first (its queue process
+// replies, then exits, and the channel cancels its consumers when it sees
+// the exit), and clients rely on it: amqplib settles the delete's promise
+// on delete-ok, and a basic.cancel before it lets an application close the
+// channel with the delete still waiting for its reply. Consumers on other
+// channels are told at once, as before: RabbitMQ gives them no order
+// against another channel's reply.
+func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*consumer) {
 	v := q.vhost
 	q.mu.Lock()
 	v.mu.Lock()
@@ -452,7 +467,7 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 		w := q.deletion
 		v.mu.Unlock()
 		q.mu.Unlock()
-		return 0, w
+		return 0, w, nil
 	}
 	delete(v.queues, q.Name)
 	var mb metaBatch
@@ -481,13 +496,18 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 	w := q.deletion
 	q.mu.Unlock()
 	b.forgetCycles(q)
+	var own []*consumer
 	for _, c := range consumers {
+		if ch != nil && c.ch == ch {
+			own = append(own, c)
+			continue
+		}
 		c.ch.serverCancel(c)
 	}
 	if q.owner != nil {
 		q.owner.removeExclusive(q)
 	}
-	return messages, w
+	return messages, w, own
 }
 
 // VHost returns the named vhost, or nil.

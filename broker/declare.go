@@ -265,6 +265,16 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.checkPerm(permConfigure, "queue", name); err != nil {
 		return err
 	}
+	// The vhost's default queue type applies to the declare as if the
+	// client had named it: before the equivalence check and validation.
+	dqt := v.defaultQueueType()
+	defaulted := false
+	if args := withDefaultQueueType(m.Arguments, dqt, m.Durable, m.Exclusive, m.AutoDelete); len(args) != len(m.Arguments) {
+		mm := *m
+		mm.Arguments = args
+		m = &mm
+		defaulted = true
+	}
 	v.mu.Lock()
 	if q := v.queues[name]; q != nil {
 		v.mu.Unlock()
@@ -282,6 +292,9 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	// before the other arguments' validation, as in rabbit_channel.
 	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
+	}
+	if defaulted && queueType(m.Arguments) == queueStream {
+		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", name, v.Name)
 	}
 	if err := validateQueueDeclare(v.Name, name, m); err != nil {
 		return err
@@ -444,6 +457,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	q := v.queues[name]
 	v.mu.RUnlock()
 	n := 0
+	var own []*consumer
 	if q != nil {
 		if q.Exclusive && q.owner != c {
 			return errLocked(v.Name, name)
@@ -452,14 +466,26 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 			return err
 		}
 		var w *storeWrite
-		n, w = c.b.deleteQueue(q)
+		n, w, own = c.b.deleteQueueFor(q, ch)
 		// delete-ok promises the queue does not come back.
 		if err := w.wait(); err != nil {
+			ch.cancelConsumers(own)
 			return err
 		}
 	}
 	if !m.Nowait {
 		ch.out.Send(&amqp.QueueDeleteOk{MessageCount: uint32(n)})
 	}
+	// This channel's own consumers of q hear of it after delete-ok, as
+	// from RabbitMQ (see Broker.deleteQueueFor).
+	ch.cancelConsumers(own)
 	return nil
+}
+
+// cancelConsumers tells the client that each of cs, consumers on ch of a
+// queue that is gone, is cancelled.
+func (ch *channel) cancelConsumers(cs []*consumer) {
+	for _, c := range cs {
+		ch.serverCancel(c)
+	}
 }

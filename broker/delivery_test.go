@@ -176,6 +176,83 @@ func TestDeliveryServerCancelOnQueueDelete(t *testing.T) {
 	dvDeclare(t, ch, "other", nil)
 }
 
+// TestDeliveryQueueDeleteOkBeforeOwnCancel deletes a queue from a channel
+// that consumes from it: that channel gets queue.delete-ok first and then
+// basic.cancel, as from RabbitMQ (amqplib's channel_api.test.js
+// "cancelled consumer" closes the channel on the cancel and lost the
+// delete's reply when the cancel came first). A consumer on another
+// channel, and on another connection, is cancelled too, in no order
+// against that reply; with nowait the own consumer is still cancelled.
+func TestDeliveryQueueDeleteOkBeforeOwnCancel(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	for _, nowait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nowait=%v", nowait), func(t *testing.T) {
+			q := fmt.Sprintf("doomed-%v", nowait)
+			w := dvDialWire(t, b.Addr, 0)
+			w.send(1, &amqp.QueueDeclare{Queue: q})
+			dvExpectMethod[*amqp.QueueDeclareOk](w, 1)
+			w.send(1, &amqp.BasicConsume{Queue: q, ConsumerTag: "own"})
+			dvExpectMethod[*amqp.BasicConsumeOk](w, 1)
+			w.send(2, &amqp.ChannelOpen{})
+			dvExpectMethod[*amqp.ChannelOpenOk](w, 2)
+			w.send(2, &amqp.BasicConsume{Queue: q, ConsumerTag: "sibling"})
+			dvExpectMethod[*amqp.BasicConsumeOk](w, 2)
+			other := dvDialWire(t, b.Addr, 0)
+			other.send(1, &amqp.BasicConsume{Queue: q, ConsumerTag: "elsewhere"})
+			dvExpectMethod[*amqp.BasicConsumeOk](other, 1)
+
+			w.send(1, &amqp.QueueDelete{Queue: q, Nowait: nowait})
+			// Channel 1 must see delete-ok (unless nowait), then the
+			// cancel of "own"; channel 2 sees the cancel of "sibling".
+			want1 := []string{"queue.delete-ok own", "basic.cancel own"}
+			if nowait {
+				want1 = want1[1:]
+			}
+			var got1, got2 []string
+			for len(got1) < len(want1) || len(got2) < 1 {
+				f := w.frame()
+				if f.Type != amqp.FrameMethod {
+					t.Fatalf("frame type %d on channel %d, want a method", f.Type, f.Channel)
+				}
+				m, err := amqp.DecodeMethod(f.Payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				desc := m.Name()
+				switch m := m.(type) {
+				case *amqp.BasicCancel:
+					desc += " " + m.ConsumerTag
+				case *amqp.QueueDeleteOk:
+					desc += " own"
+				}
+				switch f.Channel {
+				case 1:
+					got1 = append(got1, desc)
+				case 2:
+					got2 = append(got2, desc)
+				default:
+					t.Fatalf("%s on channel %d", desc, f.Channel)
+				}
+			}
+			if strings.Join(got1, ", ") != strings.Join(want1, ", ") {
+				t.Fatalf("channel 1 got %q, want %q", got1, want1)
+			}
+			if got2[0] != "basic.cancel sibling" {
+				t.Fatalf("channel 2 got %q, want the cancel of sibling", got2)
+			}
+			if c := dvExpectMethod[*amqp.BasicCancel](other, 1); c.ConsumerTag != "elsewhere" {
+				t.Fatalf("other connection: cancel of %q, want elsewhere", c.ConsumerTag)
+			}
+			// The channel goes on: the cancelled tag is free again and
+			// nothing else was sent.
+			w.send(1, &amqp.QueueDeclare{Queue: q})
+			dvExpectMethod[*amqp.QueueDeclareOk](w, 1)
+			w.send(1, &amqp.BasicConsume{Queue: q, ConsumerTag: "own"})
+			dvExpectMethod[*amqp.BasicConsumeOk](w, 1)
+		})
+	}
+}
+
 func TestDeliveryOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
 	_, ch := b.Channel(t)

@@ -8,6 +8,10 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/brokertest"
 )
 
 func TestQueueDeclareExclusive(t *testing.T) {
@@ -731,4 +735,130 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 	// not dx → dx2 → dq2.
 	rqPublishBody(t, ch, "dx", "b.x", "no-dx2")
 	rqExpect(t, ch, map[string][]string{"dq": nil, "dq2": nil, "daeq": {"no-binding"}})
+}
+
+// TestQueueVHostDefaultType declares queues without x-queue-type in vhosts
+// with a default queue type, as RabbitMQ 3.13/4.x applies it
+// (rabbit_amqqueue:augment_declare_args): a queue that can be of the
+// default type gets it, written into its arguments; an exclusive,
+// auto-delete or non-durable one becomes classic, also written; a type the
+// client names is kept. A redeclare without x-queue-type is equivalent to
+// the declare that made the queue, and a classic queue made before the
+// default was set is refused by one, as RabbitMQ refuses it. The type
+// survives a restart.
+func TestQueueVHostDefaultType(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	for _, vh := range []string{"/qq", "/cq", "/sq"} {
+		dqt := map[string]string{"/qq": "quorum", "/cq": "classic", "/sq": "stream"}[vh]
+		if err := b.Broker.PutVHost(broker.VHostInfo{Name: vh, DefaultQueueType: dqt}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Broker.SetPermissions("guest", vh, ".*", ".*", ".*"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := pmDial(t, b, "guest", "guest", "/qq")
+	ch := rqChan(t, conn)
+	// A classic queue from before the default was set.
+	if err := b.Broker.PutVHost(broker.VHostInfo{Name: "/qq"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("old", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Broker.PutVHost(broker.VHostInfo{Name: "/qq", DefaultQueueType: "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+
+	type decl struct {
+		name                           string
+		durable, autoDelete, exclusive bool
+		args                           amqp091.Table
+		wantType                       string
+		wantArgs                       amqp.Table
+	}
+	decls := []decl{
+		{"dq", true, false, false, nil, "quorum", amqp.Table{{Key: "x-queue-type", Value: "quorum"}}},
+		{"dq-args", true, false, false, amqp091.Table{"x-max-length": int32(5)}, "quorum",
+			amqp.Table{{Key: "x-max-length", Value: int32(5)}, {Key: "x-queue-type", Value: "quorum"}}},
+		{"named-classic", true, false, false, amqp091.Table{"x-queue-type": "classic"}, "classic", amqp.Table{{Key: "x-queue-type", Value: "classic"}}},
+		{"transient", false, false, false, nil, "classic", amqp.Table{{Key: "x-queue-type", Value: "classic"}}},
+		{"auto-delete", true, true, false, nil, "classic", amqp.Table{{Key: "x-queue-type", Value: "classic"}}},
+		{"exclusive", true, false, true, nil, "classic", amqp.Table{{Key: "x-queue-type", Value: "classic"}}},
+	}
+	for _, d := range decls {
+		if _, err := ch.QueueDeclare(d.name, d.durable, d.autoDelete, d.exclusive, false, d.args); err != nil {
+			t.Fatalf("declare %s: %v", d.name, err)
+		}
+		// The same declare again is equivalent.
+		if _, err := ch.QueueDeclare(d.name, d.durable, d.autoDelete, d.exclusive, false, d.args); err != nil {
+			t.Fatalf("redeclare %s: %v", d.name, err)
+		}
+		qi, err := b.Broker.Queue("/qq", d.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if qi.Type != d.wantType || !reflect.DeepEqual(qi.Arguments, d.wantArgs) {
+			t.Errorf("%s: type %s, arguments %v; want %s, %v", d.name, qi.Type, qi.Arguments, d.wantType, d.wantArgs)
+		}
+	}
+	// The quorum queue is one: an argument only classic queues take is
+	// refused, naming the type the vhost gave it.
+	rqFails(t, conn, 406, "PRECONDITION_FAILED - invalid arg 'x-max-priority' for queue 'prio' in vhost '/qq' of queue type rabbit_quorum_queue", func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("prio", true, false, false, false, amqp091.Table{"x-max-priority": int32(5)})
+		return err
+	})
+	// A queue of another type is inequivalent either way.
+	rqFails(t, conn, 406, "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'dq' in vhost '/qq': received the value 'classic' of type 'longstr' but current is the value 'quorum' of type 'longstr'", func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("dq", true, false, false, false, amqp091.Table{"x-queue-type": "classic"})
+		return err
+	})
+	rqFails(t, conn, 406, "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'old' in vhost '/qq': received the value 'quorum' of type 'longstr' but current is none", func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("old", true, false, false, false, nil)
+		return err
+	})
+	// Naming classic still finds the old queue equivalent.
+	if _, err := ch.QueueDeclare("old", true, false, false, false, amqp091.Table{"x-queue-type": "classic"}); err != nil {
+		t.Fatal(err)
+	}
+	// A passive declare is never refused for the type.
+	if _, err := rqPassiveQueue(conn, "old"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A classic default shows in the arguments and changes nothing else.
+	cch := rqChan(t, pmDial(t, b, "guest", "guest", "/cq"))
+	if _, err := cch.QueueDeclare("c", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if qi, err := b.Broker.Queue("/cq", "c"); err != nil || qi.Type != "classic" || !reflect.DeepEqual(qi.Arguments, amqp.Table{{Key: "x-queue-type", Value: "classic"}}) {
+		t.Fatalf("classic default: %+v, %v", qi, err)
+	}
+	// A stream default is refused, saying why; a queue that cannot be a
+	// stream is classic.
+	sconn := pmDial(t, b, "guest", "guest", "/sq")
+	rqFails(t, sconn, 406, "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 's' in vhost '/sq': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare("s", true, false, false, false, nil)
+		return err
+	})
+	if _, err := rqChan(t, sconn).QueueDeclare("s-excl", false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	b.Restart()
+	for _, name := range []string{"dq", "dq-args", "named-classic", "auto-delete"} {
+		qi, err := b.Broker.Queue("/qq", name)
+		if err != nil {
+			t.Fatalf("%s after restart: %v", name, err)
+		}
+		for _, d := range decls {
+			if d.name == name && (qi.Type != d.wantType || !reflect.DeepEqual(qi.Arguments, d.wantArgs)) {
+				t.Errorf("%s after restart: type %s, arguments %v", name, qi.Type, qi.Arguments)
+			}
+		}
+	}
+	ch = rqChan(t, pmDial(t, b, "guest", "guest", "/qq"))
+	if _, err := ch.QueueDeclare("dq", true, false, false, false, nil); err != nil {
+		t.Fatalf("redeclare after restart: %v", err)
+	}
 }

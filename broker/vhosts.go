@@ -63,6 +63,14 @@ func (b *Broker) bootstrap(users []*user) error {
 	return nil
 }
 
+// defaultQueueType returns the vhost's default queue type, "" for none.
+// It takes Broker.mu (shared), so it is called with no lock held.
+func (v *VHost) defaultQueueType() string {
+	v.b.mu.RLock()
+	defer v.b.mu.RUnlock()
+	return v.meta.DefaultQueueType
+}
+
 // VHosts returns every vhost, sorted by name. Safe for concurrent use.
 func (b *Broker) VHosts() []VHostInfo {
 	b.mu.RLock()

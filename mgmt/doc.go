@@ -56,7 +56,8 @@
 //
 //	GET    /metrics                              Prometheus metrics, no authentication (Options.Metrics;
 //	                                             package metrics; the table is in README.md, "Metrics")
-//	GET    /api/overview, /api/whoami
+//	GET    /api/overview, /api/whoami         overview: node_status (pid, uptime, data dir, memory, disk) for monitoring users
+//	GET    /api/environment                     the configuration in force, brokerd's own (administrator)
 //	GET    /api/health/checks/alarms            200 ok, 503 with alarms
 //	GET    /api/aliveness-test/{vhost}
 //	GET    /api/vhosts[/{vhost}]                 PUT, DELETE /api/vhosts/{vhost}

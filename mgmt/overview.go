@@ -4,9 +4,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
+	"time"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/internal/alarm"
 )
 
 func (s *Server) routes() {
@@ -15,6 +18,7 @@ func (s *Server) routes() {
 	s.handle("GET /api/health/checks/alarms", management, s.healthAlarms)
 	s.handle("GET /api/health/checks/local-alarms", management, s.healthAlarms)
 	s.handle("GET /api/aliveness-test/{vhost}", management, s.aliveness)
+	s.handle("GET /api/environment", administrator, s.environment)
 	s.resourceRoutes()
 	s.connRoutes()
 	s.policyRoutes()
@@ -94,7 +98,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 		host, port := hostPort(l.Addr)
 		listeners = append(listeners, map[string]any{"node": s.node(), "protocol": l.Protocol, "ip_address": host, "port": port})
 	}
-	return map[string]any{
+	ov := map[string]any{
 		"management_version": s.opts.Version, "product_name": "brokerd", "product_version": s.opts.Version,
 		"rabbitmq_version": s.opts.Version, "rates_mode": "none",
 		"node": s.node(), "cluster_name": s.node(),
@@ -114,7 +118,69 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 		},
 		"listeners": listeners,
 		"contexts":  []any{},
-	}, nil
+	}
+	if s.opts.Daemon != nil && hasTag(u, "administrator", "monitoring") {
+		ov["node_status"] = s.nodeStatus(s.opts.Daemon())
+	}
+	return ov, nil
+}
+
+// DaemonInfo is what the daemon knows of itself and the broker does not
+// (Options.Daemon).
+type DaemonInfo struct {
+	PID     int
+	Started time.Time // when the process started
+	// DataDir is the data directory; ConfigFile the configuration file,
+	// "" when brokerd runs on its defaults and flags.
+	DataDir, ConfigFile string
+	// MemoryLimit is the memory high watermark in force and DiskFreeLimit
+	// the free disk space limit (both change at a reload); 0: that alarm
+	// is off.
+	MemoryLimit, DiskFreeLimit uint64
+	// Environment is the configuration in force, one key per setting
+	// ("amqp.listen"), with no secret in it: /api/environment.
+	Environment map[string]any
+}
+
+// nodeStatus is the overview's node_status, brokerd's own (RabbitMQ's
+// overview has none; its /api/nodes has these fields under these names):
+// os_pid (a string, as RabbitMQ's), uptime in milliseconds, db_dir (the
+// data directory), config_files, mem_used (the memory held, as the memory
+// alarm measures it: alarm.HeldMemory), mem_limit (the watermark; 0:
+// none), disk_free (the data directory's filesystem), disk_free_limit
+// (0: none), and whether each alarm is raised. brokerctl status reads it.
+// Shown to monitoring and administrator users, as RabbitMQ's /api/nodes.
+// A measurement that fails is left out.
+func (s *Server) nodeStatus(d DaemonInfo) map[string]any {
+	alarms := s.b.Alarms()
+	configFiles := []string{}
+	if d.ConfigFile != "" {
+		configFiles = append(configFiles, d.ConfigFile)
+	}
+	n := map[string]any{
+		"os_pid": strconv.Itoa(d.PID), "uptime": time.Since(d.Started).Milliseconds(),
+		"db_dir": d.DataDir, "config_files": configFiles,
+		"mem_limit": d.MemoryLimit, "mem_alarm": slices.Contains(alarms, broker.AlarmMemory),
+		"disk_free_limit": d.DiskFreeLimit, "disk_free_alarm": slices.Contains(alarms, broker.AlarmDisk),
+	}
+	if held, err := alarm.HeldMemory(); err == nil {
+		n["mem_used"] = held
+	}
+	if free, err := alarm.FreeBytes(d.DataDir); err == nil {
+		n["disk_free"] = free
+	}
+	return n
+}
+
+// environment is GET /api/environment, brokerd's own: the configuration in
+// force (file, flags and defaults, as last reloaded), one key per setting,
+// for brokerctl environment, as rabbitmqctl environment shows RabbitMQ's
+// application environment.
+func (s *Server) environment(u *broker.UserInfo, r *http.Request) (any, error) {
+	if s.opts.Daemon == nil {
+		return nil, notFound()
+	}
+	return s.opts.Daemon().Environment, nil
 }
 
 // messageStats is the overview's message_stats: RabbitMQ's totals under

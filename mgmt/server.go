@@ -69,6 +69,10 @@ type Options struct {
 	// RabbitMQ's prometheus plugin serves it (package metrics builds it).
 	// nil: no /metrics.
 	Metrics http.Handler
+	// Daemon, if set, tells what the daemon knows of itself (overview.go:
+	// the overview's node_status, /api/environment); it is called for each
+	// request that shows it, from any goroutine. nil: neither is served.
+	Daemon func() DaemonInfo
 }
 
 // Listener is an AMQP listener as /api/overview lists it.

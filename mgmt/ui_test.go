@@ -261,3 +261,41 @@ func TestUIBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "queues-phone")
 }
+
+// TestUILoginHidesNavigation checks that the login page shows no
+// navigation links and no logout button: they are marked hidden until a
+// user is logged in, and a display rule of the page's own (header nav is
+// a flex box) must not override that. After the login they show; after
+// the logout they are gone again.
+func TestUILoginHidesNavigation(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	// shown is true when any navigation link or the logout button takes
+	// up room on the page (a hidden element has no client rects).
+	const shown = `[...document.querySelectorAll("#nav a, #logout")].some(e => e.getClientRects().length > 0)`
+	var visible bool
+	until(t, ctx, "login page",
+		chromedp.Navigate(root+"/"),
+		chromedp.WaitVisible("#username", chromedp.ByQuery),
+		chromedp.Evaluate(shown, &visible))
+	if visible {
+		var display string
+		until(t, ctx, "nav display", chromedp.Evaluate(`getComputedStyle(document.querySelector("#nav")).display`, &display))
+		t.Fatalf("the login page shows the navigation (nav display %q)", display)
+	}
+	screenshot(t, ctx, "login")
+	until(t, ctx, "log in",
+		chromedp.SendKeys("#username", "guest", chromedp.ByQuery),
+		chromedp.SendKeys("#password", "guest", chromedp.ByQuery),
+		chromedp.Click(`#login button[type="submit"]`, chromedp.ByQuery),
+		chromedp.WaitVisible("#ov-queues", chromedp.ByQuery))
+	poll(t, ctx, "navigation after login", shown)
+	until(t, ctx, "log out",
+		chromedp.Click("#logout", chromedp.ByQuery),
+		chromedp.WaitVisible("#username", chromedp.ByQuery),
+		chromedp.Evaluate(shown, &visible))
+	if visible {
+		t.Fatal("the login page after a logout shows the navigation")
+	}
+}

@@ -66,6 +66,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	started := time.Now()
 	if len(args) > 0 {
 		switch args[0] {
 		case "verify":
@@ -119,7 +120,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	level.Set(l)
 	logs := newLogSwitch(stderr, level, cfg.Log.Format)
 	log := logs.logger()
-	lv := &live{path: *configPath, o: o, start: cfg, cfg: cfg, log: log, level: level, logs: logs}
+	log.Info("starting brokerd", "version", version.String(), "config", *configPath, "data_dir", cfg.Storage.DataDir)
+	lv := &live{path: *configPath, o: o, start: cfg, cfg: cfg, log: log, level: level, logs: logs,
+		daemon: newDaemonInfo(started, cfg.Storage.DataDir, *configPath)}
 	lv.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))
 	if err := serve(cfg, lv); err != nil {
 		log.Error("brokerd failed", "err", err)
@@ -220,6 +223,7 @@ func serve(cfg config.Config, lv *live) error {
 	}
 
 	memLimit := memoryLimit(cfg.Limits, log)
+	lv.daemon.set(cfg, memLimit)
 	if gl := alarm.SetGoMemoryLimit(memLimit); memLimit > 0 {
 		log.Info("memory alarm", "watermark", memLimit, "go_memory_limit", gl)
 	}
@@ -300,10 +304,11 @@ func serve(cfg config.Config, lv *live) error {
 				BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
 				MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
 				FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
-				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)})})
+				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
+				Daemon:  lv.daemon.info})
 			res.add(func() { api.Shutdown(context.Background()) })
 		}
-		log.Info("serving management "+what+" API", "addr", l.Addr().String())
+		log.Info("serving management "+what+" API", "addr", l.Addr().String(), "ui", uiURL(l.Addr(), tlsCfg != nil))
 		go func() { errc <- api.Serve(l) }()
 		return nil
 	}

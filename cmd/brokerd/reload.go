@@ -40,6 +40,8 @@ type live struct {
 	mgmtTLS   *tlsSource // nil: no HTTPS listener
 
 	shutdownTimeout atomic.Int64 // daemon.shutdown_timeout in force
+	// daemon tells the management API what runs (set at every reload).
+	daemon *daemonInfo
 }
 
 // reloadable are the settings a reload applies; any other change is
@@ -139,6 +141,7 @@ func (l *live) reload() {
 		l.log.Info("reload: TLS certificate reloaded; new handshakes use it", "listener", t.name, "cert_file", t.cfg.CertFile)
 	}
 	l.cfg = cfg
+	l.daemon.set(cfg, memoryLimit(cfg.Limits, l.log))
 	l.log.Info("configuration reloaded", "log_level", lvl.String(), "changed", len(changed))
 }
 

@@ -67,6 +67,8 @@ type options struct {
 	sourceQueue string        // redrive: latest death's queue filter
 	minAge      time.Duration // redrive: latest death at least this old
 	detach      bool          // redrive: start the task and return
+	unit        string        // status: byte multiple ("" is gb)
+	timeoutSet  bool          // -t given (await_startup's default is longer)
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -143,6 +145,7 @@ var optSpecs = []optSpec{
 		o.minAge = d
 		return nil
 	}},
+	{long: "unit", value: true, verbs: []string{"status"}, set: func(o *options, v string) error { o.unit = v; return nil }},
 	{long: "detach", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.detach = true; return nil }},
 	{long: "rate", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
 		n, err := strconv.ParseFloat(v, 64)
@@ -179,7 +182,7 @@ func setTimeout(o *options, v string) error {
 	if err != nil || f <= 0 || f > 1e6 {
 		return fmt.Errorf("timeout %q: want a positive number of seconds", v)
 	}
-	o.timeout = time.Duration(f * float64(time.Second))
+	o.timeout, o.timeoutSet = time.Duration(f*float64(time.Second)), true
 	return nil
 }
 

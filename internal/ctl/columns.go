@@ -22,6 +22,24 @@ func fieldAs(name, api string) column {
 	return column{name: name, get: func(o map[string]any) any { return o[api] }, text: plain, json: nullEmpty}
 }
 
+// nested is a column named name whose value is at path in the API's
+// object ("queue", "name": the name field of the object in queue).
+func nested(name string, path ...string) column {
+	c := field(name)
+	c.get = func(o map[string]any) any {
+		var v any = o
+		for _, k := range path {
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		}
+		return v
+	}
+	return c
+}
+
 func (c column) withText(f func(any) string) column { c.text = f; return c }
 func (c column) withJSON(f func(any) any) column    { c.json = f; return c }
 
@@ -154,6 +172,28 @@ var (
 			field("frame_max"), field("channel_max"), field("timeout"),
 			field("recv_oct"), field("recv_cnt"), field("send_oct"), field("send_cnt"),
 			field("send_pend"),
+		},
+	}
+	// Channels and consumers are named by the channel's name (the pid
+	// and channel_pid columns), as close_connection takes connections.
+	channelColumns = listing{
+		defaults: []string{"pid", "user", "consumer_count", "messages_unacknowledged"},
+		all: []column{
+			fieldAs("pid", "name"), nested("connection", "connection_details", "name"),
+			field("name"), field("number"), field("user"), field("vhost"),
+			field("transactional"), field("confirm"), field("consumer_count"),
+			field("messages_unacknowledged"), field("messages_uncommitted"),
+			field("acks_uncommitted"), field("messages_unconfirmed"),
+			field("prefetch_count"), field("global_prefetch_count"),
+		},
+	}
+	consumerColumns = listing{
+		// rabbitmqctl 3.10's defaults: every column but activity_status.
+		defaults: []string{"queue_name", "channel_pid", "consumer_tag", "ack_required", "prefetch_count", "active", "arguments"},
+		all: []column{
+			nested("queue_name", "queue", "name"), nested("channel_pid", "channel_details", "name"),
+			field("consumer_tag"), field("ack_required"), field("prefetch_count"),
+			field("active"), field("activity_status"), table("arguments"),
 		},
 	}
 	vhostColumns = listing{

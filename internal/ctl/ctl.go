@@ -60,6 +60,9 @@ func Main(ctx context.Context, args []string, env Env) int {
 	if err != nil {
 		return report(env.Stderr, err, args, "")
 	}
+	if v.name == "await_startup" && !o.timeoutSet {
+		o.timeout = AwaitStartupTimeout
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	r := &run{
@@ -154,6 +157,10 @@ var verbs = []*verb{
 		args: "[--vhost <vhost>] [--no-table-headers] [<column> ...]", desc: "Lists all bindings on a vhost."},
 	{name: "list_connections", max: -1, run: listConnections, columns: &connectionColumns,
 		args: "[--no-table-headers] [<column> ...]", desc: "Lists AMQP 0.9.1 connections."},
+	{name: "list_channels", max: -1, run: listChannels, columns: &channelColumns,
+		args: "[--no-table-headers] [<column> ...]", desc: "Lists all channels in the node."},
+	{name: "list_consumers", max: -1, run: listConsumers, columns: &consumerColumns,
+		args: "[--vhost <vhost>] [--no-table-headers] [<column> ...]", desc: "Lists all consumers for a vhost."},
 	{name: "close_connection", min: 2, max: 2, run: closeConnection,
 		args: "<connection name> <explanation>",
 		desc: "Closes a connection (320 CONNECTION_FORCED with the explanation). The name is list_connections' name column."},
@@ -205,7 +212,16 @@ var verbs = []*verb{
 	{name: "forget_redrive", min: 1, max: 1, run: forgetRedrive,
 		args: "<id>", desc: "Removes a redrive task from the list, cancelling it if it runs."},
 	{name: "status", run: status,
-		args: "", desc: "Displays status of the broker: version, listeners, alarms, object and message totals."},
+		args: "[--unit <bytes | kb | mb | gb | tb>]",
+		desc: "Displays status of the broker: version, process, data directory, memory and disk use against their limits, alarms, object and message totals, listeners."},
+	{name: "ping", run: ping,
+		args: "", desc: "Checks that the broker's management API answers and takes the credentials."},
+	{name: "await_startup", run: awaitStartup,
+		args: "", desc: "Waits until the broker has started (its management API answers), for up to --timeout seconds (default 300)."},
+	{name: "environment", run: environment,
+		args: "", desc: "Displays the configuration the broker runs with (file, flags and defaults), as TOML lines."},
+	{name: "report", run: reportVerb,
+		args: "", desc: "Generates a report: status, environment, connections, channels, and every virtual host's queues, exchanges, bindings, permissions and policies."},
 }
 
 func lookupVerb(name string) *verb {

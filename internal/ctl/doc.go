@@ -53,6 +53,8 @@
 //	list_exchanges [-p V] [COLUMN ...]
 //	list_bindings [-p V] [COLUMN ...]
 //	list_connections [COLUMN ...]
+//	list_channels [COLUMN ...]
+//	list_consumers [-p V] [COLUMN ...]
 //	close_connection NAME REASON
 //	add_user NAME PASSWORD
 //	delete_user NAME
@@ -73,7 +75,11 @@
 //	redrive [-p V] QUEUE [--to-origin | --exchange X --routing-key K] [--rate N] [--max N] [--reason R] [--source-queue Q] [--min-age D] [--detach]
 //	list_redrives [column ...], cancel_redrive ID, forget_redrive ID   (brokerd's own: redrive tasks)
 //	delete_queue [-p V] QUEUE [--if-empty|-e] [--if-unused|-u]
-//	status
+//	status [--unit bytes|kb|mb|gb|tb]
+//	ping
+//	await_startup                      (-t: default 300 seconds, as rabbitmqctl)
+//	environment
+//	report
 //	help [VERB]
 //
 // Columns are rabbitmqctl's names, mapped onto the API's fields (see
@@ -96,7 +102,29 @@
 // "]", as rabbitmqctl does; argument tables are JSON objects (the API does
 // not carry AMQP field types, which rabbitmqctl prints), null is "", and a
 // policy definition is a string holding JSON, as rabbitmqctl has it.
-// status prints one JSON object.
+// status and environment print one JSON object; report refuses JSON, as
+// rabbitmqctl's does.
+//
+// status prints rabbitmqctl status's sections in its words: Runtime (OS
+// PID, uptime, versions, node name), Data directory, Config files, Alarms,
+// Memory (used, and the high watermark), Free Disk Space (free, and the
+// low watermark), Totals, and brokerd's Messages and Listeners; sizes in
+// --unit (gb by default, 1 gb = 10^9 bytes, four decimals). The process's
+// figures come from the overview's node_status (brokerd's own) or else
+// /api/nodes/{node} (RabbitMQ's); both need the monitoring or
+// administrator tag, and without them status leaves those lines out. brokerd's AMQP
+// listener is "AMQP 0-9-1" (RabbitMQ's is "AMQP 0-9-1 and AMQP 1.0").
+//
+// ping asks the API who the user is: it proves the API answers and takes
+// the credentials. await_startup asks the same until it answers (retrying
+// while nothing listens, the connection fails, or the answer is 503) and
+// prints nothing. environment prints brokerd's /api/environment, the
+// configuration in force (without secrets), one "key = value" line per
+// setting in TOML syntax; RabbitMQ's HTTP API has no such resource.
+// report prints status, environment, list_connections and list_channels,
+// then each vhost's list_queues, list_exchanges, list_bindings,
+// list_permissions and list_policies, every column, each after an empty
+// line and its informational line.
 //
 // Rows come in the API's order. export_definitions writes the API's body
 // unchanged.
@@ -150,6 +178,9 @@
 //     does not return it.
 //   - import_definitions is synchronous: it returns when the server has
 //     applied the file.
+//   - list_channels' pid and list_consumers' channel_pid are the channel's
+//     name ("127.0.0.1:50000 -> 127.0.0.1:5672 (1)"), not an Erlang pid.
+//   - ping checks the management API, not the Erlang distribution.
 //
 // # Concurrency
 //

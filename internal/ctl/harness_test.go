@@ -149,7 +149,12 @@ func brokerd(t *testing.T, engine string) *server {
 // starts it on loopback ports chosen by the kernel, its data in a fresh
 // directory, waiting for the log lines that give its AMQP and HTTP
 // addresses.
-func startBrokerd(engine string) *daemon {
+func startBrokerd(engine string) *daemon { return startBrokerdAt(engine, engine, "127.0.0.1:0") }
+
+// startBrokerdAt is startBrokerd with the management API on mgmtListen, its
+// configuration and data named name. The caller registers it in
+// daemons.byEngine (under name), for TestMain to stop it.
+func startBrokerdAt(name, engine, mgmtListen string) *daemon {
 	d := &daemon{done: make(chan struct{})}
 	daemons.buildOnce.Do(func() {
 		if daemons.dir, daemons.buildErr = os.MkdirTemp("", "brokerctl-test-"); daemons.buildErr != nil {
@@ -169,14 +174,13 @@ func startBrokerd(engine string) *daemon {
 		d.err = daemons.buildErr
 		return d
 	}
-	dir := filepath.Join(daemons.dir, engine)
-	config := filepath.Join(daemons.dir, engine+".toml")
+	dir, config := daemonPaths(name)
 	if err := os.WriteFile(config, fmt.Appendf(nil, "[storage]\nengine = %q\n", engine), 0o600); err != nil {
 		d.err = fmt.Errorf("write config: %w", err)
 		return d
 	}
 	d.cmd = exec.Command(daemons.bin, "-config", config, "-listen", "127.0.0.1:0",
-		"-mgmt-listen", "127.0.0.1:0", "-data", dir)
+		"-mgmt-listen", mgmtListen, "-data", dir)
 	d.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET=")
 	pipe, err := d.cmd.StderrPipe()
 	if err != nil {
@@ -223,8 +227,25 @@ func startBrokerd(engine string) *daemon {
 			return d
 		}
 	}
-	d.srv = &server{name: engine, api: "http://" + h, amqp: "amqp://guest:guest@" + a + "/"}
+	d.srv = &server{name: name, api: "http://" + h, amqp: "amqp://guest:guest@" + a + "/"}
 	return d
+}
+
+// daemonPaths are the data directory and configuration file of the
+// brokerd named name (startBrokerdAt).
+func daemonPaths(name string) (dataDir, configFile string) {
+	return filepath.Join(daemons.dir, name), filepath.Join(daemons.dir, name+".toml")
+}
+
+// daemonOf returns the brokerd this test binary started for s, or nil
+// for an external server (BROKERCTL_TEST_URL).
+func daemonOf(s *server) *daemon {
+	daemons.Lock()
+	defer daemons.Unlock()
+	if d := daemons.byEngine[s.name]; d != nil && d.srv == s {
+		return d
+	}
+	return nil
 }
 
 func raceEnabled() bool {

@@ -49,6 +49,26 @@ func listConnections(r *run, args []string) error {
 	return r.list(apiPath("connections"), cols, "", "")
 }
 
+// listChannels: list_channels [COLUMN ...], every vhost's.
+func listChannels(r *run, args []string) error {
+	cols, err := channelColumns.pick(r.opts.verb, args)
+	if err != nil {
+		return err
+	}
+	r.out.info("Listing channels ...")
+	return r.list(apiPath("channels"), cols, "", "")
+}
+
+// listConsumers: list_consumers [-p V] [COLUMN ...].
+func listConsumers(r *run, args []string) error {
+	cols, err := consumerColumns.pick(r.opts.verb, args)
+	if err != nil {
+		return err
+	}
+	r.out.info("Listing consumers in vhost %s ...", r.vhost())
+	return r.list(apiPath("consumers", r.vhost()), cols, r.vhost(), "")
+}
+
 // closeConnection: close_connection NAME REASON. The server closes it with
 // 320 CONNECTION_FORCED and the reason (the API's X-Reason header).
 func closeConnection(r *run, args []string) error {

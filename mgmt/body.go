@@ -46,7 +46,7 @@ func decodeJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("not_json")
+		return fieldError(err)
 	}
 	return nil
 }

@@ -42,9 +42,11 @@
 // # Errors
 //
 // Errors are JSON {"error": word, "reason": text}: 400 bad_request for a
-// body that is not JSON, over its size limit ("Exceeded HTTP request body
-// size limit", as RabbitMQ) or holding a refused value (the reason is
-// RabbitMQ's text, e.g. a policy validation message), 401 not_authorized,
+// body that is not JSON ("not_json"), over its size limit ("Exceeded HTTP
+// request body size limit", as RabbitMQ), with a field of the wrong form
+// (the reason names the field: "durable: expected a boolean ...") or
+// holding a refused value (the reason is RabbitMQ's text, e.g. a policy
+// validation message), 401 not_authorized,
 // 403 for a missing tag, 403 forbidden for a Host not allowed or a
 // cross-origin request, 404 "Object Not Found", 405 for a method a path
 // does not take, 408 request_timeout for a body too slow, 415
@@ -80,6 +82,10 @@
 //	GET    /api/connections[/{name}], /api/channels[/{name}], /api/consumers
 //	DELETE /api/connections/{name}              320 CONNECTION_FORCED, X-Reason header as text
 //	GET    /api/definitions[/{vhost}]            POST imports
+//
+// Bodies take booleans and integers in RabbitMQ's forms as well as
+// JSON's (scalars.go): "durable": "true", "count": "1", as rabbitmqadmin
+// sends them.
 //
 // The default exchange is named amq.default in paths; vhost "/" is %2F.
 // Lists take RabbitMQ's columns, sort, sort_reverse, name, use_regex, page

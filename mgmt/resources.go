@@ -190,10 +190,12 @@ func do(d *broker.Direct, m amqp.Method) ([]broker.Reply, error) {
 }
 
 // queueBody is a PUT of a queue; what it leaves out takes queue.declare's
-// defaults, as RabbitMQ's: not durable, not auto-delete.
+// defaults, as RabbitMQ's: not durable, not auto-delete. The booleans
+// take RabbitMQ's string forms too (jsonBool: rabbitmqadmin sends
+// "durable": "true").
 type queueBody struct {
-	Durable    bool           `json:"durable"`
-	AutoDelete bool           `json:"auto_delete"`
+	Durable    jsonBool       `json:"durable"`
+	AutoDelete jsonBool       `json:"auto_delete"`
 	Arguments  map[string]any `json:"arguments"`
 	Node       string         `json:"node"`
 }
@@ -205,11 +207,11 @@ func (s *Server) putQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	args, err := tableFromJSON(body.Arguments)
 	if err != nil {
-		return nil, badRequest("%s", err)
+		return nil, badRequest("arguments: %s", err)
 	}
 	vhost, name := r.PathValue("vhost"), r.PathValue("name")
 	_, lookupErr := s.b.Queue(vhost, name)
-	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
+	m := &amqp.QueueDeclare{Queue: name, Durable: bool(body.Durable), AutoDelete: bool(body.AutoDelete), Arguments: args}
 	if err := s.checkMethod(m); err != nil {
 		return nil, err
 	}
@@ -398,11 +400,12 @@ func (s *Server) getExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 
 // exchangeBody is a PUT of an exchange; what it leaves out takes
 // exchange.declare's defaults, as RabbitMQ's: type direct, not durable.
+// The booleans take RabbitMQ's string forms too, as queueBody's.
 type exchangeBody struct {
 	Type       string         `json:"type"`
-	Durable    bool           `json:"durable"`
-	AutoDelete bool           `json:"auto_delete"`
-	Internal   bool           `json:"internal"`
+	Durable    jsonBool       `json:"durable"`
+	AutoDelete jsonBool       `json:"auto_delete"`
+	Internal   jsonBool       `json:"internal"`
 	Arguments  map[string]any `json:"arguments"`
 }
 
@@ -416,12 +419,12 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	args, err := tableFromJSON(body.Arguments)
 	if err != nil {
-		return nil, badRequest("%s", err)
+		return nil, badRequest("arguments: %s", err)
 	}
 	vhost, name := r.PathValue("vhost"), exchangeName(r.PathValue("name"))
 	_, lookupErr := s.b.Exchange(vhost, name)
-	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable,
-		AutoDelete: body.AutoDelete, Internal: body.Internal, Arguments: args}
+	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: bool(body.Durable),
+		AutoDelete: bool(body.AutoDelete), Internal: bool(body.Internal), Arguments: args}
 	if err := s.checkMethod(m); err != nil {
 		return nil, err
 	}
@@ -565,7 +568,7 @@ func (s *Server) postBinding(kind string) handlerFunc {
 		}
 		args, err := tableFromJSON(body.Arguments)
 		if err != nil {
-			return nil, badRequest("%s", err)
+			return nil, badRequest("arguments: %s", err)
 		}
 		source, dest := exchangeName(r.PathValue("source")), r.PathValue("dest")
 		m := bindMethod(kind, source, dest, body.RoutingKey, args, true)

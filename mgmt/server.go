@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -559,19 +558,5 @@ func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost, deni
 	if !s.canAccessVHost(u, vhost) {
 		return notAuthorised(denied)
 	}
-	return nil
-}
-
-// jsonInt is an integer field of a request body that RabbitMQ also
-// accepts as a string of digits ("priority": "1").
-type jsonInt int64
-
-func (n *jsonInt) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
-	i, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return fmt.Errorf("not an integer: %s", b)
-	}
-	*n = jsonInt(i)
 	return nil
 }

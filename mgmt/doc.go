@@ -82,6 +82,10 @@
 //	GET    /api/connections[/{name}], /api/channels[/{name}], /api/consumers
 //	DELETE /api/connections/{name}              320 CONNECTION_FORCED, X-Reason header as text
 //	GET    /api/definitions[/{vhost}]            POST imports
+//	GET    /api/nodes[/{node}]                   the one node, measured (nodes.go); monitoring
+//	GET    /api/parameters[/{component}[/{vhost}]], /api/global-parameters, /api/vhost-limits[/{vhost}],
+//	       /api/user-limits[/{user}], /api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
+//	       /api/users/{user}/topic-permissions   [] (brokerd has none; absent.go), one of them 404
 //
 // Bodies take booleans and integers in RabbitMQ's forms as well as
 // JSON's (scalars.go): "durable": "true", "count": "1", as rabbitmqadmin

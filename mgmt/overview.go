@@ -20,11 +20,16 @@ func (s *Server) routes() {
 	s.policyRoutes()
 	s.accessRoutes()
 	s.definitionRoutes()
+	s.nodeRoutes()
+	s.absentRoutes()
 	s.uiRoutes()
 	if h := s.opts.Metrics; h != nil {
 		s.rt.add("GET /metrics", h.ServeHTTP)
 	}
 }
+
+// ratesMode is RabbitMQ's rates_mode: "none", brokerd keeps no rates.
+func (s *Server) ratesMode() string { return "none" }
 
 // node is the node name shown where RabbitMQ shows one.
 func (s *Server) node() string { return node() }
@@ -96,7 +101,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	return map[string]any{
 		"management_version": s.opts.Version, "product_name": "brokerd", "product_version": s.opts.Version,
-		"rabbitmq_version": s.opts.Version, "rates_mode": "none",
+		"rabbitmq_version": s.opts.Version, "rates_mode": s.ratesMode(),
 		"node": s.node(), "cluster_name": s.node(),
 		"exchange_types": []map[string]any{
 			{"name": "direct", "enabled": true}, {"name": "fanout", "enabled": true},

@@ -126,8 +126,13 @@ func TestRabbitmqadmin(t *testing.T) {
 	}) {
 		t.Errorf("list bindings: %v", got)
 	}
-	for _, what := range []string{"vhosts", "users", "permissions", "policies", "connections", "channels", "consumers"} {
+	for _, what := range []string{"vhosts", "users", "permissions", "policies", "connections", "channels", "consumers",
+		"parameters", "vhost_limits", "operator_policies"} {
 		adm.list(what)
+	}
+	nodes := adm.list("nodes")
+	if len(nodes) != 1 || nodes[0]["name"] != a.must(200, "GET", "/overview", nil).object(t)["node"] || nodes[0]["mem_used"] == nil {
+		t.Errorf("list nodes: %v", nodes)
 	}
 	// The default table format, with the command's own columns.
 	if out := adm.run("list", "queues"); !strings.Contains(out, "adm.q") || !strings.Contains(out, "messages") {

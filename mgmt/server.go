@@ -68,6 +68,8 @@ type Options struct {
 	// RabbitMQ's prometheus plugin serves it (package metrics builds it).
 	// nil: no /metrics.
 	Metrics http.Handler
+	// Node is what /api/nodes reports of the process (nodes.go).
+	Node NodeOptions
 }
 
 // Listener is an AMQP listener as /api/overview lists it.
@@ -89,6 +91,8 @@ type Server struct {
 	loginLog *ratelog.Limiter
 	// loginDelay waits out a refused login's delay; a test replaces it.
 	loginDelay func(r *http.Request, d time.Duration)
+	// started is when the node started (Options.Node.Started): uptime.
+	started time.Time
 }
 
 // New builds a Server; Serve starts it on a listener.
@@ -125,8 +129,12 @@ func New(opts Options) *Server {
 		cop:        http.NewCrossOriginProtection(),
 		loginLog:   ratelog.New(opts.Logger, slog.LevelWarn, "management login refused", ratelog.Interval),
 		loginDelay: waitLoginDelay,
+		started:    opts.Node.Started,
 		conns: &connLimit{slots: make(chan struct{}, opts.MaxConnections),
 			log: ratelog.New(opts.Logger, slog.LevelWarn, "management connections at mgmt.max_connections; new ones wait", ratelog.Interval)},
+	}
+	if s.started.IsZero() {
+		s.started = time.Now()
 	}
 	s.routes()
 	s.srv = &http.Server{

@@ -158,6 +158,7 @@ func (c *closers) run() {
 }
 
 func serve(cfg config.Config, lv *live) error {
+	started := time.Now()
 	log := lv.log
 	// Caught from the start: a SIGTERM right after "accepting" or READY
 	// must drain, not kill the process.
@@ -300,7 +301,10 @@ func serve(cfg config.Config, lv *live) error {
 				BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
 				MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
 				FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
-				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)})})
+				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
+				Node: mgmt.NodeOptions{DataDir: dir.Path, AMQP: srv, Started: started,
+					MemoryLimit:   func() uint64 { mem, _ := mon.Limits(); return mem },
+					DiskFreeLimit: diskFreeLimit(mon, st)}})
 			res.add(func() { api.Shutdown(context.Background()) })
 		}
 		log.Info("serving management "+what+" API", "addr", l.Addr().String())

@@ -86,7 +86,9 @@ func (s *Server) listVHosts(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	for _, v := range s.b.VHosts() {
 		if visible[v.Name] {
-			out = append(out, s.withVHostTotals(vhostJSON(v)))
+			m := s.withVHostTotals(vhostJSON(v))
+			s.vhostRates(m, v.Name, rateQueryOf(r))
+			out = append(out, m)
 		}
 	}
 	return out, nil
@@ -119,7 +121,9 @@ func (s *Server) getVHost(u *broker.UserInfo, r *http.Request) (any, error) {
 	if !ok {
 		return nil, notFound()
 	}
-	return s.withVHostTotals(vhostJSON(v)), nil
+	m := s.withVHostTotals(vhostJSON(v))
+	s.vhostRates(m, v.Name, rateQueryOf(r))
+	return m, nil
 }
 
 type vhostBody struct {

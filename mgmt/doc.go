@@ -87,11 +87,21 @@
 //	       /api/user-limits[/{user}], /api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
 //	       /api/users/{user}/topic-permissions   [] (brokerd has none; absent.go), one of them 404
 //
+// Queues, exchanges, vhosts, connections, channels, the overview and the
+// node carry RabbitMQ's message rates (message_stats.*_details.rate,
+// messages_details.rate, recv_oct_details.rate, ...), computed from
+// samples of the broker's counters a goroutine takes every
+// Options.SampleInterval, kept per object as RabbitMQ's default sample
+// retention policies keep them, and answered for ranges
+// (msg_rates_age/msg_rates_incr, lengths_*, data_rates_*, node_stats_*)
+// as RabbitMQ answers (rates.go, ratesjson.go).
+//
 // Bodies take booleans and integers in RabbitMQ's forms as well as
 // JSON's (scalars.go): "durable": "true", "count": "1", as rabbitmqadmin
 // sends them.
 //
 // The default exchange is named amq.default in paths; vhost "/" is %2F.
-// Lists take RabbitMQ's columns, sort, sort_reverse, name, use_regex, page
-// and page_size parameters (listing.go).
+// Lists take RabbitMQ's columns (dotted for nested fields, as
+// rabbitmqadmin's rate columns ask), sort, sort_reverse, name, use_regex,
+// page and page_size parameters (listing.go).
 package mgmt

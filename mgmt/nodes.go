@@ -174,6 +174,7 @@ func (s *Server) nodeJSON(r *http.Request) (map[string]any, error) {
 		},
 		"contexts": []any{}, "net_ticktime": 60,
 	}
+	s.nodeRates(m, rateQueryOf(r))
 	return m, nil
 }
 

@@ -28,8 +28,9 @@ func (s *Server) routes() {
 	}
 }
 
-// ratesMode is RabbitMQ's rates_mode: "none", brokerd keeps no rates.
-func (s *Server) ratesMode() string { return "none" }
+// ratesMode is RabbitMQ's rates_mode: "basic", or "none" when no rates
+// are kept (Options.RatesMode).
+func (s *Server) ratesMode() string { return s.opts.RatesMode }
 
 // node is the node name shown where RabbitMQ shows one.
 func (s *Server) node() string { return node() }
@@ -78,7 +79,8 @@ func (s *Server) canAccessVHost(u *broker.UserInfo, vhost string) bool {
 
 func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	var nq, nx, ncons, msgs, ready, unacked int
-	for _, v := range s.visibleVHosts(u) {
+	visible := s.visibleVHosts(u)
+	for _, v := range visible {
 		for _, qi := range s.b.Queues(v) {
 			nq++
 			ncons += qi.Consumers
@@ -99,7 +101,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 		host, port := hostPort(l.Addr)
 		listeners = append(listeners, map[string]any{"node": s.node(), "protocol": l.Protocol, "ip_address": host, "port": port})
 	}
-	return map[string]any{
+	m := map[string]any{
 		"management_version": s.opts.Version, "product_name": "brokerd", "product_version": s.opts.Version,
 		"rabbitmq_version": s.opts.Version, "rates_mode": s.ratesMode(),
 		"node": s.node(), "cluster_name": s.node(),
@@ -119,7 +121,9 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 		},
 		"listeners": listeners,
 		"contexts":  []any{},
-	}, nil
+	}
+	s.overviewRates(m, visible, rateQueryOf(r))
+	return m, nil
 }
 
 // messageStats is the overview's message_stats: RabbitMQ's totals under

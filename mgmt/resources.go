@@ -147,7 +147,9 @@ func (s *Server) listQueues(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
 		for _, qi := range s.b.Queues(v) {
-			out = append(out, s.queueJSON(qi))
+			m := s.queueJSON(qi)
+			s.queueRates(m, qi.VHost, qi.Name, rateQueryOf(r))
+			out = append(out, m)
 		}
 	}
 	return out, nil
@@ -159,6 +161,7 @@ func (s *Server) getQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 		return nil, err
 	}
 	m := s.queueJSON(qi)
+	s.queueRates(m, qi.VHost, qi.Name, rateQueryOf(r))
 	details := []map[string]any{}
 	for _, c := range s.b.Consumers(qi.VHost) {
 		if c.Queue != qi.Name {
@@ -384,7 +387,9 @@ func (s *Server) listExchanges(u *broker.UserInfo, r *http.Request) (any, error)
 	out := []map[string]any{}
 	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
 		for _, xi := range s.b.Exchanges(v) {
-			out = append(out, exchangeJSON(xi))
+			m := exchangeJSON(xi)
+			s.exchangeRates(m, xi, rateQueryOf(r))
+			out = append(out, m)
 		}
 	}
 	return out, nil
@@ -395,7 +400,9 @@ func (s *Server) getExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return exchangeJSON(xi), nil
+	m := exchangeJSON(xi)
+	s.exchangeRates(m, xi, rateQueryOf(r))
+	return m, nil
 }
 
 // exchangeBody is a PUT of an exchange; what it leaves out takes

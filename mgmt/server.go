@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -70,6 +71,20 @@ type Options struct {
 	Metrics http.Handler
 	// Node is what /api/nodes reports of the process (nodes.go).
 	Node NodeOptions
+	// RatesMode is RabbitMQ's management.rates_mode: "basic" (the
+	// default) samples every object's counters every SampleInterval and
+	// shows message rates (rates.go); "none" keeps no samples and shows
+	// counts only.
+	RatesMode string
+	// SampleInterval is RabbitMQ's collect_statistics_interval: how
+	// often the rates' samples are taken. Default and least 5s: the
+	// finest level kept is a sample per 5s.
+	SampleInterval time.Duration
+	// Clock is the rates' clock; time.Now if nil. SampleTicks, if set,
+	// replaces the sampler's ticker: a sample is taken for each value
+	// received. Tests set both.
+	Clock       func() time.Time
+	SampleTicks <-chan time.Time
 }
 
 // Listener is an AMQP listener as /api/overview lists it.
@@ -93,6 +108,12 @@ type Server struct {
 	loginDelay func(r *http.Request, d time.Duration)
 	// started is when the node started (Options.Node.Started): uptime.
 	started time.Time
+	// rates samples the counters (nil: rates_mode none); its goroutine
+	// runs until ratesStop is closed and closes ratesDone.
+	rates     *sampler
+	ratesStop chan struct{}
+	ratesDone chan struct{}
+	stopRates sync.Once
 }
 
 // New builds a Server; Serve starts it on a listener.
@@ -124,6 +145,13 @@ func New(opts Options) *Server {
 	if opts.MaxGetBytes <= 0 {
 		opts.MaxGetBytes = 64 << 20
 	}
+	if opts.RatesMode == "" {
+		opts.RatesMode = "basic"
+	}
+	opts.SampleInterval = max(opts.SampleInterval, 5*time.Second)
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
 	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger,
 		hosts:      allowedHosts(opts.AllowedHosts),
 		cop:        http.NewCrossOriginProtection(),
@@ -135,6 +163,11 @@ func New(opts Options) *Server {
 	}
 	if s.started.IsZero() {
 		s.started = time.Now()
+	}
+	if opts.RatesMode != "none" {
+		s.rates = newSampler(s.b, opts.SampleInterval, opts.Clock, func() nodeStats { st, _ := s.readNodeStats(); return st })
+		s.ratesStop, s.ratesDone = make(chan struct{}), make(chan struct{})
+		go s.rates.run(opts.SampleTicks, s.ratesStop, s.ratesDone)
 	}
 	s.routes()
 	s.srv = &http.Server{
@@ -164,6 +197,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
 	s.loginLog.Stop()
 	s.conns.log.Stop()
+	s.stopRates.Do(func() {
+		if s.rates != nil {
+			close(s.ratesStop)
+			<-s.ratesDone
+		}
+	})
 	return err
 }
 
@@ -270,6 +309,12 @@ func (s *Server) handle(pattern string, need access, h handlerFunc, opts ...rout
 		}
 		if err == nil && takesBody {
 			err = s.admitBody(r, ro.large)
+		}
+		if err == nil && method == http.MethodGet {
+			var rq rateQuery
+			if rq, err = parseRates(r); err == nil {
+				r = r.WithContext(context.WithValue(r.Context(), rateQueryKey{}, rq))
+			}
 		}
 		var out any
 		if err == nil {

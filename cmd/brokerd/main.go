@@ -301,7 +301,8 @@ func serve(cfg config.Config, lv *live) error {
 				BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
 				MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
 				FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
-				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
+				Metrics:   metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
+				RatesMode: cfg.Mgmt.RatesMode, SampleInterval: time.Duration(cfg.Mgmt.SampleInterval),
 				Node: mgmt.NodeOptions{DataDir: dir.Path, AMQP: srv, Started: started,
 					MemoryLimit:   func() uint64 { mem, _ := mon.Limits(); return mem },
 					DiskFreeLimit: diskFreeLimit(mon, st)}})

@@ -245,6 +245,17 @@ func NewServer(cfg ServerConfig) *Server {
 // count drops below it. Safe for concurrent use.
 func (s *Server) SetMaxConnections(n int) { s.maxConns.Store(int64(n)) }
 
+// MaxConnections returns the MaxConnections in force (0: no limit).
+func (s *Server) MaxConnections() int { return int(s.maxConns.Load()) }
+
+// Connections returns the number of client connections open, those
+// still in their handshake included. Safe for concurrent use.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("amqp: server closed")
 

@@ -77,6 +77,9 @@ type ServerConn struct {
 	// received counts the body bytes read (the reader adds, ContentStats
 	// reads).
 	received atomic.Uint64
+	// traffic counts the bytes and the reads and writes that moved them,
+	// both ways (Traffic).
+	recvOct, recvCnt, sendOct, sendCnt atomic.Uint64
 	// holder holds the reader at content frames, if the session is one
 	// (ContentHolder).
 	holder ContentHolder
@@ -108,11 +111,10 @@ type ServerConn struct {
 }
 
 func newServerConn(s *Server, nc net.Conn) *ServerConn {
-	return &ServerConn{
+	c := &ServerConn{
 		srv:       s,
 		nc:        nc,
 		log:       s.cfg.Logger.With("remote", nc.RemoteAddr().String()),
-		fr:        NewFrameReader(nc),
 		channels:  map[uint16]*serverChannel{},
 		wsignal:   make(chan struct{}, 1),
 		wdone:     make(chan struct{}),
@@ -121,6 +123,32 @@ func newServerConn(s *Server, nc net.Conn) *ServerConn {
 		closingCh: make(chan struct{}),
 		frameMax:  s.cfg.FrameMax,
 	}
+	c.fr = NewFrameReader(&countingReader{r: nc, c: c})
+	return c
+}
+
+// countingReader counts what a connection reads: each Read is one read
+// of the socket (the frame reader's buffer is in front of it), so the
+// count costs an atomic add per read, not per frame.
+type countingReader struct {
+	r io.Reader
+	c *ServerConn
+}
+
+func (cr *countingReader) Read(p []byte) (int, error) {
+	n, err := cr.r.Read(p)
+	if n > 0 {
+		cr.c.recvOct.Add(uint64(n))
+		cr.c.recvCnt.Add(1)
+	}
+	return n, err
+}
+
+// Traffic returns the bytes the connection received and the reads that
+// brought them, and the bytes it sent and the writes that took them.
+// Safe for concurrent use.
+func (c *ServerConn) Traffic() (recvOct, recvCnt, sendOct, sendCnt uint64) {
+	return c.recvOct.Load(), c.recvCnt.Load(), c.sendOct.Load(), c.sendCnt.Load()
 }
 
 // RemoteAddr returns the client's address.

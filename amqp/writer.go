@@ -266,7 +266,10 @@ func (c *ServerConn) writer() {
 		spareContent = content[:0]
 		if len(buf) > 0 {
 			c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-			if _, err := c.nc.Write(buf); err != nil {
+			n, err := c.nc.Write(buf)
+			c.sendOct.Add(uint64(n))
+			c.sendCnt.Add(1)
+			if err != nil {
 				c.wmu.Lock()
 				c.wclosed = true
 				c.wbuf, c.wlater, c.wcontent, c.wcontentBytes = nil, nil, nil, 0

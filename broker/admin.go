@@ -131,12 +131,7 @@ func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
 		qi.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
 	}
 	qi.Damaged = q.stats.damaged.Load()
-	st := &q.stats
-	qi.MessageStats = QueueMessageStats{
-		Publish: st.publish.Load(), Deliver: st.delivered.consumeManual.Load(), DeliverNoAck: st.delivered.consumeAuto.Load(),
-		Get: st.delivered.getManual.Load(), GetNoAck: st.delivered.getAuto.Load(), GetEmpty: st.getEmpty.Load(),
-		Redeliver: st.delivered.redelivered.Load(), Ack: st.ack.Load(),
-	}
+	qi.MessageStats = q.messageStats()
 	return qi
 }
 
@@ -171,6 +166,11 @@ type ExchangeInfo struct {
 	Durable, AutoDelete, Internal bool
 	Arguments                     amqp.Table
 	Policy                        string // the policy applied, "" if none
+	// PublishIn counts messages clients published into the exchange,
+	// routed or not; PublishOut the queue copies it routed them to
+	// (RabbitMQ's publish_in and publish_out), since it was declared or
+	// recovered.
+	PublishIn, PublishOut uint64
 }
 
 // Exchanges describes the exchanges of vhost ("" for every vhost), sorted
@@ -208,7 +208,8 @@ func (b *Broker) Exchange(vhost, name string) (ExchangeInfo, error) {
 }
 
 func (x *Exchange) infoLocked(v *VHost, ps []*Policy) ExchangeInfo {
-	xi := ExchangeInfo{VHost: v.Name, Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: x.Args}
+	xi := ExchangeInfo{VHost: v.Name, Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: x.Args,
+		PublishIn: x.stats.publishIn.Load(), PublishOut: x.stats.publishOut.Load()}
 	if x.Name != "" {
 		if p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToExchange(x.Name) }); p != nil {
 			xi.Policy = p.Name
@@ -323,6 +324,10 @@ type ConnectionInfo struct {
 	Channels         int
 	ConnectedAt      time.Time
 	Tuning           amqp.Tuning
+	// RecvOct and SendOct count the bytes received and sent, RecvCnt and
+	// SendCnt the reads and writes that moved them (RabbitMQ's recv_oct,
+	// recv_cnt, send_oct, send_cnt).
+	RecvOct, RecvCnt, SendOct, SendCnt uint64
 }
 
 // Connections describes the open client connections of vhost ("" for
@@ -361,11 +366,13 @@ func (b *Broker) CloseConnection(name, reason string) error {
 }
 
 func (c *conn) info() ConnectionInfo {
-	return ConnectionInfo{
+	ci := ConnectionInfo{
 		Name: c.name(), VHost: c.vhost.Name, User: c.userName,
 		Peer: c.ac.RemoteAddr(), Local: c.ac.LocalAddr(), ClientProperties: c.ac.ClientProperties(),
 		Channels: len(c.channelList()), ConnectedAt: c.opened, Tuning: c.ac.Tuning(),
 	}
+	ci.RecvOct, ci.RecvCnt, ci.SendOct, ci.SendCnt = c.ac.Traffic()
+	return ci
 }
 
 // name is the connection's name as RabbitMQ gives it.
@@ -394,6 +401,12 @@ type ChannelInfo struct {
 	// waiting for tx.commit.
 	Uncommitted, AcksUncommitted int
 	Flow                         bool // channel.flow active
+	// Published, Confirmed, ReturnUnroutable and DropUnroutable count the
+	// channel's publishes, the confirms sent for them and the unroutable
+	// ones returned or dropped; DeliverGet its deliveries and basic.get
+	// answers (RabbitMQ's channel message_stats publish, confirm,
+	// return_unroutable, drop_unroutable, deliver_get).
+	Published, Confirmed, ReturnUnroutable, DropUnroutable, DeliverGet uint64
 }
 
 // Channels describes the channels of every client connection of vhost
@@ -413,8 +426,11 @@ func (b *Broker) Channels(vhost string) []ChannelInfo {
 				Prefetch: ch.prefetch, GlobalPrefetch: ch.globalPrefetch, Confirm: ch.confirm, Tx: ch.tx,
 				NextPublishSeq: ch.publishSeq + 1, Flow: ch.flowActive,
 				Uncommitted: len(ch.txPubs), AcksUncommitted: txAckCount(ch.txAcks),
+				DeliverGet: ch.nextTag - 1,
 			})
 			ch.mu.Unlock()
+			cs, ci := &ch.confirms.stats, &out[len(out)-1]
+			ci.Published, ci.Confirmed, ci.ReturnUnroutable, ci.DropUnroutable = cs.publish.Load(), cs.confirm.Load(), cs.returned.Load(), cs.dropped.Load()
 		}
 	}
 	slices.SortFunc(out, func(a, b ChannelInfo) int {

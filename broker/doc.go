@@ -31,6 +31,10 @@
 // queue lock (ack processing takes the deliveries out of the channel under
 // its lock, releases it, then settles them queue by queue).
 //
+// Two vhosts' locks are held together only by a definitions import
+// (importdefs.go), under Broker.authMu: every policyMu, then every mu, in
+// name order; no other code holds two.
+//
 // Two queue locks are never taken one inside the other except by publish,
 // in id order. Dead-lettering moves a message from one queue to others
 // without that: under the source's lock it writes the source delete and

@@ -41,6 +41,8 @@ type Exchange struct {
 	bindings []*Binding
 	// byKey indexes direct-exchange bindings by routing key.
 	byKey map[string][]*Binding
+
+	stats exchangeStats // ratestats.go
 }
 
 // Binding routes from a source exchange to a queue or an exchange.

@@ -216,15 +216,18 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	if p.exchange == "" && strings.HasPrefix(h.RoutingKeys[0], replyToPrefix) {
 		delivered := b.deliverReply(h.RoutingKeys[0], p.msg)
 		b.counters.published.Add(1) // RabbitMQ counts these as received too
+		ch.confirms.stats.publish.Add(1)
 		switch {
 		case delivered:
 			b.counters.routed.Add(1)
 		case p.mandatory:
 			b.counters.unroutable.Add(1)
 			b.counters.returned.Add(1)
+			ch.confirms.stats.returned.Add(1)
 			ch.sendReturn(p.msg)
 		default:
 			b.counters.unroutable.Add(1)
+			ch.confirms.stats.dropped.Add(1)
 		}
 		return nil
 	}
@@ -241,11 +244,19 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	// double what a resident message with a large header holds.
 	p.headers = nil
 	b.counters.published.Add(1)
+	ch.confirms.stats.publish.Add(1)
+	if x != nil {
+		x.stats.publishIn.Add(1)
+		x.stats.publishOut.Add(uint64(len(qs)))
+	}
 	if len(qs) == 0 {
 		b.counters.unroutable.Add(1)
 		if p.mandatory {
 			b.counters.returned.Add(1)
+			ch.confirms.stats.returned.Add(1)
 			ch.sendReturn(p.msg)
+		} else {
+			ch.confirms.stats.dropped.Add(1)
 		}
 	} else {
 		b.counters.routed.Add(1)

@@ -78,7 +78,12 @@ type Mgmt struct {
 	// BodyTimeout plus a second per MinBodyRate bytes received.
 	BodyTimeout Duration `toml:"body_timeout"`
 	MinBodyRate ByteSize `toml:"min_body_rate"`
-	TLS         TLS      `toml:"tls"` // the HTTPS listener, as [amqp.tls]
+	// RatesMode is RabbitMQ's management.rates_mode: "basic" samples
+	// every object's counters every SampleInterval for the API's message
+	// rates; "none" keeps no samples (counts only).
+	RatesMode      string   `toml:"rates_mode"`
+	SampleInterval Duration `toml:"sample_interval"`
+	TLS            TLS      `toml:"tls"` // the HTTPS listener, as [amqp.tls]
 }
 
 // HostNames returns the host names the API accepts in a request's Host
@@ -219,6 +224,8 @@ func Default() Config {
 			MaxDefinitionsSize: 64 * MiB,
 			BodyTimeout:        Duration(10 * time.Second),
 			MinBodyRate:        64 * KiB,
+			RatesMode:          "basic",
+			SampleInterval:     Duration(5 * time.Second),
 		},
 		Storage: Storage{
 			DataDir:            "./data",

@@ -98,6 +98,10 @@
 //	mgmt.body_timeout        "10s"           A body must arrive within this, 100ms..1h, plus a second
 //	mgmt.min_body_rate       "64KiB"         per min_body_rate bytes received (at least 1KiB); a
 //	                                         slower one is refused (408) and its connection closed.
+//	mgmt.rates_mode          "basic"         "basic": message rates (*_details.rate) from samples of
+//	                                         every object's counters; "none": counts only.
+//	mgmt.sample_interval     "5s"            How often the rates' samples are taken, 5s..1m
+//	                                         (RabbitMQ's collect_statistics_interval).
 //
 // [mgmt.tls] — HTTPS for the same API; the keys mean what they mean in
 // [amqp.tls].

@@ -192,6 +192,13 @@ func (c *Config) validateMgmt(k *checker) {
 	if b := m.MinBodyRate; b < 1*KiB {
 		k.addf("mgmt.min_body_rate", "must be at least 1KiB (a second), got %s", b)
 	}
+	if m.RatesMode != "basic" && m.RatesMode != "none" {
+		k.addf("mgmt.rates_mode", "must be \"basic\" or \"none\", got %q", m.RatesMode)
+	}
+	// The finest level of samples kept is one per 5s (mgmt/rates.go).
+	if d := time.Duration(m.SampleInterval); d < 5*time.Second || d > time.Minute {
+		k.addf("mgmt.sample_interval", "must be between 5s and 1m, got %s", d)
+	}
 }
 
 func (c *Config) validateAMQP(k *checker) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestDefaultValidates(t *testing.T) {
@@ -158,6 +159,8 @@ func TestValidateMgmtAndAuth(t *testing.T) {
 	c.Mgmt.MaxBodySize = 1 * KiB
 	c.Mgmt.BodyTimeout = 0
 	c.Mgmt.MinBodyRate = 10
+	c.Mgmt.RatesMode = "detailed"
+	c.Mgmt.SampleInterval = Duration(100 * time.Millisecond)
 	c.Auth.FailedLoginBurst = -1
 	c.Auth.FailedLoginInterval = 0
 	c.Auth.LoginFailureDelay = Duration(-1)
@@ -170,7 +173,7 @@ func TestValidateMgmtAndAuth(t *testing.T) {
 		keys = append(keys, p.Key)
 	}
 	want := []string{"mgmt.max_connections", "mgmt.allowed_hosts[1]", "mgmt.allowed_hosts[2]", "mgmt.max_body_size",
-		"mgmt.body_timeout", "mgmt.min_body_rate", "auth.login_failure_delay", "auth.failed_login_burst", "auth.failed_login_interval"}
+		"mgmt.body_timeout", "mgmt.min_body_rate", "mgmt.rates_mode", "mgmt.sample_interval", "auth.login_failure_delay", "auth.failed_login_burst", "auth.failed_login_interval"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("problems with %v, want %v:\n%v", keys, want, ve)
 	}

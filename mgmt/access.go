@@ -86,7 +86,9 @@ func (s *Server) listVHosts(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	for _, v := range s.b.VHosts() {
 		if visible[v.Name] {
-			out = append(out, s.withVHostTotals(vhostJSON(v)))
+			m := s.withVHostTotals(vhostJSON(v))
+			s.vhostRates(m, v.Name, rateQueryOf(r))
+			out = append(out, m)
 		}
 	}
 	return out, nil
@@ -119,13 +121,18 @@ func (s *Server) getVHost(u *broker.UserInfo, r *http.Request) (any, error) {
 	if !ok {
 		return nil, notFound()
 	}
-	return s.withVHostTotals(vhostJSON(v)), nil
+	m := s.withVHostTotals(vhostJSON(v))
+	s.vhostRates(m, v.Name, rateQueryOf(r))
+	return m, nil
 }
 
 type vhostBody struct {
 	Description      string `json:"description"`
 	Tags             any    `json:"tags"`
 	DefaultQueueType string `json:"default_queue_type"`
+	// Tracing is RabbitMQ's firehose switch; brokerd has no firehose,
+	// so only false (RabbitMQ's default) is taken.
+	Tracing jsonBool `json:"tracing"`
 }
 
 func (s *Server) putVHost(u *broker.UserInfo, r *http.Request) (any, error) {
@@ -133,11 +140,14 @@ func (s *Server) putVHost(u *broker.UserInfo, r *http.Request) (any, error) {
 	if err := readJSON(r, &body); err != nil {
 		return nil, err
 	}
+	if body.Tracing {
+		return nil, badRequest("tracing: brokerd has no message tracing (RabbitMQ's firehose); leave it out or false")
+	}
 	info := broker.VHostInfo{Name: r.PathValue("name"), Description: body.Description, DefaultQueueType: body.DefaultQueueType}
 	if body.Tags != nil {
 		tags, ok := tagList(body.Tags)
 		if !ok {
-			return nil, badRequest("tags must be a string or a list of strings")
+			return nil, badRequest("tags: expected a string or a list of strings")
 		}
 		info.Tags = tags
 	}
@@ -215,7 +225,7 @@ func (s *Server) putUser(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	tags, ok := tagList(body.Tags)
 	if !ok {
-		return nil, badRequest("tags must be a string or a list of strings")
+		return nil, badRequest("tags: expected a string or a list of strings")
 	}
 	spec := broker.UserSpec{Name: r.PathValue("name"), HashingAlgorithm: body.HashingAlgorithm, Tags: tags}
 	if body.Password != nil {

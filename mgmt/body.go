@@ -46,7 +46,7 @@ func decodeJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("not_json")
+		return fieldError(err)
 	}
 	return nil
 }
@@ -178,9 +178,38 @@ func (d *importDecoder) object(what string, v any) error {
 		return badRequest("definitions: over %d bytes of objects", d.maxHeld)
 	}
 	if err := decodeJSON(raw, v); err != nil {
+		var he *httpError
+		if errors.As(err, &he) && he.reason != "not_json" {
+			return &elemProblem{what + ": " + he.reason}
+		}
 		return failedToParse()
 	}
 	return nil
+}
+
+// elemProblem is an element of a definitions file that is JSON but holds a
+// field of the wrong form: reported with the file's other problems, the
+// element skipped (decodeList).
+type elemProblem struct{ text string }
+
+func (e *elemProblem) Error() string { return e.text }
+
+// decodeList reads the list key into dst, an element at a time; an
+// element with a field of the wrong form is named in problems instead.
+func decodeList[T any](d *importDecoder, key string, dst *[]T, problems *[]string) error {
+	return d.list(key, func(i int) error {
+		var v T
+		err := d.object(elemName(key, i), &v)
+		if ep, ok := err.(*elemProblem); ok {
+			*problems = append(*problems, ep.text)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		*dst = append(*dst, v)
+		return nil
+	})
 }
 
 // list reads a JSON array (null: empty), calling each for every element's

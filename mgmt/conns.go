@@ -73,7 +73,9 @@ func (s *Server) visibleConnections(u *broker.UserInfo, vhost string) []broker.C
 func (s *Server) listConnections(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	for _, ci := range s.visibleConnections(u, r.PathValue("vhost")) {
-		out = append(out, s.connectionJSON(ci))
+		m := s.connectionJSON(ci)
+		s.connRates(m, ci, rateQueryOf(r))
+		out = append(out, m)
 	}
 	return out, nil
 }
@@ -94,7 +96,9 @@ func (s *Server) getConnection(u *broker.UserInfo, r *http.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return s.connectionJSON(ci), nil
+	m := s.connectionJSON(ci)
+	s.connRates(m, ci, rateQueryOf(r))
+	return m, nil
 }
 
 // closeConnection closes a connection with 320 CONNECTION_FORCED; the
@@ -137,7 +141,7 @@ func (s *Server) channelJSON(ch broker.ChannelInfo, conns map[string]broker.Conn
 	}
 }
 
-func (s *Server) channels(u *broker.UserInfo, vhost string, keep func(broker.ChannelInfo) bool) []map[string]any {
+func (s *Server) channels(u *broker.UserInfo, r *http.Request, vhost string, keep func(broker.ChannelInfo) bool) []map[string]any {
 	conns := map[string]broker.ConnectionInfo{}
 	for _, ci := range s.visibleConnections(u, vhost) {
 		conns[ci.Name] = ci
@@ -145,14 +149,16 @@ func (s *Server) channels(u *broker.UserInfo, vhost string, keep func(broker.Cha
 	out := []map[string]any{}
 	for _, ch := range s.b.Channels(vhost) {
 		if _, visible := conns[ch.Connection]; visible && keep(ch) {
-			out = append(out, s.channelJSON(ch, conns))
+			m := s.channelJSON(ch, conns)
+			s.channelRates(m, ch, rateQueryOf(r))
+			out = append(out, m)
 		}
 	}
 	return out
 }
 
 func (s *Server) listChannels(u *broker.UserInfo, r *http.Request) (any, error) {
-	return s.channels(u, r.PathValue("vhost"), func(broker.ChannelInfo) bool { return true }), nil
+	return s.channels(u, r, r.PathValue("vhost"), func(broker.ChannelInfo) bool { return true }), nil
 }
 
 func (s *Server) connectionChannels(u *broker.UserInfo, r *http.Request) (any, error) {
@@ -160,12 +166,12 @@ func (s *Server) connectionChannels(u *broker.UserInfo, r *http.Request) (any, e
 	if err != nil {
 		return nil, err
 	}
-	return s.channels(u, ci.VHost, func(ch broker.ChannelInfo) bool { return ch.Connection == ci.Name }), nil
+	return s.channels(u, r, ci.VHost, func(ch broker.ChannelInfo) bool { return ch.Connection == ci.Name }), nil
 }
 
 func (s *Server) getChannel(u *broker.UserInfo, r *http.Request) (any, error) {
 	name := r.PathValue("name")
-	out := s.channels(u, "", func(ch broker.ChannelInfo) bool { return ch.Name == name })
+	out := s.channels(u, r, "", func(ch broker.ChannelInfo) bool { return ch.Name == name })
 	if len(out) == 0 {
 		return nil, notFound()
 	}
@@ -194,7 +200,7 @@ func (s *Server) listConsumers(u *broker.UserInfo, r *http.Request) (any, error)
 		return nil, notFound()
 	}
 	visible := map[string]bool{}
-	for _, ch := range s.channels(u, vhost, func(broker.ChannelInfo) bool { return true }) {
+	for _, ch := range s.channels(u, r, vhost, func(broker.ChannelInfo) bool { return true }) {
 		visible[ch["name"].(string)] = true
 	}
 	out := []map[string]any{}

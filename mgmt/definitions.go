@@ -1,11 +1,9 @@
 package mgmt
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 
-	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 )
 
@@ -21,14 +19,18 @@ import (
 // policies, parameters, queues, exchanges and bindings, without the vhost
 // field of the objects that RabbitMQ omits there.
 //
-// Import creates or updates, in RabbitMQ's order: users, vhosts,
-// permissions, parameters, policies, queues, exchanges, bindings. It is
-// not atomic (nor is RabbitMQ's): the first refusal stops it with a 400
-// naming the object, and what came before stays. Objects that exist
-// already are left as they are when equivalent; a queue or exchange
-// declared differently is refused, as a redeclaration would be.
-// Parameters of components brokerd does not have (federation, shovel)
-// and topic permissions are skipped with a warning in the log.
+// Import creates or updates users, vhosts, permissions, operator policies
+// (parameters of component operator_policy), policies, queues, exchanges
+// and bindings, all of them or none (broker.ImportDefinitions: the whole
+// file is checked first, then applied in one store batch; RabbitMQ's
+// import stops at the first failure and keeps what came before it).
+// Objects that exist already are left as they are when equivalent; a
+// queue or exchange declared differently is refused, as a redeclaration
+// would be. What brokerd cannot apply — topic permissions, user and vhost
+// limits, parameters of other components (shovel, federation), global
+// parameters other than RabbitMQ's cluster name and id, unknown policy
+// keys — refuses the file: the 400 lists every problem found, each naming
+// its object (importdefs.go), and nothing is imported.
 
 func (s *Server) definitionRoutes() {
 	s.handle("GET /api/definitions", administrator, s.exportDefinitions)
@@ -215,23 +217,6 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 		}
 	}
 	return d, nil
-}
-
-// importError names the object an import stopped at.
-func importError(what string, err error) error {
-	var he *httpError
-	var ie *broker.InvalidError
-	var ae *amqp.Error
-	reason := err.Error()
-	switch {
-	case errors.As(err, &he):
-		reason = he.reason
-	case errors.As(err, &ie):
-		reason = ie.Msg
-	case errors.As(err, &ae):
-		reason = ae.Text
-	}
-	return badRequest("%s: %s", what, reason)
 }
 
 func (s *Server) importDefinitions(u *broker.UserInfo, r *http.Request) (any, error) {

@@ -42,9 +42,11 @@
 // # Errors
 //
 // Errors are JSON {"error": word, "reason": text}: 400 bad_request for a
-// body that is not JSON, over its size limit ("Exceeded HTTP request body
-// size limit", as RabbitMQ) or holding a refused value (the reason is
-// RabbitMQ's text, e.g. a policy validation message), 401 not_authorized,
+// body that is not JSON ("not_json"), over its size limit ("Exceeded HTTP
+// request body size limit", as RabbitMQ), with a field of the wrong form
+// (the reason names the field: "durable: expected a boolean ...") or
+// holding a refused value (the reason is RabbitMQ's text, e.g. a policy
+// validation message), 401 not_authorized,
 // 403 for a missing tag, 403 forbidden for a Host not allowed or a
 // cross-origin request, 404 "Object Not Found", 405 for a method a path
 // does not take, 408 request_timeout for a body too slow, 415
@@ -81,8 +83,26 @@
 //	GET    /api/connections[/{name}], /api/channels[/{name}], /api/consumers
 //	DELETE /api/connections/{name}              320 CONNECTION_FORCED, X-Reason header as text
 //	GET    /api/definitions[/{vhost}]            POST imports
+//	GET    /api/nodes[/{node}]                   the one node, measured (nodes.go); monitoring
+//	GET    /api/parameters[/{component}[/{vhost}]], /api/global-parameters, /api/vhost-limits[/{vhost}],
+//	       /api/user-limits[/{user}], /api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
+//	       /api/users/{user}/topic-permissions   [] (brokerd has none; absent.go), one of them 404
+//
+// Queues, exchanges, vhosts, connections, channels, the overview and the
+// node carry RabbitMQ's message rates (message_stats.*_details.rate,
+// messages_details.rate, recv_oct_details.rate, ...), computed from
+// samples of the broker's counters a goroutine takes every
+// Options.SampleInterval, kept per object as RabbitMQ's default sample
+// retention policies keep them, and answered for ranges
+// (msg_rates_age/msg_rates_incr, lengths_*, data_rates_*, node_stats_*)
+// as RabbitMQ answers (rates.go, ratesjson.go).
+//
+// Bodies take booleans and integers in RabbitMQ's forms as well as
+// JSON's (scalars.go): "durable": "true", "count": "1", as rabbitmqadmin
+// sends them.
 //
 // The default exchange is named amq.default in paths; vhost "/" is %2F.
-// Lists take RabbitMQ's columns, sort, sort_reverse, name, use_regex, page
-// and page_size parameters (listing.go).
+// Lists take RabbitMQ's columns (dotted for nested fields, as
+// rabbitmqadmin's rate columns ask), sort, sort_reverse, name, use_regex,
+// page and page_size parameters (listing.go).
 package mgmt

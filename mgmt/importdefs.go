@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
@@ -20,11 +21,15 @@ type imported struct {
 	vhosts      []importVHost
 	permissions []defPermission
 	topicPerms  int
+	globals     []importGlobal
 	parameters  []importParameter
 	policies    []importPolicy
 	queues      []importQueue
 	exchanges   []importExchange
 	bindings    []importBinding
+	// problems are the elements that did not decode (a field of the
+	// wrong form), each named; they are reported with the rest.
+	problems []string
 }
 
 type importUser struct {
@@ -32,6 +37,7 @@ type importUser struct {
 	PasswordHash     string          `json:"password_hash"`
 	HashingAlgorithm string          `json:"hashing_algorithm"`
 	Tags             json.RawMessage `json:"tags"`
+	Limits           json.RawMessage `json:"limits"`
 }
 
 type importVHost struct {
@@ -43,6 +49,14 @@ type importVHost struct {
 		Tags             json.RawMessage `json:"tags"`
 		DefaultQueueType string          `json:"default_queue_type"`
 	} `json:"metadata"`
+	Limits json.RawMessage `json:"limits"`
+}
+
+// importGlobal is a global parameter (RabbitMQ's cluster_name,
+// internal_cluster_id, ...).
+type importGlobal struct {
+	Name  string          `json:"name"`
+	Value json.RawMessage `json:"value"`
 }
 
 type importParameter struct {
@@ -69,8 +83,8 @@ type importPolicy struct {
 type importQueue struct {
 	Name       string          `json:"name"`
 	VHost      string          `json:"vhost"`
-	Durable    *bool           `json:"durable"`
-	AutoDelete bool            `json:"auto_delete"`
+	Durable    *jsonBool       `json:"durable"`
+	AutoDelete jsonBool        `json:"auto_delete"`
 	Arguments  json.RawMessage `json:"arguments"`
 }
 
@@ -78,9 +92,9 @@ type importExchange struct {
 	Name       string          `json:"name"`
 	VHost      string          `json:"vhost"`
 	Type       string          `json:"type"`
-	Durable    *bool           `json:"durable"`
-	AutoDelete bool            `json:"auto_delete"`
-	Internal   bool            `json:"internal"`
+	Durable    *jsonBool       `json:"durable"`
+	AutoDelete jsonBool        `json:"auto_delete"`
+	Internal   jsonBool        `json:"internal"`
 	Arguments  json.RawMessage `json:"arguments"`
 }
 
@@ -107,9 +121,6 @@ func (s *Server) decodeImport(r io.Reader, bodyLimit int64) (*imported, error) {
 		return nil, failedToParse()
 	}
 	var im imported
-	add := func(list string, dst func() any) func(i int) error {
-		return func(i int) error { return d.object(elemName(list, i), dst()) }
-	}
 	for d.more() {
 		t, err := d.token()
 		if err != nil {
@@ -118,36 +129,26 @@ func (s *Server) decodeImport(r io.Reader, bodyLimit int64) (*imported, error) {
 		key, _ := t.(string)
 		switch key {
 		case "users":
-			err = d.list(key, add(key, func() any { im.users = append(im.users, importUser{}); return &im.users[len(im.users)-1] }))
+			err = decodeList(d, key, &im.users, &im.problems)
 		case "vhosts":
-			err = d.list(key, add(key, func() any { im.vhosts = append(im.vhosts, importVHost{}); return &im.vhosts[len(im.vhosts)-1] }))
+			err = decodeList(d, key, &im.vhosts, &im.problems)
 		case "permissions":
-			err = d.list(key, add(key, func() any {
-				im.permissions = append(im.permissions, defPermission{})
-				return &im.permissions[len(im.permissions)-1]
-			}))
+			err = decodeList(d, key, &im.permissions, &im.problems)
 		case "topic_permissions":
 			err = d.list(key, func(i int) error { im.topicPerms++; return d.skip() })
+		case "global_parameters":
+			err = decodeList(d, key, &im.globals, &im.problems)
 		case "parameters":
-			err = d.list(key, add(key, func() any {
-				im.parameters = append(im.parameters, importParameter{})
-				return &im.parameters[len(im.parameters)-1]
-			}))
+			err = decodeList(d, key, &im.parameters, &im.problems)
 		case "policies":
-			err = d.list(key, add(key, func() any { im.policies = append(im.policies, importPolicy{}); return &im.policies[len(im.policies)-1] }))
+			err = decodeList(d, key, &im.policies, &im.problems)
 		case "queues":
-			err = d.list(key, add(key, func() any { im.queues = append(im.queues, importQueue{}); return &im.queues[len(im.queues)-1] }))
+			err = decodeList(d, key, &im.queues, &im.problems)
 		case "exchanges":
-			err = d.list(key, add(key, func() any {
-				im.exchanges = append(im.exchanges, importExchange{})
-				return &im.exchanges[len(im.exchanges)-1]
-			}))
+			err = decodeList(d, key, &im.exchanges, &im.problems)
 		case "bindings":
-			err = d.list(key, add(key, func() any {
-				im.bindings = append(im.bindings, importBinding{})
-				return &im.bindings[len(im.bindings)-1]
-			}))
-		default: // versions, product, global_parameters, what RabbitMQ adds
+			err = decodeList(d, key, &im.bindings, &im.problems)
+		default: // versions, product, what RabbitMQ adds
 			err = d.skip()
 		}
 		if err != nil {
@@ -204,9 +205,33 @@ func rawValue(raw json.RawMessage) any {
 	return v
 }
 
-// importDefs imports im; into (when set) is the vhost every object goes
-// to, whatever its own vhost field says.
+// Parts of a definitions file brokerd cannot apply. Each is refused,
+// naming it, and nothing of the file is imported: skipping them would
+// leave a broker other than the file describes (topic permissions left
+// out widen what users may publish; limits left out let clients past them).
+const (
+	noTopicPermissions = "brokerd has no topic permissions (RabbitMQ's topic authorisation); without them the users could publish with any routing key"
+	noLimits           = "brokerd has no per-%s limits (max-connections, max-channels, max-queues)"
+)
+
+// ignoredGlobals are the global parameters that only name a RabbitMQ
+// cluster: an export always has internal_cluster_id. They configure
+// nothing, so a file with them imports.
+var ignoredGlobals = map[string]bool{"cluster_name": true, "internal_cluster_id": true}
+
+// maxProblems bounds the problems a refusal lists.
+const maxProblems = 100
+
+// importDefs imports im whole, or refuses it whole (broker.ImportDefinitions);
+// into (when set) is the vhost every object goes to, whatever its own
+// vhost field says, and then the file's users, vhosts, permissions and
+// global parameters are not imported (as RabbitMQ's vhost import). The
+// refusal lists every problem found in the file: what does not convert
+// (arguments, tags), what brokerd does not support, and what the broker
+// refuses (CheckDefinitions).
 func (s *Server) importDefs(im *imported, into string) error {
+	problems := append([]string(nil), im.problems...)
+	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	vhostOf := func(v string) string {
 		if into != "" {
 			return into
@@ -216,20 +241,24 @@ func (s *Server) importDefs(im *imported, into string) error {
 		}
 		return v
 	}
+	var d broker.Definitions
 	if into == "" {
 		for _, du := range im.users {
 			what := fmt.Sprintf("user '%s'", du.Name)
 			tags, _, err := rawTags(du.Tags)
 			if err != nil {
-				return importError(what, err)
+				problem("%s: tags: %s", what, err)
+				continue
+			}
+			if !emptyJSON(du.Limits) {
+				problem("%s: limits %s: "+noLimits, what, du.Limits, "user")
 			}
 			spec := broker.UserSpec{Name: du.Name, PasswordHash: du.PasswordHash, HashingAlgorithm: du.HashingAlgorithm, Tags: tags}
 			if err := s.checkUser(spec); err != nil {
-				return importError(what, err)
+				problem("%s: %s", what, errReason(err))
+				continue
 			}
-			if err := s.b.PutUser(spec); err != nil {
-				return importError(what, err)
-			}
+			d.Users = append(d.Users, spec)
 		}
 		for _, dv := range im.vhosts {
 			what := fmt.Sprintf("vhost '%s'", dv.Name)
@@ -239,134 +268,173 @@ func (s *Server) importDefs(im *imported, into string) error {
 				info.Description, info.DefaultQueueType = dv.Metadata.Description, dv.Metadata.DefaultQueueType
 				rawT = dv.Metadata.Tags
 			}
-			tags, hasTags, err := rawTags(rawT)
-			if err != nil && hasTags {
-				err = nil // as before: tags that are not strings are dropped
-			}
+			tags, hasTags, _ := rawTags(rawT) // tags that are not strings are dropped
 			info.Tags = tags
-			if _, exists := s.vhostInfo(dv.Name); exists && dv.Metadata == nil && dv.Description == "" && !hasTags {
-				continue // nothing to change: keep its metadata
+			if !emptyJSON(dv.Limits) {
+				problem("%s: limits %s: "+noLimits, what, dv.Limits, "vhost")
 			}
 			if err := s.checkVHost(info); err != nil {
-				return importError(what, err)
+				problem("%s: %s", what, errReason(err))
+				continue
 			}
-			if err := s.b.PutVHost(info); err != nil {
-				return importError(what, err)
-			}
+			d.VHosts = append(d.VHosts, broker.DefVHost{Info: info, Metadata: dv.Metadata != nil || dv.Description != "" || hasTags})
 		}
 		for _, p := range im.permissions {
-			what := fmt.Sprintf("permissions of user '%s' in vhost '%s'", p.User, p.VHost)
 			if err := s.checkStored("the permissions", len(p.User)+len(p.VHost)+len(p.Configure)+len(p.Write)+len(p.Read)); err != nil {
-				return importError(what, err)
+				problem("permissions of user '%s' in vhost '%s': %s", p.User, p.VHost, errReason(err))
+				continue
 			}
-			if err := s.b.SetPermissions(p.User, p.VHost, p.Configure, p.Write, p.Read); err != nil {
-				return importError(what, err)
-			}
+			d.Permissions = append(d.Permissions, broker.PermissionInfo(p))
 		}
 		if im.topicPerms > 0 {
-			s.log.Warn("definitions import: topic permissions are not supported; skipped", "count", im.topicPerms)
+			problem("topic_permissions: %d of them: %s", im.topicPerms, noTopicPermissions)
+		}
+		for _, g := range im.globals {
+			if !ignoredGlobals[g.Name] {
+				problem("global parameter '%s': brokerd has no global parameters but cluster_name and internal_cluster_id, which it ignores", g.Name)
+			}
 		}
 	}
 	for _, p := range im.parameters {
+		what := fmt.Sprintf("parameter '%s' of component '%s' in vhost '%s'", p.Name, p.Component, vhostOf(p.VHost))
 		if p.Component != "operator_policy" {
-			s.log.Warn("definitions import: parameter of an unsupported component skipped", "component", p.Component, "name", p.Name, "vhost", p.VHost)
+			problem("%s: brokerd has no %s (runtime parameters other than operator policies are not supported)", what, p.Component)
 			continue
 		}
-		what := fmt.Sprintf("operator policy '%s' in vhost '%s'", p.Name, vhostOf(p.VHost))
-		def, err := rawObject(p.Value.Definition, "definition")
+		pol, err := s.importPolicy(p.Name, vhostOf(p.VHost), p.Value.Pattern, p.Value.ApplyTo, p.Value.Definition, p.Value.Priority)
 		if err != nil {
-			return importError(what, err)
+			problem("operator policy '%s' in vhost '%s': %s", p.Name, vhostOf(p.VHost), errReason(err))
+			continue
 		}
-		body := policyBody{Pattern: &p.Value.Pattern, Definition: def, Priority: rawValue(p.Value.Priority), ApplyTo: p.Value.ApplyTo}
-		pol, err := body.policy(p.Name)
-		if err == nil {
-			err = s.checkPolicy(pol)
-		}
-		if err == nil {
-			err = s.b.SetOperatorPolicy(vhostOf(p.VHost), pol)
-		}
-		if err != nil {
-			return importError(what, err)
-		}
+		d.OperatorPolicies = append(d.OperatorPolicies, pol)
 	}
 	for _, p := range im.policies {
-		what := fmt.Sprintf("policy '%s' in vhost '%s'", p.Name, vhostOf(p.VHost))
-		def, err := rawObject(p.Definition, "definition")
+		pol, err := s.importPolicy(p.Name, vhostOf(p.VHost), p.Pattern, p.ApplyTo, p.Definition, p.Priority)
 		if err != nil {
-			return importError(what, err)
+			problem("policy '%s' in vhost '%s': %s", p.Name, vhostOf(p.VHost), errReason(err))
+			continue
 		}
-		body := policyBody{Pattern: &p.Pattern, Definition: def, Priority: rawValue(p.Priority), ApplyTo: p.ApplyTo}
-		pol, err := body.policy(p.Name)
-		if err == nil {
-			err = s.checkPolicy(pol)
-		}
-		if err == nil {
-			err = s.b.SetPolicy(vhostOf(p.VHost), pol)
-		}
-		if err != nil {
-			return importError(what, err)
-		}
-	}
-	// Queues, exchanges and bindings are declared as the broker itself,
-	// with every permission (RabbitMQ's import checks none either).
-	declare := func(vhost, what string, m amqp.Method) error {
-		if err := s.checkMethod(m); err != nil {
-			return importError(what, err)
-		}
-		d, err := s.b.OpenDirect("", vhost)
-		if err != nil {
-			return importError(what, err)
-		}
-		defer d.Close()
-		if _, aerr := d.Do(m); aerr != nil {
-			return importError(what, aerr)
-		}
-		return nil
+		d.Policies = append(d.Policies, pol)
 	}
 	args := func(raw json.RawMessage) (amqp.Table, error) {
 		m, err := rawObject(raw, "arguments")
 		if err != nil {
 			return nil, err
 		}
-		return tableFromJSON(m)
+		t, err := tableFromJSON(m)
+		if err != nil {
+			return nil, fmt.Errorf("arguments: %w", err)
+		}
+		return t, nil
 	}
 	for _, q := range im.queues {
 		what := fmt.Sprintf("queue '%s' in vhost '%s'", q.Name, vhostOf(q.VHost))
 		a, err := args(q.Arguments)
+		if err == nil {
+			err = s.checkMethod(&amqp.QueueDeclare{Queue: q.Name, Arguments: a})
+		}
 		if err != nil {
-			return importError(what, err)
+			problem("%s: %s", what, errReason(err))
+			continue
 		}
-		m := &amqp.QueueDeclare{Queue: q.Name, Durable: q.Durable == nil || *q.Durable, AutoDelete: q.AutoDelete, Arguments: a}
-		if err := declare(vhostOf(q.VHost), what, m); err != nil {
-			return err
-		}
+		d.Queues = append(d.Queues, broker.DefQueue{VHost: vhostOf(q.VHost), Name: q.Name,
+			Durable: q.Durable == nil || bool(*q.Durable), AutoDelete: bool(q.AutoDelete), Arguments: a})
 	}
 	for _, x := range im.exchanges {
 		what := fmt.Sprintf("exchange '%s' in vhost '%s'", x.Name, vhostOf(x.VHost))
 		a, err := args(x.Arguments)
+		if err == nil {
+			err = s.checkMethod(&amqp.ExchangeDeclare{Exchange: x.Name, Type: x.Type, Arguments: a})
+		}
 		if err != nil {
-			return importError(what, err)
+			problem("%s: %s", what, errReason(err))
+			continue
 		}
-		m := &amqp.ExchangeDeclare{Exchange: x.Name, Type: x.Type, Durable: x.Durable == nil || *x.Durable,
-			AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: a}
-		if err := declare(vhostOf(x.VHost), what, m); err != nil {
-			return err
-		}
+		d.Exchanges = append(d.Exchanges, broker.DefExchange{VHost: vhostOf(x.VHost), Name: x.Name, Type: x.Type,
+			Durable: x.Durable == nil || bool(*x.Durable), AutoDelete: bool(x.AutoDelete), Internal: bool(x.Internal), Arguments: a})
 	}
 	for _, b := range im.bindings {
 		what := fmt.Sprintf("binding from '%s' to %s '%s' in vhost '%s'", b.Source, b.DestinationType, b.Destination, vhostOf(b.VHost))
 		a, err := args(b.Arguments)
+		if err == nil {
+			kind := "q"
+			if b.DestinationType == "exchange" {
+				kind = "e"
+			}
+			err = s.checkMethod(bindMethod(kind, b.Source, b.Destination, b.RoutingKey, a, true))
+		}
 		if err != nil {
-			return importError(what, err)
+			problem("%s: %s", what, errReason(err))
+			continue
 		}
-		kind := "q"
-		if b.DestinationType == "exchange" {
-			kind = "e"
-		}
-		m := bindMethod(kind, b.Source, b.Destination, b.RoutingKey, a, true)
-		if err := declare(vhostOf(b.VHost), what, m); err != nil {
-			return err
-		}
+		d.Bindings = append(d.Bindings, broker.DefBinding{VHost: vhostOf(b.VHost), Source: b.Source, Destination: b.Destination,
+			DestinationType: b.DestinationType, RoutingKey: b.RoutingKey, Arguments: a})
+	}
+	var err error
+	if len(problems) > 0 {
+		err = s.b.CheckDefinitions(&d) // what the broker would refuse too, for one complete list
+	} else {
+		err = s.b.ImportDefinitions(&d)
+	}
+	var de *broker.DefinitionsError
+	if errors.As(err, &de) {
+		problems = append(problems, de.Problems...)
+	} else if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return refused(problems)
 	}
 	return nil
+}
+
+// importPolicy converts a policy of the file, checked as a PUT of it is.
+func (s *Server) importPolicy(name, vhost, pattern, applyTo string, rawDef, rawPriority json.RawMessage) (broker.Policy, error) {
+	def, err := rawObject(rawDef, "definition")
+	if err != nil {
+		return broker.Policy{}, err
+	}
+	body := policyBody{Pattern: &pattern, Definition: def, Priority: rawValue(rawPriority), ApplyTo: applyTo}
+	pol, err := body.policy(name)
+	if err == nil {
+		err = s.checkPolicy(pol)
+	}
+	pol.VHost = vhost
+	return pol, err
+}
+
+// refused is the 400 of a definitions file refused whole: every problem,
+// at most maxProblems of them.
+func refused(problems []string) error {
+	n := len(problems)
+	if n > maxProblems {
+		problems = append(problems[:maxProblems:maxProblems], fmt.Sprintf("and %d more", n-maxProblems))
+	}
+	return badRequest("definitions refused, nothing imported (%d problems): %s", n, strings.Join(problems, "; "))
+}
+
+// errReason is the text of a refusal for a problem line: an API error's
+// reason, an AMQP error's text.
+func errReason(err error) string {
+	var he *httpError
+	var ie *broker.InvalidError
+	var ae *amqp.Error
+	switch {
+	case errors.As(err, &he):
+		return he.reason
+	case errors.As(err, &ie):
+		return ie.Msg
+	case errors.As(err, &ae):
+		return ae.Text
+	}
+	return err.Error()
+}
+
+// emptyJSON reports whether raw is absent, null, {} or [].
+func emptyJSON(raw json.RawMessage) bool {
+	switch strings.Join(strings.Fields(string(raw)), "") {
+	case "", "null", "{}", "[]":
+		return true
+	}
+	return false
 }

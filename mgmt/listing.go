@@ -13,8 +13,10 @@ import (
 // Lists answer RabbitMQ's query parameters, so a UI or a script can ask
 // for a page of thousands of queues:
 //
-//	columns=a,b      only these fields of each item
-//	sort=f           by field f (numbers numerically), sort_reverse=true
+//	columns=a,b.c    only these fields of each item; a dotted name is a
+//	                 field of a field (message_stats.publish_details.rate),
+//	                 kept in its object
+//	sort=f           by field f, dotted too (numbers numerically), sort_reverse=true
 //	name=s           items whose name contains s (case-insensitive), or
 //	                 matches s as a regular expression with use_regex=true
 //	page=n           with page_size (1..500, default 100): the page, as
@@ -40,19 +42,21 @@ func shapeList(r *http.Request, items []map[string]any) (any, error) {
 		})
 	}
 	if key := q.Get("sort"); key != "" {
-		slices.SortStableFunc(items, func(a, b map[string]any) int { return compareJSON(a[key], b[key]) })
+		path := strings.Split(key, ".")
+		slices.SortStableFunc(items, func(a, b map[string]any) int { return compareJSON(lookupPath(a, path), lookupPath(b, path)) })
 		if q.Get("sort_reverse") == "true" {
 			slices.Reverse(items)
 		}
 	}
 	if cols := q.Get("columns"); cols != "" {
-		keep := strings.Split(cols, ",")
+		var paths [][]string
+		for _, c := range strings.Split(cols, ",") {
+			paths = append(paths, strings.Split(c, "."))
+		}
 		for i, m := range items {
-			c := make(map[string]any, len(keep))
-			for _, k := range keep {
-				if v, ok := m[k]; ok {
-					c[k] = v
-				}
+			c := make(map[string]any, len(paths))
+			for _, p := range paths {
+				copyPath(c, m, p)
 			}
 			items[i] = c
 		}
@@ -114,4 +118,40 @@ func number(v any) (float64, bool) {
 		return n, true
 	}
 	return 0, false
+}
+
+// lookupPath returns the value at path in m (nil if absent).
+func lookupPath(m map[string]any, path []string) any {
+	var v any = m
+	for _, k := range path {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = o[k]
+	}
+	return v
+}
+
+// copyPath copies the value at path in src into dst, creating the
+// objects on the way, as RabbitMQ's columns keep a nested field.
+func copyPath(dst, src map[string]any, path []string) {
+	v, ok := src[path[0]]
+	if !ok {
+		return
+	}
+	if len(path) == 1 {
+		dst[path[0]] = v
+		return
+	}
+	sub, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	d, _ := dst[path[0]].(map[string]any)
+	if d == nil {
+		d = map[string]any{}
+		dst[path[0]] = d
+	}
+	copyPath(d, sub, path[1:])
 }

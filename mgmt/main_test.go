@@ -62,6 +62,11 @@ func (a *api) serve() {
 	a.ln, a.base = ln, "http://"+ln.Addr().String()+"/api"
 	opts := a.opts
 	opts.Broker, opts.Version = a.Broker, "test"
+	if opts.SampleTicks == nil {
+		// Tests that look at rates take their samples themselves
+		// (mgmt.SampleRates): none comes from the sampler's goroutine.
+		opts.SampleTicks = make(chan time.Time)
+	}
 	a.srv = mgmt.New(opts)
 	a.done = make(chan struct{})
 	go func() { defer close(a.done); a.srv.Serve(ln) }()

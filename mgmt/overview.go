@@ -24,11 +24,17 @@ func (s *Server) routes() {
 	s.policyRoutes()
 	s.accessRoutes()
 	s.definitionRoutes()
+	s.nodeRoutes()
+	s.absentRoutes()
 	s.uiRoutes()
 	if h := s.opts.Metrics; h != nil {
 		s.rt.add("GET /metrics", h.ServeHTTP)
 	}
 }
+
+// ratesMode is RabbitMQ's rates_mode: "basic", or "none" when no rates
+// are kept (Options.RatesMode).
+func (s *Server) ratesMode() string { return s.opts.RatesMode }
 
 // node is the node name shown where RabbitMQ shows one.
 func (s *Server) node() string { return node() }
@@ -77,7 +83,8 @@ func (s *Server) canAccessVHost(u *broker.UserInfo, vhost string) bool {
 
 func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	var nq, nx, ncons, msgs, ready, unacked int
-	for _, v := range s.visibleVHosts(u) {
+	visible := s.visibleVHosts(u)
+	for _, v := range visible {
 		for _, qi := range s.b.Queues(v) {
 			nq++
 			ncons += qi.Consumers
@@ -100,7 +107,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	ov := map[string]any{
 		"management_version": s.opts.Version, "product_name": "brokerd", "product_version": s.opts.Version,
-		"rabbitmq_version": s.opts.Version, "rates_mode": "none",
+		"rabbitmq_version": s.opts.Version, "rates_mode": s.ratesMode(),
 		"node": s.node(), "cluster_name": s.node(),
 		"exchange_types": []map[string]any{
 			{"name": "direct", "enabled": true}, {"name": "fanout", "enabled": true},
@@ -122,6 +129,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	if s.opts.Daemon != nil && hasTag(u, "administrator", "monitoring") {
 		ov["node_status"] = s.nodeStatus(s.opts.Daemon())
 	}
+	s.overviewRates(ov, visible, rateQueryOf(r))
 	return ov, nil
 }
 

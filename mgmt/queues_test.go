@@ -572,12 +572,21 @@ func TestQueueMessageStats(t *testing.T) {
 			}
 			return
 		}
-		if len(ms) != len(want) {
+		counts := 0
+		for k := range ms {
+			if !strings.HasSuffix(k, "_details") {
+				counts++
+			}
+		}
+		if counts != len(want) {
 			t.Errorf("%s: message_stats %v, want %v", where, ms, want)
 		}
 		for k, v := range want {
 			if ms[k] != v {
 				t.Errorf("%s: message_stats.%s = %v, want %v", where, k, ms[k], v)
+			}
+			if _, ok := ms[k+"_details"].(map[string]any)["rate"]; !ok {
+				t.Errorf("%s: message_stats.%s_details %v has no rate", where, k, ms[k+"_details"])
 			}
 		}
 	}

@@ -147,7 +147,9 @@ func (s *Server) listQueues(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
 		for _, qi := range s.b.Queues(v) {
-			out = append(out, s.queueJSON(qi))
+			m := s.queueJSON(qi)
+			s.queueRates(m, qi.VHost, qi.Name, rateQueryOf(r))
+			out = append(out, m)
 		}
 	}
 	return out, nil
@@ -159,6 +161,7 @@ func (s *Server) getQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 		return nil, err
 	}
 	m := s.queueJSON(qi)
+	s.queueRates(m, qi.VHost, qi.Name, rateQueryOf(r))
 	details := []map[string]any{}
 	for _, c := range s.b.Consumers(qi.VHost) {
 		if c.Queue != qi.Name {
@@ -190,10 +193,12 @@ func do(d *broker.Direct, m amqp.Method) ([]broker.Reply, error) {
 }
 
 // queueBody is a PUT of a queue; what it leaves out takes queue.declare's
-// defaults, as RabbitMQ's: not durable, not auto-delete.
+// defaults, as RabbitMQ's: not durable, not auto-delete. The booleans
+// take RabbitMQ's string forms too (jsonBool: rabbitmqadmin sends
+// "durable": "true").
 type queueBody struct {
-	Durable    bool           `json:"durable"`
-	AutoDelete bool           `json:"auto_delete"`
+	Durable    jsonBool       `json:"durable"`
+	AutoDelete jsonBool       `json:"auto_delete"`
 	Arguments  map[string]any `json:"arguments"`
 	Node       string         `json:"node"`
 }
@@ -205,11 +210,11 @@ func (s *Server) putQueue(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	args, err := tableFromJSON(body.Arguments)
 	if err != nil {
-		return nil, badRequest("%s", err)
+		return nil, badRequest("arguments: %s", err)
 	}
 	vhost, name := r.PathValue("vhost"), r.PathValue("name")
 	_, lookupErr := s.b.Queue(vhost, name)
-	m := &amqp.QueueDeclare{Queue: name, Durable: body.Durable, AutoDelete: body.AutoDelete, Arguments: args}
+	m := &amqp.QueueDeclare{Queue: name, Durable: bool(body.Durable), AutoDelete: bool(body.AutoDelete), Arguments: args}
 	if err := s.checkMethod(m); err != nil {
 		return nil, err
 	}
@@ -382,7 +387,9 @@ func (s *Server) listExchanges(u *broker.UserInfo, r *http.Request) (any, error)
 	out := []map[string]any{}
 	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
 		for _, xi := range s.b.Exchanges(v) {
-			out = append(out, exchangeJSON(xi))
+			m := exchangeJSON(xi)
+			s.exchangeRates(m, xi, rateQueryOf(r))
+			out = append(out, m)
 		}
 	}
 	return out, nil
@@ -393,16 +400,19 @@ func (s *Server) getExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return exchangeJSON(xi), nil
+	m := exchangeJSON(xi)
+	s.exchangeRates(m, xi, rateQueryOf(r))
+	return m, nil
 }
 
 // exchangeBody is a PUT of an exchange; what it leaves out takes
 // exchange.declare's defaults, as RabbitMQ's: type direct, not durable.
+// The booleans take RabbitMQ's string forms too, as queueBody's.
 type exchangeBody struct {
 	Type       string         `json:"type"`
-	Durable    bool           `json:"durable"`
-	AutoDelete bool           `json:"auto_delete"`
-	Internal   bool           `json:"internal"`
+	Durable    jsonBool       `json:"durable"`
+	AutoDelete jsonBool       `json:"auto_delete"`
+	Internal   jsonBool       `json:"internal"`
 	Arguments  map[string]any `json:"arguments"`
 }
 
@@ -416,12 +426,12 @@ func (s *Server) putExchange(u *broker.UserInfo, r *http.Request) (any, error) {
 	}
 	args, err := tableFromJSON(body.Arguments)
 	if err != nil {
-		return nil, badRequest("%s", err)
+		return nil, badRequest("arguments: %s", err)
 	}
 	vhost, name := r.PathValue("vhost"), exchangeName(r.PathValue("name"))
 	_, lookupErr := s.b.Exchange(vhost, name)
-	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: body.Durable,
-		AutoDelete: body.AutoDelete, Internal: body.Internal, Arguments: args}
+	m := &amqp.ExchangeDeclare{Exchange: name, Type: body.Type, Durable: bool(body.Durable),
+		AutoDelete: bool(body.AutoDelete), Internal: bool(body.Internal), Arguments: args}
 	if err := s.checkMethod(m); err != nil {
 		return nil, err
 	}
@@ -565,7 +575,7 @@ func (s *Server) postBinding(kind string) handlerFunc {
 		}
 		args, err := tableFromJSON(body.Arguments)
 		if err != nil {
-			return nil, badRequest("%s", err)
+			return nil, badRequest("arguments: %s", err)
 		}
 		source, dest := exchangeName(r.PathValue("source")), r.PathValue("dest")
 		m := bindMethod(kind, source, dest, body.RoutingKey, args, true)

@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -73,6 +73,22 @@ type Options struct {
 	// the overview's node_status, /api/environment); it is called for each
 	// request that shows it, from any goroutine. nil: neither is served.
 	Daemon func() DaemonInfo
+	// Node is what /api/nodes reports of the process (nodes.go).
+	Node NodeOptions
+	// RatesMode is RabbitMQ's management.rates_mode: "basic" (the
+	// default) samples every object's counters every SampleInterval and
+	// shows message rates (rates.go); "none" keeps no samples and shows
+	// counts only.
+	RatesMode string
+	// SampleInterval is RabbitMQ's collect_statistics_interval: how
+	// often the rates' samples are taken. Default and least 5s: the
+	// finest level kept is a sample per 5s.
+	SampleInterval time.Duration
+	// Clock is the rates' clock; time.Now if nil. SampleTicks, if set,
+	// replaces the sampler's ticker: a sample is taken for each value
+	// received. Tests set both.
+	Clock       func() time.Time
+	SampleTicks <-chan time.Time
 }
 
 // Listener is an AMQP listener as /api/overview lists it.
@@ -94,6 +110,14 @@ type Server struct {
 	loginLog *ratelog.Limiter
 	// loginDelay waits out a refused login's delay; a test replaces it.
 	loginDelay func(r *http.Request, d time.Duration)
+	// started is when the node started (Options.Node.Started): uptime.
+	started time.Time
+	// rates samples the counters (nil: rates_mode none); its goroutine
+	// runs until ratesStop is closed and closes ratesDone.
+	rates     *sampler
+	ratesStop chan struct{}
+	ratesDone chan struct{}
+	stopRates sync.Once
 }
 
 // New builds a Server; Serve starts it on a listener.
@@ -125,13 +149,29 @@ func New(opts Options) *Server {
 	if opts.MaxGetBytes <= 0 {
 		opts.MaxGetBytes = 64 << 20
 	}
+	if opts.RatesMode == "" {
+		opts.RatesMode = "basic"
+	}
+	opts.SampleInterval = max(opts.SampleInterval, 5*time.Second)
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
 	s := &Server{opts: opts, b: opts.Broker, log: opts.Logger,
 		hosts:      allowedHosts(opts.AllowedHosts),
 		cop:        http.NewCrossOriginProtection(),
 		loginLog:   ratelog.New(opts.Logger, slog.LevelWarn, "management login refused", ratelog.Interval),
 		loginDelay: waitLoginDelay,
+		started:    opts.Node.Started,
 		conns: &connLimit{slots: make(chan struct{}, opts.MaxConnections),
 			log: ratelog.New(opts.Logger, slog.LevelWarn, "management connections at mgmt.max_connections; new ones wait", ratelog.Interval)},
+	}
+	if s.started.IsZero() {
+		s.started = time.Now()
+	}
+	if opts.RatesMode != "none" {
+		s.rates = newSampler(s.b, opts.SampleInterval, opts.Clock, func() nodeStats { st, _ := s.readNodeStats(); return st })
+		s.ratesStop, s.ratesDone = make(chan struct{}), make(chan struct{})
+		go s.rates.run(opts.SampleTicks, s.ratesStop, s.ratesDone)
 	}
 	s.routes()
 	s.srv = &http.Server{
@@ -161,6 +201,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
 	s.loginLog.Stop()
 	s.conns.log.Stop()
+	s.stopRates.Do(func() {
+		if s.rates != nil {
+			close(s.ratesStop)
+			<-s.ratesDone
+		}
+	})
 	return err
 }
 
@@ -267,6 +313,12 @@ func (s *Server) handle(pattern string, need access, h handlerFunc, opts ...rout
 		}
 		if err == nil && takesBody {
 			err = s.admitBody(r, ro.large)
+		}
+		if err == nil && method == http.MethodGet {
+			var rq rateQuery
+			if rq, err = parseRates(r); err == nil {
+				r = r.WithContext(context.WithValue(r.Context(), rateQueryKey{}, rq))
+			}
 		}
 		var out any
 		if err == nil {
@@ -563,19 +615,5 @@ func (s *Server) authorizeVHost(u *broker.UserInfo, r *http.Request, vhost, deni
 	if !s.canAccessVHost(u, vhost) {
 		return notAuthorised(denied)
 	}
-	return nil
-}
-
-// jsonInt is an integer field of a request body that RabbitMQ also
-// accepts as a string of digits ("priority": "1").
-type jsonInt int64
-
-func (n *jsonInt) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
-	i, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return fmt.Errorf("not an integer: %s", b)
-	}
-	*n = jsonInt(i)
 	return nil
 }

@@ -1,6 +1,12 @@
 package main
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/brokerd/brokerd/internal/alarm"
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/store/diskstore"
+)
 
 // alarmRelay passes the store's alarms (diskstore.Options.OnAlarm) to the
 // broker, which is opened after the store: what is raised before the
@@ -33,4 +39,14 @@ func (r *alarmRelay) attach(to func(resource string, raised bool)) {
 		}
 	}
 	r.to, r.raised = to, nil
+}
+
+// diskFreeLimit reads the free-space limit in force, for /api/nodes: the
+// disk store's own watch when the store is one (the monitor's is off
+// then), else the monitor's.
+func diskFreeLimit(mon *alarm.Monitor, st store.Store) func() uint64 {
+	if ds, ok := st.(*diskstore.Store); ok {
+		return ds.DiskFreeLimit
+	}
+	return func() uint64 { _, disk := mon.Limits(); return disk }
 }

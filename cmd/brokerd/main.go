@@ -161,6 +161,7 @@ func (c *closers) run() {
 }
 
 func serve(cfg config.Config, lv *live) error {
+	started := time.Now()
 	log := lv.log
 	// Caught from the start: a SIGTERM right after "accepting" or READY
 	// must drain, not kill the process.
@@ -304,8 +305,12 @@ func serve(cfg config.Config, lv *live) error {
 				BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
 				MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
 				FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
-				Metrics: metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
-				Daemon:  lv.daemon.info})
+				Metrics:   metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
+				Daemon:    lv.daemon.info,
+				RatesMode: cfg.Mgmt.RatesMode, SampleInterval: time.Duration(cfg.Mgmt.SampleInterval),
+				Node: mgmt.NodeOptions{DataDir: dir.Path, AMQP: srv, Started: started,
+					MemoryLimit:   func() uint64 { mem, _ := mon.Limits(); return mem },
+					DiskFreeLimit: diskFreeLimit(mon, st)}})
 			res.add(func() { api.Shutdown(context.Background()) })
 		}
 		log.Info("serving management "+what+" API", "addr", l.Addr().String(), "ui", uiURL(l.Addr(), tlsCfg != nil))

@@ -120,6 +120,12 @@ func (m *Monitor) SetLimits(memory, diskFree uint64) {
 	}
 }
 
+// Limits returns the memory and disk limits in force (Options' or
+// SetLimits'; 0: that alarm is off). Safe for concurrent use.
+func (m *Monitor) Limits() (memory, diskFree uint64) {
+	return m.memLimit.Load(), m.diskLimit.Load()
+}
+
 // Close stops the monitor and waits for its goroutine. Idempotent.
 func (m *Monitor) Close() {
 	m.once.Do(func() { close(m.quit) })

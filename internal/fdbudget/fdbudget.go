@@ -62,14 +62,24 @@ func Limit() (int, error) {
 }
 
 // Free returns how many more descriptors the process may open: the soft
-// limit less those open now (counted in /proc/self/fd). It costs a
-// directory read of every open descriptor, so callers use it before rare
-// work that must not run out (a checkpoint), not per operation.
+// limit less those open now (Open). It costs a directory read of every
+// open descriptor, so callers use it before rare work that must not run
+// out (a checkpoint), not per operation.
 func Free() (int, error) {
 	limit, err := Limit()
 	if err != nil {
 		return 0, err
 	}
+	open, err := Open()
+	if err != nil {
+		return 0, err
+	}
+	return limit - open, nil
+}
+
+// Open returns the number of descriptors the process has open, counted
+// in /proc/self/fd (a directory read of every one: not per operation).
+func Open() (int, error) {
 	d, err := os.Open("/proc/self/fd")
 	if err != nil {
 		return 0, fmt.Errorf("count open file descriptors: %w", err)
@@ -84,5 +94,5 @@ func Free() (int, error) {
 		}
 	}
 	// The directory's own descriptor is listed and closed again.
-	return limit - (open - 1), nil
+	return open - 1, nil
 }

@@ -62,6 +62,10 @@ func (s *Store) SetDiskFreeLimit(n uint64) {
 	s.kickSpace()
 }
 
+// DiskFreeLimit returns the free space limit in force (SetDiskFreeLimit;
+// 0: none). Safe for concurrent use.
+func (s *Store) DiskFreeLimit() uint64 { return s.space.limit.Load() }
+
 func (s *Store) kickSpace() {
 	select {
 	case s.space.kick <- struct{}{}:

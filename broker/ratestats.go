@@ -1,0 +1,121 @@
+package broker
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Counters for the management API's message rates. The API samples them
+// (Broker.Counters) every few seconds and computes rates from the change
+// between samples, as RabbitMQ's management plugin does; nothing here
+// knows about time. Each counter is one atomic add where its event is
+// counted already (no lock, no allocation): per exchange the publishes
+// into it and the copies it routed to queues, per channel its publishes,
+// their confirms and their unroutable fates. A queue's counters are its
+// queueStats; a channel's deliveries are its delivery tags.
+
+// exchangeStats are an exchange's counters: RabbitMQ's publish_in
+// (messages published into the exchange by clients, routed or not) and
+// publish_out (queue copies the exchange routed them to).
+type exchangeStats struct{ publishIn, publishOut atomic.Uint64 }
+
+// channelStats are a channel's publish counters, RabbitMQ's channel
+// "fine" stats: publishes, publisher confirms sent (a multiple ack counts
+// every tag it covers), unroutable mandatory publishes returned and
+// unroutable others dropped. They live in the channel's confirmTracker,
+// its publish-side state.
+type channelStats struct{ publish, confirm, returned, dropped atomic.Uint64 }
+
+// Counters is a snapshot of every object's counters for rate sampling.
+// Each object is read on its own (its queue lock for a queue's lengths),
+// so the snapshot is not one instant across objects.
+type Counters struct {
+	Stats     Stats
+	Queues    []QueueCounters
+	Exchanges []ExchangeCounters
+	Conns     []ConnCounters
+	Channels  []ChannelCounters
+}
+
+// QueueCounters are a queue's lengths and message counters.
+type QueueCounters struct {
+	VHost, Name string
+	// ID tells a queue from a later one of the same name.
+	ID                      uint64
+	Ready, Unacked, Backlog int
+	Stats                   QueueMessageStats
+}
+
+// ExchangeCounters are an exchange's publish counters.
+type ExchangeCounters struct {
+	VHost, Name           string
+	PublishIn, PublishOut uint64
+}
+
+// ConnCounters are a client connection's traffic: bytes and reads
+// received, bytes and writes sent.
+type ConnCounters struct {
+	Name, VHost                        string
+	RecvOct, RecvCnt, SendOct, SendCnt uint64
+}
+
+// ChannelCounters are a channel's publish counters and its deliveries
+// (every basic.deliver and basic.get-ok: the delivery tags it used).
+type ChannelCounters struct {
+	Name, VHost                                  string
+	Publish, Confirm, Returned, Dropped, Deliver uint64
+}
+
+// Counters reads every counter the management API samples. Safe for
+// concurrent use; it takes each queue's and channel's lock briefly.
+func (b *Broker) Counters() Counters {
+	out := Counters{Stats: b.Stats()}
+	for _, v := range b.vhostsNamed("") {
+		v.mu.RLock()
+		qs := make([]*Queue, 0, len(v.queues))
+		for _, q := range v.queues {
+			qs = append(qs, q)
+		}
+		for _, x := range v.exchanges {
+			out.Exchanges = append(out.Exchanges, ExchangeCounters{VHost: v.Name, Name: x.Name,
+				PublishIn: x.stats.publishIn.Load(), PublishOut: x.stats.publishOut.Load()})
+		}
+		v.mu.RUnlock()
+		for _, q := range qs {
+			qc := QueueCounters{VHost: v.Name, Name: q.Name, ID: uint64(q.id)}
+			q.mu.Lock()
+			qc.Ready, qc.Unacked, qc.Backlog = q.ready.Len(), q.unacked, q.backlogLen()
+			q.mu.Unlock()
+			qc.Stats = q.messageStats()
+			out.Queues = append(out.Queues, qc)
+		}
+	}
+	for _, c := range b.connList() {
+		name := c.name()
+		if c.ac != nil {
+			cc := ConnCounters{Name: name, VHost: c.vhost.Name}
+			cc.RecvOct, cc.RecvCnt, cc.SendOct, cc.SendCnt = c.ac.Traffic()
+			out.Conns = append(out.Conns, cc)
+		}
+		for _, ch := range c.channelList() {
+			cs := &ch.confirms.stats
+			chc := ChannelCounters{Name: fmt.Sprintf("%s (%d)", name, ch.id), VHost: c.vhost.Name,
+				Publish: cs.publish.Load(), Confirm: cs.confirm.Load(), Returned: cs.returned.Load(), Dropped: cs.dropped.Load()}
+			ch.mu.Lock()
+			chc.Deliver = ch.nextTag - 1
+			ch.mu.Unlock()
+			out.Channels = append(out.Channels, chc)
+		}
+	}
+	return out
+}
+
+// messageStats reads the queue's message counters.
+func (q *Queue) messageStats() QueueMessageStats {
+	st := &q.stats
+	return QueueMessageStats{
+		Publish: st.publish.Load(), Deliver: st.delivered.consumeManual.Load(), DeliverNoAck: st.delivered.consumeAuto.Load(),
+		Get: st.delivered.getManual.Load(), GetNoAck: st.delivered.getAuto.Load(), GetEmpty: st.getEmpty.Load(),
+		Redeliver: st.delivered.redelivered.Load(), Ack: st.ack.Load(),
+	}
+}

@@ -10,10 +10,13 @@ package broker_test
 // expiry scheduler's, and move it by hand.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -421,11 +424,14 @@ var tlQueueTypes = []string{"classic", "quorum"}
 type tlClock struct {
 	mu  sync.Mutex
 	now time.Time
-	// read is the time the scheduler last read through Timers().Now. It
-	// computes a timer's duration from that reading, so a timer is armed
-	// relative to it: a test's Advance between the reading and the arming
-	// must not push the deadline later.
-	read   time.Time
+	// read is, for each goroutine, the time it last read through
+	// Timers().Now. Code computes a timer's duration from its own reading,
+	// so a timer is armed relative to that: a test's Advance between the
+	// reading and the arming must not push the deadline later. It is per
+	// goroutine because another's reading after the Advance (the expiry
+	// scheduler's while a redrive task arms its pace) says nothing about
+	// when this one computed its duration.
+	read   map[uint64]time.Time
 	timers []*tlTimer
 }
 
@@ -438,7 +444,7 @@ type tlTimer struct {
 
 func tlNewClock() *tlClock {
 	now := time.UnixMilli(1_700_000_000_000)
-	return &tlClock{now: now, read: now}
+	return &tlClock{now: now, read: map[uint64]time.Time{}}
 }
 
 func (c *tlClock) Now() time.Time {
@@ -469,7 +475,7 @@ func (tc tlTimerClock) Now() time.Time {
 	c := tc.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.read = c.now
+	c.read[goid()] = c.now
 	return c.now
 }
 
@@ -484,7 +490,11 @@ func (tc tlTimerClock) NewTimer(d time.Duration) ttl.ClockTimer {
 }
 
 func (tm *tlTimer) armLocked(d time.Duration) {
-	tm.at, tm.active = tm.c.read.Add(d), true
+	read, ok := tm.c.read[goid()]
+	if !ok {
+		read = tm.c.now
+	}
+	tm.at, tm.active = read.Add(d), true
 	if !tm.at.After(tm.c.now) {
 		tm.fireLocked()
 	}
@@ -522,4 +532,14 @@ func (tm *tlTimer) Reset(d time.Duration) bool {
 	}
 	tm.armLocked(d)
 	return was
+}
+
+// goid is the calling goroutine's id, from the first line of its stack
+// ("goroutine 42 [running]:").
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	id, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return id
 }

@@ -403,10 +403,12 @@ type ChannelInfo struct {
 	Flow                         bool // channel.flow active
 	// Published, Confirmed, ReturnUnroutable and DropUnroutable count the
 	// channel's publishes, the confirms sent for them and the unroutable
-	// ones returned or dropped; DeliverGet its deliveries and basic.get
-	// answers (RabbitMQ's channel message_stats publish, confirm,
-	// return_unroutable, drop_unroutable, deliver_get).
-	Published, Confirmed, ReturnUnroutable, DropUnroutable, DeliverGet uint64
+	// ones returned or dropped (RabbitMQ's channel message_stats
+	// publish, confirm, return_unroutable, drop_unroutable).
+	Published, Confirmed, ReturnUnroutable, DropUnroutable uint64
+	// Deliveries counts its deliveries, basic.get answers and acks as a
+	// queue's are counted (Publish unused).
+	Deliveries QueueMessageStats
 }
 
 // Channels describes the channels of every client connection of vhost
@@ -426,7 +428,7 @@ func (b *Broker) Channels(vhost string) []ChannelInfo {
 				Prefetch: ch.prefetch, GlobalPrefetch: ch.globalPrefetch, Confirm: ch.confirm, Tx: ch.tx,
 				NextPublishSeq: ch.publishSeq + 1, Flow: ch.flowActive,
 				Uncommitted: len(ch.txPubs), AcksUncommitted: txAckCount(ch.txAcks),
-				DeliverGet: ch.nextTag - 1,
+				Deliveries: ch.deliveryStats.snapshot(),
 			})
 			ch.mu.Unlock()
 			cs, ci := &ch.confirms.stats, &out[len(out)-1]

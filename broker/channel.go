@@ -32,6 +32,8 @@ type channel struct {
 	routeBuf   []*Queue       // a publish's route, reused; reader goroutine only
 	ackBuf     []*delivery    // an ack's deliveries, reused; reader goroutine only
 
+	deliveryStats channelDeliveryStats // for the management API's rates
+
 	// Acks, nacks and rejects put off to the end of a burst of frames
 	// (conn.bursts): the deliveries in order, and runs of them with one
 	// action. mu.
@@ -111,6 +113,7 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 	}
 	q.vhost.b.counters.delivered.add(false, c.noAck, e.redelivered)
 	q.stats.delivered.add(false, c.noAck, e.redelivered)
+	ch.deliveryStats.delivered.add(false, c.noAck, e.redelivered)
 	h := e.EffectiveHeader()
 	// The channel's one basic.deliver, rewritten under ch.mu: SendContent
 	// reads its method only during the call.

@@ -281,11 +281,13 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	if e == nil {
 		ch.conn.b.counters.getEmpty.Add(1)
 		q.stats.getEmpty.Add(1)
+		ch.deliveryStats.getEmpty.Add(1)
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
 	ch.conn.b.counters.delivered.add(true, m.NoAck, e.redelivered)
 	q.stats.delivered.add(true, m.NoAck, e.redelivered)
+	ch.deliveryStats.delivered.add(true, m.NoAck, e.redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicGetOk{
 		DeliveryTag:  tag,
@@ -310,6 +312,9 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *
 		}
 		ch.pendingDs = ds
 		if n := len(ds) - before; n > 0 {
+			if action == actAck {
+				ch.deliveryStats.ack.Add(uint64(n))
+			}
 			if k := len(ch.pendingActs); k > 0 && ch.pendingActs[k-1].action == action {
 				ch.pendingActs[k-1].n += n
 			} else {
@@ -337,6 +342,9 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *
 	}
 	if !ch.tx {
 		ch.ackBuf = ds[:0]
+	}
+	if action == actAck {
+		ch.deliveryStats.ack.Add(uint64(len(ds)))
 	}
 	if ch.tx {
 		// Settled at commit; until then the deliveries still hold their

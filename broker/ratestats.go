@@ -26,6 +26,23 @@ type exchangeStats struct{ publishIn, publishOut atomic.Uint64 }
 // its publish-side state.
 type channelStats struct{ publish, confirm, returned, dropped atomic.Uint64 }
 
+// channelDeliveryStats are a channel's delivery counters, RabbitMQ's
+// channel message_stats deliver, deliver_no_ack, get, get_no_ack,
+// redeliver (deliveries), get_empty and ack (delivery tags acknowledged;
+// in a transaction, when the ack arrives).
+type channelDeliveryStats struct {
+	delivered     deliveries
+	getEmpty, ack atomic.Uint64
+}
+
+func (s *channelDeliveryStats) snapshot() QueueMessageStats {
+	return QueueMessageStats{
+		Deliver: s.delivered.consumeManual.Load(), DeliverNoAck: s.delivered.consumeAuto.Load(),
+		Get: s.delivered.getManual.Load(), GetNoAck: s.delivered.getAuto.Load(), GetEmpty: s.getEmpty.Load(),
+		Redeliver: s.delivered.redelivered.Load(), Ack: s.ack.Load(),
+	}
+}
+
 // Counters is a snapshot of every object's counters for rate sampling.
 // Each object is read on its own (its queue lock for a queue's lengths),
 // so the snapshot is not one instant across objects.
@@ -59,11 +76,12 @@ type ConnCounters struct {
 	RecvOct, RecvCnt, SendOct, SendCnt uint64
 }
 
-// ChannelCounters are a channel's publish counters and its deliveries
-// (every basic.deliver and basic.get-ok: the delivery tags it used).
+// ChannelCounters are a channel's publish counters and its deliveries,
+// split as a queue's are (QueueMessageStats).
 type ChannelCounters struct {
-	Name, VHost                                  string
-	Publish, Confirm, Returned, Dropped, Deliver uint64
+	Name, VHost                         string
+	Publish, Confirm, Returned, Dropped uint64
+	Deliveries                          QueueMessageStats // Publish unused
 }
 
 // Counters reads every counter the management API samples. Safe for
@@ -101,9 +119,7 @@ func (b *Broker) Counters() Counters {
 			cs := &ch.confirms.stats
 			chc := ChannelCounters{Name: fmt.Sprintf("%s (%d)", name, ch.id), VHost: c.vhost.Name,
 				Publish: cs.publish.Load(), Confirm: cs.confirm.Load(), Returned: cs.returned.Load(), Dropped: cs.dropped.Load()}
-			ch.mu.Lock()
-			chc.Deliver = ch.nextTag - 1
-			ch.mu.Unlock()
+			chc.Deliveries = ch.deliveryStats.snapshot()
 			out.Channels = append(out.Channels, chc)
 		}
 	}

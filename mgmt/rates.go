@@ -220,9 +220,11 @@ var (
 	lengthFields   = map[string][]int{"messages_ready": {cReady}, "messages_unacknowledged": {cUnacked}, "messages": {cMessages}}
 	dataFields     = map[string][]int{"recv_oct": {cRecvOct}, "send_oct": {cSendOct}}
 	exchangeFields = map[string][]int{"publish_in": {0}, "publish_out": {1}}
-	channelFields  = map[string][]int{"publish": {0}, "confirm": {1}, "return_unroutable": {2}, "drop_unroutable": {3}, "deliver_get": {4}}
-	connFields     = map[string][]int{"recv_oct": {0}, "send_oct": {2}}
-	nodeFields     = map[string][]int{"mem_used": {0}, "fd_used": {1}, "sockets_used": {2}, "proc_used": {3}, "disk_free": {4},
+	channelFields  = map[string][]int{"publish": {0}, "confirm": {1}, "return_unroutable": {2}, "drop_unroutable": {3},
+		"deliver": {4}, "deliver_no_ack": {5}, "get": {6}, "get_no_ack": {7}, "get_empty": {8}, "redeliver": {9}, "ack": {10},
+		"deliver_get": {4, 5, 6, 7}}
+	connFields = map[string][]int{"recv_oct": {0}, "send_oct": {2}}
+	nodeFields = map[string][]int{"mem_used": {0}, "fd_used": {1}, "sockets_used": {2}, "proc_used": {3}, "disk_free": {4},
 		"gc_num": {5}, "gc_bytes_reclaimed": {6}, "context_switches": {7}}
 )
 
@@ -309,7 +311,7 @@ var (
 	queueCounters = []int{cPublish, cDeliver, cDeliverNoAck, cGet, cGetNoAck, cGetEmpty, cRedeliver, cAck}
 	allOf2        = []int{0, 1}
 	allOf4        = []int{0, 1, 2, 3}
-	allOf5        = []int{0, 1, 2, 3, 4}
+	allOf11       = []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 )
 
 // sample takes one sample of every object at now.
@@ -376,8 +378,10 @@ func (sm *sampler) sample(now time.Time) {
 	}
 	seenCh := map[string]bool{}
 	for _, ch := range c.Channels {
-		vals := []int64{int64(ch.Publish), int64(ch.Confirm), int64(ch.Returned), int64(ch.Dropped), int64(ch.Deliver)}
-		s, delta := track(sm, sm.channels, ch.Name, 0, vals, allOf5, basicRetention)
+		d := ch.Deliveries
+		vals := []int64{int64(ch.Publish), int64(ch.Confirm), int64(ch.Returned), int64(ch.Dropped),
+			int64(d.Deliver), int64(d.DeliverNoAck), int64(d.Get), int64(d.GetNoAck), int64(d.GetEmpty), int64(d.Redeliver), int64(d.Ack)}
+		s, delta := track(sm, sm.channels, ch.Name, 0, vals, allOf11, basicRetention)
 		s.add(ts, vals)
 		seenCh[ch.Name] = true
 		v := vh(ch.VHost)

@@ -159,6 +159,11 @@ func TestMessageRates(t *testing.T) {
 			wantRate(t, "publishing channel", ch, "message_stats.confirm_details.rate", 4)
 		case 2.0:
 			wantRate(t, "getting channel", ch, "message_stats.deliver_get_details.rate", 1)
+			wantRate(t, "getting channel", ch, "message_stats.get_no_ack_details.rate", 1)
+			wantRate(t, "getting channel", ch, "message_stats.get_details.rate", 0)
+			if ms := ch["message_stats"].(map[string]any); ms["get_no_ack"] != 5.0 || ms["deliver_get"] != 5.0 || ms["ack"] != 0.0 {
+				t.Errorf("getting channel message_stats %v", ms)
+			}
 		}
 	}
 	c := a.must(200, "GET", "/connections", nil).list(t)[0]

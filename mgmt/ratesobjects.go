@@ -85,9 +85,7 @@ func (s *Server) channelRates(m map[string]any, ch broker.ChannelInfo, rq rateQu
 		ms["publish"], ms["confirm"] = ch.Published, ch.Confirmed
 		ms["return_unroutable"], ms["drop_unroutable"] = ch.ReturnUnroutable, ch.DropUnroutable
 	}
-	if ch.DeliverGet > 0 {
-		ms["deliver_get"] = ch.DeliverGet
-	}
+	deliveryStats(ms, ch.Deliveries)
 	if len(ms) == 0 {
 		return
 	}

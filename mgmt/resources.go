@@ -110,12 +110,7 @@ func queueMessageStats(qi broker.QueueInfo) map[string]any {
 	if st.Publish > 0 {
 		ms["publish"] = st.Publish
 	}
-	if st.DeliverGet()+st.GetEmpty+st.Redeliver+st.Ack > 0 {
-		ms["deliver"], ms["deliver_no_ack"] = st.Deliver, st.DeliverNoAck
-		ms["get"], ms["get_no_ack"] = st.Get, st.GetNoAck
-		ms["deliver_get"], ms["get_empty"] = st.DeliverGet(), st.GetEmpty
-		ms["redeliver"], ms["ack"] = st.Redeliver, st.Ack
-	}
+	deliveryStats(ms, st)
 	var dl uint64
 	for _, n := range qi.DeadLettered {
 		dl += n
@@ -687,4 +682,17 @@ func escapeSegment(s string) string {
 		}
 	}
 	return sb.String()
+}
+
+// deliveryStats adds a queue's or channel's delivery counters to its
+// message_stats ms, together once any of them is non-zero, as RabbitMQ
+// reports them.
+func deliveryStats(ms map[string]any, st broker.QueueMessageStats) {
+	if st.DeliverGet()+st.GetEmpty+st.Redeliver+st.Ack == 0 {
+		return
+	}
+	ms["deliver"], ms["deliver_no_ack"] = st.Deliver, st.DeliverNoAck
+	ms["get"], ms["get_no_ack"] = st.Get, st.GetNoAck
+	ms["deliver_get"], ms["get_empty"] = st.DeliverGet(), st.GetEmpty
+	ms["redeliver"], ms["ack"] = st.Redeliver, st.Ack
 }

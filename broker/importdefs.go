@@ -139,6 +139,12 @@ type importPlan struct {
 		p *permission
 	}
 	vmeta map[string]vhostDef // vhosts the file creates or whose metadata it sets
+	// dqt is each vhost's default queue type as the import leaves it (the
+	// file's metadata, else the vhost's); queueArgs are the file's queues'
+	// arguments with it applied (withDefaultQueueType), by index in
+	// Definitions.Queues, as a queue.declare in the vhost would have them.
+	dqt       map[string]string
+	queueArgs []amqp.Table
 	// targets are the vhosts the file puts objects in, by name: existing
 	// ones (locked by lock) and new ones (newVHost, reachable only once
 	// published).
@@ -177,6 +183,10 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 		vmeta: map[string]vhostDef{}, targets: map[string]*importTarget{}}
 	b.mu.RLock()
 	maps.Copy(p.vhosts, b.vhosts)
+	p.dqt = map[string]string{}
+	for name, v := range b.vhosts {
+		p.dqt[name] = v.meta.DefaultQueueType
+	}
 	for name := range b.users {
 		p.users[name] = true
 	}
@@ -202,6 +212,7 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 			continue
 		}
 		p.vmeta[dv.Info.Name] = vd
+		p.dqt[dv.Info.Name] = vd.DefaultQueueType
 		if p.vhosts[dv.Info.Name] == nil {
 			newVHosts[dv.Info.Name] = true
 		}
@@ -404,14 +415,16 @@ func (p *importPlan) checkContents() {
 		t.xs[dx.Name] = newExchange(dx.Name, dx.Type, dx.Durable, dx.AutoDelete, dx.Internal, dx.Arguments)
 	}
 	newQueues := map[string]map[string]*DefQueue{}
+	p.queueArgs = make([]amqp.Table, len(d.Queues))
 	for i := range d.Queues {
 		dq := &d.Queues[i]
+		p.queueArgs[i] = withDefaultQueueType(dq.Arguments, p.dqt[dq.VHost], dq.Durable, false, dq.AutoDelete)
 		t := p.targets[dq.VHost]
 		if t == nil {
 			continue
 		}
 		what := fmt.Sprintf("queue '%s' in vhost '%s'", dq.Name, dq.VHost)
-		m := &amqp.QueueDeclare{Queue: dq.Name, Durable: dq.Durable, AutoDelete: dq.AutoDelete, Arguments: dq.Arguments}
+		m := &amqp.QueueDeclare{Queue: dq.Name, Durable: dq.Durable, AutoDelete: dq.AutoDelete, Arguments: p.queueArgs[i]}
 		if dq.Name == "" {
 			p.problem("%s: a queue in a definitions file needs a name", what)
 			continue
@@ -530,7 +543,7 @@ func (p *importPlan) apply() *storeWrite {
 			}
 		}
 	}
-	for _, dq := range d.Queues {
+	for i, dq := range d.Queues {
 		t := p.targets[dq.VHost]
 		if t == nil || t.v.queues[dq.Name] != nil {
 			continue // equivalent, or declared twice (refused)
@@ -542,7 +555,7 @@ func (p *importPlan) apply() *storeWrite {
 		} else {
 			id = b.newQueueID()
 		}
-		q := newQueue(v, id, dq.Name, dq.Durable, false, dq.AutoDelete, dq.Arguments)
+		q := newQueue(v, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
 		if qp := v.policyForQueueLocked(dq.Name, q.qtype); qp != nil {
 			cfg := resolveQueueConfig(q.qtype, q.Args, qp)
 			q.cfg.Store(&cfg)

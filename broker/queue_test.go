@@ -862,3 +862,69 @@ func TestQueueVHostDefaultType(t *testing.T) {
 		t.Fatalf("redeclare after restart: %v", err)
 	}
 }
+
+// TestImportVHostDefaultType imports queues without x-queue-type into a
+// vhost the file creates with a default queue type and into one that has
+// a default already: each gets its type as a queue.declare in the vhost
+// would (RabbitMQ imports vhosts before queues and declares each queue
+// with augment_declare_args). A queue already there is checked for
+// equivalence with the type applied: the file's classic queue in a
+// quorum-default vhost is refused, changing nothing.
+func TestImportVHostDefaultType(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	if err := b.Broker.PutVHost(broker.VHostInfo{Name: "/qq", DefaultQueueType: "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	defs := &broker.Definitions{
+		VHosts: []broker.DefVHost{{Info: broker.VHostInfo{Name: "/new", DefaultQueueType: "quorum"}, Metadata: true}},
+		Queues: []broker.DefQueue{
+			{VHost: "/new", Name: "orders", Durable: true},
+			{VHost: "/new", Name: "scratch", Durable: true, AutoDelete: true},
+			{VHost: "/qq", Name: "billing", Durable: true, Arguments: amqp.Table{{Key: "x-max-length", Value: int64(10)}}},
+		},
+	}
+	if err := b.Broker.ImportDefinitions(defs); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		vhost, name, qtype string
+		args               amqp.Table
+	}{
+		{"/new", "orders", "quorum", amqp.Table{{Key: "x-queue-type", Value: "quorum"}}},
+		{"/new", "scratch", "classic", amqp.Table{{Key: "x-queue-type", Value: "classic"}}},
+		{"/qq", "billing", "quorum", amqp.Table{{Key: "x-max-length", Value: int64(10)}, {Key: "x-queue-type", Value: "quorum"}}},
+	} {
+		qi, err := b.Broker.Queue(w.vhost, w.name)
+		if err != nil || qi.Type != w.qtype || !reflect.DeepEqual(qi.Arguments, w.args) {
+			t.Errorf("%s %s: %+v, %v; want type %s, arguments %v", w.vhost, w.name, qi, err, w.qtype, w.args)
+		}
+	}
+	// The same file again is equivalent: nothing is refused.
+	if err := b.Broker.ImportDefinitions(defs); err != nil {
+		t.Fatalf("import again: %v", err)
+	}
+	// A classic queue declared before the default was set: a file naming
+	// it without a type is inequivalent, and nothing else in it is made.
+	if err := b.Broker.PutVHost(broker.VHostInfo{Name: "/late"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Broker.ImportDefinitions(&broker.Definitions{Queues: []broker.DefQueue{{VHost: "/late", Name: "old", Durable: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	err := b.Broker.ImportDefinitions(&broker.Definitions{
+		VHosts: []broker.DefVHost{{Info: broker.VHostInfo{Name: "/late", DefaultQueueType: "quorum"}, Metadata: true}},
+		Queues: []broker.DefQueue{{VHost: "/late", Name: "old", Durable: true}, {VHost: "/late", Name: "other", Durable: true}},
+	})
+	var de *broker.DefinitionsError
+	if !errors.As(err, &de) || len(de.Problems) != 1 || !strings.Contains(de.Problems[0], "inequivalent arg 'x-queue-type' for queue 'old'") {
+		t.Fatalf("import over a classic queue: %v", err)
+	}
+	if _, err := b.Broker.Queue("/late", "other"); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("a refused file made a queue: %v", err)
+	}
+	for _, vi := range b.Broker.VHosts() {
+		if vi.Name == "/late" && vi.DefaultQueueType != "" {
+			t.Fatalf("a refused file set the vhost's default: %+v", vi)
+		}
+	}
+}

@@ -154,6 +154,12 @@ func (s *Server) nodeJSON(r *http.Request) (map[string]any, error) {
 		diskAlarm = diskAlarm || a == "disk"
 	}
 	dataDir := o.DataDir
+	configFiles := []string{}
+	if s.opts.Daemon != nil {
+		if d := s.opts.Daemon(); d.ConfigFile != "" {
+			configFiles = append(configFiles, d.ConfigFile)
+		}
+	}
 	m := map[string]any{
 		"name": s.node(), "type": "disc", "running": true, "being_drained": false,
 		"uptime": time.Since(s.started).Milliseconds(), "os_pid": strconv.Itoa(os.Getpid()),
@@ -167,7 +173,7 @@ func (s *Server) nodeJSON(r *http.Request) (map[string]any, error) {
 		"gc_num": st.gcNum, "gc_bytes_reclaimed": st.gcBytesReclaimed, "context_switches": st.contextSwitches,
 		"db_dir": dataDir, "rates_mode": s.ratesMode(),
 		"exchange_types": exchangeTypes(), "partitions": []any{}, "applications": []any{},
-		"enabled_plugins": []any{}, "log_files": []any{}, "config_files": []any{},
+		"enabled_plugins": []any{}, "log_files": []any{}, "config_files": configFiles,
 		"auth_mechanisms": []map[string]any{
 			{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
 			{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},

@@ -46,6 +46,9 @@ func TestNodesReportTheDaemon(t *testing.T) {
 			t.Errorf("%s = %v, want %v", k, n[k], want)
 		}
 	}
+	if cf, _ := n["config_files"].([]any); len(cf) != 1 || cf[0] != cfgFile {
+		t.Errorf("config_files %v, want [%s]", n["config_files"], cfgFile)
+	}
 	if free, _ := n["disk_free"].(float64); free <= 0 {
 		t.Errorf("disk_free %v", n["disk_free"])
 	}

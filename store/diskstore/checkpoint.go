@@ -537,6 +537,9 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) (dead []segment.ID, e
 	if err := c.b.Set(index.StateKey(), c.val, nil); err != nil {
 		return nil, err
 	}
+	if err := s.indexRoom(c.b.Len()); err != nil {
+		return nil, err
+	}
 	if err := c.b.Commit(pebble.Sync); err != nil {
 		return nil, fmt.Errorf("commit index batch: %w", err)
 	}

@@ -135,6 +135,12 @@
 //     within Options.MaxOpenFiles (index tables, segment read handles).
 //   - The free space is watched on the write path, counting what the store
 //     is about to write (space.go). AlarmDisk.
+//   - A checkpoint does not commit its index batch without room for it
+//     (twice its size and 4 MiB, indexRoom): Pebble treats a failed write
+//     of its log or manifest as fatal. It fails with ENOSPC instead and is
+//     retried. Space taken from outside between that look and the commit
+//     can still stop the process; the WAL keeps every confirmed change,
+//     and the next start recovers once there is room.
 //
 // While an alarm is raised Reserve does not wait on the checkpoint: the
 // alarm holds publishers back instead, where clients see it.

@@ -292,6 +292,41 @@ func TestCheckpointWaitsForDescriptors(t *testing.T) {
 	}
 }
 
+// With less free space than an index batch needs, a checkpoint does not
+// commit it (Pebble would stop the process on a failed log write): the
+// attempt fails with ENOSPC, leaves no segment file behind, raises the
+// alarm, and the checkpoint runs once there is room; nothing is lost.
+func TestCheckpointWaitsForIndexRoom(t *testing.T) {
+	mem := vfs.NewMem()
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 20, TotalBytes: 1 << 30})
+	alarms := make(alarmLog, 16)
+	opts := quietOn(mem)
+	opts.OnAlarm = alarms.record
+	opts.CheckpointBytes = 1
+	s := openDir(t, "data", opts)
+	m := &store.Message{ID: s.AllocMsgID(), Persistent: true, Body: []byte("x")}
+	applyWait(t, s, &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{{Ref: store.Ref{Queue: 1, Seq: 1}, Msg: m}}})
+	if err := s.Checkpoint(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Checkpoint with 1 MiB free = %v, want ENOSPC", err)
+	}
+	alarms.expect(t, "checkpoint=true")
+	if err := s.Err(); err != nil {
+		t.Fatalf("store failed: %v", err)
+	}
+	if n := len(s.segs.List()); n != 0 {
+		t.Fatalf("%d segment files left by the failed checkpoint", n)
+	}
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 1 << 30})
+	alarms.expect(t, "checkpoint=false")
+	s.Close()
+	s = openDir(t, "data", opts)
+	defer s.Close()
+	n := 0
+	if err := s.ScanQueue(1, 0, func(*store.Entry) bool { n++; return true }); err != nil || n != 1 {
+		t.Fatalf("after restart: %d entries, %v", n, err)
+	}
+}
+
 // The store raises the disk alarm when the free space, less what it is
 // about to write (the checkpoint of what its overlays hold, the index's
 // headroom, the next WAL file when there is no spare to reuse), falls

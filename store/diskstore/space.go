@@ -2,7 +2,9 @@ package diskstore
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -36,6 +38,30 @@ import (
 // indexHeadroom is what the index may write besides a checkpoint's batch:
 // its log file, a memtable flushed, a compaction's output.
 const indexHeadroom = 32 << 20
+
+// indexCommitSlack is the free space an index commit needs besides twice
+// its batch (indexRoom): the index's log may start a file, and a flush
+// that follows writes a manifest edit.
+const indexCommitSlack = 4 << 20
+
+// indexRoom returns an error matching syscall.ENOSPC when the filesystem
+// has no room for an index batch of n bytes. The index (Pebble) treats a
+// failed write of its log, or of its manifest, as fatal and stops the
+// process; so a checkpoint does not commit into a disk filled to its last
+// MiB from outside, it fails and is retried, as when its segment write
+// meets ENOSPC. Between the look and the commit the space can still go;
+// that window is what remains (doc.go). A filesystem that cannot say how
+// much is free is not checked.
+func (s *Store) indexRoom(n int) error {
+	u, err := s.opts.FS.GetDiskUsage(s.dir)
+	if err != nil {
+		return nil
+	}
+	if need := 2*uint64(n) + indexCommitSlack; u.AvailBytes < need {
+		return fmt.Errorf("index batch of %d bytes: %d bytes free, it needs %d: %w", n, u.AvailBytes, need, syscall.ENOSPC)
+	}
+	return nil
+}
 
 // spaceKickBytes is how much the WAL takes between samples beyond the
 // once-a-second one.

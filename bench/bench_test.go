@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 func opts(url, scenario string) options {

@@ -12,7 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 // startPublish sends basic.publish to queue q and a content header

@@ -7,7 +7,7 @@ package broker_test
 import (
 	"testing"
 
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 func TestDeliveryRequeueKeepsOrder(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/broker"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 // dsRejectExpireExpire: b --rejected--> a2 --expired--> a3 --expired--> b,

@@ -9,7 +9,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/broker"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 // A paged durable queue of 20 messages (window 4) is peeked in pages of

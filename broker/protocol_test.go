@@ -18,7 +18,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 func TestAmqpTools(t *testing.T) {

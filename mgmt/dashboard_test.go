@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 // dashboardPath is the Grafana dashboard shipped in dist/.

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/broker"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/mgmt"
 )
 

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/mgmt"
 	"github.com/brokerd/brokerd/store"
 	amqp091 "github.com/rabbitmq/amqp091-go"

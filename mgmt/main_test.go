@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/mgmt"
 	"go.uber.org/goleak"
 )

@@ -12,7 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/broker"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/metrics"
 	"github.com/brokerd/brokerd/mgmt"
 	"github.com/brokerd/brokerd/store/diskstore"

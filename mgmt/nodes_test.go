@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/mgmt"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/brokerd/brokerd/internal/brokertest"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 // A series keeps at most its levels' capacities however long it is

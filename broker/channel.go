@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/deadletter"
 )
 
 // delivery is one unacknowledged delivery on a channel.
@@ -73,14 +72,6 @@ type txAck struct {
 	ds     []*delivery
 	action settleAction
 }
-
-type settleAction int
-
-const (
-	actAck settleAction = iota
-	actRequeue
-	actReject
-)
 
 func newChannel(c *conn, id uint16, out amqp.ChannelOut) *channel {
 	return &channel{id: id, conn: c, out: out, flowActive: true, nextTag: 1, consumers: make(map[string]*consumer)}
@@ -352,62 +343,6 @@ func forEachQueue(ds []*delivery, fn func(q *Queue, es []*entry)) {
 		}
 		fn(q, es)
 		ds = rest
-	}
-}
-
-// settleLocked applies an ack, requeue or reject to delivered entries of
-// q within t. Caller holds q.mu.
-//
-//   - ack: the entries are gone.
-//   - requeue: they return to the ready list at their original positions,
-//     marked redelivered. An entry returned more often than the queue's
-//     delivery limit is dead-lettered (delivery_limit); one past its
-//     deadline expires at once; a drop-head queue pushed over its limit
-//     drops from the head (B46).
-//   - reject: they are dead-lettered (rejected).
-func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
-	if action == actAck {
-		q.vhost.b.counters.acked.Add(uint64(len(es)))
-		q.stats.ack.Add(uint64(len(es)))
-	}
-	q.unacked -= len(es)
-	if q.isDeleted() {
-		return
-	}
-	switch action {
-	case actAck:
-		for _, e := range es {
-			e.state = stGone
-			t.del(e)
-		}
-	case actReject:
-		for _, e := range es {
-			e.state = stGone
-		}
-		q.deadLetterLocked(t, es, deadletter.Rejected, true)
-	case actRequeue:
-		cfg := q.config()
-		now := q.vhost.b.nowMS()
-		var overLimit, expired []*entry
-		for _, e := range es {
-			e.redelivered = true
-			e.DeliveryCount++
-			switch {
-			case cfg.deliveryLimit >= 0 && int64(e.DeliveryCount) > cfg.deliveryLimit:
-				e.state = stGone
-				overLimit = append(overLimit, e)
-			case e.expiredAt(now):
-				e.state = stGone
-				expired = append(expired, e)
-			default:
-				t.update(e)
-				q.makeReadyLocked(e, false)
-			}
-		}
-		q.deadLetterLocked(t, overLimit, deadletter.DeliveryLimit, true)
-		q.deadLetterLocked(t, expired, deadletter.Expired, true)
-		q.enforceLimitsLocked(t)
-		q.dispatchLocked(t)
 	}
 }
 

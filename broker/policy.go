@@ -352,37 +352,3 @@ func (q *Queue) setConfig(cfg queueConfig) {
 		q.retryBacklogLocked(t)
 	})
 }
-
-// retryBacklogs retries the waiting dead letters of every queue in v, after
-// a topology change that may have given them a route (an exchange declared,
-// a binding added, a policy changed).
-func (b *Broker) retryBacklogs(v *VHost) {
-	v.topoGen.Add(1)
-	b.retryBacklogsIfChanged(v)
-}
-
-// retryBacklogsIfChanged retries the backlogs that may succeed now: the
-// topology changed since their last try, or a target was full then.
-func (b *Broker) retryBacklogsIfChanged(v *VHost) {
-	if v.waiting.Load() == 0 {
-		return
-	}
-	gen := v.topoGen.Load()
-	v.mu.RLock()
-	qs := make([]*Queue, 0, len(v.queues))
-	for _, q := range v.queues {
-		qs = append(qs, q)
-	}
-	v.mu.RUnlock()
-	for _, q := range qs {
-		q.mu.Lock()
-		worth := q.backlogLen() > 0 && (q.backlogGen != gen || q.backlogFull)
-		q.mu.Unlock()
-		if worth {
-			q.locked(func(t *txn) {
-				q.backlogGen, q.backlogFull = gen, false
-				q.retryBacklogLocked(t)
-			})
-		}
-	}
-}

@@ -26,13 +26,6 @@ import (
 // volID is the store queue of q's volatile range.
 func (q *Queue) volID() store.QueueID { return q.ranges().VolatileID() }
 
-// ownMessage returns a copy of m with an id of its own (the body is shared
-// in memory): what goes where m's stored body may not be (see above and
-// planDeadLetterLocked).
-func (b *Broker) ownMessage(m *store.Message) *store.Message {
-	return &store.Message{ID: b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
-}
-
 // durable reports whether e is stored in a range that survives a restart.
 func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
 

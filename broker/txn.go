@@ -226,3 +226,10 @@ func (t *txn) finish() {
 		q.insertDeadLetters(mine)
 	}
 }
+
+// ownMessage returns a copy of m with an id of its own (the body is shared
+// in memory): what goes where m's stored body may not be (spill.go's
+// comment, planDeadLetterLocked).
+func (b *Broker) ownMessage(m *store.Message) *store.Message {
+	return &store.Message{ID: b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
+}

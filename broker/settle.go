@@ -1,0 +1,72 @@
+package broker
+
+import "github.com/brokerd/brokerd/deadletter"
+
+// Settling delivered entries: what an ack, a requeue or a reject does to
+// a queue. The channel takes the deliveries out of its unacked list and
+// hands their entries here, queue by queue (channel.settleRuns).
+
+// settleAction is what a client's ack, nack or reject asks for.
+type settleAction int
+
+const (
+	actAck settleAction = iota
+	actRequeue
+	actReject
+)
+
+// settleLocked applies an ack, requeue or reject to delivered entries of
+// q within t. Caller holds q.mu.
+//
+//   - ack: the entries are gone.
+//   - requeue: they return to the ready list at their original positions,
+//     marked redelivered. An entry returned more often than the queue's
+//     delivery limit is dead-lettered (delivery_limit); one past its
+//     deadline expires at once; a drop-head queue pushed over its limit
+//     drops from the head (B46).
+//   - reject: they are dead-lettered (rejected).
+func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
+	if action == actAck {
+		q.vhost.b.counters.acked.Add(uint64(len(es)))
+		q.stats.ack.Add(uint64(len(es)))
+	}
+	q.unacked -= len(es)
+	if q.isDeleted() {
+		return
+	}
+	switch action {
+	case actAck:
+		for _, e := range es {
+			e.state = stGone
+			t.del(e)
+		}
+	case actReject:
+		for _, e := range es {
+			e.state = stGone
+		}
+		q.deadLetterLocked(t, es, deadletter.Rejected, true)
+	case actRequeue:
+		cfg := q.config()
+		now := q.vhost.b.nowMS()
+		var overLimit, expired []*entry
+		for _, e := range es {
+			e.redelivered = true
+			e.DeliveryCount++
+			switch {
+			case cfg.deliveryLimit >= 0 && int64(e.DeliveryCount) > cfg.deliveryLimit:
+				e.state = stGone
+				overLimit = append(overLimit, e)
+			case e.expiredAt(now):
+				e.state = stGone
+				expired = append(expired, e)
+			default:
+				t.update(e)
+				q.makeReadyLocked(e, false)
+			}
+		}
+		q.deadLetterLocked(t, overLimit, deadletter.DeliveryLimit, true)
+		q.deadLetterLocked(t, expired, deadletter.Expired, true)
+		q.enforceLimitsLocked(t)
+		q.dispatchLocked(t)
+	}
+}

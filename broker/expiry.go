@@ -88,7 +88,7 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 
 // expireEntries dead-letters those of es still ready, and the middle
 // entries of the paged timers pts that are due, in deadline order, then
-// seq order. Paged entries are read ahead of their deadline (horizon.go):
+// seq order. Paged entries are read ahead of their deadline (pagedexpiry.go):
 // a read-ahead timer starts a read of the store outside the queue's lock
 // (on a goroutine of its own, so the scheduler goes on); what it reads
 // waits on timers at the deadlines, or expires at once if due (a timer

@@ -147,10 +147,10 @@ type Queue struct {
 	pageRetry     bool              // a failed page-in read is to be made again (retryPageLocked)
 	pageIDs       []store.MsgID
 	// paged are the timers of entries in a middle whose deadline is
-	// within the broker's horizon, by seq (see horizon.go).
+	// within the broker's horizon, by seq (see pagedexpiry.go).
 	paged map[uint64]*pagedTimer
 
-	// Delivered marks per level (marks.go): durable, asked for (written,
+	// Delivered marks per level (deliveredmarks.go): durable, asked for (written,
 	// maybe not durable yet), and as recovered. markWaiting is set when
 	// a delivery waits for a mark write, markWake when a basic.get does.
 	marks, markAsked, recMarks []uint64

@@ -119,9 +119,11 @@ func TestCloseLingerBounded(t *testing.T) {
 	const linger = 300 * time.Millisecond
 	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{CloseLinger: linger}})
 	r := dialRawOpen(t, b.Addr)
+	// Timed from before the close is sent: the server's linger starts
+	// when it sends close-ok, which may be before this reads it.
+	closed := time.Now()
 	r.send(0, &amqp.ConnectionClose{ReplyCode: 200})
 	rawExpect[*amqp.ConnectionCloseOk](r, 0)
-	closed := time.Now()
 	r.expectEOF()
 	// r keeps its socket open. The shutdown waits for the linger, which
 	// ends on its own, well before the shutdown's own deadline.

@@ -15,8 +15,10 @@ import (
 
 // runner holds one run's connections, counters and verification state.
 type runner struct {
-	o        options
-	id       string // prefix of every queue and exchange this run creates
+	o  options
+	id string // prefix of every queue and exchange this run creates
+	// progress takes the run's progress lines, from the scenario and the
+	// once-a-second reporter at once: a lockedWriter.
 	progress io.Writer
 
 	admin *amqp091.Connection
@@ -55,7 +57,7 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 	r := &runner{
 		o:        o,
 		id:       o.id,
-		progress: progress,
+		progress: &lockedWriter{w: progress},
 		perProd:  make([]atomic.Uint64, o.producers),
 		notify:   make(chan struct{}, 1),
 	}
@@ -632,4 +634,16 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// lockedWriter serializes writes to w, which goroutines share.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -43,14 +43,14 @@ func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, n
 		return
 	}
 	if e.DeadLetter == "" {
-		q.vhost.b.counters.backlogged.Add(1)
+		q.env.counters.backlogged.Add(1)
 	}
 	w := &entry{q: q, stored: true, state: stBacklog}
 	w.Ref = store.Ref{Queue: q.backlogID(), Seq: q.blSeq + 1}
 	w.Msg = e.Msg
 	if !e.durable() {
 		w.Ref.Queue = q.volBacklogID()
-		w.Msg = q.vhost.b.ownMessage(e.Msg)
+		w.Msg = q.env.ownMessage(e.Msg)
 		q.blVolatile = true
 	}
 	q.blSeq++
@@ -76,7 +76,7 @@ func (q *Queue) retryStoredLocked() {
 		q.blAgain = true
 		return
 	}
-	b := q.vhost.b
+	b := q.env
 	if !b.goAsync() {
 		return
 	}
@@ -92,7 +92,7 @@ func (q *Queue) retryStoredLocked() {
 // dead-letters each chunk again under the queue's lock; a chunk read
 // before a purge or deletion (gen changed) is dropped and the pass ends.
 func (q *Queue) retryStored(gen uint64, vol bool) {
-	b := q.vhost.b
+	b := q.env
 	var from uint64
 	failed := false
 	for {

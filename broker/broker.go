@@ -12,7 +12,6 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/internal/loginlimit"
-	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -100,12 +99,9 @@ type Options struct {
 // Broker holds every vhost, user and connection. It implements
 // amqp.Handler.
 type Broker struct {
-	opts  Options
-	log   *slog.Logger
-	store store.Store
-	// storeFailedFn is storeFailed as a func value made once: the
-	// completion of a store write nobody waits for (txn.write).
-	storeFailedFn func(error)
+	// env is what the queue engine shares with the broker (env.go); its
+	// members are promoted, so b.store is b.env.store.
+	*env
 
 	// authMu serializes changes to users, vhosts and permissions, from
 	// the change in memory to the store's completion, so a change the
@@ -125,34 +121,11 @@ type Broker struct {
 	idMu    sync.Mutex // serializes durable queue id marks
 	replyTo sync.Map   // direct reply-to address → *channel
 
-	alarms   alarmState // guarded by mu
-	storeErr atomic.Pointer[error]
-	counters counters
-	cycles   cycleLog
-	dropLog  [numDropCauses]*ratelog.Limiter // nil for dropNoDLX; see newDropLogs
-	readLog  *ratelog.Limiter                // store reads retried (readretry.go)
-
-	timers *ttl.Scheduler // message deadlines and queue leases
-	// horizon is the latest deadline the store's expiry keys have been
-	// scanned to (see horizon.go).
-	horizon     atomic.Int64
+	alarms      alarmState // guarded by mu
 	horizonScan horizonState
-	// async counts background reads (paging prefetches); asyncMu guards
-	// asyncClosed, after which none starts (innermost lock).
-	async       sync.WaitGroup
-	asyncMu     sync.Mutex
-	asyncClosed bool
-	asyncN      int           // tasks running, guarded by asyncMu
-	asyncIdle   *sync.Cond    // on asyncMu: broadcast when asyncN drops to 0
 	quit        chan struct{} // stops the backlog retry and consumer timeout loops
-	// minConsumerTimeout is at most every consumer timeout in force (ms;
-	// it only decreases): deliveries younger than it are not checked.
-	minConsumerTimeout atomic.Int64
-	// consumerTimeoutMs is the broker's consumer timeout in ms, -1 for
-	// none (Options.ConsumerTimeout, SetConsumerTimeout).
-	consumerTimeoutMs atomic.Int64
-	wg                sync.WaitGroup
-	redrives          redrives // background redrive tasks
+	wg          sync.WaitGroup
+	redrives    redrives // background redrive tasks
 }
 
 // Open starts a broker over opts.Store, recovering its durable state; on
@@ -212,9 +185,7 @@ func Open(opts Options) (*Broker, error) {
 		opts.ConsumerTimeoutCheck = time.Second
 	}
 	b := &Broker{
-		opts:   opts,
-		log:    opts.Logger,
-		store:  opts.Store,
+		env:    &env{opts: opts, log: opts.Logger, store: opts.Store},
 		vhosts: make(map[string]*VHost),
 		users:  make(map[string]*user),
 		perms:  make(map[permKey]*permission),
@@ -222,6 +193,8 @@ func Open(opts Options) (*Broker, error) {
 		quit:   make(chan struct{}),
 	}
 	b.storeFailedFn = b.storeFailed
+	b.storeAlarm = func() { b.SetAlarm(AlarmStore, true) }
+	b.expired = func(q *Queue) { b.deleteQueue(q) }
 	b.dropLog = newDropLogs(opts.Logger)
 	b.readLog = newReadLog(opts.Logger)
 	b.minConsumerTimeout.Store(math.MaxInt64)
@@ -316,41 +289,6 @@ func (b *Broker) Close() {
 	b.readLog.Stop()
 }
 
-// goAsync registers a background task (call asyncDone when it ends), or
-// reports false once the broker is closing.
-func (b *Broker) goAsync() bool {
-	b.asyncMu.Lock()
-	defer b.asyncMu.Unlock()
-	if b.asyncClosed {
-		return false
-	}
-	b.async.Add(1)
-	b.asyncN++
-	return true
-}
-
-func (b *Broker) asyncDone() {
-	b.asyncMu.Lock()
-	if b.asyncN--; b.asyncN == 0 && b.asyncIdle != nil {
-		b.asyncIdle.Broadcast()
-	}
-	b.asyncMu.Unlock()
-	b.async.Done()
-}
-
-// waitAsyncIdle waits until no background task runs (for tests: one may
-// start right after).
-func (b *Broker) waitAsyncIdle() {
-	b.asyncMu.Lock()
-	defer b.asyncMu.Unlock()
-	if b.asyncIdle == nil {
-		b.asyncIdle = sync.NewCond(&b.asyncMu)
-	}
-	for b.asyncN > 0 {
-		b.asyncIdle.Wait()
-	}
-}
-
 // OpenConnection implements amqp.Handler.
 func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.Session, *amqp.Error) {
 	b.mu.Lock()
@@ -402,28 +340,6 @@ func (b *Broker) newDurableQueueID() store.QueueID {
 	mb.put(metaQueueIDMark, encodeQueueIDMark(uint64(id)))
 	b.startMeta(&mb) // ordered before the queue's definition, which waits
 	return id
-}
-
-// storeFailed records a store failure. Store errors are sticky: the
-// broker keeps serving what it has in memory, but every operation that
-// needs the store fails (publishers get nacks) and the failure is logged
-// once.
-func (b *Broker) storeFailed(err error) {
-	if err != nil {
-		b.storeFailure(err) // apart, so a nil err is not moved to the heap
-	}
-}
-
-func (b *Broker) storeFailure(err error) {
-	if b.storeErr.CompareAndSwap(nil, &err) {
-		b.log.Error("message store failed; persistent operations will fail", "err", err)
-		// Publishers are blocked, as by a disk alarm: the store accepts
-		// nothing more (its errors are sticky) and the broker never
-		// pretends to be durable. The alarm is raised off this goroutine:
-		// storeFailed may run under queue locks, and Broker.mu is taken
-		// alone.
-		go b.SetAlarm(AlarmStore, true)
-	}
 }
 
 // removeConsumer cancels c on its queue and deletes the queue if it is

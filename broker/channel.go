@@ -99,10 +99,10 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 	tag := ch.nextTag
 	ch.nextTag++
 	if !c.noAck {
-		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.vhost.b.nowMS()})
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.env.nowMS()})
 		c.unacked++
 	}
-	q.vhost.b.counters.delivered.add(false, c.noAck, e.redelivered)
+	q.env.counters.delivered.add(false, c.noAck, e.redelivered)
 	q.stats.delivered.add(false, c.noAck, e.redelivered)
 	ch.deliveryStats.delivered.add(false, c.noAck, e.redelivered)
 	h := e.EffectiveHeader()
@@ -126,7 +126,7 @@ func (ch *channel) recordGet(q *Queue, e *entry, noAck bool) uint64 {
 	tag := ch.nextTag
 	ch.nextTag++
 	if !noAck {
-		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, at: q.vhost.b.nowMS()})
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, at: q.env.nowMS()})
 	}
 	return tag
 }
@@ -277,7 +277,7 @@ func (ch *channel) settleRuns(ds []*delivery, acts []pendingSettle) {
 		q := ds[0].q
 		rest := ds[:0:0]
 		q.mu.Lock()
-		t := q.vhost.b.newTxn()
+		t := q.env.newTxn()
 		i := 0
 		for _, a := range acts {
 			es := buf[:0]

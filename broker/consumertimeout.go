@@ -24,7 +24,7 @@ import (
 
 // globalConsumerTimeout is Options.ConsumerTimeout in ms (as changed by
 // SetConsumerTimeout), -1 for none.
-func (b *Broker) globalConsumerTimeout() int64 {
+func (b *env) globalConsumerTimeout() int64 {
 	return b.consumerTimeoutMs.Load()
 }
 
@@ -47,7 +47,7 @@ func (b *Broker) SetConsumerTimeout(d time.Duration) {
 
 // noteConsumerTimeout lowers the bound below which deliveries are not
 // checked to ms (a timeout now in force; -1: none).
-func (b *Broker) noteConsumerTimeout(ms int64) {
+func (b *env) noteConsumerTimeout(ms int64) {
 	if ms < 0 {
 		return
 	}
@@ -64,7 +64,7 @@ func (q *Queue) consumerTimeout() int64 {
 	if ms := q.config().consumerTimeout; ms >= 0 {
 		return ms
 	}
-	return q.vhost.b.globalConsumerTimeout()
+	return q.env.globalConsumerTimeout()
 }
 
 // checkConsumerTimeouts closes the channels holding a delivery past its

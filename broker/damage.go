@@ -61,7 +61,7 @@ func (q *Queue) dropDamagedLocked(t *txn, deadLetter bool) {
 	if len(q.damaged) == 0 {
 		return
 	}
-	b := q.vhost.b
+	b := q.env
 	lost := q.damaged
 	q.damaged = nil
 	cfg := q.config()

@@ -89,14 +89,14 @@ func (q *Queue) deliveredBefore(prio uint8, seq uint64, deliveryCount uint32) bo
 // for a mark write and the caller waits for it (markWaitLocked). It also
 // writes the mark ahead while deliveries approach it.
 func (q *Queue) markReadyLocked(e *entry) bool {
-	if q.marks == nil || !e.durable() || q.vhost.b.storeErr.Load() != nil {
+	if q.marks == nil || !e.durable() || q.env.storeErr.Load() != nil {
 		return true // nothing to mark, or nothing durable any more
 	}
 	if q.marksFinal {
 		return false // stopping: the exact marks are taken
 	}
 	lv := min(int(e.Prio), len(q.marks)-1)
-	chunk := uint64(q.vhost.b.opts.DeliveredMarkChunk)
+	chunk := uint64(q.env.opts.DeliveredMarkChunk)
 	if e.Seq <= q.marks[lv] {
 		if q.markAsked[lv] == q.marks[lv] && e.Seq+chunk/2 > q.marks[lv] {
 			q.writeMarksLocked(lv, q.marks[lv]+chunk)
@@ -118,7 +118,7 @@ func (q *Queue) writeMarksLocked(lv int, v uint64) {
 	}
 	q.markAsked[lv] = max(q.markAsked[lv], v)
 	asked := slices.Clone(q.markAsked)
-	b := q.vhost.b
+	b := q.env
 	batch := &store.Batch{Meta: []store.MetaOp{{Key: metaKey(metaQueue, q.vhost.Name, q.Name), Value: encodeQueueDef(q)}}}
 	b.store.Apply(batch, func(err error) {
 		if err != nil {

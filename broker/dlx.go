@@ -77,7 +77,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	if len(es) == 0 {
 		return
 	}
-	b := q.vhost.b
+	b := q.env
 	cfg := q.config()
 	ri := reasonIndex(reason)
 	if !cfg.hasDLX {
@@ -188,7 +188,7 @@ func (m *dlMemo) hit(h *store.Header, sec int64) bool {
 // it waiting rather than deliver it to some. Caller holds q.mu and, through
 // t, v.mu (shared).
 func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool, m *dlMemo) int {
-	b := q.vhost.b
+	b := q.env
 	h := e.EffectiveHeader()
 	if !m.hit(h, died.Unix()) {
 		props, err := amqp.DecodeProperties(h.Props)
@@ -345,7 +345,7 @@ type cycleLog struct {
 const cycleLogPairs = 256
 
 // forgetCycles drops the pairs of the deleted queue q.
-func (b *Broker) forgetCycles(q *Queue) {
+func (b *env) forgetCycles(q *Queue) {
 	b.cycles.mu.Lock()
 	defer b.cycles.mu.Unlock()
 	for k := range b.cycles.last {
@@ -355,7 +355,7 @@ func (b *Broker) forgetCycles(q *Queue) {
 	}
 }
 
-func (b *Broker) logCycle(from, to *Queue, reason deadletter.Reason) {
+func (b *env) logCycle(from, to *Queue, reason deadletter.Reason) {
 	key := [2]*Queue{from, to}
 	now := b.now()
 	b.cycles.mu.Lock()

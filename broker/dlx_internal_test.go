@@ -15,7 +15,7 @@ import (
 // queue alive and does not grow with the pairs ever seen.
 func TestCycleLogBounded(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
-	b := &Broker{opts: Options{Now: func() time.Time { return now }}, log: slog.New(slog.DiscardHandler)}
+	b := &Broker{env: &env{opts: Options{Now: func() time.Time { return now }}, log: slog.New(slog.DiscardHandler)}}
 	v := &VHost{Name: "/", b: b}
 	queue := func(i int) *Queue { return &Queue{Name: fmt.Sprint("q", i), vhost: v} }
 	src := queue(-1)

@@ -12,23 +12,23 @@ import (
 )
 
 // now is the broker's clock (Options.Now, for tests that move time).
-func (b *Broker) now() time.Time { return b.opts.Now() }
+func (b *env) now() time.Time { return b.opts.Now() }
 
-func (b *Broker) nowMS() int64 { return b.opts.Now().UnixMilli() }
+func (b *env) nowMS() int64 { return b.opts.Now().UnixMilli() }
 
 // arrivalMS is the broker's clock in milliseconds rounded up: the time a
 // message's deadline counts from. Deadlines are whole milliseconds, and
 // an entry expires once the clock, rounded down, reaches its deadline;
 // rounding the arrival up makes that never earlier than arrival + TTL.
-func (b *Broker) arrivalMS() int64 { return ceilMS(b.opts.Now()) }
+func (b *env) arrivalMS() int64 { return ceilMS(b.opts.Now()) }
 
 // arrival is the arrival time of a publish (arrivalMS), read from the
 // clock when a deadline first needs it and then kept, so a message with
 // no TTL costs no clock read and every queue of one publish counts from
 // the same instant.
 type arrival struct {
-	b  *Broker
-	ms int64 // 0: not read yet
+	env *env
+	ms  int64 // 0: not read yet
 }
 
 // arrivedAt is an arrival already known.
@@ -36,7 +36,7 @@ func arrivedAt(ms int64) arrival { return arrival{ms: ms} }
 
 func (a *arrival) get() int64 {
 	if a.ms == 0 {
-		a.ms = a.b.arrivalMS()
+		a.ms = a.env.arrivalMS()
 	}
 	return a.ms
 }
@@ -94,7 +94,7 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 // waits on timers at the deadlines, or expires at once if due (a timer
 // armed late). Nothing that is due waits for a read.
 func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
-	b := q.vhost.b
+	b := q.env
 	q.mu.Lock()
 	var toRead []store.Ref
 	var pre []*entry
@@ -120,7 +120,7 @@ func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
 // expires them. A read that fails is made again after a pause
 // (readretry.go).
 func (q *Queue) expireRead(refs []store.Ref) {
-	b := q.vhost.b
+	b := q.env
 	read, err := q.readPaged(refs)
 	q.locked(func(t *txn) {
 		if q.isDeleted() {
@@ -141,7 +141,7 @@ func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
 	if q.isDeleted() {
 		return
 	}
-	now := q.vhost.b.nowMS()
+	now := q.env.nowMS()
 	var expired []*entry
 	for _, e := range paged {
 		if l, ok := q.ready.InMiddle(e.Prio, e.Seq); ok {
@@ -175,12 +175,12 @@ func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
 // has no consumers.
 func (q *Queue) touchLocked() {
 	exp := q.config().expires
-	s := q.vhost.b.timers
+	s := q.env.timers
 	s.Remove(&q.lease)
 	if exp < 0 || len(q.consumers) > 0 || q.isDeleted() {
 		return
 	}
-	q.lease.Deadline = q.vhost.b.arrivalMS() + exp // never early, as message deadlines
+	q.lease.Deadline = q.env.arrivalMS() + exp // never early, as message deadlines
 	s.Add(&q.lease)
 }
 
@@ -197,16 +197,16 @@ func (q *Queue) expireLease() {
 	q.mu.Lock()
 	exp := q.config().expires
 	unused := !q.isDeleted() && exp >= 0 && len(q.consumers) == 0
-	if unused && q.lease.Deadline > q.vhost.b.nowMS() {
+	if unused && q.lease.Deadline > q.env.nowMS() {
 		// Fired early by our clock: wait again.
 		unused = false
-		q.vhost.b.timers.Add(&q.lease)
+		q.env.timers.Add(&q.lease)
 	}
 	// From here no consumer may attach: the queue is going.
 	q.closing = q.closing || unused
 	q.mu.Unlock()
 	if unused {
-		q.vhost.b.log.Info("queue expired (x-expires)", "vhost", q.vhost.Name, "queue", q.Name)
-		q.vhost.b.deleteQueue(q)
+		q.env.log.Info("queue expired (x-expires)", "vhost", q.vhost.Name, "queue", q.Name)
+		q.env.expired(q)
 	}
 }

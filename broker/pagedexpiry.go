@@ -169,7 +169,7 @@ func (q *Queue) armPagedLocked(deadline int64, ref store.Ref) {
 	pt := &pagedTimer{q: q, ref: ref}
 	pt.timer.Deadline, pt.timer.Value = deadline-readAheadMS, pt
 	q.paged[ref.Seq] = pt
-	q.vhost.b.timers.Add(&pt.timer)
+	q.env.timers.Add(&pt.timer)
 }
 
 // pagedOutLocked marks e paged out (the store holds it; it comes back as
@@ -185,7 +185,7 @@ func (q *Queue) pagedOutLocked(e *entry) {
 	if e.Deadline == 0 {
 		return
 	}
-	b := q.vhost.b
+	b := q.env
 	b.timers.Remove(&e.timer)
 	if e.Deadline <= b.horizon.Load() {
 		q.armPagedLocked(e.Deadline, e.Ref)
@@ -200,7 +200,7 @@ var pagedOutHook func(*entry)
 // with a resident timer).
 func (q *Queue) unpageTimerLocked(seq uint64) {
 	if pt := q.paged[seq]; pt != nil {
-		q.vhost.b.timers.Remove(&pt.timer)
+		q.env.timers.Remove(&pt.timer)
 		delete(q.paged, seq)
 	}
 }
@@ -208,7 +208,7 @@ func (q *Queue) unpageTimerLocked(seq uint64) {
 // dropPagedLocked drops every paged timer (the middles are gone).
 func (q *Queue) dropPagedLocked() {
 	for _, pt := range q.paged {
-		q.vhost.b.timers.Remove(&pt.timer)
+		q.env.timers.Remove(&pt.timer)
 	}
 	q.paged = nil
 }
@@ -217,7 +217,7 @@ func (q *Queue) dropPagedLocked() {
 // a middle: the refs to read (read-ahead timers that are due) and the
 // entries read ahead whose deadline has come.
 func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) (read []store.Ref, expired []*entry) {
-	b := q.vhost.b
+	b := q.env
 	for _, pt := range pts {
 		if q.paged[pt.ref.Seq] != pt {
 			continue // paged in or dropped meanwhile
@@ -258,7 +258,7 @@ func (q *Queue) holdReadLocked(read []*entry, now int64) []*entry {
 		}
 		pt.pre = e
 		pt.timer.Deadline = e.Deadline
-		q.vhost.b.timers.Add(&pt.timer)
+		q.env.timers.Add(&pt.timer)
 	}
 	return due
 }
@@ -269,7 +269,7 @@ func (q *Queue) holdReadLocked(read []*entry, now int64) []*entry {
 // still in its middle. A gone entry, or a dead letter waiting for a route,
 // is left out.
 func (q *Queue) readPaged(refs []store.Ref) ([]*entry, error) {
-	metas, msgs, err := engine.ReadDue(q.vhost.b.store, refs)
+	metas, msgs, err := engine.ReadDue(q.env.store, refs)
 	if err != nil {
 		return nil, err
 	}

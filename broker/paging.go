@@ -24,7 +24,7 @@ import (
 
 // ranges names q's store ranges for the engine's reads.
 func (q *Queue) ranges() engine.Ranges {
-	return engine.Ranges{Store: q.vhost.b.store, ID: q.id, Durable: q.Durable && !q.Exclusive}
+	return engine.Ranges{Store: q.env.store, ID: q.id, Durable: q.Durable && !q.Exclusive}
 }
 
 // The queue's ready list, as the engine holds it.
@@ -60,14 +60,14 @@ func (q *Queue) fillLocked(l *level) {
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, l.MeanResident(), q.pageBuf[:0])
 	if err = pageErr(r, err); err != nil {
 		// Made again at the level's next refill (readretry.go).
-		q.vhost.b.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+		q.env.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
 		return
 	}
 	q.mergeLocked(l, r)
 	if len(q.damaged) > 0 {
 		// No dead-lettering here: its copies go to their queues after
 		// this lock is released, and this read runs under it.
-		t := q.vhost.b.newTxn()
+		t := q.env.newTxn()
 		q.dropDamagedLocked(t, false)
 		t.apply(nil)
 		t.finish()
@@ -84,7 +84,7 @@ func (q *Queue) fillLocked(l *level) {
 // delivers and enforces its limits, which starts the next read if the
 // head still needs one.
 func (q *Queue) prefetchLocked(l *level) bool {
-	b := q.vhost.b
+	b := q.env
 	if l.Filling {
 		return true
 	}
@@ -138,7 +138,7 @@ func (q *Queue) retryPageLocked() {
 		return
 	}
 	q.pageRetry = true
-	q.vhost.b.retryRead(func() {
+	q.env.retryRead(func() {
 		q.locked(func(t *txn) {
 			q.pageRetry = false
 			if !q.isDeleted() {
@@ -289,7 +289,7 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 	if n, bytes := q.ready.ReadDone(l, r.Done); n != 0 {
 		// The counters disagreed with the store: they follow the store
 		// now (a broker or store bug).
-		q.vhost.b.log.Error("paging: queue level counters disagree with the store; corrected",
+		q.env.log.Error("paging: queue level counters disagree with the store; corrected",
 			"vhost", q.vhost.Name, "queue", q.Name, "level", l.Prio, "missing", n, "bytes", bytes)
 	}
 	q.syncCounts()

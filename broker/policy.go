@@ -344,7 +344,7 @@ func (q *Queue) setConfig(cfg queueConfig) {
 			return
 		}
 		old := q.cfg.Swap(&cfg)
-		q.vhost.b.noteConsumerTimeout(cfg.consumerTimeout)
+		q.env.noteConsumerTimeout(cfg.consumerTimeout)
 		if old.expires != cfg.expires {
 			q.touchLocked()
 		}

@@ -293,7 +293,7 @@ func (ch *channel) confirmDone(seq uint64, ack, inGroup bool) {
 func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup bool)) {
 	qs = lockQueues(qs)
 	t := b.newTxn()
-	refused := b.enqueueLocked(t, qs, p, &arrival{b: b})
+	refused := b.enqueueLocked(t, qs, p, &arrival{env: b.env})
 	if done != nil {
 		done = awaitEvictions(qs, done)
 	}
@@ -475,7 +475,7 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 	}
 	qs = lockQueues(qs)
 	t := b.newTxn()
-	at := arrival{b: b}
+	at := arrival{env: b.env}
 	for _, r := range rs {
 		// A message a reject-publish queue refuses is dropped: a
 		// transaction has no per-message nack.

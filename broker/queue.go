@@ -82,6 +82,7 @@ type Queue struct {
 	id          store.QueueID
 	spilled     bool // transient entries were written to the volatile range (spill.go)
 	qtype       string
+	env         *env // what the engine needs from the broker (env.go)
 	vhost       *VHost
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
@@ -213,6 +214,9 @@ type consumer struct {
 // newQueue builds a queue from its declaration; arguments were validated.
 func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
 	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, vhost: v, id: id, qtype: queueType(args)}
+	if v != nil {
+		q.env = v.b.env
+	}
 	if x, ok := args.Get("x-max-priority"); ok {
 		if n, ok := asInt(x); ok && n > 0 {
 			q.maxPriority = uint8(min(n, 255))
@@ -222,9 +226,9 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 		q.sac, _ = x.(bool)
 	}
 	q.ready = engine.NewReady[*entry](q.maxPriority)
-	if v != nil && v.b.opts.PageWindow > 0 {
-		q.ready.Window = v.b.opts.PageWindow
-		q.ready.WindowBytes = max(v.b.opts.PageWindowBytes, 0)
+	if q.env != nil && q.env.opts.PageWindow > 0 {
+		q.ready.Window = q.env.opts.PageWindow
+		q.ready.WindowBytes = max(q.env.opts.PageWindowBytes, 0)
 		q.ready.Fill = q.fillLocked
 		q.ready.Prefetch = func(l *level) { q.prefetchLocked(l) }
 		q.ready.Paged = q.pagedOutLocked
@@ -233,8 +237,8 @@ func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoD
 	q.lease.Value = q
 	cfg := resolveQueueConfig(q.qtype, args, nil)
 	q.cfg.Store(&cfg)
-	if v != nil {
-		v.b.noteConsumerTimeout(cfg.consumerTimeout)
+	if q.env != nil {
+		q.env.noteConsumerTimeout(cfg.consumerTimeout)
 	}
 	return q
 }
@@ -414,7 +418,7 @@ func (q *Queue) pageOutLocked() {
 func (q *Queue) armLocked(e *entry) {
 	if e.Deadline != 0 && !e.zeroTTL {
 		e.timer.Deadline = e.Deadline
-		q.vhost.b.timers.Add(&e.timer)
+		q.env.timers.Add(&e.timer)
 	}
 }
 
@@ -448,7 +452,7 @@ func (q *Queue) removeReadyLocked(e *entry) {
 
 func (q *Queue) leaveReadyLocked(e *entry) {
 	if e.Deadline != 0 {
-		q.vhost.b.timers.Remove(&e.timer)
+		q.env.timers.Remove(&e.timer)
 	}
 	q.syncCounts()
 }
@@ -474,7 +478,7 @@ func (q *Queue) arriveLocked(t *txn, e *entry) {
 // written (see txn.finish).
 func (q *Queue) insertDeadLetters(es []*entry) {
 	q.mu.Lock()
-	t := q.vhost.b.newTxn()
+	t := q.env.newTxn()
 	if q.isDeleted() {
 		q.landed(es)
 		// The queue went after the copies reached it (in the store):
@@ -528,7 +532,7 @@ func (q *Queue) enforceLimitsLocked(t *txn) {
 		evicted = append(evicted, e)
 	}
 	if len(evicted) > 0 {
-		q.vhost.b.counters.overflowed.Add(uint64(len(evicted)))
+		q.env.counters.overflowed.Add(uint64(len(evicted)))
 		q.deadLetterLocked(t, evicted, deadletter.MaxLen, true)
 	}
 }
@@ -551,7 +555,7 @@ func (q *Queue) dispatchLocked(t *txn) {
 			break // the head could not be refilled (the store failed)
 		}
 		if e.Deadline != 0 && now == 0 {
-			now = q.vhost.b.nowMS()
+			now = q.env.nowMS()
 		}
 		if e.expiredAt(now) && !e.arriving {
 			q.takeLocked()
@@ -634,7 +638,7 @@ func (q *Queue) rotateLocked(i int) {
 // is released and finished after.
 func (q *Queue) locked(fn func(t *txn)) {
 	q.mu.Lock()
-	t := q.vhost.b.newTxn()
+	t := q.env.newTxn()
 	fn(t)
 	t.apply(nil)
 	q.mu.Unlock()
@@ -679,7 +683,7 @@ func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []b
 			return
 		}
 		q.touchLocked()
-		now := q.vhost.b.nowMS()
+		now := q.env.nowMS()
 		var expired []*entry
 		for {
 			f := q.ready.Front()
@@ -739,7 +743,7 @@ func (q *Queue) addConsumer(c *consumer, added func()) *amqp.Error {
 	q.consumers = slices.Insert(q.consumers, i, c)
 	q.exclusiveC = c.exclusive
 	q.hadConsumer = true
-	q.vhost.b.timers.Remove(&q.lease) // in use while it has consumers
+	q.env.timers.Remove(&q.lease) // in use while it has consumers
 	// Under the lock: no delivery to c can be sent before what added
 	// sends (basic.consume-ok, which a client must see first).
 	added()
@@ -799,7 +803,7 @@ func (q *Queue) purge() (int, *storeWrite) {
 		return 0, w
 	}
 	n := q.ready.Len()
-	t := q.vhost.b.newTxn()
+	t := q.env.newTxn()
 	for _, ref := range paged {
 		t.batch.Deletes = append(t.batch.Deletes, ref)
 	}
@@ -808,7 +812,7 @@ func (q *Queue) purge() (int, *storeWrite) {
 	for _, e := range es {
 		e.state = stGone
 		if e.Deadline != 0 {
-			q.vhost.b.timers.Remove(&e.timer)
+			q.env.timers.Remove(&e.timer)
 		}
 		t.del(e)
 	}
@@ -843,13 +847,13 @@ func (q *Queue) markDeletedLocked() (consumers []*consumer, messages int) {
 	for _, e := range q.ready.Clear() {
 		e.state = stGone
 		if e.Deadline != 0 {
-			q.vhost.b.timers.Remove(&e.timer)
+			q.env.timers.Remove(&e.timer)
 		}
 	}
 	q.syncCounts()
 	q.takeBacklogLocked()
 	q.dropStoredBacklogLocked()
-	q.vhost.b.timers.Remove(&q.lease)
+	q.env.timers.Remove(&q.lease)
 	consumers, q.consumers = q.consumers, nil
 	return consumers, messages
 }

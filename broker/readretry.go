@@ -27,7 +27,7 @@ func newReadLog(log *slog.Logger) *ratelog.Limiter {
 }
 
 // readFailed logs a store read that failed and is retried.
-func (b *Broker) readFailed(err error) {
+func (b *env) readFailed(err error) {
 	b.counters.readErrors.Add(1)
 	b.readLog.Event("err", err)
 }
@@ -35,7 +35,7 @@ func (b *Broker) readFailed(err error) {
 // retryRead runs fn after readRetryDelay, as a background task: not once
 // the broker closes, nor once the store failed for good (every read would
 // fail again).
-func (b *Broker) retryRead(fn func()) {
+func (b *env) retryRead(fn func()) {
 	time.AfterFunc(readRetryDelay, func() {
 		if b.storeErr.Load() != nil || !b.goAsync() {
 			return

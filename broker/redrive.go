@@ -423,7 +423,7 @@ func (r *redriveRun) firstAfter(d *engine.Deque[*entry], prio uint8) *entry {
 // target takes it (t then changes nothing). Caller holds q.mu; t holds
 // the vhost lock shared until applied.
 func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d latestDeath, toX bool, opts RedriveOptions) string {
-	b := q.vhost.b
+	b := q.env
 	v := q.vhost
 	t.holdVHost(v)
 	var targets []*Queue
@@ -507,7 +507,7 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 			}
 			msg = clone
 		}
-		ne := tq.newCopyEntry(msg, header, props.Priority, &arrival{b: b})
+		ne := tq.newCopyEntry(msg, header, props.Priority, &arrival{env: b})
 		if ne.stored {
 			t.put(ne)
 		}

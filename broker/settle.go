@@ -27,7 +27,7 @@ const (
 //   - reject: they are dead-lettered (rejected).
 func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
 	if action == actAck {
-		q.vhost.b.counters.acked.Add(uint64(len(es)))
+		q.env.counters.acked.Add(uint64(len(es)))
 		q.stats.ack.Add(uint64(len(es)))
 	}
 	q.unacked -= len(es)
@@ -47,7 +47,7 @@ func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
 		q.deadLetterLocked(t, es, deadletter.Rejected, true)
 	case actRequeue:
 		cfg := q.config()
-		now := q.vhost.b.nowMS()
+		now := q.env.nowMS()
 		var overLimit, expired []*entry
 		for _, e := range es {
 			e.redelivered = true

@@ -70,7 +70,7 @@ func (q *Queue) spillLocked(l *level, limit uint64) {
 		if e.stored {
 			continue
 		}
-		e.Msg = q.vhost.b.ownMessage(e.Msg)
+		e.Msg = q.env.ownMessage(e.Msg)
 		e.Ref.Queue = q.volID()
 		e.stored = true
 		b.Messages = append(b.Messages, e.Msg)
@@ -81,9 +81,9 @@ func (q *Queue) spillLocked(l *level, limit uint64) {
 		return
 	}
 	q.spilled = true
-	q.vhost.b.store.Apply(&b, func(err error) {
+	q.env.store.Apply(&b, func(err error) {
 		if err != nil {
-			q.vhost.b.storeFailed(err)
+			q.env.storeFailed(err)
 		}
 	})
 	for _, e := range es {

@@ -19,7 +19,7 @@ import (
 // are gone means no code ever holds two queue locks it did not take in id
 // order.
 type txn struct {
-	b       *Broker
+	env     *env
 	batch   store.Batch
 	dropped int                     // puts tombstoned by del (Msg set to nil)
 	putAt   map[store.Ref]int       // index of batch.Puts, built once it is large
@@ -43,9 +43,9 @@ func (t *txn) holdVHost(v *VHost) {
 	}
 }
 
-func (b *Broker) newTxn() *txn {
+func (b *env) newTxn() *txn {
 	t := txnPool.Get().(*txn)
-	t.b = b
+	t.env = b
 	return t
 }
 
@@ -190,7 +190,7 @@ func (t *txn) write(done func(error)) bool {
 		len(t.batch.DropQueues) == 0 && len(t.batch.Meta) == 0 {
 		return false
 	}
-	b := t.b
+	b := t.env
 	if done == nil {
 		b.store.Apply(&t.batch, b.storeFailedFn)
 	} else {
@@ -230,6 +230,6 @@ func (t *txn) finish() {
 // ownMessage returns a copy of m with an id of its own (the body is shared
 // in memory): what goes where m's stored body may not be (spill.go's
 // comment, planDeadLetterLocked).
-func (b *Broker) ownMessage(m *store.Message) *store.Message {
+func (b *env) ownMessage(m *store.Message) *store.Message {
 	return &store.Message{ID: b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
 }

@@ -16,7 +16,7 @@ func TestTxnBatches(t *testing.T) {
 	for _, n := range []int{1, smallBatch, smallBatch + 1, 5 * smallBatch} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			st := memstore.New()
-			b := &Broker{store: st, log: slog.Default()}
+			b := &Broker{env: &env{store: st, log: slog.Default()}}
 			msgs := []*store.Message{{ID: 1, Persistent: true}, {ID: 2, Persistent: true}, {ID: 3, Persistent: true}}
 			tx := b.newTxn()
 			var entries []*entry

@@ -1,0 +1,121 @@
+package broker
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/brokerd/brokerd/internal/ratelog"
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/ttl"
+)
+
+// env is what the queue engine needs from its owner, gathered in one
+// place: the store and what reports on it, the clock and the timer
+// scheduler, the counters and logs, the background tasks, the consumer
+// timeout in force, and the two calls back up (storeAlarm, expired).
+// A queue reaches it through Queue.env, never through its vhost's
+// broker; the Broker embeds it. It is the seam the queue engine's own
+// package will take as its Env (issue 24): the engine will then import
+// nothing of the broker.
+//
+// The fields are set by Open and not changed after, except those whose
+// comments say otherwise.
+type env struct {
+	opts  Options
+	log   *slog.Logger
+	store store.Store
+	// storeFailedFn is storeFailed as a func value made once: the
+	// completion of a store write nobody waits for (txn.write).
+	storeFailedFn func(error)
+	storeErr      atomic.Pointer[error] // the store's first failure (storeFailed)
+	// storeAlarm raises the store alarm; storeFailure calls it on a
+	// goroutine of its own (the alarm takes Broker.mu, which storeFailed's
+	// callers may not).
+	storeAlarm func()
+	// expired deletes a queue whose x-expires lease ran out; called with
+	// no lock held.
+	expired func(q *Queue)
+
+	counters counters
+	cycles   cycleLog
+	dropLog  [numDropCauses]*ratelog.Limiter // nil for dropNoDLX; see newDropLogs
+	readLog  *ratelog.Limiter                // store reads retried (readretry.go)
+
+	timers *ttl.Scheduler // message deadlines and queue leases
+	// horizon is the latest deadline the store's expiry keys have been
+	// scanned to (pagedexpiry.go); the scan, the broker's, stores it.
+	horizon atomic.Int64
+
+	// async counts background reads (paging prefetches); asyncMu guards
+	// asyncClosed, after which none starts (innermost lock).
+	async       sync.WaitGroup
+	asyncMu     sync.Mutex
+	asyncClosed bool
+	asyncN      int        // tasks running, guarded by asyncMu
+	asyncIdle   *sync.Cond // on asyncMu: broadcast when asyncN drops to 0
+
+	// minConsumerTimeout is at most every consumer timeout in force (ms;
+	// it only decreases): deliveries younger than it are not checked.
+	minConsumerTimeout atomic.Int64
+	// consumerTimeoutMs is the broker's consumer timeout in ms, -1 for
+	// none (Options.ConsumerTimeout, SetConsumerTimeout).
+	consumerTimeoutMs atomic.Int64
+}
+
+// goAsync registers a background task (call asyncDone when it ends), or
+// reports false once the broker is closing.
+func (b *env) goAsync() bool {
+	b.asyncMu.Lock()
+	defer b.asyncMu.Unlock()
+	if b.asyncClosed {
+		return false
+	}
+	b.async.Add(1)
+	b.asyncN++
+	return true
+}
+
+func (b *env) asyncDone() {
+	b.asyncMu.Lock()
+	if b.asyncN--; b.asyncN == 0 && b.asyncIdle != nil {
+		b.asyncIdle.Broadcast()
+	}
+	b.asyncMu.Unlock()
+	b.async.Done()
+}
+
+// waitAsyncIdle waits until no background task runs (for tests: one may
+// start right after).
+func (b *env) waitAsyncIdle() {
+	b.asyncMu.Lock()
+	defer b.asyncMu.Unlock()
+	if b.asyncIdle == nil {
+		b.asyncIdle = sync.NewCond(&b.asyncMu)
+	}
+	for b.asyncN > 0 {
+		b.asyncIdle.Wait()
+	}
+}
+
+// storeFailed records a store failure. Store errors are sticky: the
+// broker keeps serving what it has in memory, but every operation that
+// needs the store fails (publishers get nacks) and the failure is logged
+// once.
+func (b *env) storeFailed(err error) {
+	if err != nil {
+		b.storeFailure(err) // apart, so a nil err is not moved to the heap
+	}
+}
+
+func (b *env) storeFailure(err error) {
+	if b.storeErr.CompareAndSwap(nil, &err) {
+		b.log.Error("message store failed; persistent operations will fail", "err", err)
+		// Publishers are blocked, as by a disk alarm: the store accepts
+		// nothing more (its errors are sticky) and the broker never
+		// pretends to be durable. The alarm is raised off this goroutine:
+		// storeFailed may run under queue locks, and Broker.mu is taken
+		// alone.
+		go b.storeAlarm()
+	}
+}

@@ -202,13 +202,23 @@ type queueStats struct {
 // consumer is a basic.consume subscription.
 type consumer struct {
 	tag       string
-	ch        *channel
+	ch        consumerChannel
 	q         *Queue
 	noAck     bool
 	exclusive bool
 	priority  int64
 	prefetch  int // per-consumer prefetch count; 0 = unlimited
 	unacked   int // guarded by ch.mu
+}
+
+// consumerChannel is a consumer's channel as the queue sees it: the queue
+// hands it a delivery (tryDeliver, with q.mu held: it takes the channel's
+// lock, never a queue's) and, when the queue goes, has it cancel the
+// consumer (serverCancel, with no queue lock held). The channel is its
+// one implementation; the queue knows nothing else of it.
+type consumerChannel interface {
+	tryDeliver(c *consumer, q *Queue, e *entry, props []byte) bool
+	serverCancel(c *consumer)
 }
 
 // newQueue builds a queue from its declaration; arguments were validated.

@@ -122,11 +122,10 @@ func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
 	if q.owner != nil {
 		qi.ExclusiveOwner = q.owner.name()
 	}
-	q.mu.Lock()
-	qi.Ready, qi.ReadyBytes = q.ready.Len(), q.ready.Bytes()
-	qi.Memory += q.ready.Resident()
-	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = q.unacked, q.backlogLen(), len(q.consumers)
-	q.mu.Unlock()
+	l := q.lengths()
+	qi.Ready, qi.ReadyBytes = l.ready, l.readyBytes
+	qi.Memory += l.resident
+	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = l.unacked, l.backlog, l.consumers
 	for i, r := range reasons {
 		qi.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
 	}

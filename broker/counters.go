@@ -261,12 +261,10 @@ func (b *Broker) QueueStats(vhost, name string) (QueueStats, bool) {
 	if q == nil {
 		return QueueStats{}, false
 	}
-	q.mu.Lock()
-	cfg := q.config()
-	st := QueueStats{Ready: q.ready.Len(), Unacked: q.unacked, Consumers: len(q.consumers), DeadLetterBacklog: q.backlogLen(),
+	l, cfg := q.lengths(), q.config()
+	st := QueueStats{Ready: l.ready, Unacked: l.unacked, Consumers: l.consumers, DeadLetterBacklog: l.backlog,
 		DeadLettered: map[string]uint64{}, Policy: cfg.policy, OperatorPolicy: cfg.opPolicy,
 		EffectivePolicyDefinition: maps.Clone(cfg.effective)}
-	q.mu.Unlock()
 	for i, r := range reasons {
 		st.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
 	}

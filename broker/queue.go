@@ -867,3 +867,25 @@ func (q *Queue) markDeletedLocked() (consumers []*consumer, messages int) {
 	consumers, q.consumers = q.consumers, nil
 	return consumers, messages
 }
+
+// queueLengths are a queue's lengths read at one instant (lengths).
+type queueLengths struct {
+	ready, unacked, backlog, consumers int
+	readyBytes                         int64 // the ready messages' bodies
+	resident                           int64 // what the ready list holds in memory
+}
+
+// lengths reads q's lengths under its lock.
+func (q *Queue) lengths() queueLengths {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return queueLengths{ready: q.ready.Len(), unacked: q.unacked, backlog: q.backlogLen(), consumers: len(q.consumers),
+		readyBytes: q.ready.Bytes(), resident: q.ready.Resident()}
+}
+
+// markClosing has q take no new consumer: it is about to be deleted.
+func (q *Queue) markClosing() {
+	q.mu.Lock()
+	q.closing = true
+	q.mu.Unlock()
+}

@@ -101,9 +101,8 @@ func (b *Broker) Counters() Counters {
 		v.mu.RUnlock()
 		for _, q := range qs {
 			qc := QueueCounters{VHost: v.Name, Name: q.Name, ID: uint64(q.id)}
-			q.mu.Lock()
-			qc.Ready, qc.Unacked, qc.Backlog = q.ready.Len(), q.unacked, q.backlogLen()
-			q.mu.Unlock()
+			l := q.lengths()
+			qc.Ready, qc.Unacked, qc.Backlog = l.ready, l.unacked, l.backlog
 			qc.Stats = q.messageStats()
 			out.Queues = append(out.Queues, qc)
 		}

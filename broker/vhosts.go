@@ -210,9 +210,7 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 	}
 	v.mu.RUnlock()
 	for _, q := range queues {
-		q.mu.Lock()
-		q.closing = true // takes no new consumer
-		q.mu.Unlock()
+		q.markClosing()
 		_, w := b.deleteQueue(q)
 		if err := w.waitErr(); err != nil {
 			return fmt.Errorf("delete queue '%s': %w", q.Name, err)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/policy"
 )
 
 // resolveQueueName expands the empty name to the queue last declared on the
@@ -77,7 +78,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 			return err
 		}
 		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
-		x.applyPolicyLocked(sortedPolicies(v.policies)) // a policy alternate-exchange applies at once
+		x.applyPolicyLocked(policy.Sorted(v.policies)) // a policy alternate-exchange applies at once
 		v.exchanges[x.Name] = x
 		var mb metaBatch
 		if x.Durable {
@@ -293,7 +294,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
 	}
-	if defaulted && queueType(m.Arguments) == queueStream {
+	if defaulted && queueType(m.Arguments) == policy.QueueStream {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", name, v.Name)
 	}
 	if err := validateQueueDeclare(v.Name, name, m); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -361,7 +362,7 @@ func (p *importPlan) checkContents() {
 				continue // no vhost: reported
 			}
 			pol.Definition = maps.Clone(pol.Definition)
-			if err := validatePolicy(&pol, k.operator); err != nil {
+			if err := policy.Validate(&pol, k.operator); err != nil {
 				p.problem("%s '%s' in vhost '%s': %s", k.what, pol.Name, pol.VHost, errText(err))
 				continue
 			}
@@ -533,7 +534,7 @@ func (p *importPlan) apply() *storeWrite {
 			p.mb.putPolicy(metaOperatorPolicy, name, pol)
 			t.touched = true
 		}
-		ps := sortedPolicies(v.policies)
+		ps := policy.Sorted(v.policies)
 		for _, xname := range slices.Sorted(maps.Keys(t.xs)) {
 			x := t.xs[xname]
 			x.applyPolicyLocked(ps)

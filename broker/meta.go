@@ -6,6 +6,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -293,7 +294,7 @@ func (b *Broker) recoverDefinitions() error {
 				return nil
 			}
 			pol := &Policy{Name: p[1], Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
-			if err := validatePolicy(pol, k.operator); err != nil {
+			if err := policy.Validate(pol, k.operator); err != nil {
 				return fmt.Errorf("stored %s: %w", k.what, err)
 			}
 			vh.policiesForWriteLocked(k)[pol.Name] = pol

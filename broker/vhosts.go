@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -85,7 +86,7 @@ func (b *Broker) VHosts() []VHostInfo {
 
 // queueTypes are the values a vhost's default queue type may take
 // ("undefined", RabbitMQ's word for none, is stored as "").
-var queueTypes = []string{"", queueClassic, queueQuorum, queueStream}
+var queueTypes = []string{"", policy.QueueClassic, policy.QueueQuorum, policy.QueueStream}
 
 // PutVHost creates a vhost, or updates the metadata of one that exists,
 // and returns once that is durable. Unlike RabbitMQ's HTTP API (which

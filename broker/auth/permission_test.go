@@ -1,26 +1,26 @@
-package broker
+package auth
 
 import "testing"
 
 // ".*" is matched without a regexp, for its kind only; "" matches nothing.
 func TestPermissionPatternsPerKind(t *testing.T) {
-	p, err := newPermission(".*", "^u-", "")
+	p, err := NewPermission(".*", "^u-", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		k    permKind
+		k    Access
 		name string
 		want bool
 	}{
-		{permConfigure, "anything", true},
-		{permConfigure, "", true},
-		{permWrite, "u-x", true},
-		{permWrite, "x-u-", false},
-		{permRead, "u-x", false},
-		{permRead, "", false},
+		{Configure, "anything", true},
+		{Configure, "", true},
+		{Write, "u-x", true},
+		{Write, "x-u-", false},
+		{Read, "u-x", false},
+		{Read, "", false},
 	} {
-		if got := p.allows(c.k, c.name); got != c.want {
+		if got := p.Allows(c.k, c.name); got != c.want {
 			t.Errorf("%s %q: allowed %v, want %v", c.k, c.name, got, c.want)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/policy"
 )
 
 // What the management API shows of the broker: snapshots of queues,
@@ -178,7 +179,7 @@ func (b *Broker) Exchanges(vhost string) []ExchangeInfo {
 	var out []ExchangeInfo
 	for _, v := range b.vhostsNamed(vhost) {
 		v.mu.RLock()
-		ps := sortedPolicies(v.policies)
+		ps := policy.Sorted(v.policies)
 		for _, x := range v.exchanges {
 			out = append(out, x.infoLocked(v, ps))
 		}
@@ -203,14 +204,14 @@ func (b *Broker) Exchange(vhost, name string) (ExchangeInfo, error) {
 	if x == nil {
 		return ExchangeInfo{}, notFoundf("no exchange '%s' in vhost '%s'", name, vhost)
 	}
-	return x.infoLocked(v, sortedPolicies(v.policies)), nil
+	return x.infoLocked(v, policy.Sorted(v.policies)), nil
 }
 
 func (x *Exchange) infoLocked(v *VHost, ps []*Policy) ExchangeInfo {
 	xi := ExchangeInfo{VHost: v.Name, Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: x.Args,
 		PublishIn: x.stats.publishIn.Load(), PublishOut: x.stats.publishOut.Load()}
 	if x.Name != "" {
-		if p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToExchange(x.Name) }); p != nil {
+		if p := policy.Best(ps, func(p *Policy) bool { return p.AppliesToExchange(x.Name) }); p != nil {
 			xi.Policy = p.Name
 		}
 	}

@@ -4,17 +4,8 @@ import (
 	"fmt"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/policy"
 )
-
-// Queue types.
-const (
-	queueClassic = "classic"
-	queueQuorum  = "quorum"
-	queueStream  = "stream"
-)
-
-// rabbitTypeName is how RabbitMQ names a queue type in error texts.
-func rabbitTypeName(t string) string { return "rabbit_" + t + "_queue" }
 
 // argScope says which queue types accept an argument.
 type argScope int
@@ -67,9 +58,9 @@ func argKnownTo(key, qtype string) bool {
 	case scopeBoth:
 		return true
 	case scopeClassic:
-		return qtype == queueClassic
+		return qtype == policy.QueueClassic
 	case scopeQuorum:
-		return qtype == queueQuorum
+		return qtype == policy.QueueQuorum
 	}
 	return false
 }
@@ -81,7 +72,7 @@ func queueType(args amqp.Table) string {
 			return s
 		}
 	}
-	return queueClassic
+	return policy.QueueClassic
 }
 
 // withDefaultQueueType returns the arguments a queue.declare has in a
@@ -109,10 +100,10 @@ func withDefaultQueueType(args amqp.Table, dqt string, durable, exclusive, autoD
 		return args
 	}
 	qtype := dqt
-	if dqt != queueClassic && (!durable || exclusive || autoDelete) {
+	if dqt != policy.QueueClassic && (!durable || exclusive || autoDelete) {
 		// rabbit_queue_type:is_compatible of quorum and stream queues;
 		// the fallback is classic.
-		qtype = queueClassic
+		qtype = policy.QueueClassic
 	}
 	out := make(amqp.Table, 0, len(args)+1)
 	out = append(out, args...)
@@ -139,15 +130,15 @@ func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error 
 			return invalid("x-queue-type", "{unacceptable_type,"+amqp.TypeName(v)+"}")
 		}
 		switch s {
-		case queueClassic, queueQuorum:
-		case queueStream:
+		case policy.QueueClassic, policy.QueueQuorum:
+		case policy.QueueStream:
 			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for %s: stream queues are not supported by brokerd; use a classic or quorum queue", rs)
 		default:
 			return invalid("x-queue-type", fmt.Sprintf("unknown queue type '%s'", s))
 		}
 	}
 	qtype := queueType(m.Arguments)
-	if qtype == queueQuorum {
+	if qtype == policy.QueueQuorum {
 		switch {
 		case !m.Durable:
 			return amqp.Errorf(amqp.PreconditionFailed, "invalid property 'non-durable' for %s", rs)
@@ -159,7 +150,7 @@ func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error 
 	}
 	for _, f := range m.Arguments {
 		if _, known := queueArgs[f.Key]; known && !argKnownTo(f.Key, qtype) {
-			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type %s", f.Key, rs, rabbitTypeName(qtype))
+			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s of queue type %s", f.Key, rs, policy.RabbitTypeName(qtype))
 		}
 		if err := checkQueueArg(f.Key, f.Value, m.Arguments); err != "" {
 			return invalid(f.Key, err)

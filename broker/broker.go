@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/internal/loginlimit"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -110,8 +111,8 @@ type Broker struct {
 
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
-	users  map[string]*user
-	perms  map[permKey]*permission
+	users  map[string]*auth.User
+	perms  map[permKey]*auth.Permission
 	conns  map[*conn]struct{}
 	closed bool
 	// bootstrapped: the store holds the bootstrap mark (metacodec.go).
@@ -149,9 +150,9 @@ func Open(opts Options) (*Broker, error) {
 	if opts.LoginLimit == nil {
 		opts.LoginLimit = loginlimit.New(loginlimit.Options{})
 	}
-	bootUsers := make([]*user, 0, len(opts.Users))
+	bootUsers := make([]*auth.User, 0, len(opts.Users))
 	for _, spec := range opts.Users {
-		u, err := newUser(spec)
+		u, err := auth.NewUser(spec)
 		if err != nil {
 			return nil, fmt.Errorf("bootstrap user '%s': %w", spec.Name, err)
 		}
@@ -187,8 +188,8 @@ func Open(opts Options) (*Broker, error) {
 	b := &Broker{
 		env:    &env{opts: opts, log: opts.Logger, store: opts.Store},
 		vhosts: make(map[string]*VHost),
-		users:  make(map[string]*user),
-		perms:  make(map[permKey]*permission),
+		users:  make(map[string]*auth.User),
+		perms:  make(map[permKey]*auth.Permission),
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}

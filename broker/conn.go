@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 )
 
 // conn is the broker side of one AMQP connection (an amqp.Session).
@@ -23,8 +24,8 @@ type conn struct {
 	// user is the user's current record and perm its permissions in the
 	// vhost (nil: none): a change applies to open connections at once
 	// (Broker.refreshConnPermsLocked).
-	user         atomic.Pointer[user]
-	perm         atomic.Pointer[permission]
+	user         atomic.Pointer[auth.User]
+	perm         atomic.Pointer[auth.Permission]
 	cancelNotify bool
 	// done is closed when Closed has run: the connection does nothing
 	// more (DeleteVHost waits for it).

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/policy"
 )
 
 // resolveQueueName expands the empty name to the queue last declared on the
@@ -26,7 +28,7 @@ func (ch *channel) readQueue(name string) (*Queue, *amqp.Error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ch.conn.checkPerm(permRead, "queue", name); err != nil {
+	if err := ch.conn.checkPerm(auth.Read, "queue", name); err != nil {
 		return nil, err
 	}
 	return ch.conn.lookupQueue(name)
@@ -56,7 +58,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 	if m.Exchange == "" {
 		return errDefaultExchange()
 	}
-	if err := c.checkPerm(permConfigure, "exchange", m.Exchange); err != nil {
+	if err := c.checkPerm(auth.Configure, "exchange", m.Exchange); err != nil {
 		return err
 	}
 	v.mu.Lock()
@@ -77,7 +79,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 			return err
 		}
 		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
-		x.applyPolicyLocked(sortedPolicies(v.policies)) // a policy alternate-exchange applies at once
+		x.applyPolicyLocked(policy.Sorted(v.policies)) // a policy alternate-exchange applies at once
 		v.exchanges[x.Name] = x
 		var mb metaBatch
 		if x.Durable {
@@ -134,10 +136,10 @@ func (c *conn) checkAlternateExchange(name string, args amqp.Table) *amqp.Error 
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg 'alternate-exchange' in exchange '%s' in vhost '%s'",
 			amqp.TypeName(v), name, c.vhost.Name)
 	}
-	if err := c.checkPerm(permRead, "exchange", name); err != nil {
+	if err := c.checkPerm(auth.Read, "exchange", name); err != nil {
 		return err
 	}
-	return c.checkPerm(permWrite, "exchange", ae)
+	return c.checkPerm(auth.Write, "exchange", ae)
 }
 
 func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
@@ -149,7 +151,7 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 	if reservedName(m.Exchange) {
 		return amqp.Errorf(amqp.AccessRefused, "deletion of system exchange '%s' in vhost '%s' not allowed", m.Exchange, v.Name)
 	}
-	if err := c.checkPerm(permConfigure, "exchange", m.Exchange); err != nil {
+	if err := c.checkPerm(auth.Configure, "exchange", m.Exchange); err != nil {
 		return err
 	}
 	v.mu.Lock()
@@ -181,13 +183,13 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 	v := c.vhost
 	// In rabbit_channel's order: write on the destination, then the
 	// default exchange refused on either side, then read on the source.
-	if err := c.checkPerm(permWrite, "exchange", dest); err != nil {
+	if err := c.checkPerm(auth.Write, "exchange", dest); err != nil {
 		return err
 	}
 	if dest == "" || source == "" {
 		return errDefaultExchange()
 	}
-	if err := c.checkPerm(permRead, "exchange", source); err != nil {
+	if err := c.checkPerm(auth.Read, "exchange", source); err != nil {
 		return err
 	}
 	v.mu.Lock()
@@ -262,7 +264,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		// queue cannot be redeclared by its name).
 		return amqp.Errorf(amqp.AccessRefused, "queue name '%s' contains reserved prefix 'amq.*'", name)
 	}
-	if err := c.checkPerm(permConfigure, "queue", name); err != nil {
+	if err := c.checkPerm(auth.Configure, "queue", name); err != nil {
 		return err
 	}
 	// The vhost's default queue type applies to the declare as if the
@@ -293,7 +295,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
 	}
-	if defaulted && queueType(m.Arguments) == queueStream {
+	if defaulted && queueType(m.Arguments) == policy.QueueStream {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", name, v.Name)
 	}
 	if err := validateQueueDeclare(v.Name, name, m); err != nil {
@@ -370,13 +372,13 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	}
 	// In rabbit_channel's order: write on the queue, then the default
 	// exchange refused, then read on the exchange.
-	if err := c.checkPerm(permWrite, "queue", name); err != nil {
+	if err := c.checkPerm(auth.Write, "queue", name); err != nil {
 		return err
 	}
 	if exchange == "" {
 		return errDefaultExchange()
 	}
-	if err := c.checkPerm(permRead, "exchange", exchange); err != nil {
+	if err := c.checkPerm(auth.Read, "exchange", exchange); err != nil {
 		return err
 	}
 	v.mu.Lock()
@@ -450,7 +452,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	if err != nil {
 		return err
 	}
-	if err := c.checkPerm(permConfigure, "queue", name); err != nil {
+	if err := c.checkPerm(auth.Configure, "queue", name); err != nil {
 		return err
 	}
 	v.mu.RLock()

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 )
 
 // Direct is an in-process AMQP channel for management operations. Its
@@ -93,7 +94,7 @@ func (b *Broker) OpenDirect(name, vhost string) (*Direct, error) {
 	if v == nil {
 		return nil, notFoundf("no vhost '%s'", vhost)
 	}
-	u := &user{name: "brokerd", alg: hashAlgorithm("")}
+	u := auth.StoredUser("brokerd", "", nil, nil)
 	perm := allPermissions
 	if name != "" {
 		if u = b.users[name]; u == nil {
@@ -104,7 +105,7 @@ func (b *Broker) OpenDirect(name, vhost string) (*Direct, error) {
 		}
 	}
 	d := &Direct{asBroker: name == ""}
-	d.c = &conn{b: b, vhost: v, userName: u.name, channels: map[uint16]*channel{}, done: make(chan struct{})}
+	d.c = &conn{b: b, vhost: v, userName: u.Name(), channels: map[uint16]*channel{}, done: make(chan struct{})}
 	d.c.user.Store(u)
 	d.c.perm.Store(perm)
 	d.c.ctx, d.c.cancel = context.WithCancel(context.Background())
@@ -114,8 +115,8 @@ func (b *Broker) OpenDirect(name, vhost string) (*Direct, error) {
 }
 
 // allPermissions is the broker's own: every name, every kind.
-var allPermissions = func() *permission {
-	p, err := newPermission(".*", ".*", ".*")
+var allPermissions = func() *auth.Permission {
+	p, err := auth.NewPermission(".*", ".*", ".*")
 	if err != nil {
 		panic(err)
 	}

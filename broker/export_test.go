@@ -6,6 +6,7 @@ package broker
 import (
 	"sync"
 
+	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -33,7 +34,7 @@ func (d *DefsForTest) VHost(name string) { d.m.putVHost(name, vhostDef{}) }
 
 // Permission writes a permission record (its user or vhost may not exist).
 func (d *DefsForTest) Permission(vhost, user, configure, write, read string) {
-	d.m.putPerm(vhost, user, &permission{Configure: configure, Write: write, Read: read})
+	d.m.putPerm(vhost, user, &auth.Permission{Configure: configure, Write: write, Read: read})
 }
 
 func (d *DefsForTest) Exchange(vhost, name, typ string) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -133,10 +135,10 @@ type importPlan struct {
 	vhosts map[string]*VHost
 	users  map[string]bool
 
-	newUsers []*user
+	newUsers []*auth.User
 	perms    []struct {
 		k permKey
-		p *permission
+		p *auth.Permission
 	}
 	vmeta map[string]vhostDef // vhosts the file creates or whose metadata it sets
 	// dqt is each vhost's default queue type as the import leaves it (the
@@ -193,13 +195,13 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 	b.mu.RUnlock()
 
 	for _, spec := range d.Users {
-		u, err := newUser(spec)
+		u, err := auth.NewUser(spec)
 		if err != nil {
 			p.problem("user '%s': %s", spec.Name, errText(err))
 			continue
 		}
 		p.newUsers = append(p.newUsers, u)
-		p.users[u.name] = true
+		p.users[u.Name()] = true
 	}
 	newVHosts := map[string]bool{}
 	for _, dv := range d.VHosts {
@@ -228,14 +230,14 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 			p.problem("%s: no vhost '%s' in the broker or the file", what, pi.VHost)
 			continue
 		}
-		perm, err := newPermission(pi.Configure, pi.Write, pi.Read)
+		perm, err := auth.NewPermission(pi.Configure, pi.Write, pi.Read)
 		if err != nil {
 			p.problem("%s: %s", what, errText(err))
 			continue
 		}
 		p.perms = append(p.perms, struct {
 			k permKey
-			p *permission
+			p *auth.Permission
 		}{permKey{user: pi.User, vhost: pi.VHost}, perm})
 	}
 	target := func(vhost, what string) *importTarget {
@@ -361,7 +363,7 @@ func (p *importPlan) checkContents() {
 				continue // no vhost: reported
 			}
 			pol.Definition = maps.Clone(pol.Definition)
-			if err := validatePolicy(&pol, k.operator); err != nil {
+			if err := policy.Validate(&pol, k.operator); err != nil {
 				p.problem("%s '%s' in vhost '%s': %s", k.what, pol.Name, pol.VHost, errText(err))
 				continue
 			}
@@ -533,7 +535,7 @@ func (p *importPlan) apply() *storeWrite {
 			p.mb.putPolicy(metaOperatorPolicy, name, pol)
 			t.touched = true
 		}
-		ps := sortedPolicies(v.policies)
+		ps := policy.Sorted(v.policies)
 		for _, xname := range slices.Sorted(maps.Keys(t.xs)) {
 			x := t.xs[xname]
 			x.applyPolicyLocked(ps)
@@ -626,7 +628,7 @@ func (p *importPlan) publish() {
 		}
 	}
 	for _, u := range p.newUsers {
-		b.setUserLocked(u.name, u)
+		b.setUserLocked(u.Name(), u)
 	}
 	changed := map[permKey]bool{}
 	for _, pm := range p.perms {

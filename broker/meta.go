@@ -5,7 +5,9 @@ import (
 	"slices"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -25,13 +27,13 @@ func (m *metaBatch) putVHost(name string, d vhostDef) {
 
 func (m *metaBatch) deleteVHost(name string) { m.del(metaKey(metaVHost, name)) }
 
-func (m *metaBatch) putUser(u *user) {
-	m.put(metaKey(metaUser, u.name), encodeUserDef(userDef{Algorithm: u.alg.name, Hash: u.hash, Tags: u.tags}))
+func (m *metaBatch) putUser(u *auth.User) {
+	m.put(metaKey(metaUser, u.Name()), encodeUserDef(userDef{Algorithm: u.Algorithm(), Hash: u.Hash(), Tags: u.Tags()}))
 }
 
 func (m *metaBatch) deleteUser(name string) { m.del(metaKey(metaUser, name)) }
 
-func (m *metaBatch) putPerm(vhost, user string, p *permission) {
+func (m *metaBatch) putPerm(vhost, user string, p *auth.Permission) {
 	m.put(metaKey(metaPerm, vhost, user), encodePermDef(permDef{Configure: p.Configure, Write: p.Write, Read: p.Read}))
 }
 
@@ -185,7 +187,7 @@ func (b *Broker) recoverDefinitions() error {
 		if err != nil {
 			return err
 		}
-		b.users[p[0]] = &user{name: p[0], alg: hashAlgorithm(d.Algorithm), hash: d.Hash, tags: d.Tags}
+		b.users[p[0]] = auth.StoredUser(p[0], d.Algorithm, d.Hash, d.Tags)
 		return nil
 	})
 	scan(metaPerm, 2, func(k string, p []string, v []byte) error {
@@ -201,7 +203,7 @@ func (b *Broker) recoverDefinitions() error {
 			dangling(k, "permissions of unknown user", "vhost", p[0], "user", p[1])
 			return nil
 		}
-		perm, err := newPermission(d.Configure, d.Write, d.Read)
+		perm, err := auth.NewPermission(d.Configure, d.Write, d.Read)
 		if err != nil {
 			return fmt.Errorf("stored permissions: %w", err)
 		}
@@ -293,7 +295,7 @@ func (b *Broker) recoverDefinitions() error {
 				return nil
 			}
 			pol := &Policy{Name: p[1], Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
-			if err := validatePolicy(pol, k.operator); err != nil {
+			if err := policy.Validate(pol, k.operator); err != nil {
 				return fmt.Errorf("stored %s: %w", k.what, err)
 			}
 			vh.policiesForWriteLocked(k)[pol.Name] = pol

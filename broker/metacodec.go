@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 )
 
 // Durable definitions live in the store's meta space, one record per
@@ -493,7 +494,7 @@ func decodeUserDef(v []byte) (userDef, error) {
 	if r.err != nil {
 		return d, r.err
 	}
-	if hashAlgorithm(d.Algorithm) == nil {
+	if !auth.KnownAlgorithm(d.Algorithm) {
 		return d, fmt.Errorf("%w: unknown password hashing algorithm %q", errMetaCorrupt, d.Algorithm)
 	}
 	return d, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -204,7 +205,7 @@ func (d *Direct) Peek(queue string, from uint64, count int) ([]PeekedMessage, er
 
 // PeekLevel is Broker.PeekLevel as Peek does it; prio < 0 is Peek.
 func (d *Direct) PeekLevel(queue string, prio int, from uint64, count int) ([]PeekedMessage, error) {
-	if aerr := d.c.checkPerm(permRead, "queue", queue); aerr != nil {
+	if aerr := d.c.checkPerm(auth.Read, "queue", queue); aerr != nil {
 		return nil, aerr
 	}
 	return d.c.b.peek(d.c.vhost.Name, queue, prio, from, count)

@@ -2,72 +2,19 @@ package broker
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 )
-
-// permission holds the configure/write/read patterns of a user in a vhost.
-// Patterns are unanchored regular expressions, as in RabbitMQ; "" matches
-// nothing. Never changed once made: a change installs a new one.
-type permission struct {
-	Configure, Write, Read string
-	configure, write, read *regexp.Regexp
-	// any is set per kind whose pattern is ".*" (RabbitMQ's default, and
-	// guest's): it matches every name, so no regexp runs per publish.
-	any [3]bool
-}
 
 // permKey names the permissions of a user in a vhost.
 type permKey struct{ user, vhost string }
 
-// newPermission compiles the three patterns; a bad one is an
-// *InvalidError.
-func newPermission(configure, write, read string) (*permission, error) {
-	p := &permission{Configure: configure, Write: write, Read: read}
-	var err error
-	for i, x := range []struct {
-		src string
-		dst **regexp.Regexp
-	}{{configure, &p.configure}, {write, &p.write}, {read, &p.read}} {
-		if x.src == "" {
-			continue
-		}
-		p.any[i] = x.src == ".*"
-		if *x.dst, err = regexp.Compile(x.src); err != nil {
-			return nil, invalidf("invalid_regexp: %q: %s", x.src, strings.TrimPrefix(err.Error(), "error parsing regexp: "))
-		}
-	}
-	return p, nil
-}
-
-type permKind int
-
-const (
-	permConfigure permKind = iota
-	permWrite
-	permRead
-)
-
-func (k permKind) String() string {
-	return [...]string{"configure", "write", "read"}[k]
-}
-
-func (p *permission) allows(k permKind, name string) bool {
-	if p.any[k] {
-		return true
-	}
-	re := [...]*regexp.Regexp{p.configure, p.write, p.read}[k]
-	return re != nil && re.MatchString(name)
-}
-
 // PermissionInfo is a user's permissions in a vhost: the sources of the
-// configure, write and read patterns.
-type PermissionInfo struct {
-	User, VHost, Configure, Write, Read string
-}
+// configure, write and read patterns (auth.PermissionInfo).
+type PermissionInfo = auth.PermissionInfo
 
 // Permissions returns every user's permissions, sorted by vhost, then
 // user. Safe for concurrent use.
@@ -95,7 +42,7 @@ func (b *Broker) Permissions() []PermissionInfo {
 // stricter. A missing user or vhost is an error wrapping ErrNotFound, a
 // bad pattern an *InvalidError.
 func (b *Broker) SetPermissions(user, vhost, configure, write, read string) error {
-	p, err := newPermission(configure, write, read)
+	p, err := auth.NewPermission(configure, write, read)
 	if err != nil {
 		return err
 	}
@@ -110,7 +57,7 @@ func (b *Broker) ClearPermissions(user, vhost string) error {
 }
 
 // changePermissions installs p (nil: none) as user's permissions in vhost.
-func (b *Broker) changePermissions(user, vhost string, p *permission) error {
+func (b *Broker) changePermissions(user, vhost string, p *auth.Permission) error {
 	b.authMu.Lock()
 	defer b.authMu.Unlock()
 	k := permKey{user: user, vhost: vhost}
@@ -170,11 +117,11 @@ func (b *Broker) refreshConnPermsLocked(match func(*conn) bool) {
 // The text names the kind of access ("write access to exchange ..."), as
 // RabbitMQ does since 3.11 and as reference B63 gives it; RabbitMQ 3.10
 // says only "access to exchange ...".
-func (c *conn) checkPerm(k permKind, kind, name string) *amqp.Error {
+func (c *conn) checkPerm(k auth.Access, kind, name string) *amqp.Error {
 	if kind == "exchange" && name == "" {
 		name = "amq.default"
 	}
-	if p := c.perm.Load(); p != nil && p.allows(k, name) {
+	if p := c.perm.Load(); p != nil && p.Allows(k, name) {
 		return nil
 	}
 	return amqp.Errorf(amqp.AccessRefused, "%s access to %s '%s' in vhost '%s' refused for user '%s'",
@@ -195,10 +142,10 @@ func (c *conn) checkDLXPerms(queue string, args amqp.Table) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid type '%s' for arg 'x-dead-letter-exchange' in queue '%s' in vhost '%s'",
 			amqp.TypeName(v), queue, c.vhost.Name)
 	}
-	if err := c.checkPerm(permRead, "queue", queue); err != nil {
+	if err := c.checkPerm(auth.Read, "queue", queue); err != nil {
 		return err
 	}
-	return c.checkPerm(permWrite, "exchange", dlx)
+	return c.checkPerm(auth.Write, "exchange", dlx)
 }
 
 // Access kinds, as CheckAccess takes them.
@@ -217,14 +164,14 @@ const (
 // "" is the default exchange (amq.default in patterns). Safe for
 // concurrent use.
 func (b *Broker) CheckAccess(user, vhost, access, kind, name string) *amqp.Error {
-	var k permKind
+	var k auth.Access
 	switch access {
 	case Configure:
-		k = permConfigure
+		k = auth.Configure
 	case Write:
-		k = permWrite
+		k = auth.Write
 	case Read:
-		k = permRead
+		k = auth.Read
 	default:
 		return amqp.Errorf(amqp.InternalError, "unknown access kind %q", access)
 	}
@@ -234,7 +181,7 @@ func (b *Broker) CheckAccess(user, vhost, access, kind, name string) *amqp.Error
 	if kind == "exchange" && name == "" {
 		name = "amq.default"
 	}
-	if p != nil && p.allows(k, name) {
+	if p != nil && p.Allows(k, name) {
 		return nil
 	}
 	return amqp.Errorf(amqp.AccessRefused, "%s access to %s '%s' in vhost '%s' refused for user '%s'", k, kind, name, vhost, user)

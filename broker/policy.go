@@ -4,114 +4,18 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
+
+	"github.com/brokerd/brokerd/broker/policy"
 )
 
 // Policy is a vhost-wide rule that sets queue (and exchange) behaviour by
-// name pattern, as RabbitMQ's policies do (SPEC §6, reference §3). The
-// same type carries operator policies (opolicy.go).
-type Policy struct {
-	// VHost is the policy's vhost, filled in by Policies and
-	// OperatorPolicies; SetPolicy and SetOperatorPolicy ignore it.
-	VHost    string
-	Name     string
-	Pattern  string // regular expression, unanchored
-	ApplyTo  string // all (default), queues, exchanges, classic_queues, quorum_queues
-	Priority int
-	// Definition maps policy keys (policykeys.go) to values: strings,
-	// booleans, lists, or numbers as Go integers, integral float64 or
-	// json.Number.
-	Definition map[string]any
-
-	re *regexp.Regexp
-}
+// name pattern (package policy).
+type Policy = policy.Policy
 
 // PolicyError is a policy refused at set time; Msg is the reason in
 // RabbitMQ's words.
 type PolicyError = InvalidError
-
-func policyErr(format string, args ...any) error { return invalidf(format, args...) }
-
-// validatePolicy checks a policy as RabbitMQ's rabbit_policy validation
-// does, with its texts; operator selects the operator policies' keys.
-func validatePolicy(p *Policy, operator bool) error {
-	if p.Name == "" {
-		return policyErr("policy name must not be empty")
-	}
-	re, err := regexp.Compile(p.Pattern)
-	if err != nil {
-		return policyErr("invalid pattern %q: %s", p.Pattern, err)
-	}
-	p.re = re
-	switch p.ApplyTo {
-	case "":
-		p.ApplyTo = "all"
-	case "all", "queues", "exchanges", "classic_queues", "quorum_queues":
-	default:
-		return policyErr("%q is not a valid apply-to value", p.ApplyTo)
-	}
-	return validateDefinition(p.Definition, operator)
-}
-
-// appliesToQueue reports whether p matches queue q (P1): pattern, apply-to,
-// and every key supported by the queue's type. A key that configures
-// exchanges does not stop a policy from applying to queues, as in
-// RabbitMQ: it is ignored there.
-func (p *Policy) appliesToQueue(name, qtype string) bool {
-	switch p.ApplyTo {
-	case "all", "queues":
-	case "classic_queues":
-		if qtype != queueClassic {
-			return false
-		}
-	case "quorum_queues":
-		if qtype != queueQuorum {
-			return false
-		}
-	default:
-		return false
-	}
-	for k := range p.Definition {
-		pk := policyKeys[k]
-		if (qtype == queueQuorum && pk.notQuorum) || (qtype != queueQuorum && pk.notClassic) {
-			return false
-		}
-	}
-	return p.re.MatchString(name)
-}
-
-func (p *Policy) appliesToExchange(name string) bool {
-	if p.ApplyTo != "all" && p.ApplyTo != "exchanges" {
-		return false
-	}
-	return p.re.MatchString(name)
-}
-
-// bestPolicy returns the highest-priority policy matching (ties broken by
-// name, so the choice is stable; RabbitMQ leaves it undefined).
-func bestPolicy(ps []*Policy, match func(*Policy) bool) *Policy {
-	var best *Policy
-	for _, p := range ps {
-		if !match(p) {
-			continue
-		}
-		if best == nil || p.Priority > best.Priority || (p.Priority == best.Priority && p.Name < best.Name) {
-			best = p
-		}
-	}
-	return best
-}
-
-// sortedPolicies returns a vhost's policies of one kind by name.
-func sortedPolicies(m map[string]*Policy) []*Policy {
-	out := make([]*Policy, 0, len(m))
-	for _, p := range m {
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(a, b *Policy) int { return cmp.Compare(a.Name, b.Name) })
-	return out
-}
 
 // policyDef is a policy's stored JSON document (see metacodec.go).
 type policyDef struct {
@@ -183,7 +87,7 @@ func (b *Broker) setPolicy(k *policyKind, vhost string, p Policy) error {
 	}
 	p.VHost = ""
 	p.Definition = maps.Clone(p.Definition)
-	if err := validatePolicy(&p, k.operator); err != nil {
+	if err := policy.Validate(&p, k.operator); err != nil {
 		return err
 	}
 	// policyMu makes the change, its store write and its application to
@@ -268,7 +172,7 @@ func (b *Broker) listPolicies(k *policyKind, vhost string) []Policy {
 	var out []Policy
 	for _, v := range vs {
 		v.mu.RLock()
-		for _, p := range sortedPolicies(v.policiesLocked(k)) {
+		for _, p := range policy.Sorted(v.policiesLocked(k)) {
 			c := *p
 			c.VHost = v.Name
 			c.Definition = maps.Clone(p.Definition)
@@ -279,26 +183,10 @@ func (b *Broker) listPolicies(k *policyKind, vhost string) []Policy {
 	return out
 }
 
-// queuePolicies are the policies in force on one queue (P2): the user
-// policy and the operator policy of highest priority that apply to it,
-// each nil when none does.
-type queuePolicies struct{ user, op *Policy }
-
-// queuePoliciesOf picks a queue's policies among ps and ops (sorted by
-// name).
-func queuePoliciesOf(ps, ops []*Policy, name, qtype string) *queuePolicies {
-	match := func(p *Policy) bool { return p.appliesToQueue(name, qtype) }
-	qp := &queuePolicies{user: bestPolicy(ps, match), op: bestPolicy(ops, match)}
-	if qp.user == nil && qp.op == nil {
-		return nil
-	}
-	return qp
-}
-
 // policyForQueueLocked returns the policies that apply to a queue, nil when
 // none does. Caller holds v.mu.
-func (v *VHost) policyForQueueLocked(name, qtype string) *queuePolicies {
-	return queuePoliciesOf(sortedPolicies(v.policies), sortedPolicies(v.opPolicies), name, qtype)
+func (v *VHost) policyForQueueLocked(name, qtype string) *policy.QueuePolicies {
+	return policy.ForQueue(policy.Sorted(v.policies), policy.Sorted(v.opPolicies), name, qtype)
 }
 
 // applyPolicyLocked sets x's policy alternate exchange from the policies
@@ -306,7 +194,7 @@ func (v *VHost) policyForQueueLocked(name, qtype string) *queuePolicies {
 // key. Caller holds v.mu.
 func (x *Exchange) applyPolicyLocked(ps []*Policy) {
 	x.policyAE, x.hasPolicyAE = "", false
-	if p := bestPolicy(ps, func(p *Policy) bool { return p.appliesToExchange(x.Name) }); p != nil {
+	if p := policy.Best(ps, func(p *Policy) bool { return p.AppliesToExchange(x.Name) }); p != nil {
 		if ae, ok := p.Definition["alternate-exchange"].(string); ok {
 			x.policyAE, x.hasPolicyAE = ae, true
 		}
@@ -318,7 +206,7 @@ func (x *Exchange) applyPolicyLocked(ps []*Policy) {
 // recovery).
 func (b *Broker) applyPolicies(v *VHost) {
 	v.mu.Lock()
-	ps, ops := sortedPolicies(v.policies), sortedPolicies(v.opPolicies)
+	ps, ops := policy.Sorted(v.policies), policy.Sorted(v.opPolicies)
 	for _, x := range v.exchanges {
 		x.applyPolicyLocked(ps)
 	}
@@ -328,7 +216,7 @@ func (b *Broker) applyPolicies(v *VHost) {
 	}
 	var changes []change
 	for _, q := range v.queues {
-		changes = append(changes, change{q, resolveQueueConfig(q.qtype, q.Args, queuePoliciesOf(ps, ops, q.Name, q.qtype))})
+		changes = append(changes, change{q, resolveQueueConfig(q.qtype, q.Args, policy.ForQueue(ps, ops, q.Name, q.qtype))})
 	}
 	v.mu.Unlock()
 	for _, c := range changes {

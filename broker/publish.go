@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/overflow"
 	"github.com/brokerd/brokerd/store"
@@ -95,7 +96,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 	if len(body) > c.b.opts.MaxMessageSize {
 		return nil, amqp.Errorf(amqp.PreconditionFailed, "message size %d is larger than configured max size %d", len(body), c.b.opts.MaxMessageSize)
 	}
-	if err := c.checkPerm(permWrite, "exchange", m.Exchange); err != nil {
+	if err := c.checkPerm(auth.Write, "exchange", m.Exchange); err != nil {
 		return nil, err
 	}
 	v := c.vhost
@@ -121,7 +122,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 	}
 	// A user tagged impersonator may publish as anyone (rabbit_channel
 	// check_user_id_header).
-	if props.Flags&amqp.FlagUserID != 0 && props.UserID != c.userName && !c.user.Load().hasTag("impersonator") {
+	if props.Flags&amqp.FlagUserID != 0 && props.UserID != c.userName && !c.user.Load().HasTag("impersonator") {
 		return nil, amqp.Errorf(amqp.PreconditionFailed, "user_id property set to '%s' but authenticated user was '%s'", props.UserID, c.userName)
 	}
 	a.key[0] = m.RoutingKey

@@ -9,6 +9,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -275,7 +276,7 @@ func (q *Queue) takeBacklogLocked() []*entry {
 // the message keeps its delivery mode). An exclusive queue is gone after
 // a restart, so its messages never need the store.
 func (q *Queue) isStoredFor(m *store.Message) bool {
-	return q.Durable && !q.Exclusive && (m.Persistent || q.qtype == queueQuorum)
+	return q.Durable && !q.Exclusive && (m.Persistent || q.qtype == policy.QueueQuorum)
 }
 
 func (q *Queue) isDeleted() bool { return q.deleted.Load() }
@@ -616,7 +617,7 @@ func (q *Queue) dispatchLocked(t *txn) {
 // (quorum, or any queue with a delivery limit).
 func (q *Queue) deliveryProps(e *entry) []byte {
 	raw := e.EffectiveHeader().Props
-	if e.DeliveryCount == 0 || (q.config().deliveryLimit < 0 && q.qtype != queueQuorum) {
+	if e.DeliveryCount == 0 || (q.config().deliveryLimit < 0 && q.qtype != policy.QueueQuorum) {
 		return raw
 	}
 	p, err := amqp.DecodeProperties(raw)

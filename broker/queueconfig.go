@@ -2,6 +2,7 @@ package broker
 
 import (
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/overflow"
 )
 
@@ -35,16 +36,16 @@ const quorumDeliveryLimit = 20
 
 // resolveQueueConfig computes the settings of a queue of type qtype with
 // arguments args under policies qp (nil: none).
-func resolveQueueConfig(qtype string, args amqp.Table, qp *queuePolicies) queueConfig {
+func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies) queueConfig {
 	c := queueConfig{messageTTL: -1, expires: -1, limits: overflow.None, deliveryLimit: -1, consumerTimeout: -1}
 	if qp != nil {
-		if qp.user != nil {
-			c.policy = qp.user.Name
+		if qp.User != nil {
+			c.policy = qp.User.Name
 		}
-		if qp.op != nil {
-			c.opPolicy = qp.op.Name
+		if qp.Operator != nil {
+			c.opPolicy = qp.Operator.Name
 		}
-		c.effective = effectiveDefinition(qp)
+		c.effective = policy.EffectiveDefinition(qp)
 	}
 	pol := c.effective
 	argInt := func(key string) (int64, bool) {
@@ -59,7 +60,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *queuePolicies) queueC
 		if !ok {
 			return 0, false
 		}
-		return policyInt(v)
+		return policy.Int(v)
 	}
 	// min of argument and policy, -1 when neither is set.
 	minOf := func(arg, key string) int64 {
@@ -108,7 +109,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *queuePolicies) queueC
 	// Overflow: a classic queue's argument wins, a quorum queue's policy
 	// (so an operator policy cannot override a classic queue's argument).
 	ov, ok := argStr("x-overflow")
-	if ps, pok := polStr("overflow"); pok && (!ok || qtype == queueQuorum) {
+	if ps, pok := polStr("overflow"); pok && (!ok || qtype == policy.QueueQuorum) {
 		ov, ok = ps, true
 	}
 	if ok {
@@ -138,7 +139,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *queuePolicies) queueC
 		c.deliveryLimit = a
 	case bok:
 		c.deliveryLimit = b
-	case qtype == queueQuorum:
+	case qtype == policy.QueueQuorum:
 		c.deliveryLimit = quorumDeliveryLimit
 	}
 	if c.deliveryLimit < 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
@@ -524,11 +525,11 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 // step, and write on each origin queue (a message whose origin is refused
 // counts as a failure), also after a restart.
 func (d *Direct) StartRedrive(queue string, opts RedriveOptions, rate float64) (string, error) {
-	if aerr := d.c.checkPerm(permRead, "queue", queue); aerr != nil {
+	if aerr := d.c.checkPerm(auth.Read, "queue", queue); aerr != nil {
 		return "", aerr
 	}
 	if opts.ToExchange || opts.Exchange != "" {
-		if aerr := d.c.checkPerm(permWrite, "exchange", opts.Exchange); aerr != nil {
+		if aerr := d.c.checkPerm(auth.Write, "exchange", opts.Exchange); aerr != nil {
 			return "", aerr
 		}
 	}

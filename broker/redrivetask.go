@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -682,7 +683,7 @@ func (b *Broker) authorizeRedrive(t *redriveTask, run *redriveRun, toX bool) str
 		return fmt.Sprintf("user '%s' is deleted", name)
 	case p == nil:
 		return fmt.Sprintf("access to vhost '%s' refused for user '%s'", vhost, name)
-	case !p.allows(permRead, t.spec.Queue):
+	case !p.Allows(auth.Read, t.spec.Queue):
 		return fmt.Sprintf("read access to queue '%s' in vhost '%s' refused for user '%s'", t.spec.Queue, vhost, name)
 	}
 	if toX {
@@ -690,12 +691,12 @@ func (b *Broker) authorizeRedrive(t *redriveTask, run *redriveRun, toX bool) str
 		if x == "" {
 			x = "amq.default"
 		}
-		if !p.allows(permWrite, x) {
+		if !p.Allows(auth.Write, x) {
 			return fmt.Sprintf("write access to exchange '%s' in vhost '%s' refused for user '%s'", x, vhost, name)
 		}
 		return ""
 	}
-	run.opts.allow = func(queue string) bool { return p.allows(permWrite, queue) }
+	run.opts.allow = func(queue string) bool { return p.Allows(auth.Write, queue) }
 	return ""
 }
 

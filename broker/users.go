@@ -1,166 +1,41 @@
 package broker
 
 import (
-	"crypto/md5"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/sha512"
-	"crypto/subtle"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/internal/loginlimit"
+	"github.com/brokerd/brokerd/broker/auth"
 )
 
-// Password hashing algorithms, by the names RabbitMQ gives them (its
-// definitions files and HTTP API carry them as hashing_algorithm). A hash
-// is base64(salt ++ H(salt ++ password)) with a 4-byte random salt, as
-// rabbit_password does.
+// Password hashing algorithms, by the names RabbitMQ gives them (package
+// auth).
 const (
-	HashSHA256 = "rabbit_password_hashing_sha256" // the default
-	HashSHA512 = "rabbit_password_hashing_sha512"
-	HashMD5    = "rabbit_password_hashing_md5"
+	HashSHA256 = auth.HashSHA256 // the default
+	HashSHA512 = auth.HashSHA512
+	HashMD5    = auth.HashMD5
 )
-
-const saltLen = 4
-
-type hashAlg struct {
-	name string
-	sum  func([]byte) []byte
-}
-
-var hashAlgs = []*hashAlg{
-	{HashSHA256, func(b []byte) []byte { h := sha256.Sum256(b); return h[:] }},
-	{HashSHA512, func(b []byte) []byte { h := sha512.Sum512(b); return h[:] }},
-	{HashMD5, func(b []byte) []byte { h := md5.Sum(b); return h[:] }},
-}
-
-// hashAlgorithm returns the algorithm named name ("" is the default,
-// SHA-256), or nil.
-func hashAlgorithm(name string) *hashAlg {
-	if name == "" {
-		return hashAlgs[0]
-	}
-	for _, a := range hashAlgs {
-		if a.name == name {
-			return a
-		}
-	}
-	return nil
-}
-
-func (a *hashAlg) salted(salt []byte, password string) []byte {
-	return append(append([]byte(nil), salt...), a.sum(append(append([]byte(nil), salt...), password...))...)
-}
 
 // HashPassword returns a RabbitMQ-compatible SHA-256 password hash of
 // password with a fresh random salt, in base64 as RabbitMQ's definitions
-// files and `rabbitmqctl hash_password` carry it.
-func HashPassword(password string) string {
-	return base64.StdEncoding.EncodeToString(hashAlgs[0].salted(newSalt(), password))
-}
-
-func newSalt() []byte {
-	salt := make([]byte, saltLen)
-	if _, err := rand.Read(salt); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
-	}
-	return salt
-}
-
-// user is an account. A record is never changed once made: PutUser
-// replaces it, so a pointer read under Broker.mu may be used without it.
-type user struct {
-	name string
-	alg  *hashAlg
-	hash []byte // salt ++ digest; empty: no password, no password login
-	tags []string
-}
-
-// checkPassword reports whether password matches the stored hash, in time
-// independent of where they differ. A user without a hash matches nothing.
-func (u *user) checkPassword(password string) bool {
-	if len(u.hash) < saltLen {
-		return false
-	}
-	want := u.alg.salted(u.hash[:saltLen], password)
-	return subtle.ConstantTimeCompare(want, u.hash) == 1
-}
-
-func (u *user) hasTag(tag string) bool { return slices.Contains(u.tags, tag) }
-
-func (u *user) info() UserInfo {
-	ui := UserInfo{Name: u.name, HashingAlgorithm: u.alg.name, Tags: slices.Clone(u.tags)}
-	if len(u.hash) > 0 {
-		ui.PasswordHash = base64.StdEncoding.EncodeToString(u.hash)
-	}
-	return ui
-}
+// files and `rabbitmqctl hash_password` carry it (auth.HashPassword).
+func HashPassword(password string) string { return auth.HashPassword(password) }
 
 // UserInfo describes a user as RabbitMQ's HTTP API and definitions show
-// it: the password only as its hash (base64, "" when the user has none)
-// and the algorithm that made it.
-type UserInfo struct {
-	Name, PasswordHash, HashingAlgorithm string
-	Tags                                 []string
-}
+// it (auth.UserInfo).
+type UserInfo = auth.UserInfo
 
-// UserSpec creates or replaces a user. At most one of Password (hashed
-// here with HashingAlgorithm) and PasswordHash (base64 of salt ++ digest,
-// as RabbitMQ exports it, made with HashingAlgorithm) is set; "" is
-// SHA-256 (HashSHA256);
-// with neither the user has no password and cannot log in with one, as
-// RabbitMQ allows. Tags are free-form, as in RabbitMQ (administrator,
-// monitoring, policymaker, management, impersonator mean something).
-type UserSpec struct {
-	Name, Password, PasswordHash, HashingAlgorithm string
-	Tags                                           []string
-}
-
-// newUser validates spec and makes its record.
-func newUser(spec UserSpec) (*user, error) {
-	if spec.Name == "" {
-		return nil, invalidf("user name must not be empty")
-	}
-	if spec.Password != "" && spec.PasswordHash != "" {
-		return nil, invalidf("both_password_and_password_hash_are_provided")
-	}
-	alg := hashAlgorithm(spec.HashingAlgorithm)
-	if alg == nil {
-		return nil, invalidf("unknown password hashing algorithm '%s': want one of %s, %s, %s",
-			spec.HashingAlgorithm, HashSHA256, HashSHA512, HashMD5)
-	}
-	u := &user{name: spec.Name, alg: alg}
-	switch {
-	case spec.Password != "":
-		u.hash = alg.salted(newSalt(), spec.Password)
-	case spec.PasswordHash != "":
-		h, err := base64.StdEncoding.DecodeString(spec.PasswordHash)
-		if err != nil {
-			return nil, invalidf("not_base64: password_hash '%s' of user '%s' is not base64", spec.PasswordHash, spec.Name)
-		}
-		// RabbitMQ takes a hash of any length; one shorter than a salt
-		// and digest just never matches a password.
-		u.hash = h
-	}
-	for _, t := range spec.Tags {
-		if t != "" && !slices.Contains(u.tags, t) {
-			u.tags = append(u.tags, t)
-		}
-	}
-	return u, nil
-}
+// UserSpec creates or replaces a user (auth.UserSpec).
+type UserSpec = auth.UserSpec
 
 // Users returns every user, sorted by name. Safe for concurrent use.
 func (b *Broker) Users() []UserInfo {
 	b.mu.RLock()
 	out := make([]UserInfo, 0, len(b.users))
 	for _, u := range b.users {
-		out = append(out, u.info())
+		out = append(out, u.Info())
 	}
 	b.mu.RUnlock()
 	slices.SortFunc(out, func(a, b UserInfo) int { return strings.Compare(a.Name, b.Name) })
@@ -175,7 +50,7 @@ func (b *Broker) User(name string) (UserInfo, bool) {
 	if u == nil {
 		return UserInfo{}, false
 	}
-	return u.info(), true
+	return u.Info(), true
 }
 
 // PutUser creates a user or replaces one (password, tags), keeping its
@@ -183,31 +58,31 @@ func (b *Broker) User(name string) (UserInfo, bool) {
 // the user stay open (as in RabbitMQ) and see the new tags at once.
 // Invalid specs are refused with an *InvalidError and change nothing.
 func (b *Broker) PutUser(spec UserSpec) error {
-	u, err := newUser(spec)
+	u, err := auth.NewUser(spec)
 	if err != nil {
 		return err
 	}
 	b.authMu.Lock()
 	defer b.authMu.Unlock()
 	b.mu.Lock()
-	old := b.users[u.name]
-	b.setUserLocked(u.name, u)
+	old := b.users[u.Name()]
+	b.setUserLocked(u.Name(), u)
 	var mb metaBatch
 	mb.putUser(u)
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
 	if err := w.waitErr(); err != nil {
 		b.mu.Lock()
-		b.setUserLocked(u.name, old)
+		b.setUserLocked(u.Name(), old)
 		b.mu.Unlock()
-		return fmt.Errorf("put user '%s': %w", u.name, err)
+		return fmt.Errorf("put user '%s': %w", u.Name(), err)
 	}
 	return nil
 }
 
 // setUserLocked installs u (nil: none) as the record of name, for new
 // logins and for the open connections of name. Caller holds b.mu.
-func (b *Broker) setUserLocked(name string, u *user) {
+func (b *Broker) setUserLocked(name string, u *auth.User) {
 	if u == nil {
 		delete(b.users, name)
 		return
@@ -235,7 +110,7 @@ func (b *Broker) DeleteUser(name string) error {
 	delete(b.users, name)
 	var mb metaBatch
 	mb.deleteUser(name)
-	oldPerms := map[permKey]*permission{}
+	oldPerms := map[permKey]*auth.Permission{}
 	for k, p := range b.perms {
 		if k.user == name {
 			oldPerms[k] = p
@@ -285,7 +160,7 @@ func (b *Broker) Login(name, password string, remote net.Addr) (UserInfo, error)
 		return err == nil
 	})
 	if !checked {
-		return UserInfo{}, fmt.Errorf("user '%s' - too many failed logins from %s; refused without checking the password", name, sourceName(remote))
+		return UserInfo{}, fmt.Errorf("user '%s' - too many failed logins from %s; refused without checking the password", name, auth.SourceName(remote))
 	}
 	return info, err
 }
@@ -298,41 +173,20 @@ func (b *Broker) checkLogin(name, password string, remote net.Addr) (UserInfo, e
 	if u == nil {
 		// Spend the time a check takes, so a refusal does not tell
 		// whether the user exists.
-		(&user{alg: hashAlgs[0], hash: make([]byte, saltLen+sha256.Size)}).checkPassword(password)
+		auth.SpendCheck(password)
 		return UserInfo{}, fmt.Errorf("user '%s' - invalid credentials", name)
 	}
-	if !u.checkPassword(password) {
+	if !u.CheckPassword(password) {
 		return UserInfo{}, fmt.Errorf("user '%s' - invalid credentials", name)
 	}
-	if slices.Contains(b.opts.LoopbackUsers, name) && !isLoopback(remote) {
+	if slices.Contains(b.opts.LoopbackUsers, name) && !auth.IsLoopback(remote) {
 		return UserInfo{}, fmt.Errorf("user '%s' can only connect via localhost", name)
 	}
-	return u.info(), nil
+	return u.Info(), nil
 }
 
 // Authenticate implements amqp.Handler with Login's rules.
 func (b *Broker) Authenticate(user, password string, remote net.Addr) error {
 	_, err := b.Login(user, password, remote)
 	return err
-}
-
-// sourceName names the source whose failed-login budget remote spends.
-func sourceName(remote net.Addr) string {
-	if p := loginlimit.Source(remote); p.IsValid() {
-		return p.String()
-	}
-	if remote == nil {
-		return "an unknown address"
-	}
-	return remote.String()
-}
-
-func isLoopback(addr net.Addr) bool {
-	switch a := addr.(type) {
-	case *net.TCPAddr:
-		return a.IP.IsLoopback()
-	case *net.UnixAddr:
-		return true
-	}
-	return false
 }

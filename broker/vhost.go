@@ -35,7 +35,7 @@ type VHost struct {
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
 	policies  map[string]*Policy
-	// opPolicies are the operator policies (opolicy.go); nil until one
+	// opPolicies are the operator policies (operatorpolicy.go); nil until one
 	// is set.
 	opPolicies map[string]*Policy
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -26,7 +28,7 @@ func (v *VHost) infoLocked() VHostInfo {
 // marks it bootstrapped, in one durable batch. A store written before
 // users were stored has vhosts but no mark: it is bootstrapped too, its
 // vhosts kept as they are.
-func (b *Broker) bootstrap(users []*user) error {
+func (b *Broker) bootstrap(users []*auth.User) error {
 	if b.bootstrapped {
 		return nil
 	}
@@ -41,15 +43,15 @@ func (b *Broker) bootstrap(users []*user) error {
 		}
 	}
 	for _, u := range users {
-		b.users[u.name] = u
+		b.users[u.Name()] = u
 		mb.putUser(u)
 		for _, vhost := range b.opts.VHosts {
-			p, err := newPermission(".*", ".*", ".*")
+			p, err := auth.NewPermission(".*", ".*", ".*")
 			if err != nil {
 				panic(err) // constant patterns
 			}
-			b.perms[permKey{user: u.name, vhost: vhost}] = p
-			mb.putPerm(vhost, u.name, p)
+			b.perms[permKey{user: u.Name(), vhost: vhost}] = p
+			mb.putPerm(vhost, u.Name(), p)
 		}
 	}
 	mb.put(metaBootstrapMark, []byte{metaVersion})
@@ -85,7 +87,7 @@ func (b *Broker) VHosts() []VHostInfo {
 
 // queueTypes are the values a vhost's default queue type may take
 // ("undefined", RabbitMQ's word for none, is stored as "").
-var queueTypes = []string{"", queueClassic, queueQuorum, queueStream}
+var queueTypes = []string{"", policy.QueueClassic, policy.QueueQuorum, policy.QueueStream}
 
 // PutVHost creates a vhost, or updates the metadata of one that exists,
 // and returns once that is durable. Unlike RabbitMQ's HTTP API (which
@@ -160,7 +162,7 @@ func (b *Broker) DeleteVHost(name string) error {
 	delete(b.vhosts, name)
 	var mb metaBatch
 	mb.deleteVHost(name)
-	oldPerms := map[permKey]*permission{}
+	oldPerms := map[permKey]*auth.Permission{}
 	for k, p := range b.perms {
 		if k.vhost == name {
 			oldPerms[k] = p

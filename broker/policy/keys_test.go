@@ -1,4 +1,4 @@
-package broker
+package policy
 
 import (
 	"encoding/json"
@@ -92,17 +92,17 @@ func TestEffectiveDefinition(t *testing.T) {
 			map[string]any{"overflow": "reject-publish", "queue-version": 2}},
 		{"json numbers", map[string]any{"message-ttl": json.Number("20")}, map[string]any{"message-ttl": float64(100)}, map[string]any{"message-ttl": json.Number("20")}},
 	} {
-		qp := &queuePolicies{}
+		qp := &QueuePolicies{}
 		if tc.user != nil {
-			qp.user = pol(tc.user)
+			qp.User = pol(tc.user)
 		}
 		if tc.op != nil {
-			qp.op = pol(tc.op)
+			qp.Operator = pol(tc.op)
 		}
 		if tc.user == nil && tc.op == nil {
 			qp = nil
 		}
-		if got := effectiveDefinition(qp); !reflect.DeepEqual(got, tc.want) {
+		if got := EffectiveDefinition(qp); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}

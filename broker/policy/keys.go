@@ -1,4 +1,4 @@
-package broker
+package policy
 
 import (
 	"encoding/json"
@@ -154,7 +154,7 @@ func validateDefinition(def map[string]any, operator bool) error {
 // makes 1.0 a float.
 func checkInt(min, max int64, format string) func(any) error {
 	return func(v any) error {
-		if n, ok := policyInt(v); ok && n >= min && n <= max {
+		if n, ok := Int(v); ok && n >= min && n <= max {
 			return nil
 		}
 		return policyErr(format, erlTerm(v))
@@ -227,7 +227,7 @@ func validateHA(def map[string]any) error {
 			return policyErr(`ha-mode="all" does not take parameters`)
 		}
 	case "exactly":
-		if n, ok := policyInt(params); !hasParams || !ok || n <= 0 {
+		if n, ok := Int(params); !hasParams || !ok || n <= 0 {
 			return policyErr(`ha-mode="exactly" takes an integer, %s given`, paramsTerm)
 		}
 	case "nodes":
@@ -254,7 +254,7 @@ func validateHA(def map[string]any) error {
 		return policyErr(`ha-sync-mode must be "manual" or "automatic", got %s`, erlTerm(v))
 	}
 	if v, ok := get("ha-sync-batch-size"); ok {
-		if n, isInt := policyInt(v); !isInt || n <= 0 {
+		if n, isInt := Int(v); !isInt || n <= 0 {
 			return policyErr("ha-sync-batch-size takes an integer greater than 0, %s given", erlTerm(v))
 		}
 	}
@@ -266,9 +266,9 @@ func validateHA(def map[string]any) error {
 	return nil
 }
 
-// policyInt reads an integer policy value: Go integers, a float64 with an
+// Int reads an integer policy value: Go integers, a float64 with an
 // integral value, or a json.Number written as an integer.
-func policyInt(v any) (int64, bool) {
+func Int(v any) (int64, bool) {
 	switch n := v.(type) {
 	case int:
 		return int64(n), true
@@ -300,7 +300,7 @@ func erlTerm(v any) string {
 	case bool:
 		return strconv.FormatBool(x)
 	case float64:
-		if n, ok := policyInt(x); ok {
+		if n, ok := Int(x); ok {
 			return strconv.FormatInt(n, 10)
 		}
 		return erlFloat(x)
@@ -323,13 +323,17 @@ func erlTerm(v any) string {
 	return fmt.Sprint(v)
 }
 
+// erlString renders s as Erlang's ~p prints a string (broker's publish.go
+// has the same one-liner for its texts).
+func erlString(s string) string { return strconv.Quote(s) }
+
 // erlList prints a list; ~p prints a non-empty list of printable character
 // codes as a string.
 func erlList(l []any) string {
 	printable := len(l) > 0
 	var sb strings.Builder
 	for _, e := range l {
-		n, ok := policyInt(e)
+		n, ok := Int(e)
 		if !ok || n < 32 || n > 126 {
 			printable = false
 			break

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/store"
 )
@@ -61,6 +62,43 @@ func (m *metaBatch) putPolicy(kind, vhost string, p *Policy) {
 }
 
 func (m *metaBatch) deletePolicy(kind, vhost, name string) { m.del(metaKey(kind, vhost, name)) }
+
+// The record of a live object is built from it here, as a broker/defs
+// value, under the lock that guards what it reads; the codec sees values
+// only.
+
+// def returns q's record. Caller holds q.mu (the backlog flag and the
+// marks; Marks aliases q's and is read before the lock is released).
+func (q *Queue) def() defs.Queue {
+	return defs.Queue{VHost: q.vhost.Name, Name: q.Name, ID: uint64(q.id), AutoDelete: q.AutoDelete,
+		Backlog: q.backlogMarked, Args: q.Args, Marks: q.marksLocked()}
+}
+
+// def returns x's record in vhost.
+func (x *Exchange) def(vhost string) defs.Exchange {
+	return defs.Exchange{VHost: vhost, Name: x.Name, Type: x.Type, AutoDelete: x.AutoDelete, Internal: x.Internal, Args: x.Args}
+}
+
+// def returns b's record in vhost.
+func (b *Binding) def(vhost string) defs.Binding {
+	return defs.Binding{VHost: vhost, Source: b.Source, Dest: b.destName(), ToExchange: b.exchange != nil, Key: b.Key, Args: b.Args}
+}
+
+// userDefOf returns u's record.
+func userDefOf(u *user) defs.User {
+	return defs.User{Name: u.name, Algorithm: u.alg.name, Hash: u.hash, Tags: u.tags}
+}
+
+// permDefOf returns the record of user's permissions p in vhost.
+func permDefOf(vhost, user string, p *permission) defs.Perm {
+	return defs.Perm{VHost: vhost, User: user, Configure: p.Configure, Write: p.Write, Read: p.Read}
+}
+
+// policyDefOf returns the record of p, a policy of kind k in vhost.
+func policyDefOf(k *policyKind, vhost string, p *Policy) defs.Policy {
+	return defs.Policy{Operator: k.operator, VHost: vhost, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo,
+		Priority: p.Priority, Definition: p.Definition}
+}
 
 // storeWrite is a batch handed to the store, whose completion is awaited
 // later. A nil *storeWrite is a write of nothing, complete at once.

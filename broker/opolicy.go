@@ -18,7 +18,7 @@ import (
 // max-in-memory-bytes, delivery-limit, and, as in RabbitMQ 3.13+,
 // overflow and queue-version (RabbitMQ 3.10 refuses those two in operator
 // policies). Any other key is refused with "... are not recognised policy
-// settings". They are durable (meta kind "o/", metacodec.go).
+// settings". They are durable (meta kind "o/", broker/defs).
 
 // SetOperatorPolicy adds or replaces an operator policy of vhost and
 // applies it at once to existing queues, as SetPolicy does. It returns

@@ -10,7 +10,9 @@
 // (key and value) that stores a value, and DecodeX is its exact mirror,
 // from the key and value Store.ScanMeta gives back. The package has no
 // locks, keeps no state and does no I/O, so every function is safe for
-// concurrent use; values are not retained after a call returns.
+// concurrent use. An encoder only reads its value, and keeps nothing of it
+// after it returns; a decoded value shares no memory with the key and
+// value it came from, so the caller owns it.
 //
 // Records are the on-disk format of existing data directories: nothing
 // here may change a byte of what an earlier brokerd wrote or read it

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 )
 
@@ -275,7 +276,7 @@ func ArgsHash(t amqp.Table) string { return argsHash(t) }
 // its AMQP encoding, URL-safe.
 func argsHash(t amqp.Table) string {
 	var h uint64 = 14695981039346656037 // FNV-1a
-	for _, c := range encodeArgs(t) {
+	for _, c := range defs.EncodeArgs(t) {
 		h ^= uint64(c)
 		h *= 1099511628211
 	}

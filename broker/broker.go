@@ -12,6 +12,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/internal/loginlimit"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -115,7 +116,7 @@ type Broker struct {
 	perms  map[permKey]*auth.Permission
 	conns  map[*conn]struct{}
 	closed bool
-	// bootstrapped: the store holds the bootstrap mark (metacodec.go).
+	// bootstrapped: the store holds the bootstrap mark (broker/defs).
 	bootstrapped bool
 
 	queueID atomic.Uint64
@@ -337,8 +338,8 @@ func (b *Broker) newDurableQueueID() store.QueueID {
 	b.idMu.Lock()
 	defer b.idMu.Unlock()
 	id := b.newQueueID()
-	var mb metaBatch
-	mb.put(metaQueueIDMark, encodeQueueIDMark(uint64(id)))
+	var mb defs.Batch
+	mb.Put(defs.EncodeQueueIDMark(uint64(id)))
 	b.startMeta(&mb) // ordered before the queue's definition, which waits
 	return id
 }
@@ -387,7 +388,7 @@ func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*con
 		return 0, w, nil
 	}
 	delete(v.queues, q.Name)
-	var mb metaBatch
+	var mb defs.Batch
 	for _, bd := range append([]*Binding(nil), q.bindings...) {
 		if src := v.exchanges[bd.Source]; src != nil {
 			v.removeBindingLocked(src, bd, &mb)
@@ -395,9 +396,9 @@ func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*con
 	}
 	q.bindings = nil
 	if q.Durable && !q.Exclusive {
-		mb.deleteQueue(v.Name, q.Name)
+		mb.Delete(defs.QueueKey(v.Name, q.Name))
 	}
-	batch := &store.Batch{Meta: mb.ops}
+	batch := &store.Batch{Meta: mb.Ops}
 	if q.Durable && !q.Exclusive {
 		batch.DropQueues = []store.QueueID{q.id, q.backlogID()}
 	}

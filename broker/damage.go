@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
@@ -119,23 +120,19 @@ func (q *Queue) dropDamagedLocked(t *txn, deadLetter bool) {
 	}
 }
 
-// QueueNames names the queues of a store's definition records (defs: key
+// QueueNames names the queues of a store's definition records (records: key
 // → value, as Store.ScanMeta gives them), by the store queue ids their
 // entries are kept under: "queue 'name' in vhost 'v'", with " (its
 // dead-letter backlog)" for a queue's backlog range. brokerd verify uses it to say which queues
 // damage affects. Records it cannot decode are left out.
-func QueueNames(defs map[string][]byte) map[store.QueueID]string {
+func QueueNames(records map[string][]byte) map[store.QueueID]string {
 	out := map[store.QueueID]string{}
-	for k, v := range defs {
-		p, err := metaParts(k, metaQueue, 2)
+	for k, v := range records {
+		d, err := defs.DecodeQueue(k, v)
 		if err != nil {
 			continue
 		}
-		d, err := decodeQueueDef(v)
-		if err != nil {
-			continue
-		}
-		name := fmt.Sprintf("queue '%s' in vhost '%s'", p[1], p[0])
+		name := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, d.VHost)
 		id := store.QueueID(d.ID)
 		r := engine.Ranges{ID: id}
 		out[id] = name

@@ -3,6 +3,7 @@ package broker
 import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 )
 
@@ -81,9 +82,9 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
 		x.applyPolicyLocked(policy.Sorted(v.policies)) // a policy alternate-exchange applies at once
 		v.exchanges[x.Name] = x
-		var mb metaBatch
+		var mb defs.Batch
 		if x.Durable {
-			mb.putExchange(v.Name, x)
+			mb.Put(defs.EncodeExchange(x.def(v.Name)))
 		}
 		w := c.b.startMeta(&mb)
 		v.mu.Unlock()
@@ -156,7 +157,7 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 	}
 	v.mu.Lock()
 	x := v.exchanges[m.Exchange]
-	var mb metaBatch
+	var mb defs.Batch
 	if x != nil {
 		// As RabbitMQ, only bindings from x count: being the
 		// destination of exchange bindings does not make it used.
@@ -208,14 +209,14 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 			return err
 		}
 	}
-	var mb metaBatch
+	var mb defs.Batch
 	existing := src.findBinding(nil, dst, key, args)
 	switch {
 	case bind && existing == nil:
 		b := &Binding{Source: source, Key: key, Args: args, exchange: dst}
 		src.addBinding(b)
 		if src.Durable && dst.Durable {
-			mb.putBinding(v.Name, b)
+			mb.Put(defs.EncodeBinding(b.def(v.Name)))
 		}
 	case !bind && existing != nil:
 		v.removeBindingLocked(src, existing, &mb)
@@ -321,9 +322,9 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		c.b.noteConsumerTimeout(cfg.consumerTimeout)
 	}
 	v.queues[name] = q
-	var mb metaBatch
+	var mb defs.Batch
 	if q.Durable && !q.Exclusive {
-		mb.putQueue(v.Name, q)
+		mb.Put(defs.EncodeQueue(q.def()))
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
@@ -400,7 +401,7 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 			return err
 		}
 	}
-	var mb metaBatch
+	var mb defs.Batch
 	existing := x.findBinding(q, nil, key, args)
 	switch {
 	case bind && existing == nil:
@@ -408,7 +409,7 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 		x.addBinding(b)
 		q.bindings = append(q.bindings, b)
 		if x.Durable && q.Durable && !q.Exclusive {
-			mb.putBinding(v.Name, b)
+			mb.Put(defs.EncodeBinding(b.def(v.Name)))
 		}
 	case !bind && existing != nil:
 		v.removeBindingLocked(x, existing, &mb)

@@ -3,6 +3,7 @@ package broker
 import (
 	"slices"
 
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -119,7 +120,7 @@ func (q *Queue) writeMarksLocked(lv int, v uint64) {
 	q.markAsked[lv] = max(q.markAsked[lv], v)
 	asked := slices.Clone(q.markAsked)
 	b := q.env
-	batch := &store.Batch{Meta: []store.MetaOp{{Key: metaKey(metaQueue, q.vhost.Name, q.Name), Value: encodeQueueDef(q)}}}
+	batch := &store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}
 	b.store.Apply(batch, func(err error) {
 		if err != nil {
 			b.storeFailed(err)
@@ -204,7 +205,7 @@ func (b *Broker) storeExactMarks() {
 		for _, q := range v.queues {
 			q.mu.Lock()
 			if q.finalMarksLocked() {
-				batch.Meta = append(batch.Meta, store.MetaOp{Key: metaKey(metaQueue, v.Name, q.Name), Value: encodeQueueDef(q)})
+				batch.Meta = append(batch.Meta, defs.EncodeQueue(q.def()))
 			}
 			q.mu.Unlock()
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
@@ -304,7 +305,7 @@ func (q *Queue) clearBacklogFlagLocked(t *txn) {
 		return
 	}
 	q.backlogMarked = false
-	t.batch.Meta = append(t.batch.Meta, store.MetaOp{Key: metaKey(metaQueue, q.vhost.Name, q.Name), Value: encodeQueueDef(q)})
+	t.batch.Meta = append(t.batch.Meta, defs.EncodeQueue(q.def()))
 }
 
 // retryBacklogLocked tries again to forward q's waiting dead letters, in

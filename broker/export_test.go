@@ -6,7 +6,7 @@ package broker
 import (
 	"sync"
 
-	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -26,43 +26,43 @@ func (b *Broker) VHostLockedForTest(vhost string) bool {
 // DefsForTest builds definition records exactly as the broker writes them,
 // so a test can put into a store what the broker never would (dangling
 // definitions).
-type DefsForTest struct{ m metaBatch }
+type DefsForTest struct{ m defs.Batch }
 
 // VHost writes a vhost record without metadata: the layout of a broker
 // from before vhosts had metadata.
-func (d *DefsForTest) VHost(name string) { d.m.putVHost(name, vhostDef{}) }
+func (d *DefsForTest) VHost(name string) { d.m.Put(defs.EncodeVHost(defs.VHost{Name: name})) }
 
 // Permission writes a permission record (its user or vhost may not exist).
 func (d *DefsForTest) Permission(vhost, user, configure, write, read string) {
-	d.m.putPerm(vhost, user, &auth.Permission{Configure: configure, Write: write, Read: read})
+	d.m.Put(defs.EncodePerm(defs.Perm{VHost: vhost, User: user, Configure: configure, Write: write, Read: read}))
 }
 
 func (d *DefsForTest) Exchange(vhost, name, typ string) {
-	d.m.putExchange(vhost, newExchange(name, typ, true, false, false, nil))
+	d.m.Put(defs.EncodeExchange(defs.Exchange{VHost: vhost, Name: name, Type: typ}))
 }
 
 func (d *DefsForTest) Queue(vhost, name string, id store.QueueID) {
-	d.m.putQueue(vhost, &Queue{Name: name, Durable: true, id: id})
+	d.m.Put(defs.EncodeQueue(defs.Queue{VHost: vhost, Name: name, ID: uint64(id)}))
 }
 
 func (d *DefsForTest) QueueBinding(vhost, source, queue, key string) {
-	d.m.putBinding(vhost, &Binding{Source: source, Key: key, queue: &Queue{Name: queue, Durable: true}})
+	d.m.Put(defs.EncodeBinding(defs.Binding{VHost: vhost, Source: source, Dest: queue, Key: key}))
 }
 
 func (d *DefsForTest) ExchangeBinding(vhost, source, dest, key string) {
-	d.m.putBinding(vhost, &Binding{Source: source, Key: key, exchange: newExchange(dest, typeDirect, true, false, false, nil)})
+	d.m.Put(defs.EncodeBinding(defs.Binding{VHost: vhost, Source: source, Dest: dest, ToExchange: true, Key: key}))
 }
 
 func (d *DefsForTest) Policy(vhost, name, pattern string, def map[string]any) {
-	d.m.putPolicy(metaPolicy, vhost, &Policy{Name: name, Pattern: pattern, ApplyTo: "all", Definition: def})
+	d.m.Put(defs.EncodePolicy(defs.Policy{VHost: vhost, Name: name, Pattern: pattern, ApplyTo: "all", Definition: def}))
 }
 
 func (d *DefsForTest) OperatorPolicy(vhost, name, pattern string, def map[string]any) {
-	d.m.putPolicy(metaOperatorPolicy, vhost, &Policy{Name: name, Pattern: pattern, ApplyTo: "all", Definition: def})
+	d.m.Put(defs.EncodePolicy(defs.Policy{Operator: true, VHost: vhost, Name: name, Pattern: pattern, ApplyTo: "all", Definition: def}))
 }
 
 // Ops returns the records built so far.
-func (d *DefsForTest) Ops() []store.MetaOp { return d.m.ops }
+func (d *DefsForTest) Ops() []store.MetaOp { return d.m.Ops }
 
 // lockedQueueForTest returns the named queue, locked.
 func (b *Broker) lockedQueueForTest(vhost, queue string) *Queue {
@@ -233,7 +233,7 @@ func (b *Broker) StoreFailureForTest() error {
 // permissions, no bootstrap mark (vhosts and the rest as they are).
 func PreUsersLayoutForTest(s store.Store) ([]store.MetaOp, error) {
 	var ops []store.MetaOp
-	for _, prefix := range []string{metaUser, metaPerm, metaBootstrapMark} {
+	for _, prefix := range []string{defs.PrefixUser, defs.PrefixPerm, defs.KeyBootstrapMark} {
 		err := s.ScanMeta(prefix, func(k string, _ []byte) bool {
 			ops = append(ops, store.MetaOp{Key: k})
 			return true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
@@ -140,7 +141,7 @@ type importPlan struct {
 		k permKey
 		p *auth.Permission
 	}
-	vmeta map[string]vhostDef // vhosts the file creates or whose metadata it sets
+	vmeta map[string]defs.VHost // vhosts the file creates or whose metadata it sets
 	// dqt is each vhost's default queue type as the import leaves it (the
 	// file's metadata, else the vhost's); queueArgs are the file's queues'
 	// arguments with it applied (withDefaultQueueType), by index in
@@ -153,7 +154,7 @@ type importPlan struct {
 	targets map[string]*importTarget
 	locked  []*VHost // in name order
 
-	mb metaBatch
+	mb defs.Batch
 }
 
 // importTarget is what the file puts in one vhost.
@@ -182,7 +183,7 @@ func (p *importPlan) err() error {
 // vhosts its objects go to. Caller holds authMu.
 func (b *Broker) planImport(d *Definitions) *importPlan {
 	p := &importPlan{b: b, d: d, vhosts: map[string]*VHost{}, users: map[string]bool{},
-		vmeta: map[string]vhostDef{}, targets: map[string]*importTarget{}}
+		vmeta: map[string]defs.VHost{}, targets: map[string]*importTarget{}}
 	b.mu.RLock()
 	maps.Copy(p.vhosts, b.vhosts)
 	p.dqt = map[string]string{}
@@ -281,17 +282,17 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 
 // vhostDefOf checks a vhost's metadata as PutVHost does and returns its
 // record.
-func vhostDefOf(info VHostInfo) (vhostDef, error) {
+func vhostDefOf(info VHostInfo) (defs.VHost, error) {
 	if info.Name == "" {
-		return vhostDef{}, invalidf("vhost name must not be empty")
+		return defs.VHost{}, invalidf("vhost name must not be empty")
 	}
 	if info.DefaultQueueType == "undefined" {
 		info.DefaultQueueType = ""
 	}
 	if !slices.Contains(queueTypes, info.DefaultQueueType) {
-		return vhostDef{}, invalidf("unsupported default queue type '%s' for vhost '%s': want classic, quorum or stream", info.DefaultQueueType, info.Name)
+		return defs.VHost{}, invalidf("unsupported default queue type '%s' for vhost '%s': want classic, quorum or stream", info.DefaultQueueType, info.Name)
 	}
-	d := vhostDef{Description: info.Description, DefaultQueueType: info.DefaultQueueType}
+	d := defs.VHost{Name: info.Name, Description: info.Description, DefaultQueueType: info.DefaultQueueType}
 	for _, t := range info.Tags {
 		if t != "" && !slices.Contains(d.Tags, t) {
 			d.Tags = append(d.Tags, t)
@@ -527,12 +528,12 @@ func (p *importPlan) apply() *storeWrite {
 		v := t.v
 		for _, pol := range t.policies {
 			v.policiesForWriteLocked(userPolicies)[pol.Name] = pol
-			p.mb.putPolicy(metaPolicy, name, pol)
+			p.mb.Put(defs.EncodePolicy(policyDefOf(userPolicies, name, pol)))
 			t.touched = true
 		}
 		for _, pol := range t.ops {
 			v.policiesForWriteLocked(operatorPolicies)[pol.Name] = pol
-			p.mb.putPolicy(metaOperatorPolicy, name, pol)
+			p.mb.Put(defs.EncodePolicy(policyDefOf(operatorPolicies, name, pol)))
 			t.touched = true
 		}
 		ps := policy.Sorted(v.policies)
@@ -541,7 +542,7 @@ func (p *importPlan) apply() *storeWrite {
 			x.applyPolicyLocked(ps)
 			v.exchanges[xname] = x
 			if x.Durable {
-				p.mb.putExchange(name, x)
+				p.mb.Put(defs.EncodeExchange(x.def(name)))
 			}
 		}
 	}
@@ -565,7 +566,7 @@ func (p *importPlan) apply() *storeWrite {
 		}
 		v.queues[dq.Name] = q
 		if q.Durable {
-			p.mb.putQueue(v.Name, q)
+			p.mb.Put(defs.EncodeQueue(q.def()))
 		}
 		t.queues = append(t.queues, q)
 	}
@@ -593,20 +594,20 @@ func (p *importPlan) apply() *storeWrite {
 		}
 		src.addBinding(bnd)
 		if durable {
-			p.mb.putBinding(v.Name, bnd)
+			p.mb.Put(defs.EncodeBinding(bnd.def(v.Name)))
 		}
 	}
 	for name, vd := range p.vmeta {
-		p.mb.putVHost(name, vd)
+		p.mb.Put(defs.EncodeVHost(vd))
 		if t := p.targets[name]; t != nil && t.created {
 			t.v.meta = vd
 		}
 	}
 	for _, u := range p.newUsers {
-		p.mb.putUser(u)
+		p.mb.Put(defs.EncodeUser(userDefOf(u)))
 	}
 	for _, pm := range p.perms {
-		p.mb.putPerm(pm.k.vhost, pm.k.user, pm.p)
+		p.mb.Put(defs.EncodePerm(permDefOf(pm.k.vhost, pm.k.user, pm.p)))
 	}
 	return b.startMeta(&p.mb)
 }
@@ -675,8 +676,8 @@ func (b *Broker) newDurableQueueIDs(n int) []store.QueueID {
 	for i := range ids {
 		ids[i] = b.newQueueID()
 	}
-	var mb metaBatch
-	mb.put(metaQueueIDMark, encodeQueueIDMark(uint64(ids[n-1])))
+	var mb defs.Batch
+	mb.Put(defs.EncodeQueueIDMark(uint64(ids[n-1])))
 	b.startMeta(&mb) // ordered before the queues' definitions
 	return ids
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 )
 
 // permKey names the permissions of a user in a vhost.
@@ -74,13 +75,13 @@ func (b *Broker) changePermissions(user, vhost string, p *auth.Permission) error
 		b.mu.Unlock()
 		return notFoundf("no permissions for user '%s' in vhost '%s'", user, vhost)
 	}
-	var mb metaBatch
+	var mb defs.Batch
 	if p != nil {
 		b.perms[k] = p
-		mb.putPerm(vhost, user, p)
+		mb.Put(defs.EncodePerm(permDefOf(vhost, user, p)))
 	} else {
 		delete(b.perms, k)
-		mb.deletePerm(vhost, user)
+		mb.Delete(defs.PermKey(vhost, user))
 	}
 	mine := func(c *conn) bool { return c.userName == user && c.vhost.Name == vhost }
 	b.refreshConnPermsLocked(mine)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 )
 
@@ -17,26 +18,18 @@ type Policy = policy.Policy
 // RabbitMQ's words.
 type PolicyError = InvalidError
 
-// policyDef is a policy's stored JSON document (see metacodec.go).
-type policyDef struct {
-	Pattern    string         `json:"pattern"`
-	ApplyTo    string         `json:"apply-to"`
-	Priority   int            `json:"priority"`
-	Definition map[string]any `json:"definition"`
-}
-
 // policyKind is one of a vhost's two sets of policies: the user policies
 // (RabbitMQ's "policy" parameters) or the operator policies
 // ("operator_policy").
 type policyKind struct {
 	operator bool
-	meta     string // meta key kind (metacodec.go)
+	meta     string // its records' key prefix (broker/defs)
 	what     string // in messages
 }
 
 var (
-	userPolicies     = &policyKind{meta: metaPolicy, what: "policy"}
-	operatorPolicies = &policyKind{operator: true, meta: metaOperatorPolicy, what: "operator policy"}
+	userPolicies     = &policyKind{meta: defs.PrefixPolicy, what: "policy"}
+	operatorPolicies = &policyKind{operator: true, meta: defs.PrefixOperatorPolicy, what: "operator policy"}
 )
 
 // policiesLocked returns v's policies of kind k; nil (empty) for operator
@@ -98,8 +91,8 @@ func (b *Broker) setPolicy(k *policyKind, vhost string, p Policy) error {
 	m := v.policiesForWriteLocked(k)
 	old := m[p.Name]
 	m[p.Name] = &p
-	var mb metaBatch
-	mb.putPolicy(k.meta, vhost, &p)
+	var mb defs.Batch
+	mb.Put(defs.EncodePolicy(policyDefOf(k, vhost, &p)))
 	w := b.startMeta(&mb)
 	v.mu.Unlock()
 	if err := w.wait(); err != nil {
@@ -127,8 +120,8 @@ func (b *Broker) clearPolicy(k *policyKind, vhost, name string) error {
 		return notFoundf("no %s '%s' in vhost '%s'", k.what, name, vhost)
 	}
 	delete(m, name)
-	var mb metaBatch
-	mb.deletePolicy(k.meta, vhost, name)
+	var mb defs.Batch
+	mb.Delete(defs.PolicyKey(k.operator, vhost, name))
 	w := b.startMeta(&mb)
 	v.mu.Unlock()
 	if err := w.wait(); err != nil {

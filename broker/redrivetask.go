@@ -13,16 +13,17 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
 
 // A redrive task runs a redrive in the background: paced by a rate,
 // listed and watched while it runs, cancelled, and resumed after a
-// restart. Its record (metaRedrive) is rewritten in the same store batch
+// restart. Its record (defs.PrefixRedriveTask) is rewritten in the same store batch
 // as each move, so the counts it reports after a crash are exactly the
 // moves that survived it; each failure is recorded with its message's
-// seq (metaRedriveFailure), so a resumed task neither retries nor
+// seq (defs.PrefixRedriveFailure), so a resumed task neither retries nor
 // recounts a message that already failed.
 
 // Redrive task states.
@@ -34,9 +35,6 @@ const (
 )
 
 const (
-	metaRedrive        = "t/" // on-disk format; never renumber
-	metaRedriveFailure = "f/" // on-disk format; never renumber
-
 	// redriveListedFailures bounds the failures a task lists with their
 	// seq; all are counted, by reason too.
 	redriveListedFailures = 100
@@ -111,7 +109,7 @@ type redriveTask struct {
 
 // redriveRecord is a task's stored record (JSON after the version byte).
 // It is rewritten by every move, so it holds counters only: the failures
-// are their own records (metaRedriveFailure, seq -> reason), from which
+// are their own records (defs.PrefixRedriveFailure, seq -> reason), from which
 // recovery rebuilds the list and the counts by reason.
 type redriveRecord struct {
 	VHost       string  `json:"vhost"`
@@ -153,11 +151,11 @@ func (t *redriveTask) recordLocked() store.MetaOp {
 	if err != nil { // a struct of strings, numbers and maps of them
 		panic(fmt.Sprintf("encode redrive task: %v", err))
 	}
-	return store.MetaOp{Key: metaKey(metaRedrive, t.id), Value: append([]byte{metaVersion}, v...)}
+	return store.MetaOp{Key: defs.Key(defs.PrefixRedriveTask, t.id), Value: append([]byte{defs.Version}, v...)}
 }
 
 func failureKey(id string, seq uint64) string {
-	return metaKey(metaRedriveFailure, id, fmt.Sprintf("%016x", seq))
+	return defs.Key(defs.PrefixRedriveFailure, id, fmt.Sprintf("%016x", seq))
 }
 
 // snapshot returns the task as it is now.
@@ -388,18 +386,18 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 	}
 	out := []RedriveFailure{}
 	var perr error
-	err := b.store.ScanMeta(metaKey(metaRedriveFailure, id), func(k string, v []byte) bool {
+	err := b.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, id), func(k string, v []byte) bool {
 		if len(out) >= count {
 			return false
 		}
-		parts, err := metaParts(k, metaRedriveFailure, 2)
+		parts, err := defs.Parts(k, defs.PrefixRedriveFailure, 2)
 		if err != nil {
 			perr = err
 			return false
 		}
 		seq, err := strconv.ParseUint(parts[1], 16, 64)
 		if err != nil {
-			perr = fmt.Errorf("redrive failure %q: %w: %w", k, errMetaCorrupt, err)
+			perr = fmt.Errorf("redrive failure %q: %w: %w", k, defs.ErrCorrupt, err)
 			return false
 		}
 		if seq >= from {
@@ -418,8 +416,8 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 
 // forgetRedrive deletes a task's record and failure records.
 func (b *Broker) forgetRedrive(id string) *storeWrite {
-	ops := []store.MetaOp{{Key: metaKey(metaRedrive, id)}}
-	prefix := metaKey(metaRedriveFailure, id)
+	ops := []store.MetaOp{{Key: defs.Key(defs.PrefixRedriveTask, id)}}
+	prefix := defs.Key(defs.PrefixRedriveFailure, id)
 	err := b.store.ScanMeta(prefix, func(k string, _ []byte) bool {
 		ops = append(ops, store.MetaOp{Key: k})
 		return true
@@ -437,18 +435,18 @@ func (b *Broker) forgetRedrive(id string) *storeWrite {
 func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	var resume, all []*redriveTask
 	var err error
-	serr := b.store.ScanMeta(metaRedrive, func(k string, v []byte) bool {
+	serr := b.store.ScanMeta(defs.PrefixRedriveTask, func(k string, v []byte) bool {
 		var parts []string
-		if parts, err = metaParts(k, metaRedrive, 1); err != nil {
+		if parts, err = defs.Parts(k, defs.PrefixRedriveTask, 1); err != nil {
 			return false
 		}
-		if len(v) == 0 || v[0] != metaVersion {
-			err = fmt.Errorf("redrive task %q: %w: version", parts[0], errMetaCorrupt)
+		if len(v) == 0 || v[0] != defs.Version {
+			err = fmt.Errorf("redrive task %q: %w: version", parts[0], defs.ErrCorrupt)
 			return false
 		}
 		var r redriveRecord
 		if jerr := json.Unmarshal(v[1:], &r); jerr != nil {
-			err = fmt.Errorf("redrive task %q: %w: %w", parts[0], errMetaCorrupt, jerr)
+			err = fmt.Errorf("redrive task %q: %w: %w", parts[0], defs.ErrCorrupt, jerr)
 			return false
 		}
 		spec := RedriveSpec{VHost: r.VHost, Queue: r.Queue, User: r.User, Rate: r.Rate,
@@ -481,15 +479,15 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	}
 	for _, t := range all {
 		running := t.state == RedriveRunning
-		serr := b.store.ScanMeta(metaKey(metaRedriveFailure, t.id), func(k string, v []byte) bool {
-			parts, perr := metaParts(k, metaRedriveFailure, 2)
+		serr := b.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, t.id), func(k string, v []byte) bool {
+			parts, perr := defs.Parts(k, defs.PrefixRedriveFailure, 2)
 			if perr != nil {
 				err = perr
 				return false
 			}
 			seq, perr := strconv.ParseUint(parts[1], 16, 64)
 			if perr != nil {
-				err = fmt.Errorf("redrive failure %q: %w: %w", k, errMetaCorrupt, perr)
+				err = fmt.Errorf("redrive failure %q: %w: %w", k, defs.ErrCorrupt, perr)
 				return false
 			}
 			f := RedriveFailure{Seq: seq, Reason: string(v)}

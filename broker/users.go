@@ -8,6 +8,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 )
 
 // Password hashing algorithms, by the names RabbitMQ gives them (package
@@ -67,8 +68,8 @@ func (b *Broker) PutUser(spec UserSpec) error {
 	b.mu.Lock()
 	old := b.users[u.Name()]
 	b.setUserLocked(u.Name(), u)
-	var mb metaBatch
-	mb.putUser(u)
+	var mb defs.Batch
+	mb.Put(defs.EncodeUser(userDefOf(u)))
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
 	if err := w.waitErr(); err != nil {
@@ -108,14 +109,14 @@ func (b *Broker) DeleteUser(name string) error {
 		return notFoundf("no user '%s'", name)
 	}
 	delete(b.users, name)
-	var mb metaBatch
-	mb.deleteUser(name)
+	var mb defs.Batch
+	mb.Delete(defs.UserKey(name))
 	oldPerms := map[permKey]*auth.Permission{}
 	for k, p := range b.perms {
 		if k.user == name {
 			oldPerms[k] = p
 			delete(b.perms, k)
-			mb.deletePerm(k.vhost, k.user)
+			mb.Delete(defs.PermKey(k.vhost, k.user))
 		}
 	}
 	// Until they are gone its connections may do nothing.

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
 )
 
 // VHost is a namespace of exchanges and queues. Its lock guards the maps and
@@ -24,7 +25,7 @@ type VHost struct {
 	b    *Broker
 	// meta is the vhost's description, default queue type and tags;
 	// guarded by Broker.mu.
-	meta vhostDef
+	meta defs.VHost
 
 	// policyMu serializes policy changes from computing the queues' new
 	// settings to installing them, so two changes cannot interleave and
@@ -164,15 +165,15 @@ func reservedName(name string) bool { return strings.HasPrefix(name, "amq.") }
 // deleteExchangeLocked removes x and every binding to or from it, then
 // auto-deletes exchanges left without bindings. It returns the store
 // operations for the durable definitions removed.
-func (v *VHost) deleteExchangeLocked(x *Exchange, m *metaBatch) {
+func (v *VHost) deleteExchangeLocked(x *Exchange, m *defs.Batch) {
 	delete(v.exchanges, x.Name)
 	if x.Durable {
-		m.deleteExchange(v.Name, x.Name)
+		m.Delete(defs.ExchangeKey(v.Name, x.Name))
 	}
 	for _, b := range x.bindings {
 		v.unlinkDestLocked(b)
 		if x.Durable && b.durable() {
-			m.deleteBinding(v.Name, b)
+			m.Delete(defs.BindingKey(b.def(v.Name)))
 		}
 	}
 	x.bindings = nil
@@ -188,11 +189,11 @@ func (v *VHost) deleteExchangeLocked(x *Exchange, m *metaBatch) {
 
 // removeBindingLocked removes b from its source exchange, and auto-deletes
 // the source if that was its last binding.
-func (v *VHost) removeBindingLocked(src *Exchange, b *Binding, m *metaBatch) {
+func (v *VHost) removeBindingLocked(src *Exchange, b *Binding, m *defs.Batch) {
 	src.removeBinding(b)
 	v.unlinkDestLocked(b)
 	if b.durable() && src.Durable {
-		m.deleteBinding(v.Name, b)
+		m.Delete(defs.BindingKey(b.def(v.Name)))
 	}
 	if src.AutoDelete && len(src.bindings) == 0 {
 		v.deleteExchangeLocked(src, m)

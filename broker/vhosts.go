@@ -7,6 +7,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
@@ -32,29 +33,29 @@ func (b *Broker) bootstrap(users []*auth.User) error {
 	if b.bootstrapped {
 		return nil
 	}
-	var mb metaBatch
+	var mb defs.Batch
 	b.mu.Lock()
 	for _, name := range b.opts.VHosts {
 		if b.vhosts[name] == nil {
 			v := newVHost(b, name)
-			v.meta = vhostDef{Description: "Default virtual host"}
+			v.meta = defs.VHost{Name: name, Description: "Default virtual host"}
 			b.vhosts[name] = v
-			mb.putVHost(name, v.meta)
+			mb.Put(defs.EncodeVHost(v.meta))
 		}
 	}
 	for _, u := range users {
 		b.users[u.Name()] = u
-		mb.putUser(u)
+		mb.Put(defs.EncodeUser(userDefOf(u)))
 		for _, vhost := range b.opts.VHosts {
 			p, err := auth.NewPermission(".*", ".*", ".*")
 			if err != nil {
 				panic(err) // constant patterns
 			}
 			b.perms[permKey{user: u.Name(), vhost: vhost}] = p
-			mb.putPerm(vhost, u.Name(), p)
+			mb.Put(defs.EncodePerm(permDefOf(vhost, u.Name(), p)))
 		}
 	}
-	mb.put(metaBootstrapMark, []byte{metaVersion})
+	mb.Put(defs.EncodeBootstrapMark())
 	b.bootstrapped = true
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
@@ -104,7 +105,7 @@ func (b *Broker) PutVHost(info VHostInfo) error {
 	if !slices.Contains(queueTypes, info.DefaultQueueType) {
 		return invalidf("unsupported default queue type '%s' for vhost '%s': want classic, quorum or stream", info.DefaultQueueType, info.Name)
 	}
-	d := vhostDef{Description: info.Description, DefaultQueueType: info.DefaultQueueType}
+	d := defs.VHost{Name: info.Name, Description: info.Description, DefaultQueueType: info.DefaultQueueType}
 	for _, t := range info.Tags {
 		if t != "" && !slices.Contains(d.Tags, t) {
 			d.Tags = append(d.Tags, t)
@@ -115,7 +116,7 @@ func (b *Broker) PutVHost(info VHostInfo) error {
 	b.mu.Lock()
 	v := b.vhosts[info.Name]
 	created := v == nil
-	var old vhostDef
+	var old defs.VHost
 	if created {
 		v = newVHost(b, info.Name)
 		b.vhosts[info.Name] = v
@@ -123,8 +124,8 @@ func (b *Broker) PutVHost(info VHostInfo) error {
 		old = v.meta
 	}
 	v.meta = d
-	var mb metaBatch
-	mb.putVHost(info.Name, d)
+	var mb defs.Batch
+	mb.Put(defs.EncodeVHost(d))
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
 	if err := w.waitErr(); err != nil {
@@ -143,7 +144,7 @@ func (b *Broker) PutVHost(info VHostInfo) error {
 // DeleteVHost deletes a vhost with everything in it: its connections are
 // closed (320 CONNECTION_FORCED, as RabbitMQ), then its queues with their
 // messages, exchanges, bindings, policies, permissions and every other
-// record of the kinds in vhostMetaKinds go. It returns once the deletion
+// record of the kinds in defs.VHostPrefixes go. It returns once the deletion
 // is durable and the connections have ended.
 //
 // The vhost's record goes first, with its permissions: from then on no
@@ -160,14 +161,14 @@ func (b *Broker) DeleteVHost(name string) error {
 		return notFoundf("no vhost '%s'", name)
 	}
 	delete(b.vhosts, name)
-	var mb metaBatch
-	mb.deleteVHost(name)
+	var mb defs.Batch
+	mb.Delete(defs.VHostKey(name))
 	oldPerms := map[permKey]*auth.Permission{}
 	for k, p := range b.perms {
 		if k.vhost == name {
 			oldPerms[k] = p
 			delete(b.perms, k)
-			mb.deletePerm(k.vhost, k.user)
+			mb.Delete(defs.PermKey(k.vhost, k.user))
 		}
 	}
 	var conns []*conn
@@ -203,7 +204,7 @@ func (b *Broker) DeleteVHost(name string) error {
 
 // deleteVHostContents deletes the queues (with their stored messages),
 // exchanges, bindings and policies of v, which is no longer reachable,
-// then every record left under v's prefix of each vhostMetaKinds kind.
+// then every record left under v's prefix of each defs.VHostPrefixes kind.
 func (b *Broker) deleteVHostContents(v *VHost) error {
 	v.mu.RLock()
 	queues := make([]*Queue, 0, len(v.queues))
@@ -220,18 +221,18 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 	}
 	v.policyMu.Lock()
 	v.mu.Lock()
-	var mb metaBatch
+	var mb defs.Batch
 	for _, x := range v.exchanges {
 		if v.exchanges[x.Name] == x { // not auto-deleted meanwhile
 			v.deleteExchangeLocked(x, &mb)
 		}
 	}
 	for pname := range v.policies {
-		mb.deletePolicy(metaPolicy, v.Name, pname)
+		mb.Delete(defs.PolicyKey(false, v.Name, pname))
 	}
 	clear(v.policies)
 	for pname := range v.opPolicies {
-		mb.deletePolicy(metaOperatorPolicy, v.Name, pname)
+		mb.Delete(defs.PolicyKey(true, v.Name, pname))
 	}
 	clear(v.opPolicies)
 	w := b.startMeta(&mb)
@@ -242,18 +243,18 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 	if err := w.waitErr(); err != nil {
 		return err
 	}
-	var rest metaBatch
-	for _, kind := range vhostMetaKinds {
-		err := b.store.ScanMeta(metaKey(kind, v.Name), func(key string, _ []byte) bool {
-			rest.del(key)
+	var rest defs.Batch
+	for _, kind := range defs.VHostPrefixes() {
+		err := b.store.ScanMeta(defs.Key(kind, v.Name), func(key string, _ []byte) bool {
+			rest.Delete(key)
 			return true
 		})
 		if err != nil {
 			return fmt.Errorf("scan definitions of vhost: %w", err)
 		}
 	}
-	if len(rest.ops) > 0 {
-		b.log.Info("deleted vhost: removing records left in the store", "vhost", v.Name, "records", len(rest.ops))
+	if len(rest.Ops) > 0 {
+		b.log.Info("deleted vhost: removing records left in the store", "vhost", v.Name, "records", len(rest.Ops))
 	}
-	return b.startWrite(&store.Batch{Meta: rest.ops}).waitErr()
+	return b.startWrite(&store.Batch{Meta: rest.Ops}).waitErr()
 }

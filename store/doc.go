@@ -37,7 +37,7 @@
 //   - Meta is a small ordered key/value space for definitions, written in
 //     the same Batch mechanism so that, e.g., deleting a queue and all its
 //     entries is one atomic step. Keys and values are arbitrary bytes (the
-//     broker's record layout is in broker/metacodec.go).
+//     broker's record layout is in broker/defs).
 //
 // # Ordering
 //

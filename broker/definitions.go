@@ -6,63 +6,52 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/store"
 )
 
-// metaBatch collects the store operations of one definition change (the
-// record layout is in metacodec.go).
-type metaBatch struct{ ops []store.MetaOp }
+// Durable definitions: the broker's side of broker/defs, which holds the
+// record layout and codecs. Here the records of live objects are built
+// (as defs values, under the lock that guards what they read: the codec
+// sees values only), handed to the store (storeWrite) and read back at
+// start (recoverDefinitions).
 
-func (m *metaBatch) put(key string, v []byte) {
-	m.ops = append(m.ops, store.MetaOp{Key: key, Value: v})
+// def returns q's record. Caller holds q.mu (the backlog flag and the
+// marks; Marks aliases q's, so the record is encoded before the lock is
+// released), or q is not reachable yet (declared under the vhost lock
+// that makes it so).
+func (q *Queue) def() defs.Queue {
+	return defs.Queue{VHost: q.vhost.Name, Name: q.Name, ID: uint64(q.id), AutoDelete: q.AutoDelete,
+		Backlog: q.backlogMarked, Args: q.Args, Marks: q.marksLocked()}
 }
 
-func (m *metaBatch) del(key string) { m.ops = append(m.ops, store.MetaOp{Key: key}) }
-
-func (m *metaBatch) putVHost(name string, d vhostDef) {
-	m.put(metaKey(metaVHost, name), encodeVHostDef(d))
+// def returns x's record in vhost.
+func (x *Exchange) def(vhost string) defs.Exchange {
+	return defs.Exchange{VHost: vhost, Name: x.Name, Type: x.Type, AutoDelete: x.AutoDelete, Internal: x.Internal, Args: x.Args}
 }
 
-func (m *metaBatch) deleteVHost(name string) { m.del(metaKey(metaVHost, name)) }
-
-func (m *metaBatch) putUser(u *auth.User) {
-	m.put(metaKey(metaUser, u.Name()), encodeUserDef(userDef{Algorithm: u.Algorithm(), Hash: u.Hash(), Tags: u.Tags()}))
+// def returns b's record in vhost.
+func (b *Binding) def(vhost string) defs.Binding {
+	return defs.Binding{VHost: vhost, Source: b.Source, Dest: b.destName(), ToExchange: b.exchange != nil, Key: b.Key, Args: b.Args}
 }
 
-func (m *metaBatch) deleteUser(name string) { m.del(metaKey(metaUser, name)) }
-
-func (m *metaBatch) putPerm(vhost, user string, p *auth.Permission) {
-	m.put(metaKey(metaPerm, vhost, user), encodePermDef(permDef{Configure: p.Configure, Write: p.Write, Read: p.Read}))
+// userDefOf returns u's record.
+func userDefOf(u *auth.User) defs.User {
+	return defs.User{Name: u.Name(), Algorithm: u.Algorithm(), Hash: u.Hash(), Tags: u.Tags()}
 }
 
-func (m *metaBatch) deletePerm(vhost, user string) { m.del(metaKey(metaPerm, vhost, user)) }
-
-func (m *metaBatch) putExchange(vhost string, x *Exchange) {
-	m.put(metaKey(metaExchange, vhost, x.Name), encodeExchangeDef(x))
+// permDefOf returns the record of user's permissions p in vhost.
+func permDefOf(vhost, user string, p *auth.Permission) defs.Perm {
+	return defs.Perm{VHost: vhost, User: user, Configure: p.Configure, Write: p.Write, Read: p.Read}
 }
 
-func (m *metaBatch) deleteExchange(vhost, name string) { m.del(metaKey(metaExchange, vhost, name)) }
-
-func (m *metaBatch) putQueue(vhost string, q *Queue) {
-	m.put(metaKey(metaQueue, vhost, q.Name), encodeQueueDef(q))
+// policyDefOf returns the record of p, a policy of kind k in vhost.
+func policyDefOf(k *policyKind, vhost string, p *Policy) defs.Policy {
+	return defs.Policy{Operator: k.operator, VHost: vhost, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo,
+		Priority: p.Priority, Definition: p.Definition}
 }
-
-func (m *metaBatch) deleteQueue(vhost, name string) { m.del(metaKey(metaQueue, vhost, name)) }
-
-func (m *metaBatch) putBinding(vhost string, b *Binding) {
-	m.put(bindingKey(vhost, b), []byte{metaVersion})
-}
-
-func (m *metaBatch) deleteBinding(vhost string, b *Binding) { m.del(bindingKey(vhost, b)) }
-
-// putPolicy writes a policy of kind (metaPolicy or metaOperatorPolicy).
-func (m *metaBatch) putPolicy(kind, vhost string, p *Policy) {
-	m.put(metaKey(kind, vhost, p.Name), encodePolicyDef(p))
-}
-
-func (m *metaBatch) deletePolicy(kind, vhost, name string) { m.del(metaKey(kind, vhost, name)) }
 
 // storeWrite is a batch handed to the store, whose completion is awaited
 // later. A nil *storeWrite is a write of nothing, complete at once.
@@ -90,8 +79,8 @@ func (b *Broker) startWrite(batch *store.Batch) *storeWrite {
 }
 
 // startMeta is startWrite for definitions only.
-func (b *Broker) startMeta(m *metaBatch) *storeWrite {
-	return b.startWrite(&store.Batch{Meta: m.ops})
+func (b *Broker) startMeta(m *defs.Batch) *storeWrite {
+	return b.startWrite(&store.Batch{Meta: m.Ops})
 }
 
 // waitErr is wait for management operations: the store's error, wrapped.
@@ -130,22 +119,18 @@ func (w *storeWrite) wait() *amqp.Error {
 // stops recovery: the store holds something this broker did not write.
 func (b *Broker) recoverDefinitions() error {
 	var err error
-	var drop metaBatch
+	var drop defs.Batch
 	var dropQueues []store.QueueID
 	dangling := func(key, what string, args ...any) {
 		b.log.Warn("recovery: dropping "+what, args...)
-		drop.del(key)
+		drop.Delete(key)
 	}
-	scan := func(prefix string, n int, fn func(key string, parts []string, v []byte) error) {
+	scan := func(prefix string, fn func(key string, v []byte) error) {
 		if err != nil {
 			return
 		}
 		serr := b.store.ScanMeta(prefix, func(k string, v []byte) bool {
-			var parts []string
-			if parts, err = metaParts(k, prefix, n); err == nil {
-				err = fn(k, parts, v)
-			}
-			if err != nil {
+			if err = fn(k, v); err != nil {
 				err = fmt.Errorf("definition %q: %w", k, err)
 			}
 			return err == nil
@@ -154,8 +139,8 @@ func (b *Broker) recoverDefinitions() error {
 			err = fmt.Errorf("scan definitions %q: %w", prefix, serr)
 		}
 	}
-	scan(metaQueueIDMark, 0, func(_ string, _ []string, v []byte) error {
-		id, err := decodeQueueIDMark(v)
+	scan(defs.KeyQueueIDMark, func(k string, v []byte) error {
+		id, err := defs.DecodeQueueIDMark(k, v)
 		if err != nil {
 			return err
 		}
@@ -164,137 +149,133 @@ func (b *Broker) recoverDefinitions() error {
 		}
 		return nil
 	})
-	scan(metaBootstrapMark, 0, func(_ string, _ []string, v []byte) error {
-		if err := checkEmptyDef(v); err != nil {
+	scan(defs.KeyBootstrapMark, func(k string, v []byte) error {
+		if err := defs.DecodeBootstrapMark(k, v); err != nil {
 			return err
 		}
 		b.bootstrapped = true
 		return nil
 	})
-	scan(metaVHost, 1, func(_ string, p []string, v []byte) error {
-		d, err := decodeVHostDef(v)
+	scan(defs.PrefixVHost, func(k string, v []byte) error {
+		d, err := defs.DecodeVHost(k, v)
 		if err != nil {
 			return err
 		}
-		if b.vhosts[p[0]] == nil {
-			b.vhosts[p[0]] = newVHost(b, p[0])
+		if b.vhosts[d.Name] == nil {
+			b.vhosts[d.Name] = newVHost(b, d.Name)
 		}
-		b.vhosts[p[0]].meta = d
+		b.vhosts[d.Name].meta = d
 		return nil
 	})
-	scan(metaUser, 1, func(_ string, p []string, v []byte) error {
-		d, err := decodeUserDef(v)
+	scan(defs.PrefixUser, func(k string, v []byte) error {
+		d, err := defs.DecodeUser(k, v)
 		if err != nil {
 			return err
 		}
-		b.users[p[0]] = auth.StoredUser(p[0], d.Algorithm, d.Hash, d.Tags)
+		if !auth.KnownAlgorithm(d.Algorithm) {
+			return fmt.Errorf("%w: unknown password hashing algorithm %q", defs.ErrCorrupt, d.Algorithm)
+		}
+		b.users[d.Name] = auth.StoredUser(d.Name, d.Algorithm, d.Hash, d.Tags)
 		return nil
 	})
-	scan(metaPerm, 2, func(k string, p []string, v []byte) error {
-		d, err := decodePermDef(v)
+	scan(defs.PrefixPerm, func(k string, v []byte) error {
+		d, err := defs.DecodePerm(k, v)
 		if err != nil {
 			return err
 		}
 		switch {
-		case b.vhosts[p[0]] == nil:
-			dangling(k, "permissions in unknown vhost", "vhost", p[0], "user", p[1])
+		case b.vhosts[d.VHost] == nil:
+			dangling(k, "permissions in unknown vhost", "vhost", d.VHost, "user", d.User)
 			return nil
-		case b.users[p[1]] == nil:
-			dangling(k, "permissions of unknown user", "vhost", p[0], "user", p[1])
+		case b.users[d.User] == nil:
+			dangling(k, "permissions of unknown user", "vhost", d.VHost, "user", d.User)
 			return nil
 		}
 		perm, err := auth.NewPermission(d.Configure, d.Write, d.Read)
 		if err != nil {
 			return fmt.Errorf("stored permissions: %w", err)
 		}
-		b.perms[permKey{user: p[1], vhost: p[0]}] = perm
+		b.perms[permKey{user: d.User, vhost: d.VHost}] = perm
 		return nil
 	})
-	scan(metaExchange, 2, func(k string, p []string, v []byte) error {
-		d, err := decodeExchangeDef(v)
+	scan(defs.PrefixExchange, func(k string, v []byte) error {
+		d, err := defs.DecodeExchange(k, v)
 		if err != nil {
 			return err
 		}
-		vh := b.vhosts[p[0]]
+		vh := b.vhosts[d.VHost]
 		if vh == nil {
-			dangling(k, "exchange in unknown vhost", "vhost", p[0], "exchange", p[1])
+			dangling(k, "exchange in unknown vhost", "vhost", d.VHost, "exchange", d.Name)
 			return nil
 		}
-		vh.exchanges[p[1]] = newExchange(p[1], d.Type, true, d.AutoDelete, d.Internal, d.Args)
+		vh.exchanges[d.Name] = newExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, d.Args)
 		return nil
 	})
 	var queues []*Queue
-	scan(metaQueue, 2, func(k string, p []string, v []byte) error {
-		d, err := decodeQueueDef(v)
+	scan(defs.PrefixQueue, func(k string, v []byte) error {
+		d, err := defs.DecodeQueue(k, v)
 		if err != nil {
 			return err
 		}
 		if d.ID > b.queueID.Load() {
 			b.queueID.Store(d.ID)
 		}
-		vh := b.vhosts[p[0]]
+		vh := b.vhosts[d.VHost]
 		if vh == nil {
-			dangling(k, "queue in unknown vhost", "vhost", p[0], "queue", p[1])
+			dangling(k, "queue in unknown vhost", "vhost", d.VHost, "queue", d.Name)
 			dropQueues = append(dropQueues, store.QueueID(d.ID))
 			return nil
 		}
-		q := newQueue(vh, store.QueueID(d.ID), p[1], true, false, d.AutoDelete, d.Args)
+		q := newQueue(vh, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
 		q.backlogMarked = d.Backlog
 		q.initMarks(d.Marks)
 		vh.queues[q.Name] = q
 		queues = append(queues, q)
 		return nil
 	})
-	scan(metaBinding, 6, func(k string, p []string, v []byte) error {
-		if err := checkEmptyDef(v); err != nil {
+	scan(defs.PrefixBinding, func(k string, v []byte) error {
+		d, err := defs.DecodeBinding(k, v)
+		if err != nil {
 			return err
 		}
-		args, err := decodeArgs([]byte(p[5]))
-		if err != nil {
-			return fmt.Errorf("%w: arguments: %w", errMetaCorrupt, err)
-		}
-		vhost, source, kind, dest, key := p[0], p[1], p[2], p[3], p[4]
-		vh := b.vhosts[vhost]
+		vh := b.vhosts[d.VHost]
 		if vh == nil {
-			dangling(k, "binding in unknown vhost", "vhost", vhost, "source", source, "destination", dest, "routing_key", key)
+			dangling(k, "binding in unknown vhost", "vhost", d.VHost, "source", d.Source, "destination", d.Dest, "routing_key", d.Key)
 			return nil
 		}
-		src := vh.exchanges[source]
+		src := vh.exchanges[d.Source]
 		if src == nil {
-			dangling(k, "binding from unknown exchange", "vhost", vhost, "source", source, "destination", dest, "routing_key", key)
+			dangling(k, "binding from unknown exchange", "vhost", d.VHost, "source", d.Source, "destination", d.Dest, "routing_key", d.Key)
 			return nil
 		}
-		bd := &Binding{Source: source, Key: key, Args: args}
-		switch kind {
-		case bindToQueue:
-			if bd.queue = vh.queues[dest]; bd.queue == nil {
-				dangling(k, "binding to unknown queue", "vhost", vhost, "source", source, "queue", dest, "routing_key", key)
+		bd := &Binding{Source: d.Source, Key: d.Key, Args: d.Args}
+		if d.ToExchange {
+			if bd.exchange = vh.exchanges[d.Dest]; bd.exchange == nil {
+				dangling(k, "binding to unknown exchange", "vhost", d.VHost, "source", d.Source, "exchange", d.Dest, "routing_key", d.Key)
+				return nil
+			}
+		} else {
+			if bd.queue = vh.queues[d.Dest]; bd.queue == nil {
+				dangling(k, "binding to unknown queue", "vhost", d.VHost, "source", d.Source, "queue", d.Dest, "routing_key", d.Key)
 				return nil
 			}
 			bd.queue.bindings = append(bd.queue.bindings, bd)
-		case bindToExchange:
-			if bd.exchange = vh.exchanges[dest]; bd.exchange == nil {
-				dangling(k, "binding to unknown exchange", "vhost", vhost, "source", source, "exchange", dest, "routing_key", key)
-				return nil
-			}
-		default:
-			return fmt.Errorf("%w: binding destination kind %q", errMetaCorrupt, kind)
 		}
 		src.addBinding(bd)
 		return nil
 	})
 	for _, k := range []*policyKind{userPolicies, operatorPolicies} {
-		scan(k.meta, 2, func(key string, p []string, v []byte) error {
-			d, err := decodePolicyDef(v)
+		scan(k.meta, func(key string, v []byte) error {
+			d, err := defs.DecodePolicy(key, v)
 			if err != nil {
 				return err
 			}
-			vh := b.vhosts[p[0]]
+			vh := b.vhosts[d.VHost]
 			if vh == nil {
-				dangling(key, k.what+" in unknown vhost", "vhost", p[0], "policy", p[1])
+				dangling(key, k.what+" in unknown vhost", "vhost", d.VHost, "policy", d.Name)
 				return nil
 			}
-			pol := &Policy{Name: p[1], Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
+			pol := &Policy{Name: d.Name, Pattern: d.Pattern, ApplyTo: d.ApplyTo, Priority: d.Priority, Definition: d.Definition}
 			if err := policy.Validate(pol, k.operator); err != nil {
 				return fmt.Errorf("stored %s: %w", k.what, err)
 			}
@@ -305,7 +286,7 @@ func (b *Broker) recoverDefinitions() error {
 	if err != nil {
 		return err
 	}
-	if w := b.startWrite(&store.Batch{Meta: drop.ops, DropQueues: dropQueues}); w != nil {
+	if w := b.startWrite(&store.Batch{Meta: drop.Ops, DropQueues: dropQueues}); w != nil {
 		<-w.done
 		if w.err != nil {
 			return fmt.Errorf("delete dangling definitions: %w", w.err)

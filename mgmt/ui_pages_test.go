@@ -1,7 +1,6 @@
 package mgmt_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -12,29 +11,6 @@ import (
 	"github.com/chromedp/chromedp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
-
-// uiLogin opens the UI at root, logs in as user and waits for the
-// overview. window.confirm is made to answer yes, as a user would, for
-// the pages' delete buttons.
-func uiLogin(t *testing.T, ctx context.Context, root, user, pass string) {
-	t.Helper()
-	until(t, ctx, "log in",
-		chromedp.Navigate(root+"/"),
-		chromedp.WaitVisible("#username", chromedp.ByQuery),
-		chromedp.SendKeys("#username", user, chromedp.ByQuery),
-		chromedp.SendKeys("#password", pass, chromedp.ByQuery),
-		chromedp.Click(`#login button[type="submit"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#ov-queues", chromedp.ByQuery),
-		chromedp.Evaluate(`window.confirm = () => true`, nil))
-}
-
-// text returns the trimmed text of the first element sel matches.
-func text(t *testing.T, ctx context.Context, sel string) string {
-	t.Helper()
-	var s string
-	until(t, ctx, "text of "+sel, chromedp.Text(sel, &s, chromedp.ByQuery))
-	return strings.TrimSpace(s)
-}
 
 // The exchanges list shows types and feature badges and filters by name
 // through the API; an exchange's page lists its bindings both ways; a

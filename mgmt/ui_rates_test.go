@@ -1,9 +1,7 @@
 package mgmt_test
 
 import (
-	"context"
 	"fmt"
-	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -12,43 +10,6 @@ import (
 	"github.com/chromedp/chromedp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
-
-// pollTimes reads the times (performance.now() ms) of a page's last two
-// polls from the data-at and data-prev-at attributes of sel.
-func pollTimes(t *testing.T, ctx context.Context, sel string) (prev, at float64) {
-	t.Helper()
-	var p, a string
-	until(t, ctx, "poll times of "+sel,
-		chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel)+`).dataset.prevAt ?? ""`, &p),
-		chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel)+`).dataset.at ?? ""`, &a))
-	prev, _ = strconv.ParseFloat(p, 64)
-	at, _ = strconv.ParseFloat(a, 64)
-	return prev, at
-}
-
-// checkRates checks the rates shown in the cells sel(k) for counters that
-// grew by want[k] between polls at prev and at (ms): the cell's growth is
-// want[k] and its text want[k] per elapsed second, to the one decimal shown.
-func checkRates(t *testing.T, ctx context.Context, sel func(k string) string, want map[string]int, prev, at float64) {
-	t.Helper()
-	secs := (at - prev) / 1000
-	if secs <= 0 {
-		t.Fatalf("poll times %v then %v", prev, at)
-	}
-	for k, n := range want {
-		var delta, shown string
-		until(t, ctx, "rate "+k,
-			chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel(k))+`).dataset.delta ?? ""`, &delta),
-			chromedp.Evaluate(`document.querySelector(`+strconv.Quote(sel(k))+`).textContent`, &shown))
-		r, err := strconv.ParseFloat(shown, 64)
-		if want := float64(n) / secs; err != nil || math.Abs(r-want) > 0.05+1e-9 {
-			t.Errorf("%s: shown %q, want %.1f (%d over %.3f s)", k, shown, want, n, secs)
-		}
-		if delta != strconv.Itoa(n) {
-			t.Errorf("%s: growth %q, want %d", k, delta, n)
-		}
-	}
-}
 
 // The queues list and the queue page show incoming, deliver/get and ack
 // rates: "—" before a second poll, then each counter's growth between two

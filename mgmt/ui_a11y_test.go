@@ -1,3 +1,5 @@
+// UI accessibility tests in Chromium: every page and the redrive dialog against axe-core's WCAG 2.1 A and AA rules.
+
 package mgmt_test
 
 import (

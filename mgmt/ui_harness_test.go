@@ -1,3 +1,5 @@
+// The UI tests' harness: headless Chromium, actions and waits on a page, login, page readers and checks.
+
 package mgmt_test
 
 import (

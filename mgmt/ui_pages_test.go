@@ -1,3 +1,5 @@
+// UI tests of the pages in Chromium: exchanges, users, connections, overview, queue chart, policies, phone width.
+
 package mgmt_test
 
 import (

@@ -1,3 +1,5 @@
+// UI tests of message rates in Chromium: the queues list's and the queue page's rates between two polls.
+
 package mgmt_test
 
 import (

@@ -1,3 +1,5 @@
+// UI tests of redrive in Chromium: the redrive dialog, its progress and failures, the redrives page.
+
 package mgmt_test
 
 import (

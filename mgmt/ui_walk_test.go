@@ -1,3 +1,5 @@
+// UI tests of the basics in Chromium: files served without auth, the login page, the acceptance walk.
+
 package mgmt_test
 
 import (

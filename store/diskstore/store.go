@@ -82,7 +82,11 @@ type Options struct {
 	RecoveryProgress func(done, total uint64)
 }
 
-func (o *Options) fill() {
+// withDefaults returns o with defaults filled in. Unlike wal's and
+// segment's it has no error to return: the options that can be invalid
+// (the WAL's segment size and sync policy) are checked by the wal.Open
+// that Open's recovery calls.
+func (o Options) withDefaults() Options {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
@@ -113,6 +117,7 @@ func (o *Options) fill() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	return o
 }
 
 // The alarms a Store raises (Options.OnAlarm) while it retries something
@@ -200,7 +205,7 @@ type Store struct {
 // Open opens (or creates) the store in dir and recovers it: the index as
 // of the last checkpoint, then the WAL records after it.
 func Open(dir string, opts Options) (*Store, error) {
-	opts.fill()
+	opts = opts.withDefaults()
 	s := &Store{
 		dir:       dir,
 		opts:      opts,

@@ -32,7 +32,7 @@ type Options struct {
 	// SyncInterval is the fsync period under wal.SyncInterval.
 	SyncInterval time.Duration
 	// CheckpointBytes starts a checkpoint once the active overlay holds
-	// this much (default 64 MiB). It bounds the memory the overlays hold
+	// this much (default 32 MiB). It bounds the memory the overlays hold
 	// and the WAL replayed at start.
 	CheckpointBytes int64
 	// CheckpointInterval starts a checkpoint this long after the last one

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/brokerd/brokerd/index"
+	"github.com/brokerd/brokerd/internal/fsutil"
 	"github.com/brokerd/brokerd/internal/histogram"
 	"github.com/brokerd/brokerd/segment"
 	"github.com/brokerd/brokerd/store"
@@ -227,7 +228,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// A directory entry is durable only once its parent is synced: a
 	// crash right after the first start must not lose the whole store.
-	if err := syncDir(opts.FS, filepath.Dir(dir)); err != nil {
+	if err := fsutil.SyncDir(opts.FS, filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
 	if err := s.recover(dir); err != nil {
@@ -289,21 +290,6 @@ func (s *Store) closeFiles() {
 }
 
 func subdir(dir, name string) string { return filepath.Join(dir, name) }
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
 
 // AllocMsgID implements store.Store.
 func (s *Store) AllocMsgID() store.MsgID { return store.MsgID(s.nextID.Add(1)) }

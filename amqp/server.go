@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/brokerd/brokerd/internal/ratelog"
 )
 
 // Handler is the broker as the server sees it. Implementations must be
@@ -200,10 +202,10 @@ type Server struct {
 
 	// Events a peer can cause at will are logged through these, so that no
 	// peer decides how much the server logs.
-	acceptLog    *logLimiter // Accept failed (out of file descriptors, ...)
-	overLimitLog *logLimiter // connection refused over MaxConnections
-	loginLog     *logLimiter // login refused
-	handshakeLog *logLimiter // handshake failed before the login succeeded
+	acceptLog    *ratelog.Limiter // Accept failed (out of file descriptors, ...)
+	overLimitLog *ratelog.Limiter // connection refused over MaxConnections
+	loginLog     *ratelog.Limiter // login refused
+	handshakeLog *ratelog.Limiter // handshake failed before the login succeeded
 
 	// budget bounds the content being received, over every connection.
 	budget *contentBudget
@@ -226,10 +228,10 @@ func NewServer(cfg ServerConfig) *Server {
 	log := cfg.Logger
 	s := &Server{
 		cfg:          cfg,
-		acceptLog:    newLogLimiter(log, slog.LevelError, "accept failed; retrying", logInterval),
-		overLimitLog: newLogLimiter(log, slog.LevelWarn, "connection refused: max_connections reached", logInterval),
-		loginLog:     newLogLimiter(log, slog.LevelWarn, "login refused", logInterval),
-		handshakeLog: newLogLimiter(log, slog.LevelInfo, "handshake failed", logInterval),
+		acceptLog:    ratelog.New(log, slog.LevelError, "accept failed; retrying", ratelog.Interval),
+		overLimitLog: ratelog.New(log, slog.LevelWarn, "connection refused: max_connections reached", ratelog.Interval),
+		loginLog:     ratelog.New(log, slog.LevelWarn, "login refused", ratelog.Interval),
+		handshakeLog: ratelog.New(log, slog.LevelInfo, "handshake failed", ratelog.Interval),
 		listeners:    map[net.Listener]struct{}{},
 		conns:        map[*ServerConn]struct{}{},
 		done:         make(chan struct{}),
@@ -381,7 +383,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 		err = ctx.Err()
 	}
-	for _, l := range []*logLimiter{s.acceptLog, s.overLimitLog, s.loginLog, s.handshakeLog} {
+	for _, l := range []*ratelog.Limiter{s.acceptLog, s.overLimitLog, s.loginLog, s.handshakeLog} {
 		l.Stop()
 	}
 	return err

@@ -24,7 +24,7 @@ import (
 // client. It does what the benchmark needs and nothing more: a publisher
 // uses channel 1, a subscriber as many channels as it has queues (up to
 // the broker's channel_max, then several consumers a channel); heartbeats
-// only on the idle connections of idle-conns (see idle.go); no returns.
+// only on the idle connections of idle-conns (see scale.go); no returns.
 
 // rawConn is one connection with channel 1 open.
 type rawConn struct {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/brokerd/brokerd/internal/fsutil"
 )
 
 // Store is a directory of segment files. Read, ReadMany, Scan, List,
@@ -132,7 +134,7 @@ func (s *Store) mkdir() error {
 	if err := s.fs.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("create segment directory %s: %w", s.dir, err)
 	}
-	if err := syncDir(s.fs, s.fs.PathDir(s.dir)); err != nil {
+	if err := fsutil.SyncDir(s.fs, s.fs.PathDir(s.dir)); err != nil {
 		return fmt.Errorf("create segment directory %s: %w", s.dir, err)
 	}
 	return nil
@@ -269,7 +271,7 @@ func (s *Store) Remove(id ID) error {
 		s.mu.Unlock()
 		return fmt.Errorf("remove segment %d: %w", id, err)
 	}
-	if err := syncDir(s.fs, s.dir); err != nil {
+	if err := fsutil.SyncDir(s.fs, s.dir); err != nil {
 		return fmt.Errorf("remove segment %d: %w", id, err)
 	}
 	if closeErr != nil {
@@ -365,18 +367,4 @@ func (s *Store) closeHandleLocked(sf *segFile) error {
 	sf.f = nil
 	s.open--
 	return err
-}
-
-// syncDir fsyncs directory dir, making file creations and removals in it
-// durable.
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return d.Close()
 }

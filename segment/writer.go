@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/brokerd/brokerd/internal/fsutil"
 )
 
 // Writer appends blobs to new segment files. A store has at most one
@@ -122,7 +124,7 @@ func (w *Writer) Finish() error {
 		}
 	}
 	if len(w.segs) > 0 {
-		if err := syncDir(w.s.fs, w.s.dir); err != nil {
+		if err := fsutil.SyncDir(w.s.fs, w.s.dir); err != nil {
 			w.err = fmt.Errorf("finish segments %v: %w", w.segs, err)
 			w.endLocked()
 			return w.err

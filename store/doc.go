@@ -87,11 +87,13 @@
 // returned before the read began and none of one that began after it
 // returned (a read concurrent with an Apply may or may not see it).
 //
-// ScanQueue (every entry of a queue from a seq, bodies included) and
-// ScanDeadlines (entries in deadline order up to a time) load whole
-// entries and are O(stored entries of the queue) or worse; they remain
-// for recovery of a queue that cannot page (a legacy dead-letter backlog
-// flag) and for tests, and are not for paging.
+// ScanQueue (every entry of a queue from a seq, bodies included) loads
+// whole entries and is O(stored entries of the queue); it remains for
+// recovery of a queue that cannot page (a legacy dead-letter backlog
+// flag), and is not for paging. Both implementations also have
+// ScanDeadlines (whole entries in deadline order up to a time, O(stored
+// entries)): no broker code reads it, so it is not part of Store; the
+// conformance suite checks it (storetest.DeadlineScanner).
 //
 // # Durability completion
 //

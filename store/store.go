@@ -242,9 +242,6 @@ type Store interface {
 	// order, until fn returns false. The entries passed to fn must not be
 	// modified.
 	ScanQueue(q QueueID, from uint64, fn func(*Entry) bool) error
-	// ScanDeadlines calls fn for entries with 0 < Deadline <= until, in
-	// (Deadline, Queue, Seq) order, until fn returns false.
-	ScanDeadlines(until int64, fn func(*Entry) bool) error
 	// DeadlineRefs calls fn with the deadline and ref of every entry
 	// whose deadline is in [from, until], in (deadline, queue, prio, seq)
 	// order, until fn returns false; fn runs without the store's locks.

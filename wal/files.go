@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/brokerd/brokerd/internal/fsutil"
 )
 
 // createFile creates the file whose first record will be first, with its
@@ -35,7 +37,7 @@ func (w *WAL) createFile(first LSN, capacity int64) (f vfs.File, path string, er
 	if err := w.syncFile(f); err != nil {
 		return nil, "", fmt.Errorf("sync %s: %w", path, err)
 	}
-	if err := syncDir(w.fs, w.dir); err != nil {
+	if err := fsutil.SyncDir(w.fs, w.dir); err != nil {
 		return nil, "", err
 	}
 	return f, path, nil
@@ -69,25 +71,9 @@ func mkdirAllSynced(fs vfs.FS, dir string) error {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	for i := len(created) - 1; i >= 0; i-- {
-		if err := syncDir(fs, fs.PathDir(created[i])); err != nil {
+		if err := fsutil.SyncDir(fs, fs.PathDir(created[i])); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// syncDir fsyncs dir, making file creations and removals in it durable.
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }
@@ -130,7 +116,7 @@ func (w *WAL) RemoveBefore(lsn LSN) error {
 			}
 		}
 		removed++
-		if err = syncDir(w.fs, w.dir); err != nil {
+		if err = fsutil.SyncDir(w.fs, w.dir); err != nil {
 			break
 		}
 	}

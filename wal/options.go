@@ -148,7 +148,8 @@ const (
 	minSegmentSize = fileHeaderSize + recordHeaderSize
 )
 
-func (o *Options) fill() error {
+// withDefaults returns o with defaults filled in, or why it is invalid.
+func (o Options) withDefaults() (Options, error) {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
@@ -156,10 +157,10 @@ func (o *Options) fill() error {
 		o.SegmentSize = defaultSegmentSize
 	}
 	if o.SegmentSize < minSegmentSize {
-		return fmt.Errorf("wal: segment size %d is below the minimum %d", o.SegmentSize, minSegmentSize)
+		return o, fmt.Errorf("wal: segment size %d is below the minimum %d", o.SegmentSize, minSegmentSize)
 	}
 	if int(o.Sync) >= len(syncPolicyNames) {
-		return fmt.Errorf("wal: unknown sync policy %d", uint8(o.Sync))
+		return o, fmt.Errorf("wal: unknown sync policy %d", uint8(o.Sync))
 	}
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = defaultSyncInterval
@@ -170,5 +171,5 @@ func (o *Options) fill() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return nil
+	return o, nil
 }

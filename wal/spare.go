@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/brokerd/brokerd/internal/fsutil"
 )
 
 // Recycled files.
@@ -134,7 +136,7 @@ func (w *WAL) useSpare(first LSN) (vfs.File, string, error) {
 		f.Close()
 		return nil, "", fmt.Errorf("rename %s to %s: %w", old, path, err)
 	}
-	if err := syncDir(w.fs, w.dir); err != nil {
+	if err := fsutil.SyncDir(w.fs, w.dir); err != nil {
 		f.Close()
 		return nil, "", err
 	}

@@ -117,7 +117,8 @@ var (
 // every file and repairs a torn tail of the last (see the package doc), then
 // starts the writer. Call Replay next, then Append.
 func Open(dir string, opts Options) (*WAL, error) {
-	if err := opts.fill(); err != nil {
+	opts, err := opts.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	fs := opts.FS

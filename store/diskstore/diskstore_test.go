@@ -31,6 +31,9 @@ func openDir(t testing.TB, dir string, opts Options) *Store {
 	return s
 }
 
+// The conformance suite's ScanDeadlines case runs on the disk store.
+var _ storetest.DeadlineScanner = (*Store)(nil)
+
 // conformance runs the store suite with opts; every reopen is a clean
 // Close and Open of the same directory.
 func conformance(t *testing.T, opts Options) {
@@ -200,7 +203,10 @@ func (p *pair) dropQueue(q store.QueueID) {
 	}
 }
 
-func snapshot(t *testing.T, s store.Store, queues []store.QueueID) string {
+func snapshot(t *testing.T, s interface {
+	store.Store
+	storetest.DeadlineScanner
+}, queues []store.QueueID) string {
 	t.Helper()
 	var sb strings.Builder
 	for _, q := range queues {

@@ -72,7 +72,7 @@
 //     are not copied, so a recently deleted entry may be listed.
 //   - LoadMessages: bodies from the overlays, the rest from segments in
 //     one segment.ReadMany under segMu, their message records read
-//     through one forward-seeking iterator (points.go) in id order. A
+//     through one forward-seeking iterator (pointreader.go) in id order. A
 //     message whose last entry was deleted since the last checkpoint may
 //     still be found; after the checkpoint it is store.ErrUnknownMessage.
 //

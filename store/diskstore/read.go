@@ -286,7 +286,11 @@ func addDamage(d *store.DamageError, file string, offset int64, reason string, i
 	return d
 }
 
-// ScanDeadlines implements store.Store.
+// ScanDeadlines calls fn for entries with 0 < Deadline <= until, in
+// (Deadline, Queue, Seq) order, until fn returns false. It reads every
+// queue that has an entry with a deadline in full. It is not part of
+// store.Store (the broker reads DeadlineRefs); it implements
+// storetest.DeadlineScanner, for the conformance suite and the model test.
 func (s *Store) ScanDeadlines(until int64, fn func(*store.Entry) bool) error {
 	// Collect the refs with deadlines from the index and the overlays,
 	// then read each queue's entries once.

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/brokerd/brokerd/index"
+	"github.com/brokerd/brokerd/internal/fsutil"
 	"github.com/brokerd/brokerd/internal/histogram"
 	"github.com/brokerd/brokerd/segment"
 	"github.com/brokerd/brokerd/store"
@@ -32,7 +33,7 @@ type Options struct {
 	// SyncInterval is the fsync period under wal.SyncInterval.
 	SyncInterval time.Duration
 	// CheckpointBytes starts a checkpoint once the active overlay holds
-	// this much (default 64 MiB). It bounds the memory the overlays hold
+	// this much (default 32 MiB). It bounds the memory the overlays hold
 	// and the WAL replayed at start.
 	CheckpointBytes int64
 	// CheckpointInterval starts a checkpoint this long after the last one
@@ -82,7 +83,11 @@ type Options struct {
 	RecoveryProgress func(done, total uint64)
 }
 
-func (o *Options) fill() {
+// withDefaults returns o with defaults filled in. Unlike wal's and
+// segment's it has no error to return: the options that can be invalid
+// (the WAL's segment size and sync policy) are checked by the wal.Open
+// that Open's recovery calls.
+func (o Options) withDefaults() Options {
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
@@ -113,6 +118,7 @@ func (o *Options) fill() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	return o
 }
 
 // The alarms a Store raises (Options.OnAlarm) while it retries something
@@ -200,7 +206,7 @@ type Store struct {
 // Open opens (or creates) the store in dir and recovers it: the index as
 // of the last checkpoint, then the WAL records after it.
 func Open(dir string, opts Options) (*Store, error) {
-	opts.fill()
+	opts = opts.withDefaults()
 	s := &Store{
 		dir:       dir,
 		opts:      opts,
@@ -222,7 +228,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// A directory entry is durable only once its parent is synced: a
 	// crash right after the first start must not lose the whole store.
-	if err := syncDir(opts.FS, filepath.Dir(dir)); err != nil {
+	if err := fsutil.SyncDir(opts.FS, filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
 	if err := s.recover(dir); err != nil {
@@ -284,21 +290,6 @@ func (s *Store) closeFiles() {
 }
 
 func subdir(dir, name string) string { return filepath.Join(dir, name) }
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
 
 // AllocMsgID implements store.Store.
 func (s *Store) AllocMsgID() store.MsgID { return store.MsgID(s.nextID.Add(1)) }

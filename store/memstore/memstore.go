@@ -221,7 +221,10 @@ func (s *Store) ScanQueue(q store.QueueID, from uint64, fn func(*store.Entry) bo
 	return nil
 }
 
-// ScanDeadlines implements store.Store.
+// ScanDeadlines calls fn for entries with 0 < Deadline <= until, in
+// (Deadline, Queue, Seq) order, until fn returns false. It is not part of
+// store.Store (the broker reads DeadlineRefs); it implements
+// storetest.DeadlineScanner, for the conformance suite.
 func (s *Store) ScanDeadlines(until int64, fn func(*store.Entry) bool) error {
 	entries, err := s.collect(func(e *store.Entry) bool { return e.Deadline > 0 && e.Deadline <= until }, 0)
 	if err != nil {

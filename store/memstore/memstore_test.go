@@ -8,6 +8,9 @@ import (
 	"github.com/brokerd/brokerd/store/storetest"
 )
 
+// The conformance suite's ScanDeadlines case runs on the memory store.
+var _ storetest.DeadlineScanner = (*memstore.Store)(nil)
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t,
 		func(*testing.T) store.Store { return memstore.New() },

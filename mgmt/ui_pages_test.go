@@ -1,9 +1,11 @@
+// UI tests of the pages in Chromium: exchanges, users, connections, overview, queue chart, policies, phone width.
+
 package mgmt_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,29 +14,6 @@ import (
 	"github.com/chromedp/chromedp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
-
-// uiLogin opens the UI at root, logs in as user and waits for the
-// overview. window.confirm is made to answer yes, as a user would, for
-// the pages' delete buttons.
-func uiLogin(t *testing.T, ctx context.Context, root, user, pass string) {
-	t.Helper()
-	until(t, ctx, "log in",
-		chromedp.Navigate(root+"/"),
-		chromedp.WaitVisible("#username", chromedp.ByQuery),
-		chromedp.SendKeys("#username", user, chromedp.ByQuery),
-		chromedp.SendKeys("#password", pass, chromedp.ByQuery),
-		chromedp.Click(`#login button[type="submit"]`, chromedp.ByQuery),
-		chromedp.WaitVisible("#ov-queues", chromedp.ByQuery),
-		chromedp.Evaluate(`window.confirm = () => true`, nil))
-}
-
-// text returns the trimmed text of the first element sel matches.
-func text(t *testing.T, ctx context.Context, sel string) string {
-	t.Helper()
-	var s string
-	until(t, ctx, "text of "+sel, chromedp.Text(sel, &s, chromedp.ByQuery))
-	return strings.TrimSpace(s)
-}
 
 // The exchanges list shows types and feature badges and filters by name
 // through the API; an exchange's page lists its bindings both ways; a
@@ -407,4 +386,45 @@ func TestUIPhoneWidth(t *testing.T) {
 		}
 		screenshot(t, ctx, "phone-"+strings.Split(strings.TrimPrefix(page.hash, "#/"), "/")[0])
 	}
+}
+
+// A policy's Edit button fills the form with it and moves focus there;
+// saving replaces the policy under the same name.
+func TestUIPolicyEdit(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/policies/%2F/edit-me", map[string]any{"pattern": `^e\.`, "apply-to": "queues", "priority": 3,
+		"definition": map[string]any{"message-ttl": 1000}})
+	uiLogin(t, ctx, root, "guest", "guest")
+	until(t, ctx, "policies page", chromedp.Navigate(root+"/#/policies"),
+		chromedp.WaitVisible(`tr[data-policy="edit-me"] button.edit`, chromedp.ByQuery),
+		chromedp.Click(`tr[data-policy="edit-me"] button.edit`, chromedp.ByQuery))
+	var name, pattern, apply, prio, def, focused string
+	until(t, ctx, "form filled",
+		chromedp.Value("#p-name", &name, chromedp.ByQuery), chromedp.Value("#p-pattern", &pattern, chromedp.ByQuery),
+		chromedp.Value("#p-apply", &apply, chromedp.ByQuery), chromedp.Value("#p-priority", &prio, chromedp.ByQuery),
+		chromedp.Value("#p-definition", &def, chromedp.ByQuery),
+		chromedp.Evaluate(`document.activeElement.id`, &focused))
+	if name != "edit-me" || pattern != `^e\.` || apply != "queues" || prio != "3" || strings.Join(strings.Fields(def), "") != `{"message-ttl":1000}` {
+		t.Errorf("form: name %q pattern %q apply-to %q priority %q definition %q", name, pattern, apply, prio, def)
+	}
+	if focused != "p-name" {
+		t.Errorf("focus on %q after Edit", focused)
+	}
+	until(t, ctx, "save",
+		setValue("#p-definition", `{"message-ttl": 2000, "max-length": 5}`),
+		chromedp.Click(`#policy-form button[type="submit"]`, chromedp.ByQuery))
+	want := map[string]any{"message-ttl": 2000.0, "max-length": 5.0}
+	waitFor(t, func() bool {
+		return reflect.DeepEqual(a.must(200, "GET", "/policies/%2F/edit-me", nil).object(t)["definition"], want)
+	})
+	p := a.must(200, "GET", "/policies/%2F/edit-me", nil).object(t)
+	if p["pattern"] != `^e\.` || p["apply-to"] != "queues" || p["priority"] != 3.0 {
+		t.Errorf("edited policy %v", p)
+	}
+	if n := len(a.must(200, "GET", "/policies", nil).list(t)); n != 1 {
+		t.Errorf("%d policies after the edit, want 1", n)
+	}
+	poll(t, ctx, "list shows the edit", `document.querySelector('tr[data-policy="edit-me"] pre')?.textContent.includes('"max-length":5')`)
 }

@@ -1,114 +1,16 @@
+// UI tests of the basics in Chromium: files served without auth, the login page, the acceptance walk.
+
 package mgmt_test
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
-
-const chromiumPath = "/usr/bin/chromium"
-
-// browser starts headless Chromium for a test at 1280×800, or skips the
-// test when Chromium is not installed (.ci/run installs it). The browser
-// is stopped when the test ends.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("chromium not installed (%s: %v); apt-get install chromium to run the UI tests", chromiumPath, err)
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.NoSandbox, // the tests may run as root
-		chromedp.WindowSize(1280, 800),
-		chromedp.Flag("disable-dev-shm-usage", true),
-	)
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	// chromedp logs CDP events it does not model (a <dialog> entering
-	// the top layer, say) as errors; those are not the test's.
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(format string, args ...any) {
-		if msg := fmt.Sprintf(format, args...); !strings.Contains(msg, "unhandled node event") {
-			t.Logf("chromedp: %s", msg)
-		}
-	}))
-	tctx, tcancel := context.WithTimeout(ctx, 40*time.Second)
-	t.Cleanup(func() {
-		// Not chromedp.Cancel: its Browser.close waited forever here.
-		// Cancelling the allocator kills Chromium and waits for it.
-		tcancel()
-		cancel()
-		acancel()
-	})
-	// The page's console and uncaught errors go to the test log.
-	chromedp.ListenTarget(ctx, func(ev any) {
-		switch ev := ev.(type) {
-		case *runtime.EventConsoleAPICalled:
-			var args []string
-			for _, a := range ev.Args {
-				args = append(args, string(a.Value)+a.Description)
-			}
-			t.Logf("console.%s: %s", ev.Type, strings.Join(args, " "))
-		case *runtime.EventExceptionThrown:
-			t.Logf("page error: %s", ev.ExceptionDetails.Error())
-		}
-	})
-	if err := chromedp.Run(tctx, chromedp.EmulateViewport(1280, 800)); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
-	return tctx
-}
-
-// screenshot writes what the viewport shows as name.png under $BROKERD_UI_SCREENSHOTS
-// (nothing when it is unset).
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	dir := os.Getenv("BROKERD_UI_SCREENSHOTS")
-	if dir == "" {
-		return
-	}
-	var buf []byte
-	if err := chromedp.Run(ctx, chromedp.CaptureScreenshot(&buf)); err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), buf, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// until runs actions and fails the test with what it was waiting for.
-func until(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action) {
-	t.Helper()
-	if err := chromedp.Run(ctx, actions...); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// setValue sets a form control's value as a script would (no input
-// event), to clear it before typing.
-func setValue(sel, value string) chromedp.Action {
-	q, _ := json.Marshal(sel)
-	v, _ := json.Marshal(value)
-	return chromedp.Evaluate("document.querySelector("+string(q)+").value = "+string(v), nil)
-}
-
-// poll waits until the JavaScript expression is true in the page.
-func poll(t *testing.T, ctx context.Context, what, expr string) {
-	t.Helper()
-	var ok bool
-	until(t, ctx, what, chromedp.Poll(expr, &ok, chromedp.WithPollingTimeout(20*time.Second)))
-}
 
 func TestUIServesPagesWithoutAuth(t *testing.T) {
 	a := startAPI(t)

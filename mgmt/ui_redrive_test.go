@@ -1,3 +1,5 @@
+// UI tests of redrive in Chromium: the redrive dialog, its progress and failures, the redrives page.
+
 package mgmt_test
 
 import (
@@ -7,20 +9,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 )
-
-// deadLetter publishes bodies to queue q and rejects them (without
-// requeue) so each is dead-lettered, then waits until dlq holds total.
-func (a *api) deadLetter(q, dlq string, total int, bodies ...string) {
-	a.t.Helper()
-	for _, b := range bodies {
-		a.must(200, "POST", "/exchanges/%2F/amq.default/publish", map[string]any{
-			"properties": map[string]any{"delivery_mode": 2}, "routing_key": q, "payload": b, "payload_encoding": "string"})
-	}
-	a.must(200, "POST", "/queues/%2F/"+q+"/get", map[string]any{"count": len(bodies), "ackmode": "reject_requeue_false", "encoding": "auto"})
-	waitFor(a.t, func() bool {
-		return a.must(200, "GET", "/queues/%2F/"+dlq, nil).object(a.t)["messages"] == float64(total)
-	})
-}
 
 // In the browser: a DLQ's page starts a paced redrive to origin in the
 // redrive dialog, which shows the task running and then finished with

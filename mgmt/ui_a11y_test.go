@@ -1,65 +1,14 @@
+// UI accessibility tests in Chromium: every page and the redrive dialog against axe-core's WCAG 2.1 A and AA rules.
+
 package mgmt_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
-
-// axeScript returns axe-core's browser script, from the npm package
-// installed globally (.ci/run installs it), or skips the test.
-func axeScript(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("npm", "root", "-g").Output()
-	if err != nil {
-		t.Skipf("npm not found (%v): the accessibility test needs axe-core (npm install -g axe-core)", err)
-	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "axe-core", "axe.min.js")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Skipf("axe-core not installed (%v): npm install -g axe-core", err)
-	}
-	return string(data)
-}
-
-// axeViolation is what axe-core reports of one rule a page breaks.
-type axeViolation struct {
-	ID     string `json:"id"`
-	Impact string `json:"impact"`
-	Help   string `json:"help"`
-	Nodes  []struct {
-		Target []any  `json:"target"`
-		HTML   string `json:"html"`
-	} `json:"nodes"`
-}
-
-// axeCheck runs axe-core's WCAG 2 A and AA rules on the page as it is and
-// fails the test with each violation.
-func axeCheck(t *testing.T, ctx context.Context, page string) {
-	t.Helper()
-	var js string
-	until(t, ctx, "axe on "+page, chromedp.Evaluate(`axe.run(document, {runOnly: {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}).then(r => JSON.stringify(r.violations))`,
-		&js, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
-	var vs []axeViolation
-	if err := json.Unmarshal([]byte(js), &vs); err != nil {
-		t.Fatalf("axe on %s: %v in %s", page, err, js)
-	}
-	for _, v := range vs {
-		var where []string
-		for _, n := range v.Nodes {
-			where = append(where, n.HTML)
-		}
-		t.Errorf("%s: %s (%s, %s): %s", page, v.ID, v.Impact, v.Help, strings.Join(where, " | "))
-	}
-}
 
 // Every page, at 1280 px and at phone width, and the redrive dialog pass
 // axe-core's WCAG 2.1 A and AA rules (labels, names, contrast, landmarks,
@@ -105,9 +54,4 @@ func TestUIAccessibility(t *testing.T) {
 	axeCheck(t, ctx, "redrive dialog")
 	until(t, ctx, "close with Escape", chromedp.KeyEvent("\x1b"))
 	poll(t, ctx, "dialog closed, focus back", `!document.querySelector("#redrive-dialog").open && document.activeElement === document.querySelector("#redrive-open")`)
-}
-
-func jsString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }

@@ -174,7 +174,8 @@ func (s *Store) overlayFull() bool {
 // Checkpoint moves everything applied so far into segments and the index
 // and removes the WAL files that held it. The store does this by itself
 // in the background; tests and a clean shutdown call it to make the next
-// start replay nothing.
+// start replay nothing. A failure is also handed to the background loop,
+// which retries it as it retries its own.
 func (s *Store) Checkpoint() error {
 	s.mu.Lock()
 	err := s.usableLocked()
@@ -182,7 +183,13 @@ func (s *Store) Checkpoint() error {
 	if err != nil {
 		return err
 	}
-	return s.checkpoint()
+	if err := s.checkpoint(); err != nil {
+		// Its frozen overlay waits for a retry: the loop makes it, with
+		// the alarm and the backoff of its own failures.
+		s.forceCheckpoint()
+		return err
+	}
+	return nil
 }
 
 // checkpoint moves the active overlay into segments and the index and

@@ -41,11 +41,11 @@ type VHost struct {
 	// letters, txn.holdVHost), exclusively to change them; under
 	// Queue.mu, policyMu or Broker.authMu, never with Broker.mu.
 	mu        sync.RWMutex
-	exchanges map[string]*Exchange // mu
-	queues    map[string]*Queue    // mu
-	policies  map[string]*Policy   // mu
+	exchanges map[string]*Exchange
+	queues    map[string]*Queue
+	policies  map[string]*Policy
 	// opPolicies are the operator policies (opolicy.go); nil until one
-	// is set. mu.
+	// is set.
 	opPolicies map[string]*Policy
 	// (end of mu's fields)
 

@@ -100,16 +100,27 @@ type Options struct {
 
 // Broker holds every vhost, user and connection. It implements
 // amqp.Handler.
+//
+// Concurrency: the fields before authMu are set by Open and not changed
+// after; each lock guards the fields grouped under it; the others are
+// atomics, types that lock for themselves, or say whose they are. The
+// lock order is the package's (doc.go).
 type Broker struct {
 	// env is what the queue engine shares with the broker (env.go); its
 	// members are promoted, so b.store is b.env.store.
 	*env
 
-	// authMu serializes changes to users, vhosts and permissions, from
-	// the change in memory to the store's completion, so a change the
-	// store refuses can be undone. Taken before mu.
+	// authMu serializes changes to users, vhosts and permissions, and
+	// definitions imports, from the change in memory to the store's
+	// completion, so a change the store refuses can be undone. It guards
+	// no field of its own (they are mu's). Outermost: taken before every
+	// other lock, never by connection code.
 	authMu sync.Mutex
 
+	// mu guards the fields from here to bootstrapped, alarms, and every
+	// vhost's VHost.meta. Taken alone or under authMu, a vhost's policyMu
+	// (an import) or the login limiter's lock; only the store's are taken
+	// under it. Never held with a VHost.mu or Queue.mu.
 	mu     sync.RWMutex
 	vhosts map[string]*VHost
 	users  map[string]*auth.User
@@ -118,10 +129,15 @@ type Broker struct {
 	closed bool
 	// bootstrapped: the store holds the bootstrap mark (broker/defs).
 	bootstrapped bool
+	// (end of mu's fields)
 
 	queueID atomic.Uint64
-	idMu    sync.Mutex // serializes durable queue id marks
-	replyTo sync.Map   // direct reply-to address → *channel
+	// idMu serializes the allocation of durable queue ids with the write
+	// of their high-water mark, so marks reach the store in increasing
+	// order. Taken alone or under authMu, policyMu or VHost.mu (an
+	// import); only the store's are taken under it.
+	idMu    sync.Mutex
+	replyTo sync.Map // direct reply-to address → *channel
 
 	alarms      alarmState // guarded by mu
 	horizonScan horizonState

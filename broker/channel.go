@@ -19,9 +19,14 @@ type delivery struct {
 // channel is the broker side of an AMQP channel.
 //
 // Concurrency: methods are called from the connection's reader goroutine;
-// queues call tryDeliver and recordGet from publishers' goroutines with the
-// queue lock held. mu guards everything below it. Code holding mu never
-// takes a queue or vhost lock.
+// queues call tryDeliver and recordGet from other goroutines with the
+// queue lock held (and the vhost lock shared, when the same operation
+// dead-lettered). id, conn and out are fixed; the fields marked "reader
+// goroutine only" are the reader's; mu guards pendingDs, pendingActs,
+// deliverMsg, every field after it but confirms (which locks for itself),
+// and the unacked count of each of the channel's consumers. Code holding
+// mu takes only confirmTracker.mu and the connection's (or a Direct's)
+// write lock, never a queue or vhost lock (broker/doc.go).
 type channel struct {
 	id   uint16
 	conn *conn
@@ -31,7 +36,7 @@ type channel struct {
 	routeBuf   []*Queue       // a publish's route, reused; reader goroutine only
 	ackBuf     []*delivery    // an ack's deliveries, reused; reader goroutine only
 
-	deliveryStats channelDeliveryStats // for the management API's rates
+	deliveryStats channelDeliveryStats // for the management API's rates; atomics
 
 	// Acks, nacks and rejects put off to the end of a burst of frames
 	// (conn.bursts): the deliveries in order, and runs of them with one
@@ -56,7 +61,7 @@ type channel struct {
 	// confirm mode (publisher confirms)
 	confirm    bool
 	publishSeq uint64
-	confirms   confirmTracker
+	confirms   confirmTracker // not mu's: it has its own lock (confirm.go)
 
 	// tx mode
 	tx        bool

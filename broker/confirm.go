@@ -54,6 +54,14 @@ import (
 //
 // A flush is due at most once at a time (queued), and it sends whatever
 // has completed by the time it runs.
+//
+// Concurrency: mu guards every field but stats (atomics); out, grp,
+// flushf, laterf and ctr are set once, by start, before the first publish
+// is numbered. mu is taken under channel.mu (start), and by completions
+// under whatever the store's Apply was called with (Queue.mu, VHost.mu
+// shared: see broker/doc.go); under it only the connection's write lock
+// (or a Direct's) is taken, to send. done calls AfterGroup and Later
+// after releasing it.
 type confirmTracker struct {
 	mu     sync.Mutex
 	out    amqp.ChannelOut
@@ -61,7 +69,8 @@ type confirmTracker struct {
 	flushf func()         // t.flush, bound once
 	laterf func()         // t.later, bound once
 	closed bool
-	// stats are the channel's publish counters (ratestats.go); atomic.
+	// stats are the channel's publish counters (ratestats.go); atomic,
+	// not mu's.
 	stats  channelStats
 	queued bool   // a flush is due, on the writer or at the end of the store's group
 	sent   uint64 // every tag <= sent is confirmed to the client

@@ -11,6 +11,11 @@ import (
 )
 
 // conn is the broker side of one AMQP connection (an amqp.Session).
+//
+// Concurrency: mu guards channels and exclusive, and unsettled is the
+// reader goroutine's; the other fields are set when the connection opens
+// and not changed after, but user and perm, atomics that change under
+// Broker.mu.
 type conn struct {
 	// ctx ends when the connection closes: a publisher waiting for the
 	// store's room (Store.Reserve) stops waiting.
@@ -32,9 +37,13 @@ type conn struct {
 	done   chan struct{}
 	opened time.Time
 
+	// mu guards channels and exclusive. A leaf: nothing is taken under
+	// it (callers copy what they need and release it first). Taken with
+	// no lock held, or under Broker.authMu (a vhost's deletion deletes a
+	// Direct's exclusive queue).
 	mu        sync.Mutex
-	channels  map[uint16]*channel
-	exclusive []*Queue
+	channels  map[uint16]*channel // mu
+	exclusive []*Queue            // mu
 
 	// bursts: the connection is a socket whose reader calls EndBurst, so
 	// its channels put off settling acks until the burst ends. unsettled

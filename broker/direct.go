@@ -34,11 +34,14 @@ type Reply struct {
 	Props, Body []byte
 }
 
-// directOut collects what the channel sends.
+// directOut collects what the channel sends. mu guards replies and
+// closed; it is a leaf, taken by the channel's sends wherever they run:
+// under channel.mu (a delivery), Queue.mu (consume-ok) or
+// confirmTracker.mu (a confirm), or with no lock held.
 type directOut struct {
 	mu      sync.Mutex
-	replies []Reply
-	closed  *amqp.Error
+	replies []Reply     // mu
+	closed  *amqp.Error // mu
 }
 
 func (o *directOut) Send(m amqp.Method) {

@@ -338,9 +338,15 @@ func (q *Queue) retryBacklogLocked(t *txn) {
 // per (source, target) pair, for at most cycleLogPairs pairs a minute (the
 // cycles counter counts them all). It forgets a pair once its minute is
 // over or a queue of it is deleted, so it holds no deleted queue.
+//
+// mu guards last. It is a leaf (the warning is logged after it is
+// released), taken under the source's Queue.mu and VHost.mu shared
+// (logCycle, while a dead letter is planned), or after a queue's deletion
+// released its locks (forgetCycles, under Broker.authMu when a vhost
+// goes).
 type cycleLog struct {
 	mu   sync.Mutex
-	last map[[2]*Queue]time.Time
+	last map[[2]*Queue]time.Time // mu
 }
 
 const cycleLogPairs = 256

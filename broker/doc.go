@@ -1,49 +1,161 @@
-// Package broker implements the AMQP 0-9-1 model on top of a message store:
-// vhosts, exchanges and bindings, routing, queues, consumers, deliveries,
-// acknowledgements, publisher confirms, transactions and direct reply-to.
-// It is the only package that knows all the others; the amqp package calls
-// it through amqp.Handler, amqp.Session and amqp.ChannelHandler.
+// Package broker implements the AMQP 0-9-1 model on top of a message store,
+// and is brokerd's composition root (Open, Close). It holds vhosts,
+// exchanges, bindings and routing; queues with their paging, TTLs and
+// expiry, delivered marks, dead-lettering and its backlog, peek and
+// redrive; consumers, deliveries, acknowledgements, publisher confirms,
+// transactions and direct reply-to; users, permissions, policies and
+// operator policies, and the definitions that persist them (their import
+// included); redrive tasks, resource alarms, consumer timeouts, and the
+// counters and views the management API reads (Direct runs management
+// methods through a client's channel code). The amqp package calls it
+// through amqp.Handler, amqp.Session and amqp.ChannelHandler; mgmt, metrics
+// and cmd/brokerd through its exported methods. It builds on store, ttl,
+// overflow, deadletter, amqp and its engine package.
 //
 // # Concurrency model
 //
-// Each queue is guarded by one mutex (Queue.mu); there is no goroutine per
-// queue. Work runs on the goroutine of whoever causes it: a publisher's
-// connection reader routes and enqueues, and hands the message straight to
-// a waiting consumer's connection (whose writer goroutine sends it); a
-// consumer's reader acks and thereby lets the queue deliver the next
-// messages. This keeps a message's path free of goroutine hand-offs.
+// A queue's state is guarded by its own mutex, Queue.mu, and the room that
+// dead-lettered copies on their way into it have claimed by Queue.resMu;
+// there is no goroutine per queue. Work runs on the goroutine of whoever
+// causes it: a publisher's connection reader routes and enqueues, and
+// hands the message straight to a waiting consumer's connection (whose
+// writer goroutine sends it); a consumer's reader acks and thereby lets
+// the queue deliver the next messages. This keeps a message's path free
+// of goroutine hand-offs. Timers (message deadlines, queue leases) fire on
+// the scheduler's goroutine, which takes queue locks like any other
+// caller.
 //
-// Lock order, outermost first:
+// # Locks
 //
-//	Queue.mu (several only in id order, taken together by a publish or a tx.commit)
-//	  → VHost.mu (shared: dead letters are routed with the source locked;
-//	    exclusive: a queue is deleted with its own lock held)
-//	  → channel.mu → confirmTracker.mu → the connection's write lock
-//	  → the expiry scheduler's lock (innermost: it never calls out)
+// The table lists every mutex the package takes, and the other packages'
+// mutexes it takes under its own, outermost first. Code that holds a lock
+// takes only locks further down, never one further up, and a second lock
+// of the same row only as the row's note says. Outer are the locks that
+// may be held when it is taken, inner those taken while it is held ("-":
+// none). The fields a lock guards are grouped under it in its struct.
 //
-// Broker.mu is taken alone, or inside Broker.authMu, which serializes
-// user, vhost and permission changes from memory to the store's
-// completion (it is held while a deleted vhost's connections end and its
-// contents go, so it is never taken by connection code). A goroutine may take a later lock while holding
-// an earlier one, never the reverse: no code takes a queue lock while it
-// holds a vhost lock (declarations change maps under VHost.mu, then work on
-// queues after releasing it), and code holding channel.mu never takes a
-// queue lock (ack processing takes the deliveries out of the channel under
-// its lock, releases it, then settles them queue by queue).
+//	lock                   guards                      outer                inner
+//	Broker.authMu          user, vhost and permission  -                    VHost.policyMu, Broker.mu,
+//	                       changes and definitions                          Broker.idMu, Queue.mu, VHost.mu,
+//	                       imports, from the change                         conn.mu, cycleLog.mu, the
+//	                       in memory to the store's                         scheduler's, the connection's,
+//	                       completion [3]                                   the store's
+//	VHost.policyMu         a vhost's policy changes,   authMu; another      VHost.mu, Queue.mu, Broker.mu,
+//	                       from the change to its      vhost's policyMu     Broker.idMu, and what Queue.mu
+//	                       application to the queues   [1]                  takes [4]
+//	Broker.mu (RW)         vhosts, users, perms,       authMu, policyMu,    the store's
+//	                       conns, closed, alarms and   the login limiter's
+//	                       every VHost.meta
+//	Queue.mu               the queue's state (ready    authMu, policyMu;    another Queue.mu [2], VHost.mu
+//	                       list, consumers, backlog,   another Queue.mu     [6], redriveTask.mu, channel.mu
+//	                       marks, paging, lease) and   [2]                  [7], Queue.resMu, cycleLog.mu,
+//	                       its entries' mutable                             Broker.asyncMu, confirmTracker.mu
+//	                       fields                                           and joinEvictions' [5],
+//	                                                                        directOut.mu, the scheduler's,
+//	                                                                        the connection's, the store's
+//	VHost.mu (RW)          exchanges, queues,          Queue.mu [6],        shared (under Queue.mu): the
+//	                       policies, opPolicies, the   policyMu, authMu;    locks below it that Queue.mu
+//	                       bindings of its exchanges   another VHost.mu     takes; exclusive: Broker.idMu,
+//	                       and queues, exchanges'      [1]                  another VHost.mu [1], the
+//	                       policyAE                                         store's
+//	Broker.idMu            the durable queue id mark   authMu, policyMu,    the store's
+//	                       (written in id order)       VHost.mu
+//	redriveTask.mu         a redrive task's state,     Queue.mu and         the store's
+//	                       counters and source         VHost.mu (a move)
+//	channel.mu             the channel's state         Queue.mu [7] (and    confirmTracker.mu, the
+//	                       (unacked, consumers, tags,  VHost.mu)            connection's, directOut.mu
+//	                       modes, put-off acks) and
+//	                       its consumers' unacked
+//	joinEvictions' mu      a publish's count of the    Queue.mu, VHost.mu   -
+//	(publish.go)           evictions it waits for      [5]
+//	confirmTracker.mu      the confirm ring and its    channel.mu,          the connection's, directOut.mu
+//	                       watermark                   Queue.mu, VHost.mu
+//	                                                   [5]
+//	Queue.resMu            pendN, pendB, inflight      its Queue.mu; a      -
+//	                                                   dead letter's
+//	                                                   source's Queue.mu
+//	                                                   and VHost.mu [6]
+//	cycleLog.mu            the dead-letter cycle       Queue.mu and         -
+//	                       warnings' pairs             VHost.mu; authMu
+//	Broker.asyncMu         asyncClosed, asyncN,        Queue.mu, VHost.mu,  - (asyncIdle waits on it)
+//	                       asyncIdle                   policyMu; a store
+//	                                                   completion [5]
+//	conn.mu                channels, exclusive         authMu               -
+//	redrives.mu            the set of redrive tasks    -                    -
+//	directOut.mu           a Direct's replies          channel.mu,          -
+//	                                                   Queue.mu,
+//	                                                   confirmTracker.mu
+//	ttl.Scheduler's        its timer wheel             Queue.mu (and what   - (fire runs without it)
+//	                                                   is outside it)
+//	amqp.ServerConn's      its outbound queue (wmu)    authMu, Queue.mu,    - (its writer runs Later and
+//	wmu and cmu,           and close state (cmu):      VHost.mu,            Drained without them)
+//	"the connection's"     Send, Later, Writable,      channel.mu,
+//	                       Close, Blocked              confirmTracker.mu
+//	ratelog.Limiter's      a rate-limited warning      Queue.mu, VHost.mu   -
+//	the store's            (store.Store): Apply, and   authMu, policyMu,    - [5]
+//	                       reads under Queue.mu [5]    Broker.mu, Queue.mu,
+//	                                                   VHost.mu, idMu,
+//	                                                   redriveTask.mu
 //
-// Two vhosts' locks are held together only by a definitions import
-// (importdefs.go), under Broker.authMu: every policyMu, then every mu, in
-// name order; no other code holds two.
+// [1] Locks of several vhosts are held together only by a definitions
+// import (importdefs.go), which holds authMu and so runs alone: the
+// policyMu of every existing vhost it changes, then their mu, each in name
+// order; then, with those policyMu still held, each new vhost's policyMu
+// in turn to apply its policies (importPlan.finish). Other code takes one
+// vhost's locks.
 //
-// Two queue locks are never taken one inside the other except by publish,
-// in id order. Dead-lettering moves a message from one queue to others
-// without that: under the source's lock it writes the source delete and
-// the target puts in one store batch (txn) and assigns the targets'
-// sequence numbers atomically; the copies enter the targets' memory after
-// the source lock is released (txn.finish).
+// [2] A publish locks all its target queues, and tx.commit every queue it
+// publishes to or settles in, in id order before touching any
+// (lockQueues): the puts, the evictions they cause and the dead-lettered
+// copies of those are one store batch, applied with every queue it changes
+// locked, so the store sees each entry's put before any later change to
+// it; one order for all keeps two publishes with overlapping targets from
+// deadlocking. No other code holds two queue locks: dead-lettering puts the
+// copies into the source's batch and moves them into their targets'
+// memory after the source lock is released (txn.finish), and settling
+// takes its queues one at a time.
 //
-// Timers (message deadlines, queue leases) fire on the scheduler's
-// goroutine, which takes queue locks like any other caller.
+// [3] authMu is outermost and connection code never takes it, so it is
+// held across waits: for the store's completion (a change the store
+// refuses is undone) and, in DeleteVHost, for the vhost's connections to
+// end before its queues are locked and deleted (deleteVHostContents). An
+// import holds it while it takes queue locks too (applyPolicies, the new
+// queues' leases), and DeleteUser while it closes connections.
+//
+// [4] policyMu is held while a policy change waits for the store and is
+// then applied to each queue under the queue's lock (applyPolicies,
+// Queue.setConfig), which may evict for a new limit and retries waiting
+// dead letters. No code holding a queue or vhost lock takes it.
+//
+// [5] A store may run a batch's completion inside Apply (memstore does), so
+// under every lock Apply's caller holds. Completions therefore take only
+// confirmTracker.mu, joinEvictions' mu, Broker.asyncMu and the
+// connection's locks or a Direct's (a confirm, tx.commit-ok, a connection
+// error); one that needs a queue lock starts a goroutine
+// (writeMarksLocked). The store's own locks are leaves: Apply takes them
+// under the locks here, and completions run without them. The store is
+// read under a Queue.mu only by a purge (entry metadata) and while the
+// queue recovers or the broker closes (fillLocked).
+//
+// [6] Dead letters are routed with the source's Queue.mu held and VHost.mu
+// taken shared (txn.holdVHost), which is kept until the batch that puts
+// the copies is applied: no target can be deleted between routing to it
+// and that put, because deleting a queue takes its Queue.mu, then
+// VHost.mu exclusively (deleteQueueFor), so the deletion also follows
+// every change to the queue's entries and every binding to it. Hence no
+// code takes a queue lock while it holds VHost.mu: declarations change the
+// maps under VHost.mu and work on queues after releasing it, and the
+// planning claims room in each target under the target's resMu, not its
+// Queue.mu. Broker.mu and VHost.mu are never held together.
+//
+// [7] channel.mu is taken under Queue.mu to hand the channel a delivery
+// (tryDeliver, recordGet), so code holding channel.mu never takes a queue
+// or vhost lock: an ack takes the deliveries out of the channel under its
+// lock, releases it, then settles them queue by queue.
+//
+// No goroutine waits while it holds a Queue.mu, VHost.mu, Broker.mu or
+// channel.mu: a store completion, a read of a queue's paged middle, a mark
+// write, an alarm and Store.Reserve are waited for with none of them held.
 //
 // # Persistence
 //

@@ -80,10 +80,12 @@ type RedriveTask struct {
 	Ended     time.Time // zero while running
 }
 
-// redriveTask is a task's live state. mu guards the fields below it; it
-// is a leaf lock, taken under the source queue's lock by each move, so it
-// is never held while a queue lock is taken. The task's goroutine is the
-// only writer of the counters.
+// redriveTask is a task's live state. id, spec, cancel and done are fixed;
+// mu guards the fields from state to upTo. mu is taken under the source
+// queue's lock and VHost.mu shared by each move (noteMove, noteFailure),
+// so it is never held while a queue or vhost lock is taken; only the
+// store's locks are taken under it (the task's record is handed to Apply
+// under it). The task's goroutine is the only writer of the counters.
 type redriveTask struct {
 	id     string
 	spec   RedriveSpec
@@ -104,6 +106,7 @@ type redriveTask struct {
 	q          *Queue          // the source, while running
 	queueID    store.QueueID   // the source's id: a queue of that name made later is another
 	upTo       uint64          // the source's last seq when the task began: its bound
+	// (end of mu's fields)
 	cancelOnce sync.Once
 }
 
@@ -190,10 +193,11 @@ func cloneCounts(m map[string]int64) map[string]int64 {
 	return out
 }
 
-// redrives is the broker's set of tasks; guarded by its mu.
+// redrives is the broker's set of tasks; guarded by its mu, a leaf taken
+// with no lock held (a task's snapshot is taken after it is released).
 type redrives struct {
 	mu    sync.Mutex
-	tasks map[string]*redriveTask
+	tasks map[string]*redriveTask // mu
 }
 
 // StartRedrive starts a redrive task and returns its id; the task runs

@@ -15,13 +15,13 @@ import (
 // (see Queue), which come first in the lock order (broker/doc.go): code
 // holding a queue lock may take the vhost lock (shared to route dead
 // letters, exclusively to delete that queue), but no code takes a queue
-// lock while it holds the vhost lock.
+// lock while it holds the vhost lock. policyMu comes before both.
 //
 // A definition change is handed to the store (Apply) before the vhost lock
 // that made it in memory is released, so the store sees definition
 // changes in the order memory did.
 type VHost struct {
-	Name string
+	Name string // fixed
 	b    *Broker
 	// meta is the vhost's description, default queue type and tags;
 	// guarded by Broker.mu.
@@ -29,9 +29,18 @@ type VHost struct {
 
 	// policyMu serializes policy changes from computing the queues' new
 	// settings to installing them, so two changes cannot interleave and
-	// leave a queue on the older one. Taken before any other lock.
+	// leave a queue on the older one; it is held while the change waits
+	// for the store. It guards no field (the policies are mu's). Taken
+	// with no lock held, or under Broker.authMu (a definitions import,
+	// which holds several in name order; a vhost's deletion); taken
+	// before mu, Queue.mu and Broker.mu, never under them.
 	policyMu sync.Mutex
 
+	// mu guards the maps below, the bindings (and byKey, policyAE) of
+	// every exchange in them and the bindings of every queue in them.
+	// Taken shared to route (under the source queue's lock for dead
+	// letters, txn.holdVHost), exclusively to change them; under
+	// Queue.mu, policyMu or Broker.authMu, never with Broker.mu.
 	mu        sync.RWMutex
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
@@ -39,6 +48,7 @@ type VHost struct {
 	// opPolicies are the operator policies (operatorpolicy.go); nil until one
 	// is set.
 	opPolicies map[string]*Policy
+	// (end of mu's fields)
 
 	// topoGen counts topology changes that may give waiting dead letters
 	// a route (exchange declared, binding added, policy changed).

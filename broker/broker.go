@@ -72,7 +72,7 @@ type Options struct {
 	// it is resident alone). Default 4 MiB; negative: no byte bound.
 	PageWindowBytes int64
 	// DeliveredMarkChunk is how far ahead of deliveries a durable queue
-	// writes its delivered marks (see marks.go): after a crash at most
+	// writes its delivered marks (see deliveredmarks.go): after a crash at most
 	// this many never-delivered messages per priority level (one and a
 	// half times it, with a write under way) come back with
 	// redelivered=true. Default 2048: a mark is written again when

@@ -368,7 +368,7 @@ func (b *Broker) queueStates() (map[store.QueueID]store.QueueState, error) {
 // only, where the queue pages and no legacy dead letter waits among its
 // entries (the backlog flag), else by loading every entry; and the count
 // of its stored backlog. Those that may have been delivered before the
-// restart are marked redelivered (marks.go).
+// restart are marked redelivered (deliveredmarks.go).
 func (b *Broker) recoverEntries(q *Queue, states map[store.QueueID]store.QueueState) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

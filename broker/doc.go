@@ -49,7 +49,7 @@
 //	Queue.mu               the queue's state (ready    authMu, policyMu;    another Queue.mu [2], VHost.mu
 //	                       list, consumers, backlog,   another Queue.mu     [6], redriveTask.mu, channel.mu
 //	                       marks, paging, lease) and   [2]                  [7], Queue.resMu, cycleLog.mu,
-//	                       its entries' mutable                             Broker.asyncMu, confirmTracker.mu
+//	                       its entries' mutable                             env.asyncMu, confirmTracker.mu
 //	                       fields                                           and joinEvictions' [5],
 //	                                                                        directOut.mu, the scheduler's,
 //	                                                                        the connection's, the store's
@@ -77,7 +77,7 @@
 //	                                                   and VHost.mu [6]
 //	cycleLog.mu            the dead-letter cycle       Queue.mu and         -
 //	                       warnings' pairs             VHost.mu; authMu
-//	Broker.asyncMu         asyncClosed, asyncN,        Queue.mu, VHost.mu,  - (asyncIdle waits on it)
+//	env.asyncMu            asyncClosed, asyncN,        Queue.mu, VHost.mu,  - (asyncIdle waits on it)
 //	                       asyncIdle                   policyMu; a store
 //	                                                   completion [5]
 //	conn.mu                channels, exclusive         authMu               -
@@ -129,7 +129,7 @@
 //
 // [5] A store may run a batch's completion inside Apply (memstore does), so
 // under every lock Apply's caller holds. Completions therefore take only
-// confirmTracker.mu, joinEvictions' mu, Broker.asyncMu and the
+// confirmTracker.mu, joinEvictions' mu, env.asyncMu and the
 // connection's locks or a Direct's (a confirm, tx.commit-ok, a connection
 // error); one that needs a queue lock starts a goroutine
 // (writeMarksLocked). The store's own locks are leaves: Apply takes them
@@ -198,7 +198,7 @@
 // the queue (Queue.newCopyEntry).
 // Deadlines of paged entries stay in the store's expiry keys; the timer
 // wheel holds only those within a short horizon, armed by periodic scans
-// of those keys (horizon.go). Recovery restores a queue from the store's
+// of those keys (pagedexpiry.go). Recovery restores a queue from the store's
 // counters (store.Queues) without reading its entries. Dead letters
 // waiting for a route (at-least-once) wait in store ranges of their own
 // (transient ones in a volatile one), retried in chunks (backlog.go);

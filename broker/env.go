@@ -47,8 +47,10 @@ type env struct {
 	// scanned to (pagedexpiry.go); the scan, the broker's, stores it.
 	horizon atomic.Int64
 
-	// async counts background reads (paging prefetches); asyncMu guards
-	// asyncClosed, after which none starts (innermost lock).
+	// async counts background tasks (paging prefetches, read retries,
+	// mark-write completions); asyncMu guards asyncClosed (after which
+	// none starts), asyncN and asyncIdle. It takes no lock while held and
+	// is taken under queue locks and inside store completions (doc.go).
 	async       sync.WaitGroup
 	asyncMu     sync.Mutex
 	asyncClosed bool

@@ -3,7 +3,7 @@ package broker
 // Operator policies (RabbitMQ's operator_policy parameters) cap what
 // users' policies and queue arguments set; package policy holds what they
 // may contain and how they merge with a user policy (policy/operator.go).
-// They are durable (meta kind "o/", metacodec.go).
+// They are durable (meta kind "o/", broker/defs).
 
 // SetOperatorPolicy adds or replaces an operator policy of vhost and
 // applies it at once to existing queues, as SetPolicy does. It returns

@@ -99,7 +99,9 @@ type Queue struct {
 	stats   queueStats
 
 	// Room claimed by dead-lettered copies planned into this queue but
-	// not inserted yet (see reserve); resMu is innermost.
+	// not inserted yet (see reserve). resMu takes no lock while held; it
+	// is taken under this queue's mu, or under a dead letter's source
+	// queue lock with the vhost's held shared.
 	resMu sync.Mutex
 	pendN int64
 	pendB int64
@@ -108,6 +110,16 @@ type Queue struct {
 	// yet: the middle of a level must not reach past them.
 	inflight []uint64
 
+	// mu guards every field after it, and its entries' mutable fields
+	// (state, redelivered, inStore, arriving, their timers). The fields
+	// above resMu are fixed at declaration but bindings (VHost.mu),
+	// spilled (mu) and the atomics. Under mu a queue takes, in doc.go's
+	// order, its vhost's lock shared or exclusively, a channel's lock,
+	// any queue's resMu, a redrive task's lock, the cycle log's,
+	// env.asyncMu, the scheduler's, a connection's and the store's; never
+	// another queue's mu except in lockQueues' id order. It is taken
+	// under policyMu and authMu, never under VHost.mu, channel.mu or
+	// Broker.mu.
 	mu          sync.Mutex
 	ready       readyQueue
 	unacked     int

@@ -3,6 +3,20 @@
 // default, or whichever BROKERD_TEST_STORE names), wired as cmd/brokerd
 // wires them, so tests drive it with a standard client and the same tests
 // run over every store.
+//
+// It also holds the one dialect the behaviour tests speak, so that a test
+// reads the same in every file:
+//   - Start runs a broker (Config.Clock puts it on a fake Clock);
+//   - Instance.Session is a connection and channel with the verbs Declare,
+//     DeclareExchange, Bind, Publish (waiting for the confirm), Get,
+//     Expect, Drain and Ready, each failing the test on an error;
+//   - Eventually is the one poller, with one interval and one bound (Wait);
+//   - the shared fakes: Clock and OffsetClock (time the test moves), Log
+//     (a slog.Handler that records) and SpyStore (a store wrapper that
+//     records the broker's writes and lets a test see or break its reads).
+//
+// Every helper fails the test through the testing.TB it was given, so it
+// is called from that test's goroutine.
 package brokertest
 
 import (
@@ -52,6 +66,10 @@ type Config struct {
 	// break what the broker writes). It is called again on every restart
 	// with the reopened store.
 	WrapStore func(store.Store) store.Store
+	// Clock, if set, is the broker's clock and its timers' (Broker.Now
+	// and Broker.TimerClock, where those are not set): time moves only
+	// when the test advances it.
+	Clock *Clock
 }
 
 // Start runs a broker until the test ends.
@@ -78,6 +96,14 @@ func (i *Instance) start(addr string) {
 	t.Helper()
 	bo := i.cfg.Broker
 	bo.Store = i.Store
+	if c := i.cfg.Clock; c != nil {
+		if bo.Now == nil {
+			bo.Now = c.Now
+		}
+		if bo.TimerClock == nil {
+			bo.TimerClock = c.Timers()
+		}
+	}
 	if bo.PageWindow == 0 {
 		bo.PageWindow = TestPageWindow
 	}

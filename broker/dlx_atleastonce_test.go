@@ -259,7 +259,7 @@ func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
 		}
 		return st
 	}
-	tlEventually(t, "the dead letter waiting in alo-src's backlog", func() bool { return stats("alo-src").DeadLetterBacklog == 1 })
+	brokertest.Eventually(t, "the dead letter waiting in alo-src's backlog", func() bool { return stats("alo-src").DeadLetterBacklog == 1 })
 	// Several retries pass while t-full stays full: still no target has it.
 	for range 3 {
 		b.Broker.RetryBacklogsForTest()
@@ -273,7 +273,7 @@ func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
 	}
 	b.Broker.RetryBacklogsForTest()
 	// The copies land after their store write.
-	tlEventually(t, "the dead letter forwarded to t-ok and t-full once there was room", func() bool {
+	brokertest.Eventually(t, "the dead letter forwarded to t-ok and t-full once there was room", func() bool {
 		return stats("t-ok").Ready == 1 && stats("t-full").Ready == 1
 	})
 	if st := stats("alo-src"); st.DeadLetterBacklog != 0 {

@@ -230,19 +230,19 @@ func TestDLXExchangeTypes(t *testing.T) {
 // Review finding R1 of an adversarial review of the broker's
 // concurrency and store ordering; it failed before the fix.
 func TestDeadLetterBatchIntoFullRejectPublishTarget(t *testing.T) {
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-	tlDeclare(t, ch, "src", "classic", tlDLX("dlq", nil))
-	tlPubAll(t, ch, "src", "a", "b", "c")
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.Declare("dlq", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	ch.Declare("src", tlDLX("dlq", nil))
+	ch.PublishBodies("src", "a", "b", "c")
 	var last amqp091.Delivery
 	for range 3 {
-		last = tlMustGet(t, ch, "src")
+		last = ch.Get("src")
 	}
 	if err := ch.Nack(last.DeliveryTag, true, false); err != nil {
 		t.Fatal(err)
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	if got := tlReady(t, b, "dlq"); got != 1 {
 		t.Fatalf("reject-publish target with x-max-length 1 holds %d messages after a nack-multiple of 3 (SPEC §4: limits are exact)", got)
 	}
@@ -273,7 +273,7 @@ func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 		}
 	}
 	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { hs.Store = s; return hs }})
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	_, other := b.Channel(t)
 	deleted := make(chan struct{}) // closed when the delete has returned
 	var deleteErr error
@@ -290,10 +290,10 @@ func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", amqp091.Table{"x-dead-letter-strategy": "at-least-once"}))
-	tlPubPersistent(t, ch, "src", "m", "")
-	d := tlMustGet(t, ch, "src")
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("src", tlDLX("dlq", amqp091.Table{"x-dead-letter-strategy": "at-least-once"}), brokertest.Durable)
+	ch.Publish("", "src", amqp091.Publishing{Body: []byte("m"), DeliveryMode: amqp091.Persistent})
+	d := ch.Get("src")
 	armed.Store(true)
 	if err := d.Reject(false); err != nil {
 		t.Fatal(err)
@@ -306,7 +306,7 @@ func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("target delete never completed")
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	if armed.Load() {
 		t.Fatal("hook did not run")
 	}

@@ -53,8 +53,8 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 				dm = amqp091.Transient
 			}
 			b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{PageWindow: 1000, PageWindowBytes: windowBytes}})
-			_, ch := tlChannel(t, b)
-			tlDeclareDurable(t, ch, "props", "classic", true, nil)
+			ch := b.Session(t)
+			ch.Declare("props", nil, brokertest.Durable)
 			wantBound := func(when string) {
 				t.Helper()
 				res, ready := b.Broker.ResidentForTest("/", "props")
@@ -66,11 +66,11 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 				}
 			}
 			for i := range n {
-				if !tlPublish(t, ch, "", "props", propsMessage(i, size, dm)) {
+				if !ch.PublishAck("", "props", propsMessage(i, size, dm)) {
 					t.Fatalf("publish %d nacked", i)
 				}
 			}
-			dvWantReady(t, ch, "props", n)
+			ch.WantReady("props", n)
 			wantBound("after publishing")
 			// The byte counts are of bodies (RabbitMQ's classic queues'
 			// message_bytes); the memory figure shows the properties.
@@ -83,21 +83,21 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 			}
 			if mode == "restart" {
 				b.Restart()
-				_, ch = tlChannel(t, b)
-				dvWantReady(t, ch, "props", n)
+				ch = b.Session(t)
+				ch.WantReady("props", n)
 				wantBound("after the restart")
 			}
 			if err := ch.Qos(2, 0, false); err != nil {
 				t.Fatal(err)
 			}
-			msgs := dvConsume(t, ch, "props", "c", false, nil)
+			msgs := dvConsume(t, ch.Channel, "props", "c", false, nil)
 			for i := range n {
 				d := dvRecv(t, msgs)
 				wantPropsMessage(t, d, i, size)
 				dvAck(t, d, false)
 				wantBound(fmt.Sprintf("after %d deliveries", i+1))
 			}
-			dvWantReady(t, ch, "props", 0)
+			ch.WantReady("props", 0)
 		})
 	}
 }
@@ -124,8 +124,8 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 		Backend: brokertest.Disk(),
 		Broker:  broker.Options{PageWindow: 2048, PageWindowBytes: windowBytes},
 	})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "props", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("props", nil, brokertest.Durable)
 	before := heapInUse()
 	ctx := context.Background()
 	var confirms []*amqp091.DeferredConfirmation
@@ -142,7 +142,7 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 		}
 	}
 	confirms = nil
-	dvWantReady(t, ch, "props", n)
+	ch.WantReady("props", n)
 	grew := int64(heapInUse()) - int64(before)
 	res, _ := b.Broker.ResidentForTest("/", "props")
 	resBytes := b.Broker.ResidentBytesForTest("/", "props")
@@ -162,11 +162,11 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 	if err := ch.Qos(10, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	msgs := dvConsume(t, ch, "props", "c", false, nil)
+	msgs := dvConsume(t, ch.Channel, "props", "c", false, nil)
 	for i := range n {
 		d := dvRecv(t, msgs)
 		wantPropsMessage(t, d, i, size)
 		dvAck(t, d, false)
 	}
-	dvWantReady(t, ch, "props", 0)
+	ch.WantReady("props", 0)
 }

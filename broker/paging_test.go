@@ -26,14 +26,14 @@ import (
 // and tail windows, and a batch arriving while the tail pages out.
 const pgBound = 2*brokertest.TestPageWindow + 2
 
-func pgPublish(t *testing.T, ch *amqp091.Channel, q string, bodies []string, prio func(i int) uint8) {
+func pgPublish(t *testing.T, ch *brokertest.Session, q string, bodies []string, prio func(i int) uint8) {
 	t.Helper()
 	for i, b := range bodies {
 		p := amqp091.Publishing{Body: []byte(b), DeliveryMode: amqp091.Persistent}
 		if prio != nil {
 			p.Priority = prio(i)
 		}
-		if !tlPublish(t, ch, "", q, p) {
+		if !ch.PublishAck("", q, p) {
 			t.Fatalf("publish %q nacked", b)
 		}
 	}
@@ -63,26 +63,26 @@ func TestPagingDeepQueueOrderAcrossRestart(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			restart := mode != "live"
 			b := brokertest.Start(t, brokertest.Config{})
-			_, ch := tlChannel(t, b)
-			tlDeclareDurable(t, ch, "deep", "classic", true, amqp091.Table{"x-max-priority": int32(2)})
+			ch := b.Session(t)
+			ch.Declare("deep", amqp091.Table{"x-max-priority": int32(2)}, brokertest.Durable)
 			bodies := dvNumbered("m", 300)
 			prio := func(i int) uint8 { return uint8(i % 3) }
 			if mode == "restart with a deadline" {
 				bodies[0] = "expires in an hour"
 				p := amqp091.Publishing{Body: []byte(bodies[0]), DeliveryMode: amqp091.Persistent, Expiration: "3600000"}
-				if !tlPublish(t, ch, "", "deep", p) {
+				if !ch.PublishAck("", "deep", p) {
 					t.Fatal("nacked")
 				}
 				pgPublish(t, ch, "deep", bodies[1:], func(i int) uint8 { return prio(i + 1) })
 			} else {
 				pgPublish(t, ch, "deep", bodies, prio)
 			}
-			dvWantReady(t, ch, "deep", 300)
+			ch.WantReady("deep", 300)
 			pgWantResident(t, b, "deep", 3, 0, 300)
 			if restart {
 				b.Restart()
-				_, ch = tlChannel(t, b)
-				dvWantReady(t, ch, "deep", 300)
+				ch = b.Session(t)
+				ch.WantReady("deep", 300)
 				pgWantResident(t, b, "deep", 3, 0, 300)
 			}
 			var want []string
@@ -96,7 +96,7 @@ func TestPagingDeepQueueOrderAcrossRestart(t *testing.T) {
 			if err := ch.Qos(7, 0, false); err != nil {
 				t.Fatal(err)
 			}
-			msgs := dvConsume(t, ch, "deep", "c", false, nil)
+			msgs := dvConsume(t, ch.Channel, "deep", "c", false, nil)
 			var got []string
 			for range want {
 				d := dvRecv(t, msgs)
@@ -112,7 +112,7 @@ func TestPagingDeepQueueOrderAcrossRestart(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("delivery order\n%q\nwant\n%q", got, want)
 			}
-			dvWantReady(t, ch, "deep", 0)
+			ch.WantReady("deep", 0)
 		})
 	}
 }
@@ -138,8 +138,8 @@ func TestPagingLargeMessagesBoundedByBytes(t *testing.T) {
 				dm = amqp091.Transient
 			}
 			b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{PageWindow: 1000, PageWindowBytes: windowBytes}})
-			_, ch := tlChannel(t, b)
-			tlDeclareDurable(t, ch, "big", "classic", true, nil)
+			ch := b.Session(t)
+			ch.Declare("big", nil, brokertest.Durable)
 			body := func(i int) []byte {
 				p := make([]byte, size)
 				for j := range p {
@@ -155,22 +155,22 @@ func TestPagingLargeMessagesBoundedByBytes(t *testing.T) {
 				}
 			}
 			for i := range n {
-				if !tlPublish(t, ch, "", "big", amqp091.Publishing{Body: body(i), DeliveryMode: dm}) {
+				if !ch.PublishAck("", "big", amqp091.Publishing{Body: body(i), DeliveryMode: dm}) {
 					t.Fatalf("publish %d nacked", i)
 				}
 			}
-			dvWantReady(t, ch, "big", n)
+			ch.WantReady("big", n)
 			wantBound("after publishing")
 			if restart {
 				b.Restart()
-				_, ch = tlChannel(t, b)
-				dvWantReady(t, ch, "big", n)
+				ch = b.Session(t)
+				ch.WantReady("big", n)
 				wantBound("after the restart")
 			}
 			if err := ch.Qos(2, 0, false); err != nil {
 				t.Fatal(err)
 			}
-			msgs := dvConsume(t, ch, "big", "c", false, nil)
+			msgs := dvConsume(t, ch.Channel, "big", "c", false, nil)
 			for i := range n {
 				d := dvRecv(t, msgs)
 				if !slices.Equal(d.Body, body(i)) {
@@ -179,7 +179,7 @@ func TestPagingLargeMessagesBoundedByBytes(t *testing.T) {
 				dvAck(t, d, false)
 				wantBound(fmt.Sprintf("after %d deliveries", i+1))
 			}
-			dvWantReady(t, ch, "big", 0)
+			ch.WantReady("big", 0)
 		})
 	}
 }
@@ -188,11 +188,11 @@ func TestPagingLargeMessagesBoundedByBytes(t *testing.T) {
 // head in their place, ahead of the paged ones.
 func TestPagingGetAndRequeue(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "gq", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("gq", nil, brokertest.Durable)
 	bodies := dvNumbered("g", 60)
 	pgPublish(t, ch, "gq", bodies, nil)
-	ds := dvGetN(t, ch, "gq", 10)
+	ds := ch.GetN("gq", 10)
 	dvWantBodies(t, "first gets", ds, bodies[:10]...)
 	// Requeue 2..5 (in reverse), ack the rest.
 	for i := 5; i >= 2; i-- {
@@ -203,9 +203,9 @@ func TestPagingGetAndRequeue(t *testing.T) {
 	for _, i := range []int{0, 1, 6, 7, 8, 9} {
 		dvAck(t, ds[i], false)
 	}
-	dvWantReady(t, ch, "gq", 54)
+	ch.WantReady("gq", 54)
 	pgWantResident(t, b, "gq", 1, 4, 54)
-	rest := dvGetN(t, ch, "gq", 54)
+	rest := ch.GetN("gq", 54)
 	want := append(slices.Clone(bodies[2:6]), bodies[10:]...)
 	dvWantBodies(t, "after requeue", rest, want...)
 	for i, d := range rest {
@@ -213,15 +213,15 @@ func TestPagingGetAndRequeue(t *testing.T) {
 			t.Fatalf("%q redelivered=%v", d.Body, d.Redelivered)
 		}
 	}
-	dvWantEmpty(t, ch, "gq")
+	ch.WantEmpty("gq")
 }
 
 // Purge removes the paged entries from the store too: nothing comes back
 // after a restart.
 func TestPagingPurge(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "pq", "classic", true, amqp091.Table{"x-max-priority": int32(1)})
+	ch := b.Session(t)
+	ch.Declare("pq", amqp091.Table{"x-max-priority": int32(1)}, brokertest.Durable)
 	pgPublish(t, ch, "pq", dvNumbered("p", 100), func(i int) uint8 { return uint8(i % 2) })
 	n, err := ch.QueuePurge("pq", false)
 	if err != nil || n != 100 {
@@ -229,35 +229,35 @@ func TestPagingPurge(t *testing.T) {
 	}
 	pgPublish(t, ch, "pq", dvNumbered("after", 20), nil)
 	b.Restart()
-	_, ch = tlChannel(t, b)
-	dvWantReady(t, ch, "pq", 20)
-	dvWantBodies(t, "after purge and restart", dvGetN(t, ch, "pq", 20), dvNumbered("after", 20)...)
+	ch = b.Session(t)
+	ch.WantReady("pq", 20)
+	dvWantBodies(t, "after purge and restart", ch.GetN("pq", 20), dvNumbered("after", 20)...)
 }
 
 // A drop-head limit evicts through the middle: the oldest go, the newest
 // stay, counts exact.
 func TestPagingDropHead(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "lim", "classic", true, tlDLX("dlq", amqp091.Table{"x-max-length": int32(30)}))
+	ch := b.Session(t)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("lim", tlDLX("dlq", amqp091.Table{"x-max-length": int32(30)}), brokertest.Durable)
 	bodies := dvNumbered("l", 100)
 	pgPublish(t, ch, "lim", bodies, nil)
-	dvWantReady(t, ch, "lim", 30)
-	dvWantReady(t, ch, "dlq", 70)
+	ch.WantReady("lim", 30)
+	ch.WantReady("dlq", 70)
 	pgWantResident(t, b, "lim", 1, 0, 30)
 	pgWantResident(t, b, "dlq", 1, 0, 70)
-	dvWantBodies(t, "kept", dvGetN(t, ch, "lim", 30), bodies[70:]...)
-	dvWantBodies(t, "dead-lettered", dvGetN(t, ch, "dlq", 70), bodies[:70]...)
+	dvWantBodies(t, "kept", ch.GetN("lim", 30), bodies[70:]...)
+	dvWantBodies(t, "dead-lettered", ch.GetN("dlq", 70), bodies[:70]...)
 }
 
 // Dead-lettered copies reach a deep target in order behind its backlog,
 // while the target pages.
 func TestPagingDeadLettersIntoDeepQueue(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "target", "classic", true, nil)
-	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("target", nil))
+	ch := b.Session(t)
+	ch.Declare("target", nil, brokertest.Durable)
+	ch.Declare("src", tlDLX("target", nil), brokertest.Durable)
 	first := dvNumbered("t", 50)
 	pgPublish(t, ch, "target", first, nil)
 	moved := dvNumbered("s", 80)
@@ -265,18 +265,18 @@ func TestPagingDeadLettersIntoDeepQueue(t *testing.T) {
 	if err := ch.Qos(9, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	msgs := dvConsume(t, ch, "src", "c", false, nil)
+	msgs := dvConsume(t, ch.Channel, "src", "c", false, nil)
 	for range moved {
 		if err := dvRecv(t, msgs).Reject(false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dvWantReady(t, ch, "src", 0)
-	dvWantReady(t, ch, "target", 130)
+	ch.WantReady("src", 0)
+	ch.WantReady("target", 130)
 	pgWantResident(t, b, "target", 1, 0, 130)
 	b.Restart()
-	_, ch = tlChannel(t, b)
-	dvWantBodies(t, "target", dvGetN(t, ch, "target", 130), append(first, moved...)...)
+	ch = b.Session(t)
+	dvWantBodies(t, "target", ch.GetN("target", 130), append(first, moved...)...)
 }
 
 // Transient messages in a durable queue stay in memory (only stored
@@ -284,8 +284,8 @@ func TestPagingDeadLettersIntoDeepQueue(t *testing.T) {
 // and only the persistent ones survive a restart.
 func TestPagingMixedTransient(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "mix", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("mix", nil, brokertest.Durable)
 	var all, kept []string
 	for i := range 120 {
 		body := fmt.Sprintf("x%d", i)
@@ -295,15 +295,15 @@ func TestPagingMixedTransient(t *testing.T) {
 		} else {
 			kept = append(kept, body)
 		}
-		if !tlPublish(t, ch, "", "mix", p) {
+		if !ch.PublishAck("", "mix", p) {
 			t.Fatalf("publish %q nacked", body)
 		}
 		all = append(all, body)
 	}
-	dvWantReady(t, ch, "mix", 120)
-	dvWantBodies(t, "first 40", dvGetN(t, ch, "mix", 40), all[:40]...)
+	ch.WantReady("mix", 120)
+	dvWantBodies(t, "first 40", ch.GetN("mix", 40), all[:40]...)
 	b.Restart()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	var want []string
 	for _, s := range kept {
 		if slices.Index(all, s) >= 40 {
@@ -312,8 +312,8 @@ func TestPagingMixedTransient(t *testing.T) {
 	}
 	// The 40 got were never acked: they come back too, first.
 	want = append(slices.DeleteFunc(slices.Clone(all[:40]), func(s string) bool { return !slices.Contains(kept, s) }), want...)
-	dvWantReady(t, ch, "mix", len(want))
-	dvWantBodies(t, "after restart", dvGetN(t, ch, "mix", len(want)), want...)
+	ch.WantReady("mix", len(want))
+	dvWantBodies(t, "after restart", ch.GetN("mix", len(want)), want...)
 }
 
 // Deadlines in the middle of a deep queue fire on time — from the store's
@@ -322,11 +322,11 @@ func TestPagingMixedTransient(t *testing.T) {
 func TestPagingDeadlinesExpireInTheMiddle(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
-			clk := tlNewClock()
-			b := tlStartClock(t, clk)
-			_, ch := tlChannel(t, b)
-			tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-			tlDeclareDurable(t, ch, "delay", "classic", true, tlDLX("dlq", nil))
+			clk := brokertest.NewClock()
+			b := brokertest.Start(t, brokertest.Config{Clock: clk})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil, brokertest.Durable)
+			ch.Declare("delay", tlDLX("dlq", nil), brokertest.Durable)
 			var short, long []string
 			for i := range 300 {
 				body := fmt.Sprintf("d%d", i)
@@ -337,23 +337,23 @@ func TestPagingDeadlinesExpireInTheMiddle(t *testing.T) {
 				} else {
 					long = append(long, body)
 				}
-				tlPubPersistent(t, ch, "delay", body, exp)
+				ch.Publish("", "delay", amqp091.Publishing{Body: []byte(body), Expiration: exp, DeliveryMode: amqp091.Persistent})
 			}
 			pgWantResident(t, b, "delay", 1, 0, 300)
 			if restart {
 				b.Restart()
-				_, ch = tlChannel(t, b)
+				ch = b.Session(t)
 				pgWantResident(t, b, "delay", 1, 0, 300)
 			}
 			clk.Advance(999 * time.Millisecond)
 			// The paged ones are read ahead of their deadline; this clock
 			// jumps, so wait for the reads (with a real clock they have
 			// readAheadMS), else the resident ones would expire first.
-			tlEventually(t, "the paged deadlines to be read ahead", func() bool {
+			brokertest.Eventually(t, "the paged deadlines to be read ahead", func() bool {
 				return b.Broker.ReadAheadPendingForTest("/", "delay") == 0
 			})
-			tlSync(t, ch)
-			if n := dvReady(t, ch, "dlq"); n != 0 {
+			ch.Sync()
+			if n := ch.Ready("dlq"); n != 0 {
 				t.Fatalf("%d dead-lettered before their deadline", n)
 			}
 			clk.Advance(2 * time.Millisecond)
@@ -361,12 +361,12 @@ func TestPagingDeadlinesExpireInTheMiddle(t *testing.T) {
 			tlEventuallyReady(t, b, "delay", len(long))
 			pgWantResident(t, b, "delay", 1, 0, len(long))
 			pgWantResident(t, b, "dlq", 1, 0, len(short))
-			ds := dvGetN(t, ch, "dlq", len(short))
+			ds := ch.GetN("dlq", len(short))
 			dvWantBodies(t, "expired", ds, short...)
 			for _, d := range ds {
 				tlWantDeath(t, d, "delay", "expired")
 			}
-			dvWantBodies(t, "kept", dvGetN(t, ch, "delay", len(long)), long...)
+			dvWantBodies(t, "kept", ch.GetN("delay", len(long)), long...)
 		})
 	}
 }
@@ -403,11 +403,11 @@ func (f *failingReads) LoadMessages(ids []store.MsgID, fn func(int, *store.Messa
 func TestPagingReadFailureRetried(t *testing.T) {
 	f := &failingReads{}
 	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { f.Store = s; return f }})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "rf", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("rf", nil, brokertest.Durable)
 	bodies := dvNumbered("r", 80)
 	pgPublish(t, ch, "rf", bodies, nil)
-	got := dvGetN(t, ch, "rf", 5)
+	got := ch.GetN("rf", 5)
 	dvWantBodies(t, "before the failure", got, bodies[:5]...)
 	for _, d := range got {
 		dvAck(t, d, false)
@@ -417,7 +417,7 @@ func TestPagingReadFailureRetried(t *testing.T) {
 	// The head holds a few more; then the queue cannot be read.
 	var more []string
 	for {
-		d, ok, err := ch.Get("rf", true)
+		d, ok, err := ch.Channel.Get("rf", true)
 		if err != nil {
 			t.Fatalf("get after the failure: %v", err)
 		}
@@ -432,7 +432,7 @@ func TestPagingReadFailureRetried(t *testing.T) {
 	if !slices.Equal(more, bodies[5:5+len(more)]) {
 		t.Fatalf("after the failure: %q, want a prefix of %q", more, bodies[5:])
 	}
-	tlEventually(t, "a read failure counted", func() bool { return b.Broker.Stats().StoreReadErrors > before })
+	brokertest.Eventually(t, "a read failure counted", func() bool { return b.Broker.Stats().StoreReadErrors > before })
 	if a := b.Broker.Alarms(); len(a) > 0 {
 		t.Fatalf("alarms %v after a read failure, want none", a)
 	}
@@ -461,26 +461,26 @@ func TestPagingReadFailureRetried(t *testing.T) {
 func TestRedeliveredAfterCrashOnlyIfDelivered(t *testing.T) {
 	const chunk = 8
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{DeliveredMarkChunk: chunk}})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "rd", "classic", true, amqp091.Table{"x-max-priority": int32(1)})
+	ch := b.Session(t)
+	ch.Declare("rd", amqp091.Table{"x-max-priority": int32(1)}, brokertest.Durable)
 	bodies := dvNumbered("b", 100) // body i has seq i+1
 	pgPublish(t, ch, "rd", bodies, func(i int) uint8 { return uint8(i % 2) })
-	got := dvGetN(t, ch, "rd", 10) // the odd ones, priority 1: seqs 2..20
+	got := ch.GetN("rd", 10) // the odd ones, priority 1: seqs 2..20
 	for i, d := range got[:4] {
 		if string(d.Body) != bodies[2*i+1] {
 			t.Fatalf("get %d = %q", i, d.Body)
 		}
 		dvAck(t, d, false)
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	b.Crash()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	// The acks need not have been durable: up to 4 acked come back.
-	n := dvReady(t, ch, "rd")
+	n := ch.Ready("rd")
 	if n < 96 || n > 100 {
 		t.Fatalf("%d messages after the crash, want 96..100", n)
 	}
-	for _, d := range dvGetN(t, ch, "rd", n) {
+	for _, d := range ch.GetN("rd", n) {
 		var i int
 		if _, err := fmt.Sscanf(string(d.Body), "b%d", &i); err != nil {
 			t.Fatal(err)
@@ -504,16 +504,16 @@ func TestRedeliveredAfterCleanStopOnlyIfDelivered(t *testing.T) {
 	for _, qtype := range []string{"classic", "quorum"} {
 		t.Run(qtype, func(t *testing.T) {
 			b := brokertest.Start(t, brokertest.Config{})
-			_, ch := tlChannel(t, b)
+			ch := b.Session(t)
 			args := amqp091.Table{}
 			if qtype == "classic" {
 				args["x-max-priority"] = int32(1)
 			}
-			tlDeclareDurable(t, ch, "cs", qtype, true, args)
+			ch.Declare("cs", args, brokertest.Type(qtype), brokertest.Durable)
 			bodies := dvNumbered("b", 100)
 			pgPublish(t, ch, "cs", bodies, func(i int) uint8 { return uint8(i % 2) })
 			// Take 10: acked, one requeued, one left unacked at the stop.
-			got := dvGetN(t, ch, "cs", 10)
+			got := ch.GetN("cs", 10)
 			for _, d := range got[:8] {
 				dvAck(t, d, false)
 			}
@@ -524,14 +524,14 @@ func TestRedeliveredAfterCleanStopOnlyIfDelivered(t *testing.T) {
 			for _, d := range got[8:] {
 				taken[string(d.Body)] = true
 			}
-			tlSync(t, ch)
+			ch.Sync()
 			b.Restart()
-			_, ch = tlChannel(t, b)
-			n := dvReady(t, ch, "cs")
+			ch = b.Session(t)
+			n := ch.Ready("cs")
 			if n != 92 {
 				t.Fatalf("%d messages after the restart, want 92", n)
 			}
-			for _, d := range dvGetN(t, ch, "cs", n) {
+			for _, d := range ch.GetN("cs", n) {
 				switch {
 				case taken[string(d.Body)] && !d.Redelivered:
 					t.Errorf("%q was delivered before the stop but comes back redelivered=false", d.Body)
@@ -549,15 +549,15 @@ func TestRedeliveredAfterCleanStopOnlyIfDelivered(t *testing.T) {
 // with the queue's messages.
 func TestStoredBacklogBoundedAndForwardedInOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{BacklogRetry: time.Hour}})
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	args := amqp091.Table{"x-dead-letter-exchange": "later", "x-dead-letter-strategy": "at-least-once", "x-queue-type": "quorum", "x-overflow": "reject-publish"}
-	tlDeclareDurable(t, ch, "src", "quorum", true, args)
-	tlDeclareDurable(t, ch, "other", "quorum", true, args)
+	ch.Declare("src", args, brokertest.Type("quorum"), brokertest.Durable)
+	ch.Declare("other", args, brokertest.Type("quorum"), brokertest.Durable)
 	bodies := dvNumbered("w", 300)
 	pgPublish(t, ch, "src", bodies, nil)
 	pgPublish(t, ch, "other", dvNumbered("o", 10), nil)
 	for _, q := range []string{"src", "other"} {
-		msgs := dvConsume(t, ch, q, "c-"+q, false, nil)
+		msgs := dvConsume(t, ch.Channel, q, "c-"+q, false, nil)
 		n := 300
 		if q == "other" {
 			n = 10
@@ -573,7 +573,7 @@ func TestStoredBacklogBoundedAndForwardedInOrder(t *testing.T) {
 	}
 	wantBacklog := func(q string, n int) {
 		t.Helper()
-		tlEventually(t, fmt.Sprintf("%d dead letters waiting in %s", n, q), func() bool {
+		brokertest.Eventually(t, fmt.Sprintf("%d dead letters waiting in %s", n, q), func() bool {
 			st, ok := b.Broker.QueueStats("/", q)
 			return ok && st.DeadLetterBacklog == n
 		})
@@ -588,22 +588,22 @@ func TestStoredBacklogBoundedAndForwardedInOrder(t *testing.T) {
 	}
 	wantBacklog("other", 0)
 	b.Restart()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	wantBacklog("src", 300)
 	wantBacklog("other", 0)
 	// A route appears: everything is forwarded, in the order it died.
-	tlExchange(t, ch, "later", "fanout", nil)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlBind(t, ch, "dlq", "", "later")
+	ch.DeclareExchange("later", "fanout", nil)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Bind("dlq", "", "later", nil)
 	tlEventuallyReady(t, b, "dlq", 300)
 	wantBacklog("src", 0)
-	ds := dvGetN(t, ch, "dlq", 300)
+	ds := ch.GetN("dlq", 300)
 	dvWantBodies(t, "forwarded", ds, bodies...)
 	tlWantDeath(t, ds[0], "src", "rejected")
 	b.Restart()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	wantBacklog("src", 0)
-	dvWantReady(t, ch, "dlq", 300) // got without acks: they come back
+	ch.WantReady("dlq", 300) // got without acks: they come back
 }
 
 // An entry whose resident timer the scheduler has taken when it pages out
@@ -614,15 +614,15 @@ func TestStoredBacklogBoundedAndForwardedInOrder(t *testing.T) {
 func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
 	capture, restore := broker.CapturePagedOutForTest()
 	defer restore()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", nil))
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("src", tlDLX("dlq", nil), brokertest.Durable)
 	const n = 40
 	bodies := dvNumbered("s", n)
 	for _, body := range bodies {
-		tlPubPersistent(t, ch, "src", body, "1000")
+		ch.Publish("", "src", amqp091.Publishing{Body: []byte(body), Expiration: "1000", DeliveryMode: amqp091.Persistent})
 	}
 	pgWantResident(t, b, "src", 1, 0, n)
 	// Before the deadlines: a stale timer must not re-arm the entry.
@@ -630,18 +630,18 @@ func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
 		t.Fatal("no entry paged out")
 	}
 	clk.Advance(999 * time.Millisecond)
-	tlEventually(t, "the paged deadlines to be read ahead", func() bool {
+	brokertest.Eventually(t, "the paged deadlines to be read ahead", func() bool {
 		return b.Broker.ReadAheadPendingForTest("/", "src") == 0
 	})
 	clk.Advance(2 * time.Millisecond)
 	// At the deadlines: the stale timers fire again, beside the paged ones.
 	capture.FireStale(b.Broker)
 	tlEventuallyReady(t, b, "dlq", n)
-	tlSync(t, ch)
-	dvWantReady(t, ch, "src", 0)
-	dvWantReady(t, ch, "dlq", n)
-	dvWantBodies(t, "dead-lettered once each, in order", dvGetN(t, ch, "dlq", n), bodies...)
-	dvWantEmpty(t, ch, "dlq")
+	ch.Sync()
+	ch.WantReady("src", 0)
+	ch.WantReady("dlq", n)
+	dvWantBodies(t, "dead-lettered once each, in order", ch.GetN("dlq", n), bodies...)
+	ch.WantEmpty("dlq")
 }
 
 // gatedReads is a store whose reads of queue entries wait, once armed,
@@ -675,8 +675,8 @@ func TestPageInReadDoesNotHoldTheQueue(t *testing.T) {
 	g := newGatedReads()
 	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
 	defer g.open() // before the cleanups: they close connections blocked behind a read
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "deep", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("deep", nil, brokertest.Durable)
 	bodies := dvNumbered("d", 40)
 	pgPublish(t, ch, "deep", bodies, nil)
 	g.armed.Store(true)
@@ -702,11 +702,11 @@ func TestPageInReadDoesNotHoldTheQueue(t *testing.T) {
 		}
 		gets <- got{err: err}
 	}()
-	tlEventually(t, "a get to wait for the head to be read back", func() bool {
+	brokertest.Eventually(t, "a get to wait for the head to be read back", func() bool {
 		return b.Broker.GetWaitingForTest("/", "deep")
 	})
-	_, pch := tlChannel(t, b)
-	if !tlPublish(t, pch, "", "deep", amqp091.Publishing{Body: []byte("late"), DeliveryMode: amqp091.Persistent}) {
+	pch := b.Session(t)
+	if !pch.PublishAck("", "deep", amqp091.Publishing{Body: []byte("late"), DeliveryMode: amqp091.Persistent}) {
 		t.Fatal("publish during the read: nacked")
 	}
 	g.open()
@@ -733,10 +733,10 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 	g := newGatedReads()
 	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
 	defer g.open() // before the cleanups: they close connections blocked behind a read
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	const limit = 20
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "lim", "classic", true, tlDLX("dlq", amqp091.Table{"x-max-length": int32(limit)}))
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("lim", tlDLX("dlq", amqp091.Table{"x-max-length": int32(limit)}), brokertest.Durable)
 	bodies := dvNumbered("m", 60)
 	pgPublish(t, ch, "lim", bodies[:limit], nil)
 	g.armed.Store(true)
@@ -751,7 +751,7 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 			t.Fatal(err)
 		}
 		sent++
-		tlEventually(t, "a confirm, or a publish waiting for its eviction", func() bool {
+		brokertest.Eventually(t, "a confirm, or a publish waiting for its eviction", func() bool {
 			select {
 			case <-dc.Done():
 				return true
@@ -780,7 +780,7 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 		sent++
 		committed := make(chan error, 1)
 		go func() { committed <- txch.TxCommit() }()
-		tlEventually(t, "the commit to wait for its eviction too", func() bool {
+		brokertest.Eventually(t, "the commit to wait for its eviction too", func() bool {
 			return b.Broker.EvictionOwedForTest("/", "lim") == 2
 		})
 		select {
@@ -798,7 +798,7 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 			t.Fatalf("tx.commit after the eviction: %v", err)
 		}
 		// Confirmed and committed: the queue is back at its limit already.
-		dvWantReady(t, ch, "lim", limit)
+		ch.WantReady("lim", limit)
 		break
 	}
 	if !owed {
@@ -806,8 +806,8 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 	}
 	total := limit + sent
 	tlEventuallyReady(t, b, "dlq", total-limit)
-	dvWantBodies(t, "evicted", dvGetN(t, ch, "dlq", total-limit), bodies[:total-limit]...)
-	dvWantBodies(t, "kept", dvGetN(t, ch, "lim", limit), bodies[total-limit:total]...)
+	dvWantBodies(t, "evicted", ch.GetN("dlq", total-limit), bodies[:total-limit]...)
+	dvWantBodies(t, "kept", ch.GetN("lim", limit), bodies[total-limit:total]...)
 }
 
 // loadCounter counts the store's message loads: one per read of a

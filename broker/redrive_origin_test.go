@@ -51,15 +51,9 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mc.Close()
-	mch, err := mc.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	mch := brokertest.NewSession(t, mc)
 	for _, target := range []string{"payroll", "admin-excl", "src"} {
-		if !tlPublish(t, mch, "dlx", "dlq", amqp091.Publishing{Body: []byte("forged-" + target), Headers: forgedDeath(target)}) {
+		if !mch.PublishAck("dlx", "dlq", amqp091.Publishing{Body: []byte("forged-" + target), Headers: forgedDeath(target)}) {
 			t.Fatalf("forged publish naming %q nacked", target)
 		}
 	}
@@ -97,7 +91,7 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 
 	// A filter on the source queue selects a message without a record by
 	// its x-death, and still moves it nowhere.
-	if !tlPublish(t, mch, "dlx", "dlq", amqp091.Publishing{Body: []byte("forged-again"), Headers: forgedDeath("payroll")}) {
+	if !mch.PublishAck("dlx", "dlq", amqp091.Publishing{Body: []byte("forged-again"), Headers: forgedDeath("payroll")}) {
 		t.Fatal("forged publish nacked")
 	}
 	e.waitFor("dlq", 1, 1, 0)

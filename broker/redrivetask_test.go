@@ -13,20 +13,8 @@ import (
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
-// armedAt reports whether a timer of c is set to fire at t.
-func (c *tlClock) armedAt(t time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, tm := range c.timers {
-		if tm.active && tm.at.Equal(t) {
-			return true
-		}
-	}
-	return false
-}
-
 // rtStartClock is rdStart on a clock the test moves.
-func rtStartClock(t *testing.T, clk *tlClock, cfg brokertest.Config) *dsEnv {
+func rtStartClock(t *testing.T, clk *brokertest.Clock, cfg brokertest.Config) *dsEnv {
 	cfg.Broker.Now, cfg.Broker.TimerClock = clk.Now, clk.Timers()
 	e := dsStart(t, dsGroups[0], cfg)
 	e.setup(nil)
@@ -45,21 +33,21 @@ func rtStart(t *testing.T, e *dsEnv, spec broker.RedriveSpec) string {
 
 // rtWaitPaced waits until task id has examined n messages and waits for
 // its clock to reach at.
-func rtWaitPaced(e *dsEnv, clk *tlClock, id string, n int64, at time.Time) {
+func rtWaitPaced(e *dsEnv, clk *brokertest.Clock, id string, n int64, at time.Time) {
 	e.t.Helper()
 	e.eventually(func() (bool, string) {
 		s, err := e.b.Broker.RedriveTask(id)
 		if err != nil {
 			return false, err.Error()
 		}
-		return s.Moved+s.Failed == n && clk.armedAt(at),
+		return s.Moved+s.Failed == n && clk.ArmedAt(at),
 			fmt.Sprintf("task: state %s moved %d failed %d, want %d examined and a wait until %v", s.State, s.Moved, s.Failed, n, at)
 	})
 }
 
 // rtStep moves the clock 100 ms at a time (one message at 10 a second)
 // until task id, started at t0 and paced at 10 a second, has examined n.
-func rtStep(e *dsEnv, clk *tlClock, id string, t0 time.Time, from, n int64) {
+func rtStep(e *dsEnv, clk *brokertest.Clock, id string, t0 time.Time, from, n int64) {
 	e.t.Helper()
 	for p := from; p < n; p++ {
 		clk.Advance(100 * time.Millisecond)
@@ -83,7 +71,7 @@ func rtWait(t *testing.T, e *dsEnv, id string) broker.RedriveTask {
 // 2 s) it does not burst to catch up: it moves two and goes on at its
 // pace. It finishes as soon as the queue's messages are all examined.
 func TestRedriveTaskRate(t *testing.T) {
-	clk := tlNewClock()
+	clk := brokertest.NewClock()
 	e := rtStartClock(t, clk, brokertest.Config{})
 	e.rdReject("src", 25, rdBodies("m", 25)...)
 	t0 := clk.Now()
@@ -110,7 +98,7 @@ func TestRedriveTaskRate(t *testing.T) {
 // Cancel stops a task between moves; what it moved stays moved; a second
 // cancel changes nothing; forget removes the ended task.
 func TestRedriveTaskCancel(t *testing.T) {
-	clk := tlNewClock()
+	clk := brokertest.NewClock()
 	e := rtStartClock(t, clk, brokertest.Config{})
 	e.rdReject("src", 30, rdBodies("m", 30)...)
 	t0 := clk.Now()
@@ -148,7 +136,7 @@ func TestRedriveTaskCancel(t *testing.T) {
 // a message that failed before (its origin is gone) is neither retried
 // nor counted again.
 func TestRedriveTaskResumesAfterRestart(t *testing.T) {
-	clk := tlNewClock()
+	clk := brokertest.NewClock()
 	e := rtStartClock(t, clk, brokertest.Config{})
 	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
 	e.rdReject("src", 10, rdBodies("a", 10)...)
@@ -251,7 +239,7 @@ func TestRedriveTaskPermissions(t *testing.T) {
 // A task runs with its user's permissions as they are at each step:
 // revoking them stops it, failed, with the reason, after what it moved.
 func TestRedriveTaskStopsWhenPermissionsGo(t *testing.T) {
-	clk := tlNewClock()
+	clk := brokertest.NewClock()
 	e := rtStartClock(t, clk, brokertest.Config{})
 	e.rdReject("src", 20, rdBodies("m", 20)...)
 	t0 := clk.Now()

@@ -77,8 +77,14 @@ func (s *Session) NewChannel(opts ...SessionOption) *Session {
 	return NewSession(s.t, s.Conn, opts...)
 }
 
-// Confirming reports whether Publish waits for confirms.
-func (s *Session) Confirming() bool { return s.confirm }
+// With returns the session bound to t: its verbs fail t. For a subtest
+// that uses its parent's session (a test may fail only from its own
+// goroutine).
+func (s *Session) With(t testing.TB) *Session {
+	c := *s
+	c.t = t
+	return &c
+}
 
 // ctx bounds one verb's wait.
 func (s *Session) ctx() (context.Context, context.CancelFunc) {
@@ -171,6 +177,14 @@ func (s *Session) Ready(queue string) int {
 		s.t.Fatalf("passive declare %q: %v", queue, err)
 	}
 	return q.Messages
+}
+
+// WantReady fails the test unless Ready(queue) is want.
+func (s *Session) WantReady(queue string, want int) {
+	s.t.Helper()
+	if got := s.Ready(queue); got != want {
+		s.t.Fatalf("queue %q has %d ready messages, want %d", queue, got, want)
+	}
 }
 
 // Sync makes a round trip on the channel (a passive declare of

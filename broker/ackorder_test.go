@@ -45,7 +45,7 @@ func (l *applyLog) AfterGroup(fn func()) {
 // match, waiting for it.
 func (l *applyLog) index(t *testing.T, what string, match func(*store.Batch) bool) int {
 	t.Helper()
-	deadline := time.After(dvWait)
+	deadline := time.After(brokertest.Wait)
 	for {
 		l.mu.Lock()
 		i := slices.IndexFunc(l.batches, func(b store.Batch) bool { return match(&b) })

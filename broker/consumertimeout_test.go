@@ -51,10 +51,7 @@ func TestConsumerTimeoutClosesChannelAndRequeues(t *testing.T) {
 		ch.PublishBodies("work", body)
 	}
 	cconn := b.Dial(t) // the consumer's: its channel 1
-	cch, err := cconn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cch := brokertest.NewSession(t, cconn, brokertest.NoConfirm)
 	closed := cch.NotifyClose(make(chan *amqp091.Error, 1))
 	if err := cch.Qos(2, 0, false); err != nil {
 		t.Fatal(err)
@@ -67,7 +64,7 @@ func TestConsumerTimeoutClosesChannelAndRequeues(t *testing.T) {
 
 	clk.Advance(30*time.Minute - time.Second)
 	ctCheck(b)
-	ctWantOpen(t, cch, "work")
+	ctWantOpen(t, cch.Channel, "work")
 	clk.Advance(2 * time.Second)
 	ctCheck(b)
 	ctWantTimedOut(t, closed, 1800000)

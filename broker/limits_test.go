@@ -399,7 +399,7 @@ func TestDeliveryLimitOne(t *testing.T) {
 				}
 				ch.Declare("poison", args, brokertest.Type(qtype))
 				ch.PublishBodies("poison", "m")
-				msgs := dvConsume(t, ch.Channel, "poison", "", false, nil)
+				msgs := dvConsume(t, ch, "poison", "", false, nil)
 				d := dvRecv(t, msgs)
 				if n := tlDeliveryCount(t, d); n != -1 || d.Redelivered {
 					t.Fatalf("first delivery: x-delivery-count %d redelivered %v, want none false", n, d.Redelivered)
@@ -450,7 +450,7 @@ func TestDeliveryLimitEveryReturnCounts(t *testing.T) {
 
 			c1 := b.Dial(t)
 			ch1 := brokertest.NewSession(t, c1)
-			msgs := dvConsume(t, ch1.Channel, "poison", "", false, nil)
+			msgs := dvConsume(t, ch1, "poison", "", false, nil)
 			want := func(d amqp091.Delivery, n int64) {
 				t.Helper()
 				if got := tlDeliveryCount(t, d); got != n {
@@ -478,7 +478,7 @@ func TestDeliveryLimitEveryReturnCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			ch2 := brokertest.NewSession(t, c1)
-			d = dvRecv(t, dvConsume(t, ch2.Channel, "poison", "", false, nil))
+			d = dvRecv(t, dvConsume(t, ch2, "poison", "", false, nil))
 			want(d, 4)
 			if err := c1.Close(); err != nil { // 5 > 4: connection closed with it unacked
 				t.Fatal(err)

@@ -90,7 +90,7 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 			if err := ch.Qos(2, 0, false); err != nil {
 				t.Fatal(err)
 			}
-			msgs := dvConsume(t, ch.Channel, "props", "c", false, nil)
+			msgs := dvConsume(t, ch, "props", "c", false, nil)
 			for i := range n {
 				d := dvRecv(t, msgs)
 				wantPropsMessage(t, d, i, size)
@@ -137,7 +137,7 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 		confirms = append(confirms, dc)
 	}
 	for i, dc := range confirms {
-		if ok, err := dc.WaitContext(tlCtx(t)); err != nil || !ok {
+		if ok, err := dc.WaitContext(brokertest.Context(t)); err != nil || !ok {
 			t.Fatalf("confirm %d: ack %v, err %v", i, ok, err)
 		}
 	}
@@ -162,7 +162,7 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 	if err := ch.Qos(10, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	msgs := dvConsume(t, ch.Channel, "props", "c", false, nil)
+	msgs := dvConsume(t, ch, "props", "c", false, nil)
 	for i := range n {
 		d := dvRecv(t, msgs)
 		wantPropsMessage(t, d, i, size)

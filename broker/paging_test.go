@@ -96,7 +96,7 @@ func TestPagingDeepQueueOrderAcrossRestart(t *testing.T) {
 			if err := ch.Qos(7, 0, false); err != nil {
 				t.Fatal(err)
 			}
-			msgs := dvConsume(t, ch.Channel, "deep", "c", false, nil)
+			msgs := dvConsume(t, ch, "deep", "c", false, nil)
 			var got []string
 			for range want {
 				d := dvRecv(t, msgs)
@@ -170,7 +170,7 @@ func TestPagingLargeMessagesBoundedByBytes(t *testing.T) {
 			if err := ch.Qos(2, 0, false); err != nil {
 				t.Fatal(err)
 			}
-			msgs := dvConsume(t, ch.Channel, "big", "c", false, nil)
+			msgs := dvConsume(t, ch, "big", "c", false, nil)
 			for i := range n {
 				d := dvRecv(t, msgs)
 				if !slices.Equal(d.Body, body(i)) {
@@ -265,7 +265,7 @@ func TestPagingDeadLettersIntoDeepQueue(t *testing.T) {
 	if err := ch.Qos(9, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	msgs := dvConsume(t, ch.Channel, "src", "c", false, nil)
+	msgs := dvConsume(t, ch, "src", "c", false, nil)
 	for range moved {
 		if err := dvRecv(t, msgs).Reject(false); err != nil {
 			t.Fatal(err)
@@ -557,7 +557,7 @@ func TestStoredBacklogBoundedAndForwardedInOrder(t *testing.T) {
 	pgPublish(t, ch, "src", bodies, nil)
 	pgPublish(t, ch, "other", dvNumbered("o", 10), nil)
 	for _, q := range []string{"src", "other"} {
-		msgs := dvConsume(t, ch.Channel, q, "c-"+q, false, nil)
+		msgs := dvConsume(t, ch, q, "c-"+q, false, nil)
 		n := 300
 		if q == "other" {
 			n = 10
@@ -742,7 +742,7 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 	g.armed.Store(true)
 	// Each publish now evicts from the head; the read that refills it
 	// waits at the gate, so a publish soon finds the head empty.
-	ctx := tlCtx(t)
+	ctx := brokertest.Context(t)
 	owed := false
 	sent := 0
 	for _, body := range bodies[limit:] {

@@ -50,7 +50,7 @@ func TestTTLExpiredNeverDelivered(t *testing.T) {
 	ch.PublishBodies("q", "c1")
 	ch.PublishBodies("q", "c2")
 	clk.Advance(150 * time.Millisecond)
-	msgs := dvConsume(t, ch.Channel, "q", "", false, nil)
+	msgs := dvConsume(t, ch, "q", "", false, nil)
 	tlNoRecv(t, ch, msgs, "consumer attached after the deadline")
 	if got := expired(); got != 5 {
 		t.Fatalf("expired count %d after consume, want 5", got)
@@ -73,7 +73,7 @@ func TestTTLExpiresAnywhere(t *testing.T) {
 			ch := b.Session(t)
 			ch.Declare("dlq", nil)
 			ch.Declare("src", tlDLX("dlq", nil), brokertest.Type(qtype))
-			dlq := dvConsume(t, ch.Channel, "dlq", "", false, nil)
+			dlq := dvConsume(t, ch, "dlq", "", false, nil)
 			start := time.Now()
 			ch.Publish("", "src", amqp091.Publishing{Body: []byte("long"), Expiration: "600000"})
 			ch.Publish("", "src", amqp091.Publishing{Body: []byte("short"), Expiration: "100"})
@@ -112,7 +112,7 @@ func TestTTLUnackedDoNotExpireWhileHeld(t *testing.T) {
 	ch.Declare("dlq", nil)
 	ch.Declare("held", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
 	ch.PublishBodies("held", "acked", "nacked", "rejected")
-	msgs := dvConsume(t, ch.Channel, "held", "", false, nil)
+	msgs := dvConsume(t, ch, "held", "", false, nil)
 	ds := dvRecvN(t, msgs, 3)
 
 	clk.Advance(5 * time.Second)
@@ -164,7 +164,7 @@ func TestTTLZero(t *testing.T) {
 	if err := cch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	msgs := dvConsume(t, cch.Channel, "zero", "", false, nil)
+	msgs := dvConsume(t, cch, "zero", "", false, nil)
 	ch.PublishBodies("zero", "taken")
 	d := dvRecv(t, msgs)
 	if string(d.Body) != "taken" {
@@ -206,7 +206,7 @@ func TestTTLZero(t *testing.T) {
 	ch.Publish("", "msg-zero", amqp091.Publishing{Body: []byte("nobody"), Expiration: "0"})
 	tlEventuallyReady(t, b, "dlq", 1)
 	tlWantReady(t, b, "msg-zero", 0)
-	m2 := dvConsume(t, ch.Channel, "msg-zero", "", false, nil)
+	m2 := dvConsume(t, ch, "msg-zero", "", false, nil)
 	ch.Publish("", "msg-zero", amqp091.Publishing{Body: []byte("somebody"), Expiration: "0"})
 	if d := dvRecv(t, m2); string(d.Body) != "somebody" {
 		t.Fatalf("delivered %q, want somebody", d.Body)

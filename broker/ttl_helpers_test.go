@@ -11,7 +11,6 @@ package broker_test
 // move it by hand.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -34,13 +33,6 @@ const tlSettle = 60 * time.Millisecond
 // clock has fired (and the reads expiry started): the barrier after a
 // clk.Advance, before asserting what the deadlines did or did not do.
 func tlSettleTimers(b *brokertest.Instance) { b.Broker.SettleTimersForTest() }
-
-// tlCtx is a context for one wait, cancelled when the test ends.
-func tlCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), brokertest.Wait)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // --- declarations ---
 

@@ -33,7 +33,7 @@ func TestTTLEffectiveIsSmaller(t *testing.T) {
 			start := time.Now()
 			ch.Publish("", "queue-ttl-smaller", amqp091.Publishing{Body: []byte("a"), Expiration: "600000"})
 			ch.Publish("", "msg-ttl-smaller", amqp091.Publishing{Body: []byte("b"), Expiration: "100"})
-			ds := dvRecvN(t, dvConsume(t, ch.Channel, "dlq", "", false, nil), 2)
+			ds := dvRecvN(t, dvConsume(t, ch, "dlq", "", false, nil), 2)
 			tlNotBefore(t, "dead-lettered", start, 100*time.Millisecond)
 			sort.Slice(ds, func(i, j int) bool { return string(ds[i].Body) < string(ds[j].Body) })
 			tlWantDeath(t, ds[0], "queue-ttl-smaller", "expired")
@@ -68,7 +68,7 @@ func TestTTLPolicyCombinesByMin(t *testing.T) {
 	for _, q := range []string{"lo-arg-long", "lo-no-arg", "hi-arg-short", "hi-no-arg"} {
 		ch.PublishBodies(q, q)
 	}
-	ds := dvRecvN(t, dvConsume(t, ch.Channel, "dlq", "", false, nil), 3)
+	ds := dvRecvN(t, dvConsume(t, ch, "dlq", "", false, nil), 3)
 	tlNotBefore(t, "dead-lettered", start, 100*time.Millisecond)
 	got := tlBodies(ds)
 	sort.Strings(got)
@@ -89,7 +89,7 @@ func TestTTLDeadlineFixedAtEnqueue(t *testing.T) {
 	ch := b.Session(t)
 	ch.Declare("dlq", nil)
 	ch.Declare("fixed", tlDLX("dlq", nil))
-	dlq := dvConsume(t, ch.Channel, "dlq", "", false, nil)
+	dlq := dvConsume(t, ch, "dlq", "", false, nil)
 
 	ch.PublishBodies("fixed", "old") // no TTL at all
 	set := func(ms int) {

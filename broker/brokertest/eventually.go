@@ -1,6 +1,7 @@
 package brokertest
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -11,6 +12,14 @@ import (
 // tests run under -race on a loaded machine); a test that needs a wait to
 // be short asserts the time itself.
 const Wait = 5 * time.Second
+
+// Context returns a context that ends after Wait, or when t ends: the
+// bound of one raw amqp091 call that takes a context.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	t.Cleanup(cancel)
+	return ctx
+}
 
 // PollInterval is how often Eventually evaluates its condition.
 const PollInterval = 2 * time.Millisecond

@@ -135,20 +135,20 @@ func TestDLXArgumentAndPolicyKeyByKey(t *testing.T) {
 func TestDLXPolicyDLXNotPermissionChecked(t *testing.T) {
 	// d may write to the default exchange, not to dlx.
 	b := rqStartUsers(t, map[string][3]string{"d": {"^d-", "^(d-.*|amq\\.default)$", "^d-"}})
-	admin := rqChan(t, b.Dial(t))
-	rqDeclareExchange(t, admin, "dlx", "direct", nil)
-	rqDeclareQueues(t, admin, "dlq")
-	rqBind(t, admin, "dlq", "dlq", "dlx", nil)
+	admin := brokertest.NewSession(t, b.Dial(t))
+	admin.DeclareExchange("dlx", "direct", nil)
+	admin.Declare("dlq", nil)
+	admin.Bind("dlq", "dlq", "dlx", nil)
 	if err := b.Broker.SetPolicy("/", broker.Policy{Name: "dlx", Pattern: "^d-q$",
 		Definition: map[string]any{"dead-letter-exchange": "dlx", "dead-letter-routing-key": "dlq"}}); err != nil {
 		t.Fatal(err)
 	}
-	ch := rqChan(t, rqDialAs(t, b, "d"))
+	ch := brokertest.NewSession(t, rqDialAs(t, b, "d"))
 	if _, err := ch.QueueDeclare("d-q", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "", "d-q", "p")
-	d, ok, err := ch.Get("d-q", false)
+	ch.PublishBodies("d-q", "p")
+	d, ok, err := ch.Channel.Get("d-q", false)
 	if err != nil || !ok {
 		t.Fatalf("get: %v %v", ok, err)
 	}

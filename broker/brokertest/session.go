@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"testing"
@@ -254,6 +255,34 @@ func (s *Session) publish(exchange, key string, p amqp091.Publishing, opts []Pub
 		s.t.Fatalf("publish to %q with key %q: %v", exchange, key, err)
 	}
 	return dc
+}
+
+// TryPublish publishes p on ch, which must be in confirm mode, for a test
+// that expects a refusal: it returns nil once the broker acks the
+// publish, and otherwise the error that closed the channel (or its
+// connection), waiting up to Wait for it.
+func TryPublish(ch *amqp091.Channel, exchange, key string, p amqp091.Publishing) error {
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, p)
+	if err != nil {
+		return err
+	}
+	if ack, err := dc.WaitContext(ctx); ack {
+		return nil
+	} else if err != nil && !errors.Is(err, amqp091.ErrClosed) {
+		return err
+	}
+	select {
+	case e := <-closed:
+		if e == nil {
+			return amqp091.ErrClosed
+		}
+		return e
+	case <-ctx.Done():
+		return errors.New("publish neither confirmed nor refused")
+	}
 }
 
 // PublishBodies publishes a message with each body, in order, to queue

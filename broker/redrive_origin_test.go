@@ -32,11 +32,12 @@ func forgedDeath(queue string) amqp091.Table {
 // an exclusive queue fails too (defect: both forged messages were moved
 // where x-death said).
 func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	br := e.b.Broker
-	e.plainQueue("payroll", nil)
+	e.Declare("payroll", nil, brokertest.Durable)
 	// The administrator's exclusive queue, which dead-letters into dlq.
-	if _, err := e.ch.QueueDeclare("admin-excl", false, false, true, false,
+	if _, err := e.QueueDeclare("admin-excl", false, false, true, false,
 		amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"}); err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +59,8 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 		}
 	}
 	e.rdReject("src", 4, "genuine")
-	e.publish("admin-excl", "from-excl")
-	e.reject(e.get("admin-excl", "from-excl")[0], false)
+	e.PublishBodies("admin-excl", "from-excl")
+	e.reject(e.Expect("admin-excl", "from-excl")[0], false)
 	e.waitFor("dlq", 5, 5, 0)
 
 	d, err := br.OpenDirect("guest", "/")
@@ -82,8 +83,8 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 			t.Fatalf("queue %q holds %d messages after the redrive, want %d", q, got, want)
 		}
 	}
-	rdWantRedriven(t, e.get("src", "genuine")[0], "src", "rejected", 1)
-	for _, d := range e.get("dlq", "forged-payroll", "forged-admin-excl", "forged-src", "from-excl") {
+	rdWantRedriven(t, e.Expect("src", "genuine")[0], "src", "rejected", 1)
+	for _, d := range e.Expect("dlq", "forged-payroll", "forged-admin-excl", "forged-src", "from-excl") {
 		if err := d.Ack(false); err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +109,7 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 func TestRedriveOriginRecordSurvivesRestart(t *testing.T) {
 	e := dsStart(t, dsGroups[0], brokertest.Config{Backend: brokertest.Disk()})
 	e.setup(nil)
-	e.publishTo("dlx", "dlq", amqp091.Publishing{Body: []byte("published"), Headers: forgedDeath("src")})
+	e.Publish("dlx", "dlq", amqp091.Publishing{Body: []byte("published"), Headers: forgedDeath("src")})
 	e.rdReject("src", 3, "a", "b")
 	check := func(when string) {
 		t.Helper()
@@ -130,12 +131,12 @@ func TestRedriveOriginRecordSurvivesRestart(t *testing.T) {
 	check("after a crash")
 	e.b.Restart()
 	check("after a restart")
-	_, e.ch = e.b.Channel(t)
+	e.redial()
 	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{})
 	if r.Moved != 2 || r.Failed != 1 || r.Failures[0].Reason != broker.NoOriginRecord {
 		t.Fatalf("redrive after the restart: %+v", r)
 	}
 	e.waitFor("src", 2, 2, 0)
-	e.get("src", "a", "b")
-	e.get("dlq", "published")
+	e.Expect("src", "a", "b")
+	e.Expect("dlq", "published")
 }

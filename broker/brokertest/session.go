@@ -377,6 +377,16 @@ func (s *Session) WantEmpty(queue string) {
 func (s *Session) Drain(queue string) []string {
 	s.t.Helper()
 	var out []string
+	for _, d := range s.DrainDeliveries(queue) {
+		out = append(out, string(d.Body))
+	}
+	return out
+}
+
+// DrainDeliveries is Drain returning the deliveries.
+func (s *Session) DrainDeliveries(queue string) []amqp091.Delivery {
+	s.t.Helper()
+	var out []amqp091.Delivery
 	for {
 		d, ok, err := s.Channel.Get(queue, true)
 		if err != nil {
@@ -385,7 +395,7 @@ func (s *Session) Drain(queue string) []string {
 		if !ok {
 			return out
 		}
-		out = append(out, string(d.Body))
+		out = append(out, d)
 	}
 }
 

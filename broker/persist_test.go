@@ -23,37 +23,6 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
-// startRecording starts a broker whose store writes are recorded by the
-// returned recorder (also across Restart).
-func startRecording(t *testing.T) (*brokertest.Instance, *recordingStore) {
-	t.Helper()
-	rec := &recordingStore{}
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { rec.Store = s; return rec }})
-	return b, rec
-}
-
-// puts returns every entry put so far, in order.
-func (r *recordingStore) puts() []store.Entry {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []store.Entry
-	for _, b := range r.batches {
-		out = append(out, b.Puts...)
-	}
-	return out
-}
-
-// deletes returns every entry deleted so far, in order.
-func (r *recordingStore) deletes() []store.Ref {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []store.Ref
-	for _, b := range r.batches {
-		out = append(out, b.Deletes...)
-	}
-	return out
-}
-
 func pubPrio(t *testing.T, ch *brokertest.Session, q string, prio uint8) {
 	t.Helper()
 	p := amqp091.Publishing{Body: []byte{'m', '0' + prio%10}, Priority: prio, DeliveryMode: amqp091.Persistent}
@@ -67,7 +36,8 @@ func pubPrio(t *testing.T, ch *brokertest.Session, q string, prio uint8) {
 // on the delete, after a restart, and on a dead-lettered copy, which takes
 // the target's level for the message's own priority.
 func TestStoreRefCarriesPriorityLevel(t *testing.T) {
-	b, rec := startRecording(t)
+	rec := &brokertest.SpyStore{}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: rec.Wrap})
 	ch := b.Session(t)
 	ch.Declare("pq", amqp091.Table{"x-max-priority": int32(5)}, brokertest.Durable)
 	ch.Declare("dlq", amqp091.Table{"x-max-priority": int32(10)}, brokertest.Durable)
@@ -77,16 +47,16 @@ func TestStoreRefCarriesPriorityLevel(t *testing.T) {
 	}
 	pubPrio(t, ch, "src", 7)
 	var got []uint8
-	for _, e := range rec.puts() {
+	for _, e := range rec.Puts() {
 		got = append(got, e.Prio)
 	}
 	if want := []uint8{0, 3, 5, 0}; !equalBytes(got, want) {
 		t.Fatalf("put levels %v, want %v (priorities 0,3,9 in x-max-priority 5; 7 in a queue without priorities)", got, want)
 	}
-	pqID := rec.puts()[0].Queue
+	pqID := rec.Puts()[0].Queue
 
 	b.Restart()
-	rec.reset()
+	rec.Reset()
 	ch = b.Session(t)
 	// Highest first: the recovered entries kept their levels.
 	for _, want := range []string{"m9", "m3", "m0"} {
@@ -104,7 +74,7 @@ func TestStoreRefCarriesPriorityLevel(t *testing.T) {
 	}
 	ch.Sync()
 	got = got[:0]
-	for _, r := range rec.deletes() {
+	for _, r := range rec.Deletes() {
 		if r.Queue == pqID {
 			got = append(got, r.Prio)
 		}
@@ -112,7 +82,7 @@ func TestStoreRefCarriesPriorityLevel(t *testing.T) {
 	if want := []uint8{5, 3, 0}; !equalBytes(got, want) {
 		t.Fatalf("deletes of pq carry levels %v, want %v", got, want)
 	}
-	ps := rec.puts()
+	ps := rec.Puts()
 	if len(ps) != 1 || ps[0].Prio != 7 {
 		t.Fatalf("dead-lettered copy puts %+v, want one at level 7 (the message's priority, in a target with 10 levels)", ps)
 	}
@@ -124,7 +94,8 @@ func equalBytes(a, b []uint8) bool { return string(a) == string(b) }
 // entry was settled before it: the store's LastSeq, not the recovered
 // entries, restores the sequence.
 func TestQueueSeqContinuesAfterRestart(t *testing.T) {
-	b, rec := startRecording(t)
+	rec := &brokertest.SpyStore{}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: rec.Wrap})
 	ch := b.Session(t)
 	ch.Declare("q", nil, brokertest.Durable)
 	for _, body := range []string{"a", "b", "c"} {
@@ -137,7 +108,7 @@ func TestQueueSeqContinuesAfterRestart(t *testing.T) {
 	}
 	ch.Sync()
 	var last uint64
-	for _, e := range rec.puts() {
+	for _, e := range rec.Puts() {
 		last = max(last, e.Seq)
 	}
 	if last == 0 {
@@ -145,10 +116,10 @@ func TestQueueSeqContinuesAfterRestart(t *testing.T) {
 	}
 
 	b.Restart()
-	rec.reset()
+	rec.Reset()
 	ch = b.Session(t)
 	ch.Publish("", "q", amqp091.Publishing{Body: []byte("d"), DeliveryMode: amqp091.Persistent})
-	ps := rec.puts()
+	ps := rec.Puts()
 	if len(ps) != 1 {
 		t.Fatalf("%d puts after restart, want 1", len(ps))
 	}

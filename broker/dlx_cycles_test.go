@@ -5,11 +5,9 @@ package broker_test
 // rejection in the loop keeps it going.
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -129,34 +127,13 @@ func dsHeadersCycle(e *dsEnv) {
 	}
 }
 
-// dsLog records the broker's log.
-type dsLog struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *dsLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *dsLog) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.recs = append(h.recs, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *dsLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *dsLog) WithGroup(string) slog.Handler      { return h }
-
-// cycles returns the attributes of the cycle warnings logged.
-func (h *dsLog) cycles() []map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// dsCycles returns the attributes of the cycle warnings logged.
+func dsCycles(log *brokertest.Log) []map[string]string {
 	var out []map[string]string
-	for _, r := range h.recs {
-		if r.Level != slog.LevelWarn || !strings.HasPrefix(r.Message, "dead-letter cycle") {
-			continue
+	for _, ln := range log.Lines() {
+		if ln.Level == slog.LevelWarn && strings.HasPrefix(ln.Msg, "dead-letter cycle") {
+			out = append(out, ln.Map())
 		}
-		m := map[string]string{}
-		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-		out = append(out, m)
 	}
 	return out
 }
@@ -165,14 +142,14 @@ func (h *dsLog) cycles() []map[string]string {
 // the target that closes it, counts it and logs once per pair of queues;
 // other targets still get it (B27).
 func TestDLXCycleDetection(t *testing.T) {
-	h := &dsLog{}
+	h := brokertest.NewLog(slog.LevelDebug)
 	e := dsStart(t, dsGroups[0], brokertest.Config{Broker: broker.Options{Logger: slog.New(h)}})
 	e.queue("loop", amqp091.Table{"x-message-ttl": int64(5), "x-dead-letter-exchange": ""})
 	e.PublishBodies("loop", "p1", "p2", "p3", "p4", "p5")
 	e.wantCounters(map[string]uint64{"discarded.expired": 5, "dropped.cycle": 5, "cycles": 5})
 	e.waitFor("loop", 0, 0, 0)
 	want := []map[string]string{{"vhost": "/", "from": "loop", "to": "loop", "reason": "expired"}}
-	if got := h.cycles(); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := dsCycles(h); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("cycle log lines %v, want %v", got, want)
 	}
 
@@ -191,7 +168,7 @@ func TestDLXCycleDetection(t *testing.T) {
 	}
 	e.wantCounters(map[string]uint64{"discarded.expired": 5, "dropped.cycle": 5, "cycles": 7, "dead_lettered.expired": 2})
 	want = append(want, map[string]string{"vhost": "/", "from": "loop2", "to": "loop2", "reason": "expired"})
-	if got := h.cycles(); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := dsCycles(h); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("cycle log lines %v, want %v", got, want)
 	}
 }

@@ -261,9 +261,9 @@ func TestDeadLetterBatchIntoFullRejectPublishTarget(t *testing.T) {
 func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 	var armed atomic.Bool
 	var hook func(dlq store.QueueID)
-	hs := &hookStore{}
+	hs := &brokertest.SpyStore{}
 	var dlqID atomic.Uint64
-	hs.hook = func(bt *store.Batch) {
+	hs.BeforeApply = func(bt *store.Batch) {
 		if len(bt.Puts) == 0 || len(bt.Deletes) == 0 || bt.Puts[0].Queue == bt.Deletes[0].Queue {
 			return
 		}
@@ -272,7 +272,7 @@ func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 			hook(bt.Puts[0].Queue)
 		}
 	}
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { hs.Store = s; return hs }})
+	b := brokertest.Start(t, brokertest.Config{WrapStore: hs.Wrap})
 	ch := b.Session(t)
 	_, other := b.Channel(t)
 	deleted := make(chan struct{}) // closed when the delete has returned

@@ -19,7 +19,6 @@ import (
 
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
-	"github.com/brokerd/brokerd/store"
 )
 
 // pgBound is the most ready entries a level may hold in memory: the head
@@ -371,28 +370,7 @@ func TestPagingDeadlinesExpireInTheMiddle(t *testing.T) {
 	}
 }
 
-// failingReads is a store whose reads of entries and bodies fail once
-// armed (a disk that stopped answering reads).
-type failingReads struct {
-	store.Store
-	armed atomic.Bool
-}
-
 var errReadsFail = errors.New("injected read failure")
-
-func (f *failingReads) ReadEntries(q store.QueueID, prio uint8, from uint64, max int, dst []store.EntryMeta) ([]store.EntryMeta, error) {
-	if f.armed.Load() {
-		return dst, errReadsFail
-	}
-	return f.Store.ReadEntries(q, prio, from, max, dst)
-}
-
-func (f *failingReads) LoadMessages(ids []store.MsgID, fn func(int, *store.Message)) error {
-	if f.armed.Load() {
-		return errReadsFail
-	}
-	return f.Store.LoadMessages(ids, fn)
-}
 
 // When the store cannot read a paged queue back (out of descriptors, an
 // I/O error), delivery from it stops, but nothing is lost and the broker
@@ -401,8 +379,17 @@ func (f *failingReads) LoadMessages(ids []store.MsgID, fn func(int, *store.Messa
 // gets every message not acked, in order, without a restart. (A read
 // error used to fail the broker for good.)
 func TestPagingReadFailureRetried(t *testing.T) {
-	f := &failingReads{}
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { f.Store = s; return f }})
+	// Once armed, the store's reads of entries and bodies fail (a disk
+	// that stopped answering reads).
+	var armed atomic.Bool
+	failing := func() error {
+		if armed.Load() {
+			return errReadsFail
+		}
+		return nil
+	}
+	spy := &brokertest.SpyStore{BeforeReadEntries: failing, BeforeLoadMessages: failing}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: spy.Wrap})
 	ch := b.Session(t)
 	ch.Declare("rf", nil, brokertest.Durable)
 	bodies := dvNumbered("r", 80)
@@ -412,7 +399,7 @@ func TestPagingReadFailureRetried(t *testing.T) {
 	for _, d := range got {
 		dvAck(t, d, false)
 	}
-	f.armed.Store(true)
+	armed.Store(true)
 	before := b.Broker.Stats().StoreReadErrors
 	// The head holds a few more; then the queue cannot be read.
 	var more []string
@@ -441,7 +428,7 @@ func TestPagingReadFailureRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.armed.Store(false)
+	armed.Store(false)
 	rest := bodies[5+len(more):]
 	for i, want := range rest {
 		select {
@@ -644,25 +631,28 @@ func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
 	ch.WantEmpty("dlq")
 }
 
-// gatedReads is a store whose reads of queue entries wait, once armed,
-// until released: a disk slow to answer.
-type gatedReads struct {
-	store.Store
+// pgReadGate holds the store's reads of queue entries, once armed, until
+// opened: a disk slow to answer. Start the broker with WrapStore:
+// g.spy.Wrap.
+type pgReadGate struct {
 	armed   atomic.Bool
 	release chan struct{}
+	spy     brokertest.SpyStore
 }
 
-func newGatedReads() *gatedReads { return &gatedReads{release: make(chan struct{})} }
-
-func (g *gatedReads) ReadEntries(q store.QueueID, prio uint8, from uint64, max int, dst []store.EntryMeta) ([]store.EntryMeta, error) {
-	if g.armed.Load() {
-		<-g.release
+func newPGReadGate() *pgReadGate {
+	g := &pgReadGate{release: make(chan struct{})}
+	g.spy.BeforeReadEntries = func() error {
+		if g.armed.Load() {
+			<-g.release
+		}
+		return nil
 	}
-	return g.Store.ReadEntries(q, prio, from, max, dst)
+	return g
 }
 
 // open lets every read through from now on.
-func (g *gatedReads) open() {
+func (g *pgReadGate) open() {
 	if g.armed.CompareAndSwap(true, false) {
 		close(g.release)
 	}
@@ -672,8 +662,8 @@ func (g *gatedReads) open() {
 // lock is free: a publish to it is confirmed, and a basic.get waits for
 // the read and answers with the right message (not get-empty).
 func TestPageInReadDoesNotHoldTheQueue(t *testing.T) {
-	g := newGatedReads()
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
+	g := newPGReadGate()
+	b := brokertest.Start(t, brokertest.Config{WrapStore: g.spy.Wrap})
 	defer g.open() // before the cleanups: they close connections blocked behind a read
 	ch := b.Session(t)
 	ch.Declare("deep", nil, brokertest.Durable)
@@ -730,8 +720,8 @@ func TestPageInReadDoesNotHoldTheQueue(t *testing.T) {
 // is made, and so is a tx.commit: then the queue is exactly at its limit,
 // and the oldest are in the dead-letter queue, in order.
 func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
-	g := newGatedReads()
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
+	g := newPGReadGate()
+	b := brokertest.Start(t, brokertest.Config{WrapStore: g.spy.Wrap})
 	defer g.open() // before the cleanups: they close connections blocked behind a read
 	ch := b.Session(t)
 	const limit = 20
@@ -810,18 +800,6 @@ func TestDropHeadEvictionWaitsForPageIn(t *testing.T) {
 	dvWantBodies(t, "kept", ch.GetN("lim", limit), bodies[total-limit:total]...)
 }
 
-// loadCounter counts the store's message loads: one per read of a
-// queue's middle.
-type loadCounter struct {
-	store.Store
-	loads atomic.Int64
-}
-
-func (c *loadCounter) LoadMessages(ids []store.MsgID, fn func(i int, m *store.Message)) error {
-	c.loads.Add(1)
-	return c.Store.LoadMessages(ids, fn)
-}
-
 // A drop-head limit over by more than a window evicts with reads sized to
 // the excess, not one window per read: a publisher that does not wait for
 // confirms could otherwise take a queue far over its limit until the reads
@@ -829,8 +807,9 @@ func (c *loadCounter) LoadMessages(ids []store.MsgID, fn func(i int, m *store.Me
 // 4). Here a policy lowers the limit of a 1,000-message queue to 10: the
 // eviction takes a few reads, where one window (4) per read took 250.
 func TestDropHeadEvictsPagedHeadInFewReads(t *testing.T) {
-	lc := &loadCounter{}
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { lc.Store = s; return lc }})
+	var loads atomic.Int64 // the store's message loads: one per read of a queue's middle
+	spy := &brokertest.SpyStore{BeforeLoadMessages: func() error { loads.Add(1); return nil }}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: spy.Wrap})
 	_, ch := b.Channel(t)
 	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -848,10 +827,10 @@ func TestDropHeadEvictsPagedHeadInFewReads(t *testing.T) {
 		}
 	}
 	tlEventuallyReady(t, b, "q", 1000)
-	before := lc.loads.Load()
+	before := loads.Load()
 	tlSetPolicy(t, b, broker.Policy{Name: "short", Pattern: "^q$", Definition: map[string]any{"max-length": 10}})
 	tlEventuallyReady(t, b, "q", 10)
-	if n := lc.loads.Load() - before; n > 10 {
+	if n := loads.Load() - before; n > 10 {
 		t.Errorf("evicting 990 paged messages took %d reads of the middle, want a few", n)
 	}
 	msg, ok, err := ch.Get("q", true)

@@ -5,7 +5,6 @@ package broker_test
 // their order.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -131,33 +130,6 @@ func TestQueueSeqContinuesAfterRestart(t *testing.T) {
 	}
 }
 
-// warnLog records the messages of warnings and errors logged.
-type warnLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (h *warnLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *warnLog) Handle(_ context.Context, r slog.Record) error {
-	var sb strings.Builder
-	sb.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s=%q", a.Key, a.Value.String()); return true })
-	h.mu.Lock()
-	h.msgs = append(h.msgs, sb.String())
-	h.mu.Unlock()
-	return nil
-}
-func (h *warnLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *warnLog) WithGroup(string) slog.Handler      { return h }
-
-func (h *warnLog) take() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := h.msgs
-	h.msgs = nil
-	return out
-}
-
 // countMeta counts the definition records under prefix.
 func countMeta(t *testing.T, s store.Store, prefix string) int {
 	t.Helper()
@@ -236,13 +208,13 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &warnLog{}
+			logs := brokertest.NewLog(slog.LevelWarn)
 			var armed atomic.Bool
 			var b *brokertest.Instance
 			var other *amqp091.Channel
 			secondDone := make(chan error, 1)
-			hs := &hookStore{}
-			hs.hook = func(bt *store.Batch) {
+			hs := &brokertest.SpyStore{}
+			hs.BeforeApply = func(bt *store.Batch) {
 				if !slices.ContainsFunc(bt.Meta, func(op store.MetaOp) bool { return strings.HasPrefix(op.Key, tc.prefix) }) ||
 					!armed.CompareAndSwap(true, false) {
 					return
@@ -262,7 +234,7 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 			}
 			b = brokertest.Start(t, brokertest.Config{
 				Broker:    broker.Options{Logger: slog.New(logs)},
-				WrapStore: func(s store.Store) store.Store { hs.Store = s; return hs },
+				WrapStore: hs.Wrap,
 			})
 			ch := b.Session(t, brokertest.NoConfirm)
 			_, other = b.Channel(t)
@@ -285,7 +257,7 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 				}
 			}
 			b.Restart()
-			if w := logs.take(); len(w) != 0 {
+			if w := logs.Take(); len(w) != 0 {
 				t.Fatalf("restart warned: %q", w)
 			}
 			_, raw := b.Channel(t)
@@ -300,7 +272,7 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 // warning naming it, deletes it from the store, and starts with the rest
 // (instead of refusing to open).
 func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
-	logs := &warnLog{}
+	logs := brokertest.NewLog(slog.LevelWarn)
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(logs)}})
 	ch := b.Session(t)
 	ch.Declare("keep", nil, brokertest.Durable)
@@ -327,7 +299,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	logs.take()
+	logs.Take()
 
 	b.Restart()
 	want := []string{
@@ -340,7 +312,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 		`recovery: dropping policy in unknown vhost vhost="nohost" policy="lost-p"`,
 		`recovery: dropping operator policy in unknown vhost vhost="nohost" policy="lost-op"`,
 	}
-	got := logs.take()
+	got := logs.Take()
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
@@ -369,7 +341,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Restart()
-	if w := logs.take(); len(w) != 0 {
+	if w := logs.Take(); len(w) != 0 {
 		t.Fatalf("second restart warned: %q", w)
 	}
 }
@@ -723,14 +695,4 @@ func TestQueueIDNotReusedAfterCrash(t *testing.T) {
 			t.Fatalf("freshly declared empty queue b holds %v after a restart: the dead exclusive queue's message leaked into it", ch3.Drain("b"))
 		}
 	})
-}
-
-type hookStore struct {
-	store.Store
-	hook func(*store.Batch)
-}
-
-func (h *hookStore) Apply(b *store.Batch, done func(error)) {
-	h.hook(b)
-	h.Store.Apply(b, done)
 }

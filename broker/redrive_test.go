@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
+	"sync/atomic"
 )
 
 // rdReject dead-letters each body from q (publish, get, reject) into dlq,
@@ -215,51 +215,34 @@ func TestRedriveCrash(t *testing.T) {
 	}
 }
 
-// rdStore records the batches the broker writes and, once armed, closes
-// hit after the n-th batch that deletes an entry.
-type rdStore struct {
-	store.Store
-	mu      sync.Mutex
-	batches []store.Batch
-	armed   bool
-	n       int
-	hit     chan struct{}
-}
-
-// rdRecorded is the dead-letter setup over a recording store that, once armed, fires
-// after the 15th batch that deletes an entry, with n messages (c0, c1,
-// ...) dead-lettered from src into dlq.
-func rdRecorded(t *testing.T, n int) (*dsEnv, *rdStore, []string) {
-	rec := &rdStore{hit: make(chan struct{}), n: 15}
-	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: rec.wrapFirst})
-	e.setup(nil)
-	bodies := rdBodies("c", n)
-	e.rdReject("src", n, bodies...)
-	return e, rec, bodies
-}
-
-// wrapFirst is a brokertest.Config.WrapStore that records the first
+// rdRecorded is the dead-letter setup over a SpyStore, with n messages
+// (c0, c1, ...) dead-lettered from src into dlq. The spy records the first
 // store only: after a crash the old broker, still running a redrive, must
 // keep writing to the store that crashed (its writes fail), never through
-// the recorder into the new one.
-func (r *rdStore) wrapFirst(s store.Store) store.Store {
-	if r.Store != nil {
-		return s
-	}
-	r.Store = s
-	return r
-}
-
-func (r *rdStore) Apply(b *store.Batch, done func(error)) {
-	r.mu.Lock()
-	r.batches = append(r.batches, b.Clone())
-	if r.armed && len(b.Deletes) > 0 {
-		if r.n--; r.n == 0 {
-			close(r.hit)
+// the spy into the new one. arm returns a channel closed after the 15th
+// batch that deletes an entry from then on.
+func rdRecorded(t *testing.T, n int) (e *dsEnv, rec *brokertest.SpyStore, arm func() <-chan struct{}, bodies []string) {
+	var armed atomic.Bool
+	var left atomic.Int32
+	left.Store(15)
+	hit := make(chan struct{})
+	rec = &brokertest.SpyStore{BeforeApply: func(b *store.Batch) {
+		if armed.Load() && len(b.Deletes) > 0 && left.Add(-1) == 0 {
+			close(hit)
 		}
-	}
-	r.mu.Unlock()
-	r.Store.Apply(b, done)
+	}}
+	first := true
+	e = dsStart(t, dsGroups[0], brokertest.Config{WrapStore: func(s store.Store) store.Store {
+		if !first {
+			return s
+		}
+		first = false
+		return rec.Wrap(s)
+	}})
+	e.setup(nil)
+	bodies = rdBodies("c", n)
+	e.rdReject("src", n, bodies...)
+	return e, rec, func() <-chan struct{} { armed.Store(true); return hit }, bodies
 }
 
 // Each move is one batch deleting the dead letter's entry in dlq and
@@ -267,12 +250,12 @@ func (r *rdStore) Apply(b *store.Batch, done func(error)) {
 // them leaves every message in exactly one of the two queues.
 func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 	const n = 40
-	e, rec, _ := rdRecorded(t, n)
+	e, rec, arm, _ := rdRecorded(t, n)
 
-	rec.mu.Lock()
+	batches := rec.Batches()
 	msgOf := map[store.Ref]store.MsgID{} // dlq entries and their messages
 	var srcID, dlqID store.QueueID
-	for _, b := range rec.batches {
+	for _, b := range batches {
 		for _, p := range b.Puts {
 			if string(p.Msg.Body) == "c0" {
 				if srcID == 0 {
@@ -283,16 +266,15 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 			}
 		}
 	}
-	for _, b := range rec.batches {
+	for _, b := range batches {
 		for _, p := range b.Puts {
 			if p.Queue == dlqID {
 				msgOf[p.Ref] = p.Msg.ID
 			}
 		}
 	}
-	start := len(rec.batches)
-	rec.armed = true
-	rec.mu.Unlock()
+	start := len(batches)
+	hit := arm()
 	if srcID == 0 || dlqID == 0 || srcID == dlqID {
 		t.Fatalf("queue ids: src %d dlq %d", srcID, dlqID)
 	}
@@ -303,13 +285,12 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 		defer close(done)
 		old.Redrive("/", "dlq", broker.RedriveOptions{}) // its writes fail after the crash
 	}()
-	<-rec.hit
+	<-hit
 	e.b.Crash()
 	<-done
 
-	rec.mu.Lock()
 	moves := 0
-	for _, b := range rec.batches[start:] {
+	for _, b := range rec.Batches()[start:] {
 		var fromDLQ []store.Ref
 		for _, d := range b.Deletes {
 			if d.Queue == dlqID {
@@ -324,7 +305,6 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 			t.Fatalf("a move's batch: deletes %v, puts %+v; want one delete from dlq and its message put into src", b.Deletes, b.Puts)
 		}
 	}
-	rec.mu.Unlock()
 	if moves < 15 {
 		t.Fatalf("%d moves written, want at least 15", moves)
 	}

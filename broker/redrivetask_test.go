@@ -182,12 +182,10 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 // count of moves is exact (each move's batch carries the task's record).
 func TestRedriveTaskCrash(t *testing.T) {
 	const n = 200
-	e, rec, bodies := rdRecorded(t, n)
-	rec.mu.Lock()
-	rec.armed = true
-	rec.mu.Unlock()
+	e, _, arm, bodies := rdRecorded(t, n)
+	hit := arm()
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq"})
-	<-rec.hit
+	<-hit
 	e.b.Crash()
 	e.redial()
 	s := rtWait(t, e, id)

@@ -472,7 +472,7 @@ func TestAuthChangeUndoneOnStoreFailure(t *testing.T) {
 // between the writes of a deletion made by an older layout), with a
 // warning, and deletes them from the store.
 func TestRecoveryDropsDanglingPermissions(t *testing.T) {
-	logs := &warnLog{}
+	logs := brokertest.NewLog(slog.LevelWarn)
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(logs)}})
 	var d broker.DefsForTest
 	d.Permission("/gone", "guest", ".*", ".*", ".*")
@@ -482,13 +482,13 @@ func TestRecoveryDropsDanglingPermissions(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	logs.take()
+	logs.Take()
 	b.Restart()
 	want := []string{ // in key order: by vhost
 		`recovery: dropping permissions of unknown user vhost="/" user="ghost"`,
 		`recovery: dropping permissions in unknown vhost vhost="/gone" user="guest"`,
 	}
-	if got := logs.take(); !slices.Equal(got, want) {
+	if got := logs.Take(); !slices.Equal(got, want) {
 		t.Fatalf("warnings %q, want %q", got, want)
 	}
 	wantP := []broker.PermissionInfo{{User: "guest", VHost: "/", Configure: ".*", Write: ".*", Read: ".*"}}
@@ -496,7 +496,7 @@ func TestRecoveryDropsDanglingPermissions(t *testing.T) {
 		t.Fatalf("permissions %+v, want %+v", got, wantP)
 	}
 	b.Restart()
-	if w := logs.take(); len(w) != 0 {
+	if w := logs.Take(); len(w) != 0 {
 		t.Fatalf("second restart warned: %q", w)
 	}
 }

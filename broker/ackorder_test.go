@@ -1,3 +1,5 @@
+// Tests of the order in which the broker hands settlements and publishes to the store.
+
 package broker_test
 
 import (

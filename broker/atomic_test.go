@@ -1,3 +1,5 @@
+// Tests that a dead letter is one store operation, and of the at-least-once backlog.
+
 package broker_test
 
 import (
@@ -14,10 +16,6 @@ import (
 	"github.com/brokerd/brokerd/store"
 	"slices"
 )
-
-// Tests that a dead letter is one store operation (the source entry's
-// removal and the copy's put in one batch), and of the at-least-once
-// backlog: it keeps the death time and purge drops it.
 
 // batchesWith returns the batches recorded that hold an entry of queue q
 // among their deletes (deletes) or their puts.

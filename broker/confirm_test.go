@@ -1,3 +1,5 @@
+// Tests of publisher confirms: acks and nacks, mandatory returns, immediate, and confirms with transactions.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of confirm coalescing: one multiple ack per channel and group commit, in order, on the wire.
+
 package broker_test
 
 import (

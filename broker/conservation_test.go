@@ -1,7 +1,6 @@
-package broker_test
+// A randomized test that no message is lost or duplicated through dead-lettering.
 
-// A randomized test of conservation: no message is lost or duplicated on
-// its way through dead-lettering, whatever the interleaving.
+package broker_test
 
 import (
 	"context"

@@ -1,3 +1,5 @@
+// Tests of the consumer timeout: channels closed, deliveries requeued, per-queue timeouts.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of unfinished content against the memory alarm and the server-wide content budget.
+
 package broker_test
 
 // Bodies in assembly against the memory alarm and the server-wide budget of

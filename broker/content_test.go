@@ -1,3 +1,5 @@
+// Tests of content assembly against hostile input: only the bytes that arrived are held.
+
 package broker_test
 
 // Content assembly against hostile input: a content header announces a

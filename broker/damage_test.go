@@ -1,3 +1,5 @@
+// Tests of damaged store blocks: they cost only their own messages.
+
 package broker_test
 
 import (

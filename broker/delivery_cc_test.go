@@ -1,3 +1,5 @@
+// Tests of sender-selected distribution: the CC and BCC headers.
+
 package broker_test
 
 // Tests of sender-selected distribution: the CC and BCC headers route

@@ -1,3 +1,5 @@
+// Helpers of the delivery tests (dv*) and dvWire, a raw AMQP client.
+
 package broker_test
 
 // Helpers, prefixed dv, for the delivery tests (delivery_*_test.go) and

@@ -1,3 +1,5 @@
+// Tests of message properties and headers: round trips and refusals.
+
 package broker_test
 
 // Tests of message properties and headers: every field round-trips, bit

@@ -1,3 +1,5 @@
+// Tests of prefetch (basic.qos), channel.flow and consumers that stop reading.
+
 package broker_test
 
 // Tests of how far deliveries run ahead of the client: basic.qos prefetch

@@ -1,3 +1,5 @@
+// Tests of direct reply-to (amq.rabbitmq.reply-to).
+
 package broker_test
 
 // Tests of direct reply-to (amq.rabbitmq.reply-to): replies reach the

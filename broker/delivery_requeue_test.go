@@ -1,3 +1,5 @@
+// Tests of requeues: nack, reject, recover and channel close, order and redelivered flag.
+
 package broker_test
 
 // Tests of messages returned to their queue: nack and reject with

@@ -1,3 +1,5 @@
+// Tests of consumer priorities, priority queues and single active consumer.
+
 package broker_test
 
 // Tests of which consumer gets a message and which message goes first:

@@ -1,3 +1,5 @@
+// Tests of consuming, basic.get and acknowledgements.
+
 package broker_test
 
 // Tests of consuming, basic.get and acknowledgements through amqp091-go

@@ -1,3 +1,5 @@
+// Tests of at-least-once dead-lettering and its backlog.
+
 package broker_test
 
 // Tests of at-least-once dead-lettering (x-dead-letter-strategy

@@ -1,3 +1,5 @@
+// Tests of dead-letter cycles: detected, counted, logged once per pair.
+
 package broker_test
 
 // Tests of dead-letter cycles (SPEC §2, B26–B28): a loop without a

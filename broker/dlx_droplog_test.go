@@ -1,3 +1,5 @@
+// Tests of the warning for dropped dead letters: rate-limited, with counts.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of a dead letter's headers: x-death, x-first-death-*, x-last-death-*, CC and BCC.
+
 package broker_test
 
 // Tests of the headers of a dead letter (SPEC §2): x-death entries, their

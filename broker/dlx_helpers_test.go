@@ -1,3 +1,5 @@
+// Helpers of the dead-lettering tests (ds*): the suite's groups, dsEnv and header checks.
+
 package broker_test
 
 // Helpers, prefixed ds, for the dead-lettering tests (dlx_*_test.go): the

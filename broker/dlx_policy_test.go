@@ -1,3 +1,5 @@
+// Tests of dead-lettering set by policy against queue arguments.
+
 package broker_test
 
 // Tests of dead-lettering set by policy (SPEC §2, reference P5): policy

@@ -1,3 +1,5 @@
+// Tests of why a message is dead-lettered: rejected, maxlen, expired, delivery_limit.
+
 package broker_test
 
 // Tests of the reasons a message is dead-lettered (SPEC §2): rejected

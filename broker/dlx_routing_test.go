@@ -1,3 +1,5 @@
+// Tests of where a dead letter goes: exchange, routing key, CC/BCC and the target queues.
+
 package broker_test
 
 // Tests of where a dead letter goes (SPEC §2): the dead-letter exchange,

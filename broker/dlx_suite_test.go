@@ -1,3 +1,5 @@
+// A port of RabbitMQ's dead_lettering_SUITE, run in each of its groups.
+
 package broker_test
 
 // A port of RabbitMQ's dead_lettering_SUITE (reference §4) and of the

@@ -1,3 +1,5 @@
+// heldStore, a store wrapper that holds completions back as a group commit does.
+
 package broker_test
 
 import (

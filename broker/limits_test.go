@@ -1,3 +1,5 @@
+// Tests of queue length limits (drop-head, reject-publish) and delivery limits.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of operator policies and their merge with user policies.
+
 package broker_test
 
 // Tests of operator policies (reference §2 last paragraph, §3 P2, P4, P5):

@@ -1,3 +1,5 @@
+// Tests that paging bounds a queue's memory by the bytes of properties as well as bodies.
+
 package broker_test
 
 // Paging bounds what a queue holds in memory by bytes of messages, and a

@@ -1,3 +1,5 @@
+// Tests of paging: deep durable queues keep only their windows in memory.
+
 package broker_test
 
 // Paging: a durable queue deeper than its window (brokertest sets a tiny

@@ -1,3 +1,5 @@
+// Tests of peeking at a queue's messages without changing it.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of permissions: every AMQP operation checks what rabbit_channel checks, in its order.
+
 package broker_test
 
 import (

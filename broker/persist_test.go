@@ -1,3 +1,5 @@
+// Tests of what the broker writes to the store and what recovery does with it.
+
 package broker_test
 
 // Tests of what the broker writes to the store: entry positions, queue

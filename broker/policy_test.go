@@ -1,3 +1,5 @@
+// Tests of policies: matching, precedence and the keys they set.
+
 package broker_test
 
 import (

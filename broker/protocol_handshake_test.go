@@ -1,3 +1,5 @@
+// Tests of the connection handshake: header, login, timeouts and their logging.
+
 package broker_test
 
 // Tests of the connection handshake: protocol header, server properties,

@@ -1,3 +1,5 @@
+// Tests of queue declaration: exclusive, auto-delete, server-named, passive, arguments.
+
 package broker_test
 
 import (

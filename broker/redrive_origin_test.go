@@ -1,3 +1,5 @@
+// Tests that redrive to origin goes by the broker's own record, never by x-death.
+
 package broker_test
 
 // Redrive to origin goes by the broker's own record of where it

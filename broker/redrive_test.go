@@ -1,3 +1,5 @@
+// Tests of redrive: moving dead letters back to their origin or to an exchange.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of redrive tasks: paced, cancelled, resumed after a restart or crash.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of routing: exchange types, bindings, alternate exchanges, exchange-to-exchange.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of transient paging: non-durable messages page out to volatile ranges.
+
 package broker_test
 
 // Transient paging: transient messages, and every message of a queue that

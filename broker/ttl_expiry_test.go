@@ -1,3 +1,5 @@
+// Tests of where and when an expired message goes.
+
 package broker_test
 
 // Tests of where and when an expired message goes (SPEC §3): never to a

@@ -1,3 +1,5 @@
+// Helpers of the TTL, limit and policy tests (tl*).
+
 package broker_test
 
 // Helpers, prefixed tl, for the TTL tests and for the tests of length

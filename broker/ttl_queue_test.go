@@ -1,3 +1,5 @@
+// Tests of queue TTL (x-expires).
+
 package broker_test
 
 // Tests of queue TTL, x-expires (SPEC §3, B41, B42): the lease that deletes

@@ -1,3 +1,5 @@
+// Tests of TTL across a restart.
+
 package broker_test
 
 // Tests of TTL across a restart (SPEC §3, B40): pending expiries are

@@ -1,3 +1,5 @@
+// Tests of message TTL: how a deadline is computed and kept.
+
 package broker_test
 
 // Tests of message TTL (SPEC §3): how a message's

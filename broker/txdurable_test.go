@@ -1,3 +1,5 @@
+// Tests that a transaction commits as one store batch and commit-ok waits for it.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of the bound on a transaction's size.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of users: password hashes, tags, logins and their durability.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of vhosts: refusals, creation, deletion and their durability.
+
 package broker_test
 
 import (

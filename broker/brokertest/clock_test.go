@@ -1,5 +1,5 @@
-// Tests of the harness's fake clocks: timers fire when the clock passes
-// them, and not after Stop or before a Reset's new deadline.
+// Tests of the harness's fake clocks: timers fire as the clock passes them.
+
 package brokertest_test
 
 import (

@@ -10,6 +10,7 @@
 //   - Instance.Session is a connection and channel with the verbs Declare,
 //     DeclareExchange, Bind, Publish (waiting for the confirm), Get,
 //     Expect, Drain and Ready, each failing the test on an error;
+//     TryPublish is the publish that expects a refusal;
 //   - Eventually is the one poller, with one interval and one bound (Wait);
 //   - the shared fakes: Clock and OffsetClock (time the test moves), Log
 //     (a slog.Handler that records) and SpyStore (a store wrapper that

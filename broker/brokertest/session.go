@@ -18,8 +18,9 @@ import (
 //
 // Every verb fails the test (t.Fatal) when the broker refuses or an
 // answer does not come within Wait, so a Session is used from the
-// goroutine of the test that made it, like any testing.TB; it is not safe
-// for concurrent use. Its connection closes when that test ends.
+// goroutine of the test that made it (see With for a subtest), like any
+// testing.TB; it is not safe for concurrent use. The connection of a
+// session from Instance.Session closes when that test ends.
 type Session struct {
 	*amqp091.Channel
 	// Conn is the connection the channel is on.
@@ -37,11 +38,11 @@ type SessionOption func(*Session)
 // the publish is written, without waiting for the broker (as a client that
 // does not use confirms; a test may still select confirms on the channel
 // itself and read them with NotifyPublish).
-func NoConfirm(s *Session) { s.confirm = false }
+var NoConfirm SessionOption = func(s *Session) { s.confirm = false }
 
 // Persistent makes Publish send delivery mode 2 (persistent) when the
 // publishing does not set a mode.
-func Persistent(s *Session) { s.persistent = true }
+var Persistent SessionOption = func(s *Session) { s.persistent = true }
 
 // Session dials a new connection and opens a channel on it, in confirm
 // mode unless NoConfirm is given: then Publish returns once the broker
@@ -104,7 +105,7 @@ type declaration struct {
 
 // Durable declares a durable queue or exchange (the verbs declare
 // transient ones by default).
-func Durable(d *declaration) { d.durable = true }
+var Durable DeclareOption = func(d *declaration) { d.durable = true }
 
 // Type declares a queue of type qtype: "" and "classic" add nothing; any
 // other type sets x-queue-type, and a quorum queue is durable, as it must
@@ -207,7 +208,7 @@ type publication struct{ mandatory bool }
 
 // Mandatory sets the mandatory flag: an unroutable message comes back in
 // a basic.return (see NotifyReturn) before its confirm.
-func Mandatory(p *publication) { p.mandatory = true }
+var Mandatory PublishOption = func(p *publication) { p.mandatory = true }
 
 // Publish publishes p to exchange with routing key key. On a confirming
 // session it waits for the confirm and fails the test unless the broker

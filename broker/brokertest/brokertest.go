@@ -1,23 +1,3 @@
-// Package brokertest starts a real broker on a loopback port for tests:
-// the amqp server and the broker over a store from a Backend (memory by
-// default, or whichever BROKERD_TEST_STORE names), wired as cmd/brokerd
-// wires them, so tests drive it with a standard client and the same tests
-// run over every store.
-//
-// It also holds the one dialect the behaviour tests speak, so that a test
-// reads the same in every file:
-//   - Start runs a broker (Config.Clock puts it on a fake Clock);
-//   - Instance.Session is a connection and channel with the verbs Declare,
-//     DeclareExchange, Bind, Publish (waiting for the confirm), Get,
-//     Expect, Drain and Ready, each failing the test on an error;
-//     TryPublish is the publish that expects a refusal;
-//   - Eventually is the one poller, with one interval and one bound (Wait);
-//   - the shared fakes: Clock and OffsetClock (time the test moves), Log
-//     (a slog.Handler that records) and SpyStore (a store wrapper that
-//     records the broker's writes and lets a test see or break its reads).
-//
-// Every helper fails the test through the testing.TB it was given, so it
-// is called from that test's goroutine.
 package brokertest
 
 import (

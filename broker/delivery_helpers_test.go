@@ -3,9 +3,10 @@
 package broker_test
 
 // Helpers, prefixed dv, for the delivery tests (delivery_*_test.go) and
-// the confirm, paging, persistence and transaction tests: publishing,
-// consuming and acknowledging through amqp091-go against a real broker,
-// and dvWire, a raw client for what amqp091-go hides.
+// the confirm, paging, persistence and transaction tests: consuming,
+// receiving and acknowledging through amqp091-go against a real broker
+// (declaring, publishing and getting are brokertest.Session's verbs), and
+// dvWire, a raw client for what amqp091-go hides.
 
 import (
 	"errors"

@@ -3,8 +3,8 @@
 package broker_test
 
 // Helpers, prefixed ds, for the dead-lettering tests (dlx_*_test.go): the
-// suite's groups (queue type and strategy), a broker and client per test,
-// and checks of counters and x-death headers.
+// suite's groups (queue type and strategy), a broker and a session per
+// test (dsEnv), and checks of counters and x-death headers.
 
 import (
 	"fmt"

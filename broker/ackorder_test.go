@@ -1,9 +1,10 @@
+// Tests of the order in which the broker hands settlements and publishes to the store.
+
 package broker_test
 
 import (
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,55 +12,6 @@ import (
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
 )
-
-// applyLog records the batches a store applies, in order.
-type applyLog struct {
-	store.Store
-	mu      sync.Mutex
-	batches []store.Batch
-	changed chan struct{}
-}
-
-func (l *applyLog) Apply(b *store.Batch, done func(error)) {
-	l.mu.Lock()
-	l.batches = append(l.batches, b.Clone())
-	l.mu.Unlock()
-	l.Store.Apply(b, done)
-	select {
-	case l.changed <- struct{}{}:
-	default:
-	}
-}
-
-// AfterGroup passes the broker's confirm coalescing through, when the
-// store wrapped has it.
-func (l *applyLog) AfterGroup(fn func()) {
-	if g, ok := l.Store.(interface{ AfterGroup(func()) }); ok {
-		g.AfterGroup(fn)
-		return
-	}
-	fn()
-}
-
-// index returns the position of the first batch applied that satisfies
-// match, waiting for it.
-func (l *applyLog) index(t *testing.T, what string, match func(*store.Batch) bool) int {
-	t.Helper()
-	deadline := time.After(dvWait)
-	for {
-		l.mu.Lock()
-		i := slices.IndexFunc(l.batches, func(b store.Batch) bool { return match(&b) })
-		l.mu.Unlock()
-		if i >= 0 {
-			return i
-		}
-		select {
-		case <-l.changed:
-		case <-deadline:
-			t.Fatalf("no batch applied with %s", what)
-		}
-	}
-}
 
 // An ack and a publish sent after it, in one write, are applied in that
 // order, whether the publish is on the ack's channel or another: the
@@ -70,8 +22,8 @@ func (l *applyLog) index(t *testing.T, what string, match func(*store.Batch) boo
 func TestAckSettledBeforeLaterPublish(t *testing.T) {
 	for _, pubCh := range []uint16{1, 2} {
 		t.Run(fmt.Sprintf("publish on channel %d", pubCh), func(t *testing.T) {
-			log := &applyLog{changed: make(chan struct{}, 1)}
-			b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { log.Store = s; return log }})
+			log := &brokertest.SpyStore{}
+			b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { log.Wrap(s); return log.Grouped() }})
 			r := dialRawOpen(t, b.Addr)
 			r.openChannel(1)
 			r.openChannel(2)
@@ -101,8 +53,8 @@ func TestAckSettledBeforeLaterPublish(t *testing.T) {
 			w = append(w, publish(pubCh, "published", "after the ack")...)
 			r.mustWrite(w)
 
-			ack := log.index(t, "the ack's delete", func(b *store.Batch) bool { return len(b.Deletes) > 0 })
-			pub := log.index(t, "the later publish", func(b *store.Batch) bool {
+			ack := log.Await(t, "the ack's delete", func(b *store.Batch) bool { return len(b.Deletes) > 0 })
+			pub := log.Await(t, "the later publish", func(b *store.Batch) bool {
 				return slices.ContainsFunc(b.Messages, func(m *store.Message) bool { return string(m.Body) == "after the ack" })
 			})
 			if ack > pub {

@@ -1,3 +1,5 @@
+// Tests of resource alarms: publishers blocked and released, heartbeats and shutdown while blocked.
+
 package broker_test
 
 import (

@@ -1,67 +1,43 @@
+// Tests that a dead letter is one store operation, and of the at-least-once backlog.
+
 package broker_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"fmt"
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
+	"slices"
 )
 
-// recordingStore records every batch the broker writes.
-type recordingStore struct {
-	store.Store
-	mu      sync.Mutex
-	batches []store.Batch
-}
-
-func (r *recordingStore) Apply(b *store.Batch, done func(error)) {
-	r.mu.Lock()
-	r.batches = append(r.batches, b.Clone())
-	r.mu.Unlock()
-	r.Store.Apply(b, done)
-}
-
-// deletesFrom returns the batches that delete an entry of queue src.
-func (r *recordingStore) deletesFrom(src store.QueueID) []store.Batch {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// batchesWith returns the batches recorded that hold an entry of queue q
+// among their deletes (deletes) or their puts.
+func batchesWith(rec *brokertest.SpyStore, q store.QueueID, deletes bool) []store.Batch {
 	var out []store.Batch
-	for _, b := range r.batches {
-		for _, d := range b.Deletes {
-			if d.Queue == src {
-				out = append(out, b)
-				break
-			}
+	for _, b := range rec.Batches() {
+		if deletes && slices.ContainsFunc(b.Deletes, func(r store.Ref) bool { return r.Queue == q }) ||
+			!deletes && slices.ContainsFunc(b.Puts, func(e store.Entry) bool { return e.Queue == q }) {
+			out = append(out, b)
 		}
 	}
 	return out
 }
 
-func (r *recordingStore) reset() {
-	r.mu.Lock()
-	r.batches = nil
-	r.mu.Unlock()
-}
-
 // lastPut returns the queue and message of the last entry put: the test
 // learns a queue's store id and a message's id by publishing.
-func (r *recordingStore) lastPut() (store.QueueID, store.MsgID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := len(r.batches) - 1; i >= 0; i-- {
-		if ps := r.batches[i].Puts; len(ps) > 0 {
-			return ps[len(ps)-1].Queue, ps[len(ps)-1].Msg.ID
-		}
+func lastPut(rec *brokertest.SpyStore) (store.QueueID, store.MsgID) {
+	ps := rec.Puts()
+	if len(ps) == 0 {
+		return 0, 0
 	}
-	return 0, 0
+	return ps[len(ps)-1].Queue, ps[len(ps)-1].Msg.ID
 }
 
 // TestDeadLetterIsOneStoreOperation checks, for every trigger, that the
@@ -69,38 +45,17 @@ func (r *recordingStore) lastPut() (store.QueueID, store.MsgID) {
 // dead-lettered copy in one batch, with the rewritten properties on the
 // copy and the body not copied: the same stored message.
 func TestDeadLetterIsOneStoreOperation(t *testing.T) {
-	rec := &recordingStore{}
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { rec.Store = s; return rec }})
-	_, ch := b.Channel(t)
-	if err := ch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
-	confirms := ch.NotifyPublish(make(chan amqp091.Confirmation, 16))
+	rec := &brokertest.SpyStore{}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: rec.Wrap})
+	ch := b.Session(t)
 	publish := func(q, body string, exp string) bool {
 		t.Helper()
-		err := ch.PublishWithContext(context.Background(), "", q, false, false, amqp091.Publishing{
-			DeliveryMode: amqp091.Persistent, Body: []byte(body), Expiration: exp,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case c := <-confirms:
-			return c.Ack
-		case <-time.After(5 * time.Second):
-			t.Fatal("no confirm")
-		}
-		return false
+		return ch.PublishAck("", q, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(body), Expiration: exp})
 	}
-	declare := func(name string, args amqp091.Table) {
-		t.Helper()
-		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-			t.Fatal(err)
-		}
-	}
+	declare := func(name string, args amqp091.Table) { t.Helper(); ch.Declare(name, args, brokertest.Durable) }
 	declare("dlq", nil)
 	publish("dlq", "probe", "")
-	dlqID, _ := rec.lastPut()
+	dlqID, _ := lastPut(rec)
 	if _, err := ch.QueuePurge("dlq", false); err != nil {
 		t.Fatal(err)
 	}
@@ -111,17 +66,14 @@ func TestDeadLetterIsOneStoreOperation(t *testing.T) {
 	check := func(t *testing.T, src store.QueueID, msg store.MsgID, reason string, wantPublishPut bool) {
 		t.Helper()
 		var got []store.Batch
-		deadline := time.Now().Add(5 * time.Second)
-		for len(got) == 0 && time.Now().Before(deadline) {
+		brokertest.Eventually(t, "the batch that dead-letters", func() bool {
 			if wantPublishPut {
-				got = rec.batchesPuttingInto(dlqID)
+				got = batchesWith(rec, dlqID, false)
 			} else {
-				got = rec.deletesFrom(src)
+				got = batchesWith(rec, src, true)
 			}
-			if len(got) == 0 {
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
+			return len(got) > 0
+		})
 		if len(got) != 1 {
 			t.Fatalf("%d batches, want exactly 1: %+v", len(got), got)
 		}
@@ -168,31 +120,31 @@ func TestDeadLetterIsOneStoreOperation(t *testing.T) {
 	t.Run("rejected", func(t *testing.T) {
 		declare("src-reject", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
 		publish("src-reject", "r", "")
-		src, msg := rec.lastPut()
-		d, ok, err := ch.Get("src-reject", false)
+		src, msg := lastPut(rec)
+		d, ok, err := ch.Channel.Get("src-reject", false)
 		if err != nil || !ok {
 			t.Fatalf("get: %v %v", ok, err)
 		}
-		rec.reset()
+		rec.Reset()
 		if err := d.Reject(false); err != nil {
 			t.Fatal(err)
 		}
 		check(t, src, msg, "rejected", false)
 	})
 	t.Run("expired", func(t *testing.T) {
-		rec.reset()
+		rec.Reset()
 		declare("src-ttl", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
 		publish("src-ttl", "e", "50")
-		src, msg := rec.lastPut()
+		src, msg := lastPut(rec)
 		check(t, src, msg, "expired", false)
 	})
 	t.Run("maxlen drop-head: eviction in the publish's batch", func(t *testing.T) {
 		declare("src-max", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq", "x-max-length": int32(1)})
 		publish("src-max", "m1", "")
-		src, m1 := rec.lastPut()
-		rec.reset()
+		src, m1 := lastPut(rec)
+		rec.Reset()
 		publish("src-max", "m2", "")
-		got := rec.deletesFrom(src)
+		got := batchesWith(rec, src, true)
 		if len(got) != 1 {
 			t.Fatalf("%d batches delete from the source, want 1", len(got))
 		}
@@ -207,7 +159,7 @@ func TestDeadLetterIsOneStoreOperation(t *testing.T) {
 	})
 	t.Run("reject-publish-dlx: refusal and dead letter in one batch", func(t *testing.T) {
 		declare("src-rpd", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq", "x-max-length": int32(0), "x-overflow": "reject-publish-dlx"})
-		rec.reset()
+		rec.Reset()
 		if publish("src-rpd", "refused", "") {
 			t.Fatal("publish to a full reject-publish-dlx queue was acked")
 		}
@@ -215,27 +167,11 @@ func TestDeadLetterIsOneStoreOperation(t *testing.T) {
 	})
 }
 
-// batchesPuttingInto returns the batches that put an entry into queue q.
-func (r *recordingStore) batchesPuttingInto(q store.QueueID) []store.Batch {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []store.Batch
-	for _, b := range r.batches {
-		for _, p := range b.Puts {
-			if p.Queue == q {
-				out = append(out, b)
-				break
-			}
-		}
-	}
-	return out
-}
-
 // A dead letter that waited in the at-least-once backlog is forwarded with
 // the time it died in x-death, not the time a route appeared.
 func TestBacklogKeepsDeathTime(t *testing.T) {
-	var offset atomic.Int64 // nanoseconds the broker's clock is ahead
-	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	clk := brokertest.NewOffsetClock() // the broker's clock only: its timers keep the wall clock's
+	now := clk.Now
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: now, BacklogRetry: time.Hour}})
 	_, ch := b.Channel(t)
 	if _, err := ch.QueueDeclare("bk-src", false, false, false, false, amqp091.Table{
@@ -255,18 +191,13 @@ func TestBacklogKeepsDeathTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The exchange does not exist: the dead letter waits.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st, _ := b.Broker.QueueStats("/", "bk-src")
-		if st.DeadLetterBacklog == 1 {
-			break
+	brokertest.Eventually(t, "the dead letter in the backlog", func() error {
+		if st, _ := b.Broker.QueueStats("/", "bk-src"); st.DeadLetterBacklog != 1 {
+			return fmt.Errorf("%+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dead letter not in the backlog: %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	offset.Store(int64(2 * time.Hour))
+		return nil
+	})
+	clk.Advance(2 * time.Hour)
 	if err := ch.ExchangeDeclare("bk-dlx", "fanout", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -277,18 +208,13 @@ func TestBacklogKeepsDeathTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got amqp091.Delivery
-	for got.Body == nil {
+	brokertest.Eventually(t, "the dead letter forwarded once a route existed", func() bool {
 		var ok bool
 		if got, ok, err = ch.Get("bk-dlq", true); err != nil {
 			t.Fatal(err)
 		}
-		if !ok {
-			if time.Now().After(deadline) {
-				t.Fatal("dead letter not forwarded once a route existed")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+		return ok
+	})
 	xd := got.Headers["x-death"].([]interface{})[0].(amqp091.Table)
 	when := xd["time"].(time.Time)
 	if d := when.Sub(died.Truncate(time.Second)); d < -time.Second || d > time.Second {
@@ -318,13 +244,12 @@ func TestPurgeDropsBacklog(t *testing.T) {
 	if err := d.Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for st, _ := b.Broker.QueueStats("/", "pb-src"); st.DeadLetterBacklog != 1; st, _ = b.Broker.QueueStats("/", "pb-src") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter waiting: %+v", st)
+	brokertest.Eventually(t, "a dead letter waiting", func() error {
+		if st, _ := b.Broker.QueueStats("/", "pb-src"); st.DeadLetterBacklog != 1 {
+			return fmt.Errorf("%+v", st)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	n, err := ch.QueuePurge("pb-src", false)
 	if err != nil || n != 1 {
 		t.Fatalf("purge = %d, %v; want the 1 ready message", n, err)

@@ -1,3 +1,5 @@
+// Tests of publisher confirms: acks and nacks, mandatory returns, immediate, and confirms with transactions.
+
 package broker_test
 
 import (
@@ -27,8 +29,8 @@ func dvWantAcks(t testing.TB, confirms chan amqp091.Confirmation, from, to uint6
 
 func TestConfirmMandatoryUnroutableReturned(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "routable", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("routable", nil)
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 4))
 	confirms := dvConfirmChannel(t, ch, 4)
 
@@ -43,7 +45,7 @@ func TestConfirmMandatoryUnroutableReturned(t *testing.T) {
 	}
 	publish := func(key string, mandatory bool) {
 		t.Helper()
-		if err := ch.PublishWithContext(dvCtx(t), "", key, mandatory, false, pub); err != nil {
+		if err := ch.PublishWithContext(brokertest.Context(t), "", key, mandatory, false, pub); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,7 +92,7 @@ func TestConfirmMandatoryUnroutableReturned(t *testing.T) {
 	publish(q, true)
 	dvWantAcks(t, confirms, 3, 3)
 	noReturn("mandatory routable")
-	dvWantReady(t, ch, q, 1)
+	ch.WantReady(q, 1)
 }
 
 func TestConfirmReturnPrecedesAckOnTheWire(t *testing.T) {
@@ -152,7 +154,7 @@ func TestConfirmMandatoryReturnWithoutConfirms(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
 	_, ch := b.Channel(t)
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
-	if err := ch.PublishWithContext(dvCtx(t), "amq.direct", "nobody", true, false, amqp091.Publishing{Body: []byte("b")}); err != nil {
+	if err := ch.PublishWithContext(brokertest.Context(t), "amq.direct", "nobody", true, false, amqp091.Publishing{Body: []byte("b")}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -160,17 +162,18 @@ func TestConfirmMandatoryReturnWithoutConfirms(t *testing.T) {
 		if r.ReplyCode != 312 || r.ReplyText != "NO_ROUTE" || r.Exchange != "amq.direct" || r.RoutingKey != "nobody" || string(r.Body) != "b" {
 			t.Fatalf("return %d %q %q/%q %q", r.ReplyCode, r.ReplyText, r.Exchange, r.RoutingKey, r.Body)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("no basic.return")
 	}
 }
 
 func TestConfirmImmediateNotImplemented(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "imm", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("imm", nil)
 	closed := c.NotifyClose(make(chan *amqp091.Error, 1))
-	if err := ch.PublishWithContext(dvCtx(t), "", q, false, true, amqp091.Publishing{Body: []byte("now")}); err != nil {
+	if err := ch.PublishWithContext(brokertest.Context(t), "", q, false, true, amqp091.Publishing{Body: []byte("now")}); err != nil {
 		t.Fatal(err)
 	}
 	dvAwaitClose(t, closed, 540, "NOT_IMPLEMENTED - immediate=true")
@@ -178,18 +181,18 @@ func TestConfirmImmediateNotImplemented(t *testing.T) {
 
 func TestConfirmEveryPublishAckedInOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "confirmed", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("confirmed", nil)
 	const n = 500
 	confirms := dvConfirmChannel(t, ch, n)
-	dvPublishBodies(t, ch, q, dvNumbered("m", n)...)
+	ch.PublishBodies(q, dvNumbered("m", n)...)
 	dvWantAcks(t, confirms, 1, n)
-	dvWantReady(t, ch, q, n)
+	ch.WantReady(q, n)
 }
 
 func TestConfirmMixedRoutableUnroutable(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
+	ch := b.Session(t, brokertest.NoConfirm)
 	q, err := ch.QueueDeclare("durable", true, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -206,31 +209,31 @@ func TestConfirmMixedRoutableUnroutable(t *testing.T) {
 		case 3:
 			key = "amq.rabbitmq.reply-to.unknown" // a direct reply-to address nobody owns
 		}
-		dvPublish(t, ch, "", key, amqp091.Publishing{DeliveryMode: mode, Body: []byte(strconv.Itoa(i))})
+		ch.Publish("", key, amqp091.Publishing{DeliveryMode: mode, Body: []byte(strconv.Itoa(i))})
 	}
 	dvWantAcks(t, confirms, 1, n)
-	dvWantReady(t, ch, q.Name, n/2)
+	ch.WantReady(q.Name, n/2)
 }
 
 // TestConfirmPersistentSurvivesRestart: an ack for a persistent message to
 // a durable queue means the message is in the store.
 func TestConfirmPersistentSurvivesRestart(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
+	ch := b.Session(t, brokertest.NoConfirm)
 	if _, err := ch.QueueDeclare("kept", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	confirms := dvConfirmChannel(t, ch, 10)
 	want := dvNumbered("p", 10)
 	for _, body := range want {
-		dvPublish(t, ch, "", "kept", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(body)})
+		ch.Publish("", "kept", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte(body)})
 	}
 	dvWantAcks(t, confirms, 1, 10)
 
 	b.Restart()
-	_, ch2 := b.Channel(t)
-	dvWantReady(t, ch2, "kept", 10)
-	got := dvGetN(t, ch2, "kept", 10)
+	ch2 := b.Session(t, brokertest.NoConfirm)
+	ch2.WantReady("kept", 10)
+	got := ch2.GetN("kept", 10)
 	dvWantBodies(t, "after restart", got, want...)
 	for _, d := range got {
 		if d.DeliveryMode != amqp091.Persistent {
@@ -247,7 +250,7 @@ func TestConfirmAndTxExclusive(t *testing.T) {
 	}
 	dvWantErr(t, ch.Confirm(false), 406, "PRECONDITION_FAILED - cannot switch from tx to confirm mode")
 
-	ch2 := dvChannel(t, c)
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	if err := ch2.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -258,43 +261,44 @@ func TestConfirmAndTxExclusive(t *testing.T) {
 
 func TestTxPublishesInvisibleUntilCommit(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, tx := b.Channel(t)
-	q := dvDeclare(t, tx, "txq", nil)
-	watcher := dvChannel(t, c)
+	tx := b.Session(t, brokertest.NoConfirm)
+	c := tx.Conn
+	q := tx.Declare("txq", nil)
+	watcher := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	if err := tx.Tx(); err != nil {
 		t.Fatal(err)
 	}
-	dvPublishBodies(t, tx, q, "a", "b", "c")
-	dvWantReady(t, tx, q, 0)
-	dvWantReady(t, watcher, q, 0)
+	tx.PublishBodies(q, "a", "b", "c")
+	tx.WantReady(q, 0)
+	watcher.WantReady(q, 0)
 	if err := tx.TxCommit(); err != nil {
 		t.Fatal(err)
 	}
-	dvWantReady(t, watcher, q, 3)
-	dvWantBodies(t, "committed", dvGetN(t, watcher, q, 3), "a", "b", "c")
+	watcher.WantReady(q, 3)
+	dvWantBodies(t, "committed", watcher.GetN(q, 3), "a", "b", "c")
 }
 
 func TestTxRollbackDiscardsPublishes(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, tx := b.Channel(t)
-	q := dvDeclare(t, tx, "txq", nil)
+	tx := b.Session(t, brokertest.NoConfirm)
+	q := tx.Declare("txq", nil)
 	if err := tx.Tx(); err != nil {
 		t.Fatal(err)
 	}
-	dvPublishBodies(t, tx, q, "a", "b")
+	tx.PublishBodies(q, "a", "b")
 	if err := tx.TxRollback(); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.TxCommit(); err != nil { // nothing left to commit
 		t.Fatal(err)
 	}
-	dvWantReady(t, tx, q, 0)
+	tx.WantReady(q, 0)
 	// The channel stays transactional and usable.
-	dvPublishBodies(t, tx, q, "c")
+	tx.PublishBodies(q, "c")
 	if err := tx.TxCommit(); err != nil {
 		t.Fatal(err)
 	}
-	dvWantReady(t, tx, q, 1)
+	tx.WantReady(q, 1)
 }
 
 func TestTxMandatoryReturnAtCommit(t *testing.T) {
@@ -304,7 +308,7 @@ func TestTxMandatoryReturnAtCommit(t *testing.T) {
 	if err := tx.Tx(); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.PublishWithContext(dvCtx(t), "", "nowhere", true, false, amqp091.Publishing{Body: []byte("r")}); err != nil {
+	if err := tx.PublishWithContext(brokertest.Context(t), "", "nowhere", true, false, amqp091.Publishing{Body: []byte("r")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.TxCommit(); err != nil {
@@ -323,14 +327,15 @@ func TestTxMandatoryReturnAtCommit(t *testing.T) {
 
 func TestTxAcksTakeEffectAtCommit(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "txacks", nil)
-	dvPublishBodies(t, ch, q, "m1", "m2", "m3")
-	tx := dvChannel(t, c)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("txacks", nil)
+	ch.PublishBodies(q, "m1", "m2", "m3")
+	tx := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	if err := tx.Tx(); err != nil {
 		t.Fatal(err)
 	}
-	ds := dvGetN(t, tx, q, 3)
+	ds := tx.GetN(q, 3)
 	dvAck(t, ds[1], true) // m1, m2
 	if err := tx.TxCommit(); err != nil {
 		t.Fatal(err)
@@ -339,24 +344,25 @@ func TestTxAcksTakeEffectAtCommit(t *testing.T) {
 	if err := tx.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got := dvGetN(t, ch, q, 1)
+	got := ch.GetN(q, 1)
 	dvWantBodies(t, "after commit and close", got, "m3")
 	if !got[0].Redelivered {
 		t.Fatal("m3 not marked redelivered")
 	}
-	dvWantEmpty(t, ch, q)
+	ch.WantEmpty(q)
 }
 
 func TestTxAcksRolledBack(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "txacks", nil)
-	dvPublishBodies(t, ch, q, "m1", "m2", "m3")
-	tx := dvChannel(t, c)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("txacks", nil)
+	ch.PublishBodies(q, "m1", "m2", "m3")
+	tx := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	if err := tx.Tx(); err != nil {
 		t.Fatal(err)
 	}
-	ds := dvGetN(t, tx, q, 3)
+	ds := tx.GetN(q, 3)
 	dvAck(t, ds[0], false)
 	if err := ds[2].Reject(false); err != nil {
 		t.Fatal(err)
@@ -372,7 +378,7 @@ func TestTxAcksRolledBack(t *testing.T) {
 	if err := tx.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got := dvGetN(t, ch, q, 3)
+	got := ch.GetN(q, 3)
 	dvWantBodies(t, "after rollback and close", got, "m1", "m2", "m3")
 	for _, d := range got {
 		if !d.Redelivered {
@@ -383,13 +389,13 @@ func TestTxAcksRolledBack(t *testing.T) {
 
 func TestTxAckAfterRollbackAllowed(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, tx := b.Channel(t)
-	q := dvDeclare(t, tx, "txacks", nil)
-	dvPublishBodies(t, tx, q, "m1")
+	tx := b.Session(t, brokertest.NoConfirm)
+	q := tx.Declare("txacks", nil)
+	tx.PublishBodies(q, "m1")
 	if err := tx.Tx(); err != nil {
 		t.Fatal(err)
 	}
-	d := dvGet(t, tx, q, false)
+	d := tx.Get(q)
 	dvAck(t, d, false)
 	if err := tx.TxRollback(); err != nil {
 		t.Fatal(err)
@@ -402,15 +408,15 @@ func TestTxAckAfterRollbackAllowed(t *testing.T) {
 	if err := tx.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, ch := b.Channel(t)
-	dvWantEmpty(t, ch, q)
+	ch := b.Session(t, brokertest.NoConfirm)
+	ch.WantEmpty(q)
 }
 
 func TestTxCommitWithoutSelect(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
 	c, ch := b.Channel(t)
 	dvWantErr(t, ch.TxCommit(), 406, "PRECONDITION_FAILED - channel is not transactional")
-	ch2 := dvChannel(t, c)
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	dvWantErr(t, ch2.TxRollback(), 406, "PRECONDITION_FAILED - channel is not transactional")
 }
 

@@ -1,3 +1,5 @@
+// Tests of confirm coalescing: one multiple ack per channel and group commit, in order, on the wire.
+
 package broker_test
 
 import (
@@ -201,7 +203,7 @@ func TestConfirmEveryTagOnceThroughClient(t *testing.T) {
 				wrap = func(s store.Store) store.Store { return ungrouped{h.wrap(s)} }
 			}
 			b := brokertest.Start(t, brokertest.Config{WrapStore: wrap})
-			_, ch := b.Channel(t)
+			ch := b.Session(t, brokertest.NoConfirm)
 			limArgs := amqp091.Table{"x-max-length": int32(2), "x-overflow": "reject-publish"}
 			for q, args := range map[string]amqp091.Table{"free": nil, "lim": limArgs} {
 				if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
@@ -211,10 +213,10 @@ func TestConfirmEveryTagOnceThroughClient(t *testing.T) {
 			confirms := dvConfirmChannel(t, ch, len(ccMixed)+1)
 			h.start(t)
 			for i, p := range ccMixed {
-				dvPublish(t, ch, "", p.key, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: fmt.Appendf(nil, "%d", i+1)})
+				ch.Publish("", p.key, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: fmt.Appendf(nil, "%d", i+1)})
 			}
 			h.waitHeld(t, ccMixedHeld())
-			dvReady(t, ch, "free") // a round trip: confirms sent so far have reached confirms
+			ch.Ready("free") // a round trip: confirms sent so far have reached confirms
 			select {
 			case c := <-confirms:
 				t.Fatalf("confirm %+v before the store completed publish 1", c)
@@ -227,7 +229,7 @@ func TestConfirmEveryTagOnceThroughClient(t *testing.T) {
 					t.Fatalf("confirm %+v, want tag %d ack=%t", c, i+1, p.ack)
 				}
 			}
-			dvReady(t, ch, "free")
+			ch.Ready("free")
 			select {
 			case c := <-confirms:
 				t.Fatalf("extra confirm %+v", c)

@@ -1,3 +1,5 @@
+// A randomized test that no message is lost or duplicated through dead-lettering.
+
 package broker_test
 
 import (
@@ -15,6 +17,8 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"errors"
+	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
@@ -47,7 +51,10 @@ func TestConservationUnderRandomInterleavings(t *testing.T) {
 	t.Logf("seed %d (BROKERD_SEED=%d to replay)", seed, seed)
 	rng := rand.New(rand.NewSource(seed))
 
-	inst := brokertest.Start(t, brokertest.Config{})
+	// The broker's clock runs with the wall clock (TTLs expire behind the
+	// workers' backs), and jumps once they are done.
+	clk := brokertest.NewOffsetClock()
+	inst := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: clk.Now, TimerClock: clk}})
 	st := cvSetup(t, inst, rng)
 
 	workers := 2 + rng.Intn(2)
@@ -83,8 +90,22 @@ func TestConservationUnderRandomInterleavings(t *testing.T) {
 	// Quiesce: the workers' connections are closed, so everything they
 	// held is back in its queue (or dead-lettered by the delivery limit).
 	cvWaitUnacked(t, inst, st)
-	// Let every TTL (≤ 50 ms) and per-message expiration (≤ 40 ms) pass.
-	time.Sleep(250 * time.Millisecond)
+	// Every TTL (≤ 50 ms) and per-message expiration (≤ 40 ms) passes at
+	// once, and what expires is dead-lettered before the drain.
+	clk.Advance(time.Second)
+	inst.Broker.SettleTimersForTest()
+	brokertest.Eventually(t, "the expired messages dead-lettered", func() error {
+		if err := inst.Broker.Sync(); err != nil { // the dead letters' store writes
+			return err
+		}
+		for _, name := range st.order {
+			qs, _ := inst.Broker.QueueStats("/", name)
+			if qs.DeadLetterBacklog != 0 || st.sources[name].ttl && qs.Ready != 0 {
+				return fmt.Errorf("%s: %+v", name, qs)
+			}
+		}
+		return nil
+	})
 	cvDrain(t, inst, st)
 	cvCheck(t, inst, st, seed)
 }
@@ -496,8 +517,7 @@ func cvWorker(t *testing.T, inst *brokertest.Instance, st *cvState, w int, rng *
 func cvWaitUnacked(t *testing.T, inst *brokertest.Instance, st *cvState) {
 	t.Helper()
 	all := append(slices.Clone(st.order), cvDLQs...)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	brokertest.Eventually(t, "no unacked message after the workers closed", func() error {
 		busy := ""
 		for _, q := range all {
 			qs, ok := inst.Broker.QueueStats("/", q)
@@ -508,21 +528,18 @@ func cvWaitUnacked(t *testing.T, inst *brokertest.Instance, st *cvState) {
 				busy = fmt.Sprintf("%s: %+v", q, qs)
 			}
 		}
-		if busy == "" {
-			return
+		if busy != "" {
+			return errors.New(busy)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still unacked after the workers closed: %s", busy)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // cvDrain empties every queue with no-ack basic.get, sources first, until
 // one whole pass finds nothing, and checks the broker agrees they are empty.
 func cvDrain(t *testing.T, inst *brokertest.Instance, st *cvState) {
 	t.Helper()
-	_, ch := inst.Channel(t)
+	ch := inst.Session(t, brokertest.NoConfirm)
 	all := append(slices.Clone(st.order), cvDLQs...)
 	for pass := 0; ; pass++ {
 		if pass > 20 {
@@ -530,14 +547,7 @@ func cvDrain(t *testing.T, inst *brokertest.Instance, st *cvState) {
 		}
 		got := 0
 		for _, q := range all {
-			for {
-				d, ok, err := ch.Get(q, true)
-				if err != nil {
-					t.Fatalf("drain %s: %v", q, err)
-				}
-				if !ok {
-					break
-				}
+			for _, d := range ch.DrainDeliveries(q) {
 				got++
 				id, problem := st.observe(q, d)
 				if problem != "" {

@@ -1,3 +1,5 @@
+// Tests of the consumer timeout: channels closed, deliveries requeued, per-queue timeouts.
+
 package broker_test
 
 import (
@@ -13,15 +15,8 @@ import (
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
-// ctStart starts a broker on a fake clock whose consumer timeout checks
-// run only when the test calls ctCheck.
-func ctStart(t *testing.T, clk *tlClock, timeout time.Duration) *brokertest.Instance {
-	t.Helper()
-	return brokertest.Start(t, brokertest.Config{Broker: broker.Options{
-		Now: clk.Now, TimerClock: clk.Timers(), ConsumerTimeout: timeout, ConsumerTimeoutCheck: time.Hour,
-	}})
-}
-
+// ctCheck runs a consumer timeout check: the tests' brokers check only
+// when told (ConsumerTimeoutCheck is an hour), on a clock the test moves.
 func ctCheck(b *brokertest.Instance) { b.Broker.CheckConsumerTimeoutsForTest() }
 
 // ctWantOpen checks that ch is still open with a round trip on it.
@@ -48,18 +43,17 @@ func ctWantTimedOut(t *testing.T, closed <-chan *amqp091.Error, ms int) {
 // back to the queue redelivered; the connection and its other channels
 // stay; until the timeout the channel is left alone.
 func TestConsumerTimeoutClosesChannelAndRequeues(t *testing.T) {
-	clk := tlNewClock()
-	b := ctStart(t, clk, 0) // the default
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "work", "classic", nil)
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk, Broker: broker.Options{
+		ConsumerTimeout: 0, ConsumerTimeoutCheck: time.Hour, // the default timeout; checks by ctCheck
+	}})
+	ch := b.Session(t)
+	ch.Declare("work", nil)
 	for _, body := range []string{"a", "b", "c"} {
-		tlPub(t, ch, "work", body, "")
+		ch.PublishBodies("work", body)
 	}
 	cconn := b.Dial(t) // the consumer's: its channel 1
-	cch, err := cconn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cch := brokertest.NewSession(t, cconn, brokertest.NoConfirm)
 	closed := cch.NotifyClose(make(chan *amqp091.Error, 1))
 	if err := cch.Qos(2, 0, false); err != nil {
 		t.Fatal(err)
@@ -72,7 +66,7 @@ func TestConsumerTimeoutClosesChannelAndRequeues(t *testing.T) {
 
 	clk.Advance(30*time.Minute - time.Second)
 	ctCheck(b)
-	ctWantOpen(t, cch, "work")
+	ctWantOpen(t, cch.Channel, "work")
 	clk.Advance(2 * time.Second)
 	ctCheck(b)
 	ctWantTimedOut(t, closed, 1800000)
@@ -80,10 +74,10 @@ func TestConsumerTimeoutClosesChannelAndRequeues(t *testing.T) {
 	if cconn.IsClosed() {
 		t.Fatal("the connection closed with the channel")
 	}
-	ctWantOpen(t, ch, "work")
+	ctWantOpen(t, ch.Channel, "work")
 	tlEventuallyReady(t, b, "work", 3)
 	for _, want := range []string{"a", "b", "c"} {
-		d := tlMustGet(t, ch, "work")
+		d := ch.Get("work")
 		if string(d.Body) != want || d.Redelivered != (want != "c") {
 			t.Fatalf("got %q redelivered %v, want %q redelivered %v", d.Body, d.Redelivered, want, want != "c")
 		}
@@ -102,15 +96,17 @@ func TestConsumerTimeoutClosesChannelAndRequeues(t *testing.T) {
 // deliveries count; a queue without one keeps the broker's; negative
 // disables the broker's.
 func TestConsumerTimeoutPerQueue(t *testing.T) {
-	clk := tlNewClock()
-	b := ctStart(t, clk, -1) // no broker-wide timeout
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "by-arg", "classic", amqp091.Table{"x-consumer-timeout": int64(60000)})
-	tlDeclare(t, ch, "by-both", "classic", amqp091.Table{"x-consumer-timeout": int64(60000)})
-	tlDeclare(t, ch, "none", "classic", nil)
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk, Broker: broker.Options{
+		ConsumerTimeout: -1, ConsumerTimeoutCheck: time.Hour, // no broker-wide timeout; checks by ctCheck
+	}})
+	ch := b.Session(t)
+	ch.Declare("by-arg", amqp091.Table{"x-consumer-timeout": int64(60000)})
+	ch.Declare("by-both", amqp091.Table{"x-consumer-timeout": int64(60000)})
+	ch.Declare("none", nil)
 	tlSetPolicy(t, b, broker.Policy{Name: "ct", Pattern: "^by-both$", Definition: map[string]any{"consumer-timeout": 5000}})
 	for _, q := range []string{"by-arg", "by-both", "none"} {
-		tlPub(t, ch, q, q, "")
+		ch.PublishBodies(q, q)
 	}
 	get := func(q string) (*amqp091.Channel, <-chan *amqp091.Error) {
 		c := b.Dial(t)
@@ -143,7 +139,7 @@ func TestConsumerTimeoutPerQueue(t *testing.T) {
 // RabbitMQ's errors.
 func TestConsumerTimeoutValidation(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
 	if _, err := ch.QueueDeclare("bad", false, false, false, false, amqp091.Table{"x-consumer-timeout": int32(-1)}); err == nil {
 		t.Fatal("declare with x-consumer-timeout -1 succeeded")

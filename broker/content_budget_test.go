@@ -1,3 +1,5 @@
+// Tests of unfinished content against the memory alarm and the server-wide content budget.
+
 package broker_test
 
 // Bodies in assembly against the memory alarm and the server-wide budget of
@@ -59,7 +61,7 @@ func awaitBlocking(t *testing.T, bs []chan amqp091.Blocking, active bool) {
 			if bl.Active != active {
 				t.Fatalf("publisher %d: blocking %+v, want active=%v", i, bl, active)
 			}
-		case <-time.After(tlWait):
+		case <-time.After(brokertest.Wait):
 			t.Fatalf("publisher %d: no connection.blocked(active=%v)", i, active)
 		}
 	}
@@ -133,7 +135,7 @@ func TestAlarmStopsBodiesAtTheNextFrame(t *testing.T) {
 	// later ones are under way.
 	b.Broker.SetAlarm(broker.AlarmMemory, false)
 	awaitBlocking(t, blocked, false)
-	tlEventually(t, "the first bodies received and part of the second", func() bool {
+	brokertest.Eventually(t, "the first bodies received and part of the second", func() bool {
 		return srv.ContentStats().Received-before >= pubs*size+pubs*size/4
 	})
 	b.Broker.SetAlarm(broker.AlarmMemory, true)
@@ -276,7 +278,7 @@ func TestUnfinishedContentBudgetInterleavedBodiesDoNotDeadlock(t *testing.T) {
 	gone.nc.Close()
 	r.openChannel(4)
 	tlEventuallyReady(t, b, "interleaved", 3)
-	tlEventually(t, "every reservation given back", func() bool { return srv.ContentStats().Reserved == 0 })
+	brokertest.Eventually(t, "every reservation given back", func() bool { return srv.ContentStats().Reserved == 0 })
 	getEach(t, ch, "interleaved", [][]byte{one, two, patternBody(9, 0, size)})
 }
 

@@ -1,3 +1,5 @@
+// Tests of content assembly against hostile input: only the bytes that arrived are held.
+
 package broker_test
 
 // Content assembly against hostile input: a content header announces a
@@ -69,7 +71,7 @@ func TestUnfinishedBodiesHoldWhatArrived(t *testing.T) {
 		}
 	}
 	r.openChannel(channels + 2)
-	tlEventually(t, "every body complete and enqueued", func() bool { return tlReady(t, b, "bodies") == channels })
+	brokertest.Eventually(t, "every body complete and enqueued", func() bool { return tlReady(t, b, "bodies") == channels })
 	d, ok, err := ch.Get("bodies", true)
 	if err != nil || !ok || len(d.Body) != size || string(d.Body[:sent+1]) != string(part)+"y" {
 		t.Fatalf("get: ok %v err %v, %d bytes", ok, err, len(d.Body))
@@ -95,7 +97,7 @@ func TestUnfinishedBodiesBoundedPerConnection(t *testing.T) {
 		r.publish(1, "", "bounded", make([]byte, limit*8/10), amqp.FrameMinSize*16)
 	}
 	r.openChannel(2)
-	tlEventually(t, "5 messages enqueued", func() bool { return tlReady(t, b, "bounded") == 5 })
+	brokertest.Eventually(t, "5 messages enqueued", func() bool { return tlReady(t, b, "bounded") == 5 })
 
 	// Two 1 MiB bodies sent 100 KiB at a time: the first's buffer has
 	// doubled to 800 KiB after 500 KiB; the second's third frame would
@@ -124,5 +126,5 @@ func TestUnfinishedBodiesBoundedPerConnection(t *testing.T) {
 	if err := ch.PublishWithContext(t.Context(), "", "bounded", false, false, amqp091.Publishing{Body: []byte("after")}); err != nil {
 		t.Fatal(err)
 	}
-	tlEventually(t, "a publish on another connection", func() bool { return tlReady(t, b, "bounded") == 6 })
+	brokertest.Eventually(t, "a publish on another connection", func() bool { return tlReady(t, b, "bounded") == 6 })
 }

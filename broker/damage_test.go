@@ -1,3 +1,5 @@
+// Tests of damaged store blocks: they cost only their own messages.
+
 package broker_test
 
 import (
@@ -78,18 +80,18 @@ func TestDamagedSegmentBlockCostsOnlyItsMessages(t *testing.T) {
 	for _, withDLX := range []bool{false, true} {
 		t.Run(fmt.Sprintf("dlx=%v", withDLX), func(t *testing.T) {
 			inst := brokertest.Start(t, brokertest.Config{Backend: damagingBackend{}})
-			_, ch := tlChannel(t, inst)
+			ch := inst.Session(t)
 			queue := "work"
 			if withDLX {
 				// Messages reach "retry" as dead-lettered copies
 				// (their rewritten properties are kept with their
 				// entries); "retry" dead-letters to "lost".
-				tlDeclareDurable(t, ch, "lost", "classic", true, nil)
-				tlDeclareDurable(t, ch, "retry", "classic", true, tlDLX("lost", nil))
-				tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("retry", nil))
+				ch.Declare("lost", nil, brokertest.Durable)
+				ch.Declare("retry", tlDLX("lost", nil), brokertest.Durable)
+				ch.Declare("src", tlDLX("retry", nil), brokertest.Durable)
 				queue = "retry"
 			} else {
-				tlDeclareDurable(t, ch, "work", "classic", true, nil)
+				ch.Declare("work", nil, brokertest.Durable)
 			}
 			first := queue
 			if withDLX {
@@ -97,13 +99,13 @@ func TestDamagedSegmentBlockCostsOnlyItsMessages(t *testing.T) {
 			}
 			for i := range n {
 				p := amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: damageBody(i), Headers: amqp091.Table{"id": int32(i)}}
-				if !tlPublish(t, ch, "", first, p) {
+				if !ch.PublishAck("", first, p) {
 					t.Fatalf("publish %d nacked", i)
 				}
 			}
 			if withDLX {
 				for i := range n {
-					m, ok, err := ch.Get("src", false)
+					m, ok, err := ch.Channel.Get("src", false)
 					if err != nil || !ok {
 						t.Fatalf("get %d from src: %v %v", i, ok, err)
 					}
@@ -114,11 +116,11 @@ func TestDamagedSegmentBlockCostsOnlyItsMessages(t *testing.T) {
 				tlEventuallyReady(t, inst, "retry", n)
 			}
 			inst.Restart() // the store checkpoints into segments; the backend damages them
-			_, ch = tlChannel(t, inst)
+			ch = inst.Session(t)
 
 			got := map[int]bool{}
 			for {
-				m, ok, err := ch.Get(queue, true)
+				m, ok, err := ch.Channel.Get(queue, true)
 				if err != nil {
 					t.Fatalf("get: %v", err)
 				}
@@ -146,7 +148,7 @@ func TestDamagedSegmentBlockCostsOnlyItsMessages(t *testing.T) {
 			if a := inst.Broker.Alarms(); len(a) != 0 {
 				t.Fatalf("alarms %v after damage: the store must not fail", a)
 			}
-			if !tlPublish(t, ch, "", queue, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("after")}) {
+			if !ch.PublishAck("", queue, amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("after")}) {
 				t.Fatal("a persistent publish after the damage was nacked")
 			}
 			if !withDLX {
@@ -156,7 +158,7 @@ func TestDamagedSegmentBlockCostsOnlyItsMessages(t *testing.T) {
 			// x-death reason damaged.
 			var dead []int
 			for {
-				m, ok, err := ch.Get("lost", true)
+				m, ok, err := ch.Channel.Get("lost", true)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -187,20 +189,20 @@ func TestDamagedSegmentBlockCostsOnlyItsMessages(t *testing.T) {
 func TestDamagedBacklogCostsOnlyItsMessages(t *testing.T) {
 	const n = 300
 	inst := brokertest.Start(t, brokertest.Config{Backend: damagingBackend{}})
-	_, ch := tlChannel(t, inst)
+	ch := inst.Session(t)
 	if err := ch.ExchangeDeclare("dlx", "direct", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", amqp091.Table{
-		"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "at-least-once"}))
+	ch.Declare("src", tlDLX("dlq", amqp091.Table{
+		"x-dead-letter-exchange": "dlx", "x-dead-letter-strategy": "at-least-once"}), brokertest.Durable)
 	for i := range n {
 		p := amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: damageBody(i), Headers: amqp091.Table{"id": int32(i)}}
-		if !tlPublish(t, ch, "", "src", p) {
+		if !ch.PublishAck("", "src", p) {
 			t.Fatalf("publish %d nacked", i)
 		}
 	}
 	for i := range n {
-		m, ok, err := ch.Get("src", false)
+		m, ok, err := ch.Channel.Get("src", false)
 		if err != nil || !ok {
 			t.Fatalf("get %d: %v %v", i, ok, err)
 		}
@@ -208,15 +210,15 @@ func TestDamagedBacklogCostsOnlyItsMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tlEventually(t, "the backlog to hold every dead letter", func() bool {
+	brokertest.Eventually(t, "the backlog to hold every dead letter", func() bool {
 		st, _ := inst.Broker.QueueStats("/", "src")
 		return st.DeadLetterBacklog == n
 	})
 	inst.Restart() // into segments, then damaged
-	_, ch = tlChannel(t, inst)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlBind(t, ch, "dlq", "dlq", "dlx") // a route: the backlog is retried
-	tlEventually(t, "the backlog to empty", func() bool {
+	ch = inst.Session(t)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Bind("dlq", "dlq", "dlx", nil) // a route: the backlog is retried
+	brokertest.Eventually(t, "the backlog to empty", func() bool {
 		st, _ := inst.Broker.QueueStats("/", "src")
 		return st.DeadLetterBacklog == 0
 	})
@@ -226,7 +228,7 @@ func TestDamagedBacklogCostsOnlyItsMessages(t *testing.T) {
 	}
 	got := 0
 	for {
-		m, ok, err := ch.Get("dlq", true)
+		m, ok, err := ch.Channel.Get("dlq", true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,3 +1,5 @@
+// Tests of sender-selected distribution: the CC and BCC headers.
+
 package broker_test
 
 // Tests of sender-selected distribution: the CC and BCC headers route
@@ -18,14 +20,14 @@ import (
 
 func TestDeliveryCCAndBCCRouting(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
+	ch := b.Session(t, brokertest.NoConfirm)
 	for _, k := range []string{"ka", "kb", "kc", "kd"} {
-		q := dvDeclare(t, ch, "q-"+k, nil)
+		q := ch.Declare("q-"+k, nil)
 		if err := ch.QueueBind(q, k, "amq.direct", false, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dvPublish(t, ch, "amq.direct", "ka", amqp091.Publishing{
+	ch.Publish("amq.direct", "ka", amqp091.Publishing{
 		Headers: amqp091.Table{
 			"CC":    []any{"kb", "ka"}, // ka again: still one copy
 			"BCC":   []any{"kc"},
@@ -35,8 +37,8 @@ func TestDeliveryCCAndBCCRouting(t *testing.T) {
 	})
 	for _, k := range []string{"ka", "kb", "kc"} {
 		q := "q-" + k
-		dvWantReady(t, ch, q, 1)
-		d := dvGet(t, ch, q, true)
+		ch.WantReady(q, 1)
+		d := ch.GetNoAck(q)
 		if string(d.Body) != "hello" || d.RoutingKey != "ka" || d.Exchange != "amq.direct" {
 			t.Fatalf("%s: %q via %q/%q", q, d.Body, d.Exchange, d.RoutingKey)
 		}
@@ -45,21 +47,21 @@ func TestDeliveryCCAndBCCRouting(t *testing.T) {
 			t.Fatalf("%s: headers %v, want %v (BCC stripped, the rest intact)", q, d.Headers, want)
 		}
 	}
-	dvWantReady(t, ch, "q-kd", 0)
+	ch.WantReady("q-kd", 0)
 }
 
 func TestDeliveryCCNonStringElementsIgnored(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
+	ch := b.Session(t, brokertest.NoConfirm)
 	for _, k := range []string{"ka", "kb", "kc", "kd"} {
-		q := dvDeclare(t, ch, "q-"+k, nil)
+		q := ch.Declare("q-"+k, nil)
 		if err := ch.QueueBind(q, k, "amq.direct", false, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// RabbitMQ routes on longstr elements only (rabbit_basic:header_routes):
 	// a binary "kc" or an integer routes nowhere.
-	dvPublish(t, ch, "amq.direct", "ka", amqp091.Publishing{
+	ch.Publish("amq.direct", "ka", amqp091.Publishing{
 		Headers: amqp091.Table{
 			"CC":  []any{int32(1), "kb", true, []byte("kc"), nil},
 			"BCC": []any{[]byte("kd"), int64(5)},
@@ -67,7 +69,7 @@ func TestDeliveryCCNonStringElementsIgnored(t *testing.T) {
 		Body: []byte("x"),
 	})
 	for q, want := range map[string]int{"q-ka": 1, "q-kb": 1, "q-kc": 0, "q-kd": 0} {
-		dvWantReady(t, ch, q, want)
+		ch.WantReady(q, want)
 	}
 }
 
@@ -85,12 +87,12 @@ func TestDeliveryCCNotAnArray(t *testing.T) {
 		{"BCC", amqp091.Table{"k": "v"}, `PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"BCC",table}`},
 	} {
 		t.Run(fmt.Sprintf("%s=%T", tc.header, tc.value), func(t *testing.T) {
-			ch := dvChannel(t, c)
-			q := dvDeclare(t, ch, "cc-bad", nil)
+			ch := brokertest.NewSession(t, c, brokertest.NoConfirm)
+			q := ch.Declare("cc-bad", nil)
 			closed := dvNotifyClose(ch)
-			dvPublish(t, ch, "", q, amqp091.Publishing{Headers: amqp091.Table{tc.header: tc.value}, Body: []byte("x")})
+			ch.Publish("", q, amqp091.Publishing{Headers: amqp091.Table{tc.header: tc.value}, Body: []byte("x")})
 			dvAwaitClose(t, closed, 406, tc.reason)
-			dvWantReady(t, dvChannel(t, c), q, 0)
+			brokertest.NewSession(t, c, brokertest.NoConfirm).WantReady(q, 0)
 		})
 	}
 }

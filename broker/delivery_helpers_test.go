@@ -1,12 +1,14 @@
+// Helpers of the delivery tests (dv*) and dvWire, a raw AMQP client.
+
 package broker_test
 
 // Helpers, prefixed dv, for the delivery tests (delivery_*_test.go) and
-// the confirm, paging, persistence and transaction tests: publishing,
-// consuming and acknowledging through amqp091-go against a real broker,
-// and dvWire, a raw client for what amqp091-go hides.
+// the confirm, paging, persistence and transaction tests: consuming,
+// receiving and acknowledging through amqp091-go against a real broker
+// (declaring, publishing and getting are brokertest.Session's verbs), and
+// dvWire, a raw client for what amqp091-go hides.
 
 import (
-	"context"
 	"errors"
 	"net"
 	"slices"
@@ -17,40 +19,8 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
-
-// dvWait bounds every wait for something that must happen.
-const dvWait = 5 * time.Second
-
-func dvCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), dvWait)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func dvDeclare(t testing.TB, ch *amqp091.Channel, name string, args amqp091.Table) string {
-	t.Helper()
-	q, err := ch.QueueDeclare(name, false, false, false, false, args)
-	if err != nil {
-		t.Fatalf("declare %q: %v", name, err)
-	}
-	return q.Name
-}
-
-func dvPublish(t testing.TB, ch *amqp091.Channel, exchange, key string, p amqp091.Publishing) {
-	t.Helper()
-	if err := ch.PublishWithContext(dvCtx(t), exchange, key, false, false, p); err != nil {
-		t.Fatalf("publish to %q/%q: %v", exchange, key, err)
-	}
-}
-
-// dvPublishBodies publishes each body to queue q through the default exchange.
-func dvPublishBodies(t testing.TB, ch *amqp091.Channel, q string, bodies ...string) {
-	t.Helper()
-	for _, b := range bodies {
-		dvPublish(t, ch, "", q, amqp091.Publishing{Body: []byte(b)})
-	}
-}
 
 func dvNumbered(prefix string, n int) []string {
 	out := make([]string, n)
@@ -60,7 +30,7 @@ func dvNumbered(prefix string, n int) []string {
 	return out
 }
 
-func dvConsume(t testing.TB, ch *amqp091.Channel, q, tag string, noAck bool, args amqp091.Table) <-chan amqp091.Delivery {
+func dvConsume(t testing.TB, ch *brokertest.Session, q, tag string, noAck bool, args amqp091.Table) <-chan amqp091.Delivery {
 	t.Helper()
 	msgs, err := ch.Consume(q, tag, noAck, false, false, false, args)
 	if err != nil {
@@ -77,7 +47,7 @@ func dvRecv(t testing.TB, msgs <-chan amqp091.Delivery) amqp091.Delivery {
 			t.Fatal("delivery channel closed")
 		}
 		return d
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("no delivery")
 	}
 	panic("unreachable")
@@ -107,67 +77,8 @@ func dvWantBodies(t testing.TB, what string, ds []amqp091.Delivery, want ...stri
 	}
 }
 
-// dvReady returns the queue's ready count. It is a round trip on ch, so the
-// broker has handled everything sent on ch's connection before it.
-func dvReady(t testing.TB, ch *amqp091.Channel, q string) int {
-	t.Helper()
-	st, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
-	if err != nil {
-		t.Fatalf("passive declare %q: %v", q, err)
-	}
-	return st.Messages
-}
-
-func dvWantReady(t testing.TB, ch *amqp091.Channel, q string, want int) {
-	t.Helper()
-	if got := dvReady(t, ch, q); got != want {
-		t.Fatalf("queue %q has %d ready messages, want %d", q, got, want)
-	}
-}
-
-func dvGet(t testing.TB, ch *amqp091.Channel, q string, noAck bool) amqp091.Delivery {
-	t.Helper()
-	d, ok, err := ch.Get(q, noAck)
-	if err != nil {
-		t.Fatalf("get %q: %v", q, err)
-	}
-	if !ok {
-		t.Fatalf("get %q: empty", q)
-	}
-	return d
-}
-
-func dvGetN(t testing.TB, ch *amqp091.Channel, q string, n int) []amqp091.Delivery {
-	t.Helper()
-	out := make([]amqp091.Delivery, n)
-	for i := range out {
-		out[i] = dvGet(t, ch, q, false)
-	}
-	return out
-}
-
-func dvWantEmpty(t testing.TB, ch *amqp091.Channel, q string) {
-	t.Helper()
-	d, ok, err := ch.Get(q, true)
-	if err != nil {
-		t.Fatalf("get %q: %v", q, err)
-	}
-	if ok {
-		t.Fatalf("get %q: got %q, want get-empty", q, d.Body)
-	}
-}
-
-func dvChannel(t testing.TB, c *amqp091.Connection) *amqp091.Channel {
-	t.Helper()
-	ch, err := c.Channel()
-	if err != nil {
-		t.Fatalf("open channel: %v", err)
-	}
-	return ch
-}
-
 // dvNotifyClose must be called before the close is provoked.
-func dvNotifyClose(ch *amqp091.Channel) chan *amqp091.Error {
+func dvNotifyClose(ch *brokertest.Session) chan *amqp091.Error {
 	return ch.NotifyClose(make(chan *amqp091.Error, 1))
 }
 
@@ -181,7 +92,7 @@ func dvAwaitClose(t testing.TB, c chan *amqp091.Error, code int, reason string) 
 		if e.Code != code || e.Reason != reason {
 			t.Fatalf("closed with %d %q, want %d %q", e.Code, e.Reason, code, reason)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatalf("not closed; want %d %q", code, reason)
 	}
 }
@@ -204,7 +115,7 @@ func dvAck(t testing.TB, d amqp091.Delivery, multiple bool) {
 	}
 }
 
-func dvConfirmChannel(t testing.TB, ch *amqp091.Channel, n int) chan amqp091.Confirmation {
+func dvConfirmChannel(t testing.TB, ch *brokertest.Session, n int) chan amqp091.Confirmation {
 	t.Helper()
 	if err := ch.Confirm(false); err != nil {
 		t.Fatalf("confirm.select: %v", err)
@@ -220,7 +131,7 @@ func dvConfirm(t testing.TB, confirms chan amqp091.Confirmation) amqp091.Confirm
 			t.Fatal("confirm channel closed")
 		}
 		return c
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("no confirm")
 	}
 	panic("unreachable")
@@ -273,7 +184,7 @@ func dvDialWire(t testing.TB, addr string, rcvBuf int) *dvWire {
 
 func (w *dvWire) write(b []byte) {
 	w.t.Helper()
-	w.nc.SetWriteDeadline(time.Now().Add(dvWait))
+	w.nc.SetWriteDeadline(time.Now().Add(brokertest.Wait))
 	if _, err := w.nc.Write(b); err != nil {
 		w.t.Fatalf("write: %v", err)
 	}
@@ -296,7 +207,7 @@ func (w *dvWire) publish(ch uint16, m *amqp.BasicPublish, rawProps, body []byte)
 func (w *dvWire) frame() amqp.Frame {
 	w.t.Helper()
 	for {
-		w.nc.SetReadDeadline(time.Now().Add(dvWait))
+		w.nc.SetReadDeadline(time.Now().Add(brokertest.Wait))
 		f, err := w.fr.ReadFrame()
 		if err != nil {
 			w.t.Fatalf("read frame: %v", err)

@@ -1,3 +1,5 @@
+// Tests of message properties and headers: round trips and refusals.
+
 package broker_test
 
 // Tests of message properties and headers: every field round-trips, bit
@@ -43,8 +45,8 @@ func dvAllHeaders() amqp091.Table {
 
 func TestDeliveryPropertiesRoundTrip(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "props", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("props", nil)
 	body := make([]byte, 300_000) // several frames
 	for i := range body {
 		body[i] = byte(i * 7)
@@ -84,9 +86,9 @@ func TestDeliveryPropertiesRoundTrip(t *testing.T) {
 			t.Errorf("%s: exchange %q key %q redelivered %v", how, d.Exchange, d.RoutingKey, d.Redelivered)
 		}
 	}
-	dvPublish(t, ch, "", q, pub)
-	dvPublish(t, ch, "", q, pub)
-	check("basic.get", dvGet(t, ch, q, true))
+	ch.Publish("", q, pub)
+	ch.Publish("", q, pub)
+	check("basic.get", ch.GetNoAck(q))
 	check("basic.deliver", dvRecv(t, dvConsume(t, ch, q, "", true, nil)))
 }
 
@@ -155,20 +157,21 @@ func TestDeliveryPropertiesBitForBit(t *testing.T) {
 
 func TestDeliveryInvalidExpiration(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "exp", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("exp", nil)
 	closed := dvNotifyClose(ch)
-	dvPublish(t, ch, "", q, amqp091.Publishing{Expiration: "abc", Body: []byte("x")})
+	ch.Publish("", q, amqp091.Publishing{Expiration: "abc", Body: []byte("x")})
 	dvAwaitClose(t, closed, 406, "PRECONDITION_FAILED - invalid expiration 'abc': no_integer")
 }
 
 func TestDeliveryUserIDMustMatch(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "uid", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("uid", nil)
 	closed := dvNotifyClose(ch)
-	dvPublish(t, ch, "", q, amqp091.Publishing{UserId: "x", Body: []byte("x")})
+	ch.Publish("", q, amqp091.Publishing{UserId: "x", Body: []byte("x")})
 	dvAwaitClose(t, closed, 406, "PRECONDITION_FAILED - user_id property set to 'x' but authenticated user was 'guest'")
-	ch2 := dvChannel(t, c)
-	dvWantReady(t, ch2, q, 0) // the refused message was not enqueued
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
+	ch2.WantReady(q, 0) // the refused message was not enqueued
 }

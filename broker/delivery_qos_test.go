@@ -1,3 +1,5 @@
+// Tests of prefetch (basic.qos), channel.flow and consumers that stop reading.
+
 package broker_test
 
 // Tests of how far deliveries run ahead of the client: basic.qos prefetch
@@ -17,55 +19,55 @@ import (
 
 func TestDeliveryQosPerConsumer(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "qos", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("qos", nil)
 	if err := ch.Qos(3, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	msgs := dvConsume(t, ch, q, "c", false, nil)
-	dvPublishBodies(t, ch, q, dvNumbered("m", 10)...)
+	ch.PublishBodies(q, dvNumbered("m", 10)...)
 	ds := dvRecvN(t, msgs, 3)
 	dvWantBodies(t, "within prefetch", ds, "m0", "m1", "m2")
-	dvWantReady(t, ch, q, 7)
+	ch.WantReady(q, 7)
 	dvAck(t, ds[0], false)
 	dvWantBodies(t, "after one ack", dvRecvN(t, msgs, 1), "m3")
-	dvWantReady(t, ch, q, 6)
+	ch.WantReady(q, 6)
 	dvAck(t, ds[2], true) // m1, m2: two more
 	dvWantBodies(t, "after two acks", dvRecvN(t, msgs, 2), "m4", "m5")
-	dvWantReady(t, ch, q, 4)
+	ch.WantReady(q, 4)
 }
 
 func TestDeliveryQosGlobal(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	qa := dvDeclare(t, ch, "qa", nil)
-	qb := dvDeclare(t, ch, "qb", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	qa := ch.Declare("qa", nil)
+	qb := ch.Declare("qb", nil)
 	if err := ch.Qos(3, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	a := dvConsume(t, ch, qa, "a", false, nil)
 	dvConsume(t, ch, qb, "b", false, nil)
-	dvPublishBodies(t, ch, qa, dvNumbered("a", 5)...)
-	dvPublishBodies(t, ch, qb, dvNumbered("b", 5)...)
+	ch.PublishBodies(qa, dvNumbered("a", 5)...)
+	ch.PublishBodies(qb, dvNumbered("b", 5)...)
 	// The five to qa came first: they take the channel's three.
 	dvWantBodies(t, "qa within the channel limit", dvRecvN(t, a, 3), "a0", "a1", "a2")
-	if ra, rb := dvReady(t, ch, qa), dvReady(t, ch, qb); ra+rb != 7 {
+	if ra, rb := ch.Ready(qa), ch.Ready(qb); ra+rb != 7 {
 		t.Fatalf("ready %d + %d, want 7 (3 in flight across the channel)", ra, rb)
 	}
 	// Raising the limit lets more flow at once.
 	if err := ch.Qos(5, 0, true); err != nil {
 		t.Fatal(err)
 	}
-	if ra, rb := dvReady(t, ch, qa), dvReady(t, ch, qb); ra+rb != 5 {
+	if ra, rb := ch.Ready(qa), ch.Ready(qb); ra+rb != 5 {
 		t.Fatalf("after raising prefetch: ready %d + %d, want 5", ra, rb)
 	}
 }
 
 func TestDeliveryQosAppliesToLaterConsumers(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	qa := dvDeclare(t, ch, "qa", nil)
-	qb := dvDeclare(t, ch, "qb", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	qa := ch.Declare("qa", nil)
+	qb := ch.Declare("qb", nil)
 	if err := ch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +76,10 @@ func TestDeliveryQosAppliesToLaterConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	dvConsume(t, ch, qb, "b", false, nil)
-	dvPublishBodies(t, ch, qa, dvNumbered("a", 5)...)
-	dvPublishBodies(t, ch, qb, dvNumbered("b", 5)...)
-	dvWantReady(t, ch, qa, 4) // prefetch 1, unchanged by the later qos
-	dvWantReady(t, ch, qb, 2) // prefetch 3
+	ch.PublishBodies(qa, dvNumbered("a", 5)...)
+	ch.PublishBodies(qb, dvNumbered("b", 5)...)
+	ch.WantReady(qa, 4) // prefetch 1, unchanged by the later qos
+	ch.WantReady(qb, 2) // prefetch 3
 }
 
 func TestDeliveryQosPrefetchSizeNotImplemented(t *testing.T) {
@@ -89,15 +91,16 @@ func TestDeliveryQosPrefetchSizeNotImplemented(t *testing.T) {
 
 func TestDeliveryChannelFlow(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "flow", nil)
-	consumerCh := dvChannel(t, c)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("flow", nil)
+	consumerCh := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	msgs := dvConsume(t, consumerCh, q, "c", true, nil)
 	if err := consumerCh.Flow(false); err != nil {
 		t.Fatal(err)
 	}
-	dvPublishBodies(t, ch, q, "a", "b", "c")
-	dvWantReady(t, ch, q, 3) // paused: nothing delivered
+	ch.PublishBodies(q, "a", "b", "c")
+	ch.WantReady(q, 3) // paused: nothing delivered
 	if err := consumerCh.Flow(true); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +122,7 @@ func TestDeliverySlowConsumerLosesNothing(t *testing.T) {
 	dvExpectMethod[*amqp.BasicConsumeOk](w, 1)
 	// From here the consumer reads nothing until everything is published.
 
-	_, pub := b.Channel(t)
+	pub := b.Session(t, brokertest.NoConfirm)
 	if err := pub.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +133,7 @@ func TestDeliverySlowConsumerLosesNothing(t *testing.T) {
 	body := make([]byte, 1024)
 	for i := range n {
 		binary.BigEndian.PutUint32(body, uint32(i))
-		dvPublish(t, pub, "", "slow", amqp091.Publishing{Body: body})
+		pub.Publish("", "slow", amqp091.Publishing{Body: body})
 	}
 	for i := range n {
 		select {
@@ -138,13 +141,13 @@ func TestDeliverySlowConsumerLosesNothing(t *testing.T) {
 			if !c.Ack || c.DeliveryTag != uint64(i+1) {
 				t.Fatalf("confirm %+v, want ack %d", c, i+1)
 			}
-		case <-time.After(dvWait):
+		case <-time.After(brokertest.Wait):
 			t.Fatalf("confirm %d missing", i+1)
 		}
 	}
 	// Back-pressure held the rest in the queue rather than in memory
 	// bound for the socket.
-	if ready := dvReady(t, pub, "slow"); ready == 0 {
+	if ready := pub.Ready("slow"); ready == 0 {
 		t.Fatalf("all %d messages left the queue for a consumer that reads nothing", n)
 	}
 
@@ -158,26 +161,26 @@ func TestDeliverySlowConsumerLosesNothing(t *testing.T) {
 			t.Fatalf("delivery %d: message %d (%d bytes), tag %d", i, binary.BigEndian.Uint32(got), len(got), d.DeliveryTag)
 		}
 	}
-	dvWantReady(t, pub, "slow", 0)
+	pub.WantReady("slow", 0)
 }
 
 // With a channel-wide prefetch, an ack of one queue's delivery frees the
 // credit another queue's consumer on the channel waits for: it delivers.
 func TestDeliveryQosGlobalAckFreesOtherQueue(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	qa := dvDeclare(t, ch, "qa", nil)
-	qb := dvDeclare(t, ch, "qb", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	qa := ch.Declare("qa", nil)
+	qb := ch.Declare("qb", nil)
 	if err := ch.Qos(1, 0, true); err != nil {
 		t.Fatal(err)
 	}
-	dvPublishBodies(t, ch, qa, "a0")
+	ch.PublishBodies(qa, "a0")
 	a := dvConsume(t, ch, qa, "a", false, nil)
 	got := dvRecvN(t, a, 1)
 	dvWantBodies(t, "qa takes the channel's one", got, "a0")
 	bc := dvConsume(t, ch, qb, "b", false, nil)
-	dvPublishBodies(t, ch, qb, "b0", "b1")
-	if rb := dvReady(t, ch, qb); rb != 2 {
+	ch.PublishBodies(qb, "b0", "b1")
+	if rb := ch.Ready(qb); rb != 2 {
 		t.Fatalf("qb ready %d, want 2 (the channel's credit is taken)", rb)
 	}
 	dvAck(t, got[0], false)
@@ -190,9 +193,10 @@ func TestDeliveryQosGlobalAckFreesOtherQueue(t *testing.T) {
 // after the acks counts them gone.
 func TestDeliveryAcksInABurst(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	conn, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "burst", nil)
-	dvPublishBodies(t, ch, q, dvNumbered("m", 200)...)
+	ch := b.Session(t, brokertest.NoConfirm)
+	conn := ch.Conn
+	q := ch.Declare("burst", nil)
+	ch.PublishBodies(q, dvNumbered("m", 200)...)
 	msgs := dvConsume(t, ch, q, "c", false, nil)
 	ds := dvRecvN(t, msgs, 200)
 	if err := ch.Cancel("c", false); err != nil { // the requeued stay ready
@@ -216,10 +220,7 @@ func TestDeliveryAcksInABurst(t *testing.T) {
 		t.Fatalf("after 180 acks and 20 requeues: %d messages, want 20", st.Messages)
 	}
 	// Acks then a close at once: none of them comes back.
-	ch2, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch2 := brokertest.NewSession(t, conn, brokertest.NoConfirm)
 	ds = dvRecvN(t, dvConsume(t, ch2, q, "c2", false, nil), 20)
 	for _, d := range ds {
 		dvAck(t, d, false)

@@ -1,3 +1,5 @@
+// Tests of direct reply-to (amq.rabbitmq.reply-to).
+
 package broker_test
 
 // Tests of direct reply-to (amq.rabbitmq.reply-to): replies reach the
@@ -15,13 +17,13 @@ import (
 
 func TestDeliveryDirectReplyTo(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, server := b.Channel(t)
-	rpc := dvDeclare(t, server, "rpc", nil)
+	server := b.Session(t, brokertest.NoConfirm)
+	rpc := server.Declare("rpc", nil)
 	requests := dvConsume(t, server, rpc, "server", false, nil)
 
-	_, client := b.Channel(t)
+	client := b.Session(t, brokertest.NoConfirm)
 	replies := dvConsume(t, client, "amq.rabbitmq.reply-to", "client", true, nil)
-	dvPublish(t, client, "", rpc, amqp091.Publishing{
+	client.Publish("", rpc, amqp091.Publishing{
 		ReplyTo: "amq.rabbitmq.reply-to", CorrelationId: "req-1", Body: []byte("ping"),
 	})
 
@@ -33,7 +35,7 @@ func TestDeliveryDirectReplyTo(t *testing.T) {
 		t.Fatalf("request %q correlation %q", req.Body, req.CorrelationId)
 	}
 	dvAck(t, req, false)
-	dvPublish(t, server, "", req.ReplyTo, amqp091.Publishing{CorrelationId: req.CorrelationId, Body: []byte("pong")})
+	server.Publish("", req.ReplyTo, amqp091.Publishing{CorrelationId: req.CorrelationId, Body: []byte("pong")})
 
 	rep := dvRecv(t, replies)
 	if string(rep.Body) != "pong" || rep.CorrelationId != "req-1" || rep.ConsumerTag != "client" || rep.RoutingKey != req.ReplyTo {
@@ -43,7 +45,7 @@ func TestDeliveryDirectReplyTo(t *testing.T) {
 	// Once the requester has gone, a mandatory reply is returned.
 	client.Close()
 	returns := server.NotifyReturn(make(chan amqp091.Return, 1))
-	if err := server.PublishWithContext(dvCtx(t), "", req.ReplyTo, true, false, amqp091.Publishing{Body: []byte("late")}); err != nil {
+	if err := server.PublishWithContext(brokertest.Context(t), "", req.ReplyTo, true, false, amqp091.Publishing{Body: []byte("late")}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -51,7 +53,7 @@ func TestDeliveryDirectReplyTo(t *testing.T) {
 		if r.ReplyCode != 312 || string(r.Body) != "late" {
 			t.Fatalf("return %d %q", r.ReplyCode, r.Body)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("reply to a gone requester not returned")
 	}
 }
@@ -62,10 +64,10 @@ func TestDeliveryDirectReplyToErrors(t *testing.T) {
 	_, err := ch.Consume("amq.rabbitmq.reply-to", "c", false, false, false, false, nil)
 	dvWantErr(t, err, 406, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
 
-	ch2 := dvChannel(t, c)
-	q := dvDeclare(t, ch2, "rpc", nil)
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
+	q := ch2.Declare("rpc", nil)
 	closed := dvNotifyClose(ch2)
-	dvPublish(t, ch2, "", q, amqp091.Publishing{ReplyTo: "amq.rabbitmq.reply-to", Body: []byte("x")})
+	ch2.Publish("", q, amqp091.Publishing{ReplyTo: "amq.rabbitmq.reply-to", Body: []byte("x")})
 	dvAwaitClose(t, closed, 406, "PRECONDITION_FAILED - fast reply consumer does not exist")
-	dvWantReady(t, dvChannel(t, c), q, 0)
+	brokertest.NewSession(t, c, brokertest.NoConfirm).WantReady(q, 0)
 }

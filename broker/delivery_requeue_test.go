@@ -1,3 +1,5 @@
+// Tests of requeues: nack, reject, recover and channel close, order and redelivered flag.
+
 package broker_test
 
 // Tests of messages returned to their queue: nack and reject with
@@ -12,17 +14,17 @@ import (
 
 func TestDeliveryRequeueKeepsOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "requeue", nil)
-	dvPublishBodies(t, ch, q, "m1", "m2", "m3", "m4")
-	ds := dvGetN(t, ch, q, 3) // tags 1..3
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("requeue", nil)
+	ch.PublishBodies(q, "m1", "m2", "m3", "m4")
+	ds := ch.GetN(q, 3) // tags 1..3
 	if err := ds[1].Reject(true); err != nil {
 		t.Fatal(err)
 	}
 	if err := ds[2].Nack(true, true); err != nil { // settles 1 and 3
 		t.Fatal(err)
 	}
-	got := dvGetN(t, ch, q, 4)
+	got := ch.GetN(q, 4)
 	dvWantBodies(t, "after requeue", got, "m1", "m2", "m3", "m4")
 	for i, d := range got {
 		if want := i < 3; d.Redelivered != want {
@@ -33,30 +35,31 @@ func TestDeliveryRequeueKeepsOrder(t *testing.T) {
 
 func TestDeliveryRequeueFalseDiscards(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "discard", nil)
-	dvPublishBodies(t, ch, q, "m1", "m2", "m3", "m4")
-	ds := dvGetN(t, ch, q, 4)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("discard", nil)
+	ch.PublishBodies(q, "m1", "m2", "m3", "m4")
+	ds := ch.GetN(q, 4)
 	if err := ds[0].Reject(false); err != nil {
 		t.Fatal(err)
 	}
 	if err := ds[2].Nack(true, false); err != nil { // m2, m3
 		t.Fatal(err)
 	}
-	dvWantReady(t, ch, q, 0)
+	ch.WantReady(q, 0)
 	ch.Close() // m4 is the only one still unacked
-	ch2 := dvChannel(t, c)
-	got := dvGetN(t, ch2, q, 1)
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
+	got := ch2.GetN(q, 1)
 	dvWantBodies(t, "left", got, "m4")
-	dvWantEmpty(t, ch2, q)
+	ch2.WantEmpty(q)
 }
 
 func TestDeliveryRecoverRedelivers(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "recover", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("recover", nil)
 	msgs := dvConsume(t, ch, q, "c", false, nil)
-	dvPublishBodies(t, ch, q, "a", "b", "c")
+	ch.PublishBodies(q, "a", "b", "c")
 	first := dvRecvN(t, msgs, 3)
 	dvAck(t, first[1], false) // b is settled and stays gone
 	if err := ch.Recover(true); err != nil {
@@ -70,18 +73,19 @@ func TestDeliveryRecoverRedelivers(t *testing.T) {
 		}
 	}
 	dvAck(t, again[1], true)
-	dvWantReady(t, ch, q, 0)
+	ch.WantReady(q, 0)
 }
 
 func TestDeliveryChannelCloseRequeuesInOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "close", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("close", nil)
 	msgs := dvConsume(t, ch, q, "first", false, nil)
 	want := dvNumbered("m", 5)
-	dvPublishBodies(t, ch, q, want...)
+	ch.PublishBodies(q, want...)
 	dvRecvN(t, msgs, 5)
-	other := dvConsume(t, dvChannel(t, c), q, "second", false, nil)
+	other := dvConsume(t, brokertest.NewSession(t, c, brokertest.NoConfirm), q, "second", false, nil)
 	if err := ch.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+// Tests of consuming, basic.get and acknowledgements.
+
 package broker_test
 
 // Tests of consuming, basic.get and acknowledgements through amqp091-go
@@ -21,10 +23,11 @@ import (
 
 func TestDeliveryConsumeNoAck(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "noack", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("noack", nil)
 	want := dvNumbered("m", 5)
-	dvPublishBodies(t, ch, q, want...)
+	ch.PublishBodies(q, want...)
 	msgs := dvConsume(t, ch, q, "my-tag", true, nil)
 	ds := dvRecvN(t, msgs, 5)
 	dvWantBodies(t, "no-ack consumer", ds, want...)
@@ -38,13 +41,14 @@ func TestDeliveryConsumeNoAck(t *testing.T) {
 	if err := ch.Close(); err != nil {
 		t.Fatal(err)
 	}
-	dvWantReady(t, dvChannel(t, c), q, 0)
+	brokertest.NewSession(t, c, brokertest.NoConfirm).WantReady(q, 0)
 }
 
 func TestDeliveryConsumerTagReuseClosesConnection(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "dup", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("dup", nil)
 	connClosed := c.NotifyClose(make(chan *amqp091.Error, 1))
 	dvConsume(t, ch, q, "dup", false, nil)
 	_, err := ch.Consume(q, "dup", false, false, false, false, nil)
@@ -54,7 +58,7 @@ func TestDeliveryConsumerTagReuseClosesConnection(t *testing.T) {
 		if e == nil || e.Code != 530 {
 			t.Fatalf("connection closed with %v, want 530", e)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("connection not closed")
 	}
 }
@@ -86,19 +90,20 @@ func TestDeliveryServerGeneratedConsumerTag(t *testing.T) {
 
 func TestDeliveryExclusiveConsumer(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "excl", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("excl", nil)
 	if _, err := ch.Consume(q, "owner", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	ch2 := dvChannel(t, c)
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	_, err := ch2.Consume(q, "second", false, false, false, false, nil)
 	dvWantErr(t, err, 403, "ACCESS_REFUSED - queue 'excl' in vhost '/' in exclusive use")
 
 	// Exclusive while another consumer exists.
-	q2 := dvDeclare(t, ch, "shared", nil)
+	q2 := ch.Declare("shared", nil)
 	dvConsume(t, ch, q2, "plain", false, nil)
-	ch3 := dvChannel(t, c)
+	ch3 := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	_, err = ch3.Consume(q2, "greedy", false, true, false, false, nil)
 	dvWantErr(t, err, 403, "ACCESS_REFUSED - queue 'shared' in vhost '/' in exclusive use")
 
@@ -106,9 +111,9 @@ func TestDeliveryExclusiveConsumer(t *testing.T) {
 	if err := ch.Cancel("owner", false); err != nil {
 		t.Fatal(err)
 	}
-	ch4 := dvChannel(t, c)
+	ch4 := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	msgs := dvConsume(t, ch4, q, "after", true, nil)
-	dvPublishBodies(t, ch4, q, "hello")
+	ch4.PublishBodies(q, "hello")
 	if d := dvRecv(t, msgs); string(d.Body) != "hello" || d.ConsumerTag != "after" {
 		t.Fatalf("got %q for %q", d.Body, d.ConsumerTag)
 	}
@@ -116,44 +121,46 @@ func TestDeliveryExclusiveConsumer(t *testing.T) {
 
 func TestDeliveryRoundRobin(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "rr", nil)
-	a := dvConsume(t, dvChannel(t, c), q, "a", true, nil)
-	bb := dvConsume(t, dvChannel(t, c), q, "b", true, nil)
-	dvPublishBodies(t, ch, q, dvNumbered("m", 10)...)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("rr", nil)
+	a := dvConsume(t, brokertest.NewSession(t, c, brokertest.NoConfirm), q, "a", true, nil)
+	bb := dvConsume(t, brokertest.NewSession(t, c, brokertest.NoConfirm), q, "b", true, nil)
+	ch.PublishBodies(q, dvNumbered("m", 10)...)
 	dvWantBodies(t, "first consumer", dvRecvN(t, a, 5), "m0", "m2", "m4", "m6", "m8")
 	dvWantBodies(t, "second consumer", dvRecvN(t, bb, 5), "m1", "m3", "m5", "m7", "m9")
 }
 
 func TestDeliveryCancelStopsDeliveries(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "cancel", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("cancel", nil)
 	msgs := dvConsume(t, ch, q, "c1", true, nil)
-	dvPublishBodies(t, ch, q, "before")
+	ch.PublishBodies(q, "before")
 	dvWantBodies(t, "before cancel", dvRecvN(t, msgs, 1), "before")
 	if err := ch.Cancel("c1", false); err != nil {
 		t.Fatal(err)
 	}
-	dvPublishBodies(t, ch, q, "after1", "after2")
-	dvWantReady(t, ch, q, 2)
+	ch.PublishBodies(q, "after1", "after2")
+	ch.WantReady(q, 2)
 	select {
 	case d, ok := <-msgs:
 		if ok {
 			t.Fatalf("delivery %q after cancel", d.Body)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("delivery channel not closed after cancel")
 	}
 }
 
 func TestDeliveryServerCancelOnQueueDelete(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "doomed", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("doomed", nil)
 	cancels := ch.NotifyCancel(make(chan string, 1))
 	msgs := dvConsume(t, ch, q, "watcher", false, nil)
-	if _, err := dvChannel(t, c).QueueDelete(q, false, false, false); err != nil {
+	if _, err := brokertest.NewSession(t, c, brokertest.NoConfirm).QueueDelete(q, false, false, false); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -161,7 +168,7 @@ func TestDeliveryServerCancelOnQueueDelete(t *testing.T) {
 		if tag != "watcher" {
 			t.Fatalf("cancelled %q, want watcher", tag)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("no basic.cancel from the server")
 	}
 	select {
@@ -169,11 +176,11 @@ func TestDeliveryServerCancelOnQueueDelete(t *testing.T) {
 		if ok {
 			t.Fatal("delivery after server cancel")
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("delivery channel not closed after server cancel")
 	}
 	// The channel is still usable.
-	dvDeclare(t, ch, "other", nil)
+	ch.Declare("other", nil)
 }
 
 // TestDeliveryQueueDeleteOkBeforeOwnCancel deletes a queue from a channel
@@ -255,12 +262,12 @@ func TestDeliveryQueueDeleteOkBeforeOwnCancel(t *testing.T) {
 
 func TestDeliveryOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "order", nil)
+	ch := b.Session(t, brokertest.NoConfirm)
+	q := ch.Declare("order", nil)
 	const n = 1000
 	msgs := dvConsume(t, ch, q, "c", false, nil)
 	want := dvNumbered("m", n)
-	dvPublishBodies(t, ch, q, want...)
+	ch.PublishBodies(q, want...)
 	ds := dvRecvN(t, msgs, n)
 	dvWantBodies(t, "order", ds, want...)
 	for i, d := range ds {
@@ -269,55 +276,57 @@ func TestDeliveryOrder(t *testing.T) {
 		}
 	}
 	dvAck(t, ds[n-1], true)
-	dvWantReady(t, ch, q, 0)
+	ch.WantReady(q, 0)
 }
 
 // --- basic.get and acknowledgements ---
 
 func TestDeliveryGet(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "get", nil)
-	dvWantEmpty(t, ch, q)
-	dvPublishBodies(t, ch, q, "a", "b", "c")
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("get", nil)
+	ch.WantEmpty(q)
+	ch.PublishBodies(q, "a", "b", "c")
 	for i, want := range []string{"a", "b", "c"} {
-		d := dvGet(t, ch, q, false)
+		d := ch.Get(q)
 		if string(d.Body) != want || d.MessageCount != uint32(2-i) || d.DeliveryTag != uint64(i+1) {
 			t.Fatalf("get %d: %q message_count %d tag %d, want %q %d %d", i, d.Body, d.MessageCount, d.DeliveryTag, want, 2-i, i+1)
 		}
 	}
-	dvWantEmpty(t, ch, q)
+	ch.WantEmpty(q)
 
 	// no-ack get: nothing to give back when the channel closes, unlike the
 	// three unacked ones above.
-	ch2 := dvChannel(t, c)
-	dvPublishBodies(t, ch2, q, "d")
-	if d := dvGet(t, ch2, q, true); string(d.Body) != "d" {
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
+	ch2.PublishBodies(q, "d")
+	if d := ch2.GetNoAck(q); string(d.Body) != "d" {
 		t.Fatalf("no-ack get: %q", d.Body)
 	}
 	ch2.Close()
 	ch.Close()
-	ch3 := dvChannel(t, c)
-	dvWantReady(t, ch3, q, 3)
-	dvWantBodies(t, "requeued gets", dvGetN(t, ch3, q, 3), "a", "b", "c")
+	ch3 := brokertest.NewSession(t, c, brokertest.NoConfirm)
+	ch3.WantReady(q, 3)
+	dvWantBodies(t, "requeued gets", ch3.GetN(q, 3), "a", "b", "c")
 }
 
 func TestDeliveryAckRemoves(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	c, ch := b.Channel(t)
-	q := dvDeclare(t, ch, "ack", nil)
-	dvPublishBodies(t, ch, q, dvNumbered("m", 5)...)
-	ds := dvGetN(t, ch, q, 5)
+	ch := b.Session(t, brokertest.NoConfirm)
+	c := ch.Conn
+	q := ch.Declare("ack", nil)
+	ch.PublishBodies(q, dvNumbered("m", 5)...)
+	ds := ch.GetN(q, 5)
 	dvAck(t, ds[1], false) // m1
 	dvAck(t, ds[3], true)  // m0, m2, m3
 	ch.Close()
-	ch2 := dvChannel(t, c)
-	got := dvGetN(t, ch2, q, 1)
+	ch2 := brokertest.NewSession(t, c, brokertest.NoConfirm)
+	got := ch2.GetN(q, 1)
 	dvWantBodies(t, "left after acks", got, "m4")
 	if !got[0].Redelivered {
 		t.Fatal("requeued m4 not marked redelivered")
 	}
-	dvWantEmpty(t, ch2, q)
+	ch2.WantEmpty(q)
 }
 
 func TestDeliveryUnknownTag(t *testing.T) {
@@ -356,17 +365,17 @@ func TestDeliveryUnknownTag(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ch := dvChannel(t, c)
-			q := dvDeclare(t, ch, fmt.Sprintf("unknown-%d", i), nil)
-			dvPublishBodies(t, ch, q, "x", "y")
-			d := dvGetN(t, ch, q, 2)[0] // tags 1 and 2 outstanding
+			ch := brokertest.NewSession(t, c, brokertest.NoConfirm)
+			q := ch.Declare(fmt.Sprintf("unknown-%d", i), nil)
+			ch.PublishBodies(q, "x", "y")
+			d := ch.GetN(q, 2)[0] // tags 1 and 2 outstanding
 			closed := dvNotifyClose(ch)
-			if err := tc.settle(ch, d); err != nil {
+			if err := tc.settle(ch.Channel, d); err != nil {
 				t.Fatal(err)
 			}
 			dvAwaitClose(t, closed, 406, tc.reason)
 			// The failed ack settled nothing: closing gave both back.
-			dvWantReady(t, dvChannel(t, c), q, 2-tc.settled)
+			brokertest.NewSession(t, c, brokertest.NoConfirm).WantReady(q, 2-tc.settled)
 		})
 	}
 }

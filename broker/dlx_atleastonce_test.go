@@ -1,3 +1,5 @@
+// Tests of at-least-once dead-lettering and its backlog.
+
 package broker_test
 
 // Tests of at-least-once dead-lettering (x-dead-letter-strategy
@@ -29,8 +31,8 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, noRetry)
 				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
-				e.publish("src", "p1", "p2")
-				msgs := e.consume("src", "c", false)
+				e.PublishBodies("src", "p1", "p2")
+				msgs := dvConsume(e.t, e.Session, "src", "c", false, nil)
 				for _, d := range dsRecv(t, msgs, "p1", "p2") {
 					e.reject(d, false)
 				}
@@ -38,13 +40,13 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				e.waitBacklog("src", 2)
 				// Counted as messages (declare-ok, and delete if-empty
 				// refuses), though basic.get finds none.
-				if q, err := e.ch.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 2 {
+				if q, err := e.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 2 {
 					t.Fatalf("passive declare: %d messages, %v; want the 2 waiting", q.Messages, err)
 				}
-				if _, ok, err := e.ch.Get("src", false); ok || err != nil {
+				if _, ok, err := e.Channel.Get("src", false); ok || err != nil {
 					t.Fatalf("basic.get: %v, %v; want get-empty", ok, err)
 				}
-				dch, err := e.conn.Channel()
+				dch, err := e.Conn.Channel()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -53,7 +55,7 @@ func TestDLXAtLeastOnce(t *testing.T) {
 					t.Fatalf("delete if-empty with dead letters waiting: %v, want 406", err)
 				}
 				// Not delivered: the consumer's next message is a new one.
-				e.publish("src", "after")
+				e.PublishBodies("src", "after")
 				if err := dsRecv(t, msgs, "after")[0].Ack(false); err != nil {
 					t.Fatal(err)
 				}
@@ -62,16 +64,16 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				// once, whether it waits or not.
 				e.wantDied("at_least_once", "rejected", 2, 0)
 				// The exchange alone is no route yet.
-				e.exchange("dlx", "direct", nil)
+				e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 				e.waitFor("src", 2, 0, 0)
-				e.plainQueue("dlq", nil)
+				e.Declare("dlq", nil, brokertest.Durable)
 				e.waitFor("src", 2, 0, 0)
-				e.bind("dlq", "dlq", "dlx", nil)
+				e.Bind("dlq", "dlq", "dlx", nil)
 				e.waitFor("src", 0, 0, 0)
-				if q, err := e.ch.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 0 {
+				if q, err := e.QueueDeclarePassive("src", true, false, false, false, nil); err != nil || q.Messages != 0 {
 					t.Fatalf("passive declare once forwarded: %d messages, %v; want 0", q.Messages, err)
 				}
-				for _, d := range e.get("dlq", "p1", "p2") {
+				for _, d := range e.Expect("dlq", "p1", "p2") {
 					dsWantRoute(t, d, "dlx", "dlq")
 					e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 				}
@@ -81,30 +83,30 @@ func TestDLXAtLeastOnce(t *testing.T) {
 			t.Run("exchange_declared", func(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, noRetry)
-				e.exchange("ae", "fanout", nil)
-				e.plainQueue("dlq", nil)
-				e.bind("dlq", "", "ae", nil)
+				e.DeclareExchange("ae", "fanout", nil, brokertest.Durable)
+				e.Declare("dlq", nil, brokertest.Durable)
+				e.Bind("dlq", "", "ae", nil)
 				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
-				e.publish("src", "p")
-				e.reject(e.get("src", "p")[0], false)
+				e.PublishBodies("src", "p")
+				e.reject(e.Expect("src", "p")[0], false)
 				e.waitFor("src", 1, 0, 0)
 				// Declared with an alternate exchange that routes: a route
 				// exists without any binding.
-				e.exchange("dlx", "direct", amqp091.Table{"alternate-exchange": "ae"})
+				e.DeclareExchange("dlx", "direct", amqp091.Table{"alternate-exchange": "ae"}, brokertest.Durable)
 				e.waitFor("src", 0, 0, 0)
-				dsWantRoute(t, e.get("dlq", "p")[0], "dlx", "src")
+				dsWantRoute(t, e.Expect("dlq", "p")[0], "dlx", "src")
 			})
 			t.Run("queue_declared", func(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, noRetry)
 				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "later"})
-				e.publish("src", "p")
-				e.reject(e.get("src", "p")[0], false)
+				e.PublishBodies("src", "p")
+				e.reject(e.Expect("src", "p")[0], false)
 				e.waitFor("src", 1, 0, 0)
 				// The default exchange routes to a queue once it exists.
-				e.plainQueue("later", nil)
+				e.Declare("later", nil, brokertest.Durable)
 				e.waitFor("src", 0, 0, 0)
-				e.get("later", "p")
+				e.Expect("later", "p")
 			})
 			t.Run("policy_changed", func(t *testing.T) {
 				t.Parallel()
@@ -114,55 +116,55 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				pol := broker.Policy{Name: "dl", Pattern: "^pq$", ApplyTo: "queues",
 					Definition: map[string]any{"dead-letter-exchange": "dlx", "dead-letter-routing-key": "nowhere"}}
 				e.policy(pol)
-				e.publish("pq", "p")
-				e.reject(e.get("pq", "p")[0], false)
+				e.PublishBodies("pq", "p")
+				e.reject(e.Expect("pq", "p")[0], false)
 				e.waitFor("pq", 1, 0, 0)
 				pol.Definition = map[string]any{"dead-letter-exchange": "dlx", "dead-letter-routing-key": "dlq"}
 				e.policy(pol)
 				e.waitFor("pq", 0, 0, 0)
-				dsWantRoute(t, e.get("dlq", "p")[0], "dlx", "dlq")
+				dsWantRoute(t, e.Expect("dlq", "p")[0], "dlx", "dlq")
 			})
 			t.Run("cycle", func(t *testing.T) {
 				t.Parallel()
 				// rabbit_fifo_dlx_integration_SUITE:cycle (B30).
 				e := dsStart(t, g, noRetry)
 				e.queue("src", amqp091.Table{"x-message-ttl": int64(5), "x-dead-letter-exchange": ""})
-				e.publish("src", "p")
+				e.PublishBodies("src", "p")
 				e.waitFor("src", 1, 0, 0)
 				e.wantCounters(map[string]uint64{"backlogged": 1, "cycles": 1})
-				e.plainQueue("dlq", nil)
+				e.Declare("dlq", nil, brokertest.Durable)
 				e.policy(broker.Policy{Name: "dlrk", Pattern: "^src$", Definition: map[string]any{"dead-letter-routing-key": "dlq"}})
 				e.waitFor("src", 0, 0, 0)
-				e.get("dlq", "p")
+				e.Expect("dlq", "p")
 			})
 			t.Run("target_full_retried", func(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, brokertest.Config{Broker: broker.Options{BacklogRetry: 10 * time.Millisecond}})
-				e.plainQueue("full", amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
-				e.publish("full", "already")
+				e.Declare("full", amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"}, brokertest.Durable)
+				e.PublishBodies("full", "already")
 				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "full"})
-				e.publish("src", "p")
-				e.reject(e.get("src", "p")[0], false)
+				e.PublishBodies("src", "p")
+				e.reject(e.Expect("src", "p")[0], false)
 				e.waitFor("src", 1, 0, 0)
-				e.get("full", "already")
+				e.Expect("full", "already")
 				e.waitFor("src", 0, 0, 0)
-				e.get("full", "p")
+				e.Expect("full", "p")
 				e.wantCounters(map[string]uint64{"backlogged": 1, "dead_lettered.rejected": 1})
 			})
 			t.Run("deleted_with_queue", func(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, noRetry)
 				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
-				e.publish("src", "p")
-				e.reject(e.get("src", "p")[0], false)
+				e.PublishBodies("src", "p")
+				e.reject(e.Expect("src", "p")[0], false)
 				e.waitFor("src", 1, 0, 0)
-				if _, err := e.ch.QueueDelete("src", false, false, false); err != nil {
+				if _, err := e.QueueDelete("src", false, false, false); err != nil {
 					t.Fatal(err)
 				}
-				e.exchange("dlx", "direct", nil)
-				e.plainQueue("dlq", nil)
-				e.bind("dlq", "dlq", "dlx", nil)
-				e.getEmpty("dlq")
+				e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
+				e.Declare("dlq", nil, brokertest.Durable)
+				e.Bind("dlq", "dlq", "dlx", nil)
+				e.WantEmpty("dlq")
 			})
 			t.Run("reject_publish_dlx_not_kept", func(t *testing.T) {
 				t.Parallel()
@@ -170,7 +172,7 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				// publisher is nacked and still owns it.
 				e := dsStart(t, g, noRetry)
 				e.queue("src", amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish-dlx", "x-dead-letter-exchange": "missing"})
-				e.publish("src", "p1", "p2")
+				e.PublishBodies("src", "p1", "p2")
 				e.wantCounters(map[string]uint64{"discarded.maxlen": 1, "dropped.dlx_missing": 1})
 				e.waitFor("src", 1, 1, 0)
 			})
@@ -178,30 +180,30 @@ func TestDLXAtLeastOnce(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, noRetry)
 				e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
-				e.publish("src", "p1", "p2", "p3")
-				ds := e.get("src", "p1", "p2")
+				e.PublishBodies("src", "p1", "p2", "p3")
+				ds := e.Expect("src", "p1", "p2")
 				e.nack(ds[1], true, false)
 				e.waitFor("src", 3, 1, 0)
 				e.b.Restart()
-				e.conn, e.ch = e.b.Channel(t)
+				e.redial()
 				e.waitFor("src", 3, 1, 0)
 				e.waitBacklog("src", 2)
 				// Only p3 is delivered.
-				msgs := e.consume("src", "c", false)
+				msgs := dvConsume(e.t, e.Session, "src", "c", false, nil)
 				dsRecv(t, msgs, "p3")
-				e.exchange("dlx", "direct", nil)
-				e.plainQueue("dlq", nil)
-				e.bind("dlq", "dlq", "dlx", nil)
+				e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
+				e.Declare("dlq", nil, brokertest.Durable)
+				e.Bind("dlq", "dlq", "dlx", nil)
 				e.waitFor("src", 1, 0, 1)
 				e.waitFor("dlq", 2, 2, 0) // forwarded by an asynchronous retry
-				for _, d := range e.get("dlq", "p1", "p2") {
+				for _, d := range e.Expect("dlq", "p1", "p2") {
 					e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 					dsWantFirstLast(t, d.Headers, [3]string{"rejected", "src", ""}, [3]string{"rejected", "src", ""})
 					if d.DeliveryMode != amqp091.Persistent {
 						t.Fatalf("delivery mode %d, want 2", d.DeliveryMode)
 					}
 				}
-				e.getEmpty("dlq")
+				e.WantEmpty("dlq")
 			})
 		})
 	}
@@ -259,7 +261,7 @@ func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
 		}
 		return st
 	}
-	tlEventually(t, "the dead letter waiting in alo-src's backlog", func() bool { return stats("alo-src").DeadLetterBacklog == 1 })
+	brokertest.Eventually(t, "the dead letter waiting in alo-src's backlog", func() bool { return stats("alo-src").DeadLetterBacklog == 1 })
 	// Several retries pass while t-full stays full: still no target has it.
 	for range 3 {
 		b.Broker.RetryBacklogsForTest()
@@ -273,7 +275,7 @@ func TestDeadLetterAtLeastOnceAllTargetsOrNone(t *testing.T) {
 	}
 	b.Broker.RetryBacklogsForTest()
 	// The copies land after their store write.
-	tlEventually(t, "the dead letter forwarded to t-ok and t-full once there was room", func() bool {
+	brokertest.Eventually(t, "the dead letter forwarded to t-ok and t-full once there was room", func() bool {
 		return stats("t-ok").Ready == 1 && stats("t-full").Ready == 1
 	})
 	if st := stats("alo-src"); st.DeadLetterBacklog != 0 {

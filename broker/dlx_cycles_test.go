@@ -1,3 +1,5 @@
+// Tests of dead-letter cycles: detected, counted, logged once per pair.
+
 package broker_test
 
 // Tests of dead-letter cycles (SPEC §2, B26–B28): a loop without a
@@ -5,11 +7,9 @@ package broker_test
 // rejection in the loop keeps it going.
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -24,10 +24,10 @@ func dsRejectExpireExpire(e *dsEnv) {
 	e.queue("b", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a2"})
 	e.queue("a2", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "a3", "x-message-ttl": int64(5)})
 	e.queue("a3", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "b", "x-message-ttl": int64(5)})
-	e.publish("b", "msg")
+	e.PublishBodies("b", "msg")
 	e.waitFor("b", 1, 1, 0)
 	for round := int64(1); round <= 2; round++ {
-		d := e.get("b", "msg")[0]
+		d := e.Expect("b", "msg")[0]
 		if round == 2 {
 			e.wantDeaths(d.Headers,
 				dsDeath{queue: "a3", reason: "expired", exchange: "", count: 1, keys: []string{"a3"}},
@@ -37,7 +37,7 @@ func dsRejectExpireExpire(e *dsEnv) {
 		e.reject(d, false)
 		e.waitFor("b", 1, 1, 0)
 	}
-	d := e.get("b", "msg")[0]
+	d := e.Expect("b", "msg")[0]
 	e.wantDeaths(d.Headers,
 		dsDeath{queue: "a3", reason: "expired", exchange: "", count: 2, keys: []string{"a3"}},
 		dsDeath{queue: "a2", reason: "expired", exchange: "", count: 2, keys: []string{"a2"}},
@@ -48,13 +48,13 @@ func dsRejectExpireExpire(e *dsEnv) {
 
 func dsRoutingKeyCycleMaxLength(e *dsEnv) {
 	e.queue("src", amqp091.Table{"x-max-length": int64(1), "x-dead-letter-exchange": ""})
-	e.publish("src", "p1", "p2")
+	e.PublishBodies("src", "p1", "p2")
 	if !e.g.atLeastOnce {
 		// p1, dropped from the head, would return to src: a cycle, so
 		// it is discarded.
 		e.waitFor("src", 1, 1, 0)
-		d := e.get("src", "p2")[0]
-		e.getEmpty("src")
+		d := e.Expect("src", "p2")[0]
+		e.WantEmpty("src")
 		if err := d.Ack(false); err != nil {
 			e.t.Fatal(err)
 		}
@@ -65,16 +65,16 @@ func dsRoutingKeyCycleMaxLength(e *dsEnv) {
 	// At-least-once keeps the cycling message (B30) until a policy
 	// gives the queue a routing key that breaks the cycle.
 	e.waitFor("src", 2, 1, 0)
-	d := e.get("src", "p2")[0]
-	e.getEmpty("src")
+	d := e.Expect("src", "p2")[0]
+	e.WantEmpty("src")
 	if err := d.Ack(false); err != nil {
 		e.t.Fatal(err)
 	}
 	e.waitFor("src", 1, 0, 0)
-	e.plainQueue("dlq", nil)
+	e.Declare("dlq", nil, brokertest.Durable)
 	e.policy(broker.Policy{Name: "dlrk", Pattern: "^src$", Definition: map[string]any{"dead-letter-routing-key": "dlq"}})
 	e.waitFor("src", 0, 0, 0)
-	d = e.get("dlq", "p1")[0]
+	d = e.Expect("dlq", "p1")[0]
 	e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "maxlen", exchange: "", count: 1, keys: []string{"src"}})
 	e.wantCounters(map[string]uint64{"backlogged": 1, "dead_lettered.maxlen": 1}, "cycles")
 	if e.b.Broker.Stats().Cycles == 0 {
@@ -84,30 +84,30 @@ func dsRoutingKeyCycleMaxLength(e *dsEnv) {
 
 func dsRoutingKeyCycleWithReject(e *dsEnv) {
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": ""})
-	e.publish("src", "p")
+	e.PublishBodies("src", "p")
 	for range 2 {
-		e.nack(e.get("src", "p")[0], false, false)
+		e.nack(e.Expect("src", "p")[0], false, false)
 		e.waitFor("src", 1, 1, 0)
 	}
-	e.get("src", "p")
+	e.Expect("src", "p")
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 2})
 }
 
 func dsRoutingKeyCycleTTL(e *dsEnv) {
 	e.queue("src", amqp091.Table{"x-message-ttl": int64(1), "x-dead-letter-exchange": ""})
-	e.publish("src", "p1", "p2")
+	e.PublishBodies("src", "p1", "p2")
 	if !e.g.atLeastOnce {
 		e.wantCounters(map[string]uint64{"discarded.expired": 2, "dropped.cycle": 2, "cycles": 2})
 		e.waitFor("src", 0, 0, 0)
-		e.getEmpty("src")
+		e.WantEmpty("src")
 		return
 	}
 	e.waitFor("src", 2, 0, 0)
-	e.getEmpty("src")
-	e.plainQueue("dlq", nil)
+	e.WantEmpty("src")
+	e.Declare("dlq", nil, brokertest.Durable)
 	e.policy(broker.Policy{Name: "dlrk", Pattern: "^src$", Definition: map[string]any{"dead-letter-routing-key": "dlq"}})
 	e.waitFor("src", 0, 0, 0)
-	for _, d := range e.get("dlq", "p1", "p2") {
+	for _, d := range e.Expect("dlq", "p1", "p2") {
 		e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "expired", exchange: "", count: 1, keys: []string{"src"}})
 	}
 	e.wantCounters(map[string]uint64{"backlogged": 2, "dead_lettered.expired": 2}, "cycles")
@@ -117,46 +117,25 @@ func dsRoutingKeyCycleTTL(e *dsEnv) {
 // first-death fields (time included) stay.
 func dsHeadersCycle(e *dsEnv) {
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": ""})
-	e.publish("src", "p")
-	e.nack(e.get("src", "p")[0], false, false)
-	d := e.get("src", "p")[0]
+	e.PublishBodies("src", "p")
+	e.nack(e.Expect("src", "p")[0], false, false)
+	d := e.Expect("src", "p")[0]
 	t1 := e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 	e.nack(d, false, false)
-	d = e.get("src", "p")[0]
+	d = e.Expect("src", "p")[0]
 	t2 := e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 2, keys: []string{"src"}})
 	if !t1[0].Equal(t2[0]) {
 		e.t.Fatalf("time changed from %v to %v on the second death", t1[0], t2[0])
 	}
 }
 
-// dsLog records the broker's log.
-type dsLog struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *dsLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *dsLog) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.recs = append(h.recs, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *dsLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *dsLog) WithGroup(string) slog.Handler      { return h }
-
-// cycles returns the attributes of the cycle warnings logged.
-func (h *dsLog) cycles() []map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// dsCycles returns the attributes of the cycle warnings logged.
+func dsCycles(log *brokertest.Log) []map[string]string {
 	var out []map[string]string
-	for _, r := range h.recs {
-		if r.Level != slog.LevelWarn || !strings.HasPrefix(r.Message, "dead-letter cycle") {
-			continue
+	for _, ln := range log.Lines() {
+		if ln.Level == slog.LevelWarn && strings.HasPrefix(ln.Msg, "dead-letter cycle") {
+			out = append(out, ln.Map())
 		}
-		m := map[string]string{}
-		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-		out = append(out, m)
 	}
 	return out
 }
@@ -165,33 +144,33 @@ func (h *dsLog) cycles() []map[string]string {
 // the target that closes it, counts it and logs once per pair of queues;
 // other targets still get it (B27).
 func TestDLXCycleDetection(t *testing.T) {
-	h := &dsLog{}
+	h := brokertest.NewLog(slog.LevelDebug)
 	e := dsStart(t, dsGroups[0], brokertest.Config{Broker: broker.Options{Logger: slog.New(h)}})
 	e.queue("loop", amqp091.Table{"x-message-ttl": int64(5), "x-dead-letter-exchange": ""})
-	e.publish("loop", "p1", "p2", "p3", "p4", "p5")
+	e.PublishBodies("loop", "p1", "p2", "p3", "p4", "p5")
 	e.wantCounters(map[string]uint64{"discarded.expired": 5, "dropped.cycle": 5, "cycles": 5})
 	e.waitFor("loop", 0, 0, 0)
 	want := []map[string]string{{"vhost": "/", "from": "loop", "to": "loop", "reason": "expired"}}
-	if got := h.cycles(); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := dsCycles(h); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("cycle log lines %v, want %v", got, want)
 	}
 
 	// A fanout DLX back to the queue and to a DLQ: the DLQ still gets it.
-	e.exchange("fan", "fanout", nil)
+	e.DeclareExchange("fan", "fanout", nil, brokertest.Durable)
 	e.queue("loop2", amqp091.Table{"x-message-ttl": int64(5), "x-dead-letter-exchange": "fan"})
-	e.plainQueue("dlq", nil)
-	e.bind("loop2", "", "fan", nil)
-	e.bind("dlq", "", "fan", nil)
-	e.publish("loop2", "q1", "q2")
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.Bind("loop2", "", "fan", nil)
+	e.Bind("dlq", "", "fan", nil)
+	e.PublishBodies("loop2", "q1", "q2")
 	e.waitFor("dlq", 2, 2, 0)
 	e.waitFor("loop2", 0, 0, 0)
-	for _, d := range e.get("dlq", "q1", "q2") {
+	for _, d := range e.Expect("dlq", "q1", "q2") {
 		dsWantRoute(t, d, "fan", "loop2")
 		e.wantDeaths(d.Headers, dsDeath{queue: "loop2", reason: "expired", exchange: "", count: 1, keys: []string{"loop2"}})
 	}
 	e.wantCounters(map[string]uint64{"discarded.expired": 5, "dropped.cycle": 5, "cycles": 7, "dead_lettered.expired": 2})
 	want = append(want, map[string]string{"vhost": "/", "from": "loop2", "to": "loop2", "reason": "expired"})
-	if got := h.cycles(); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := dsCycles(h); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("cycle log lines %v, want %v", got, want)
 	}
 }

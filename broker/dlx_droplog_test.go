@@ -1,9 +1,9 @@
+// Tests of the warning for dropped dead letters: rate-limited, with counts.
+
 package broker_test
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,54 +13,12 @@ import (
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
-// dropWarnLog records the warnings logged, attributes flattened ("last.queue"),
-// and signals each on lines.
-type dropWarnLog struct {
-	attrs []slog.Attr
-	group string
-	rec   *dropWarnRecords
-}
-
-type dropWarnRecords struct {
-	mu    sync.Mutex
-	recs  []map[string]string
-	lines chan map[string]string
-}
-
-func (h *dropWarnLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *dropWarnLog) Handle(_ context.Context, r slog.Record) error {
-	m := map[string]string{"msg": r.Message}
-	var add func(prefix string, a slog.Attr)
-	add = func(prefix string, a slog.Attr) {
-		if a.Value.Kind() == slog.KindGroup {
-			for _, g := range a.Value.Group() {
-				add(prefix+a.Key+".", g)
-			}
-			return
-		}
-		m[prefix+a.Key] = a.Value.String()
-	}
-	for _, a := range h.attrs {
-		add("", a)
-	}
-	r.Attrs(func(a slog.Attr) bool { add("", a); return true })
-	h.rec.mu.Lock()
-	h.rec.recs = append(h.rec.recs, m)
-	h.rec.mu.Unlock()
-	h.rec.lines <- m
-	return nil
-}
-func (h *dropWarnLog) WithAttrs(as []slog.Attr) slog.Handler {
-	return &dropWarnLog{attrs: append(append([]slog.Attr{}, h.attrs...), as...), rec: h.rec}
-}
-func (h *dropWarnLog) WithGroup(string) slog.Handler { return h }
-
 // Dead letters dropped because the dead letter exchange is missing are
 // warned about at once, then counted: one line per interval with the
 // number and the last one's attributes, not one per message.
 func TestDeadLetterDropWarningIsRateLimited(t *testing.T) {
-	rec := &dropWarnRecords{lines: make(chan map[string]string, 100)}
-	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(&dropWarnLog{rec: rec})}})
+	logs := brokertest.NewLog(slog.LevelWarn)
+	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(logs)}})
 	_, ch := b.Channel(t)
 	if _, err := ch.QueueDeclare("src", true, false, false, false, amqp091.Table{"x-dead-letter-exchange": "nowhere"}); err != nil {
 		t.Fatal(err)
@@ -80,20 +38,7 @@ func TestDeadLetterDropWarningIsRateLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	next := func() map[string]string {
-		t.Helper()
-		for {
-			select {
-			case m := <-rec.lines:
-				if m["msg"] == "dead letters dropped" {
-					return m
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("no \"dead letters dropped\" warning")
-			}
-		}
-	}
-	first := next()
+	first := logs.Await(t, 10*time.Second, "dead letters dropped", 1).Map()
 	for k, v := range map[string]string{"cause": "dlx_missing", "vhost": "/", "queue": "src", "reason": "rejected", "dead_letter_exchange": "nowhere"} {
 		if first[k] != v {
 			t.Errorf("first warning: %s = %q, want %q (%v)", k, first[k], v, first)
@@ -103,15 +48,13 @@ func TestDeadLetterDropWarningIsRateLimited(t *testing.T) {
 		t.Errorf("first warning has a count: %v", first)
 	}
 	// The other n-1 in one line, at the end of the interval.
-	second := next()
+	second := logs.Await(t, 10*time.Second, "dead letters dropped", 2).Map()
 	if second["count"] != "4" || second["cause"] != "dlx_missing" || second["last.queue"] != "src" {
 		t.Errorf("second warning: %v; want count 4, cause dlx_missing, last.queue src", second)
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	drops := 0
-	for _, m := range rec.recs {
-		if m["msg"] == "dead letters dropped" {
+	for _, ln := range logs.Lines() {
+		if ln.Msg == "dead letters dropped" {
 			drops++
 		}
 	}

@@ -1,3 +1,5 @@
+// Tests of a dead letter's headers: x-death, x-first-death-*, x-last-death-*, CC and BCC.
+
 package broker_test
 
 // Tests of the headers of a dead letter (SPEC §2): x-death entries, their
@@ -20,9 +22,9 @@ import (
 
 func dsHeaders(e *dsEnv) {
 	e.setup(nil)
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{"user": "kept"}})
-	e.nack(e.get("src", "p1")[0], false, false)
-	d := e.get("dlq", "p1")[0]
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{"user": "kept"}})
+	e.nack(e.Expect("src", "p1")[0], false, false)
+	d := e.Expect("dlq", "p1")[0]
 	dsWantRoute(e.t, d, "dlx", "dlq")
 	e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 	dsWantFirstLast(e.t, d.Headers, [3]string{"rejected", "src", ""}, [3]string{"rejected", "src", ""})
@@ -38,30 +40,30 @@ func dsHeaders(e *dsEnv) {
 
 func dsHeadersReasonMaxLen(e *dsEnv) {
 	e.setup(amqp091.Table{"x-max-length": int64(1)})
-	e.publish("src", "p1", "p2")
-	d := e.get("dlq", "p1")[0]
+	e.PublishBodies("src", "p1", "p2")
+	d := e.Expect("dlq", "p1")[0]
 	e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "maxlen", exchange: "", count: 1, keys: []string{"src"}})
 	dsWantFirstLast(e.t, d.Headers, [3]string{"maxlen", "src", ""}, [3]string{"maxlen", "src", ""})
 }
 
 func dsHeadersBCC(e *dsEnv) {
-	e.exchange("dlx", "direct", nil)
+	e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
-	e.plainQueue("dlq", nil)
-	e.bind("dlq", "dlq", "dlx", nil)
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.Bind("dlq", "dlq", "dlx", nil)
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{
 		"CC":  []interface{}{"cc 1", "cc 2"},
 		"BCC": []interface{}{"dlq", "bcc 2"},
 	}})
 	e.waitFor("src", 1, 1, 0)
 	e.waitFor("dlq", 1, 1, 0)
-	d := e.get("src", "p1")[0]
-	direct := e.get("dlq", "p1")[0]
+	d := e.Expect("src", "p1")[0]
+	direct := e.Expect("dlq", "p1")[0]
 	dsWantAbsent(e.t, direct.Headers, "BCC")
 	e.nack(d, false, false)
 	e.waitFor("dlq", 2, 1, 1)
-	e.getEmpty("src")
-	d = e.get("dlq", "p1")[0]
+	e.WantEmpty("src")
+	d = e.Expect("dlq", "p1")[0]
 	dsWantAbsent(e.t, d.Headers, "BCC")
 	dsWantArray(e.t, d.Headers, "CC", "cc 1", "cc 2")
 	// The publish key, then CC; BCC excluded (it still routed).
@@ -69,16 +71,16 @@ func dsHeadersBCC(e *dsEnv) {
 }
 
 func dsHeadersCC(e *dsEnv) {
-	e.exchange("dlx", "direct", nil)
+	e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
-	e.plainQueue("dlq", nil)
-	e.bind("dlq", "dlq", "dlx", nil)
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{"CC": []interface{}{"dlq"}}})
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.Bind("dlq", "dlq", "dlx", nil)
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{"CC": []interface{}{"dlq"}}})
 	e.waitFor("dlq", 1, 1, 0)
-	d := e.get("src", "p1")[0]
-	direct := e.get("dlq", "p1")[0]
+	d := e.Expect("src", "p1")[0]
+	direct := e.Expect("dlq", "p1")[0]
 	e.nack(d, false, false)
-	dead := e.get("dlq", "p1")[0]
+	dead := e.Expect("dlq", "p1")[0]
 	dsWantArray(e.t, direct.Headers, "CC", "dlq")
 	dsWantAbsent(e.t, direct.Headers, "x-death")
 	dsWantArray(e.t, dead.Headers, "CC", "dlq")
@@ -90,12 +92,12 @@ func dsHeadersCC(e *dsEnv) {
 // the CC key.
 func dsHeadersCCWithRoutingKey(e *dsEnv) {
 	e.setup(nil)
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{"CC": []interface{}{"dlq"}, "user": "kept"}})
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("p1"), Headers: amqp091.Table{"CC": []interface{}{"dlq"}, "user": "kept"}})
 	e.waitFor("dlq", 1, 1, 0)
-	d := e.get("src", "p1")[0]
-	direct := e.get("dlq", "p1")[0]
+	d := e.Expect("src", "p1")[0]
+	direct := e.Expect("dlq", "p1")[0]
 	e.nack(d, false, false)
-	dead := e.get("dlq", "p1")[0]
+	dead := e.Expect("dlq", "p1")[0]
 	dsWantArray(e.t, direct.Headers, "CC", "dlq")
 	dsWantAbsent(e.t, dead.Headers, "CC")
 	dsWantStr(e.t, dead.Headers, "user", "kept")
@@ -106,17 +108,17 @@ func dsHeadersCCWithRoutingKey(e *dsEnv) {
 // dsHeadersFirstDeath: src --rejected--> dlq --rejected--> src; the
 // first-death headers keep the first death, the last-death ones follow.
 func dsHeadersFirstDeath(e *dsEnv) {
-	e.exchange("dlx", "direct", nil)
+	e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
 	e.queue("dlq", amqp091.Table{"x-dead-letter-exchange": "amq.direct"})
-	e.bind("dlq", "src", "dlx", nil)
-	e.bind("src", "src", "amq.direct", nil)
-	e.publishTo("amq.direct", "src", amqp091.Publishing{Body: []byte("p1")})
-	e.nack(e.get("src", "p1")[0], false, false)
-	d := e.get("dlq", "p1")[0]
+	e.Bind("dlq", "src", "dlx", nil)
+	e.Bind("src", "src", "amq.direct", nil)
+	e.Publish("amq.direct", "src", amqp091.Publishing{Body: []byte("p1")})
+	e.nack(e.Expect("src", "p1")[0], false, false)
+	d := e.Expect("dlq", "p1")[0]
 	dsWantFirstLast(e.t, d.Headers, [3]string{"rejected", "src", "amq.direct"}, [3]string{"rejected", "src", "amq.direct"})
 	e.nack(d, false, false)
-	d = e.get("src", "p1")[0]
+	d = e.Expect("src", "p1")[0]
 	dsWantRoute(e.t, d, "amq.direct", "src")
 	dsWantFirstLast(e.t, d.Headers, [3]string{"rejected", "src", "amq.direct"}, [3]string{"rejected", "dlq", "dlx"})
 	e.wantDeaths(d.Headers,
@@ -127,36 +129,36 @@ func dsHeadersFirstDeath(e *dsEnv) {
 // dsHeadersFirstDeathRoute: a headers DLX routes on x-first-death-* with
 // all-with-x and any-with-x.
 func dsHeadersFirstDeathRoute(e *dsEnv) {
-	e.exchange("dlx", "headers", nil)
+	e.DeclareExchange("dlx", "headers", nil, brokertest.Durable)
 	e.queue("q1", amqp091.Table{"x-dead-letter-exchange": "dlx"})
 	e.queue("q2", amqp091.Table{"x-dead-letter-exchange": "dlx"})
-	e.plainQueue("dlx_expired", nil)
-	e.plainQueue("dlx_rejected", nil)
-	e.bind("dlx_expired", "", "dlx", amqp091.Table{"x-match": "all-with-x", "x-first-death-reason": "expired", "x-first-death-queue": "q1"})
-	e.bind("dlx_rejected", "", "dlx", amqp091.Table{"x-match": "any-with-x", "x-first-death-reason": "rejected"})
+	e.Declare("dlx_expired", nil, brokertest.Durable)
+	e.Declare("dlx_rejected", nil, brokertest.Durable)
+	e.Bind("dlx_expired", "", "dlx", amqp091.Table{"x-match": "all-with-x", "x-first-death-reason": "expired", "x-first-death-queue": "q1"})
+	e.Bind("dlx_rejected", "", "dlx", amqp091.Table{"x-match": "any-with-x", "x-first-death-reason": "rejected"})
 
-	e.publishTo("", "q1", amqp091.Publishing{Body: []byte("p1"), Expiration: "0"})
+	e.Publish("", "q1", amqp091.Publishing{Body: []byte("p1"), Expiration: "0"})
 	e.waitFor("dlx_expired", 1, 1, 0)
-	e.get("dlx_expired", "p1")
-	e.getEmpty("dlx_expired")
+	e.Expect("dlx_expired", "p1")
+	e.WantEmpty("dlx_expired")
 	e.waitFor("q1", 0, 0, 0)
 
 	// Expired from q2: neither binding matches.
-	e.publishTo("", "q2", amqp091.Publishing{Body: []byte("p2"), Expiration: "0"})
+	e.Publish("", "q2", amqp091.Publishing{Body: []byte("p2"), Expiration: "0"})
 	if e.g.atLeastOnce {
 		e.waitFor("q2", 1, 0, 0)
 	} else {
 		e.wantCounters(map[string]uint64{"dead_lettered.expired": 1, "discarded.expired": 1, "dropped.unroutable": 1})
 		e.waitFor("q2", 0, 0, 0)
 	}
-	e.getEmpty("dlx_expired")
-	e.getEmpty("dlx_rejected")
+	e.WantEmpty("dlx_expired")
+	e.WantEmpty("dlx_rejected")
 
-	e.publish("q2", "p3")
-	e.reject(e.get("q2", "p3")[0], false)
-	e.get("dlx_rejected", "p3")
-	e.getEmpty("dlx_rejected")
-	e.getEmpty("dlx_expired")
+	e.PublishBodies("q2", "p3")
+	e.reject(e.Expect("q2", "p3")[0], false)
+	e.Expect("dlx_rejected", "p3")
+	e.WantEmpty("dlx_rejected")
+	e.WantEmpty("dlx_expired")
 	if e.g.atLeastOnce {
 		e.wantCounters(map[string]uint64{"dead_lettered.expired": 1, "dead_lettered.rejected": 1, "backlogged": 1})
 	} else {
@@ -167,11 +169,11 @@ func dsHeadersFirstDeathRoute(e *dsEnv) {
 func dsHeadersAppendedForEachEvent(e *dsEnv) {
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlx1"})
 	e.queue("dlx1", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlx2"})
-	e.plainQueue("dlx2", nil)
-	e.publish("src", "p")
-	e.reject(e.get("src", "p")[0], false)
-	e.reject(e.get("dlx1", "p")[0], false)
-	d := e.get("dlx2", "p")[0]
+	e.Declare("dlx2", nil, brokertest.Durable)
+	e.PublishBodies("src", "p")
+	e.reject(e.Expect("src", "p")[0], false)
+	e.reject(e.Expect("dlx1", "p")[0], false)
+	d := e.Expect("dlx2", "p")[0]
 	e.wantDeaths(d.Headers,
 		dsDeath{queue: "dlx1", reason: "rejected", exchange: "", count: 1, keys: []string{"dlx1"}},
 		dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
@@ -184,18 +186,18 @@ func dsHeadersAppendedForEachEvent(e *dsEnv) {
 func dsHeadersRepublish(e *dsEnv) {
 	e.setup(nil)
 	e.queue("ttl", amqp091.Table{"x-message-ttl": int64(10), "x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
-	e.publish("src", "p")
-	e.reject(e.get("src", "p")[0], false)
-	d := e.get("dlq", "p")[0]
+	e.PublishBodies("src", "p")
+	e.reject(e.Expect("src", "p")[0], false)
+	d := e.Expect("dlq", "p")[0]
 	t1 := e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 	if err := d.Ack(false); err != nil {
 		e.t.Fatal(err)
 	}
 
 	// Republished as received into a TTL queue: a second entry.
-	e.publishTo("", "ttl", amqp091.Publishing{Body: d.Body, Headers: d.Headers})
+	e.Publish("", "ttl", amqp091.Publishing{Body: d.Body, Headers: d.Headers})
 	e.waitFor("dlq", 1, 1, 0)
-	d2 := e.get("dlq", "p")[0]
+	d2 := e.Expect("dlq", "p")[0]
 	e.wantDeaths(d2.Headers,
 		dsDeath{queue: "ttl", reason: "expired", exchange: "", count: 1, keys: []string{"ttl"}},
 		dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
@@ -206,9 +208,9 @@ func dsHeadersRepublish(e *dsEnv) {
 
 	// Republished into the queue it died in: the count goes on, the
 	// entry keeps its time.
-	e.publishTo("", "src", amqp091.Publishing{Body: d.Body, Headers: d.Headers})
-	e.reject(e.get("src", "p")[0], false)
-	d3 := e.get("dlq", "p")[0]
+	e.Publish("", "src", amqp091.Publishing{Body: d.Body, Headers: d.Headers})
+	e.reject(e.Expect("src", "p")[0], false)
+	d3 := e.Expect("dlq", "p")[0]
 	t3 := e.wantDeaths(d3.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 2, keys: []string{"src"}})
 	if !t3[0].Equal(t1[0]) {
 		e.t.Fatalf("time %v, want the first death's %v", t3[0], t1[0])
@@ -223,9 +225,9 @@ func dsHeadersRepublish(e *dsEnv) {
 		h := maps.Clone(d.Headers)
 		h["x-death"] = bad
 		h["x-first-death-reason"] = "bogus"
-		e.publishTo("", "ttl", amqp091.Publishing{Body: []byte(fmt.Sprint("bad", i)), Headers: h})
+		e.Publish("", "ttl", amqp091.Publishing{Body: []byte(fmt.Sprint("bad", i)), Headers: h})
 		e.waitFor("dlq", 1, 1, 0)
-		d4 := e.get("dlq", fmt.Sprint("bad", i))[0]
+		d4 := e.Expect("dlq", fmt.Sprint("bad", i))[0]
 		e.wantDeaths(d4.Headers, dsDeath{queue: "ttl", reason: "expired", exchange: "", count: 1, keys: []string{"ttl"}})
 		dsWantFirstLast(e.t, d4.Headers, [3]string{"expired", "ttl", ""}, [3]string{"expired", "ttl", ""})
 		if err := d4.Ack(false); err != nil {
@@ -236,9 +238,9 @@ func dsHeadersRepublish(e *dsEnv) {
 
 func dsHeadersReasonExpired(e *dsEnv) {
 	e.setup(amqp091.Table{"x-message-ttl": int64(1)})
-	e.publish("src", "p1")
+	e.PublishBodies("src", "p1")
 	e.waitFor("dlq", 1, 1, 0)
-	d := e.get("dlq", "p1")[0]
+	d := e.Expect("dlq", "p1")[0]
 	e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "expired", exchange: "", count: 1, keys: []string{"src"}})
 	if d.Expiration != "" {
 		e.t.Fatalf("expiration %q, want none", d.Expiration)
@@ -250,16 +252,16 @@ func dsHeadersReasonExpired(e *dsEnv) {
 // behind a 10-minute one (brokerd expires anywhere, not only at the head).
 func dsHeadersReasonExpiredPerMessage(e *dsEnv) {
 	e.setup(nil)
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("p0"), Expiration: "600000"})
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("p1"), Expiration: "1"})
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("p0"), Expiration: "600000"})
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("p1"), Expiration: "1"})
 	e.waitFor("dlq", 1, 1, 0)
 	e.waitFor("src", 1, 1, 0)
-	d := e.get("dlq", "p1")[0]
+	d := e.Expect("dlq", "p1")[0]
 	e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "expired", exchange: "", count: 1, keys: []string{"src"}, origExp: "1"})
 	if d.Expiration != "" {
 		e.t.Fatalf("expiration %q, want it removed", d.Expiration)
 	}
-	e.get("src", "p0")
+	e.Expect("src", "p0")
 }
 
 // TestDLXWireXDeathLayout reads a twice dead-lettered message with a raw
@@ -269,7 +271,7 @@ func TestDLXWireXDeathLayout(t *testing.T) {
 	e := dsStart(t, dsGroups[0], brokertest.Config{})
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "mid"})
 	e.queue("mid", amqp091.Table{"x-message-ttl": int64(10), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"})
-	e.plainQueue("dlq", nil)
+	e.Declare("dlq", nil, brokertest.Durable)
 
 	w := dvDialWire(t, e.b.Addr, 0)
 	sent := amqp.Properties{
@@ -395,7 +397,7 @@ func TestDLXWireXDeathLayout(t *testing.T) {
 // a header, the expiration, CC, or exchange and routing key.
 func dsHeadersBatch(e *dsEnv) {
 	e.setup(nil)
-	e.bind("src", "k2", "amq.direct", nil)
+	e.Bind("src", "k2", "amq.direct", nil)
 	type pub struct {
 		x, key string
 		p      amqp091.Publishing
@@ -419,12 +421,12 @@ func dsHeadersBatch(e *dsEnv) {
 	for i, p := range pubs {
 		bodies[i] = fmt.Sprintf("p%d", i+1)
 		p.p.Body = []byte(bodies[i])
-		e.publishTo(p.x, p.key, p.p)
+		e.Publish(p.x, p.key, p.p)
 	}
 	e.waitFor("src", len(pubs), len(pubs), 0)
-	ds := e.get("src", bodies...)
+	ds := e.Expect("src", bodies...)
 	e.nack(ds[len(ds)-1], true, false)
-	for i, d := range e.get("dlq", bodies...) {
+	for i, d := range e.Expect("dlq", bodies...) {
 		dsWantStr(e.t, d.Headers, "user", pubs[i].p.Headers["user"].(string))
 		e.wantDeaths(d.Headers, pubs[i].death)
 		dsWantFirstLast(e.t, d.Headers, [3]string{"rejected", "src", pubs[i].x}, [3]string{"rejected", "src", pubs[i].x})
@@ -433,5 +435,5 @@ func dsHeadersBatch(e *dsEnv) {
 			e.t.Fatalf("%s: expiration %q, want none", d.Body, d.Expiration)
 		}
 	}
-	e.getEmpty("dlq")
+	e.WantEmpty("dlq")
 }

@@ -1,11 +1,12 @@
+// Helpers of the dead-lettering tests (ds*): the suite's groups, dsEnv and header checks.
+
 package broker_test
 
 // Helpers, prefixed ds, for the dead-lettering tests (dlx_*_test.go): the
-// suite's groups (queue type and strategy), a broker and client per test,
-// and checks of counters and x-death headers.
+// suite's groups (queue type and strategy), a broker and a session per
+// test (dsEnv), and checks of counters and x-death headers.
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -16,12 +17,10 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"errors"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
-
-// dsWait bounds every wait for something that must happen.
-const dsWait = 5 * time.Second
 
 // dsGroup is one of the suite's groups: a queue type and dead-letter
 // strategy, applied to every queue that dead-letters.
@@ -66,13 +65,13 @@ func (g dsGroup) args(extra amqp091.Table) amqp091.Table {
 	return a
 }
 
-// dsEnv is one test's broker and client.
+// dsEnv is one test's broker and client: a session whose publishes are
+// persistent unless they say otherwise, and not confirmed.
 type dsEnv struct {
+	*brokertest.Session
 	t     *testing.T
 	g     dsGroup
 	b     *brokertest.Instance
-	conn  *amqp091.Connection
-	ch    *amqp091.Channel
 	start time.Time        // x-death times are not before it (to the second)
 	now   func() time.Time // the broker's clock
 }
@@ -80,6 +79,9 @@ type dsEnv struct {
 func dsStart(t *testing.T, g dsGroup, cfg brokertest.Config) *dsEnv {
 	t.Helper()
 	now := cfg.Broker.Now
+	if now == nil && cfg.Clock != nil {
+		now = cfg.Clock.Now
+	}
 	if now == nil {
 		now = time.Now
 	}
@@ -88,44 +90,21 @@ func dsStart(t *testing.T, g dsGroup, cfg brokertest.Config) *dsEnv {
 	}
 	start := now()
 	b := brokertest.Start(t, cfg)
-	conn, ch := b.Channel(t)
-	return &dsEnv{t: t, g: g, b: b, conn: conn, ch: ch, start: start, now: now}
+	s := b.Session(t, brokertest.NoConfirm, brokertest.Persistent)
+	return &dsEnv{Session: s, t: t, g: g, b: b, start: start, now: now}
 }
 
-func (e *dsEnv) ctx() context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), dsWait)
-	e.t.Cleanup(cancel)
-	return ctx
+// redial replaces the session with a new connection's, as after a
+// restart.
+func (e *dsEnv) redial() {
+	e.t.Helper()
+	e.Session = e.b.Session(e.t, brokertest.NoConfirm, brokertest.Persistent)
 }
 
 // queue declares a durable queue of the group's type with extra arguments.
 func (e *dsEnv) queue(name string, extra amqp091.Table) {
 	e.t.Helper()
-	if _, err := e.ch.QueueDeclare(name, true, false, false, false, e.g.args(extra)); err != nil {
-		e.t.Fatalf("declare %q: %v", name, err)
-	}
-}
-
-// plainQueue declares a durable classic queue with exactly args.
-func (e *dsEnv) plainQueue(name string, args amqp091.Table) {
-	e.t.Helper()
-	if _, err := e.ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		e.t.Fatalf("declare %q: %v", name, err)
-	}
-}
-
-func (e *dsEnv) exchange(name, kind string, args amqp091.Table) {
-	e.t.Helper()
-	if err := e.ch.ExchangeDeclare(name, kind, true, false, false, false, args); err != nil {
-		e.t.Fatalf("declare exchange %q: %v", name, err)
-	}
-}
-
-func (e *dsEnv) bind(q, key, x string, args amqp091.Table) {
-	e.t.Helper()
-	if err := e.ch.QueueBind(q, key, x, false, args); err != nil {
-		e.t.Fatalf("bind %q to %q with %q: %v", q, x, key, err)
-	}
+	e.Declare(name, e.g.args(extra), brokertest.Durable)
 }
 
 // setup is the suite's declare_dead_letter_queues: a direct DLX "dlx", the
@@ -134,12 +113,12 @@ func (e *dsEnv) bind(q, key, x string, args amqp091.Table) {
 // bound to the DLX with key dlq.
 func (e *dsEnv) setup(extra amqp091.Table) {
 	e.t.Helper()
-	e.exchange("dlx", "direct", nil)
+	e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 	args := amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"}
 	maps.Copy(args, extra)
 	e.queue("src", args)
-	e.plainQueue("dlq", nil)
-	e.bind("dlq", "dlq", "dlx", nil)
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.Bind("dlq", "dlq", "dlx", nil)
 }
 
 func (e *dsEnv) policy(p broker.Policy) {
@@ -149,88 +128,17 @@ func (e *dsEnv) policy(p broker.Policy) {
 	}
 }
 
-// publishTo publishes p through exchange x with key; persistent unless p
-// says otherwise.
-func (e *dsEnv) publishTo(x, key string, p amqp091.Publishing) {
-	e.t.Helper()
-	if p.DeliveryMode == 0 {
-		p.DeliveryMode = amqp091.Persistent
-	}
-	if err := e.ch.PublishWithContext(e.ctx(), x, key, false, false, p); err != nil {
-		e.t.Fatalf("publish to %q/%q: %v", x, key, err)
-	}
-}
-
-// publish publishes each body to queue q through the default exchange.
-func (e *dsEnv) publish(q string, bodies ...string) {
-	e.t.Helper()
-	for _, b := range bodies {
-		e.publishTo("", q, amqp091.Publishing{Body: []byte(b)})
-	}
-}
-
-// get is the suite's consume/3: one basic.get (manual ack) per wanted
-// body, in order.
-func (e *dsEnv) get(q string, want ...string) []amqp091.Delivery {
-	e.t.Helper()
-	out := make([]amqp091.Delivery, len(want))
-	for i, w := range want {
-		d, ok, err := e.ch.Get(q, false)
-		if err != nil {
-			e.t.Fatalf("get %q: %v", q, err)
-		}
-		if !ok {
-			e.t.Fatalf("get %q: empty, want %q (message %d of %q)", q, w, i+1, want)
-		}
-		if string(d.Body) != w {
-			e.t.Fatalf("get %q: %q, want %q (message %d of %q)", q, d.Body, w, i+1, want)
-		}
-		out[i] = d
-	}
-	return out
-}
-
-// getEmpty is the suite's consume_empty.
-func (e *dsEnv) getEmpty(q string) {
-	e.t.Helper()
-	d, ok, err := e.ch.Get(q, true)
-	if err != nil {
-		e.t.Fatalf("get %q: %v", q, err)
-	}
-	if ok {
-		e.t.Fatalf("get %q: got %q, want get-empty", q, d.Body)
-	}
-}
-
 func (e *dsEnv) nack(d amqp091.Delivery, multiple, requeue bool) {
 	e.t.Helper()
-	if err := e.ch.Nack(d.DeliveryTag, multiple, requeue); err != nil {
+	if err := e.Nack(d.DeliveryTag, multiple, requeue); err != nil {
 		e.t.Fatalf("nack %d: %v", d.DeliveryTag, err)
 	}
 }
 
 func (e *dsEnv) reject(d amqp091.Delivery, requeue bool) {
 	e.t.Helper()
-	if err := e.ch.Reject(d.DeliveryTag, requeue); err != nil {
+	if err := e.Reject(d.DeliveryTag, requeue); err != nil {
 		e.t.Fatalf("reject %d: %v", d.DeliveryTag, err)
-	}
-}
-
-// eventually polls cond until it holds; what describes the last state.
-// For broker counters, which have no event to wait on (a dead letter
-// lands after its store write): the 2 ms between polls is the only sleep.
-func (e *dsEnv) eventually(cond func() (bool, string)) {
-	e.t.Helper()
-	deadline := time.Now().Add(dsWait)
-	for {
-		ok, what := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatal(what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval: the queue counters have no event to wait on
 	}
 }
 
@@ -238,24 +146,26 @@ func (e *dsEnv) eventually(cond func() (bool, string)) {
 // unacked]; messages include the dead-letter backlog.
 func (e *dsEnv) waitFor(q string, messages, ready, unacked int) {
 	e.t.Helper()
-	e.eventually(func() (bool, string) {
+	brokertest.Eventually(e.t, fmt.Sprintf("queue %q to hold %d messages, %d ready, %d unacked", q, messages, ready, unacked), func() error {
 		st, ok := e.b.Broker.QueueStats("/", q)
 		if !ok {
-			return false, fmt.Sprintf("queue %q does not exist", q)
+			return fmt.Errorf("queue %q does not exist", q)
 		}
-		n := st.Ready + st.Unacked + st.DeadLetterBacklog
-		return n == messages && st.Ready == ready && st.Unacked == unacked,
-			fmt.Sprintf("queue %q: messages %d ready %d unacked %d (backlog %d), want %d %d %d",
-				q, n, st.Ready, st.Unacked, st.DeadLetterBacklog, messages, ready, unacked)
+		if n := st.Ready + st.Unacked + st.DeadLetterBacklog; n != messages || st.Ready != ready || st.Unacked != unacked {
+			return fmt.Errorf("messages %d ready %d unacked %d (backlog %d)", n, st.Ready, st.Unacked, st.DeadLetterBacklog)
+		}
+		return nil
 	})
 }
 
 // waitBacklog waits until q's dead-letter backlog holds n messages.
 func (e *dsEnv) waitBacklog(q string, n int) {
 	e.t.Helper()
-	e.eventually(func() (bool, string) {
-		st, _ := e.b.Broker.QueueStats("/", q)
-		return st.DeadLetterBacklog == n, fmt.Sprintf("queue %q: backlog %d, want %d", q, st.DeadLetterBacklog, n)
+	brokertest.Eventually(e.t, fmt.Sprintf("queue %q's dead-letter backlog to hold %d", q, n), func() error {
+		if st, _ := e.b.Broker.QueueStats("/", q); st.DeadLetterBacklog != n {
+			return fmt.Errorf("backlog %d", st.DeadLetterBacklog)
+		}
+		return nil
 	})
 }
 
@@ -279,7 +189,7 @@ func dsFlat(s broker.Stats) map[string]uint64 {
 // every counter not listed being 0, except those in ignore.
 func (e *dsEnv) wantCounters(want map[string]uint64, ignore ...string) {
 	e.t.Helper()
-	e.eventually(func() (bool, string) {
+	brokertest.Eventually(e.t, "the dead-letter counters", func() error {
 		got := dsFlat(e.b.Broker.Stats())
 		var diff []string
 		for _, k := range slices.Sorted(maps.Keys(got)) {
@@ -295,7 +205,10 @@ func (e *dsEnv) wantCounters(want map[string]uint64, ignore ...string) {
 				diff = append(diff, "no counter "+k)
 			}
 		}
-		return len(diff) == 0, "counters: " + strings.Join(diff, ", ")
+		if len(diff) > 0 {
+			return errors.New(strings.Join(diff, ", "))
+		}
+		return nil
 	})
 }
 
@@ -304,11 +217,12 @@ func (e *dsEnv) wantCounters(want map[string]uint64, ignore ...string) {
 // and confirmed at-least-once dead letters.
 func (e *dsEnv) wantDied(strategy, reason string, n, confirmed uint64) {
 	e.t.Helper()
-	e.eventually(func() (bool, string) {
+	brokertest.Eventually(e.t, fmt.Sprintf("%d died %s/%s, %d confirmed", n, strategy, reason, confirmed), func() error {
 		st := e.b.Broker.Stats()
-		got := st.Died[strategy][reason]
-		return got == n && st.DeadLetteredConfirmed == confirmed,
-			fmt.Sprintf("died %s/%s = %d, confirmed %d; want %d, %d", strategy, reason, got, st.DeadLetteredConfirmed, n, confirmed)
+		if got := st.Died[strategy][reason]; got != n || st.DeadLetteredConfirmed != confirmed {
+			return fmt.Errorf("died %s/%s = %d, confirmed %d", strategy, reason, got, st.DeadLetteredConfirmed)
+		}
+		return nil
 	})
 }
 
@@ -471,18 +385,9 @@ func dsRecv(t testing.TB, msgs <-chan amqp091.Delivery, want ...string) []amqp09
 				t.Fatalf("delivery %d: %q, want %q (of %q)", i+1, d.Body, w, want)
 			}
 			out[i] = d
-		case <-time.After(dsWait):
+		case <-time.After(brokertest.Wait):
 			t.Fatalf("no delivery %d, want %q (of %q)", i+1, w, want)
 		}
 	}
 	return out
-}
-
-func (e *dsEnv) consume(q, tag string, noAck bool) <-chan amqp091.Delivery {
-	e.t.Helper()
-	msgs, err := e.ch.Consume(q, tag, noAck, false, false, false, nil)
-	if err != nil {
-		e.t.Fatalf("consume %q: %v", q, err)
-	}
-	return msgs
 }

@@ -1,3 +1,5 @@
+// Tests of dead-lettering set by policy against queue arguments.
+
 package broker_test
 
 // Tests of dead-lettering set by policy (SPEC §2, reference P5): policy
@@ -16,12 +18,12 @@ import (
 
 func dsPolicy(e *dsEnv) {
 	e.queue("src", nil)
-	e.exchange("dlx", "direct", nil)
-	e.plainQueue("dlq", nil)
-	e.bind("dlq", "dlq", "dlx", nil)
-	e.publish("src", "p1", "p2")
+	e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.Bind("dlq", "dlq", "dlx", nil)
+	e.PublishBodies("src", "p1", "p2")
 	e.waitFor("src", 2, 2, 0)
-	ds := e.get("src", "p1", "p2")
+	ds := e.Expect("src", "p1", "p2")
 	e.nack(ds[0], false, false)
 	e.waitFor("src", 1, 0, 1)
 	e.wantCounters(map[string]uint64{"discarded.rejected": 1, "dropped.no_dlx": 1})
@@ -33,8 +35,8 @@ func dsPolicy(e *dsEnv) {
 			st.Policy, st.OperatorPolicy, st.EffectivePolicyDefinition)
 	}
 	e.nack(ds[1], false, false)
-	d := e.get("dlq", "p2")[0]
-	e.getEmpty("dlq")
+	d := e.Expect("dlq", "p2")[0]
+	e.WantEmpty("dlq")
 	dsWantRoute(e.t, d, "dlx", "dlq")
 	e.waitFor("src", 0, 0, 0)
 	e.wantCounters(map[string]uint64{"discarded.rejected": 1, "dropped.no_dlx": 1, "dead_lettered.rejected": 1})
@@ -62,11 +64,11 @@ func dsArgumentsWin(e *dsEnv) {
 	if st, _ := e.b.Broker.QueueStats("/", "src"); st.Policy != "loop" {
 		e.t.Fatalf("policy %q applied, want loop", st.Policy)
 	}
-	e.publish("src", "p1")
-	e.nack(e.get("src", "p1")[0], false, false)
-	d := e.get("dlq", "p1")[0]
+	e.PublishBodies("src", "p1")
+	e.nack(e.Expect("src", "p1")[0], false, false)
+	d := e.Expect("dlq", "p1")[0]
 	dsWantRoute(e.t, d, "dlx", "dlq")
-	e.getEmpty("dlq")
+	e.WantEmpty("dlq")
 	e.waitFor("src", 0, 0, 0)
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 1})
 }
@@ -78,7 +80,7 @@ func dsArgumentsWin(e *dsEnv) {
 func TestDLXRoutingKeyNeedsArgumentDLX(t *testing.T) {
 	e := dsStart(t, dsGroups[0], brokertest.Config{})
 	e.policy(broker.Policy{Name: "dlx", Pattern: "^q$", Definition: map[string]any{"dead-letter-exchange": ""}})
-	rqFails(t, e.conn, 406, "PRECONDITION_FAILED - invalid arg 'x-dead-letter-routing-key' for queue 'q' in vhost '/': routing_key_but_no_dlx_defined",
+	rqFails(t, e.Conn, 406, "PRECONDITION_FAILED - invalid arg 'x-dead-letter-routing-key' for queue 'q' in vhost '/': routing_key_but_no_dlx_defined",
 		func(ch *amqp091.Channel) error {
 			_, err := ch.QueueDeclare("q", true, false, false, false, amqp091.Table{"x-dead-letter-routing-key": "dlq"})
 			return err
@@ -87,12 +89,12 @@ func TestDLXRoutingKeyNeedsArgumentDLX(t *testing.T) {
 		t.Fatal("queue q created despite the error")
 	}
 
-	e.plainQueue("dlq", nil)
+	e.Declare("dlq", nil, brokertest.Durable)
 	e.queue("other", nil)
 	e.policy(broker.Policy{Name: "dlrk", Pattern: "^other$", Definition: map[string]any{"dead-letter-routing-key": "dlq"}})
-	e.publish("other", "p")
-	e.reject(e.get("other", "p")[0], false)
-	e.getEmpty("dlq")
+	e.PublishBodies("other", "p")
+	e.reject(e.Expect("other", "p")[0], false)
+	e.WantEmpty("dlq")
 	e.wantCounters(map[string]uint64{"discarded.rejected": 1, "dropped.no_dlx": 1})
 }
 
@@ -103,28 +105,28 @@ func TestDLXArgumentAndPolicyKeyByKey(t *testing.T) {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
 			e := dsStart(t, g, brokertest.Config{})
-			e.exchange("dlx", "direct", nil)
-			e.exchange("other", "fanout", nil)
-			e.plainQueue("dlq", nil)
-			e.plainQueue("wrong", nil)
-			e.bind("dlq", "dlq", "dlx", nil)
-			e.bind("wrong", "", "other", nil)
+			e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
+			e.DeclareExchange("other", "fanout", nil, brokertest.Durable)
+			e.Declare("dlq", nil, brokertest.Durable)
+			e.Declare("wrong", nil, brokertest.Durable)
+			e.Bind("dlq", "dlq", "dlx", nil)
+			e.Bind("wrong", "", "other", nil)
 			e.policy(broker.Policy{Name: "p", Pattern: "^src$", ApplyTo: "queues",
 				Definition: map[string]any{"dead-letter-exchange": "other", "dead-letter-routing-key": "dlq"}})
 			e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
-			e.publish("src", "p")
-			e.reject(e.get("src", "p")[0], false)
-			dsWantRoute(t, e.get("dlq", "p")[0], "dlx", "dlq")
-			e.getEmpty("wrong")
+			e.PublishBodies("src", "p")
+			e.reject(e.Expect("src", "p")[0], false)
+			dsWantRoute(t, e.Expect("dlq", "p")[0], "dlx", "dlq")
+			e.WantEmpty("wrong")
 			// Clearing the policy: the queue's own key (the publish key,
 			// src) routes nowhere on dlx.
 			if err := e.b.Broker.ClearPolicy("/", "p"); err != nil {
 				t.Fatal(err)
 			}
-			e.publish("src", "p2")
-			e.reject(e.get("src", "p2")[0], false)
-			e.getEmpty("dlq")
-			e.getEmpty("wrong")
+			e.PublishBodies("src", "p2")
+			e.reject(e.Expect("src", "p2")[0], false)
+			e.WantEmpty("dlq")
+			e.WantEmpty("wrong")
 		})
 	}
 }
@@ -135,20 +137,20 @@ func TestDLXArgumentAndPolicyKeyByKey(t *testing.T) {
 func TestDLXPolicyDLXNotPermissionChecked(t *testing.T) {
 	// d may write to the default exchange, not to dlx.
 	b := rqStartUsers(t, map[string][3]string{"d": {"^d-", "^(d-.*|amq\\.default)$", "^d-"}})
-	admin := rqChan(t, b.Dial(t))
-	rqDeclareExchange(t, admin, "dlx", "direct", nil)
-	rqDeclareQueues(t, admin, "dlq")
-	rqBind(t, admin, "dlq", "dlq", "dlx", nil)
+	admin := brokertest.NewSession(t, b.Dial(t))
+	admin.DeclareExchange("dlx", "direct", nil)
+	admin.Declare("dlq", nil)
+	admin.Bind("dlq", "dlq", "dlx", nil)
 	if err := b.Broker.SetPolicy("/", broker.Policy{Name: "dlx", Pattern: "^d-q$",
 		Definition: map[string]any{"dead-letter-exchange": "dlx", "dead-letter-routing-key": "dlq"}}); err != nil {
 		t.Fatal(err)
 	}
-	ch := rqChan(t, rqDialAs(t, b, "d"))
+	ch := brokertest.NewSession(t, rqDialAs(t, b, "d"))
 	if _, err := ch.QueueDeclare("d-q", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "", "d-q", "p")
-	d, ok, err := ch.Get("d-q", false)
+	ch.PublishBodies("d-q", "p")
+	d, ok, err := ch.Channel.Get("d-q", false)
 	if err != nil || !ok {
 		t.Fatalf("get: %v %v", ok, err)
 	}

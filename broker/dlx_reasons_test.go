@@ -1,3 +1,5 @@
+// Tests of why a message is dead-lettered: rejected, maxlen, expired, delivery_limit.
+
 package broker_test
 
 // Tests of the reasons a message is dead-lettered (SPEC §2): rejected
@@ -26,17 +28,17 @@ func (e *dsEnv) dsDeliveryLimit50() {
 
 func dsNack(e *dsEnv) {
 	e.setup(nil)
-	e.publish("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
 	e.waitFor("src", 3, 3, 0)
-	ds := e.get("src", "p1", "p2", "p3")
+	ds := e.Expect("src", "p1", "p2", "p3")
 	e.nack(ds[2], false, false)
-	e.get("dlq", "p3")
-	e.getEmpty("dlq")
+	e.Expect("dlq", "p3")
+	e.WantEmpty("dlq")
 	e.nack(ds[0], false, false)
 	e.nack(ds[1], false, false)
-	e.get("dlq", "p1", "p2")
-	e.getEmpty("dlq")
-	e.getEmpty("src")
+	e.Expect("dlq", "p1", "p2")
+	e.WantEmpty("dlq")
+	e.WantEmpty("src")
 	e.waitFor("src", 0, 0, 0)
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 3})
 	e.wantQueueDeadLettered("src", map[string]uint64{"rejected": 3})
@@ -44,25 +46,25 @@ func dsNack(e *dsEnv) {
 
 func dsMultipleNack(e *dsEnv) {
 	e.setup(nil)
-	e.publish("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
 	e.waitFor("src", 3, 3, 0)
-	ds := e.get("src", "p1", "p2", "p3")
+	ds := e.Expect("src", "p1", "p2", "p3")
 	e.nack(ds[2], true, false)
-	e.get("dlq", "p1", "p2", "p3")
-	e.getEmpty("dlq")
-	e.getEmpty("src")
+	e.Expect("dlq", "p1", "p2", "p3")
+	e.WantEmpty("dlq")
+	e.WantEmpty("src")
 	e.waitFor("src", 0, 0, 0)
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 3})
 }
 
 func dsNackRequeue(e *dsEnv) {
 	e.setup(nil)
-	e.publish("src", "p1", "p2", "p3")
-	ds := e.get("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
+	ds := e.Expect("src", "p1", "p2", "p3")
 	e.nack(ds[2], false, true)
 	e.waitFor("src", 3, 1, 2)
-	e.getEmpty("dlq")
-	d := e.get("src", "p3")[0]
+	e.WantEmpty("dlq")
+	d := e.Expect("src", "p3")[0]
 	if !d.Redelivered {
 		e.t.Fatal("requeued message not marked redelivered")
 	}
@@ -71,29 +73,29 @@ func dsNackRequeue(e *dsEnv) {
 
 func dsNackRequeueMultiple(e *dsEnv) {
 	e.setup(nil)
-	e.publish("src", "p1", "p2", "p3")
-	ds := e.get("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
+	ds := e.Expect("src", "p1", "p2", "p3")
 	e.nack(ds[2], true, true)
 	e.waitFor("src", 3, 3, 0)
-	for _, d := range e.get("src", "p1", "p2", "p3") {
+	for _, d := range e.Expect("src", "p1", "p2", "p3") {
 		if !d.Redelivered {
 			e.t.Fatalf("%q not marked redelivered", d.Body)
 		}
 	}
-	e.getEmpty("dlq")
+	e.WantEmpty("dlq")
 	e.wantCounters(nil)
 }
 
 func dsReject(e *dsEnv) {
 	e.setup(nil)
-	e.publish("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
 	e.waitFor("src", 3, 3, 0)
-	d := e.get("src", "p1")[0]
+	d := e.Expect("src", "p1")[0]
 	e.reject(d, false)
-	e.get("dlq", "p1")
-	e.getEmpty("dlq")
-	e.get("src", "p2", "p3")
-	e.getEmpty("src")
+	e.Expect("dlq", "p1")
+	e.WantEmpty("dlq")
+	e.Expect("src", "p2", "p3")
+	e.WantEmpty("src")
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 1})
 }
 
@@ -103,53 +105,53 @@ func dsRejectMany(e *dsEnv) {
 	for i := range bodies {
 		bodies[i] = fmt.Sprintf("m%03d", i+1)
 	}
-	e.publish("src", bodies...)
-	msgs := e.consume("src", "src-c", false)
+	e.PublishBodies("src", bodies...)
+	msgs := dvConsume(e.t, e.Session, "src", "src-c", false, nil)
 	for _, d := range dsRecv(e.t, msgs, bodies...) {
 		e.reject(d, false)
 	}
 	e.waitFor("dlq", 100, 100, 0)
 	e.waitFor("src", 0, 0, 0)
-	dsRecv(e.t, e.consume("dlq", "dlq-c", true), bodies...)
+	dsRecv(e.t, dvConsume(e.t, e.Session, "dlq", "dlq-c", true, nil), bodies...)
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 100})
 }
 
 func dsRejectRequeue(e *dsEnv) {
 	e.dsDeliveryLimit50()
 	e.setup(nil)
-	e.publish("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
 	e.waitFor("src", 3, 3, 0)
-	e.reject(e.get("src", "p1")[0], true)
+	e.reject(e.Expect("src", "p1")[0], true)
 	e.waitFor("src", 3, 3, 0)
-	e.get("src", "p1", "p2", "p3")
-	e.getEmpty("dlq")
+	e.Expect("src", "p1", "p2", "p3")
+	e.WantEmpty("dlq")
 	e.wantCounters(nil)
 }
 
 func dsMaxLengthDropHead(e *dsEnv) {
 	e.setup(amqp091.Table{"x-max-length": int64(1)})
-	e.publish("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
 	e.waitFor("src", 1, 1, 0)
-	e.get("dlq", "p1", "p2")
-	e.getEmpty("dlq")
-	e.get("src", "p3")
-	e.getEmpty("src")
+	e.Expect("dlq", "p1", "p2")
+	e.WantEmpty("dlq")
+	e.Expect("src", "p3")
+	e.WantEmpty("src")
 	e.wantCounters(map[string]uint64{"dead_lettered.maxlen": 2})
 }
 
 func dsRejectRequeueRejectNoRequeue(e *dsEnv) {
 	e.setup(nil)
-	e.publish("src", "p")
-	e.reject(e.get("src", "p")[0], true)
+	e.PublishBodies("src", "p")
+	e.reject(e.Expect("src", "p")[0], true)
 	e.waitFor("src", 1, 1, 0)
-	d := e.get("src", "p")[0]
+	d := e.Expect("src", "p")[0]
 	if !d.Redelivered {
 		e.t.Fatal("not marked redelivered")
 	}
 	e.reject(d, false)
-	e.get("dlq", "p")
-	e.getEmpty("dlq")
-	e.getEmpty("src")
+	e.Expect("dlq", "p")
+	e.WantEmpty("dlq")
+	e.WantEmpty("src")
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 1})
 }
 
@@ -157,39 +159,39 @@ func dsRejectRequeueRejectNoRequeue(e *dsEnv) {
 func dsNackRequeueNackNoRequeueGet(e *dsEnv) {
 	e.dsDeliveryLimit50()
 	e.setup(nil)
-	e.publish("src", "p1", "p2", "p3")
+	e.PublishBodies("src", "p1", "p2", "p3")
 	e.waitFor("src", 3, 3, 0)
-	ds := e.get("src", "p1", "p2", "p3")
+	ds := e.Expect("src", "p1", "p2", "p3")
 	e.nack(ds[1], true, true)
 	e.waitFor("src", 3, 2, 1)
-	re := e.get("src", "p1", "p2")
+	re := e.Expect("src", "p1", "p2")
 	if re[0].DeliveryTag != 4 || re[1].DeliveryTag != 5 || !re[0].Redelivered || !re[1].Redelivered {
 		e.t.Fatalf("redeliveries tags %d, %d (redelivered %t, %t), want 4, 5 redelivered",
 			re[0].DeliveryTag, re[1].DeliveryTag, re[0].Redelivered, re[1].Redelivered)
 	}
 	e.nack(re[1], true, false)
-	e.get("dlq", "p3", "p1", "p2")
-	e.getEmpty("dlq")
-	e.getEmpty("src")
+	e.Expect("dlq", "p3", "p1", "p2")
+	e.WantEmpty("dlq")
+	e.WantEmpty("src")
 	e.wantCounters(map[string]uint64{"dead_lettered.rejected": 3})
 }
 
 func dsNackRequeueNackNoRequeueConsume(e *dsEnv) {
 	e.dsDeliveryLimit50()
 	e.setup(nil)
-	e.publish("src", "m1", "m2", "m3")
+	e.PublishBodies("src", "m1", "m2", "m3")
 	e.waitFor("src", 3, 3, 0)
-	src := e.consume("src", "src-c", false)
+	src := dvConsume(e.t, e.Session, "src", "src-c", false, nil)
 	ds := dsRecv(e.t, src, "m1", "m2", "m3")
 	e.nack(ds[1], true, true)
 	re := dsRecv(e.t, src, "m1", "m2")
 	if !re[0].Redelivered || !re[1].Redelivered {
 		e.t.Fatal("redeliveries not marked redelivered")
 	}
-	dlq := e.consume("dlq", "dlq-c", false)
+	dlq := dvConsume(e.t, e.Session, "dlq", "dlq-c", false, nil)
 	e.nack(re[1], true, false)
 	got := dsRecv(e.t, dlq, "m3", "m1", "m2")
-	if err := e.ch.Ack(got[2].DeliveryTag, true); err != nil {
+	if err := e.Ack(got[2].DeliveryTag, true); err != nil {
 		e.t.Fatal(err)
 	}
 	e.waitFor("src", 0, 0, 0)
@@ -199,7 +201,7 @@ func dsNackRequeueNackNoRequeueConsume(e *dsEnv) {
 
 func dsMaxLengthRejectPublishDLX(e *dsEnv) {
 	e.setup(amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish-dlx"})
-	pc, err := e.conn.Channel()
+	pc, err := e.Conn.Channel()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -207,11 +209,11 @@ func dsMaxLengthRejectPublishDLX(e *dsEnv) {
 		e.t.Fatal(err)
 	}
 	for i, body := range []string{"p1", "p2", "p3"} {
-		dc, err := pc.PublishWithDeferredConfirmWithContext(e.ctx(), "", "src", false, false, amqp091.Publishing{Body: []byte(body)})
+		dc, err := pc.PublishWithDeferredConfirmWithContext(brokertest.Context(e.t), "", "src", false, false, amqp091.Publishing{Body: []byte(body)})
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		ack, err := dc.WaitContext(e.ctx())
+		ack, err := dc.WaitContext(brokertest.Context(e.t))
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -220,21 +222,21 @@ func dsMaxLengthRejectPublishDLX(e *dsEnv) {
 		}
 	}
 	e.waitFor("src", 1, 1, 0)
-	ds := e.get("dlq", "p2", "p3")
-	e.getEmpty("dlq")
-	e.get("src", "p1")
-	e.getEmpty("src")
+	ds := e.Expect("dlq", "p2", "p3")
+	e.WantEmpty("dlq")
+	e.Expect("src", "p1")
+	e.WantEmpty("src")
 	e.wantDeaths(ds[0].Headers, dsDeath{queue: "src", reason: "maxlen", exchange: "", count: 1, keys: []string{"src"}})
 	e.wantCounters(map[string]uint64{"dead_lettered.maxlen": 2})
 }
 
 func dsTTL(e *dsEnv) {
 	e.setup(amqp091.Table{"x-message-ttl": int64(1)})
-	e.publish("src", "p1")
+	e.PublishBodies("src", "p1")
 	e.waitFor("dlq", 1, 1, 0)
 	e.waitFor("src", 0, 0, 0)
-	e.get("dlq", "p1")
-	e.getEmpty("src")
+	e.Expect("dlq", "p1")
+	e.WantEmpty("src")
 	e.wantCounters(map[string]uint64{"dead_lettered.expired": 1})
 }
 
@@ -253,15 +255,15 @@ func TestDLXDropCauses(t *testing.T) {
 			return amqp091.Table{"x-dead-letter-exchange": "missing"}
 		}, false, map[string]uint64{"discarded.rejected": 1, "dropped.dlx_missing": 1}},
 		{"unroutable", func(e *dsEnv) amqp091.Table {
-			e.exchange("dlx", "direct", nil)
+			e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 			return amqp091.Table{"x-dead-letter-exchange": "dlx"}
 		}, false, map[string]uint64{"discarded.rejected": 1, "dropped.unroutable": 1}},
 		{"cycle", func(e *dsEnv) amqp091.Table {
 			return amqp091.Table{"x-dead-letter-exchange": "", "x-message-ttl": int64(5)}
 		}, true, map[string]uint64{"discarded.expired": 1, "dropped.cycle": 1, "cycles": 1}},
 		{"target_full", func(e *dsEnv) amqp091.Table {
-			e.plainQueue("full", amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
-			e.publish("full", "already")
+			e.Declare("full", amqp091.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"}, brokertest.Durable)
+			e.PublishBodies("full", "already")
 			return amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "full"}
 		}, false, map[string]uint64{"discarded.rejected": 1, "dropped.target_full": 1}},
 	}
@@ -273,9 +275,9 @@ func TestDLXDropCauses(t *testing.T) {
 					t.Parallel()
 					e := dsStart(t, g, brokertest.Config{})
 					e.queue("src", c.prepare(e))
-					e.publish("src", "p")
+					e.PublishBodies("src", "p")
 					if !c.expire {
-						e.reject(e.get("src", "p")[0], false)
+						e.reject(e.Expect("src", "p")[0], false)
 					}
 					e.waitFor("src", 0, 0, 0)
 					e.wantCounters(c.want)
@@ -296,40 +298,40 @@ func TestDLXQueueRemovalDoesNotDeadLetter(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, brokertest.Config{})
 				e.setup(nil)
-				e.publish("src", "p1", "p2", "p3")
+				e.PublishBodies("src", "p1", "p2", "p3")
 				e.waitFor("src", 3, 3, 0)
-				if n, err := e.ch.QueuePurge("src", false); err != nil || n != 3 {
+				if n, err := e.QueuePurge("src", false); err != nil || n != 3 {
 					t.Fatalf("purge: %d, %v; want 3", n, err)
 				}
 				e.waitFor("src", 0, 0, 0)
-				e.getEmpty("dlq")
+				e.WantEmpty("dlq")
 				e.wantCounters(nil)
 			})
 			t.Run("delete", func(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, brokertest.Config{})
 				e.setup(nil)
-				e.publish("src", "p1", "p2", "p3")
-				d := e.get("src", "p1")[0]
-				if _, err := e.ch.QueueDelete("src", false, false, false); err != nil {
+				e.PublishBodies("src", "p1", "p2", "p3")
+				d := e.Expect("src", "p1")[0]
+				if _, err := e.QueueDelete("src", false, false, false); err != nil {
 					t.Fatal(err)
 				}
 				// Rejecting a message of the deleted queue does not
 				// dead-letter it either.
 				e.reject(d, false)
-				e.getEmpty("dlq")
+				e.WantEmpty("dlq")
 				e.wantCounters(nil)
 			})
 			t.Run("x-expires", func(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, brokertest.Config{})
 				e.setup(amqp091.Table{"x-expires": int64(50)})
-				e.publish("src", "p1", "p2", "p3")
-				e.eventually(func() (bool, string) {
+				e.PublishBodies("src", "p1", "p2", "p3")
+				brokertest.Eventually(t, "queue src to expire", func() bool {
 					_, ok := e.b.Broker.QueueStats("/", "src")
-					return !ok, "queue src did not expire"
+					return !ok
 				})
-				e.getEmpty("dlq")
+				e.WantEmpty("dlq")
 				e.wantCounters(nil)
 			})
 		})
@@ -345,7 +347,7 @@ func TestDLXDeliveryLimit(t *testing.T) {
 			t.Parallel()
 			e := dsStart(t, g, brokertest.Config{})
 			e.setup(amqp091.Table{"x-delivery-limit": int64(3)})
-			e.publish("src", "p")
+			e.PublishBodies("src", "p")
 			wantCount := func(d amqp091.Delivery, n int64) {
 				t.Helper()
 				if n == 0 {
@@ -356,18 +358,18 @@ func TestDLXDeliveryLimit(t *testing.T) {
 					t.Fatalf("x-delivery-count = %#v, want long %d", d.Headers["x-delivery-count"], n)
 				}
 			}
-			d := e.get("src", "p")[0]
+			d := e.Expect("src", "p")[0]
 			wantCount(d, 0)
 			e.nack(d, false, true)
-			d = e.get("src", "p")[0]
+			d = e.Expect("src", "p")[0]
 			wantCount(d, 1)
 			e.reject(d, true)
-			d = e.get("src", "p")[0]
+			d = e.Expect("src", "p")[0]
 			wantCount(d, 2)
-			if err := e.ch.Recover(true); err != nil {
+			if err := e.Recover(true); err != nil {
 				t.Fatal(err)
 			}
-			ch2, err := e.conn.Channel()
+			ch2, err := e.Conn.Channel()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -380,7 +382,7 @@ func TestDLXDeliveryLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.waitFor("src", 0, 0, 0)
-			d = e.get("dlq", "p")[0]
+			d = e.Expect("dlq", "p")[0]
 			e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "delivery_limit", exchange: "", count: 1, keys: []string{"src"}})
 			dsWantFirstLast(t, d.Headers, [3]string{"delivery_limit", "src", ""}, [3]string{"delivery_limit", "src", ""})
 			e.wantCounters(map[string]uint64{"dead_lettered.delivery_limit": 1})

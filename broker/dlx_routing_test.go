@@ -1,3 +1,5 @@
+// Tests of where a dead letter goes: exchange, routing key, CC/BCC and the target queues.
+
 package broker_test
 
 // Tests of where a dead letter goes (SPEC §2): the dead-letter exchange,
@@ -20,10 +22,10 @@ import (
 func dsMissingExchange(e *dsEnv) {
 	// The exchange does not exist (the suite deletes it first).
 	e.queue("src", amqp091.Table{"x-max-length": int64(1), "x-dead-letter-exchange": "dlx-exchange-2", "x-dead-letter-routing-key": "dlq"})
-	e.plainQueue("dlq", nil)
-	e.publish("src", "p1")
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.PublishBodies("src", "p1")
 	e.waitFor("src", 1, 1, 0)
-	d := e.get("src", "p1")[0]
+	d := e.Expect("src", "p1")[0]
 	e.waitFor("src", 1, 0, 1)
 	e.reject(d, false)
 	if e.g.atLeastOnce {
@@ -36,21 +38,21 @@ func dsMissingExchange(e *dsEnv) {
 		e.waitFor("src", 0, 0, 0)
 		e.wantCounters(map[string]uint64{"discarded.rejected": 1, "dropped.dlx_missing": 1})
 	}
-	e.getEmpty("dlq")
-	e.getEmpty("src")
+	e.WantEmpty("dlq")
+	e.WantEmpty("src")
 
-	e.exchange("dlx-exchange-2", "direct", nil)
-	e.bind("dlq", "dlq", "dlx-exchange-2", nil)
+	e.DeclareExchange("dlx-exchange-2", "direct", nil, brokertest.Durable)
+	e.Bind("dlq", "dlq", "dlx-exchange-2", nil)
 	if e.g.atLeastOnce {
 		// The binding made a route: forwarded at once.
 		e.waitFor("src", 0, 0, 0)
-		e.get("dlq", "p1")
+		e.Expect("dlq", "p1")
 	}
-	e.publish("src", "p2")
-	e.reject(e.get("src", "p2")[0], false)
-	d = e.get("dlq", "p2")[0]
+	e.PublishBodies("src", "p2")
+	e.reject(e.Expect("src", "p2")[0], false)
+	d = e.Expect("dlq", "p2")[0]
 	dsWantRoute(e.t, d, "dlx-exchange-2", "dlq")
-	e.getEmpty("dlq")
+	e.WantEmpty("dlq")
 	if e.g.atLeastOnce {
 		e.wantCounters(map[string]uint64{"backlogged": 1, "dead_lettered.rejected": 2})
 	} else {
@@ -62,39 +64,39 @@ func dsMissingExchange(e *dsEnv) {
 // with its own key; while nothing is bound with it, it is lost
 // (at-most-once) or kept (at-least-once, forwarded once bound).
 func dsRoutingKey(e *dsEnv) {
-	e.exchange("dlx", "direct", nil)
+	e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
-	e.plainQueue("dlq", nil)
-	e.publish("src", "p1")
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.PublishBodies("src", "p1")
 	e.waitFor("src", 1, 1, 0)
-	e.nack(e.get("src", "p1")[0], false, false)
+	e.nack(e.Expect("src", "p1")[0], false, false)
 	if e.g.atLeastOnce {
 		e.waitFor("src", 1, 0, 0)
 	} else {
 		e.waitFor("src", 0, 0, 0)
 	}
-	e.getEmpty("src")
-	e.getEmpty("dlq")
-	e.bind("dlq", "src", "dlx", nil)
+	e.WantEmpty("src")
+	e.WantEmpty("dlq")
+	e.Bind("dlq", "src", "dlx", nil)
 	if e.g.atLeastOnce {
 		e.waitFor("dlq", 1, 1, 0)
 		e.waitFor("src", 0, 0, 0)
 	}
-	e.publish("src", "p2")
+	e.PublishBodies("src", "p2")
 	e.waitFor("src", 1, 1, 0)
-	e.nack(e.get("src", "p2")[0], false, false)
+	e.nack(e.Expect("src", "p2")[0], false, false)
 	var ds []amqp091.Delivery
 	if e.g.atLeastOnce {
-		ds = e.get("dlq", "p1", "p2")
+		ds = e.Expect("dlq", "p1", "p2")
 		e.wantCounters(map[string]uint64{"backlogged": 1, "dead_lettered.rejected": 2})
 	} else {
-		ds = e.get("dlq", "p2")
+		ds = e.Expect("dlq", "p2")
 		e.wantCounters(map[string]uint64{"dead_lettered.rejected": 1, "discarded.rejected": 1, "dropped.unroutable": 1})
 	}
 	for _, d := range ds {
 		dsWantRoute(e.t, d, "dlx", "src")
 	}
-	e.getEmpty("dlq")
+	e.WantEmpty("dlq")
 }
 
 // dsRoutingKeyHeaderCC: without a dead-letter routing key the CC keys route
@@ -104,23 +106,23 @@ func dsRoutingKeyHeaderCC(e *dsEnv) { dsRoutingKeyHeaderSender(e, "CC") }
 func dsRoutingKeyHeaderBCC(e *dsEnv) { dsRoutingKeyHeaderSender(e, "BCC") }
 
 func dsRoutingKeyHeaderSender(e *dsEnv, header string) {
-	e.exchange("dlx", "direct", nil)
+	e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
 	e.queue("src", amqp091.Table{"x-dead-letter-exchange": "dlx"})
-	e.plainQueue("dlq", nil)
-	e.bind("dlq", "dlq", "dlx", nil)
-	e.publish("src", "p1")
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("p2"), Headers: amqp091.Table{header: []interface{}{"dlq"}}})
+	e.Declare("dlq", nil, brokertest.Durable)
+	e.Bind("dlq", "dlq", "dlx", nil)
+	e.PublishBodies("src", "p1")
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("p2"), Headers: amqp091.Table{header: []interface{}{"dlq"}}})
 	// p2 is also in dlq directly: its sender key names it.
 	e.waitFor("src", 2, 2, 0)
 	e.waitFor("dlq", 1, 1, 0)
-	ds := e.get("src", "p1", "p2")
-	e.get("dlq", "p2")
+	ds := e.Expect("src", "p1", "p2")
+	e.Expect("dlq", "p2")
 	e.nack(ds[1], false, false)
 	// Dead-lettered through the DLX with the sender key.
 	e.waitFor("dlq", 2, 1, 1)
-	e.getEmpty("src")
-	d := e.get("dlq", "p2")[0]
-	e.getEmpty("dlq")
+	e.WantEmpty("src")
+	d := e.Expect("dlq", "p2")[0]
+	e.WantEmpty("dlq")
 	dsWantRoute(e.t, d, "dlx", "src")
 	keys := []string{"src", "dlq"}
 	if header == "BCC" {
@@ -146,48 +148,48 @@ func TestDLXExchangeTypes(t *testing.T) {
 	}
 	cases := []tc{
 		{name: "default", prepare: func(e *dsEnv) (amqp091.Table, []string) {
-			e.plainQueue("dlq", nil)
+			e.Declare("dlq", nil, brokertest.Durable)
 			return amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}, []string{"dlq"}
 		}},
 		{name: "fanout", prepare: func(e *dsEnv) (amqp091.Table, []string) {
-			e.exchange("fan", "fanout", nil)
+			e.DeclareExchange("fan", "fanout", nil, brokertest.Durable)
 			for _, q := range []string{"f1", "f2", "f3"} {
-				e.plainQueue(q, nil)
-				e.bind(q, "", "fan", nil)
+				e.Declare(q, nil, brokertest.Durable)
+				e.Bind(q, "", "fan", nil)
 			}
 			return amqp091.Table{"x-dead-letter-exchange": "fan", "x-dead-letter-routing-key": "ignored"}, []string{"f1", "f2", "f3"}
 		}},
 		{name: "topic", none: []string{"t-us"}, prepare: func(e *dsEnv) (amqp091.Table, []string) {
-			e.exchange("top", "topic", nil)
+			e.DeclareExchange("top", "topic", nil, brokertest.Durable)
 			for q, k := range map[string]string{"t-star": "*.eu", "t-hash": "orders.#", "t-us": "*.us"} {
-				e.plainQueue(q, nil)
-				e.bind(q, k, "top", nil)
+				e.Declare(q, nil, brokertest.Durable)
+				e.Bind(q, k, "top", nil)
 			}
 			return amqp091.Table{"x-dead-letter-exchange": "top", "x-dead-letter-routing-key": "orders.eu"}, []string{"t-star", "t-hash"}
 		}},
 		{name: "headers", headers: amqp091.Table{"kind": "order"}, none: []string{"h-other"}, prepare: func(e *dsEnv) (amqp091.Table, []string) {
-			e.exchange("hdr", "headers", nil)
-			e.plainQueue("h-order", nil)
-			e.plainQueue("h-other", nil)
-			e.bind("h-order", "", "hdr", amqp091.Table{"x-match": "all", "kind": "order"})
-			e.bind("h-other", "", "hdr", amqp091.Table{"x-match": "any", "kind": "other"})
+			e.DeclareExchange("hdr", "headers", nil, brokertest.Durable)
+			e.Declare("h-order", nil, brokertest.Durable)
+			e.Declare("h-other", nil, brokertest.Durable)
+			e.Bind("h-order", "", "hdr", amqp091.Table{"x-match": "all", "kind": "order"})
+			e.Bind("h-other", "", "hdr", amqp091.Table{"x-match": "any", "kind": "other"})
 			return amqp091.Table{"x-dead-letter-exchange": "hdr"}, []string{"h-order"}
 		}},
 		{name: "exchange_to_exchange", prepare: func(e *dsEnv) (amqp091.Table, []string) {
-			e.exchange("dlx", "direct", nil)
-			e.exchange("fan", "fanout", nil)
-			if err := e.ch.ExchangeBind("fan", "dlq", "dlx", false, nil); err != nil {
+			e.DeclareExchange("dlx", "direct", nil, brokertest.Durable)
+			e.DeclareExchange("fan", "fanout", nil, brokertest.Durable)
+			if err := e.ExchangeBind("fan", "dlq", "dlx", false, nil); err != nil {
 				e.t.Fatal(err)
 			}
-			e.plainQueue("via-fan", nil)
-			e.bind("via-fan", "", "fan", nil)
+			e.Declare("via-fan", nil, brokertest.Durable)
+			e.Bind("via-fan", "", "fan", nil)
 			return amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"}, []string{"via-fan"}
 		}},
 		{name: "alternate_exchange", prepare: func(e *dsEnv) (amqp091.Table, []string) {
-			e.exchange("ae", "fanout", nil)
-			e.plainQueue("ae-q", nil)
-			e.bind("ae-q", "", "ae", nil)
-			e.exchange("dlx", "direct", amqp091.Table{"alternate-exchange": "ae"})
+			e.DeclareExchange("ae", "fanout", nil, brokertest.Durable)
+			e.Declare("ae-q", nil, brokertest.Durable)
+			e.Bind("ae-q", "", "ae", nil)
+			e.DeclareExchange("dlx", "direct", amqp091.Table{"alternate-exchange": "ae"}, brokertest.Durable)
 			return amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "unbound"}, []string{"ae-q"}
 		}},
 	}
@@ -200,15 +202,15 @@ func TestDLXExchangeTypes(t *testing.T) {
 					e := dsStart(t, g, brokertest.Config{})
 					args, targets := c.prepare(e)
 					e.queue("src", args)
-					e.publishTo("", "src", amqp091.Publishing{Body: []byte("p"), Headers: c.headers})
-					e.reject(e.get("src", "p")[0], false)
+					e.Publish("", "src", amqp091.Publishing{Body: []byte("p"), Headers: c.headers})
+					e.reject(e.Expect("src", "p")[0], false)
 					for _, q := range targets {
-						d := e.get(q, "p")[0]
-						e.getEmpty(q)
+						d := e.Expect(q, "p")[0]
+						e.WantEmpty(q)
 						e.wantDeaths(d.Headers, dsDeath{queue: "src", reason: "rejected", exchange: "", count: 1, keys: []string{"src"}})
 					}
 					for _, q := range c.none {
-						e.getEmpty(q)
+						e.WantEmpty(q)
 					}
 					e.waitFor("src", 0, 0, 0)
 					// One message dead-lettered, whatever the number of copies.
@@ -230,19 +232,19 @@ func TestDLXExchangeTypes(t *testing.T) {
 // Review finding R1 of an adversarial review of the broker's
 // concurrency and store ordering; it failed before the fix.
 func TestDeadLetterBatchIntoFullRejectPublishTarget(t *testing.T) {
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-	tlDeclare(t, ch, "src", "classic", tlDLX("dlq", nil))
-	tlPubAll(t, ch, "src", "a", "b", "c")
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.Declare("dlq", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	ch.Declare("src", tlDLX("dlq", nil))
+	ch.PublishBodies("src", "a", "b", "c")
 	var last amqp091.Delivery
 	for range 3 {
-		last = tlMustGet(t, ch, "src")
+		last = ch.Get("src")
 	}
 	if err := ch.Nack(last.DeliveryTag, true, false); err != nil {
 		t.Fatal(err)
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	if got := tlReady(t, b, "dlq"); got != 1 {
 		t.Fatalf("reject-publish target with x-max-length 1 holds %d messages after a nack-multiple of 3 (SPEC §4: limits are exact)", got)
 	}
@@ -261,9 +263,9 @@ func TestDeadLetterBatchIntoFullRejectPublishTarget(t *testing.T) {
 func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 	var armed atomic.Bool
 	var hook func(dlq store.QueueID)
-	hs := &hookStore{}
+	hs := &brokertest.SpyStore{}
 	var dlqID atomic.Uint64
-	hs.hook = func(bt *store.Batch) {
+	hs.BeforeApply = func(bt *store.Batch) {
 		if len(bt.Puts) == 0 || len(bt.Deletes) == 0 || bt.Puts[0].Queue == bt.Deletes[0].Queue {
 			return
 		}
@@ -272,8 +274,8 @@ func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 			hook(bt.Puts[0].Queue)
 		}
 	}
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { hs.Store = s; return hs }})
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{WrapStore: hs.Wrap})
+	ch := b.Session(t)
 	_, other := b.Channel(t)
 	deleted := make(chan struct{}) // closed when the delete has returned
 	var deleteErr error
@@ -290,10 +292,10 @@ func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", amqp091.Table{"x-dead-letter-strategy": "at-least-once"}))
-	tlPubPersistent(t, ch, "src", "m", "")
-	d := tlMustGet(t, ch, "src")
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("src", tlDLX("dlq", amqp091.Table{"x-dead-letter-strategy": "at-least-once"}), brokertest.Durable)
+	ch.Publish("", "src", amqp091.Publishing{Body: []byte("m"), DeliveryMode: amqp091.Persistent})
+	d := ch.Get("src")
 	armed.Store(true)
 	if err := d.Reject(false); err != nil {
 		t.Fatal(err)
@@ -306,7 +308,7 @@ func TestDeadLetterTargetDeleteWaitsForCopyWrite(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("target delete never completed")
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	if armed.Load() {
 		t.Fatal("hook did not run")
 	}

@@ -1,3 +1,5 @@
+// A port of RabbitMQ's dead_lettering_SUITE, run in each of its groups.
+
 package broker_test
 
 // A port of RabbitMQ's dead_lettering_SUITE (reference §4) and of the
@@ -115,7 +117,7 @@ func TestDLXSuiteMetrics(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, brokertest.Config{})
 				e.queue("q", amqp091.Table{"x-max-length": int64(1)})
-				e.publish("q", bodies...)
+				e.PublishBodies("q", bodies...)
 				e.wantCounters(map[string]uint64{"discarded.maxlen": n - 1, "dropped.no_dlx": n - 1})
 				e.waitFor("q", 1, 1, 0)
 			})
@@ -123,8 +125,8 @@ func TestDLXSuiteMetrics(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, brokertest.Config{})
 				e.queue("q", nil)
-				e.publish("q", bodies...)
-				for _, d := range dsRecv(t, e.consume("q", "c", false), bodies...) {
+				e.PublishBodies("q", bodies...)
+				for _, d := range dsRecv(t, dvConsume(e.t, e.Session, "q", "c", false, nil), bodies...) {
 					e.reject(d, false)
 				}
 				e.wantCounters(map[string]uint64{"discarded.rejected": n, "dropped.no_dlx": n})
@@ -134,7 +136,7 @@ func TestDLXSuiteMetrics(t *testing.T) {
 				t.Parallel()
 				e := dsStart(t, g, brokertest.Config{})
 				e.queue("q", amqp091.Table{"x-message-ttl": int64(0)})
-				e.publish("q", bodies...)
+				e.PublishBodies("q", bodies...)
 				e.wantCounters(map[string]uint64{"discarded.expired": n, "dropped.no_dlx": n})
 				e.waitFor("q", 0, 0, 0)
 			})
@@ -143,7 +145,7 @@ func TestDLXSuiteMetrics(t *testing.T) {
 				e := dsStart(t, g, brokertest.Config{})
 				e.queue("q", nil)
 				for _, b := range bodies {
-					e.publishTo("", "q", amqp091.Publishing{Body: []byte(b), Expiration: "0"})
+					e.Publish("", "q", amqp091.Publishing{Body: []byte(b), Expiration: "0"})
 				}
 				e.wantCounters(map[string]uint64{"discarded.expired": n, "dropped.no_dlx": n})
 				e.waitFor("q", 0, 0, 0)
@@ -162,28 +164,28 @@ func TestDLXSuiteStream(t *testing.T) {
 	e := dsStart(t, dsGroups[0], brokertest.Config{Broker: broker.Options{Now: now}})
 	e.queue("q1", amqp091.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "q2"})
 	e.queue("q2", amqp091.Table{"x-message-ttl": int64(100), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "q3"})
-	e.plainQueue("q3", nil)
-	pc, err := e.conn.Channel()
+	e.Declare("q3", nil, brokertest.Durable)
+	pc, err := e.Conn.Channel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := pc.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	dc, err := pc.PublishWithDeferredConfirmWithContext(e.ctx(), "", "q1", false, false, amqp091.Publishing{
+	dc, err := pc.PublishWithDeferredConfirmWithContext(brokertest.Context(e.t), "", "q1", false, false, amqp091.Publishing{
 		Body: []byte("msg"), Expiration: "0",
 		Headers: amqp091.Table{"CC": []interface{}{"cc 1", "cc 2"}, "BCC": []interface{}{"bcc 1", "bcc 2"}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ack, err := dc.WaitContext(e.ctx()); err != nil || !ack {
+	if ack, err := dc.WaitContext(brokertest.Context(e.t)); err != nil || !ack {
 		t.Fatalf("publish confirm: ack %t, %v", ack, err)
 	}
 	// The message died in q1 before the confirm; it dies in q2 after.
 	offset.Store(int64(10 * time.Second))
 	e.waitFor("q3", 1, 1, 0)
-	d := e.get("q3", "msg")[0]
+	d := e.Expect("q3", "msg")[0]
 	dsWantFirstLast(t, d.Headers, [3]string{"expired", "q1", ""}, [3]string{"expired", "q2", ""})
 	times := e.wantDeaths(d.Headers,
 		dsDeath{queue: "q2", reason: "expired", exchange: "", count: 1, keys: []string{"q2"}},

@@ -1,3 +1,5 @@
+// heldStore, a store wrapper that holds completions back as a group commit does.
+
 package broker_test
 
 import (
@@ -5,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -110,7 +113,7 @@ func (h *heldStore) stop() {
 // waitHeld waits until n completions are held.
 func (h *heldStore) waitHeld(t testing.TB, n int) {
 	t.Helper()
-	deadline := time.After(dvWait)
+	deadline := time.After(brokertest.Wait)
 	for {
 		h.mu.Lock()
 		got := len(h.held)

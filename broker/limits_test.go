@@ -1,3 +1,5 @@
+// Tests of queue length limits (drop-head, reject-publish) and delivery limits.
+
 package broker_test
 
 import (
@@ -33,31 +35,31 @@ func TestLimitCountsReadyOnly(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "len", qtype, tlDLX("dlq", amqp091.Table{"x-max-length": int32(2)}))
-			tlPubAll(t, ch, "len", "A", "B")
-			tlMustGet(t, ch, "len")
-			tlMustGet(t, ch, "len") // A and B unacked
-			tlPubAll(t, ch, "len", "C", "D")
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("len", tlDLX("dlq", amqp091.Table{"x-max-length": int32(2)}), brokertest.Type(qtype))
+			ch.PublishBodies("len", "A", "B")
+			ch.Get("len")
+			ch.Get("len") // A and B unacked
+			ch.PublishBodies("len", "C", "D")
 			tlWantOverflowed(t, b, 0)
-			tlPubAll(t, ch, "len", "E")
+			ch.PublishBodies("len", "E")
 			tlWantOverflowed(t, b, 1)
 			tlWantDeadLetters(t, b, ch, "dlq", "len", "maxlen", "C")
 			if st := tlQueueStats(t, b, "len"); st.Ready != 2 || st.Unacked != 2 {
 				t.Fatalf("ready %d unacked %d, want 2 2", st.Ready, st.Unacked)
 			}
 
-			tlDeclare(t, ch, "bytes", qtype, tlDLX("dlq", amqp091.Table{"x-max-length-bytes": int32(10)}))
-			tlPubAll(t, ch, "bytes", "AAAAAA")
-			tlMustGet(t, ch, "bytes") // 6 bytes unacked
-			tlPubAll(t, ch, "bytes", "BBBBBB")
+			ch.Declare("bytes", tlDLX("dlq", amqp091.Table{"x-max-length-bytes": int32(10)}), brokertest.Type(qtype))
+			ch.PublishBodies("bytes", "AAAAAA")
+			ch.Get("bytes") // 6 bytes unacked
+			ch.PublishBodies("bytes", "BBBBBB")
 			tlWantOverflowed(t, b, 1)
-			tlPubAll(t, ch, "bytes", "CCCCCC") // 12 ready bytes > 10
+			ch.PublishBodies("bytes", "CCCCCC") // 12 ready bytes > 10
 			tlWantOverflowed(t, b, 2)
 			tlWantDeadLetters(t, b, ch, "dlq", "bytes", "maxlen", "BBBBBB")
-			tlWantDrain(t, ch, "bytes", "CCCCCC")
+			ch.WantDrain("bytes", "CCCCCC")
 		})
 	}
 }
@@ -69,16 +71,16 @@ func TestLimitDropHead(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "src", qtype, tlDLX("dlq", amqp091.Table{"x-max-length": int32(1)}))
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("src", tlDLX("dlq", amqp091.Table{"x-max-length": int32(1)}), brokertest.Type(qtype))
 			if acks := tlPubAcks(t, ch, "", "src", "P1", "P2", "P3"); acks != "+++" {
 				t.Fatalf("confirms %s, want +++ (drop-head accepts every publish)", acks)
 			}
 			tlWantOverflowed(t, b, 2)
 			tlWantDeadLetters(t, b, ch, "dlq", "src", "maxlen", "P1", "P2")
-			tlWantDrain(t, ch, "src", "P3")
+			ch.WantDrain("src", "P3")
 			if n := tlQueueStats(t, b, "src").DeadLettered["maxlen"]; n != 2 {
 				t.Fatalf("queue dead-lettered maxlen %d, want 2", n)
 			}
@@ -87,13 +89,13 @@ func TestLimitDropHead(t *testing.T) {
 			}
 
 			// Without a DLX the head is discarded (and counted).
-			tlDeclare(t, ch, "nodlx", qtype, amqp091.Table{"x-max-length": int32(1), "x-overflow": "drop-head"})
-			tlPubAll(t, ch, "nodlx", "Q1", "Q2")
+			ch.Declare("nodlx", amqp091.Table{"x-max-length": int32(1), "x-overflow": "drop-head"}, brokertest.Type(qtype))
+			ch.PublishBodies("nodlx", "Q1", "Q2")
 			tlWantOverflowed(t, b, 3)
 			if n := b.Broker.Stats().Discarded["maxlen"]; n != 1 {
 				t.Fatalf("discarded maxlen %d, want 1", n)
 			}
-			tlWantDrain(t, ch, "nodlx", "Q2")
+			ch.WantDrain("nodlx", "Q2")
 		})
 	}
 }
@@ -102,16 +104,17 @@ func TestLimitDropHead(t *testing.T) {
 // once, else dropped (dead-lettered maxlen).
 func TestLimitMaxLengthZero(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	c, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "zero", "classic", tlDLX("dlq", amqp091.Table{"x-max-length": int32(0)}))
-	cch := tlConfirmChannel(t, c)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	c := ch.Conn
+	ch.Declare("dlq", nil)
+	ch.Declare("zero", tlDLX("dlq", amqp091.Table{"x-max-length": int32(0)}))
+	cch := brokertest.NewSession(t, c)
 	msgs, err := cch.Consume("zero", "c", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlPub(t, ch, "zero", "taken", "")
+	ch.PublishBodies("zero", "taken")
 	if d := dvRecv(t, msgs); string(d.Body) != "taken" {
 		t.Fatalf("delivered %q, want taken", d.Body)
 	}
@@ -119,7 +122,7 @@ func TestLimitMaxLengthZero(t *testing.T) {
 	if err := cch.Cancel("c", false); err != nil {
 		t.Fatal(err)
 	}
-	tlPub(t, ch, "zero", "dropped", "")
+	ch.PublishBodies("zero", "dropped")
 	tlWantOverflowed(t, b, 1)
 	tlWantDeadLetters(t, b, ch, "dlq", "zero", "maxlen", "dropped")
 	tlWantReady(t, b, "zero", 0)
@@ -132,30 +135,30 @@ func TestLimitBytes(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
 			body := func(c byte) string { return strings.Repeat(string(c), 80) }
 
 			// queue_length_limits_SUITE: 100 bytes, 80-byte bodies keep one.
-			tlDeclare(t, ch, "b100", qtype, tlDLX("dlq", amqp091.Table{"x-max-length-bytes": int32(100)}))
-			tlPubAll(t, ch, "b100", body('a'), body('b'), body('c'))
+			ch.Declare("b100", tlDLX("dlq", amqp091.Table{"x-max-length-bytes": int32(100)}), brokertest.Type(qtype))
+			ch.PublishBodies("b100", body('a'), body('b'), body('c'))
 			tlWantDeadLetters(t, b, ch, "dlq", "b100", "maxlen", body('a'), body('b'))
-			tlWantDrain(t, ch, "b100", body('c'))
+			ch.WantDrain("b100", body('c'))
 
 			// Exact: 160 bytes hold exactly two 80-byte bodies.
-			tlDeclare(t, ch, "b160", qtype, tlDLX("dlq", amqp091.Table{"x-max-length-bytes": int64(160)}))
-			tlPubAll(t, ch, "b160", body('a'), body('b'))
+			ch.Declare("b160", tlDLX("dlq", amqp091.Table{"x-max-length-bytes": int64(160)}), brokertest.Type(qtype))
+			ch.PublishBodies("b160", body('a'), body('b'))
 			tlWantReady(t, b, "b160", 2)
-			tlPubAll(t, ch, "b160", body('c'))
+			ch.PublishBodies("b160", body('c'))
 			tlWantDeadLetters(t, b, ch, "dlq", "b160", "maxlen", body('a'))
-			tlWantDrain(t, ch, "b160", body('b'), body('c'))
+			ch.WantDrain("b160", body('b'), body('c'))
 
 			// Both limits: the count is hit first here, the bytes there.
-			tlDeclare(t, ch, "both", qtype, amqp091.Table{"x-max-length": int32(3), "x-max-length-bytes": int32(100)})
-			tlPubAll(t, ch, "both", "1234567890", "1234567890", "1234567890", "1234567890")
+			ch.Declare("both", amqp091.Table{"x-max-length": int32(3), "x-max-length-bytes": int32(100)}, brokertest.Type(qtype))
+			ch.PublishBodies("both", "1234567890", "1234567890", "1234567890", "1234567890")
 			tlWantReady(t, b, "both", 3)
-			tlPubAll(t, ch, "both", strings.Repeat("x", 95)) // 125 bytes: two must go
+			ch.PublishBodies("both", strings.Repeat("x", 95)) // 125 bytes: two must go
 			tlWantReady(t, b, "both", 1)
 		})
 	}
@@ -170,14 +173,15 @@ func TestLimitRejectPublish(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			c, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "full", qtype, tlDLX("dlq", amqp091.Table{"x-max-length": int32(2), "x-overflow": "reject-publish"}))
-			tlDeclare(t, ch, "other", qtype, nil)
-			tlExchange(t, ch, "fan", "fanout", nil)
-			tlBind(t, ch, "full", "", "fan")
-			tlBind(t, ch, "other", "", "fan")
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			c := ch.Conn
+			ch.Declare("dlq", nil)
+			ch.Declare("full", tlDLX("dlq", amqp091.Table{"x-max-length": int32(2), "x-overflow": "reject-publish"}), brokertest.Type(qtype))
+			ch.Declare("other", nil, brokertest.Type(qtype))
+			ch.DeclareExchange("fan", "fanout", nil)
+			ch.Bind("full", "", "fan", nil)
+			ch.Bind("other", "", "fan", nil)
 
 			if acks := tlPubAcks(t, ch, "fan", "", "P1", "P2", "P3"); acks != "++-" {
 				t.Fatalf("confirms %s, want ++-", acks)
@@ -189,19 +193,19 @@ func TestLimitRejectPublish(t *testing.T) {
 			if st.DeadLettered["maxlen"] != 0 || st.Discarded["maxlen"] != 0 {
 				t.Fatalf("reject-publish dead-lettered %d, discarded %d as maxlen, want 0 0", st.DeadLettered["maxlen"], st.Discarded["maxlen"])
 			}
-			if err := tlMustGet(t, ch, "full").Ack(false); err != nil {
+			if err := ch.Get("full").Ack(false); err != nil {
 				t.Fatal(err)
 			}
-			tlSync(t, ch)
+			ch.Sync()
 			if acks := tlPubAcks(t, ch, "fan", "", "P4", "P5"); acks != "+-" {
 				t.Fatalf("after consuming one: confirms %s, want +-", acks)
 			}
-			tlWantDrain(t, ch, "full", "P2", "P4")
+			ch.WantDrain("full", "P2", "P4")
 			tlWantReady(t, b, "dlq", 0)
 
 			// Exact on every type: no soft limit (RabbitMQ's quorum queues
 			// accept again only below 80 % and may overshoot).
-			tlDeclare(t, ch, "exact", qtype, amqp091.Table{"x-max-length": int32(10), "x-overflow": "reject-publish"})
+			ch.Declare("exact", amqp091.Table{"x-max-length": int32(10), "x-overflow": "reject-publish"}, brokertest.Type(qtype))
 			bodies := make([]string, 11)
 			for i := range bodies {
 				bodies[i] = fmt.Sprint(i)
@@ -209,30 +213,25 @@ func TestLimitRejectPublish(t *testing.T) {
 			if acks := tlPubAcks(t, ch, "", "exact", bodies...); acks != "++++++++++-" {
 				t.Fatalf("confirms %s, want ten + then -", acks)
 			}
-			if err := tlMustGet(t, ch, "exact").Ack(false); err != nil {
+			if err := ch.Get("exact").Ack(false); err != nil {
 				t.Fatal(err)
 			}
-			tlSync(t, ch)
+			ch.Sync()
 			if acks := tlPubAcks(t, ch, "", "exact", "a", "b"); acks != "+-" {
 				t.Fatalf("at 9 of 10: confirms %s, want +-", acks)
 			}
 			tlWantReady(t, b, "exact", 10)
 
 			// Bytes: len + size > max is refused; exactly max is not.
-			tlDeclare(t, ch, "rbytes", qtype, amqp091.Table{"x-max-length-bytes": int32(10), "x-overflow": "reject-publish"})
+			ch.Declare("rbytes", amqp091.Table{"x-max-length-bytes": int32(10), "x-overflow": "reject-publish"}, brokertest.Type(qtype))
 			if acks := tlPubAcks(t, ch, "", "rbytes", "123456", "123456", "1234", "1"); acks != "+-+-" {
 				t.Fatalf("bytes: confirms %s, want +-+-", acks)
 			}
 
 			// Without confirms the refusal is silent: the channel stays open.
-			plain, err := c.Channel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := plain.Publish("", "exact", false, false, amqp091.Publishing{Body: []byte("silent")}); err != nil {
-				t.Fatal(err)
-			}
-			tlSync(t, plain)
+			plain := brokertest.NewSession(t, c, brokertest.NoConfirm)
+			plain.Publish("", "exact", amqp091.Publishing{Body: []byte("silent")})
+			plain.Sync()
 			tlWantReady(t, b, "exact", 10)
 		})
 	}
@@ -246,16 +245,16 @@ func TestLimitRejectPublishDLX(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "src", qtype, tlDLX("dlq", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish-dlx"}))
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("src", tlDLX("dlq", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish-dlx"}), brokertest.Type(qtype))
 			if acks := tlPubAcks(t, ch, "", "src", "P1", "P2", "P3"); acks != "+--" {
 				t.Fatalf("confirms %s, want +--", acks)
 			}
 			tlWantOverflowed(t, b, 2)
 			tlWantDeadLetters(t, b, ch, "dlq", "src", "maxlen", "P2", "P3")
-			tlWantDrain(t, ch, "src", "P1")
+			ch.WantDrain("src", "P1")
 			if n := b.Broker.Stats().DeadLettered["maxlen"]; n != 2 {
 				t.Fatalf("dead-lettered maxlen %d, want 2", n)
 			}
@@ -270,21 +269,21 @@ func TestLimitRequeueUnderDropHead(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "src", qtype, tlDLX("dlq", amqp091.Table{"x-max-length": int32(2)}))
-			tlPubAll(t, ch, "src", "A", "B")
-			a := tlMustGet(t, ch, "src")
-			tlPubAll(t, ch, "src", "C") // ready B, C; A unacked
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("src", tlDLX("dlq", amqp091.Table{"x-max-length": int32(2)}), brokertest.Type(qtype))
+			ch.PublishBodies("src", "A", "B")
+			a := ch.Get("src")
+			ch.PublishBodies("src", "C") // ready B, C; A unacked
 			tlWantOverflowed(t, b, 0)
 			if err := a.Nack(false, true); err != nil {
 				t.Fatal(err)
 			}
-			tlSync(t, ch)
+			ch.Sync()
 			tlWantOverflowed(t, b, 1)
 			tlWantDeadLetters(t, b, ch, "dlq", "src", "maxlen", "A")
-			tlWantDrain(t, ch, "src", "B", "C")
+			ch.WantDrain("src", "B", "C")
 		})
 	}
 }
@@ -296,21 +295,21 @@ func TestLimitRequeueUnderRejectPublish(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "src", qtype, amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-			tlPubAll(t, ch, "src", "P1")
-			p1 := tlMustGet(t, ch, "src")
-			tlPubAll(t, ch, "src", "P2")
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("src", amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}, brokertest.Type(qtype))
+			ch.PublishBodies("src", "P1")
+			p1 := ch.Get("src")
+			ch.PublishBodies("src", "P2")
 			if err := p1.Nack(false, true); err != nil {
 				t.Fatal(err)
 			}
-			tlSync(t, ch)
+			ch.Sync()
 			tlWantReady(t, b, "src", 2)
 			if acks := tlPubAcks(t, ch, "", "src", "P3"); acks != "-" {
 				t.Fatalf("publish over the limit: %s, want -", acks)
 			}
-			tlWantDrain(t, ch, "src", "P1", "P2")
+			ch.WantDrain("src", "P1", "P2")
 		})
 	}
 }
@@ -319,8 +318,8 @@ func TestLimitRequeueUnderRejectPublish(t *testing.T) {
 // arguments by minimum.
 func TestLimitPolicyCombinesByMin(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "len", Pattern: "^len-", Definition: map[string]any{"max-length": 2}})
 	tlSetPolicy(t, b, broker.Policy{Name: "bytes", Pattern: "^bytes-", Definition: map[string]any{"max-length-bytes": 20}})
 	for _, tc := range []struct {
@@ -337,8 +336,8 @@ func TestLimitPolicyCombinesByMin(t *testing.T) {
 	} {
 		for _, qtype := range tlQueueTypes {
 			name := tc.q + "-" + qtype
-			tlDeclare(t, ch, name, qtype, tc.args)
-			tlPubAll(t, ch, name, "0123456789", "0123456789", "0123456789", "0123456789")
+			ch.Declare(name, tc.args, brokertest.Type(qtype))
+			ch.PublishBodies(name, "0123456789", "0123456789", "0123456789", "0123456789")
 			if got := tlReady(t, b, name); got != tc.want {
 				t.Errorf("%s: %d ready, want %d", name, got, tc.want)
 			}
@@ -355,11 +354,11 @@ func TestLimitPolicyAppliesAtOnce(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "shrink", qtype, tlDLX("dlq", nil))
-			tlPubAll(t, ch, "shrink", "P1", "P2", "P3", "P4", "P5")
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("shrink", tlDLX("dlq", nil), brokertest.Type(qtype))
+			ch.PublishBodies("shrink", "P1", "P2", "P3", "P4", "P5")
 			tlSetPolicy(t, b, broker.Policy{Name: "lim", Pattern: "^shrink$", Definition: map[string]any{"max-length": 2}})
 			tlWantReady(t, b, "shrink", 2) // SetPolicy applies synchronously
 			tlWantOverflowed(t, b, 3)
@@ -374,8 +373,8 @@ func TestLimitPolicyAppliesAtOnce(t *testing.T) {
 				t.Fatalf("publish to a queue over a reject-publish limit: %s, want -", acks)
 			}
 			tlClearPolicy(t, b, "lim")
-			tlPubAll(t, ch, "shrink", "P7")
-			tlWantDrain(t, ch, "shrink", "P4", "P5", "P7")
+			ch.PublishBodies("shrink", "P7")
+			ch.WantDrain("shrink", "P4", "P5", "P7")
 			tlWantOverflowed(t, b, 4)
 		})
 	}
@@ -393,15 +392,15 @@ func TestDeliveryLimitOne(t *testing.T) {
 		for _, withDLX := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/dlx=%v", qtype, withDLX), func(t *testing.T) {
 				t.Parallel()
-				b := tlStart(t)
-				_, ch := tlChannel(t, b)
-				tlDeclare(t, ch, "dlq", "classic", nil)
+				b := brokertest.Start(t, brokertest.Config{})
+				ch := b.Session(t)
+				ch.Declare("dlq", nil)
 				args := amqp091.Table{"x-delivery-limit": int32(1)}
 				if withDLX {
 					args = tlDLX("dlq", args)
 				}
-				tlDeclare(t, ch, "poison", qtype, args)
-				tlPub(t, ch, "poison", "m", "")
+				ch.Declare("poison", args, brokertest.Type(qtype))
+				ch.PublishBodies("poison", "m")
 				msgs := dvConsume(t, ch, "poison", "", false, nil)
 				d := dvRecv(t, msgs)
 				if n := tlDeliveryCount(t, d); n != -1 || d.Redelivered {
@@ -417,7 +416,7 @@ func TestDeliveryLimitOne(t *testing.T) {
 				if err := d.Reject(true); err != nil {
 					t.Fatal(err)
 				}
-				tlSync(t, ch)
+				ch.Sync()
 				tlNoRecv(t, ch, msgs, "after the second failure")
 				if st := tlQueueStats(t, b, "poison"); st.Ready != 0 || st.Unacked != 0 {
 					t.Fatalf("ready %d unacked %d, want 0 0", st.Ready, st.Unacked)
@@ -445,14 +444,14 @@ func TestDeliveryLimitEveryReturnCounts(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "poison", qtype, tlDLX("dlq", amqp091.Table{"x-delivery-limit": int32(4)}))
-			tlPub(t, ch, "poison", "m", "")
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("poison", tlDLX("dlq", amqp091.Table{"x-delivery-limit": int32(4)}), brokertest.Type(qtype))
+			ch.PublishBodies("poison", "m")
 
 			c1 := b.Dial(t)
-			ch1 := tlConfirmChannel(t, c1)
+			ch1 := brokertest.NewSession(t, c1)
 			msgs := dvConsume(t, ch1, "poison", "", false, nil)
 			want := func(d amqp091.Delivery, n int64) {
 				t.Helper()
@@ -480,7 +479,7 @@ func TestDeliveryLimitEveryReturnCounts(t *testing.T) {
 			if err := ch1.Close(); err != nil { // 4: channel closed with it unacked
 				t.Fatal(err)
 			}
-			ch2 := tlConfirmChannel(t, c1)
+			ch2 := brokertest.NewSession(t, c1)
 			d = dvRecv(t, dvConsume(t, ch2, "poison", "", false, nil))
 			want(d, 4)
 			if err := c1.Close(); err != nil { // 5 > 4: connection closed with it unacked
@@ -495,11 +494,11 @@ func TestDeliveryLimitEveryReturnCounts(t *testing.T) {
 // tlDeliveriesUntilGone publishes one message to q and delivers it with
 // basic.get and nack-requeue until it is gone, up to max deliveries. It
 // returns the number of deliveries (max+1 means it was still there).
-func tlDeliveriesUntilGone(t testing.TB, ch *amqp091.Channel, q string, max int) int {
+func tlDeliveriesUntilGone(t testing.TB, ch *brokertest.Session, q string, max int) int {
 	t.Helper()
-	tlPub(t, ch, q, "m-"+q, "")
+	ch.PublishBodies(q, "m-"+q)
 	for n := 0; n <= max; n++ {
-		d, ok := tlGet(t, ch, q)
+		d, ok := ch.TryGet(q)
 		if !ok {
 			return n
 		}
@@ -521,10 +520,10 @@ func tlDeliveriesUntilGone(t testing.TB, ch *amqp091.Channel, q string, max int)
 // classic queues have no default; a negative limit is none.
 func TestDeliveryLimitDefaults(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "qq-default", "quorum", tlDLX("dlq", nil))
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.Declare("dlq", nil)
+	ch.Declare("qq-default", tlDLX("dlq", nil), brokertest.Type("quorum"))
 	if n := tlDeliveriesUntilGone(t, ch, "qq-default", 30); n != 21 {
 		t.Fatalf("quorum default: %d deliveries, want 21", n)
 	}
@@ -539,13 +538,13 @@ func TestDeliveryLimitDefaults(t *testing.T) {
 		if strings.HasSuffix(tc.q, "negative") {
 			args = amqp091.Table{"x-delivery-limit": int32(-1)}
 		}
-		tlDeclare(t, ch, tc.q, tc.qtype, tlDLX("dlq", args))
+		ch.Declare(tc.q, tlDLX("dlq", args), brokertest.Type(tc.qtype))
 		if n := tlDeliveriesUntilGone(t, ch, tc.q, 25); n != 26 {
 			t.Fatalf("%s: gone after %d deliveries, want no limit", tc.q, n)
 		}
 	}
 	// A quorum queue counts even without a limit: 26 returns so far.
-	if d := tlMustGet(t, ch, "qq-negative"); tlDeliveryCount(t, d) != 26 {
+	if d := ch.Get("qq-negative"); tlDeliveryCount(t, d) != 26 {
 		t.Fatalf("qq-negative: x-delivery-count %d, want 26", tlDeliveryCount(t, d))
 	}
 	tlWantReady(t, b, "dlq", 0)
@@ -557,8 +556,8 @@ func TestDeliveryLimitDefaults(t *testing.T) {
 // default.
 func TestDeliveryLimitPolicy(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	none := any(nil)
 	for _, tc := range []struct {
 		q          string
@@ -582,24 +581,24 @@ func TestDeliveryLimitPolicy(t *testing.T) {
 		if tc.arg != nil {
 			args = amqp091.Table{"x-delivery-limit": tc.arg}
 		}
-		tlDeclare(t, ch, tc.q, tc.qtype, args)
+		ch.Declare(tc.q, args, brokertest.Type(tc.qtype))
 		if n := tlDeliveriesUntilGone(t, ch, tc.q, 25); n != tc.deliveries {
 			t.Errorf("%s (arg %v, policy %v): %d deliveries, want %d", tc.q, tc.arg, tc.pol, n, tc.deliveries)
 		}
 	}
 
 	// Runtime change (B55): counted 3 with no limit, then limit 2.
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "live", "quorum", tlDLX("dlq", nil))
-	tlPub(t, ch, "live", "m", "")
+	ch.Declare("dlq", nil)
+	ch.Declare("live", tlDLX("dlq", nil), brokertest.Type("quorum"))
+	ch.PublishBodies("live", "m")
 	for range 3 {
-		if err := tlMustGet(t, ch, "live").Nack(false, true); err != nil {
+		if err := ch.Get("live").Nack(false, true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	tlSetPolicy(t, b, broker.Policy{Name: "live", Pattern: "^live$", Definition: map[string]any{"delivery-limit": 2}})
-	d := tlMustGet(t, ch, "live")
+	d := ch.Get("live")
 	if n := tlDeliveryCount(t, d); n != 3 {
 		t.Fatalf("x-delivery-count %d, want 3", n)
 	}
@@ -622,20 +621,20 @@ func TestDeliveryLimitSurvivesRestart(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-			tlDeclareDurable(t, ch, "poison", qtype, true, tlDLX("dlq", amqp091.Table{"x-delivery-limit": int32(2)}))
-			tlPubPersistent(t, ch, "poison", "m", "")
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil, brokertest.Durable)
+			ch.Declare("poison", tlDLX("dlq", amqp091.Table{"x-delivery-limit": int32(2)}), brokertest.Type(qtype), brokertest.Durable)
+			ch.Publish("", "poison", amqp091.Publishing{Body: []byte("m"), DeliveryMode: amqp091.Persistent})
 			for range 2 {
-				if err := tlMustGet(t, ch, "poison").Nack(false, true); err != nil {
+				if err := ch.Get("poison").Nack(false, true); err != nil {
 					t.Fatal(err)
 				}
 			}
-			tlSync(t, ch)
+			ch.Sync()
 			b.Restart()
-			_, ch = tlChannel(t, b)
-			d := tlMustGet(t, ch, "poison")
+			ch = b.Session(t)
+			d := ch.Get("poison")
 			if n := tlDeliveryCount(t, d); n != 2 || !d.Redelivered {
 				t.Fatalf("after restart: x-delivery-count %d redelivered %v, want 2 true", n, d.Redelivered)
 			}

@@ -1,3 +1,5 @@
+// TestMain: the package fails if a goroutine outlives the tests.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of operator policies and their merge with user policies.
+
 package broker_test
 
 // Tests of operator policies (reference §2 last paragraph, §3 P2, P4, P5):
@@ -57,20 +59,20 @@ func TestOperatorPolicyTTL(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			clk := tlNewClock()
-			b := tlStartClock(t, clk)
-			_, ch := tlChannel(t, b)
+			clk := brokertest.NewClock()
+			b := brokertest.Start(t, brokertest.Config{Clock: clk})
+			ch := b.Session(t)
 			const q = "policy_ttl-queue"
 			tlSetPolicy(t, b, broker.Policy{Name: "ttl-policy", Pattern: q, Definition: map[string]any{"message-ttl": 100000}})
 			opSet(t, b, broker.Policy{Name: "ttl-policy-op", Pattern: q, Definition: map[string]any{"message-ttl": 1}})
-			tlDeclareDurable(t, ch, q, qtype, true, nil)
+			ch.Declare(q, nil, brokertest.Type(qtype), brokertest.Durable)
 			opWant(t, b, q, "ttl-policy", "ttl-policy-op", map[string]any{"message-ttl": 1})
 			for i := range 50 {
-				tlPub(t, ch, q, fmt.Sprint(i), "")
+				ch.PublishBodies(q, fmt.Sprint(i))
 			}
 			clk.Advance(2 * time.Millisecond)
 			tlSettleTimers(b)
-			tlWantDrain(t, ch, q)
+			ch.WantDrain(q)
 			if n := b.Broker.Stats().Discarded["expired"]; n != 50 {
 				t.Fatalf("%d expired, want 50", n)
 			}
@@ -89,25 +91,25 @@ func TestOperatorPolicyRetroactiveTTL(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			clk := tlNewClock()
-			b := tlStartClock(t, clk)
-			_, ch := tlChannel(t, b)
+			clk := brokertest.NewClock()
+			b := brokertest.Start(t, brokertest.Config{Clock: clk})
+			ch := b.Session(t)
 			const q = "policy_ttl-queue"
-			tlDeclareDurable(t, ch, q, qtype, true, nil)
+			ch.Declare(q, nil, brokertest.Type(qtype), brokertest.Durable)
 			var old []string
 			for i := range 50 {
 				old = append(old, fmt.Sprint("old", i))
 			}
-			tlPubAll(t, ch, q, old...)
+			ch.PublishBodies(q, old...)
 			opSet(t, b, broker.Policy{Name: "ttl-policy-op", Pattern: q, Definition: map[string]any{"message-ttl": 1}})
 			opWant(t, b, q, "", "ttl-policy-op", map[string]any{"message-ttl": 1})
 			for i := range 25 {
-				tlPub(t, ch, q, fmt.Sprint("new", i), "")
+				ch.PublishBodies(q, fmt.Sprint("new", i))
 			}
 			clk.Advance(50 * time.Millisecond)
 			tlSettleTimers(b)
 			tlWantReady(t, b, q, 50)
-			tlWantDrain(t, ch, q, old...)
+			ch.WantDrain(q, old...)
 			if n := b.Broker.Stats().Discarded["expired"]; n != 25 {
 				t.Fatalf("%d expired, want 25 (the messages published after the policy)", n)
 			}
@@ -120,8 +122,8 @@ func TestOperatorPolicyRetroactiveTTL(t *testing.T) {
 // argument still wins over both; a quorum queue's loses (P5).
 func TestOperatorPolicyOverflow(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "policy", Pattern: "^ov", Definition: map[string]any{"overflow": "drop-head", "max-length": 1}})
 	opSet(t, b, broker.Policy{Name: "op_policy", Pattern: "^ov", Definition: map[string]any{"overflow": "reject-publish"}})
 	for _, tc := range []struct {
@@ -138,12 +140,12 @@ func TestOperatorPolicyOverflow(t *testing.T) {
 		if tc.arg != "" {
 			args = amqp091.Table{"x-overflow": tc.arg}
 		}
-		tlDeclare(t, ch, tc.q, tc.qtype, args)
+		ch.Declare(tc.q, args, brokertest.Type(tc.qtype))
 		opWant(t, b, tc.q, "policy", "op_policy", map[string]any{"max-length": 1, "overflow": "reject-publish"})
 		if acks := tlPubAcks(t, ch, "", tc.q, "P1", "P2"); acks != tc.acks {
 			t.Errorf("%s: confirms %s, want %s", tc.q, acks, tc.acks)
 		}
-		tlWantDrain(t, ch, tc.q, tc.left...)
+		ch.WantDrain(tc.q, tc.left...)
 	}
 	// Cleared, the user policy's drop-head is back at once.
 	opClear(t, b, "op_policy")
@@ -151,7 +153,7 @@ func TestOperatorPolicyOverflow(t *testing.T) {
 	if acks := tlPubAcks(t, ch, "", "ov-c", "P3", "P4"); acks != "++" {
 		t.Fatalf("ov-c after clearing the operator policy: confirms %s, want ++", acks)
 	}
-	tlWantDrain(t, ch, "ov-c", "P4")
+	ch.WantDrain("ov-c", "P4")
 }
 
 // P4: a user policy and an operator policy on one queue merge key by key
@@ -163,22 +165,22 @@ func TestOperatorPolicyMerge(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlExchange(t, ch, "dlx", "fanout", nil)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlBind(t, ch, "dlq", "", "dlx")
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.DeclareExchange("dlx", "fanout", nil)
+			ch.Declare("dlq", nil)
+			ch.Bind("dlq", "", "dlx", nil)
 			user := map[string]any{"max-length": 10, "message-ttl": 1000000, "dead-letter-exchange": "dlx"}
 			op := map[string]any{"max-length": 5, "message-ttl": 100000000, "expires": 60000000}
 			tlSetPolicy(t, b, broker.Policy{Name: "u", Pattern: "^m$", Definition: user})
 			opSet(t, b, broker.Policy{Name: "o", Pattern: "^m$", Definition: op})
-			tlDeclare(t, ch, "m", qtype, nil)
+			ch.Declare("m", nil, brokertest.Type(qtype))
 			opWant(t, b, "m", "u", "o", map[string]any{"dead-letter-exchange": "dlx", "expires": 60000000, "max-length": 5, "message-ttl": 1000000})
 
 			pub := func(from, to int) {
 				t.Helper()
 				for i := from; i <= to; i++ {
-					tlPub(t, ch, "m", fmt.Sprint(i), "")
+					ch.PublishBodies("m", fmt.Sprint(i))
 				}
 			}
 			pub(1, 7) // the operator's 5, dead-lettering through the user's DLX
@@ -200,7 +202,7 @@ func TestOperatorPolicyMerge(t *testing.T) {
 			opWant(t, b, "m", "", "o", op)
 			pub(13, 13) // the operator's 5, no DLX any more
 			tlEventuallyReady(t, b, "m", 5)
-			tlEventually(t, "one message discarded for maxlen", func() bool { return b.Broker.Stats().Discarded["maxlen"] == 1 })
+			brokertest.Eventually(t, "one message discarded for maxlen", func() bool { return b.Broker.Stats().Discarded["maxlen"] == 1 })
 			tlWantReady(t, b, "dlq", 7)
 
 			opClear(t, b, "o")
@@ -216,25 +218,25 @@ func TestOperatorPolicyMerge(t *testing.T) {
 // -1 (unlimited) and an operator policy's 1 give 1.
 func TestOperatorPolicyDeliveryLimit(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "u", Pattern: "^dl", Definition: map[string]any{"delivery-limit": -1}})
 	opSet(t, b, broker.Policy{Name: "o", Pattern: "^dl", Definition: map[string]any{"delivery-limit": 1}})
-	tlDeclare(t, ch, "dl", "quorum", nil)
+	ch.Declare("dl", nil, brokertest.Type("quorum"))
 	opWant(t, b, "dl", "u", "o", map[string]any{"delivery-limit": 1})
-	tlPub(t, ch, "dl", "m", "")
+	ch.PublishBodies("dl", "m")
 	// Delivered twice (no x-delivery-count, then 1), then over the limit.
 	for i, want := range []int64{-1, 1} {
-		d := tlMustGet(t, ch, "dl")
+		d := ch.Get("dl")
 		if got := tlDeliveryCount(t, d); got != want {
 			t.Fatalf("delivery %d: x-delivery-count %d, want %d", i+1, got, want)
 		}
 		if err := d.Reject(true); err != nil {
 			t.Fatal(err)
 		}
-		tlSync(t, ch)
+		ch.Sync()
 	}
-	tlWantDrain(t, ch, "dl")
+	ch.WantDrain("dl")
 	if n := b.Broker.Stats().Discarded["delivery_limit"]; n != 1 {
 		t.Fatalf("discarded delivery_limit %d, want 1", n)
 	}
@@ -246,8 +248,8 @@ func TestOperatorPolicyDeliveryLimit(t *testing.T) {
 // apply to it (P1), and apply-to selects queue types.
 func TestOperatorPolicyPriority(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "user", Pattern: "^prio", Priority: 100, Definition: map[string]any{"max-length": 50}})
 	opSet(t, b, broker.Policy{Name: "o-low", Pattern: "^prio", Priority: 1, Definition: map[string]any{"max-length": 1}})
 	opSet(t, b, broker.Policy{Name: "o-high", Pattern: "^prio", Priority: 5, Definition: map[string]any{"max-length": 3}})
@@ -255,11 +257,11 @@ func TestOperatorPolicyPriority(t *testing.T) {
 	// quorum-only key: classic queues skip it.
 	opSet(t, b, broker.Policy{Name: "o-mem", Pattern: "^prio", Priority: 20, Definition: map[string]any{"max-in-memory-length": 5, "max-length": 4}})
 	opSet(t, b, broker.Policy{Name: "o-cq", Pattern: "^prio", Priority: 10, ApplyTo: "quorum_queues", Definition: map[string]any{"max-length": 2}})
-	tlDeclare(t, ch, "prio-c", "classic", nil)
-	tlDeclare(t, ch, "prio-q", "quorum", nil)
+	ch.Declare("prio-c", nil)
+	ch.Declare("prio-q", nil, brokertest.Type("quorum"))
 	opWant(t, b, "prio-c", "user", "o-high", map[string]any{"max-length": 3})
 	opWant(t, b, "prio-q", "user", "o-mem", map[string]any{"max-in-memory-length": 5, "max-length": 4})
-	tlPubAll(t, ch, "prio-c", "1", "2", "3", "4", "5")
+	ch.PublishBodies("prio-c", "1", "2", "3", "4", "5")
 	tlWantReady(t, b, "prio-c", 3)
 
 	opSet(t, b, broker.Policy{Name: "o-low", Pattern: "^prio", Priority: 30, Definition: map[string]any{"max-length": 1}})
@@ -281,17 +283,17 @@ func TestOperatorPolicyPriority(t *testing.T) {
 // policy's would: limits and TTLs by minimum.
 func TestOperatorPolicyArguments(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	opSet(t, b, broker.Policy{Name: "o", Pattern: "^arg", Definition: map[string]any{"max-length": 5}})
 	for _, tc := range []struct {
 		q    string
 		arg  int32
 		want int
 	}{{"arg-lower", 2, 2}, {"arg-higher", 8, 5}} {
-		tlDeclare(t, ch, tc.q, "classic", amqp091.Table{"x-max-length": tc.arg})
+		ch.Declare(tc.q, amqp091.Table{"x-max-length": tc.arg})
 		opWant(t, b, tc.q, "", "o", map[string]any{"max-length": 5})
-		tlPubAll(t, ch, tc.q, "1", "2", "3", "4", "5", "6", "7", "8", "9")
+		ch.PublishBodies(tc.q, "1", "2", "3", "4", "5", "6", "7", "8", "9")
 		tlWantReady(t, b, tc.q, tc.want)
 	}
 }
@@ -313,15 +315,15 @@ func TestOperatorPolicySurvivesRestart(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := brokertest.Start(t, brokertest.Config{Backend: be})
-			_, ch := tlChannel(t, b)
+			ch := b.Session(t)
 			user := broker.Policy{Name: "same", Pattern: "^dur", ApplyTo: "queues", Priority: 7,
 				Definition: map[string]any{"max-length": 3, "dead-letter-exchange": "", "dead-letter-routing-key": "dlq"}}
 			op := broker.Policy{Name: "same", Pattern: "^dur-", ApplyTo: "all", Priority: -2,
 				Definition: map[string]any{"max-length": 1, "expires": 3600000}}
 			tlSetPolicy(t, b, user)
 			opSet(t, b, op)
-			tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-			tlDeclareDurable(t, ch, "dur-q", "classic", true, nil)
+			ch.Declare("dlq", nil, brokertest.Durable)
+			ch.Declare("dur-q", nil, brokertest.Durable)
 			before := [2][]broker.Policy{b.Broker.Policies("/"), b.Broker.OperatorPolicies("/")}
 			b.Restart()
 			after := [2][]broker.Policy{b.Broker.Policies("/"), b.Broker.OperatorPolicies("/")}
@@ -343,9 +345,9 @@ func TestOperatorPolicySurvivesRestart(t *testing.T) {
 				t.Fatalf("operator policy after restart: %+v", p)
 			}
 			opWant(t, b, "dur-q", "same", "same", map[string]any{"dead-letter-exchange": "", "dead-letter-routing-key": "dlq", "expires": 3600000, "max-length": 1})
-			_, ch = tlChannel(t, b)
-			tlPubAll(t, ch, "dur-q", "P1", "P2")
-			tlWantDrain(t, ch, "dur-q", "P2")
+			ch = b.Session(t)
+			ch.PublishBodies("dur-q", "P1", "P2")
+			ch.WantDrain("dur-q", "P2")
 			tlWantDeadLetters(t, b, ch, "dlq", "dur-q", "maxlen", "P1")
 
 			// Cleared, it stays cleared.
@@ -366,9 +368,9 @@ func TestOperatorPolicySurvivesRestart(t *testing.T) {
 // nothing. Missing vhosts and policies wrap ErrNotFound.
 func TestOperatorPolicyValidation(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "v", "classic", nil)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.Declare("v", nil)
 	opSet(t, b, broker.Policy{Name: "v", Pattern: "^v$", Definition: map[string]any{"max-length": 5}})
 	for _, tc := range []struct {
 		def  map[string]any

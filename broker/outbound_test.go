@@ -1,3 +1,5 @@
+// Tests of outbound flow control: a client that does not read stops its own reader.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests that paging bounds a queue's memory by the bytes of properties as well as bodies.
+
 package broker_test
 
 // Paging bounds what a queue holds in memory by bytes of messages, and a
@@ -53,8 +55,8 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 				dm = amqp091.Transient
 			}
 			b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{PageWindow: 1000, PageWindowBytes: windowBytes}})
-			_, ch := tlChannel(t, b)
-			tlDeclareDurable(t, ch, "props", "classic", true, nil)
+			ch := b.Session(t)
+			ch.Declare("props", nil, brokertest.Durable)
 			wantBound := func(when string) {
 				t.Helper()
 				res, ready := b.Broker.ResidentForTest("/", "props")
@@ -66,11 +68,11 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 				}
 			}
 			for i := range n {
-				if !tlPublish(t, ch, "", "props", propsMessage(i, size, dm)) {
+				if !ch.PublishAck("", "props", propsMessage(i, size, dm)) {
 					t.Fatalf("publish %d nacked", i)
 				}
 			}
-			dvWantReady(t, ch, "props", n)
+			ch.WantReady("props", n)
 			wantBound("after publishing")
 			// The byte counts are of bodies (RabbitMQ's classic queues'
 			// message_bytes); the memory figure shows the properties.
@@ -83,8 +85,8 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 			}
 			if mode == "restart" {
 				b.Restart()
-				_, ch = tlChannel(t, b)
-				dvWantReady(t, ch, "props", n)
+				ch = b.Session(t)
+				ch.WantReady("props", n)
 				wantBound("after the restart")
 			}
 			if err := ch.Qos(2, 0, false); err != nil {
@@ -97,7 +99,7 @@ func TestPagingBoundsPropertyBytes(t *testing.T) {
 				dvAck(t, d, false)
 				wantBound(fmt.Sprintf("after %d deliveries", i+1))
 			}
-			dvWantReady(t, ch, "props", 0)
+			ch.WantReady("props", 0)
 		})
 	}
 }
@@ -124,8 +126,8 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 		Backend: brokertest.Disk(),
 		Broker:  broker.Options{PageWindow: 2048, PageWindowBytes: windowBytes},
 	})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "props", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("props", nil, brokertest.Durable)
 	before := heapInUse()
 	ctx := context.Background()
 	var confirms []*amqp091.DeferredConfirmation
@@ -137,12 +139,12 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 		confirms = append(confirms, dc)
 	}
 	for i, dc := range confirms {
-		if ok, err := dc.WaitContext(tlCtx(t)); err != nil || !ok {
+		if ok, err := dc.WaitContext(brokertest.Context(t)); err != nil || !ok {
 			t.Fatalf("confirm %d: ack %v, err %v", i, ok, err)
 		}
 	}
 	confirms = nil
-	dvWantReady(t, ch, "props", n)
+	ch.WantReady("props", n)
 	grew := int64(heapInUse()) - int64(before)
 	res, _ := b.Broker.ResidentForTest("/", "props")
 	resBytes := b.Broker.ResidentBytesForTest("/", "props")
@@ -168,5 +170,5 @@ func TestPagedPropertiesHeapInUse(t *testing.T) {
 		wantPropsMessage(t, d, i, size)
 		dvAck(t, d, false)
 	}
-	dvWantReady(t, ch, "props", 0)
+	ch.WantReady("props", 0)
 }

@@ -1,3 +1,5 @@
+// Tests of peeking at a queue's messages without changing it.
+
 package broker_test
 
 import (
@@ -17,11 +19,11 @@ import (
 // afterwards a consumer gets all 20 in order, none redelivered.
 func TestPeekPagesWithoutChangingTheQueue(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "pq", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("pq", nil, brokertest.Durable)
 	const n = 20
 	for i := range n {
-		tpPublish(t, ch, "pq", fmt.Sprintf("m%d", i), amqp091.Persistent, "")
+		ch.Publish("", "pq", amqp091.Publishing{Body: []byte(fmt.Sprintf("m%d", i)), DeliveryMode: amqp091.Persistent})
 	}
 	var got []string
 	var from uint64
@@ -76,13 +78,13 @@ func TestPeekPagesWithoutChangingTheQueue(t *testing.T) {
 // A priority queue is peeked high priority first, FIFO within a level.
 func TestPeekPriorityOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "prio", "classic", true, amqp091.Table{"x-max-priority": int32(5)})
+	ch := b.Session(t)
+	ch.Declare("prio", amqp091.Table{"x-max-priority": int32(5)}, brokertest.Durable)
 	var want []string
 	for p := range 3 {
 		for i := range 6 {
 			body := fmt.Sprintf("p%d-%d", p, i)
-			if !tlPublish(t, ch, "", "prio", amqp091.Publishing{Body: []byte(body), DeliveryMode: amqp091.Persistent, Priority: uint8(p)}) {
+			if !ch.PublishAck("", "prio", amqp091.Publishing{Body: []byte(body), DeliveryMode: amqp091.Persistent, Priority: uint8(p)}) {
 				t.Fatal("nacked")
 			}
 		}
@@ -121,7 +123,7 @@ func TestPeekUnknownQueue(t *testing.T) {
 // window of 2 keeps most of each level paged out.
 func TestPeekLevelPagesPriorityQueue(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{PageWindow: 2}})
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	if _, err := ch.QueueDeclare("prio", true, false, false, false, amqp091.Table{"x-max-priority": 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ func TestPeekLevelPagesPriorityQueue(t *testing.T) {
 		p := i % 3
 		body := fmt.Sprintf("p%d-%d", p, i)
 		byPrio[p] = append(byPrio[p], body)
-		if !tlPublish(t, ch, "", "prio", amqp091.Publishing{Body: []byte(body), DeliveryMode: amqp091.Persistent, Priority: uint8(p)}) {
+		if !ch.PublishAck("", "prio", amqp091.Publishing{Body: []byte(body), DeliveryMode: amqp091.Persistent, Priority: uint8(p)}) {
 			t.Fatal("nacked")
 		}
 	}

@@ -1,7 +1,8 @@
+// Tests of permissions: every AMQP operation checks what rabbit_channel checks, in its order.
+
 package broker_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -92,24 +93,7 @@ func pmPublish(exchange, key string) pmOp {
 		if err := ch.Confirm(false); err != nil {
 			return err
 		}
-		closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
-		ctx, cancel := context.WithTimeout(context.Background(), rqTimeout)
-		defer cancel()
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp091.Publishing{Body: []byte("m")})
-		if err != nil {
-			return err
-		}
-		if ack, err := dc.WaitContext(ctx); ack {
-			return nil
-		} else if err != nil && !errors.Is(err, amqp091.ErrClosed) {
-			return err
-		}
-		select {
-		case e := <-closed:
-			return e
-		case <-ctx.Done():
-			return errors.New("publish neither confirmed nor refused")
-		}
+		return brokertest.TryPublish(ch, exchange, key, amqp091.Publishing{Body: []byte("m")})
 	}
 }
 
@@ -126,7 +110,7 @@ func TestPermissionsPerOperation(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		setup func(t *testing.T, admin *amqp091.Channel)
+		setup func(t *testing.T, admin *brokertest.Session)
 		op    pmOp
 		needs []pmNeed
 		// check runs as guest after the operation worked.
@@ -153,14 +137,14 @@ func TestPermissionsPerOperation(t *testing.T) {
 		},
 		{
 			name:  "exchange.declare passive",
-			setup: func(t *testing.T, admin *amqp091.Channel) { rqDeclareExchange(t, admin, "x", "direct", nil) },
+			setup: func(t *testing.T, admin *brokertest.Session) { admin.DeclareExchange("x", "direct", nil) },
 			op: func(ch *amqp091.Channel) error {
 				return ch.ExchangeDeclarePassive("x", "direct", false, false, false, false, nil)
 			},
 		},
 		{
 			name:  "exchange.delete",
-			setup: func(t *testing.T, admin *amqp091.Channel) { rqDeclareExchange(t, admin, "x", "direct", nil) },
+			setup: func(t *testing.T, admin *brokertest.Session) { admin.DeclareExchange("x", "direct", nil) },
 			op:    func(ch *amqp091.Channel) error { return ch.ExchangeDelete("x", false, false) },
 			needs: []pmNeed{{"configure", "exchange", "x"}},
 			check: func(t *testing.T, admin *amqp091.Connection) {
@@ -192,7 +176,7 @@ func TestPermissionsPerOperation(t *testing.T) {
 		},
 		{
 			name:  "queue.declare passive",
-			setup: func(t *testing.T, admin *amqp091.Channel) { rqDeclareQueues(t, admin, "q") },
+			setup: func(t *testing.T, admin *brokertest.Session) { admin.Declare("q", nil) },
 			op: func(ch *amqp091.Channel) error {
 				_, err := ch.QueueDeclarePassive("q", false, false, false, false, nil)
 				return err
@@ -200,7 +184,7 @@ func TestPermissionsPerOperation(t *testing.T) {
 		},
 		{
 			name:  "queue.delete",
-			setup: func(t *testing.T, admin *amqp091.Channel) { rqDeclareQueues(t, admin, "q") },
+			setup: func(t *testing.T, admin *brokertest.Session) { admin.Declare("q", nil) },
 			op: func(ch *amqp091.Channel) error {
 				_, err := ch.QueueDelete("q", false, false, false)
 				return err
@@ -214,9 +198,9 @@ func TestPermissionsPerOperation(t *testing.T) {
 		},
 		{
 			name: "queue.purge",
-			setup: func(t *testing.T, admin *amqp091.Channel) {
-				rqDeclareQueues(t, admin, "q")
-				rqPublishBody(t, admin, "", "q", "m")
+			setup: func(t *testing.T, admin *brokertest.Session) {
+				admin.Declare("q", nil)
+				admin.PublishBodies("q", "m")
 			},
 			op: func(ch *amqp091.Channel) error {
 				_, err := ch.QueuePurge("q", false)
@@ -231,71 +215,71 @@ func TestPermissionsPerOperation(t *testing.T) {
 		},
 		{
 			name: "queue.bind",
-			setup: func(t *testing.T, admin *amqp091.Channel) {
-				rqDeclareQueues(t, admin, "q")
-				rqDeclareExchange(t, admin, "x", "direct", nil)
+			setup: func(t *testing.T, admin *brokertest.Session) {
+				admin.Declare("q", nil)
+				admin.DeclareExchange("x", "direct", nil)
 			},
 			op:    func(ch *amqp091.Channel) error { return ch.QueueBind("q", "k", "x", false, nil) },
 			needs: []pmNeed{{"write", "queue", "q"}, {"read", "exchange", "x"}},
 			check: func(t *testing.T, admin *amqp091.Connection) {
-				ch := rqChan(t, admin)
-				rqPublishBody(t, ch, "x", "k", "routed")
+				ch := brokertest.NewSession(t, admin)
+				ch.Publish("x", "k", amqp091.Publishing{Body: []byte("routed")})
 				rqExpect(t, ch, map[string][]string{"q": {"routed"}})
 			},
 		},
 		{
 			name: "queue.unbind",
-			setup: func(t *testing.T, admin *amqp091.Channel) {
-				rqDeclareQueues(t, admin, "q")
-				rqDeclareExchange(t, admin, "x", "direct", nil)
-				rqBind(t, admin, "q", "k", "x", nil)
+			setup: func(t *testing.T, admin *brokertest.Session) {
+				admin.Declare("q", nil)
+				admin.DeclareExchange("x", "direct", nil)
+				admin.Bind("q", "k", "x", nil)
 			},
 			op:    func(ch *amqp091.Channel) error { return ch.QueueUnbind("q", "k", "x", nil) },
 			needs: []pmNeed{{"write", "queue", "q"}, {"read", "exchange", "x"}},
 		},
 		{
 			name: "exchange.bind",
-			setup: func(t *testing.T, admin *amqp091.Channel) {
-				rqDeclareExchange(t, admin, "src", "direct", nil)
-				rqDeclareExchange(t, admin, "dst", "fanout", nil)
+			setup: func(t *testing.T, admin *brokertest.Session) {
+				admin.DeclareExchange("src", "direct", nil)
+				admin.DeclareExchange("dst", "fanout", nil)
 			},
 			op:    func(ch *amqp091.Channel) error { return ch.ExchangeBind("dst", "k", "src", false, nil) },
 			needs: []pmNeed{{"write", "exchange", "dst"}, {"read", "exchange", "src"}},
 		},
 		{
 			name: "exchange.unbind",
-			setup: func(t *testing.T, admin *amqp091.Channel) {
-				rqDeclareExchange(t, admin, "src", "direct", nil)
-				rqDeclareExchange(t, admin, "dst", "fanout", nil)
-				rqBindX(t, admin, "dst", "k", "src", nil)
+			setup: func(t *testing.T, admin *brokertest.Session) {
+				admin.DeclareExchange("src", "direct", nil)
+				admin.DeclareExchange("dst", "fanout", nil)
+				admin.BindExchange("dst", "k", "src", nil)
 			},
 			op:    func(ch *amqp091.Channel) error { return ch.ExchangeUnbind("dst", "k", "src", false, nil) },
 			needs: []pmNeed{{"write", "exchange", "dst"}, {"read", "exchange", "src"}},
 		},
 		{
 			name: "basic.publish",
-			setup: func(t *testing.T, admin *amqp091.Channel) {
-				rqDeclareQueues(t, admin, "q")
-				rqBind(t, admin, "q", "k", "amq.direct", nil)
+			setup: func(t *testing.T, admin *brokertest.Session) {
+				admin.Declare("q", nil)
+				admin.Bind("q", "k", "amq.direct", nil)
 			},
 			op:    pmPublish("amq.direct", "k"),
 			needs: []pmNeed{{"write", "exchange", "amq.direct"}},
 			check: func(t *testing.T, admin *amqp091.Connection) {
-				rqExpect(t, rqChan(t, admin), map[string][]string{"q": {"m"}})
+				rqExpect(t, brokertest.NewSession(t, admin), map[string][]string{"q": {"m"}})
 			},
 		},
 		{
 			name:  "basic.publish default exchange",
-			setup: func(t *testing.T, admin *amqp091.Channel) { rqDeclareQueues(t, admin, "q") },
+			setup: func(t *testing.T, admin *brokertest.Session) { admin.Declare("q", nil) },
 			op:    pmPublish("", "q"),
 			needs: []pmNeed{{"write", "exchange", "amq.default"}},
 			check: func(t *testing.T, admin *amqp091.Connection) {
-				rqExpect(t, rqChan(t, admin), map[string][]string{"q": {"m"}})
+				rqExpect(t, brokertest.NewSession(t, admin), map[string][]string{"q": {"m"}})
 			},
 		},
 		{
 			name:  "basic.consume",
-			setup: func(t *testing.T, admin *amqp091.Channel) { rqDeclareQueues(t, admin, "q") },
+			setup: func(t *testing.T, admin *brokertest.Session) { admin.Declare("q", nil) },
 			op: func(ch *amqp091.Channel) error {
 				_, err := ch.Consume("q", "", true, false, false, false, nil)
 				return err
@@ -304,9 +288,9 @@ func TestPermissionsPerOperation(t *testing.T) {
 		},
 		{
 			name: "basic.get",
-			setup: func(t *testing.T, admin *amqp091.Channel) {
-				rqDeclareQueues(t, admin, "q")
-				rqPublishBody(t, admin, "", "q", "m")
+			setup: func(t *testing.T, admin *brokertest.Session) {
+				admin.Declare("q", nil)
+				admin.PublishBodies("q", "m")
 			},
 			op: func(ch *amqp091.Channel) error {
 				d, ok, err := ch.Get("q", true)
@@ -333,7 +317,7 @@ func TestPermissionsPerOperation(t *testing.T) {
 			}
 			admin := pmDial(t, b, "guest", "guest", vhost)
 			if c.setup != nil {
-				c.setup(t, rqChan(t, admin))
+				c.setup(t, brokertest.NewSession(t, admin))
 			}
 			// The user may connect (a permission record, even of empty
 			// patterns, grants the vhost) and is refused each missing
@@ -398,20 +382,20 @@ func TestPermissionsDeadLetterExchange(t *testing.T) {
 		_, err := rqPassiveQueue(conn, name)
 		rqWantErr(t, err, 404, "NOT_FOUND - no queue '"+name+"' in vhost '/'")
 	}
-	ch := rqChan(t, conn)
-	if err := declare("d-q", dlx("d-dlx"))(ch); err != nil {
+	ch := brokertest.NewSession(t, conn)
+	if err := declare("d-q", dlx("d-dlx"))(ch.Channel); err != nil {
 		t.Fatalf("declare with permitted DLX: %v", err)
 	}
 	// Without a DLX, read on the queue is not needed.
-	if err := declare("x-q", nil)(ch); err != nil {
+	if err := declare("x-q", nil)(ch.Channel); err != nil {
 		t.Fatalf("declare without DLX: %v", err)
 	}
 	// Only new queues are checked: redeclaring one that exists is not.
-	admin := rqChan(t, b.Dial(t))
-	if err := declare("g-q", dlx("dlx"))(admin); err != nil {
+	admin := brokertest.NewSession(t, b.Dial(t))
+	if err := declare("g-q", dlx("dlx"))(admin.Channel); err != nil {
 		t.Fatal(err)
 	}
-	if err := declare("g-q", dlx("dlx"))(ch); err != nil {
+	if err := declare("g-q", dlx("dlx"))(ch.Channel); err != nil {
 		t.Fatalf("redeclare of an existing queue with a DLX: %v", err)
 	}
 }
@@ -431,11 +415,11 @@ func TestPermissionsAlternateExchange(t *testing.T) {
 	if rqExchangeExists(t, conn, "d-e") || rqExchangeExists(t, conn, "x-e") {
 		t.Fatal("refused exchange was created")
 	}
-	if err := declare("d-e", "d-ae")(rqChan(t, conn)); err != nil {
+	if err := declare("d-e", "d-ae")(brokertest.NewSession(t, conn).Channel); err != nil {
 		t.Fatalf("declare with permitted alternate: %v", err)
 	}
 	// Without an alternate, read is not needed.
-	rqDeclareExchange(t, rqChan(t, conn), "x-e", "direct", nil)
+	brokertest.NewSession(t, conn).DeclareExchange("x-e", "direct", nil)
 }
 
 // Checks come in rabbit_channel's order (verified against RabbitMQ
@@ -452,7 +436,7 @@ func TestPermissionsCheckOrder(t *testing.T) {
 	rqFails(t, conn, 403, "ACCESS_REFUSED - write access to queue 'q' in vhost '/' refused for user 'u'", func(ch *amqp091.Channel) error {
 		return ch.QueueBind("q", "k", "", false, nil)
 	})
-	rqDeclareQueues(t, rqChan(t, conn), "xq")
+	brokertest.NewSession(t, conn).Declare("xq", nil)
 	rqFails(t, conn, 403, "ACCESS_REFUSED - operation not permitted on the default exchange", func(ch *amqp091.Channel) error {
 		return ch.QueueBind("xq", "k", "", false, nil)
 	})
@@ -470,7 +454,7 @@ func TestPermissionsCheckOrder(t *testing.T) {
 		return err
 	})
 
-	admin := rqChan(t, b.Dial(t))
+	admin := brokertest.NewSession(t, b.Dial(t))
 	q, err := admin.QueueDeclare("", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -486,7 +470,7 @@ func TestPermissionsChangeOpenConnections(t *testing.T) {
 	b := rqStartUsers(t, map[string][3]string{"u": {".*", ".*", ".*"}})
 	conn := rqDialAs(t, b, "u")
 	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
-	rqDeclareQueues(t, rqChan(t, conn), "a")
+	brokertest.NewSession(t, conn).Declare("a", nil)
 	if err := b.Broker.SetPermissions("u", "/", "^b$", ".*", ".*"); err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +478,7 @@ func TestPermissionsChangeOpenConnections(t *testing.T) {
 		_, err := ch.QueueDeclare("a", false, false, false, false, nil)
 		return err
 	})
-	rqDeclareQueues(t, rqChan(t, conn), "b")
+	brokertest.NewSession(t, conn).Declare("b", nil)
 	if err := b.Broker.ClearPermissions("u", "/"); err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +520,7 @@ func TestSetPermissionsErrors(t *testing.T) {
 		}
 	}
 	// The failed calls changed nothing: u still has full permissions.
-	rqDeclareQueues(t, rqChan(t, rqDialAs(t, b, "u")), "q1")
+	brokertest.NewSession(t, rqDialAs(t, b, "u")).Declare("q1", nil)
 	want := []broker.PermissionInfo{
 		{User: "guest", VHost: "/", Configure: ".*", Write: ".*", Read: ".*"},
 		{User: "u", VHost: "/", Configure: ".*", Write: ".*", Read: ".*"},

@@ -1,3 +1,5 @@
+// Tests of what the broker writes to the store and what recovery does with it.
+
 package broker_test
 
 // Tests of what the broker writes to the store: entry positions, queue
@@ -5,7 +7,6 @@ package broker_test
 // their order.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,41 +24,10 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
-// startRecording starts a broker whose store writes are recorded by the
-// returned recorder (also across Restart).
-func startRecording(t *testing.T) (*brokertest.Instance, *recordingStore) {
-	t.Helper()
-	rec := &recordingStore{}
-	b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { rec.Store = s; return rec }})
-	return b, rec
-}
-
-// puts returns every entry put so far, in order.
-func (r *recordingStore) puts() []store.Entry {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []store.Entry
-	for _, b := range r.batches {
-		out = append(out, b.Puts...)
-	}
-	return out
-}
-
-// deletes returns every entry deleted so far, in order.
-func (r *recordingStore) deletes() []store.Ref {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []store.Ref
-	for _, b := range r.batches {
-		out = append(out, b.Deletes...)
-	}
-	return out
-}
-
-func pubPrio(t *testing.T, ch *amqp091.Channel, q string, prio uint8) {
+func pubPrio(t *testing.T, ch *brokertest.Session, q string, prio uint8) {
 	t.Helper()
 	p := amqp091.Publishing{Body: []byte{'m', '0' + prio%10}, Priority: prio, DeliveryMode: amqp091.Persistent}
-	if !tlPublish(t, ch, "", q, p) {
+	if !ch.PublishAck("", q, p) {
 		t.Fatalf("publish with priority %d to %q nacked", prio, q)
 	}
 }
@@ -67,30 +37,31 @@ func pubPrio(t *testing.T, ch *amqp091.Channel, q string, prio uint8) {
 // on the delete, after a restart, and on a dead-lettered copy, which takes
 // the target's level for the message's own priority.
 func TestStoreRefCarriesPriorityLevel(t *testing.T) {
-	b, rec := startRecording(t)
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "pq", "classic", true, amqp091.Table{"x-max-priority": int32(5)})
-	tlDeclareDurable(t, ch, "dlq", "classic", true, amqp091.Table{"x-max-priority": int32(10)})
-	tlDeclareDurable(t, ch, "src", "classic", true, tlDLX("dlq", nil))
+	rec := &brokertest.SpyStore{}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: rec.Wrap})
+	ch := b.Session(t)
+	ch.Declare("pq", amqp091.Table{"x-max-priority": int32(5)}, brokertest.Durable)
+	ch.Declare("dlq", amqp091.Table{"x-max-priority": int32(10)}, brokertest.Durable)
+	ch.Declare("src", tlDLX("dlq", nil), brokertest.Durable)
 	for _, p := range []uint8{0, 3, 9} {
 		pubPrio(t, ch, "pq", p)
 	}
 	pubPrio(t, ch, "src", 7)
 	var got []uint8
-	for _, e := range rec.puts() {
+	for _, e := range rec.Puts() {
 		got = append(got, e.Prio)
 	}
 	if want := []uint8{0, 3, 5, 0}; !equalBytes(got, want) {
 		t.Fatalf("put levels %v, want %v (priorities 0,3,9 in x-max-priority 5; 7 in a queue without priorities)", got, want)
 	}
-	pqID := rec.puts()[0].Queue
+	pqID := rec.Puts()[0].Queue
 
 	b.Restart()
-	rec.reset()
-	_, ch = tlChannel(t, b)
+	rec.Reset()
+	ch = b.Session(t)
 	// Highest first: the recovered entries kept their levels.
 	for _, want := range []string{"m9", "m3", "m0"} {
-		d := tlMustGet(t, ch, "pq")
+		d := ch.Get("pq")
 		if string(d.Body) != want {
 			t.Fatalf("got %q from pq after restart, want %q", d.Body, want)
 		}
@@ -98,13 +69,13 @@ func TestStoreRefCarriesPriorityLevel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := tlMustGet(t, ch, "src")
+	d := ch.Get("src")
 	if err := d.Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	got = got[:0]
-	for _, r := range rec.deletes() {
+	for _, r := range rec.Deletes() {
 		if r.Queue == pqID {
 			got = append(got, r.Prio)
 		}
@@ -112,7 +83,7 @@ func TestStoreRefCarriesPriorityLevel(t *testing.T) {
 	if want := []uint8{5, 3, 0}; !equalBytes(got, want) {
 		t.Fatalf("deletes of pq carry levels %v, want %v", got, want)
 	}
-	ps := rec.puts()
+	ps := rec.Puts()
 	if len(ps) != 1 || ps[0].Prio != 7 {
 		t.Fatalf("dead-lettered copy puts %+v, want one at level 7 (the message's priority, in a target with 10 levels)", ps)
 	}
@@ -124,20 +95,21 @@ func equalBytes(a, b []uint8) bool { return string(a) == string(b) }
 // entry was settled before it: the store's LastSeq, not the recovered
 // entries, restores the sequence.
 func TestQueueSeqContinuesAfterRestart(t *testing.T) {
-	b, rec := startRecording(t)
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "q", "classic", true, nil)
+	rec := &brokertest.SpyStore{}
+	b := brokertest.Start(t, brokertest.Config{WrapStore: rec.Wrap})
+	ch := b.Session(t)
+	ch.Declare("q", nil, brokertest.Durable)
 	for _, body := range []string{"a", "b", "c"} {
-		tlPubPersistent(t, ch, "q", body, "")
+		ch.Publish("", "q", amqp091.Publishing{Body: []byte(body), DeliveryMode: amqp091.Persistent})
 	}
 	for range 3 {
-		if err := tlMustGet(t, ch, "q").Ack(false); err != nil {
+		if err := ch.Get("q").Ack(false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	var last uint64
-	for _, e := range rec.puts() {
+	for _, e := range rec.Puts() {
 		last = max(last, e.Seq)
 	}
 	if last == 0 {
@@ -145,46 +117,19 @@ func TestQueueSeqContinuesAfterRestart(t *testing.T) {
 	}
 
 	b.Restart()
-	rec.reset()
-	_, ch = tlChannel(t, b)
-	tlPubPersistent(t, ch, "q", "d", "")
-	ps := rec.puts()
+	rec.Reset()
+	ch = b.Session(t)
+	ch.Publish("", "q", amqp091.Publishing{Body: []byte("d"), DeliveryMode: amqp091.Persistent})
+	ps := rec.Puts()
 	if len(ps) != 1 {
 		t.Fatalf("%d puts after restart, want 1", len(ps))
 	}
 	if ps[0].Seq <= last {
 		t.Fatalf("put after restart has seq %d; seqs up to %d were used before: a restart must not reuse them", ps[0].Seq, last)
 	}
-	if d := tlMustGet(t, ch, "q"); string(d.Body) != "d" {
+	if d := ch.Get("q"); string(d.Body) != "d" {
 		t.Fatalf("got %q, want d", d.Body)
 	}
-}
-
-// warnLog records the messages of warnings and errors logged.
-type warnLog struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (h *warnLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *warnLog) Handle(_ context.Context, r slog.Record) error {
-	var sb strings.Builder
-	sb.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s=%q", a.Key, a.Value.String()); return true })
-	h.mu.Lock()
-	h.msgs = append(h.msgs, sb.String())
-	h.mu.Unlock()
-	return nil
-}
-func (h *warnLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *warnLog) WithGroup(string) slog.Handler      { return h }
-
-func (h *warnLog) take() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := h.msgs
-	h.msgs = nil
-	return out
 }
 
 // countMeta counts the definition records under prefix.
@@ -208,15 +153,15 @@ func countMeta(t *testing.T, s store.Store, prefix string) int {
 func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 	cases := []struct {
 		name   string
-		setup  func(t *testing.T, ch *amqp091.Channel)
+		setup  func(t *testing.T, ch *brokertest.Session)
 		first  func(ch *amqp091.Channel) error
 		prefix string // of the first operation's record
 		second func(ch *amqp091.Channel) error
 		gone   func(ch *amqp091.Channel) error // passive declare of what the second deleted
 	}{{
 		name: "queue.bind/queue.delete",
-		setup: func(t *testing.T, ch *amqp091.Channel) {
-			tlDeclareDurable(t, ch, "q", "classic", true, nil)
+		setup: func(t *testing.T, ch *brokertest.Session) {
+			ch.Declare("q", nil, brokertest.Durable)
 		},
 		first:  func(ch *amqp091.Channel) error { return ch.QueueBind("q", "k", "amq.direct", false, nil) },
 		prefix: "b/",
@@ -227,7 +172,7 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 		},
 	}, {
 		name: "exchange.bind/exchange.delete",
-		setup: func(t *testing.T, ch *amqp091.Channel) {
+		setup: func(t *testing.T, ch *brokertest.Session) {
 			if err := ch.ExchangeDeclare("x", "direct", true, false, false, false, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +185,7 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 		},
 	}, {
 		name:  "queue.declare/queue.delete",
-		setup: func(*testing.T, *amqp091.Channel) {},
+		setup: func(*testing.T, *brokertest.Session) {},
 		first: func(ch *amqp091.Channel) error {
 			_, err := ch.QueueDeclare("q", true, false, false, false, nil)
 			return err
@@ -253,7 +198,7 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 		},
 	}, {
 		name:  "exchange.declare/exchange.delete",
-		setup: func(*testing.T, *amqp091.Channel) {},
+		setup: func(*testing.T, *brokertest.Session) {},
 		first: func(ch *amqp091.Channel) error {
 			return ch.ExchangeDeclare("x", "direct", true, false, false, false, nil)
 		},
@@ -265,13 +210,13 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &warnLog{}
+			logs := brokertest.NewLog(slog.LevelWarn)
 			var armed atomic.Bool
 			var b *brokertest.Instance
 			var other *amqp091.Channel
 			secondDone := make(chan error, 1)
-			hs := &hookStore{}
-			hs.hook = func(bt *store.Batch) {
+			hs := &brokertest.SpyStore{}
+			hs.BeforeApply = func(bt *store.Batch) {
 				if !slices.ContainsFunc(bt.Meta, func(op store.MetaOp) bool { return strings.HasPrefix(op.Key, tc.prefix) }) ||
 					!armed.CompareAndSwap(true, false) {
 					return
@@ -291,13 +236,13 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 			}
 			b = brokertest.Start(t, brokertest.Config{
 				Broker:    broker.Options{Logger: slog.New(logs)},
-				WrapStore: func(s store.Store) store.Store { hs.Store = s; return hs },
+				WrapStore: hs.Wrap,
 			})
-			_, ch := b.Channel(t)
+			ch := b.Session(t, brokertest.NoConfirm)
 			_, other = b.Channel(t)
 			tc.setup(t, ch)
 			armed.Store(true)
-			if err := tc.first(ch); err != nil {
+			if err := tc.first(ch.Channel); err != nil {
 				t.Fatalf("first operation: %v", err)
 			}
 			if err := <-secondDone; err != nil {
@@ -314,11 +259,11 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 				}
 			}
 			b.Restart()
-			if w := logs.take(); len(w) != 0 {
+			if w := logs.Take(); len(w) != 0 {
 				t.Fatalf("restart warned: %q", w)
 			}
-			_, ch = b.Channel(t)
-			if err := tc.gone(ch); err == nil {
+			_, raw := b.Channel(t)
+			if err := tc.gone(raw); err == nil {
 				t.Fatal("deleted definition came back after a restart")
 			}
 		})
@@ -329,12 +274,12 @@ func TestDefinitionsReachStoreInMemoryOrder(t *testing.T) {
 // warning naming it, deletes it from the store, and starts with the rest
 // (instead of refusing to open).
 func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
-	logs := &warnLog{}
+	logs := brokertest.NewLog(slog.LevelWarn)
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(logs)}})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "keep", "classic", true, nil)
-	tlBind(t, ch, "keep", "k", "amq.direct")
-	tlPubPersistent(t, ch, "keep", "m", "")
+	ch := b.Session(t)
+	ch.Declare("keep", nil, brokertest.Durable)
+	ch.Bind("keep", "k", "amq.direct", nil)
+	ch.Publish("", "keep", amqp091.Publishing{Body: []byte("m"), DeliveryMode: amqp091.Persistent})
 
 	var d broker.DefsForTest
 	const lost = store.QueueID(900)
@@ -356,7 +301,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	logs.take()
+	logs.Take()
 
 	b.Restart()
 	want := []string{
@@ -369,18 +314,18 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 		`recovery: dropping policy in unknown vhost vhost="nohost" policy="lost-p"`,
 		`recovery: dropping operator policy in unknown vhost vhost="nohost" policy="lost-op"`,
 	}
-	got := logs.take()
+	got := logs.Take()
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The rest is there and works.
-	_, ch = tlChannel(t, b)
-	if !tlPublish(t, ch, "amq.direct", "k", amqp091.Publishing{Body: []byte("via binding")}) {
+	ch = b.Session(t)
+	if !ch.PublishAck("amq.direct", "k", amqp091.Publishing{Body: []byte("via binding")}) {
 		t.Fatal("publish nacked")
 	}
-	if got := tlDrain(t, ch, "keep"); !slices.Equal(got, []string{"m", "via binding"}) {
+	if got := ch.Drain("keep"); !slices.Equal(got, []string{"m", "via binding"}) {
 		t.Fatalf("keep holds %q, want [m via binding]", got)
 	}
 	// The dangling records, and the lost queue's entries, are gone.
@@ -398,7 +343,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Restart()
-	if w := logs.take(); len(w) != 0 {
+	if w := logs.Take(); len(w) != 0 {
 		t.Fatalf("second restart warned: %q", w)
 	}
 }
@@ -409,7 +354,7 @@ func TestRecoveryDropsDanglingDefinitions(t *testing.T) {
 // (review 2026-11-23, §4 finding 4).
 func TestNamesAreBytesAcrossRestart(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	const (
 		q     = "q\xff"     // not UTF-8
 		x     = "x\xfe\x00" // not UTF-8, with NUL
@@ -420,31 +365,31 @@ func TestNamesAreBytesAcrossRestart(t *testing.T) {
 		dKey  = "k\x00"
 	)
 	for _, name := range []string{q, dk, d} {
-		tlDeclareDurable(t, ch, name, "classic", true, nil)
+		ch.Declare(name, nil, brokertest.Durable)
 	}
 	if err := ch.ExchangeDeclare(x, "direct", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	tlBind(t, ch, q, key, x)
-	tlBind(t, ch, dk, dkKey, "amq.direct")
-	tlBind(t, ch, d, dKey, "amq.direct")
+	ch.Bind(q, key, x, nil)
+	ch.Bind(dk, dkKey, "amq.direct", nil)
+	ch.Bind(d, dKey, "amq.direct", nil)
 	if err := ch.QueueUnbind(d, dKey, "amq.direct", nil); err != nil {
 		t.Fatal(err)
 	}
-	tlPubPersistent(t, ch, q, "m", "")
+	ch.Publish("", q, amqp091.Publishing{Body: []byte("m"), DeliveryMode: amqp091.Persistent})
 
 	b.Restart()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	// Unbinding d did not take dk's binding with it.
 	for _, k := range []string{dkKey, dKey} {
-		if !tlPublish(t, ch, "amq.direct", k, amqp091.Publishing{Body: []byte("key " + k)}) {
+		if !ch.PublishAck("amq.direct", k, amqp091.Publishing{Body: []byte("key " + k)}) {
 			t.Fatal("publish nacked")
 		}
 	}
-	if got := tlDrain(t, ch, dk); !slices.Equal(got, []string{"key "}) {
+	if got := ch.Drain(dk); !slices.Equal(got, []string{"key "}) {
 		t.Fatalf("%q holds %q after restart, want [\"key \"]", dk, got)
 	}
-	if got := tlDrain(t, ch, d); len(got) != 0 {
+	if got := ch.Drain(d); len(got) != 0 {
 		t.Fatalf("%q holds %q after restart: its unbound binding came back", d, got)
 	}
 	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
@@ -457,10 +402,10 @@ func TestNamesAreBytesAcrossRestart(t *testing.T) {
 	if err := ch.ExchangeDeclarePassive(x, "direct", true, false, false, false, nil); err != nil {
 		t.Fatalf("exchange %q after restart: %v", x, err)
 	}
-	if !tlPublish(t, ch, x, key, amqp091.Publishing{Body: []byte("via binding")}) {
+	if !ch.PublishAck(x, key, amqp091.Publishing{Body: []byte("via binding")}) {
 		t.Fatal("publish nacked")
 	}
-	if got := tlDrain(t, ch, q); !slices.Equal(got, []string{"m", "via binding"}) {
+	if got := ch.Drain(q); !slices.Equal(got, []string{"m", "via binding"}) {
 		t.Fatalf("%q holds %q, want [m via binding]: message or binding key lost", q, got)
 	}
 }
@@ -510,25 +455,25 @@ func (g *gateStore) Apply(b *store.Batch, done func(error)) {
 func TestDeleteRepliesWaitForDurability(t *testing.T) {
 	cases := []struct {
 		name  string
-		setup func(t *testing.T, ch *amqp091.Channel)
+		setup func(t *testing.T, ch *brokertest.Session)
 		op    func(ch *amqp091.Channel) error
 	}{{
 		name: "queue.delete",
-		setup: func(t *testing.T, ch *amqp091.Channel) {
-			tlDeclareDurable(t, ch, "q", "classic", true, nil)
-			tlPubPersistent(t, ch, "q", "m", "")
+		setup: func(t *testing.T, ch *brokertest.Session) {
+			ch.Declare("q", nil, brokertest.Durable)
+			ch.Publish("", "q", amqp091.Publishing{Body: []byte("m"), DeliveryMode: amqp091.Persistent})
 		},
 		op: func(ch *amqp091.Channel) error { _, err := ch.QueueDelete("q", false, false, false); return err },
 	}, {
 		name: "queue.purge",
-		setup: func(t *testing.T, ch *amqp091.Channel) {
-			tlDeclareDurable(t, ch, "q", "classic", true, nil)
-			tlPubPersistent(t, ch, "q", "m", "")
+		setup: func(t *testing.T, ch *brokertest.Session) {
+			ch.Declare("q", nil, brokertest.Durable)
+			ch.Publish("", "q", amqp091.Publishing{Body: []byte("m"), DeliveryMode: amqp091.Persistent})
 		},
 		op: func(ch *amqp091.Channel) error { _, err := ch.QueuePurge("q", false); return err },
 	}, {
 		name: "exchange.delete",
-		setup: func(t *testing.T, ch *amqp091.Channel) {
+		setup: func(t *testing.T, ch *brokertest.Session) {
 			if err := ch.ExchangeDeclare("x", "direct", true, false, false, false, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -536,14 +481,14 @@ func TestDeleteRepliesWaitForDurability(t *testing.T) {
 		op: func(ch *amqp091.Channel) error { return ch.ExchangeDelete("x", false, false) },
 	}, {
 		name: "queue.unbind",
-		setup: func(t *testing.T, ch *amqp091.Channel) {
-			tlDeclareDurable(t, ch, "q", "classic", true, nil)
-			tlBind(t, ch, "q", "k", "amq.direct")
+		setup: func(t *testing.T, ch *brokertest.Session) {
+			ch.Declare("q", nil, brokertest.Durable)
+			ch.Bind("q", "k", "amq.direct", nil)
 		},
 		op: func(ch *amqp091.Channel) error { return ch.QueueUnbind("q", "k", "amq.direct", nil) },
 	}, {
 		name: "exchange.unbind",
-		setup: func(t *testing.T, ch *amqp091.Channel) {
+		setup: func(t *testing.T, ch *brokertest.Session) {
 			if err := ch.ExchangeDeclare("x", "direct", true, false, false, false, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -558,16 +503,16 @@ func TestDeleteRepliesWaitForDurability(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &gateStore{held: make(chan func(error), 1)}
 			b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
-			_, ch := tlChannel(t, b)
+			ch := b.Session(t)
 			tc.setup(t, ch)
 			g.arm(anyWrite)
 			replied := make(chan error, 1)
-			go func() { replied <- tc.op(ch) }()
+			go func() { replied <- tc.op(ch.Channel) }()
 			release := <-g.held // the broker wrote the change
 			// A round trip with the broker on another connection: a
 			// reply sent without waiting would be here by now.
-			_, other := tlChannel(t, b)
-			tlSync(t, other)
+			other := b.Session(t)
+			other.Sync()
 			select {
 			case err := <-replied:
 				t.Fatalf("reply (err %v) before the store made the change durable", err)
@@ -581,12 +526,13 @@ func TestDeleteRepliesWaitForDurability(t *testing.T) {
 		t.Run(tc.name+"/store-fails", func(t *testing.T) {
 			g := &gateStore{held: make(chan func(error), 1)}
 			b := brokertest.Start(t, brokertest.Config{WrapStore: func(s store.Store) store.Store { g.Store = s; return g }})
-			c, ch := tlChannel(t, b)
+			ch := b.Session(t)
+			c := ch.Conn
 			closed := c.NotifyClose(make(chan *amqp091.Error, 1))
 			tc.setup(t, ch)
 			g.arm(anyWrite)
 			replied := make(chan error, 1)
-			go func() { replied <- tc.op(ch) }()
+			go func() { replied <- tc.op(ch.Channel) }()
 			(<-g.held)(errors.New("disk on fire"))
 			if err := <-replied; err == nil {
 				t.Fatal("reply ok although the store failed")
@@ -606,9 +552,9 @@ func TestDeleteRepliesWaitForDurability(t *testing.T) {
 // queue: the dead letter is written with its body and survives a restart.
 func TestDeadLetterFromTransientEntryAfterStoredBodyWent(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "kept", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("kept", nil, brokertest.Durable)
 	if _, err := ch.QueueDeclare("passing", false, false, false, false, tlDLX("dlq", nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -621,10 +567,10 @@ func TestDeadLetterFromTransientEntryAfterStoredBodyWent(t *testing.T) {
 		}
 	}
 	body := []byte("one body, two queues")
-	if !tlPublish(t, ch, "fan", "", amqp091.Publishing{Body: body, DeliveryMode: amqp091.Persistent}) {
+	if !ch.PublishAck("fan", "", amqp091.Publishing{Body: body, DeliveryMode: amqp091.Persistent}) {
 		t.Fatal("publish nacked")
 	}
-	d, ok, err := ch.Get("kept", false)
+	d, ok, err := ch.Channel.Get("kept", false)
 	if err != nil || !ok {
 		t.Fatalf("get kept: %v %v", ok, err)
 	}
@@ -638,28 +584,28 @@ func TestDeadLetterFromTransientEntryAfterStoredBodyWent(t *testing.T) {
 			}
 		}
 	}
-	tlEventually(t, "kept to be empty", func() bool { return tlReady(t, b, "kept") == 0 })
+	brokertest.Eventually(t, "kept to be empty", func() bool { return tlReady(t, b, "kept") == 0 })
 	// The ack's delete reaches the store before a checkpoint that
 	// follows it: a persistent publish after it is confirmed.
-	if !tlPublish(t, ch, "", "kept", amqp091.Publishing{Body: []byte("marker"), DeliveryMode: amqp091.Persistent}) {
+	if !ch.PublishAck("", "kept", amqp091.Publishing{Body: []byte("marker"), DeliveryMode: amqp091.Persistent}) {
 		t.Fatal("publish nacked")
 	}
 	checkpoint()
-	d, ok, err = ch.Get("passing", false)
+	d, ok, err = ch.Channel.Get("passing", false)
 	if err != nil || !ok {
 		t.Fatalf("get passing: %v %v", ok, err)
 	}
 	if err := d.Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	tlEventually(t, "the dead letter in dlq", func() bool { return tlReady(t, b, "dlq") == 1 })
-	if !tlPublish(t, ch, "", "kept", amqp091.Publishing{Body: []byte("marker"), DeliveryMode: amqp091.Persistent}) {
+	brokertest.Eventually(t, "the dead letter in dlq", func() bool { return tlReady(t, b, "dlq") == 1 })
+	if !ch.PublishAck("", "kept", amqp091.Publishing{Body: []byte("marker"), DeliveryMode: amqp091.Persistent}) {
 		t.Fatal("publish nacked")
 	}
 	checkpoint()
 	b.Restart()
-	_, ch = tlChannel(t, b)
-	d, ok, err = ch.Get("dlq", true)
+	ch = b.Session(t)
+	d, ok, err = ch.Channel.Get("dlq", true)
 	if err != nil || !ok {
 		t.Fatalf("get dlq after restart: %v %v", ok, err)
 	}
@@ -673,28 +619,28 @@ func TestDeadLetterFromTransientEntryAfterStoredBodyWent(t *testing.T) {
 // classic durable queue keeps only the persistent ones.
 func TestQuorumQueueKeepsTransientMessages(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "qq", "quorum", true, nil)
-	tlDeclareDurable(t, ch, "cq", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("qq", nil, brokertest.Type("quorum"), brokertest.Durable)
+	ch.Declare("cq", nil, brokertest.Durable)
 	for _, q := range []string{"qq", "cq"} {
 		for _, mode := range []uint8{amqp091.Transient, amqp091.Persistent} {
 			body := fmt.Sprintf("%s-%d", q, mode)
-			if !tlPublish(t, ch, "", q, amqp091.Publishing{Body: []byte(body), DeliveryMode: mode}) {
+			if !ch.PublishAck("", q, amqp091.Publishing{Body: []byte(body), DeliveryMode: mode}) {
 				t.Fatalf("publish %s nacked", body)
 			}
 		}
 	}
 	b.Crash()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	for q, want := range map[string][]string{"qq": {"qq-1", "qq-2"}, "cq": {"cq-2"}} {
-		ds := dvGetN(t, ch, q, len(want))
+		ds := ch.GetN(q, len(want))
 		dvWantBodies(t, q, ds, want...)
 		for _, d := range ds {
 			if mode := uint8(d.Body[len(d.Body)-1] - '0'); d.DeliveryMode != mode {
 				t.Fatalf("%s: delivery mode %d, want %d", d.Body, d.DeliveryMode, mode)
 			}
 		}
-		dvWantEmpty(t, ch, q)
+		ch.WantEmpty(q)
 	}
 }
 
@@ -722,43 +668,33 @@ func TestQueueIDNotReusedAfterCrash(t *testing.T) {
 	// came back.
 	crashWithExclusiveEntry := func(t *testing.T) *brokertest.Instance {
 		b := brokertest.Start(t, brokertest.Config{})
-		_, ch := tlChannel(t, b)
+		ch := b.Session(t)
 		if _, err := ch.QueueDeclare("x", true, false, true, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		tlPubPersistent(t, ch, "x", "stale", "")
+		ch.Publish("", "x", amqp091.Publishing{Body: []byte("stale"), DeliveryMode: amqp091.Persistent})
 		b.Crash()
 		return b
 	}
 
 	t.Run("publish-fails", func(t *testing.T) {
 		b := crashWithExclusiveEntry(t)
-		_, ch := tlChannel(t, b)
-		tlDeclareDurable(t, ch, "b", "classic", true, nil)
+		ch := b.Session(t)
+		ch.Declare("b", nil, brokertest.Durable)
 		p := amqp091.Publishing{Body: []byte("fresh"), DeliveryMode: amqp091.Persistent}
-		if !tlPublish(t, ch, "", "b", p) {
+		if !ch.PublishAck("", "b", p) {
 			t.Fatalf("persistent publish to a fresh durable queue nacked: the reused queue id collides with the dead exclusive queue's stored entry (store now failed for good)")
 		}
 	})
 
 	t.Run("leaks-into-new-queue", func(t *testing.T) {
 		b := crashWithExclusiveEntry(t)
-		_, ch := tlChannel(t, b)
-		tlDeclareDurable(t, ch, "b", "classic", true, nil)
+		ch := b.Session(t)
+		ch.Declare("b", nil, brokertest.Durable)
 		b.Restart()
 		if n := tlReady(t, b, "b"); n != 0 {
-			_, ch3 := tlChannel(t, b)
-			t.Fatalf("freshly declared empty queue b holds %v after a restart: the dead exclusive queue's message leaked into it", tlDrain(t, ch3, "b"))
+			ch3 := b.Session(t)
+			t.Fatalf("freshly declared empty queue b holds %v after a restart: the dead exclusive queue's message leaked into it", ch3.Drain("b"))
 		}
 	})
-}
-
-type hookStore struct {
-	store.Store
-	hook func(*store.Batch)
-}
-
-func (h *hookStore) Apply(b *store.Batch, done func(error)) {
-	h.hook(b)
-	h.Store.Apply(b, done)
 }

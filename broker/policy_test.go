@@ -1,3 +1,5 @@
+// Tests of policies: matching, precedence and the keys they set.
+
 package broker_test
 
 import (
@@ -37,9 +39,9 @@ func tlWantPolicy(t testing.TB, b *brokertest.Instance, q, want string) {
 // queues declared before and after it.
 func TestPolicyMatching(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "before-xordy", "classic", nil)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.Declare("before-xordy", nil)
 	set := func(p broker.Policy) { t.Helper(); tlSetPolicy(t, b, p) }
 	set(broker.Policy{Name: "unanchored", Pattern: "ord", Definition: map[string]any{"max-length": 100}})
 	set(broker.Policy{Name: "classic-only", Pattern: "^typed", ApplyTo: "classic_queues", Definition: map[string]any{"max-length": 100}})
@@ -47,13 +49,13 @@ func TestPolicyMatching(t *testing.T) {
 	set(broker.Policy{Name: "exchanges-only", Pattern: "^exq", ApplyTo: "exchanges", Definition: map[string]any{"max-length": 1}})
 	set(broker.Policy{Name: "queues", Pattern: "^both", ApplyTo: "queues", Definition: map[string]any{"max-length": 100}})
 
-	tlDeclare(t, ch, "xordy", "classic", nil)
-	tlDeclare(t, ch, "zzz", "classic", nil)
-	tlDeclare(t, ch, "typed-c", "classic", nil)
-	tlDeclare(t, ch, "typed-q", "quorum", nil)
-	tlDeclare(t, ch, "exq", "classic", nil)
-	tlDeclare(t, ch, "both-c", "classic", nil)
-	tlDeclare(t, ch, "both-q", "quorum", nil)
+	ch.Declare("xordy", nil)
+	ch.Declare("zzz", nil)
+	ch.Declare("typed-c", nil)
+	ch.Declare("typed-q", nil, brokertest.Type("quorum"))
+	ch.Declare("exq", nil)
+	ch.Declare("both-c", nil)
+	ch.Declare("both-q", nil, brokertest.Type("quorum"))
 	for q, want := range map[string]string{
 		"before-xordy": "unanchored", // existing queue, at once
 		"xordy":        "unanchored",
@@ -66,7 +68,7 @@ func TestPolicyMatching(t *testing.T) {
 	} {
 		tlWantPolicy(t, b, q, want)
 	}
-	tlPubAll(t, ch, "exq", "1", "2")
+	ch.PublishBodies("exq", "1", "2")
 	tlWantReady(t, b, "exq", 2) // the exchanges policy's max-length does not apply
 
 	// Priority: the highest wins, negatives allowed; raising another
@@ -74,9 +76,9 @@ func TestPolicyMatching(t *testing.T) {
 	set(broker.Policy{Name: "p-low", Pattern: "^prio", Priority: 1, Definition: map[string]any{"max-length": 1}})
 	set(broker.Policy{Name: "p-high", Pattern: "^prio", Priority: 5, Definition: map[string]any{"max-length": 3}})
 	set(broker.Policy{Name: "p-neg", Pattern: "^prio", Priority: -5, Definition: map[string]any{"max-length": 0}})
-	tlDeclare(t, ch, "prio-q", "classic", nil)
+	ch.Declare("prio-q", nil)
 	tlWantPolicy(t, b, "prio-q", "p-high")
-	tlPubAll(t, ch, "prio-q", "1", "2", "3", "4", "5")
+	ch.PublishBodies("prio-q", "1", "2", "3", "4", "5")
 	tlWantReady(t, b, "prio-q", 3)
 	set(broker.Policy{Name: "p-low", Pattern: "^prio", Priority: 10, Definition: map[string]any{"max-length": 1}})
 	tlWantPolicy(t, b, "prio-q", "p-low")
@@ -92,9 +94,9 @@ func TestPolicyMatching(t *testing.T) {
 	// ignores the key there (verified on the live node).
 	set(broker.Policy{Name: "mixed", Pattern: "^mix", Priority: 10, Definition: map[string]any{"alternate-exchange": "ae", "max-length": 1}})
 	set(broker.Policy{Name: "plain", Pattern: "^mix", Definition: map[string]any{"max-length": 2}})
-	tlDeclare(t, ch, "mix-q", "classic", nil)
+	ch.Declare("mix-q", nil)
 	tlWantPolicy(t, b, "mix-q", "mixed")
-	tlPubAll(t, ch, "mix-q", "1", "2", "3")
+	ch.PublishBodies("mix-q", "1", "2", "3")
 	tlWantReady(t, b, "mix-q", 1)
 
 	// A key the queue's type does not support makes the whole policy not
@@ -103,8 +105,8 @@ func TestPolicyMatching(t *testing.T) {
 	set(broker.Policy{Name: "mem", Pattern: "^typeonly", Priority: 10, Definition: map[string]any{"max-in-memory-length": 5, "max-length": 1}})
 	set(broker.Policy{Name: "ha", Pattern: "^typeonly", Priority: 5, Definition: map[string]any{"ha-mode": "all", "max-length": 3}})
 	set(broker.Policy{Name: "any", Pattern: "^typeonly", Definition: map[string]any{"max-length": 2}})
-	tlDeclare(t, ch, "typeonly-c", "classic", nil)
-	tlDeclare(t, ch, "typeonly-q", "quorum", nil)
+	ch.Declare("typeonly-c", nil)
+	ch.Declare("typeonly-q", nil, brokertest.Type("quorum"))
 	tlWantPolicy(t, b, "typeonly-c", "ha")
 	tlWantPolicy(t, b, "typeonly-q", "mem")
 	tlClearPolicy(t, b, "mem")
@@ -134,27 +136,27 @@ func TestPolicyMatching(t *testing.T) {
 // an apply-to queues policy doesn't touch exchanges.
 func TestPolicyAlternateExchange(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	for _, n := range []string{"ae", "ae2"} {
-		tlExchange(t, ch, n, "fanout", nil)
-		tlDeclare(t, ch, n+"-q", "classic", nil)
-		tlBind(t, ch, n+"-q", "", n)
+		ch.DeclareExchange(n, "fanout", nil)
+		ch.Declare(n+"-q", nil)
+		ch.Bind(n+"-q", "", n, nil)
 	}
-	tlExchange(t, ch, "src-before", "direct", nil)
-	tlExchange(t, ch, "src-arg", "direct", amqp091.Table{"alternate-exchange": "ae2"})
-	tlExchange(t, ch, "srcq", "direct", nil)
+	ch.DeclareExchange("src-before", "direct", nil)
+	ch.DeclareExchange("src-arg", "direct", amqp091.Table{"alternate-exchange": "ae2"})
+	ch.DeclareExchange("srcq", "direct", nil)
 	tlSetPolicy(t, b, broker.Policy{Name: "ae", Pattern: "^src-", ApplyTo: "exchanges", Definition: map[string]any{"alternate-exchange": "ae"}})
 	tlSetPolicy(t, b, broker.Policy{Name: "ae-queues", Pattern: "^srcq$", ApplyTo: "queues", Definition: map[string]any{"alternate-exchange": "ae"}})
-	tlExchange(t, ch, "src-after", "direct", nil)
+	ch.DeclareExchange("src-after", "direct", nil)
 
-	pub := func(x string) { t.Helper(); tlPublish(t, ch, x, "nowhere", amqp091.Publishing{Body: []byte(x)}) }
+	pub := func(x string) { t.Helper(); ch.PublishAck(x, "nowhere", amqp091.Publishing{Body: []byte(x)}) }
 	pub("src-before")
 	pub("src-after")
 	pub("src-arg")
 	pub("srcq")
-	tlWantDrain(t, ch, "ae-q", "src-before", "src-after")
-	tlWantDrain(t, ch, "ae2-q", "src-arg")
+	ch.WantDrain("ae-q", "src-before", "src-after")
+	ch.WantDrain("ae2-q", "src-arg")
 	if n := b.Broker.Stats().Unroutable; n != 1 {
 		t.Fatalf("unroutable %d, want 1 (srcq)", n)
 	}
@@ -162,8 +164,8 @@ func TestPolicyAlternateExchange(t *testing.T) {
 	tlClearPolicy(t, b, "ae")
 	pub("src-before")
 	pub("src-arg")
-	tlWantDrain(t, ch, "ae-q")
-	tlWantDrain(t, ch, "ae2-q", "src-arg")
+	ch.WantDrain("ae-q")
+	ch.WantDrain("ae2-q", "src-arg")
 }
 
 // P6, SPEC §6: a DLX given only by policy applies to messages already
@@ -173,25 +175,25 @@ func TestPolicyDeadLetterExchangeSwitch(t *testing.T) {
 	for _, qtype := range tlQueueTypes {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
 			for _, n := range []string{"dlx-a", "dlx-b"} {
-				tlExchange(t, ch, n, "fanout", nil)
-				tlDeclare(t, ch, n+"-q", "classic", nil)
-				tlBind(t, ch, n+"-q", "", n)
+				ch.DeclareExchange(n, "fanout", nil)
+				ch.Declare(n+"-q", nil)
+				ch.Bind(n+"-q", "", n, nil)
 			}
-			tlDeclare(t, ch, "p6", qtype, nil)
-			tlPubAll(t, ch, "p6", "M1", "M2", "M3", "M4")
+			ch.Declare("p6", nil, brokertest.Type(qtype))
+			ch.PublishBodies("p6", "M1", "M2", "M3", "M4")
 			ds := make([]amqp091.Delivery, 4)
 			for i := range ds {
-				ds[i] = tlMustGet(t, ch, "p6")
+				ds[i] = ch.Get("p6")
 			}
 			nack := func(i int) {
 				t.Helper()
 				if err := ds[i].Nack(false, false); err != nil {
 					t.Fatal(err)
 				}
-				tlSync(t, ch)
+				ch.Sync()
 			}
 			nack(0) // no DLX: dropped
 			if n := b.Broker.Stats().Discarded["rejected"]; n != 1 {
@@ -208,8 +210,8 @@ func TestPolicyDeadLetterExchangeSwitch(t *testing.T) {
 			if n := b.Broker.Stats().Discarded["rejected"]; n != 2 {
 				t.Fatalf("discarded rejected %d, want 2", n)
 			}
-			tlWantDrain(t, ch, "dlx-a-q") // nothing else reached either
-			tlWantDrain(t, ch, "dlx-b-q")
+			ch.WantDrain("dlx-a-q") // nothing else reached either
+			ch.WantDrain("dlx-b-q")
 		})
 	}
 }
@@ -217,8 +219,8 @@ func TestPolicyDeadLetterExchangeSwitch(t *testing.T) {
 // P5: overflow — a classic queue's argument wins, a quorum queue's policy.
 func TestPolicyPrecedenceOverflow(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "drop", Pattern: "^ov-(c1|q1|q3)$", Definition: map[string]any{"overflow": "drop-head"}})
 	tlSetPolicy(t, b, broker.Policy{Name: "reject", Pattern: "^ov-(c2|c3|q2)$", Definition: map[string]any{"overflow": "reject-publish"}})
 	for _, tc := range []struct {
@@ -237,11 +239,11 @@ func TestPolicyPrecedenceOverflow(t *testing.T) {
 		if tc.arg != "" {
 			args["x-overflow"] = tc.arg
 		}
-		tlDeclare(t, ch, tc.q, tc.qtype, args)
+		ch.Declare(tc.q, args, brokertest.Type(tc.qtype))
 		if acks := tlPubAcks(t, ch, "", tc.q, "P1", "P2"); acks != tc.acks {
 			t.Errorf("%s (x-overflow %q): confirms %s, want %s", tc.q, tc.arg, acks, tc.acks)
 		}
-		tlWantDrain(t, ch, tc.q, tc.left...)
+		ch.WantDrain(tc.q, tc.left...)
 	}
 }
 
@@ -249,17 +251,17 @@ func TestPolicyPrecedenceOverflow(t *testing.T) {
 // wins, key by key (an argument DLX with a policy DLRK gives both).
 func TestPolicyPrecedenceDeadLetter(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlExchange(t, ch, "dlx-d", "direct", nil)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.DeclareExchange("dlx-d", "direct", nil)
 	for _, k := range []string{"k-arg", "k-pol", "orig"} {
-		tlDeclare(t, ch, "dlq-"+k, "classic", nil)
-		tlBind(t, ch, "dlq-"+k, k, "dlx-d")
+		ch.Declare("dlq-"+k, nil)
+		ch.Bind("dlq-"+k, k, "dlx-d", nil)
 	}
-	tlExchange(t, ch, "dlx-pol", "fanout", nil)
-	tlDeclare(t, ch, "dlq-pol-x", "classic", nil)
-	tlBind(t, ch, "dlq-pol-x", "", "dlx-pol")
-	tlExchange(t, ch, "in", "direct", nil)
+	ch.DeclareExchange("dlx-pol", "fanout", nil)
+	ch.Declare("dlq-pol-x", nil)
+	ch.Bind("dlq-pol-x", "", "dlx-pol", nil)
+	ch.DeclareExchange("in", "direct", nil)
 
 	for _, tc := range []struct {
 		q    string
@@ -279,15 +281,16 @@ func TestPolicyPrecedenceDeadLetter(t *testing.T) {
 			map[string]any{"dead-letter-exchange": "dlx-pol"}, "dlq-pol-x"},
 	} {
 		t.Run(tc.q, func(t *testing.T) {
+			ch := ch.With(t)
 			tlSetPolicy(t, b, broker.Policy{Name: tc.q, Pattern: "^" + tc.q + "$", Definition: tc.pol})
-			tlDeclare(t, ch, tc.q, "classic", tc.args)
-			tlBind(t, ch, tc.q, "orig", "in")
-			tlPublish(t, ch, "in", "orig", amqp091.Publishing{Body: []byte(tc.q)})
-			if err := tlMustGet(t, ch, tc.q).Reject(false); err != nil {
+			ch.Declare(tc.q, tc.args)
+			ch.Bind(tc.q, "orig", "in", nil)
+			ch.PublishAck("in", "orig", amqp091.Publishing{Body: []byte(tc.q)})
+			if err := ch.Get(tc.q).Reject(false); err != nil {
 				t.Fatal(err)
 			}
 			tlEventuallyReady(t, b, tc.want, 1)
-			d := tlMustGet(t, ch, tc.want)
+			d := ch.Get(tc.want)
 			if string(d.Body) != tc.q {
 				t.Fatalf("%s got %q, want %q", tc.want, d.Body, tc.q)
 			}
@@ -304,8 +307,8 @@ func TestPolicyPrecedenceDeadLetter(t *testing.T) {
 // the backlog; at-most-once drops it.
 func TestPolicyPrecedenceStrategy(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	for _, tc := range []struct {
 		q, qtype, arg, pol string
 		backlog            int
@@ -321,12 +324,12 @@ func TestPolicyPrecedenceStrategy(t *testing.T) {
 		if tc.arg != "" {
 			args["x-dead-letter-strategy"] = tc.arg
 		}
-		tlDeclare(t, ch, tc.q, tc.qtype, args)
-		tlPub(t, ch, tc.q, "m", "")
-		if err := tlMustGet(t, ch, tc.q).Reject(false); err != nil {
+		ch.Declare(tc.q, args, brokertest.Type(tc.qtype))
+		ch.PublishBodies(tc.q, "m")
+		if err := ch.Get(tc.q).Reject(false); err != nil {
 			t.Fatal(err)
 		}
-		tlSync(t, ch)
+		ch.Sync()
 		if got := tlQueueStats(t, b, tc.q).DeadLetterBacklog; got != tc.backlog {
 			t.Errorf("%s (argument %q, policy %q): backlog %d, want %d", tc.q, tc.arg, tc.pol, got, tc.backlog)
 		}
@@ -338,9 +341,9 @@ func TestPolicyPrecedenceStrategy(t *testing.T) {
 // values printed as Erlang terms); nothing changes.
 func TestPolicyValidation(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "v", "classic", nil)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.Declare("v", nil)
 	tlSetPolicy(t, b, broker.Policy{Name: "v", Pattern: "^v$", Definition: map[string]any{"max-length": 5}})
 	for _, tc := range []struct {
 		def  map[string]any
@@ -493,12 +496,12 @@ func TestPolicyValidation(t *testing.T) {
 // applied to the recovered queues.
 func TestPolicySurvivesRestart(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "lim", Pattern: "^dur", ApplyTo: "queues", Priority: 7,
 		Definition: map[string]any{"max-length": 1, "dead-letter-exchange": "", "dead-letter-routing-key": "dlq"}})
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "dur-q", "classic", true, nil)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("dur-q", nil, brokertest.Durable)
 	b.Restart()
 	ps := b.Broker.Policies("/")
 	if len(ps) != 1 {
@@ -510,9 +513,9 @@ func TestPolicySurvivesRestart(t *testing.T) {
 		t.Fatalf("policy after restart: %+v", p)
 	}
 	tlWantPolicy(t, b, "dur-q", "lim")
-	_, ch = tlChannel(t, b)
-	tlPubAll(t, ch, "dur-q", "P1", "P2")
-	tlWantDrain(t, ch, "dur-q", "P2")
+	ch = b.Session(t)
+	ch.PublishBodies("dur-q", "P1", "P2")
+	ch.WantDrain("dur-q", "P2")
 	tlWantDeadLetters(t, b, ch, "dlq", "dur-q", "maxlen", "P1")
 }
 
@@ -525,11 +528,11 @@ func TestPolicySurvivesRestart(t *testing.T) {
 // Review finding R5 of an adversarial review of the broker's
 // concurrency and store ordering; it failed before the fix.
 func TestPolicyConcurrentChangesNoLostUpdate(t *testing.T) {
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	const n = 300
 	for i := range n {
-		tlDeclare(t, ch, fmt.Sprintf("q%d", i), "classic", nil)
+		ch.Declare(fmt.Sprintf("q%d", i), nil)
 	}
 	pol := func(name string, prio int) broker.Policy {
 		return broker.Policy{Name: name, Pattern: "^q", ApplyTo: "queues", Priority: prio,

@@ -1,3 +1,5 @@
+// Tests of closing connections and channels, and of broker shutdown.
+
 package broker_test
 
 // Tests of closing: the connection.close and channel.close handshakes,

@@ -1,3 +1,5 @@
+// Tests of protocol errors: channel and connection errors, malformed frames.
+
 package broker_test
 
 // Tests of protocol errors: a channel error closes that channel only and

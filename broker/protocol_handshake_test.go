@@ -1,3 +1,5 @@
+// Tests of the connection handshake: header, login, timeouts and their logging.
+
 package broker_test
 
 // Tests of the connection handshake: protocol header, server properties,
@@ -6,13 +8,11 @@ package broker_test
 // virtual host.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +21,7 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
+	"strconv"
 )
 
 func TestHandshakeServerProperties(t *testing.T) {
@@ -214,39 +215,19 @@ func TestLoginFailureDelayed(t *testing.T) {
 	}
 }
 
-// prLog records what the server logs.
-type prLog struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (h *prLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *prLog) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.recs = append(h.recs, r.Clone())
-	h.mu.Unlock()
-	return nil
-}
-func (h *prLog) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *prLog) WithGroup(string) slog.Handler      { return h }
-
-// events returns how many lines have message msg and how many events they
-// stand for: an aggregated line carries its count, any other is one.
-func (h *prLog) events(msg string) (lines, events int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range h.recs {
-		if r.Message != msg {
+// prEvents returns how many lines log has with message msg and how many
+// events they stand for: an aggregated line carries its count, any other
+// is one.
+func prEvents(log *brokertest.Log, msg string) (lines, events int) {
+	for _, ln := range log.Lines() {
+		if ln.Msg != msg {
 			continue
 		}
 		lines++
 		n := 1
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "count" {
-				n = int(a.Value.Int64())
-			}
-			return true
-		})
+		if c, ok := ln.Get("count"); ok {
+			n, _ = strconv.Atoi(c)
+		}
 		events += n
 	}
 	return lines, events
@@ -257,7 +238,7 @@ func (h *prLog) events(msg string) (lines, events int) {
 // second each, and every one of them counted.
 func TestHandshakeFailuresLoggedAsCounts(t *testing.T) {
 	t.Parallel()
-	logs := &prLog{}
+	logs := brokertest.NewLog(slog.LevelDebug)
 	start := time.Now()
 	b := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{
 		Logger:            slog.New(logs),
@@ -302,7 +283,7 @@ func TestHandshakeFailuresLoggedAsCounts(t *testing.T) {
 		msg  string
 		want int
 	}{{"login refused", logins}, {"handshake failed", idle}} {
-		lines, events := logs.events(c.msg)
+		lines, events := prEvents(logs, c.msg)
 		if events != c.want {
 			t.Errorf("%q lines count %d events, want %d", c.msg, events, c.want)
 		}
@@ -312,7 +293,7 @@ func TestHandshakeFailuresLoggedAsCounts(t *testing.T) {
 		t.Logf("%d events, %d %q lines", c.want, lines, c.msg)
 	}
 	for _, msg := range []string{"connection ended", "connection closed with error"} {
-		if lines, _ := logs.events(msg); lines > 0 {
+		if lines, _ := prEvents(logs, msg); lines > 0 {
 			t.Errorf("%d %q lines, want none: each failed handshake is in the counts", lines, msg)
 		}
 	}

@@ -1,3 +1,5 @@
+// Tests of heartbeats.
+
 package broker_test
 
 // Tests of heartbeats: a silent client is dropped, the server sends them,

@@ -1,3 +1,5 @@
+// Helpers of the protocol tests (pr*): bystanders, close and error checks, raw frames.
+
 package broker_test
 
 // Helpers, prefixed pr, for the protocol tests (protocol_*_test.go) and

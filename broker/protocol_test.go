@@ -1,3 +1,5 @@
+// Tests with clients other than amqp091-go (amqp-tools, pika), when installed.
+
 package broker_test
 
 // Tests with clients other than amqp091-go, run when they are installed:

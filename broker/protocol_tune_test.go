@@ -1,3 +1,5 @@
+// Tests of connection.tune: frame-max, channel-max and the maximum message size.
+
 package broker_test
 
 // Tests of connection.tune: frame-max and channel-max negotiated and

@@ -1,3 +1,5 @@
+// Tests of queue declaration: exclusive, auto-delete, server-named, passive, arguments.
+
 package broker_test
 
 import (
@@ -15,13 +17,15 @@ import (
 )
 
 func TestQueueDeclareExclusive(t *testing.T) {
-	b, owner, ch := rqStart(t)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	owner := ch.Conn
 	if _, err := ch.QueueDeclare("ex", false, false, true, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "", "ex", "m")
+	ch.PublishBodies("ex", "m")
 	// The owner may use it from another channel.
-	if got := rqDrain(t, rqChan(t, owner), "ex"); len(got) != 1 || got[0] != "m" {
+	if got := brokertest.NewSession(t, owner).Drain("ex"); len(got) != 1 || got[0] != "m" {
 		t.Fatalf("owner's second channel got %q", got)
 	}
 
@@ -61,7 +65,7 @@ func TestQueueDeclareExclusive(t *testing.T) {
 		t.Run(name, func(t *testing.T) { rqFails(t, other, 405, locked, op) })
 	}
 	// Anyone may publish to it.
-	rqPublishBody(t, rqChan(t, other), "", "ex", "from-other")
+	brokertest.NewSession(t, other).PublishBodies("ex", "from-other")
 	if q, err := rqPassiveQueue(owner, "ex"); err != nil || q.Messages != 1 {
 		t.Fatalf("passive declare by owner: %+v, %v", q, err)
 	}
@@ -73,36 +77,37 @@ func TestQueueDeclareExclusive(t *testing.T) {
 	if err := owner.Close(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(rqTimeout)
-	for {
-		_, err := rqPassiveQueue(other, "ex")
-		var ae *amqp091.Error
-		if errors.As(err, &ae) && ae.Code == 404 {
-			rqWantErr(t, err, 404, "NOT_FOUND - no queue 'ex' in vhost '/'")
-			break
+	var gone error
+	brokertest.Eventually(t, "the exclusive queue to go with its connection", func() error {
+		_, gone = rqPassiveQueue(other, "ex")
+		if gone == nil {
+			return errors.New("a passive declare still finds it")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("exclusive queue still there after its connection closed: %v", err)
+		if ae := (*amqp091.Error)(nil); errors.As(gone, &ae) && ae.Code == 404 {
+			return nil
 		}
-	}
+		return gone
+	})
+	rqWantErr(t, gone, 404, "NOT_FOUND - no queue 'ex' in vhost '/'")
 	// The name is free again.
-	if _, err := rqChan(t, other).QueueDeclare("ex", false, false, true, false, nil); err != nil {
+	if _, err := brokertest.NewSession(t, other).QueueDeclare("ex", false, false, true, false, nil); err != nil {
 		t.Fatalf("redeclare after owner left: %v", err)
 	}
 }
 
 func TestQueueAutoDelete(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	if _, err := ch.QueueDeclare("ad", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Not deleted before its first consumer, even after basic.get.
-	rqPublishBody(t, ch, "", "ad", "m")
-	rqDrain(t, ch, "ad")
+	ch.PublishBodies("ad", "m")
+	ch.Drain("ad")
 	if _, err := rqPassiveQueue(conn, "ad"); err != nil {
 		t.Fatalf("auto-delete queue gone before any consumer: %v", err)
 	}
-	cch := rqChan(t, conn)
+	cch := brokertest.NewSession(t, conn)
 	if _, err := cch.Consume("ad", "c1", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +131,7 @@ func TestQueueAutoDelete(t *testing.T) {
 	if _, err := ch.QueueDeclare("ad2", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	cch2 := rqChan(t, conn)
+	cch2 := brokertest.NewSession(t, conn)
 	if _, err := cch2.Consume("ad2", "", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +143,8 @@ func TestQueueAutoDelete(t *testing.T) {
 }
 
 func TestQueueServerNamed(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	q1, err := ch.QueueDeclare("", false, false, true, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -159,17 +165,19 @@ func TestQueueServerNamed(t *testing.T) {
 		t.Fatalf("passive declare of %s: %v", q1.Name, err)
 	}
 	// The name is usable for routing.
-	rqPublishBody(t, ch, "", q1.Name, "m")
+	ch.PublishBodies(q1.Name, "m")
 	rqExpect(t, ch, map[string][]string{q1.Name: {"m"}, q2.Name: nil})
 }
 
 func TestQueueLastDeclaredName(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	rqFails(t, conn, 404, "NOT_FOUND - no previously declared queue", func(ch *amqp091.Channel) error {
 		_, err := ch.QueuePurge("", false)
 		return err
 	})
-	rqDeclareQueues(t, ch, "first", "last")
+	ch.Declare("first", nil)
+	ch.Declare("last", nil)
 	// Empty queue name: the last queue declared on this channel. With an
 	// empty routing key too, the key is the queue's name.
 	if err := ch.QueueBind("", "", "amq.direct", false, nil); err != nil {
@@ -178,21 +186,21 @@ func TestQueueLastDeclaredName(t *testing.T) {
 	if err := ch.QueueBind("", "k", "amq.direct", false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "amq.direct", "last", "by-name-key")
-	rqPublishBody(t, ch, "amq.direct", "k", "by-k")
-	rqPublishBody(t, ch, "amq.direct", "", "by-empty-key")
+	ch.Publish("amq.direct", "last", amqp091.Publishing{Body: []byte("by-name-key")})
+	ch.Publish("amq.direct", "k", amqp091.Publishing{Body: []byte("by-k")})
+	ch.Publish("amq.direct", "", amqp091.Publishing{Body: []byte("by-empty-key")})
 	rqExpect(t, ch, map[string][]string{"last": {"by-name-key", "by-k"}, "first": nil})
-	rqPublishBody(t, ch, "", "last", "p1")
-	rqPublishBody(t, ch, "", "last", "p2")
+	ch.PublishBodies("last", "p1")
+	ch.PublishBodies("last", "p2")
 	if n, err := ch.QueuePurge("", false); err != nil || n != 2 {
 		t.Fatalf("purge of last declared = %d, %v; want 2", n, err)
 	}
-	rqPublishBody(t, ch, "amq.direct", "k", "again")
-	d, ok, err := ch.Get("", true)
+	ch.Publish("amq.direct", "k", amqp091.Publishing{Body: []byte("again")})
+	d, ok, err := ch.Channel.Get("", true)
 	if err != nil || !ok || string(d.Body) != "again" {
 		t.Fatalf("get from last declared: %q %v %v", d.Body, ok, err)
 	}
-	rqPublishBody(t, ch, "", "last", "x")
+	ch.PublishBodies("last", "x")
 	if n, err := ch.QueueDelete("", false, false, false); err != nil || n != 1 {
 		t.Fatalf("delete of last declared = %d, %v; want 1", n, err)
 	}
@@ -200,25 +208,26 @@ func TestQueueLastDeclaredName(t *testing.T) {
 		t.Fatalf("first queue affected: %v", err)
 	}
 	// A passive declare also sets it.
-	ch2 := rqChan(t, conn)
+	ch2 := brokertest.NewSession(t, conn)
 	if _, err := ch2.QueueDeclarePassive("first", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch2, "", "first", "f")
-	if got := rqDrain(t, ch2, ""); len(got) != 1 || got[0] != "f" {
+	ch2.PublishBodies("first", "f")
+	if got := ch2.Drain(""); len(got) != 1 || got[0] != "f" {
 		t.Fatalf("get from passively declared queue: %q", got)
 	}
 }
 
 func TestQueueDeclarePassive(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	_, err := rqPassiveQueue(conn, "q")
 	rqWantErr(t, err, 404, "NOT_FOUND - no queue 'q' in vhost '/'")
-	rqDeclareQueues(t, ch, "q")
+	ch.Declare("q", nil)
 	for _, b := range []string{"m1", "m2", "m3"} {
-		rqPublishBody(t, ch, "", "q", b)
+		ch.PublishBodies("q", b)
 	}
-	cch := rqChan(t, conn)
+	cch := brokertest.NewSession(t, conn)
 	if err := cch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +240,7 @@ func TestQueueDeclarePassive(t *testing.T) {
 		if string(d.Body) != "m1" {
 			t.Fatalf("first delivery %q", d.Body)
 		}
-	case <-time.After(rqTimeout):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("no delivery")
 	}
 	// The count is of ready messages: the unacked one is not in it.
@@ -250,7 +259,8 @@ func TestQueueDeclarePassive(t *testing.T) {
 }
 
 func TestQueueRedeclareEquivalence(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	declare := func(name string, durable, autoDelete bool, args amqp091.Table) func(ch *amqp091.Channel) error {
 		return func(ch *amqp091.Channel) error {
 			_, err := ch.QueueDeclare(name, durable, autoDelete, false, false, args)
@@ -259,13 +269,13 @@ func TestQueueRedeclareEquivalence(t *testing.T) {
 	}
 	const pf = "PRECONDITION_FAILED - "
 
-	rqDeclareQueues(t, ch, "plain")
+	ch.Declare("plain", nil)
 	rqFails(t, conn, 406, pf+"inequivalent arg 'durable' for queue 'plain' in vhost '/': received 'true' but current is 'false'",
 		declare("plain", true, false, nil))
 	rqFails(t, conn, 406, pf+"inequivalent arg 'auto_delete' for queue 'plain' in vhost '/': received 'true' but current is 'false'",
 		declare("plain", false, true, nil))
 
-	if err := declare("ttl", false, false, amqp091.Table{"x-message-ttl": int64(1000)})(ch); err != nil {
+	if err := declare("ttl", false, false, amqp091.Table{"x-message-ttl": int64(1000)})(ch.Channel); err != nil {
 		t.Fatal(err)
 	}
 	// Integer types are one class: int32 1000 is the same as int64 1000;
@@ -276,7 +286,7 @@ func TestQueueRedeclareEquivalence(t *testing.T) {
 		{"x-message-ttl": int16(1000)},
 		{"x-message-ttl": int64(1000), "x-foo": "bar"},
 	} {
-		if err := declare("ttl", false, false, args)(ch); err != nil {
+		if err := declare("ttl", false, false, args)(ch.Channel); err != nil {
 			t.Fatalf("redeclare with %v: %v", args, err)
 		}
 	}
@@ -298,13 +308,13 @@ func TestQueueRedeclareEquivalence(t *testing.T) {
 		rqFails(t, conn, 406, pf+c.reason, declare("ttl", false, false, c.args))
 	}
 	// The failed redeclares changed nothing.
-	if err := declare("ttl", false, false, amqp091.Table{"x-message-ttl": int64(1000)})(ch); err != nil {
+	if err := declare("ttl", false, false, amqp091.Table{"x-message-ttl": int64(1000)})(ch.Channel); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestQueueReservedName(t *testing.T) {
-	_, conn, _ := rqStart(t)
+	conn := brokertest.Start(t, brokertest.Config{}).Dial(t)
 	rqFails(t, conn, 403, "ACCESS_REFUSED - queue name 'amq.q' contains reserved prefix 'amq.*'", func(ch *amqp091.Channel) error {
 		_, err := ch.QueueDeclare("amq.q", false, false, false, false, nil)
 		return err
@@ -314,7 +324,8 @@ func TestQueueReservedName(t *testing.T) {
 }
 
 func TestQueueArgumentValidation(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	const prefix = "PRECONDITION_FAILED - invalid arg '"
 	const rs = "' for queue 'v' in vhost '/'"
 	quorum := amqp091.Table{"x-queue-type": "quorum"}
@@ -360,6 +371,7 @@ func TestQueueArgumentValidation(t *testing.T) {
 		{"stream", amqp091.Table{"x-queue-type": "stream"}, prefix + "x-queue-type" + rs + ": stream queues are not supported by brokerd; use a classic or quorum queue"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			ch := ch.With(t)
 			decl := func(ch *amqp091.Channel) error {
 				_, err := ch.QueueDeclare("v", true, false, false, false, c.args)
 				return err
@@ -370,7 +382,7 @@ func TestQueueArgumentValidation(t *testing.T) {
 				rqWantErr(t, err, 404, "NOT_FOUND - no queue 'v' in vhost '/'")
 				return
 			}
-			if err := decl(ch); err != nil {
+			if err := decl(ch.Channel); err != nil {
 				t.Fatalf("declare with %v: %v", c.args, err)
 			}
 			if _, err := ch.QueueDelete("v", false, false, false); err != nil {
@@ -381,7 +393,8 @@ func TestQueueArgumentValidation(t *testing.T) {
 }
 
 func TestQueueQuorumProperties(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	quorum := amqp091.Table{"x-queue-type": "quorum"}
 	for _, c := range []struct {
 		durable, autoDelete, exclusive bool
@@ -405,14 +418,15 @@ func TestQueueQuorumProperties(t *testing.T) {
 			_, err := ch.QueueDeclare("qq", true, false, false, false, nil)
 			return err
 		})
-	rqPublishBody(t, ch, "", "qq", "m")
+	ch.PublishBodies("qq", "m")
 	rqExpect(t, ch, map[string][]string{"qq": {"m"}})
 }
 
 func TestQueueBindUnbind(t *testing.T) {
-	_, conn, ch := rqStart(t)
-	rqDeclareQueues(t, ch, "q")
-	rqDeclareExchange(t, ch, "x", "direct", nil)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
+	ch.Declare("q", nil)
+	ch.DeclareExchange("x", "direct", nil)
 	rqFails(t, conn, 404, "NOT_FOUND - no queue 'nq' in vhost '/'", func(ch *amqp091.Channel) error {
 		return ch.QueueBind("nq", "k", "x", false, nil)
 	})
@@ -421,25 +435,25 @@ func TestQueueBindUnbind(t *testing.T) {
 	})
 
 	// A duplicate bind is the same binding: one unbind removes it.
-	rqBind(t, ch, "q", "k", "x", nil)
-	rqBind(t, ch, "q", "k", "x", nil)
-	rqPublishBody(t, ch, "x", "k", "bound")
+	ch.Bind("q", "k", "x", nil)
+	ch.Bind("q", "k", "x", nil)
+	ch.Publish("x", "k", amqp091.Publishing{Body: []byte("bound")})
 	if err := ch.QueueUnbind("q", "k", "x", nil); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "x", "k", "unbound")
+	ch.Publish("x", "k", amqp091.Publishing{Body: []byte("unbound")})
 	rqExpect(t, ch, map[string][]string{"q": {"bound"}})
 
 	// Binding arguments are part of the binding's identity.
-	rqBind(t, ch, "q", "k", "x", amqp091.Table{"a": int32(1)})
+	ch.Bind("q", "k", "x", amqp091.Table{"a": int32(1)})
 	if err := ch.QueueUnbind("q", "k", "x", amqp091.Table{"a": int64(1)}); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "x", "k", "still-bound")
+	ch.Publish("x", "k", amqp091.Publishing{Body: []byte("still-bound")})
 	if err := ch.QueueUnbind("q", "k", "x", amqp091.Table{"a": int32(1)}); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "x", "k", "gone")
+	ch.Publish("x", "k", amqp091.Publishing{Body: []byte("gone")})
 	rqExpect(t, ch, map[string][]string{"q": {"still-bound"}})
 
 	// Unbinding what isn't bound is fine.
@@ -449,15 +463,16 @@ func TestQueueBindUnbind(t *testing.T) {
 }
 
 func TestQueuePurge(t *testing.T) {
-	_, conn, ch := rqStart(t)
-	rqDeclareQueues(t, ch, "q")
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
+	ch.Declare("q", nil)
 	for _, b := range []string{"m1", "m2", "m3", "m4"} {
-		rqPublishBody(t, ch, "", "q", b)
+		ch.PublishBodies("q", b)
 	}
-	gch := rqChan(t, conn)
+	gch := brokertest.NewSession(t, conn)
 	var tags []uint64
 	for _, want := range []string{"m1", "m2"} {
-		d, ok, err := gch.Get("q", false)
+		d, ok, err := gch.Channel.Get("q", false)
 		if err != nil || !ok || string(d.Body) != want {
 			t.Fatalf("get = %q %v %v, want %q", d.Body, ok, err, want)
 		}
@@ -478,11 +493,11 @@ func TestQueuePurge(t *testing.T) {
 	if err := gch.Nack(tags[1], false, true); err != nil {
 		t.Fatal(err)
 	}
-	d, ok, err := gch.Get("q", true)
+	d, ok, err := gch.Channel.Get("q", true)
 	if err != nil || !ok || string(d.Body) != "m2" || !d.Redelivered {
 		t.Fatalf("after requeue get = %q ok=%v redelivered=%v err=%v; want redelivered m2", d.Body, ok, d.Redelivered, err)
 	}
-	if got := rqDrain(t, gch, "q"); got != nil {
+	if got := gch.Drain("q"); got != nil {
 		t.Fatalf("left in queue: %q", got)
 	}
 	// Purging an empty queue returns 0; a missing one is 404.
@@ -496,18 +511,19 @@ func TestQueuePurge(t *testing.T) {
 }
 
 func TestQueueDelete(t *testing.T) {
-	_, conn, ch := rqStart(t)
-	rqDeclareQueues(t, ch, "q")
-	rqBind(t, ch, "q", "k", "amq.direct", nil)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
+	ch.Declare("q", nil)
+	ch.Bind("q", "k", "amq.direct", nil)
 	for _, b := range []string{"m1", "m2", "m3"} {
-		rqPublishBody(t, ch, "", "q", b)
+		ch.PublishBodies("q", b)
 	}
 	rqFails(t, conn, 406, "PRECONDITION_FAILED - queue 'q' in vhost '/' not empty", func(ch *amqp091.Channel) error {
 		_, err := ch.QueueDelete("q", false, true, false)
 		return err
 	})
 
-	cch := rqChan(t, conn)
+	cch := brokertest.NewSession(t, conn)
 	cancels := cch.NotifyCancel(make(chan string, 1))
 	if err := cch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
@@ -518,7 +534,7 @@ func TestQueueDelete(t *testing.T) {
 	}
 	select {
 	case <-deliveries:
-	case <-time.After(rqTimeout):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("no delivery")
 	}
 	rqFails(t, conn, 406, "PRECONDITION_FAILED - queue 'q' in vhost '/' in use", func(ch *amqp091.Channel) error {
@@ -540,8 +556,8 @@ func TestQueueDelete(t *testing.T) {
 		t.Fatal("consumer got no basic.cancel")
 	}
 	// Its bindings went with it: a new queue of the same name is unbound.
-	rqDeclareQueues(t, ch, "q")
-	rqPublishBody(t, ch, "amq.direct", "k", "to-old-binding")
+	ch.Declare("q", nil)
+	ch.Publish("amq.direct", "k", amqp091.Publishing{Body: []byte("to-old-binding")})
 	rqExpect(t, ch, map[string][]string{"q": nil})
 
 	// Deleting a missing queue is not an error.
@@ -568,7 +584,8 @@ func rqDeliveryProps(d amqp091.Delivery) amqp091.Delivery {
 }
 
 func TestDurabilityAcrossRestart(t *testing.T) {
-	b, _, ch := rqStart(t)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	dqArgs := amqp091.Table{"x-max-length": int64(100), "x-foo": "bar", "x-single-active-consumer": false}
 	must := func(err error) {
 		t.Helper()
@@ -595,14 +612,14 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 		_, err := ch.QueueDeclare(q.name, q.durable, false, q.exclusive, false, q.args)
 		must(err)
 	}
-	rqBind(t, ch, "dq", "a.#", "dx", amqp091.Table{"bk": int32(1)})
-	rqBind(t, ch, "daeq", "", "dae", nil)
-	rqBindX(t, ch, "dx2", "b.*", "dx", nil)
-	rqBindX(t, ch, "dint", "b.*", "dx", nil)
-	rqBind(t, ch, "dq2", "b.x", "dx2", nil)
-	rqBind(t, ch, "dq", "d", "amq.direct", nil)
-	rqBind(t, ch, "dq2", "", "tx", nil) // not durable: tx isn't
-	rqBind(t, ch, "tq", "d", "amq.direct", nil)
+	ch.Bind("dq", "a.#", "dx", amqp091.Table{"bk": int32(1)})
+	ch.Bind("daeq", "", "dae", nil)
+	ch.BindExchange("dx2", "b.*", "dx", nil)
+	ch.BindExchange("dint", "b.*", "dx", nil)
+	ch.Bind("dq2", "b.x", "dx2", nil)
+	ch.Bind("dq", "d", "amq.direct", nil)
+	ch.Bind("dq2", "", "tx", nil) // not durable: tx isn't
+	ch.Bind("tq", "d", "amq.direct", nil)
 
 	full := amqp091.Publishing{
 		Headers: amqp091.Table{
@@ -617,19 +634,19 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 		MessageId: "mid-1", Timestamp: time.Unix(1700000001, 0), Type: "kind", UserId: "guest",
 		AppId: "app", Body: []byte("durable body \x00\xff"),
 	}
-	rqPublish(t, ch, "", "dq", full)
-	rqPublish(t, ch, "", "dq", amqp091.Publishing{Body: []byte("transient"), DeliveryMode: amqp091.Transient})
-	rqPublish(t, ch, "", "tq", amqp091.Publishing{Body: []byte("in-transient-queue"), DeliveryMode: amqp091.Persistent})
-	rqPublish(t, ch, "", "eq", amqp091.Publishing{Body: []byte("in-exclusive-queue"), DeliveryMode: amqp091.Persistent})
-	rqPublish(t, ch, "dx", "b.x", amqp091.Publishing{Body: []byte("held"), DeliveryMode: amqp091.Persistent})
+	ch.Publish("", "dq", full)
+	ch.Publish("", "dq", amqp091.Publishing{Body: []byte("transient"), DeliveryMode: amqp091.Transient})
+	ch.Publish("", "tq", amqp091.Publishing{Body: []byte("in-transient-queue"), DeliveryMode: amqp091.Persistent})
+	ch.Publish("", "eq", amqp091.Publishing{Body: []byte("in-exclusive-queue"), DeliveryMode: amqp091.Persistent})
+	ch.Publish("dx", "b.x", amqp091.Publishing{Body: []byte("held"), DeliveryMode: amqp091.Persistent})
 	// Held unacked over the restart: it comes back.
-	if d, ok, err := ch.Get("dq2", false); err != nil || !ok || string(d.Body) != "held" {
+	if d, ok, err := ch.Channel.Get("dq2", false); err != nil || !ok || string(d.Body) != "held" {
 		t.Fatalf("get held = %q %v %v", d.Body, ok, err)
 	}
 
 	b.Restart()
 	conn := b.Dial(t)
-	ch = rqChan(t, conn)
+	ch = brokertest.NewSession(t, conn)
 
 	for name, want := range map[string]bool{"dx": true, "dae": true, "dx2": true, "dint": true, "tx": false, "amq.topic": true} {
 		if got := rqExchangeExists(t, conn, name); got != want {
@@ -647,7 +664,7 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 		rqWantErr(t, err, 404, "NOT_FOUND - no queue '"+name+"' in vhost '/'")
 	}
 
-	d, ok, err := ch.Get("dq", true)
+	d, ok, err := ch.Channel.Get("dq", true)
 	if err != nil || !ok {
 		t.Fatalf("get from dq: %v %v", ok, err)
 	}
@@ -664,19 +681,19 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 	if got := rqDeliveryProps(d); !reflect.DeepEqual(got, want) {
 		t.Errorf("recovered message differs\n got %#v\nwant %#v", got, want)
 	}
-	d, ok, err = ch.Get("dq2", true)
+	d, ok, err = ch.Channel.Get("dq2", true)
 	if err != nil || !ok || string(d.Body) != "held" || !d.Redelivered || d.Exchange != "dx" || d.RoutingKey != "b.x" {
 		t.Errorf("held message after restart: %q redelivered=%v exchange=%q key=%q ok=%v err=%v", d.Body, d.Redelivered, d.Exchange, d.RoutingKey, ok, err)
 	}
 
 	// Bindings between durable ends survived, with their arguments.
-	rqPublishBody(t, ch, "dx", "a.z", "via-dx")
-	rqPublishBody(t, ch, "dx", "b.x", "via-dx2")
-	rqPublishBody(t, ch, "dx", "zzz", "via-ae")
-	rqPublishBody(t, ch, "amq.direct", "d", "via-amq.direct")
+	ch.Publish("dx", "a.z", amqp091.Publishing{Body: []byte("via-dx")})
+	ch.Publish("dx", "b.x", amqp091.Publishing{Body: []byte("via-dx2")})
+	ch.Publish("dx", "zzz", amqp091.Publishing{Body: []byte("via-ae")})
+	ch.Publish("amq.direct", "d", amqp091.Publishing{Body: []byte("via-amq.direct")})
 	rqPublishFails(t, conn, "dint", "", 403, "ACCESS_REFUSED - cannot publish to internal exchange 'dint' in vhost '/'")
 	must(ch.ExchangeDeclare("tx", "fanout", false, false, false, false, nil))
-	rqPublishBody(t, ch, "tx", "", "via-new-tx")
+	ch.Publish("tx", "", amqp091.Publishing{Body: []byte("via-new-tx")})
 	rqExpect(t, ch, map[string][]string{
 		"dq":   {"via-dx", "via-amq.direct"},
 		"dq2":  {"via-dx2"},
@@ -685,7 +702,7 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 	if err := ch.QueueUnbind("dq", "a.#", "dx", amqp091.Table{"bk": int32(1)}); err != nil {
 		t.Fatal(err)
 	}
-	rqPublishBody(t, ch, "dx", "a.z", "after-unbind")
+	ch.Publish("dx", "a.z", amqp091.Publishing{Body: []byte("after-unbind")})
 	rqExpect(t, ch, map[string][]string{"dq": nil, "daeq": {"after-unbind"}})
 
 	// Argument tables round-trip: same arguments redeclare, others don't.
@@ -712,14 +729,14 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 	// Deletions are durable too: a deleted queue (with a persistent
 	// message), a deleted exchange (with bindings both ways) and a removed
 	// binding stay gone after a second restart.
-	rqPublish(t, ch, "", "daeq", amqp091.Publishing{Body: []byte("deleted-with-queue"), DeliveryMode: amqp091.Persistent})
+	ch.Publish("", "daeq", amqp091.Publishing{Body: []byte("deleted-with-queue"), DeliveryMode: amqp091.Persistent})
 	if n, err := ch.QueueDelete("daeq", false, false, false); err != nil || n != 1 {
 		t.Fatalf("delete daeq = %d, %v", n, err)
 	}
 	must(ch.ExchangeDelete("dx2", false, false))
 	b.Restart()
 	conn = b.Dial(t)
-	ch = rqChan(t, conn)
+	ch = brokertest.NewSession(t, conn)
 	if q, err := rqPassiveQueue(conn, "dq"); err != nil || q.Messages != 0 {
 		t.Fatalf("dq after second restart: %+v, %v", q, err)
 	}
@@ -728,12 +745,12 @@ func TestDurabilityAcrossRestart(t *testing.T) {
 	if rqExchangeExists(t, conn, "dx2") {
 		t.Error("deleted exchange dx2 came back")
 	}
-	rqDeclareQueues(t, ch, "daeq")
-	rqBind(t, ch, "daeq", "", "dae", nil)
-	rqPublishBody(t, ch, "dx", "a.z", "no-binding")
+	ch.Declare("daeq", nil)
+	ch.Bind("daeq", "", "dae", nil)
+	ch.Publish("dx", "a.z", amqp091.Publishing{Body: []byte("no-binding")})
 	// b.x still matches dx → dint (so it doesn't go to the alternate), but
 	// not dx → dx2 → dq2.
-	rqPublishBody(t, ch, "dx", "b.x", "no-dx2")
+	ch.Publish("dx", "b.x", amqp091.Publishing{Body: []byte("no-dx2")})
 	rqExpect(t, ch, map[string][]string{"dq": nil, "dq2": nil, "daeq": {"no-binding"}})
 }
 
@@ -758,7 +775,7 @@ func TestQueueVHostDefaultType(t *testing.T) {
 		}
 	}
 	conn := pmDial(t, b, "guest", "guest", "/qq")
-	ch := rqChan(t, conn)
+	ch := brokertest.NewSession(t, conn)
 	// A classic queue from before the default was set.
 	if err := b.Broker.PutVHost(broker.VHostInfo{Name: "/qq"}); err != nil {
 		t.Fatal(err)
@@ -827,7 +844,7 @@ func TestQueueVHostDefaultType(t *testing.T) {
 	}
 
 	// A classic default shows in the arguments and changes nothing else.
-	cch := rqChan(t, pmDial(t, b, "guest", "guest", "/cq"))
+	cch := brokertest.NewSession(t, pmDial(t, b, "guest", "guest", "/cq"))
 	if _, err := cch.QueueDeclare("c", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -841,7 +858,7 @@ func TestQueueVHostDefaultType(t *testing.T) {
 		_, err := ch.QueueDeclare("s", true, false, false, false, nil)
 		return err
 	})
-	if _, err := rqChan(t, sconn).QueueDeclare("s-excl", false, true, true, false, nil); err != nil {
+	if _, err := brokertest.NewSession(t, sconn).QueueDeclare("s-excl", false, true, true, false, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -857,7 +874,7 @@ func TestQueueVHostDefaultType(t *testing.T) {
 			}
 		}
 	}
-	ch = rqChan(t, pmDial(t, b, "guest", "guest", "/qq"))
+	ch = brokertest.NewSession(t, pmDial(t, b, "guest", "guest", "/qq"))
 	if _, err := ch.QueueDeclare("dq", true, false, false, false, nil); err != nil {
 		t.Fatalf("redeclare after restart: %v", err)
 	}

@@ -1,3 +1,5 @@
+// rawConn, a raw AMQP client for the protocol tests.
+
 package broker_test
 
 import (

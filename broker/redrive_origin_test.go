@@ -1,3 +1,5 @@
+// Tests that redrive to origin goes by the broker's own record, never by x-death.
+
 package broker_test
 
 // Redrive to origin goes by the broker's own record of where it
@@ -32,11 +34,12 @@ func forgedDeath(queue string) amqp091.Table {
 // an exclusive queue fails too (defect: both forged messages were moved
 // where x-death said).
 func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	br := e.b.Broker
-	e.plainQueue("payroll", nil)
+	e.Declare("payroll", nil, brokertest.Durable)
 	// The administrator's exclusive queue, which dead-letters into dlq.
-	if _, err := e.ch.QueueDeclare("admin-excl", false, false, true, false,
+	if _, err := e.QueueDeclare("admin-excl", false, false, true, false,
 		amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,21 +54,15 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mc.Close()
-	mch, err := mc.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mch.Confirm(false); err != nil {
-		t.Fatal(err)
-	}
+	mch := brokertest.NewSession(t, mc)
 	for _, target := range []string{"payroll", "admin-excl", "src"} {
-		if !tlPublish(t, mch, "dlx", "dlq", amqp091.Publishing{Body: []byte("forged-" + target), Headers: forgedDeath(target)}) {
+		if !mch.PublishAck("dlx", "dlq", amqp091.Publishing{Body: []byte("forged-" + target), Headers: forgedDeath(target)}) {
 			t.Fatalf("forged publish naming %q nacked", target)
 		}
 	}
 	e.rdReject("src", 4, "genuine")
-	e.publish("admin-excl", "from-excl")
-	e.reject(e.get("admin-excl", "from-excl")[0], false)
+	e.PublishBodies("admin-excl", "from-excl")
+	e.reject(e.Expect("admin-excl", "from-excl")[0], false)
 	e.waitFor("dlq", 5, 5, 0)
 
 	d, err := br.OpenDirect("guest", "/")
@@ -88,8 +85,8 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 			t.Fatalf("queue %q holds %d messages after the redrive, want %d", q, got, want)
 		}
 	}
-	rdWantRedriven(t, e.get("src", "genuine")[0], "src", "rejected", 1)
-	for _, d := range e.get("dlq", "forged-payroll", "forged-admin-excl", "forged-src", "from-excl") {
+	rdWantRedriven(t, e.Expect("src", "genuine")[0], "src", "rejected", 1)
+	for _, d := range e.Expect("dlq", "forged-payroll", "forged-admin-excl", "forged-src", "from-excl") {
 		if err := d.Ack(false); err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +94,7 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 
 	// A filter on the source queue selects a message without a record by
 	// its x-death, and still moves it nowhere.
-	if !tlPublish(t, mch, "dlx", "dlq", amqp091.Publishing{Body: []byte("forged-again"), Headers: forgedDeath("payroll")}) {
+	if !mch.PublishAck("dlx", "dlq", amqp091.Publishing{Body: []byte("forged-again"), Headers: forgedDeath("payroll")}) {
 		t.Fatal("forged publish nacked")
 	}
 	e.waitFor("dlq", 1, 1, 0)
@@ -114,7 +111,7 @@ func TestRedriveToOriginIgnoresForgedXDeath(t *testing.T) {
 func TestRedriveOriginRecordSurvivesRestart(t *testing.T) {
 	e := dsStart(t, dsGroups[0], brokertest.Config{Backend: brokertest.Disk()})
 	e.setup(nil)
-	e.publishTo("dlx", "dlq", amqp091.Publishing{Body: []byte("published"), Headers: forgedDeath("src")})
+	e.Publish("dlx", "dlq", amqp091.Publishing{Body: []byte("published"), Headers: forgedDeath("src")})
 	e.rdReject("src", 3, "a", "b")
 	check := func(when string) {
 		t.Helper()
@@ -136,12 +133,12 @@ func TestRedriveOriginRecordSurvivesRestart(t *testing.T) {
 	check("after a crash")
 	e.b.Restart()
 	check("after a restart")
-	_, e.ch = e.b.Channel(t)
+	e.redial()
 	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{})
 	if r.Moved != 2 || r.Failed != 1 || r.Failures[0].Reason != broker.NoOriginRecord {
 		t.Fatalf("redrive after the restart: %+v", r)
 	}
 	e.waitFor("src", 2, 2, 0)
-	e.get("src", "a", "b")
-	e.get("dlq", "published")
+	e.Expect("src", "a", "b")
+	e.Expect("dlq", "published")
 }

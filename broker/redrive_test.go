@@ -1,10 +1,11 @@
+// Tests of redrive: moving dead letters back to their origin or to an exchange.
+
 package broker_test
 
 import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,23 +14,16 @@ import (
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
+	"sync/atomic"
 )
-
-// rdStart is the dead-letter setup (src dead-letters through dlx into
-// dlq) on a classic at-most-once group, with src's extra arguments.
-func rdStart(t *testing.T, extra amqp091.Table) *dsEnv {
-	e := dsStart(t, dsGroups[0], brokertest.Config{})
-	e.setup(extra)
-	return e
-}
 
 // rdReject dead-letters each body from q (publish, get, reject) into dlq,
 // one at a time, and waits until dlq holds total messages.
 func (e *dsEnv) rdReject(q string, total int, bodies ...string) {
 	e.t.Helper()
 	for _, b := range bodies {
-		e.publish(q, b)
-		e.reject(e.get(q, b)[0], false)
+		e.PublishBodies(q, b)
+		e.reject(e.Expect(q, b)[0], false)
 	}
 	e.waitFor("dlq", total, total, 0)
 }
@@ -71,7 +65,8 @@ func rdWantRedriven(t *testing.T, d amqp091.Delivery, queue, reason string, coun
 // Redriven to origin, in order, up to max; the rest follow on a second
 // redrive; x-death stays and x-redriven-count counts each redrive.
 func TestRedriveToOrigin(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	bodies := rdBodies("m", 5)
 	e.rdReject("src", 5, bodies...)
 	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{Max: 3})
@@ -79,7 +74,7 @@ func TestRedriveToOrigin(t *testing.T) {
 		t.Fatalf("redrive: %+v, want 3 moved, 2 remaining", r)
 	}
 	e.waitFor("src", 3, 3, 0)
-	for _, d := range e.get("src", bodies[:3]...) {
+	for _, d := range e.Expect("src", bodies[:3]...) {
 		rdWantRedriven(t, d, "src", "rejected", 1)
 		e.reject(d, false) // dead again: back to dlq, behind m3, m4
 	}
@@ -89,25 +84,26 @@ func TestRedriveToOrigin(t *testing.T) {
 		t.Fatalf("second redrive: %+v, want 5 moved", r)
 	}
 	e.waitFor("src", 5, 5, 0)
-	ds := e.get("src", "m3", "m4", "m0", "m1", "m2")
+	ds := e.Expect("src", "m3", "m4", "m0", "m1", "m2")
 	rdWantRedriven(t, ds[0], "src", "rejected", 1)
 	rdWantRedriven(t, ds[2], "src", "rejected", 2)
-	e.getEmpty("dlq")
+	e.WantEmpty("dlq")
 }
 
 // Redriven through a named exchange with a routing key.
 func TestRedriveToExchange(t *testing.T) {
-	e := rdStart(t, nil)
-	e.exchange("retry", "direct", nil)
-	e.plainQueue("other", nil)
-	e.bind("other", "k", "retry", nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
+	e.DeclareExchange("retry", "direct", nil, brokertest.Durable)
+	e.Declare("other", nil, brokertest.Durable)
+	e.Bind("other", "k", "retry", nil)
 	e.rdReject("src", 3, "a", "b", "c")
 	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{Exchange: "retry", RoutingKey: "k"})
 	if r.Moved != 3 || r.Remaining != 0 {
 		t.Fatalf("redrive: %+v", r)
 	}
 	e.waitFor("other", 3, 3, 0)
-	for _, d := range e.get("other", "a", "b", "c") {
+	for _, d := range e.Expect("other", "a", "b", "c") {
 		rdWantRedriven(t, d, "src", "rejected", 1)
 		if d.Exchange != "retry" || d.RoutingKey != "k" {
 			t.Fatalf("%q delivered from %q/%q, want retry/k", d.Body, d.Exchange, d.RoutingKey)
@@ -131,10 +127,11 @@ func TestRedriveToExchange(t *testing.T) {
 // The reason, source queue and age filters move only what they match;
 // the others keep their order in the source.
 func TestRedriveFilters(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
 	e.rdReject("src", 1, "r0")
-	e.publishTo("", "src", amqp091.Publishing{Body: []byte("x1"), Expiration: "0"})
+	e.Publish("", "src", amqp091.Publishing{Body: []byte("x1"), Expiration: "0"})
 	e.waitFor("dlq", 2, 2, 0)
 	e.rdReject("src2", 3, "s2")
 	e.rdReject("src", 4, "r3")
@@ -148,49 +145,51 @@ func TestRedriveFilters(t *testing.T) {
 		t.Fatalf("reason expired: %+v", r)
 	}
 	e.waitFor("src", 1, 1, 0)
-	rdWantRedriven(t, e.get("src", "x1")[0], "src", "expired", 1)
+	rdWantRedriven(t, e.Expect("src", "x1")[0], "src", "expired", 1)
 	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{SourceQueue: "src2"})
 	if r.Moved != 1 || r.Remaining != 2 {
 		t.Fatalf("source src2: %+v", r)
 	}
 	e.waitFor("src2", 1, 1, 0)
-	e.get("src2", "s2")
+	e.Expect("src2", "s2")
 	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{Reason: "rejected", SourceQueue: "src", Max: 1})
 	if r.Moved != 1 || r.Remaining != 1 {
 		t.Fatalf("rejected from src, max 1: %+v", r)
 	}
 	e.waitFor("src", 2, 1, 1) // x1 unacked
-	e.get("src", "r0")
-	e.get("dlq", "r3")
+	e.Expect("src", "r0")
+	e.Expect("dlq", "r3")
 }
 
 // A target that refuses (full with reject-publish, deleted) leaves the
 // message in the source and counts a failure with the reason.
 func TestRedriveRefusingTarget(t *testing.T) {
-	e := rdStart(t, amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(amqp091.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
 	e.rdReject("src", 2, "a", "b")
-	e.publish("src", "full")
+	e.PublishBodies("src", "full")
 	e.waitFor("src", 1, 1, 0)
 	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{})
 	if r.Moved != 0 || r.Failed != 2 || r.Remaining != 2 || len(r.Failures) != 2 ||
 		!strings.Contains(r.Failures[0].Reason, "full") {
 		t.Fatalf("redrive to a full origin: %+v", r)
 	}
-	e.get("src", "full")
-	if _, err := e.ch.QueueDelete("src", false, false, false); err != nil {
+	e.Expect("src", "full")
+	if _, err := e.QueueDelete("src", false, false, false); err != nil {
 		t.Fatal(err)
 	}
 	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{})
 	if r.Moved != 0 || r.Failed != 2 || r.Failures[0].Reason != "no queue 'src'" {
 		t.Fatalf("redrive to a deleted origin: %+v", r)
 	}
-	e.get("dlq", "a", "b")
+	e.Expect("dlq", "a", "b")
 }
 
 // A crash while a redrive runs: after the restart every message is in
 // exactly one of the two queues.
 func TestRedriveCrash(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	const n = 60
 	bodies := rdBodies("c", n)
 	e.rdReject("src", n, bodies...)
@@ -218,51 +217,34 @@ func TestRedriveCrash(t *testing.T) {
 	}
 }
 
-// rdStore records the batches the broker writes and, once armed, closes
-// hit after the n-th batch that deletes an entry.
-type rdStore struct {
-	store.Store
-	mu      sync.Mutex
-	batches []store.Batch
-	armed   bool
-	n       int
-	hit     chan struct{}
-}
-
-// rdRecorded is rdStart over a recording store that, once armed, fires
-// after the 15th batch that deletes an entry, with n messages (c0, c1,
-// ...) dead-lettered from src into dlq.
-func rdRecorded(t *testing.T, n int) (*dsEnv, *rdStore, []string) {
-	rec := &rdStore{hit: make(chan struct{}), n: 15}
-	e := dsStart(t, dsGroups[0], brokertest.Config{WrapStore: rec.wrapFirst})
-	e.setup(nil)
-	bodies := rdBodies("c", n)
-	e.rdReject("src", n, bodies...)
-	return e, rec, bodies
-}
-
-// wrapFirst is a brokertest.Config.WrapStore that records the first
+// rdRecorded is the dead-letter setup over a SpyStore, with n messages
+// (c0, c1, ...) dead-lettered from src into dlq. The spy records the first
 // store only: after a crash the old broker, still running a redrive, must
 // keep writing to the store that crashed (its writes fail), never through
-// the recorder into the new one.
-func (r *rdStore) wrapFirst(s store.Store) store.Store {
-	if r.Store != nil {
-		return s
-	}
-	r.Store = s
-	return r
-}
-
-func (r *rdStore) Apply(b *store.Batch, done func(error)) {
-	r.mu.Lock()
-	r.batches = append(r.batches, b.Clone())
-	if r.armed && len(b.Deletes) > 0 {
-		if r.n--; r.n == 0 {
-			close(r.hit)
+// the spy into the new one. arm returns a channel closed after the 15th
+// batch that deletes an entry from then on.
+func rdRecorded(t *testing.T, n int) (e *dsEnv, rec *brokertest.SpyStore, arm func() <-chan struct{}, bodies []string) {
+	var armed atomic.Bool
+	var left atomic.Int32
+	left.Store(15)
+	hit := make(chan struct{})
+	rec = &brokertest.SpyStore{BeforeApply: func(b *store.Batch) {
+		if armed.Load() && len(b.Deletes) > 0 && left.Add(-1) == 0 {
+			close(hit)
 		}
-	}
-	r.mu.Unlock()
-	r.Store.Apply(b, done)
+	}}
+	first := true
+	e = dsStart(t, dsGroups[0], brokertest.Config{WrapStore: func(s store.Store) store.Store {
+		if !first {
+			return s
+		}
+		first = false
+		return rec.Wrap(s)
+	}})
+	e.setup(nil)
+	bodies = rdBodies("c", n)
+	e.rdReject("src", n, bodies...)
+	return e, rec, func() <-chan struct{} { armed.Store(true); return hit }, bodies
 }
 
 // Each move is one batch deleting the dead letter's entry in dlq and
@@ -270,12 +252,12 @@ func (r *rdStore) Apply(b *store.Batch, done func(error)) {
 // them leaves every message in exactly one of the two queues.
 func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 	const n = 40
-	e, rec, _ := rdRecorded(t, n)
+	e, rec, arm, _ := rdRecorded(t, n)
 
-	rec.mu.Lock()
+	batches := rec.Batches()
 	msgOf := map[store.Ref]store.MsgID{} // dlq entries and their messages
 	var srcID, dlqID store.QueueID
-	for _, b := range rec.batches {
+	for _, b := range batches {
 		for _, p := range b.Puts {
 			if string(p.Msg.Body) == "c0" {
 				if srcID == 0 {
@@ -286,16 +268,15 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 			}
 		}
 	}
-	for _, b := range rec.batches {
+	for _, b := range batches {
 		for _, p := range b.Puts {
 			if p.Queue == dlqID {
 				msgOf[p.Ref] = p.Msg.ID
 			}
 		}
 	}
-	start := len(rec.batches)
-	rec.armed = true
-	rec.mu.Unlock()
+	start := len(batches)
+	hit := arm()
 	if srcID == 0 || dlqID == 0 || srcID == dlqID {
 		t.Fatalf("queue ids: src %d dlq %d", srcID, dlqID)
 	}
@@ -306,13 +287,12 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 		defer close(done)
 		old.Redrive("/", "dlq", broker.RedriveOptions{}) // its writes fail after the crash
 	}()
-	<-rec.hit
+	<-hit
 	e.b.Crash()
 	<-done
 
-	rec.mu.Lock()
 	moves := 0
-	for _, b := range rec.batches[start:] {
+	for _, b := range rec.Batches()[start:] {
 		var fromDLQ []store.Ref
 		for _, d := range b.Deletes {
 			if d.Queue == dlqID {
@@ -327,7 +307,6 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 			t.Fatalf("a move's batch: deletes %v, puts %+v; want one delete from dlq and its message put into src", b.Deletes, b.Puts)
 		}
 	}
-	rec.mu.Unlock()
 	if moves < 15 {
 		t.Fatalf("%d moves written, want at least 15", moves)
 	}
@@ -342,7 +321,8 @@ func TestRedriveOneBatchEachAndCrashMidway(t *testing.T) {
 // A filter reaches dead letters behind paged-out ones it leaves in place
 // (a window of 4: most of dlq is paged out), on every level in order.
 func TestRedriveFiltersPastPagedMessages(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
 	e.rdReject("src", 10, rdBodies("a", 10)...)
 	e.rdReject("src2", 12, "b0", "b1")
@@ -353,15 +333,15 @@ func TestRedriveFiltersPastPagedMessages(t *testing.T) {
 		t.Fatalf("redrive from src2: %+v, want 3 moved, 13 remaining", r)
 	}
 	e.waitFor("src2", 3, 3, 0)
-	e.get("src2", "b0", "b1", "b2")
+	e.Expect("src2", "b0", "b1", "b2")
 	r = rdRedrive(t, e, "dlq", broker.RedriveOptions{Reason: "rejected", Max: 11})
 	if r.Moved != 11 || r.Remaining != 2 {
 		t.Fatalf("redrive of 11: %+v", r)
 	}
 	e.waitFor("src", 11, 11, 0)
-	e.get("src", rdBodies("a", 11)...)
-	e.get("dlq", "a11", "a12")
-	e.getEmpty("dlq")
+	e.Expect("src", rdBodies("a", 11)...)
+	e.Expect("dlq", "a11", "a12")
+	e.WantEmpty("dlq")
 }
 
 // drainOnce gets every message of queues and fails the test if a body is
@@ -392,10 +372,11 @@ func drainOnce(t *testing.T, ch *amqp091.Channel, queues ...string) map[string]s
 // more of the queue is in memory than its windows, and what matched (at
 // the far end) moved.
 func TestRedriveFilterLeavesPagedMessagesInStore(t *testing.T) {
-	e := rdStart(t, amqp091.Table{"x-message-ttl": int32(0)})
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(amqp091.Table{"x-message-ttl": int32(0)})
 	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
 	const n = 40 * brokertest.TestPageWindow
-	e.publish("src", rdBodies("x", n)...) // each expires at once into dlq
+	e.PublishBodies("src", rdBodies("x", n)...) // each expires at once into dlq
 	e.waitFor("dlq", n, n, 0)
 	e.rdReject("src2", n+3, "r0", "r1", "r2")
 	r := rdRedrive(t, e, "dlq", broker.RedriveOptions{Reason: "rejected"})
@@ -406,6 +387,6 @@ func TestRedriveFilterLeavesPagedMessagesInStore(t *testing.T) {
 		t.Fatalf("after the redrive: %d of dlq's %d ready messages resident, want at most %d", resident, ready, pgBound)
 	}
 	e.waitFor("src2", 3, 3, 0)
-	e.get("src2", "r0", "r1", "r2")
-	e.get("dlq", rdBodies("x", 5)...) // the rest still there, in order
+	e.Expect("src2", "r0", "r1", "r2")
+	e.Expect("dlq", rdBodies("x", 5)...) // the rest still there, in order
 }

@@ -1,3 +1,5 @@
+// Tests of redrive tasks: paced, cancelled, resumed after a restart or crash.
+
 package broker_test
 
 import (
@@ -13,26 +15,6 @@ import (
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
-// armedAt reports whether a timer of c is set to fire at t.
-func (c *tlClock) armedAt(t time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, tm := range c.timers {
-		if tm.active && tm.at.Equal(t) {
-			return true
-		}
-	}
-	return false
-}
-
-// rtStartClock is rdStart on a clock the test moves.
-func rtStartClock(t *testing.T, clk *tlClock, cfg brokertest.Config) *dsEnv {
-	cfg.Broker.Now, cfg.Broker.TimerClock = clk.Now, clk.Timers()
-	e := dsStart(t, dsGroups[0], cfg)
-	e.setup(nil)
-	return e
-}
-
 func rtStart(t *testing.T, e *dsEnv, spec broker.RedriveSpec) string {
 	t.Helper()
 	spec.VHost = "/"
@@ -45,21 +27,23 @@ func rtStart(t *testing.T, e *dsEnv, spec broker.RedriveSpec) string {
 
 // rtWaitPaced waits until task id has examined n messages and waits for
 // its clock to reach at.
-func rtWaitPaced(e *dsEnv, clk *tlClock, id string, n int64, at time.Time) {
+func rtWaitPaced(e *dsEnv, clk *brokertest.Clock, id string, n int64, at time.Time) {
 	e.t.Helper()
-	e.eventually(func() (bool, string) {
+	brokertest.Eventually(e.t, fmt.Sprintf("the task to examine %d and wait until %v", n, at), func() error {
 		s, err := e.b.Broker.RedriveTask(id)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return s.Moved+s.Failed == n && clk.armedAt(at),
-			fmt.Sprintf("task: state %s moved %d failed %d, want %d examined and a wait until %v", s.State, s.Moved, s.Failed, n, at)
+		if s.Moved+s.Failed != n || !clk.ArmedAt(at) {
+			return fmt.Errorf("state %s moved %d failed %d, waiting until %v: %t", s.State, s.Moved, s.Failed, at, clk.ArmedAt(at))
+		}
+		return nil
 	})
 }
 
 // rtStep moves the clock 100 ms at a time (one message at 10 a second)
 // until task id, started at t0 and paced at 10 a second, has examined n.
-func rtStep(e *dsEnv, clk *tlClock, id string, t0 time.Time, from, n int64) {
+func rtStep(e *dsEnv, clk *brokertest.Clock, id string, t0 time.Time, from, n int64) {
 	e.t.Helper()
 	for p := from; p < n; p++ {
 		clk.Advance(100 * time.Millisecond)
@@ -69,7 +53,7 @@ func rtStep(e *dsEnv, clk *tlClock, id string, t0 time.Time, from, n int64) {
 
 func rtWait(t *testing.T, e *dsEnv, id string) broker.RedriveTask {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), dsWait)
+	ctx, cancel := context.WithTimeout(context.Background(), brokertest.Wait)
 	defer cancel()
 	s, err := e.b.Broker.WaitRedrive(ctx, id)
 	if err != nil {
@@ -83,8 +67,9 @@ func rtWait(t *testing.T, e *dsEnv, id string) broker.RedriveTask {
 // 2 s) it does not burst to catch up: it moves two and goes on at its
 // pace. It finishes as soon as the queue's messages are all examined.
 func TestRedriveTaskRate(t *testing.T) {
-	clk := tlNewClock()
-	e := rtStartClock(t, clk, brokertest.Config{})
+	clk := brokertest.NewClock()
+	e := dsStart(t, dsGroups[0], brokertest.Config{Clock: clk})
+	e.setup(nil)
 	e.rdReject("src", 25, rdBodies("m", 25)...)
 	t0 := clk.Now()
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq", Rate: 10})
@@ -104,14 +89,15 @@ func TestRedriveTaskRate(t *testing.T) {
 		t.Fatalf("finished task: %+v", s)
 	}
 	e.waitFor("src", 25, 25, 0)
-	e.get("src", rdBodies("m", 25)...)
+	e.Expect("src", rdBodies("m", 25)...)
 }
 
 // Cancel stops a task between moves; what it moved stays moved; a second
 // cancel changes nothing; forget removes the ended task.
 func TestRedriveTaskCancel(t *testing.T) {
-	clk := tlNewClock()
-	e := rtStartClock(t, clk, brokertest.Config{})
+	clk := brokertest.NewClock()
+	e := dsStart(t, dsGroups[0], brokertest.Config{Clock: clk})
+	e.setup(nil)
 	e.rdReject("src", 30, rdBodies("m", 30)...)
 	t0 := clk.Now()
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq", Rate: 10})
@@ -148,13 +134,14 @@ func TestRedriveTaskCancel(t *testing.T) {
 // a message that failed before (its origin is gone) is neither retried
 // nor counted again.
 func TestRedriveTaskResumesAfterRestart(t *testing.T) {
-	clk := tlNewClock()
-	e := rtStartClock(t, clk, brokertest.Config{})
+	clk := brokertest.NewClock()
+	e := dsStart(t, dsGroups[0], brokertest.Config{Clock: clk})
+	e.setup(nil)
 	e.queue("src2", amqp091.Table{"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "dlq"})
 	e.rdReject("src", 10, rdBodies("a", 10)...)
 	e.rdReject("src2", 11, "b0")
 	e.rdReject("src", 25, rdBodies("c", 14)...)
-	if _, err := e.ch.QueueDelete("src2", false, false, false); err != nil {
+	if _, err := e.QueueDelete("src2", false, false, false); err != nil {
 		t.Fatalf("delete src2: %v", err)
 	}
 	t0 := clk.Now()
@@ -165,7 +152,7 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 		t.Fatalf("task before restart: %+v", s)
 	}
 	e.b.Restart()
-	e.conn, e.ch = e.b.Channel(t)
+	e.redial()
 
 	// Resumed, the task moves one message at once (its pace restarts).
 	t1 := clk.Now()
@@ -182,8 +169,8 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 		len(s.Failures) != 1 || s.Failures[0].Reason != want || s.Remaining != 1 {
 		t.Fatalf("resumed task: %+v", s)
 	}
-	e.get("src", append(rdBodies("a", 10), rdBodies("c", 14)...)...)
-	e.get("dlq", "b0")
+	e.Expect("src", append(rdBodies("a", 10), rdBodies("c", 14)...)...)
+	e.Expect("dlq", "b0")
 
 	e.b.Restart() // an ended task is listed after a restart as it ended
 	got, err := e.b.Broker.RedriveTask(id)
@@ -197,19 +184,17 @@ func TestRedriveTaskResumesAfterRestart(t *testing.T) {
 // count of moves is exact (each move's batch carries the task's record).
 func TestRedriveTaskCrash(t *testing.T) {
 	const n = 200
-	e, rec, bodies := rdRecorded(t, n)
-	rec.mu.Lock()
-	rec.armed = true
-	rec.mu.Unlock()
+	e, _, arm, bodies := rdRecorded(t, n)
+	hit := arm()
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq"})
-	<-rec.hit
+	<-hit
 	e.b.Crash()
-	e.conn, e.ch = e.b.Channel(t)
+	e.redial()
 	s := rtWait(t, e, id)
 	if s.State != broker.RedriveFinished || s.Moved != n || s.Failed != 0 {
 		t.Fatalf("task after the crash: %+v", s)
 	}
-	seen := drainOnce(t, e.ch, "src", "dlq")
+	seen := drainOnce(t, e.Channel, "src", "dlq")
 	for _, b := range bodies {
 		if seen[b] != "src" {
 			t.Fatalf("%q in %q, want src (%d messages)", b, seen[b], len(seen))
@@ -220,7 +205,8 @@ func TestRedriveTaskCrash(t *testing.T) {
 // A task checks its user's permissions: it cannot start without read on
 // the source, and a message whose origin the user may not write to fails.
 func TestRedriveTaskPermissions(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	e.rdReject("src", 2, "a", "b")
 	br := e.b.Broker
 	if err := br.PutUser(broker.UserSpec{Name: "ops", Password: "pw"}); err != nil {
@@ -251,8 +237,9 @@ func TestRedriveTaskPermissions(t *testing.T) {
 // A task runs with its user's permissions as they are at each step:
 // revoking them stops it, failed, with the reason, after what it moved.
 func TestRedriveTaskStopsWhenPermissionsGo(t *testing.T) {
-	clk := tlNewClock()
-	e := rtStartClock(t, clk, brokertest.Config{})
+	clk := brokertest.NewClock()
+	e := dsStart(t, dsGroups[0], brokertest.Config{Clock: clk})
+	e.setup(nil)
 	e.rdReject("src", 20, rdBodies("m", 20)...)
 	t0 := clk.Now()
 	id := rtStartAsOps(t, e, 10)
@@ -271,7 +258,8 @@ func TestRedriveTaskStopsWhenPermissionsGo(t *testing.T) {
 // A task stopped by the broker's shutdown right after it started is not
 // failed: it resumes after the restart and finishes.
 func TestRedriveTaskSurvivesShutdownAtStart(t *testing.T) {
-	e := rdStart(t, nil)
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(nil)
 	e.rdReject("src", 3, "a", "b", "c")
 	id := rtStartAsOps(t, e, RedriveSlowRate)
 	e.b.Restart()
@@ -291,8 +279,9 @@ const RedriveSlowRate = 0.001
 // message whose origin dead-letters it straight back (a queue TTL of 0)
 // arrives as a new message and is not moved again, so the task ends.
 func TestRedriveTaskBoundedByStart(t *testing.T) {
-	e := rdStart(t, amqp091.Table{"x-message-ttl": int32(0)})
-	e.publish("src", "m0", "m1")
+	e := dsStart(t, dsGroups[0], brokertest.Config{})
+	e.setup(amqp091.Table{"x-message-ttl": int32(0)})
+	e.PublishBodies("src", "m0", "m1")
 	e.waitFor("dlq", 2, 2, 0)
 	id := rtStart(t, e, broker.RedriveSpec{Queue: "dlq"})
 	s := rtWait(t, e, id)

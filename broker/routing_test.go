@@ -1,7 +1,8 @@
+// Tests of routing: exchange types, bindings, alternate exchanges, exchange-to-exchange.
+
 package broker_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -13,82 +14,11 @@ import (
 )
 
 // Helpers shared by routing_test.go and queue_test.go carry the rq prefix
-// so they cannot collide with other test files of the package.
-
-// rqTimeout bounds every wait for the broker.
-const rqTimeout = 5 * time.Second
-
-// rqStart starts a broker and returns it with a connection and a channel in
-// confirm mode.
-func rqStart(t *testing.T) (*brokertest.Instance, *amqp091.Connection, *amqp091.Channel) {
-	t.Helper()
-	b := brokertest.Start(t, brokertest.Config{})
-	conn := b.Dial(t)
-	return b, conn, rqChan(t, conn)
-}
-
-// rqChan opens a channel in confirm mode: a publish whose confirm has
-// arrived has been routed and enqueued.
-func rqChan(t *testing.T, conn *amqp091.Connection) *amqp091.Channel {
-	t.Helper()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatalf("open channel: %v", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		t.Fatalf("confirm.select: %v", err)
-	}
-	return ch
-}
-
-// rqPublish publishes msg and waits for its confirm, which must be an ack.
-func rqPublish(t *testing.T, ch *amqp091.Channel, exchange, key string, msg amqp091.Publishing) {
-	t.Helper()
-	rqPublishMandatory(t, ch, exchange, key, false, msg)
-}
-
-func rqPublishMandatory(t *testing.T, ch *amqp091.Channel, exchange, key string, mandatory bool, msg amqp091.Publishing) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), rqTimeout)
-	defer cancel()
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, mandatory, false, msg)
-	if err != nil {
-		t.Fatalf("publish to %q with key %q: %v", exchange, key, err)
-	}
-	ack, err := dc.WaitContext(ctx)
-	if err != nil {
-		t.Fatalf("confirm of publish to %q with key %q: %v", exchange, key, err)
-	}
-	if !ack {
-		t.Fatalf("publish to %q with key %q was nacked", exchange, key)
-	}
-}
-
-// rqPublishBody publishes a message whose body is body.
-func rqPublishBody(t *testing.T, ch *amqp091.Channel, exchange, key, body string) {
-	t.Helper()
-	rqPublish(t, ch, exchange, key, amqp091.Publishing{Body: []byte(body)})
-}
-
-// rqDrain takes every ready message of queue with basic.get (auto-ack) and
-// returns their bodies in order; nil when the queue is empty.
-func rqDrain(t *testing.T, ch *amqp091.Channel, queue string) []string {
-	t.Helper()
-	var bodies []string
-	for {
-		d, ok, err := ch.Get(queue, true)
-		if err != nil {
-			t.Fatalf("basic.get %q: %v", queue, err)
-		}
-		if !ok {
-			return bodies
-		}
-		bodies = append(bodies, string(d.Body))
-	}
-}
+// so they cannot collide with other test files of the package; declaring,
+// publishing and draining are brokertest.Session's verbs.
 
 // rqExpect drains each queue and compares its bodies with want.
-func rqExpect(t *testing.T, ch *amqp091.Channel, want map[string][]string) {
+func rqExpect(t *testing.T, ch *brokertest.Session, want map[string][]string) {
 	t.Helper()
 	queues := make([]string, 0, len(want))
 	for q := range want {
@@ -96,40 +26,10 @@ func rqExpect(t *testing.T, ch *amqp091.Channel, want map[string][]string) {
 	}
 	slices.Sort(queues)
 	for _, q := range queues {
-		got := rqDrain(t, ch, q)
+		got := ch.Drain(q)
 		if !slices.Equal(got, want[q]) {
 			t.Errorf("queue %q got %q, want %q", q, got, want[q])
 		}
-	}
-}
-
-func rqDeclareQueues(t *testing.T, ch *amqp091.Channel, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := ch.QueueDeclare(n, false, false, false, false, nil); err != nil {
-			t.Fatalf("declare queue %q: %v", n, err)
-		}
-	}
-}
-
-func rqDeclareExchange(t *testing.T, ch *amqp091.Channel, name, kind string, args amqp091.Table) {
-	t.Helper()
-	if err := ch.ExchangeDeclare(name, kind, false, false, false, false, args); err != nil {
-		t.Fatalf("declare exchange %q (%s): %v", name, kind, err)
-	}
-}
-
-func rqBind(t *testing.T, ch *amqp091.Channel, queue, key, exchange string, args amqp091.Table) {
-	t.Helper()
-	if err := ch.QueueBind(queue, key, exchange, false, args); err != nil {
-		t.Fatalf("bind %q to %q with key %q: %v", queue, exchange, key, err)
-	}
-}
-
-func rqBindX(t *testing.T, ch *amqp091.Channel, dest, key, source string, args amqp091.Table) {
-	t.Helper()
-	if err := ch.ExchangeBind(dest, key, source, false, args); err != nil {
-		t.Fatalf("bind exchange %q to %q with key %q: %v", dest, source, key, err)
 	}
 }
 
@@ -160,23 +60,8 @@ func rqFails(t *testing.T, conn *amqp091.Connection, code int, reason string, op
 // error that closes the channel.
 func rqPublishFails(t *testing.T, conn *amqp091.Connection, exchange, key string, code int, reason string) {
 	t.Helper()
-	ch := rqChan(t, conn)
-	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
-	ctx, cancel := context.WithTimeout(context.Background(), rqTimeout)
-	defer cancel()
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, amqp091.Publishing{Body: []byte("x")})
-	if err != nil {
-		t.Fatalf("publish: %v", err)
-	}
-	if ack, _ := dc.WaitContext(ctx); ack {
-		t.Fatalf("publish to %q was acked, want channel error %d", exchange, code)
-	}
-	select {
-	case e := <-closed:
-		rqWantErr(t, e, code, reason)
-	case <-ctx.Done():
-		t.Fatal("channel not closed")
-	}
+	ch := brokertest.NewSession(t, conn)
+	rqWantErr(t, brokertest.TryPublish(ch.Channel, exchange, key, amqp091.Publishing{Body: []byte("x")}), code, reason)
 }
 
 // rqPassiveQueue returns a passive declare's message and consumer counts,
@@ -215,24 +100,26 @@ func rqExchangeExists(t *testing.T, conn *amqp091.Connection, name string) bool 
 }
 
 func TestRoutingDirect(t *testing.T) {
-	_, _, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "d", "direct", nil)
-	rqDeclareQueues(t, ch, "q1", "q2", "q3")
-	rqBind(t, ch, "q1", "a", "d", nil)
-	rqBind(t, ch, "q2", "a", "d", nil) // two queues, same key
-	rqBind(t, ch, "q3", "b", "d", nil)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	ch.DeclareExchange("d", "direct", nil)
+	ch.Declare("q1", nil)
+	ch.Declare("q2", nil)
+	ch.Declare("q3", nil)
+	ch.Bind("q1", "a", "d", nil)
+	ch.Bind("q2", "a", "d", nil) // two queues, same key
+	ch.Bind("q3", "b", "d", nil)
 	// q3 bound twice more with different identities: key "c" plain and
 	// with arguments. One message still gives one copy.
-	rqBind(t, ch, "q3", "c", "d", nil)
-	rqBind(t, ch, "q3", "c", "d", amqp091.Table{"tag": "second"})
+	ch.Bind("q3", "c", "d", nil)
+	ch.Bind("q3", "c", "d", amqp091.Table{"tag": "second"})
 
-	rqPublishBody(t, ch, "d", "a", "to-a")
-	rqPublishBody(t, ch, "d", "b", "to-b")
-	rqPublishBody(t, ch, "d", "c", "to-c")
-	rqPublishBody(t, ch, "d", "A", "case-differs")
-	rqPublishBody(t, ch, "d", "a.b", "no-pattern")
+	ch.Publish("d", "a", amqp091.Publishing{Body: []byte("to-a")})
+	ch.Publish("d", "b", amqp091.Publishing{Body: []byte("to-b")})
+	ch.Publish("d", "c", amqp091.Publishing{Body: []byte("to-c")})
+	ch.Publish("d", "A", amqp091.Publishing{Body: []byte("case-differs")})
+	ch.Publish("d", "a.b", amqp091.Publishing{Body: []byte("no-pattern")})
 	// CC adds routing keys: b and c both lead to q3, which gets one copy.
-	rqPublish(t, ch, "d", "b", amqp091.Publishing{Body: []byte("cc"), Headers: amqp091.Table{"CC": []any{"c", "a"}}})
+	ch.Publish("d", "b", amqp091.Publishing{Body: []byte("cc"), Headers: amqp091.Table{"CC": []any{"c", "a"}}})
 
 	rqExpect(t, ch, map[string][]string{
 		"q1": {"to-a", "cc"},
@@ -242,13 +129,15 @@ func TestRoutingDirect(t *testing.T) {
 }
 
 func TestRoutingFanout(t *testing.T) {
-	_, _, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "f", "fanout", nil)
-	rqDeclareQueues(t, ch, "q1", "q2", "unbound")
-	rqBind(t, ch, "q1", "", "f", nil)
-	rqBind(t, ch, "q2", "ignored-key", "f", nil)
-	rqPublishBody(t, ch, "f", "", "m1")
-	rqPublishBody(t, ch, "f", "any.key", "m2")
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	ch.DeclareExchange("f", "fanout", nil)
+	ch.Declare("q1", nil)
+	ch.Declare("q2", nil)
+	ch.Declare("unbound", nil)
+	ch.Bind("q1", "", "f", nil)
+	ch.Bind("q2", "ignored-key", "f", nil)
+	ch.Publish("f", "", amqp091.Publishing{Body: []byte("m1")})
+	ch.Publish("f", "any.key", amqp091.Publishing{Body: []byte("m2")})
 	rqExpect(t, ch, map[string][]string{
 		"q1":      {"m1", "m2"},
 		"q2":      {"m1", "m2"},
@@ -257,8 +146,8 @@ func TestRoutingFanout(t *testing.T) {
 }
 
 func TestRoutingTopic(t *testing.T) {
-	_, _, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "t", "topic", nil)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	ch.DeclareExchange("t", "topic", nil)
 	bindings := map[string][]string{
 		"star":     {"a.*"},
 		"hash":     {"a.#"},
@@ -271,13 +160,13 @@ func TestRoutingTopic(t *testing.T) {
 		"hashhash": {"#.#.z"},
 	}
 	for q, keys := range bindings {
-		rqDeclareQueues(t, ch, q)
+		ch.Declare(q, nil)
 		for _, k := range keys {
-			rqBind(t, ch, q, k, "t", nil)
+			ch.Bind(q, k, "t", nil)
 		}
 	}
 	for _, key := range []string{"a", "a.b", "a.c.d.b", "a..b", "x.y", "b", "", "z", "q.r.z", "a.b.c"} {
-		rqPublishBody(t, ch, "t", key, "<"+key+">")
+		ch.Publish("t", key, amqp091.Publishing{Body: []byte("<" + key + ">")})
 	}
 	rqExpect(t, ch, map[string][]string{
 		// '*' is exactly one word.
@@ -298,8 +187,8 @@ func TestRoutingTopic(t *testing.T) {
 }
 
 func TestRoutingHeaders(t *testing.T) {
-	_, _, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "h", "headers", nil)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	ch.DeclareExchange("h", "headers", nil)
 	bindings := map[string]amqp091.Table{
 		"all":      {"x-match": "all", "h1": "v1", "h2": int32(5)},
 		"any":      {"x-match": "any", "h1": "v1", "h2": int32(5)},
@@ -312,8 +201,8 @@ func TestRoutingHeaders(t *testing.T) {
 		"bin":      {"h4": []byte("raw")},
 	}
 	for q, args := range bindings {
-		rqDeclareQueues(t, ch, q)
-		rqBind(t, ch, q, "key-is-ignored", "h", args)
+		ch.Declare(q, nil)
+		ch.Bind(q, "key-is-ignored", "h", args)
 	}
 	msgs := []struct {
 		body    string
@@ -333,7 +222,7 @@ func TestRoutingHeaders(t *testing.T) {
 		{"m9", amqp091.Table{"h4": "raw"}},
 	}
 	for _, m := range msgs {
-		rqPublish(t, ch, "h", "rk", amqp091.Publishing{Body: []byte(m.body), Headers: m.headers})
+		ch.Publish("h", "rk", amqp091.Publishing{Body: []byte(m.body), Headers: m.headers})
 	}
 	rqExpect(t, ch, map[string][]string{
 		"all":     {"m1"},
@@ -351,9 +240,10 @@ func TestRoutingHeaders(t *testing.T) {
 }
 
 func TestHeadersBindingRejectsBadXMatch(t *testing.T) {
-	_, conn, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "h", "headers", nil)
-	rqDeclareQueues(t, ch, "q")
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
+	ch.DeclareExchange("h", "headers", nil)
+	ch.Declare("q", nil)
 	rqFails(t, conn, 406, `PRECONDITION_FAILED - Invalid x-match field value <<"bogus">>; expected all, any, all-with-x, or any-with-x`,
 		func(ch *amqp091.Channel) error {
 			return ch.QueueBind("q", "", "h", false, amqp091.Table{"x-match": "bogus"})
@@ -363,16 +253,18 @@ func TestHeadersBindingRejectsBadXMatch(t *testing.T) {
 			return ch.QueueBind("q", "", "h", false, amqp091.Table{"x-match": int8(1)})
 		})
 	// Other exchange types don't interpret x-match.
-	rqBind(t, ch, "q", "k", "amq.direct", amqp091.Table{"x-match": "bogus"})
+	ch.Bind("q", "k", "amq.direct", amqp091.Table{"x-match": "bogus"})
 }
 
 func TestRoutingDefaultExchange(t *testing.T) {
-	_, conn, ch := rqStart(t)
-	rqDeclareQueues(t, ch, "q1", "q2")
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
+	ch.Declare("q1", nil)
+	ch.Declare("q2", nil)
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
-	rqPublishBody(t, ch, "", "q1", "m1")
-	rqPublishBody(t, ch, "", "q2", "m2")
-	rqPublishMandatory(t, ch, "", "missing", true, amqp091.Publishing{Body: []byte("lost")})
+	ch.PublishBodies("q1", "m1")
+	ch.PublishBodies("q2", "m2")
+	ch.Publish("", "missing", amqp091.Publishing{Body: []byte("lost")}, brokertest.Mandatory)
 	// The return precedes the confirm, so it has arrived.
 	select {
 	case r := <-returns:
@@ -399,7 +291,8 @@ func TestRoutingDefaultExchange(t *testing.T) {
 }
 
 func TestStandardExchanges(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 	types := map[string]string{
 		"amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
 		"amq.headers": "headers", "amq.match": "headers",
@@ -424,15 +317,19 @@ func TestStandardExchanges(t *testing.T) {
 			func(ch *amqp091.Channel) error { return ch.ExchangeDelete(name, false, false) })
 	}
 	// They route as their types say.
-	rqDeclareQueues(t, ch, "qd", "qf", "qt", "qh", "qm")
-	rqBind(t, ch, "qd", "k", "amq.direct", nil)
-	rqBind(t, ch, "qf", "", "amq.fanout", nil)
-	rqBind(t, ch, "qt", "k.*", "amq.topic", nil)
-	rqBind(t, ch, "qh", "", "amq.headers", amqp091.Table{"h": "1"})
-	rqBind(t, ch, "qm", "", "amq.match", amqp091.Table{"x-match": "any", "h": "1", "g": "2"})
+	ch.Declare("qd", nil)
+	ch.Declare("qf", nil)
+	ch.Declare("qt", nil)
+	ch.Declare("qh", nil)
+	ch.Declare("qm", nil)
+	ch.Bind("qd", "k", "amq.direct", nil)
+	ch.Bind("qf", "", "amq.fanout", nil)
+	ch.Bind("qt", "k.*", "amq.topic", nil)
+	ch.Bind("qh", "", "amq.headers", amqp091.Table{"h": "1"})
+	ch.Bind("qm", "", "amq.match", amqp091.Table{"x-match": "any", "h": "1", "g": "2"})
 	for _, x := range []string{"amq.direct", "amq.fanout", "amq.topic", "amq.headers", "amq.match"} {
-		rqPublish(t, ch, x, "k", amqp091.Publishing{Body: []byte(x + "/k")})
-		rqPublish(t, ch, x, "k.z", amqp091.Publishing{Body: []byte(x + "/k.z"), Headers: amqp091.Table{"h": "1"}})
+		ch.Publish(x, "k", amqp091.Publishing{Body: []byte(x + "/k")})
+		ch.Publish(x, "k.z", amqp091.Publishing{Body: []byte(x + "/k.z"), Headers: amqp091.Table{"h": "1"}})
 	}
 	rqExpect(t, ch, map[string][]string{
 		"qd": {"amq.direct/k"},
@@ -444,13 +341,15 @@ func TestStandardExchanges(t *testing.T) {
 }
 
 func TestExchangeDeclare(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 
 	t.Run("passive", func(t *testing.T) {
+		ch := ch.With(t)
 		rqFails(t, conn, 404, "NOT_FOUND - no exchange 'x' in vhost '/'", func(ch *amqp091.Channel) error {
 			return ch.ExchangeDeclarePassive("x", "direct", false, false, false, false, nil)
 		})
-		rqDeclareExchange(t, ch, "x", "topic", nil)
+		ch.DeclareExchange("x", "topic", nil)
 		// A passive declare does not compare the type.
 		if err := ch.ExchangeDeclarePassive("x", "fanout", true, true, true, false, nil); err != nil {
 			t.Fatalf("passive declare of existing exchange: %v", err)
@@ -458,8 +357,9 @@ func TestExchangeDeclare(t *testing.T) {
 	})
 
 	t.Run("equivalence", func(t *testing.T) {
-		rqDeclareExchange(t, ch, "eq", "direct", nil)
-		rqDeclareExchange(t, ch, "eq", "direct", nil)
+		ch := ch.With(t)
+		ch.DeclareExchange("eq", "direct", nil)
+		ch.DeclareExchange("eq", "direct", nil)
 		for _, c := range []struct {
 			kind                          string
 			durable, autoDelete, internal bool
@@ -498,7 +398,7 @@ func TestExchangeDeclare(t *testing.T) {
 		select {
 		case e := <-closed:
 			rqWantErr(t, e, 503, "COMMAND_INVALID - unknown exchange type 'bogus'")
-		case <-time.After(rqTimeout):
+		case <-time.After(brokertest.Wait):
 			t.Fatal("connection not closed")
 		}
 		if !other.IsClosed() {
@@ -507,6 +407,7 @@ func TestExchangeDeclare(t *testing.T) {
 	})
 
 	t.Run("auto-delete", func(t *testing.T) {
+		ch := ch.With(t)
 		if err := ch.ExchangeDeclare("ad", "fanout", false, true, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -514,9 +415,10 @@ func TestExchangeDeclare(t *testing.T) {
 		if !rqExchangeExists(t, conn, "ad") {
 			t.Fatal("auto-delete exchange deleted before any binding")
 		}
-		rqDeclareQueues(t, ch, "ad1", "ad2")
-		rqBind(t, ch, "ad1", "", "ad", nil)
-		rqBind(t, ch, "ad2", "", "ad", nil)
+		ch.Declare("ad1", nil)
+		ch.Declare("ad2", nil)
+		ch.Bind("ad1", "", "ad", nil)
+		ch.Bind("ad2", "", "ad", nil)
 		if err := ch.QueueUnbind("ad1", "", "ad", nil); err != nil {
 			t.Fatal(err)
 		}
@@ -535,7 +437,7 @@ func TestExchangeDeclare(t *testing.T) {
 		if err := ch.ExchangeDeclare("ad", "fanout", false, true, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		rqBindX(t, ch, "amq.fanout", "", "ad", nil)
+		ch.BindExchange("amq.fanout", "", "ad", nil)
 		if err := ch.ExchangeUnbind("amq.fanout", "", "ad", false, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -545,15 +447,16 @@ func TestExchangeDeclare(t *testing.T) {
 	})
 
 	t.Run("internal", func(t *testing.T) {
+		ch := ch.With(t)
 		if err := ch.ExchangeDeclare("int", "fanout", false, false, true, false, nil); err != nil {
 			t.Fatal(err)
 		}
-		rqDeclareQueues(t, ch, "behind-int")
-		rqBind(t, ch, "behind-int", "", "int", nil)
+		ch.Declare("behind-int", nil)
+		ch.Bind("behind-int", "", "int", nil)
 		rqPublishFails(t, conn, "int", "", 403, "ACCESS_REFUSED - cannot publish to internal exchange 'int' in vhost '/'")
-		rqDeclareExchange(t, ch, "front", "direct", nil)
-		rqBindX(t, ch, "int", "k", "front", nil)
-		rqPublishBody(t, ch, "front", "k", "via-front")
+		ch.DeclareExchange("front", "direct", nil)
+		ch.BindExchange("int", "k", "front", nil)
+		ch.Publish("front", "k", amqp091.Publishing{Body: []byte("via-front")})
 		rqExpect(t, ch, map[string][]string{"behind-int": {"via-front"}})
 	})
 
@@ -563,10 +466,11 @@ func TestExchangeDeclare(t *testing.T) {
 }
 
 func TestExchangeDelete(t *testing.T) {
-	_, conn, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "e", "direct", nil)
-	rqDeclareQueues(t, ch, "q")
-	rqBind(t, ch, "q", "k", "e", nil)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
+	ch.DeclareExchange("e", "direct", nil)
+	ch.Declare("q", nil)
+	ch.Bind("q", "k", "e", nil)
 	rqFails(t, conn, 406, "PRECONDITION_FAILED - exchange 'e' in vhost '/' in use", func(ch *amqp091.Channel) error {
 		return ch.ExchangeDelete("e", true, false)
 	})
@@ -589,92 +493,99 @@ func TestExchangeDelete(t *testing.T) {
 
 	// Only bindings from the exchange make it used: being the destination
 	// of an exchange binding does not (RabbitMQ's has_for_source).
-	rqDeclareExchange(t, ch, "dest", "fanout", nil)
-	rqBindX(t, ch, "dest", "k", "amq.direct", nil)
+	ch.DeclareExchange("dest", "fanout", nil)
+	ch.BindExchange("dest", "k", "amq.direct", nil)
 	if err := ch.ExchangeDelete("dest", true, false); err != nil {
 		t.Fatalf("if-unused delete of a destination-only exchange: %v", err)
 	}
 
 	// Deleting an exchange removes its bindings both ways: re-created, it
 	// routes nowhere and nothing routes to it.
-	rqDeclareExchange(t, ch, "mid", "fanout", nil)
-	rqBindX(t, ch, "mid", "k", "amq.direct", nil)
-	rqBind(t, ch, "q", "", "mid", nil)
-	rqPublishBody(t, ch, "amq.direct", "k", "before")
+	ch.DeclareExchange("mid", "fanout", nil)
+	ch.BindExchange("mid", "k", "amq.direct", nil)
+	ch.Bind("q", "", "mid", nil)
+	ch.Publish("amq.direct", "k", amqp091.Publishing{Body: []byte("before")})
 	if err := ch.ExchangeDelete("mid", false, false); err != nil {
 		t.Fatal(err)
 	}
-	rqDeclareExchange(t, ch, "mid", "fanout", nil)
-	rqPublishBody(t, ch, "amq.direct", "k", "after-1")
-	rqPublishBody(t, ch, "mid", "", "after-2")
+	ch.DeclareExchange("mid", "fanout", nil)
+	ch.Publish("amq.direct", "k", amqp091.Publishing{Body: []byte("after-1")})
+	ch.Publish("mid", "", amqp091.Publishing{Body: []byte("after-2")})
 	rqExpect(t, ch, map[string][]string{"q": {"before"}})
 }
 
 func TestExchangeToExchange(t *testing.T) {
-	_, conn, ch := rqStart(t)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
 
 	t.Run("fanout to topic to queues", func(t *testing.T) {
-		rqDeclareExchange(t, ch, "f", "fanout", nil)
-		rqDeclareExchange(t, ch, "t", "topic", nil)
-		rqBindX(t, ch, "t", "ignored", "f", nil)
-		rqDeclareQueues(t, ch, "ta", "tall")
-		rqBind(t, ch, "ta", "a.*", "t", nil)
-		rqBind(t, ch, "tall", "#", "t", nil)
-		rqPublishBody(t, ch, "f", "a.x", "m1")
-		rqPublishBody(t, ch, "f", "b", "m2")
+		ch := ch.With(t)
+		ch.DeclareExchange("f", "fanout", nil)
+		ch.DeclareExchange("t", "topic", nil)
+		ch.BindExchange("t", "ignored", "f", nil)
+		ch.Declare("ta", nil)
+		ch.Declare("tall", nil)
+		ch.Bind("ta", "a.*", "t", nil)
+		ch.Bind("tall", "#", "t", nil)
+		ch.Publish("f", "a.x", amqp091.Publishing{Body: []byte("m1")})
+		ch.Publish("f", "b", amqp091.Publishing{Body: []byte("m2")})
 		rqExpect(t, ch, map[string][]string{"ta": {"m1"}, "tall": {"m1", "m2"}})
 	})
 
 	t.Run("direct chain uses the key at each hop", func(t *testing.T) {
-		rqDeclareExchange(t, ch, "d1", "direct", nil)
-		rqDeclareExchange(t, ch, "d2", "direct", nil)
-		rqDeclareExchange(t, ch, "d3", "direct", nil)
-		rqBindX(t, ch, "d2", "k", "d1", nil)
-		rqBindX(t, ch, "d3", "k", "d2", nil)
-		rqDeclareQueues(t, ch, "dq")
-		rqBind(t, ch, "dq", "k", "d3", nil)
-		rqBind(t, ch, "dq", "j", "d3", nil)
-		rqPublishBody(t, ch, "d1", "k", "k")
-		rqPublishBody(t, ch, "d1", "j", "j") // stops at d1
-		rqPublishBody(t, ch, "d3", "j", "j-direct")
+		ch := ch.With(t)
+		ch.DeclareExchange("d1", "direct", nil)
+		ch.DeclareExchange("d2", "direct", nil)
+		ch.DeclareExchange("d3", "direct", nil)
+		ch.BindExchange("d2", "k", "d1", nil)
+		ch.BindExchange("d3", "k", "d2", nil)
+		ch.Declare("dq", nil)
+		ch.Bind("dq", "k", "d3", nil)
+		ch.Bind("dq", "j", "d3", nil)
+		ch.Publish("d1", "k", amqp091.Publishing{Body: []byte("k")})
+		ch.Publish("d1", "j", amqp091.Publishing{Body: []byte("j")}) // stops at d1
+		ch.Publish("d3", "j", amqp091.Publishing{Body: []byte("j-direct")})
 		rqExpect(t, ch, map[string][]string{"dq": {"k", "j-direct"}})
 	})
 
 	t.Run("cycle", func(t *testing.T) {
-		rqDeclareExchange(t, ch, "c1", "fanout", nil)
-		rqDeclareExchange(t, ch, "c2", "fanout", nil)
-		rqDeclareExchange(t, ch, "c3", "fanout", nil)
-		rqBindX(t, ch, "c2", "", "c1", nil)
-		rqBindX(t, ch, "c3", "", "c2", nil)
-		rqBindX(t, ch, "c1", "", "c3", nil)
-		rqBindX(t, ch, "c1", "", "c1", nil) // self-loop
-		rqDeclareQueues(t, ch, "cq1", "cq2")
-		rqBind(t, ch, "cq1", "", "c1", nil)
-		rqBind(t, ch, "cq1", "", "c3", nil) // reachable twice
-		rqBind(t, ch, "cq2", "", "c2", nil)
-		rqPublishBody(t, ch, "c2", "", "m")
+		ch := ch.With(t)
+		ch.DeclareExchange("c1", "fanout", nil)
+		ch.DeclareExchange("c2", "fanout", nil)
+		ch.DeclareExchange("c3", "fanout", nil)
+		ch.BindExchange("c2", "", "c1", nil)
+		ch.BindExchange("c3", "", "c2", nil)
+		ch.BindExchange("c1", "", "c3", nil)
+		ch.BindExchange("c1", "", "c1", nil) // self-loop
+		ch.Declare("cq1", nil)
+		ch.Declare("cq2", nil)
+		ch.Bind("cq1", "", "c1", nil)
+		ch.Bind("cq1", "", "c3", nil) // reachable twice
+		ch.Bind("cq2", "", "c2", nil)
+		ch.Publish("c2", "", amqp091.Publishing{Body: []byte("m")})
 		rqExpect(t, ch, map[string][]string{"cq1": {"m"}, "cq2": {"m"}})
 
 		// exchange.unbind cuts the loop at c2 → c3.
 		if err := ch.ExchangeUnbind("c3", "", "c2", false, nil); err != nil {
 			t.Fatal(err)
 		}
-		rqPublishBody(t, ch, "c2", "", "after-unbind")
-		rqPublishBody(t, ch, "c3", "", "from-c3")
+		ch.Publish("c2", "", amqp091.Publishing{Body: []byte("after-unbind")})
+		ch.Publish("c3", "", amqp091.Publishing{Body: []byte("from-c3")})
 		rqExpect(t, ch, map[string][]string{"cq1": {"from-c3"}, "cq2": {"after-unbind", "from-c3"}})
 	})
 
 	t.Run("duplicate bind is one binding", func(t *testing.T) {
-		rqDeclareExchange(t, ch, "s", "direct", nil)
-		rqDeclareExchange(t, ch, "x", "fanout", nil)
-		rqBindX(t, ch, "x", "k", "s", nil)
-		rqBindX(t, ch, "x", "k", "s", nil)
-		rqDeclareQueues(t, ch, "xq")
-		rqBind(t, ch, "xq", "", "x", nil)
+		ch := ch.With(t)
+		ch.DeclareExchange("s", "direct", nil)
+		ch.DeclareExchange("x", "fanout", nil)
+		ch.BindExchange("x", "k", "s", nil)
+		ch.BindExchange("x", "k", "s", nil)
+		ch.Declare("xq", nil)
+		ch.Bind("xq", "", "x", nil)
 		if err := ch.ExchangeUnbind("x", "k", "s", false, nil); err != nil {
 			t.Fatal(err)
 		}
-		rqPublishBody(t, ch, "s", "k", "m")
+		ch.Publish("s", "k", amqp091.Publishing{Body: []byte("m")})
 		rqExpect(t, ch, map[string][]string{"xq": nil})
 	})
 
@@ -689,28 +600,29 @@ func TestExchangeToExchange(t *testing.T) {
 }
 
 func TestAlternateExchange(t *testing.T) {
-	_, _, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "ae", "fanout", nil)
-	rqDeclareExchange(t, ch, "main", "direct", amqp091.Table{"alternate-exchange": "ae"})
-	rqDeclareQueues(t, ch, "qmain", "qae")
-	rqBind(t, ch, "qmain", "k", "main", nil)
-	rqBind(t, ch, "qae", "", "ae", nil)
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	ch.DeclareExchange("ae", "fanout", nil)
+	ch.DeclareExchange("main", "direct", amqp091.Table{"alternate-exchange": "ae"})
+	ch.Declare("qmain", nil)
+	ch.Declare("qae", nil)
+	ch.Bind("qmain", "k", "main", nil)
+	ch.Bind("qae", "", "ae", nil)
 
 	// AE chain: main2 → (no match) → ae2 (no bindings) → its AE ae3.
-	rqDeclareExchange(t, ch, "ae3", "fanout", nil)
-	rqDeclareExchange(t, ch, "ae2", "direct", amqp091.Table{"alternate-exchange": "ae3"})
-	rqDeclareExchange(t, ch, "main2", "topic", amqp091.Table{"alternate-exchange": "ae2"})
-	rqDeclareQueues(t, ch, "q3")
-	rqBind(t, ch, "q3", "", "ae3", nil)
+	ch.DeclareExchange("ae3", "fanout", nil)
+	ch.DeclareExchange("ae2", "direct", amqp091.Table{"alternate-exchange": "ae3"})
+	ch.DeclareExchange("main2", "topic", amqp091.Table{"alternate-exchange": "ae2"})
+	ch.Declare("q3", nil)
+	ch.Bind("q3", "", "ae3", nil)
 
 	// Missing AE: the message is unroutable.
-	rqDeclareExchange(t, ch, "main3", "direct", amqp091.Table{"alternate-exchange": "does-not-exist"})
+	ch.DeclareExchange("main3", "direct", amqp091.Table{"alternate-exchange": "does-not-exist"})
 
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 4))
-	rqPublishMandatory(t, ch, "main", "k", true, amqp091.Publishing{Body: []byte("routable")})
-	rqPublishMandatory(t, ch, "main", "z", true, amqp091.Publishing{Body: []byte("to-ae")})
-	rqPublishMandatory(t, ch, "main2", "z", true, amqp091.Publishing{Body: []byte("to-ae3")})
-	rqPublishMandatory(t, ch, "main3", "z", true, amqp091.Publishing{Body: []byte("lost")})
+	ch.Publish("main", "k", amqp091.Publishing{Body: []byte("routable")}, brokertest.Mandatory)
+	ch.Publish("main", "z", amqp091.Publishing{Body: []byte("to-ae")}, brokertest.Mandatory)
+	ch.Publish("main2", "z", amqp091.Publishing{Body: []byte("to-ae3")}, brokertest.Mandatory)
+	ch.Publish("main3", "z", amqp091.Publishing{Body: []byte("lost")}, brokertest.Mandatory)
 	var returned []string
 	for len(returns) > 0 {
 		r := <-returns
@@ -727,9 +639,10 @@ func TestAlternateExchange(t *testing.T) {
 }
 
 func TestAlternateExchangeRedeclare(t *testing.T) {
-	_, conn, ch := rqStart(t)
-	rqDeclareExchange(t, ch, "m", "direct", amqp091.Table{"alternate-exchange": "ae"})
-	rqDeclareExchange(t, ch, "m", "direct", amqp091.Table{"alternate-exchange": "ae", "other": "ignored"})
+	ch := brokertest.Start(t, brokertest.Config{}).Session(t)
+	conn := ch.Conn
+	ch.DeclareExchange("m", "direct", amqp091.Table{"alternate-exchange": "ae"})
+	ch.DeclareExchange("m", "direct", amqp091.Table{"alternate-exchange": "ae", "other": "ignored"})
 	rqFails(t, conn, 406, "PRECONDITION_FAILED - inequivalent arg 'alternate-exchange' for exchange 'm' in vhost '/': received the value 'ae2' of type 'longstr' but current is the value 'ae' of type 'longstr'",
 		func(ch *amqp091.Channel) error {
 			return ch.ExchangeDeclare("m", "direct", false, false, false, false, amqp091.Table{"alternate-exchange": "ae2"})

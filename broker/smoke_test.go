@@ -1,3 +1,5 @@
+// A smoke test: publish and consume one message.
+
 package broker_test
 
 import (

@@ -1,3 +1,5 @@
+// Tests of transient paging: non-durable messages page out to volatile ranges.
+
 package broker_test
 
 // Transient paging: transient messages, and every message of a queue that
@@ -16,13 +18,6 @@ import (
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
 )
-
-func tpPublish(t *testing.T, ch *amqp091.Channel, q string, body string, mode uint8, expiration string) {
-	t.Helper()
-	if !tlPublish(t, ch, "", q, amqp091.Publishing{Body: []byte(body), DeliveryMode: mode, Expiration: expiration}) {
-		t.Fatalf("publish %q to %q nacked", body, q)
-	}
-}
 
 // tpVolatileQueues returns how many volatile queues the store lists.
 func tpVolatileQueues(t *testing.T, b *brokertest.Instance) int {
@@ -46,11 +41,11 @@ func tpVolatileQueues(t *testing.T, b *brokertest.Instance) int {
 // volatile ranges is left in the store.
 func TestTransientPagingBoundedOrderedAndGoneAfterRestart(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	if _, err := ch.QueueDeclare("plain", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	tlDeclareDurable(t, ch, "mixed", "classic", true, amqp091.Table{"x-max-priority": int32(1)})
+	ch.Declare("mixed", amqp091.Table{"x-max-priority": int32(1)}, brokertest.Durable)
 	const n = 300
 	var all, persistent []string
 	for i := range n {
@@ -61,8 +56,8 @@ func TestTransientPagingBoundedOrderedAndGoneAfterRestart(t *testing.T) {
 			persistent = append(persistent, body)
 		}
 		all = append(all, body)
-		tpPublish(t, ch, "plain", body, mode, "")
-		tpPublish(t, ch, "mixed", body, mode, "")
+		ch.Publish("", "plain", amqp091.Publishing{Body: []byte(body), DeliveryMode: mode})
+		ch.Publish("", "mixed", amqp091.Publishing{Body: []byte(body), DeliveryMode: mode})
 	}
 	pgWantResident(t, b, "plain", 1, 0, n)
 	pgWantResident(t, b, "mixed", 2, 0, n)
@@ -71,21 +66,21 @@ func TestTransientPagingBoundedOrderedAndGoneAfterRestart(t *testing.T) {
 	}
 	// The non-durable queue delivers all, in order (its middle is read
 	// back from the volatile range).
-	dvWantBodies(t, "plain", dvGetN(t, ch, "plain", n), all...)
-	dvWantEmpty(t, ch, "plain")
+	dvWantBodies(t, "plain", ch.GetN("plain", n), all...)
+	ch.WantEmpty("plain")
 
 	// The durable queue: the first half is taken (and acked) now, in
 	// order, across both ranges.
-	ds := dvGetN(t, ch, "mixed", n/2)
+	ds := ch.GetN("mixed", n/2)
 	dvWantBodies(t, "mixed", ds, all[:n/2]...)
 	for _, d := range ds {
 		if err := d.Ack(false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dvWantReady(t, ch, "mixed", n/2)
+	ch.WantReady("mixed", n/2)
 	b.Restart()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	var want []string
 	for _, body := range persistent {
 		var i int
@@ -94,9 +89,9 @@ func TestTransientPagingBoundedOrderedAndGoneAfterRestart(t *testing.T) {
 			want = append(want, body)
 		}
 	}
-	dvWantReady(t, ch, "mixed", len(want))
-	dvWantBodies(t, "mixed after restart", dvGetN(t, ch, "mixed", len(want)), want...)
-	dvWantEmpty(t, ch, "mixed")
+	ch.WantReady("mixed", len(want))
+	dvWantBodies(t, "mixed after restart", ch.GetN("mixed", len(want)), want...)
+	ch.WantEmpty("mixed")
 	if v := tpVolatileQueues(t, b); v != 0 {
 		t.Fatalf("%d volatile queues left in the store after recovery", v)
 	}
@@ -109,8 +104,8 @@ func TestTransientPagingBoundedOrderedAndGoneAfterRestart(t *testing.T) {
 // queue paged out.
 func TestTransientPagingExpiryDeadLettersAndPurge(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
+	ch := b.Session(t)
+	ch.Declare("dlq", nil, brokertest.Durable)
 	if _, err := ch.QueueDeclare("src", false, false, false, false, tlDLX("dlq", nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -121,32 +116,32 @@ func TestTransientPagingExpiryDeadLettersAndPurge(t *testing.T) {
 		if i%2 == 0 {
 			mode = amqp091.Persistent
 		}
-		tpPublish(t, ch, "src", fmt.Sprintf("e%d", i), mode, "200")
+		ch.Publish("", "src", amqp091.Publishing{Body: []byte(fmt.Sprintf("e%d", i)), DeliveryMode: mode, Expiration: "200"})
 	}
 	pgWantResident(t, b, "src", 1, 0, -1)
 	tlEventuallyReady(t, b, "dlq", n)
-	dvWantReady(t, ch, "src", 0)
+	ch.WantReady("src", 0)
 	b.Restart()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	var want []string
 	for i := 0; i < n; i += 2 {
 		want = append(want, fmt.Sprintf("e%d", i))
 	}
-	got := dvGetN(t, ch, "dlq", n/2)
+	got := ch.GetN("dlq", n/2)
 	dvWantBodies(t, "persistent dead letters after restart", got, want...)
 	for _, d := range got {
 		if r, _ := d.Headers["x-first-death-reason"].(string); r != "expired" {
 			t.Fatalf("%q: x-first-death-reason %q, want expired", d.Body, r)
 		}
 	}
-	dvWantEmpty(t, ch, "dlq")
+	ch.WantEmpty("dlq")
 
 	// Purge and delete.
 	if _, err := ch.QueueDeclare("tmp", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 100 {
-		tpPublish(t, ch, "tmp", fmt.Sprintf("t%d", i), amqp091.Transient, "")
+		ch.Publish("", "tmp", amqp091.Publishing{Body: []byte(fmt.Sprintf("t%d", i)), DeliveryMode: amqp091.Transient})
 	}
 	if tpVolatileQueues(t, b) == 0 {
 		t.Fatal("no volatile queue: nothing paged out")
@@ -154,15 +149,15 @@ func TestTransientPagingExpiryDeadLettersAndPurge(t *testing.T) {
 	if k, err := ch.QueuePurge("tmp", false); err != nil || k != 100 {
 		t.Fatalf("purge: %d %v, want 100", k, err)
 	}
-	dvWantEmpty(t, ch, "tmp")
+	ch.WantEmpty("tmp")
 	for i := range 100 {
-		tpPublish(t, ch, "tmp", fmt.Sprintf("u%d", i), amqp091.Transient, "")
+		ch.Publish("", "tmp", amqp091.Publishing{Body: []byte(fmt.Sprintf("u%d", i)), DeliveryMode: amqp091.Transient})
 	}
-	dvWantBodies(t, "after purge", dvGetN(t, ch, "tmp", 3), "u0", "u1", "u2")
+	dvWantBodies(t, "after purge", ch.GetN("tmp", 3), "u0", "u1", "u2")
 	if _, err := ch.QueueDelete("tmp", false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	tlEventually(t, "the volatile ranges to be dropped", func() bool { return tpVolatileQueues(t, b) == 0 })
+	brokertest.Eventually(t, "the volatile ranges to be dropped", func() bool { return tpVolatileQueues(t, b) == 0 })
 }
 
 // Transient dead letters that wait for a route (at-least-once) wait in the
@@ -171,9 +166,9 @@ func TestTransientPagingExpiryDeadLettersAndPurge(t *testing.T) {
 // the persistent ones still wait.
 func TestTransientBacklogStoredAndForwardedInOrder(t *testing.T) {
 	b := brokertest.Start(t, brokertest.Config{})
-	_, ch := tlChannel(t, b)
+	ch := b.Session(t)
 	args := amqp091.Table{"x-dead-letter-exchange": "later", "x-dead-letter-strategy": "at-least-once"}
-	tlDeclareDurable(t, ch, "src", "classic", true, args)
+	ch.Declare("src", args, brokertest.Durable)
 	const n = 40
 	var all, persistent []string
 	for i := range n {
@@ -184,16 +179,16 @@ func TestTransientBacklogStoredAndForwardedInOrder(t *testing.T) {
 			persistent = append(persistent, body)
 		}
 		all = append(all, body)
-		tpPublish(t, ch, "src", body, mode, "")
+		ch.Publish("", "src", amqp091.Publishing{Body: []byte(body), DeliveryMode: mode})
 	}
-	for _, d := range dvGetN(t, ch, "src", n) {
+	for _, d := range ch.GetN("src", n) {
 		if err := d.Reject(false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitBacklog := func(want int) {
 		t.Helper()
-		tlEventually(t, fmt.Sprintf("%d dead letters waiting", want), func() bool {
+		brokertest.Eventually(t, fmt.Sprintf("%d dead letters waiting", want), func() bool {
 			st, ok := b.Broker.QueueStats("/", "src")
 			return ok && st.DeadLetterBacklog == want
 		})
@@ -202,12 +197,12 @@ func TestTransientBacklogStoredAndForwardedInOrder(t *testing.T) {
 		}
 	}
 	waitBacklog(n)
-	tlExchange(t, ch, "later", "fanout", nil)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlBind(t, ch, "dlq", "", "later")
+	ch.DeclareExchange("later", "fanout", nil)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Bind("dlq", "", "later", nil)
 	tlEventuallyReady(t, b, "dlq", n)
 	waitBacklog(0)
-	got := dvGetN(t, ch, "dlq", n)
+	got := ch.GetN("dlq", n)
 	dvWantBodies(t, "forwarded", got, all...)
 	for _, d := range got {
 		if err := d.Ack(false); err != nil {
@@ -227,19 +222,19 @@ func TestTransientBacklogStoredAndForwardedInOrder(t *testing.T) {
 		if slices.Contains(persistent, body) {
 			mode = amqp091.Persistent
 		}
-		tpPublish(t, ch, "src", body, mode, "")
+		ch.Publish("", "src", amqp091.Publishing{Body: []byte(body), DeliveryMode: mode})
 	}
-	for _, d := range dvGetN(t, ch, "src", n) {
+	for _, d := range ch.GetN("src", n) {
 		if err := d.Reject(false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitBacklog(n)
 	b.Restart()
-	_, ch = tlChannel(t, b)
+	ch = b.Session(t)
 	waitBacklog(len(persistent))
-	tlExchange(t, ch, "later", "fanout", nil) // not durable: gone with the restart
-	tlBind(t, ch, "dlq", "", "later")
+	ch.DeclareExchange("later", "fanout", nil) // not durable: gone with the restart
+	ch.Bind("dlq", "", "later", nil)
 	tlEventuallyReady(t, b, "dlq", len(persistent))
-	dvWantBodies(t, "forwarded after restart", dvGetN(t, ch, "dlq", len(persistent)), persistent...)
+	dvWantBodies(t, "forwarded after restart", ch.GetN("dlq", len(persistent)), persistent...)
 }

@@ -1,3 +1,5 @@
+// Tests of where and when an expired message goes.
+
 package broker_test
 
 // Tests of where and when an expired message goes (SPEC §3): never to a
@@ -22,33 +24,33 @@ import (
 // discard.
 func TestTTLExpiredNeverDelivered(t *testing.T) {
 	t.Parallel()
-	clk, frozen := tlNewClock(), tlNewClock()
+	clk, frozen := brokertest.NewClock(), brokertest.NewClock()
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: clk.Now, TimerClock: frozen.Timers()}})
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "q", "classic", amqp091.Table{"x-message-ttl": int32(100)})
-	tlDeclare(t, ch, "per-msg", "classic", nil)
+	ch := b.Session(t)
+	ch.Declare("q", amqp091.Table{"x-message-ttl": int32(100)})
+	ch.Declare("per-msg", nil)
 	expired := func() uint64 { return b.Broker.Stats().Discarded["expired"] }
 
 	// basic.get
-	tlPub(t, ch, "q", "g1", "")
-	tlPub(t, ch, "q", "g2", "")
-	tlPub(t, ch, "per-msg", "pm", "50")
-	tlPub(t, ch, "per-msg", "keep", "")
+	ch.PublishBodies("q", "g1")
+	ch.PublishBodies("q", "g2")
+	ch.Publish("", "per-msg", amqp091.Publishing{Body: []byte("pm"), Expiration: "50"})
+	ch.PublishBodies("per-msg", "keep")
 	clk.Advance(150 * time.Millisecond)
 	tlWantReady(t, b, "q", 2) // the timers have not fired
-	if d, ok := tlGet(t, ch, "q"); ok {
+	if d, ok := ch.TryGet("q"); ok {
 		t.Fatalf("basic.get returned expired %q", d.Body)
 	}
 	if got := expired(); got != 2 {
 		t.Fatalf("expired count %d after get, want 2", got)
 	}
-	if d := tlMustGet(t, ch, "per-msg"); string(d.Body) != "keep" {
+	if d := ch.Get("per-msg"); string(d.Body) != "keep" {
 		t.Fatalf("basic.get returned %q, want keep (pm expired)", d.Body)
 	}
 
 	// basic.consume: a consumer that attaches after the deadline
-	tlPub(t, ch, "q", "c1", "")
-	tlPub(t, ch, "q", "c2", "")
+	ch.PublishBodies("q", "c1")
+	ch.PublishBodies("q", "c2")
 	clk.Advance(150 * time.Millisecond)
 	msgs := dvConsume(t, ch, "q", "", false, nil)
 	tlNoRecv(t, ch, msgs, "consumer attached after the deadline")
@@ -56,7 +58,7 @@ func TestTTLExpiredNeverDelivered(t *testing.T) {
 		t.Fatalf("expired count %d after consume, want 5", got)
 	}
 	tlWantReady(t, b, "q", 0)
-	tlPub(t, ch, "q", "fresh", "")
+	ch.PublishBodies("q", "fresh")
 	if d := dvRecv(t, msgs); string(d.Body) != "fresh" {
 		t.Fatalf("delivered %q, want fresh", d.Body)
 	}
@@ -69,16 +71,16 @@ func TestTTLExpiresAnywhere(t *testing.T) {
 	for _, qtype := range []string{"classic", "quorum"} {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "src", qtype, tlDLX("dlq", nil))
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("src", tlDLX("dlq", nil), brokertest.Type(qtype))
 			dlq := dvConsume(t, ch, "dlq", "", false, nil)
 			start := time.Now()
-			tlPub(t, ch, "src", "long", "600000")
-			tlPub(t, ch, "src", "short", "100")
-			tlPub(t, ch, "src", "none", "")
-			tlPub(t, ch, "src", "short2", "200")
+			ch.Publish("", "src", amqp091.Publishing{Body: []byte("long"), Expiration: "600000"})
+			ch.Publish("", "src", amqp091.Publishing{Body: []byte("short"), Expiration: "100"})
+			ch.PublishBodies("src", "none")
+			ch.Publish("", "src", amqp091.Publishing{Body: []byte("short2"), Expiration: "200"})
 			d1 := dvRecv(t, dlq)
 			el1 := tlNotBefore(t, "short dead-lettered", start, 100*time.Millisecond)
 			d2 := dvRecv(t, dlq)
@@ -96,7 +98,7 @@ func TestTTLExpiresAnywhere(t *testing.T) {
 				t.Fatalf("original-expiration %#v, want \"100\"", oe)
 			}
 			tlWantReady(t, b, "src", 2)
-			tlWantDrain(t, ch, "src", "long", "none")
+			ch.WantDrain("src", "long", "none")
 		})
 	}
 }
@@ -106,12 +108,12 @@ func TestTTLExpiresAnywhere(t *testing.T) {
 // dead-lettered, never redelivered. An ack after the deadline is an ack.
 func TestTTLUnackedDoNotExpireWhileHeld(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "held", "classic", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
-	tlPubAll(t, ch, "held", "acked", "nacked", "rejected")
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
+	ch.Declare("dlq", nil)
+	ch.Declare("held", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
+	ch.PublishBodies("held", "acked", "nacked", "rejected")
 	msgs := dvConsume(t, ch, "held", "", false, nil)
 	ds := dvRecvN(t, msgs, 3)
 
@@ -131,11 +133,11 @@ func TestTTLUnackedDoNotExpireWhileHeld(t *testing.T) {
 	if err := ds[2].Reject(true); err != nil {
 		t.Fatal(err)
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	tlNoRecv(t, ch, msgs, "requeued after the deadline")
 	tlEventuallyReady(t, b, "dlq", 2)
 	for _, want := range []string{"nacked", "rejected"} {
-		d := tlMustGet(t, ch, "dlq")
+		d := ch.Get("dlq")
 		if string(d.Body) != want {
 			t.Fatalf("dead-lettered %q, want %q", d.Body, want)
 		}
@@ -154,17 +156,18 @@ func TestTTLUnackedDoNotExpireWhileHeld(t *testing.T) {
 // it expires instead of being redelivered.
 func TestTTLZero(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	c, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "zero", "classic", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(0)}))
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	c := ch.Conn
+	ch.Declare("dlq", nil)
+	ch.Declare("zero", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(0)}))
 
-	cch := tlConfirmChannel(t, c)
+	cch := brokertest.NewSession(t, c)
 	if err := cch.Qos(1, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	msgs := dvConsume(t, cch, "zero", "", false, nil)
-	tlPub(t, ch, "zero", "taken", "")
+	ch.PublishBodies("zero", "taken")
 	d := dvRecv(t, msgs)
 	if string(d.Body) != "taken" {
 		t.Fatalf("delivered %q, want taken", d.Body)
@@ -172,7 +175,7 @@ func TestTTLZero(t *testing.T) {
 	tlWantReady(t, b, "dlq", 0)
 
 	// The consumer is at its prefetch limit: it cannot take the next one.
-	tlPub(t, ch, "zero", "no-room", "")
+	ch.PublishBodies("zero", "no-room")
 	tlEventuallyReady(t, b, "dlq", 1)
 	tlWantReady(t, b, "zero", 0)
 
@@ -180,11 +183,11 @@ func TestTTLZero(t *testing.T) {
 	if err := d.Nack(false, true); err != nil {
 		t.Fatal(err)
 	}
-	tlSync(t, cch)
+	cch.Sync()
 	tlNoRecv(t, cch, msgs, "TTL-0 message requeued")
 	tlEventuallyReady(t, b, "dlq", 2)
 	for _, want := range []string{"no-room", "taken"} {
-		d := tlMustGet(t, ch, "dlq")
+		d := ch.Get("dlq")
 		if string(d.Body) != want {
 			t.Fatalf("dead-lettered %q, want %q", d.Body, want)
 		}
@@ -192,28 +195,28 @@ func TestTTLZero(t *testing.T) {
 	}
 
 	// No consumer, no DLX: discarded at once, never enqueued.
-	tlDeclare(t, ch, "zero-nodlx", "classic", amqp091.Table{"x-message-ttl": int32(0)})
+	ch.Declare("zero-nodlx", amqp091.Table{"x-message-ttl": int32(0)})
 	before := b.Broker.Stats().Discarded["expired"]
-	tlPub(t, ch, "zero-nodlx", "gone", "")
+	ch.PublishBodies("zero-nodlx", "gone")
 	tlWantReady(t, b, "zero-nodlx", 0)
 	if got := b.Broker.Stats().Discarded["expired"] - before; got != 1 {
 		t.Fatalf("discarded expired +%d, want +1", got)
 	}
 
 	// expiration "0" on a queue without TTL, with and without a consumer.
-	tlDeclare(t, ch, "msg-zero", "classic", tlDLX("dlq", nil))
-	tlPub(t, ch, "msg-zero", "nobody", "0")
+	ch.Declare("msg-zero", tlDLX("dlq", nil))
+	ch.Publish("", "msg-zero", amqp091.Publishing{Body: []byte("nobody"), Expiration: "0"})
 	tlEventuallyReady(t, b, "dlq", 1)
 	tlWantReady(t, b, "msg-zero", 0)
 	m2 := dvConsume(t, ch, "msg-zero", "", false, nil)
-	tlPub(t, ch, "msg-zero", "somebody", "0")
+	ch.Publish("", "msg-zero", amqp091.Publishing{Body: []byte("somebody"), Expiration: "0"})
 	if d := dvRecv(t, m2); string(d.Body) != "somebody" {
 		t.Fatalf("delivered %q, want somebody", d.Body)
 	}
 
 	// Quorum queue: without a consumer it expires at once as well.
-	tlDeclare(t, ch, "zero-qq", "quorum", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(0)}))
-	tlPub(t, ch, "zero-qq", "qq", "")
+	ch.Declare("zero-qq", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(0)}), brokertest.Type("quorum"))
+	ch.PublishBodies("zero-qq", "qq")
 	tlEventuallyReady(t, b, "dlq", 2)
 	tlWantReady(t, b, "zero-qq", 0)
 }
@@ -230,12 +233,12 @@ func TestTTLZero(t *testing.T) {
 // Review finding R3 of an adversarial review of the broker's
 // concurrency and store ordering; it failed before the fix.
 func TestTTLTimerFiredEarlyIsReArmed(t *testing.T) {
-	clk, timers := tlNewClock(), tlNewClock()
+	clk, timers := brokertest.NewClock(), brokertest.NewClock()
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: clk.Now, TimerClock: timers.Timers()}})
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "src", "classic", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
-	tlPub(t, ch, "src", "m", "")
+	ch := b.Session(t)
+	ch.Declare("dlq", nil)
+	ch.Declare("src", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
+	ch.PublishBodies("src", "m")
 
 	// The scheduler sees the deadline pass and fires; the broker clock is
 	// 0 ms on, so the entry is not expired yet. No barrier can wait for
@@ -251,5 +254,5 @@ func TestTTLTimerFiredEarlyIsReArmed(t *testing.T) {
 
 	clk.Advance(5 * time.Second) // now the broker clock is 4 s past the deadline
 	timers.Advance(5 * time.Second)
-	tlEventually(t, "the message 4 s past its deadline dead-lettered (its timer fired early must be re-armed)", func() bool { return tlReady(t, b, "dlq") == 1 })
+	brokertest.Eventually(t, "the message 4 s past its deadline dead-lettered (its timer fired early must be re-armed)", func() bool { return tlReady(t, b, "dlq") == 1 })
 }

@@ -1,3 +1,5 @@
+// Tests of queue TTL (x-expires).
+
 package broker_test
 
 // Tests of queue TTL, x-expires (SPEC §3, B41, B42): the lease that deletes
@@ -10,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 // B41, SPEC §3: x-expires deletes a queue unused for that long; publishing
@@ -23,39 +26,39 @@ func TestQueueTTL(t *testing.T) {
 	// 1200 ms (renewed) or gone by 1100 ms (not renewed).
 	for _, tc := range []struct {
 		name    string
-		step    func(t *testing.T, ch *amqp091.Channel)
+		step    func(t *testing.T, ch *brokertest.Session)
 		renewed bool
 	}{
-		{"publish", func(t *testing.T, ch *amqp091.Channel) { tlPub(t, ch, "lease", "m", "") }, false},
-		{"active declare", func(t *testing.T, ch *amqp091.Channel) {
-			tlDeclare(t, ch, "lease", "classic", tlDLX("dlq", amqp091.Table{"x-expires": int32(1000)}))
+		{"publish", func(t *testing.T, ch *brokertest.Session) { ch.PublishBodies("lease", "m") }, false},
+		{"active declare", func(t *testing.T, ch *brokertest.Session) {
+			ch.Declare("lease", tlDLX("dlq", amqp091.Table{"x-expires": int32(1000)}))
 		}, true},
-		{"passive declare", func(t *testing.T, ch *amqp091.Channel) {
+		{"passive declare", func(t *testing.T, ch *brokertest.Session) {
 			if _, err := ch.QueueDeclarePassive("lease", false, false, false, false, nil); err != nil {
 				t.Fatal(err)
 			}
 		}, true},
-		{"passive declare nowait", func(t *testing.T, ch *amqp091.Channel) {
+		{"passive declare nowait", func(t *testing.T, ch *brokertest.Session) {
 			if _, err := ch.QueueDeclarePassive("lease", false, false, false, true, nil); err != nil {
 				t.Fatal(err)
 			}
-			tlSync(t, ch)
+			ch.Sync()
 		}, false},
-		{"basic.get on empty queue", func(t *testing.T, ch *amqp091.Channel) { tlGet(t, ch, "lease") }, true},
+		{"basic.get on empty queue", func(t *testing.T, ch *brokertest.Session) { ch.TryGet("lease") }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := tlNewClock()
-			b := tlStartClock(t, clk)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "lease", "classic", tlDLX("dlq", amqp091.Table{"x-expires": int32(1000)}))
-			tlPub(t, ch, "lease", "kept-until-deleted", "")
+			clk := brokertest.NewClock()
+			b := brokertest.Start(t, brokertest.Config{Clock: clk})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("lease", tlDLX("dlq", amqp091.Table{"x-expires": int32(1000)}))
+			ch.PublishBodies("lease", "kept-until-deleted")
 			clk.Advance(600 * time.Millisecond)
 			tc.step(t, ch)
 			clk.Advance(500 * time.Millisecond) // 1100 ms
 			if !tc.renewed {
-				tlEventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
+				brokertest.Eventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
 			} else {
 				tlSettleTimers(b)
 				if !tlExists(b, "lease") {
@@ -67,7 +70,7 @@ func TestQueueTTL(t *testing.T) {
 					t.Fatal("renewed lease ran out early")
 				}
 				clk.Advance(200 * time.Millisecond)
-				tlEventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
+				brokertest.Eventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
 			}
 			tlSettleTimers(b)
 			tlWantReady(t, b, "dlq", 0)
@@ -87,10 +90,10 @@ func TestQueueTTL(t *testing.T) {
 // when the last consumer goes.
 func TestQueueTTLConsumerKeepsAlive(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "lease", "classic", amqp091.Table{"x-expires": int32(1000)})
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
+	ch.Declare("lease", amqp091.Table{"x-expires": int32(1000)})
 	if _, err := ch.Consume("lease", "c1", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -115,43 +118,43 @@ func TestQueueTTLConsumerKeepsAlive(t *testing.T) {
 		t.Fatal("queue expired 900 ms after its last consumer went")
 	}
 	clk.Advance(200 * time.Millisecond)
-	tlEventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
+	brokertest.Eventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
 }
 
 // B41: the lease starts when the queue is created, even by a declare with
 // nowait (RabbitMQ arms the expiry timer in the queue's init).
 func TestQueueTTLNowaitCreate(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
 	if _, err := ch.QueueDeclare("lease", false, false, false, true, amqp091.Table{"x-expires": int32(1000)}); err != nil {
 		t.Fatal(err)
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	if !tlExists(b, "lease") {
 		t.Fatal("queue not declared")
 	}
 	clk.Advance(1100 * time.Millisecond)
-	tlEventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
+	brokertest.Eventually(t, "the queue to expire", func() bool { return !tlExists(b, "lease") })
 }
 
 // B42, SPEC §3: policy expires combines with x-expires by minimum, on
 // classic and quorum queues.
 func TestQueueTTLPolicyMin(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "exp", Pattern: "^pexp-", Definition: map[string]any{"expires": 1000}})
-	tlDeclare(t, ch, "pexp-arg-long", "classic", amqp091.Table{"x-expires": int32(10_000)})
-	tlDeclare(t, ch, "pexp-qq-arg-long", "quorum", amqp091.Table{"x-expires": int32(10_000)})
-	tlDeclare(t, ch, "pexp-arg-short", "classic", amqp091.Table{"x-expires": int32(500)})
-	tlDeclare(t, ch, "pexp-no-arg", "classic", nil)
-	tlDeclare(t, ch, "other", "classic", amqp091.Table{"x-expires": int32(10_000)})
+	ch.Declare("pexp-arg-long", amqp091.Table{"x-expires": int32(10_000)})
+	ch.Declare("pexp-qq-arg-long", amqp091.Table{"x-expires": int32(10_000)}, brokertest.Type("quorum"))
+	ch.Declare("pexp-arg-short", amqp091.Table{"x-expires": int32(500)})
+	ch.Declare("pexp-no-arg", nil)
+	ch.Declare("other", amqp091.Table{"x-expires": int32(10_000)})
 
 	clk.Advance(600 * time.Millisecond)
-	tlEventually(t, "pexp-arg-short to expire", func() bool { return !tlExists(b, "pexp-arg-short") })
+	brokertest.Eventually(t, "pexp-arg-short to expire", func() bool { return !tlExists(b, "pexp-arg-short") })
 	for _, q := range []string{"pexp-arg-long", "pexp-qq-arg-long", "pexp-no-arg"} {
 		if !tlExists(b, q) {
 			t.Fatalf("%s expired at 600 ms", q)
@@ -159,7 +162,7 @@ func TestQueueTTLPolicyMin(t *testing.T) {
 	}
 	clk.Advance(500 * time.Millisecond)
 	for _, q := range []string{"pexp-arg-long", "pexp-qq-arg-long", "pexp-no-arg"} {
-		tlEventually(t, q+" to expire", func() bool { return !tlExists(b, q) })
+		brokertest.Eventually(t, q+" to expire", func() bool { return !tlExists(b, q) })
 	}
 	if !tlExists(b, "other") {
 		t.Fatal("queue without the policy expired at 1100 ms (x-expires 10000)")
@@ -171,10 +174,10 @@ func TestQueueTTLPolicyMin(t *testing.T) {
 // P3: setting a policy expires on an existing queue starts its lease.
 func TestQueueTTLPolicyOnExistingQueue(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "existing", "classic", nil)
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
+	ch.Declare("existing", nil)
 	clk.Advance(10 * time.Second)
 	tlSetPolicy(t, b, broker.Policy{Name: "exp", Pattern: "^existing$", Definition: map[string]any{"expires": 1000}})
 	clk.Advance(900 * time.Millisecond)
@@ -183,5 +186,5 @@ func TestQueueTTLPolicyOnExistingQueue(t *testing.T) {
 		t.Fatal("expired 900 ms after the policy was set")
 	}
 	clk.Advance(200 * time.Millisecond)
-	tlEventually(t, "the queue to expire", func() bool { return !tlExists(b, "existing") })
+	brokertest.Eventually(t, "the queue to expire", func() bool { return !tlExists(b, "existing") })
 }

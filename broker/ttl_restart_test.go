@@ -1,3 +1,5 @@
+// Tests of TTL across a restart.
+
 package broker_test
 
 // Tests of TTL across a restart (SPEC §3, B40): pending expiries are
@@ -13,21 +15,22 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/broker/brokertest"
 )
 
 // B40, SPEC §3: pending expiries survive a restart and fire on time; one
 // whose deadline passed while the broker was down fires at once.
 func TestTTLSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
-	tlDeclareDurable(t, ch, "dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "per-msg", "classic", true, tlDLX("dlq", nil))
-	tlDeclareDurable(t, ch, "per-queue", "classic", true, tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}))
-	tlPubPersistent(t, ch, "per-msg", "soon", "1000")
-	tlPubPersistent(t, ch, "per-msg", "later", "600000")
-	tlPubPersistent(t, ch, "per-queue", "queue-ttl", "")
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("per-msg", tlDLX("dlq", nil), brokertest.Durable)
+	ch.Declare("per-queue", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(1000)}), brokertest.Durable)
+	ch.Publish("", "per-msg", amqp091.Publishing{Body: []byte("soon"), Expiration: "1000", DeliveryMode: amqp091.Persistent})
+	ch.Publish("", "per-msg", amqp091.Publishing{Body: []byte("later"), Expiration: "600000", DeliveryMode: amqp091.Persistent})
+	ch.Publish("", "per-queue", amqp091.Publishing{Body: []byte("queue-ttl"), DeliveryMode: amqp091.Persistent})
 
 	clk.Advance(500 * time.Millisecond)
 	b.Restart()
@@ -42,26 +45,26 @@ func TestTTLSurvivesRestart(t *testing.T) {
 	tlEventuallyReady(t, b, "dlq", 2)
 	tlWantReady(t, b, "per-msg", 1)
 	tlWantReady(t, b, "per-queue", 0)
-	_, ch = tlChannel(t, b)
-	got := tlDrain(t, ch, "dlq")
+	ch = b.Session(t)
+	got := ch.Drain("dlq")
 	sort.Strings(got)
 	if !slices.Equal(got, []string{"queue-ttl", "soon"}) {
 		t.Fatalf("dead-lettered %q, want queue-ttl and soon", got)
 	}
 
 	// Deadline passed while the broker was down.
-	tlPubPersistent(t, ch, "per-msg", "while-down", "1000")
+	ch.Publish("", "per-msg", amqp091.Publishing{Body: []byte("while-down"), Expiration: "1000", DeliveryMode: amqp091.Persistent})
 	b.Stop()
 	clk.Advance(5 * time.Second)
 	b.Restart()
 	tlEventuallyReady(t, b, "dlq", 1)
-	_, ch = tlChannel(t, b)
-	d := tlMustGet(t, ch, "dlq")
+	ch = b.Session(t)
+	d := ch.Get("dlq")
 	if string(d.Body) != "while-down" {
 		t.Fatalf("dead-lettered %q, want while-down", d.Body)
 	}
 	tlWantDeath(t, d, "per-msg", "expired")
-	tlWantDrain(t, ch, "per-msg", "later")
+	ch.WantDrain("per-msg", "later")
 }
 
 // SPEC §3: dead letters produced by expiries at recovery time land once
@@ -70,29 +73,29 @@ func TestTTLSurvivesRestart(t *testing.T) {
 // comes from a policy (applied at recovery).
 func TestTTLRestartExpiryIntoLaterRecoveredQueue(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "dlx", Pattern: "^a-pol$", Definition: map[string]any{"dead-letter-exchange": "", "dead-letter-routing-key": "z-dlq"}})
-	tlDeclareDurable(t, ch, "z-dlq", "classic", true, nil)
-	tlDeclareDurable(t, ch, "a-src", "classic", true, tlDLX("z-dlq", nil))
-	tlDeclareDurable(t, ch, "a-pol", "classic", true, nil)
+	ch.Declare("z-dlq", nil, brokertest.Durable)
+	ch.Declare("a-src", tlDLX("z-dlq", nil), brokertest.Durable)
+	ch.Declare("a-pol", nil, brokertest.Durable)
 	const old, n = 200, 200
 	for i := range old {
-		tlPubPersistent(t, ch, "z-dlq", fmt.Sprintf("old-%d", i), "")
+		ch.Publish("", "z-dlq", amqp091.Publishing{Body: []byte(fmt.Sprintf("old-%d", i)), DeliveryMode: amqp091.Persistent})
 	}
 	for i := range n / 2 {
-		tlPubPersistent(t, ch, "a-src", fmt.Sprintf("exp-%d", i), "1000")
-		tlPubPersistent(t, ch, "a-pol", fmt.Sprintf("pol-%d", i), "1000")
+		ch.Publish("", "a-src", amqp091.Publishing{Body: []byte(fmt.Sprintf("exp-%d", i)), Expiration: "1000", DeliveryMode: amqp091.Persistent})
+		ch.Publish("", "a-pol", amqp091.Publishing{Body: []byte(fmt.Sprintf("pol-%d", i)), Expiration: "1000", DeliveryMode: amqp091.Persistent})
 	}
 	b.Stop()
 	clk.Advance(5 * time.Second)
 	b.Restart()
-	tlEventually(t, "a-src and a-pol to be empty", func() bool { return tlReady(t, b, "a-src")+tlReady(t, b, "a-pol") == 0 })
+	brokertest.Eventually(t, "a-src and a-pol to be empty", func() bool { return tlReady(t, b, "a-src")+tlReady(t, b, "a-pol") == 0 })
 	tlEventuallyReady(t, b, "z-dlq", old+n)
 	tlSettleTimers(b)
-	_, ch = tlChannel(t, b)
-	got := tlDrain(t, ch, "z-dlq")
+	ch = b.Session(t)
+	got := ch.Drain("z-dlq")
 	seen := map[string]int{}
 	for _, s := range got {
 		seen[s]++
@@ -109,7 +112,7 @@ func TestTTLRestartExpiryIntoLaterRecoveredQueue(t *testing.T) {
 	}
 	// The store took every change: persistent publishes are still
 	// confirmed.
-	if !tlPublish(t, ch, "", "z-dlq", amqp091.Publishing{Body: []byte("after"), DeliveryMode: amqp091.Persistent}) {
+	if !ch.PublishAck("", "z-dlq", amqp091.Publishing{Body: []byte("after"), DeliveryMode: amqp091.Persistent}) {
 		t.Fatal("persistent publish nacked after recovery: the store failed")
 	}
 }

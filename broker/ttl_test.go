@@ -1,3 +1,5 @@
+// Tests of message TTL: how a deadline is computed and kept.
+
 package broker_test
 
 // Tests of message TTL (SPEC §3): how a message's
@@ -25,14 +27,14 @@ func TestTTLEffectiveIsSmaller(t *testing.T) {
 	for _, qtype := range []string{"classic", "quorum"} {
 		t.Run(qtype, func(t *testing.T) {
 			t.Parallel()
-			b := tlStart(t)
-			_, ch := tlChannel(t, b)
-			tlDeclare(t, ch, "dlq", "classic", nil)
-			tlDeclare(t, ch, "queue-ttl-smaller", qtype, tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(100)}))
-			tlDeclare(t, ch, "msg-ttl-smaller", qtype, tlDLX("dlq", amqp091.Table{"x-message-ttl": int64(600_000)}))
+			b := brokertest.Start(t, brokertest.Config{})
+			ch := b.Session(t)
+			ch.Declare("dlq", nil)
+			ch.Declare("queue-ttl-smaller", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(100)}), brokertest.Type(qtype))
+			ch.Declare("msg-ttl-smaller", tlDLX("dlq", amqp091.Table{"x-message-ttl": int64(600_000)}), brokertest.Type(qtype))
 			start := time.Now()
-			tlPub(t, ch, "queue-ttl-smaller", "a", "600000")
-			tlPub(t, ch, "msg-ttl-smaller", "b", "100")
+			ch.Publish("", "queue-ttl-smaller", amqp091.Publishing{Body: []byte("a"), Expiration: "600000"})
+			ch.Publish("", "msg-ttl-smaller", amqp091.Publishing{Body: []byte("b"), Expiration: "100"})
 			ds := dvRecvN(t, dvConsume(t, ch, "dlq", "", false, nil), 2)
 			tlNotBefore(t, "dead-lettered", start, 100*time.Millisecond)
 			sort.Slice(ds, func(i, j int) bool { return string(ds[i].Body) < string(ds[j].Body) })
@@ -55,18 +57,18 @@ func TestTTLEffectiveIsSmaller(t *testing.T) {
 // in both directions.
 func TestTTLPolicyCombinesByMin(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
 	tlSetPolicy(t, b, broker.Policy{Name: "short", Pattern: "^lo-", Definition: map[string]any{"message-ttl": 100}})
 	tlSetPolicy(t, b, broker.Policy{Name: "long", Pattern: "^hi-", Definition: map[string]any{"message-ttl": 600_000}})
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "lo-arg-long", "classic", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(600_000)}))
-	tlDeclare(t, ch, "lo-no-arg", "classic", tlDLX("dlq", nil))
-	tlDeclare(t, ch, "hi-arg-short", "classic", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(100)}))
-	tlDeclare(t, ch, "hi-no-arg", "classic", tlDLX("dlq", nil))
+	ch.Declare("dlq", nil)
+	ch.Declare("lo-arg-long", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(600_000)}))
+	ch.Declare("lo-no-arg", tlDLX("dlq", nil))
+	ch.Declare("hi-arg-short", tlDLX("dlq", amqp091.Table{"x-message-ttl": int32(100)}))
+	ch.Declare("hi-no-arg", tlDLX("dlq", nil))
 	start := time.Now()
 	for _, q := range []string{"lo-arg-long", "lo-no-arg", "hi-arg-short", "hi-no-arg"} {
-		tlPub(t, ch, q, q, "")
+		ch.PublishBodies(q, q)
 	}
 	ds := dvRecvN(t, dvConsume(t, ch, "dlq", "", false, nil), 3)
 	tlNotBefore(t, "dead-lettered", start, 100*time.Millisecond)
@@ -85,21 +87,21 @@ func TestTTLPolicyCombinesByMin(t *testing.T) {
 // lowers, raises or removes the TTL changes no existing message.
 func TestTTLDeadlineFixedAtEnqueue(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", nil)
-	tlDeclare(t, ch, "fixed", "classic", tlDLX("dlq", nil))
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t)
+	ch.Declare("dlq", nil)
+	ch.Declare("fixed", tlDLX("dlq", nil))
 	dlq := dvConsume(t, ch, "dlq", "", false, nil)
 
-	tlPub(t, ch, "fixed", "old", "") // no TTL at all
+	ch.PublishBodies("fixed", "old") // no TTL at all
 	set := func(ms int) {
 		tlSetPolicy(t, b, broker.Policy{Name: "ttl", Pattern: "^fixed$", Definition: map[string]any{"message-ttl": ms}})
 	}
 	set(150)
 	start := time.Now()
-	tlPub(t, ch, "fixed", "mid", "")  // deadline +150 ms
+	ch.PublishBodies("fixed", "mid")  // deadline +150 ms
 	set(600_000)                      // raising it does not extend "mid"
-	tlPub(t, ch, "fixed", "late", "") // deadline +600 s
+	ch.PublishBodies("fixed", "late") // deadline +600 s
 	d := dvRecv(t, dlq)
 	el := tlNotBefore(t, "mid expired", start, 150*time.Millisecond)
 	if string(d.Body) != "mid" {
@@ -114,7 +116,7 @@ func TestTTLDeadlineFixedAtEnqueue(t *testing.T) {
 	tlNoRecv(t, ch, dlq, "after lowering the policy TTL")
 	tlClearPolicy(t, b, "ttl")
 	tlWantReady(t, b, "fixed", 2)
-	tlWantDrain(t, ch, "fixed", "old", "late")
+	ch.WantDrain("fixed", "old", "late")
 }
 
 // A message never expires before its arrival plus its TTL, though
@@ -125,24 +127,24 @@ func TestTTLDeadlineFixedAtEnqueue(t *testing.T) {
 // timers are frozen: basic.get's own expiry check is what is observed.
 func TestTTLNeverExpiresEarly(t *testing.T) {
 	t.Parallel()
-	clk, frozen := tlNewClock(), tlNewClock()
+	clk, frozen := brokertest.NewClock(), brokertest.NewClock()
 	clk.Advance(600 * time.Microsecond)
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Now: clk.Now, TimerClock: frozen.Timers()}})
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "q", "classic", amqp091.Table{"x-message-ttl": int32(100)})
-	tlDeclare(t, ch, "per-msg", "classic", nil)
-	tlDeclare(t, ch, "dlq", "classic", amqp091.Table{"x-message-ttl": int32(100)})
-	tlDeclare(t, ch, "src", "classic", tlDLX("dlq", nil))
+	ch := b.Session(t)
+	ch.Declare("q", amqp091.Table{"x-message-ttl": int32(100)})
+	ch.Declare("per-msg", nil)
+	ch.Declare("dlq", amqp091.Table{"x-message-ttl": int32(100)})
+	ch.Declare("src", tlDLX("dlq", nil))
 	expired := func() uint64 { return b.Broker.Stats().Discarded["expired"] }
 
 	for _, q := range []string{"q", "per-msg"} {
-		tlPub(t, ch, q, q+" 1", "100")
-		tlPub(t, ch, q, q+" 2", "100")
+		ch.Publish("", q, amqp091.Publishing{Body: []byte(q + " 1"), Expiration: "100"})
+		ch.Publish("", q, amqp091.Publishing{Body: []byte(q + " 2"), Expiration: "100"})
 	}
-	tlPub(t, ch, "src", "rejected", "")
+	ch.PublishBodies("src", "rejected")
 	clk.Advance(99400 * time.Microsecond) // 99.4 ms after they arrived
 	for _, q := range []string{"q", "per-msg"} {
-		d, ok := tlGet(t, ch, q)
+		d, ok := ch.TryGet(q)
 		if !ok || string(d.Body) != q+" 1" {
 			t.Fatalf("%s: basic.get 99.4 ms after arrival with a TTL of 100 ms: %q, %v; want %q", q, d.Body, ok, q+" 1")
 		}
@@ -153,7 +155,7 @@ func TestTTLNeverExpiresEarly(t *testing.T) {
 	}
 	clk.Advance(time.Millisecond) // 100.4 ms
 	for _, q := range []string{"q", "per-msg"} {
-		if d, ok := tlGet(t, ch, q); ok {
+		if d, ok := ch.TryGet(q); ok {
 			t.Fatalf("%s: basic.get 100.4 ms after arrival returned %q, expired", q, d.Body)
 		}
 	}
@@ -163,12 +165,12 @@ func TestTTLNeverExpiresEarly(t *testing.T) {
 
 	// The copy arrives in dlq 0.4 ms into a millisecond.
 	clk.Advance(400 * time.Microsecond)
-	if err := tlMustGet(t, ch, "src").Reject(false); err != nil {
+	if err := ch.Get("src").Reject(false); err != nil {
 		t.Fatal(err)
 	}
-	tlEventually(t, "the copy in dlq", func() bool { return tlReady(t, b, "dlq") == 1 })
+	brokertest.Eventually(t, "the copy in dlq", func() bool { return tlReady(t, b, "dlq") == 1 })
 	clk.Advance(99700 * time.Microsecond) // 99.7 ms after the copy arrived
-	d, ok := tlGet(t, ch, "dlq")
+	d, ok := ch.TryGet("dlq")
 	if !ok || string(d.Body) != "rejected" {
 		t.Fatalf("dlq: basic.get 99.7 ms after the copy arrived: %q, %v; want the copy", d.Body, ok)
 	}
@@ -176,7 +178,7 @@ func TestTTLNeverExpiresEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Millisecond) // 100.7 ms
-	if d, ok := tlGet(t, ch, "dlq"); ok {
+	if d, ok := ch.TryGet("dlq"); ok {
 		t.Fatalf("dlq: basic.get 100.7 ms after the copy arrived returned %q, expired", d.Body)
 	}
 }
@@ -184,10 +186,10 @@ func TestTTLNeverExpiresEarly(t *testing.T) {
 // B32: requeue keeps the original deadline; it is not restarted.
 func TestTTLRequeueKeepsDeadline(t *testing.T) {
 	t.Parallel()
-	clk := tlNewClock()
-	b := tlStartClock(t, clk)
-	_, ch := tlChannel(t, b)
-	tlDeclare(t, ch, "dlq", "classic", nil)
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	ch := b.Session(t)
+	ch.Declare("dlq", nil)
 	for _, q := range []string{"by-queue", "by-message"} {
 		args := tlDLX("dlq", nil)
 		exp := "1000"
@@ -195,16 +197,16 @@ func TestTTLRequeueKeepsDeadline(t *testing.T) {
 			args["x-message-ttl"] = int32(1000)
 			exp = ""
 		}
-		tlDeclare(t, ch, q, "classic", args)
-		tlPub(t, ch, q, q, exp)
+		ch.Declare(q, args)
+		ch.Publish("", q, amqp091.Publishing{Body: []byte(q), Expiration: exp})
 	}
 	clk.Advance(600 * time.Millisecond)
 	for _, q := range []string{"by-queue", "by-message"} {
-		if err := tlMustGet(t, ch, q).Nack(false, true); err != nil {
+		if err := ch.Get(q).Nack(false, true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tlSync(t, ch)
+	ch.Sync()
 	clk.Advance(300 * time.Millisecond) // 900 ms after publish
 	tlSettleTimers(b)
 	tlWantReady(t, b, "by-queue", 1)
@@ -219,10 +221,10 @@ func TestTTLRequeueKeepsDeadline(t *testing.T) {
 // RabbitMQ's parse_expiration reason.
 func TestTTLInvalidExpiration(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
+	b := brokertest.Start(t, brokertest.Config{})
 	c := b.Dial(t)
-	ch0 := tlConfirmChannel(t, c)
-	tlDeclare(t, ch0, "q", "classic", nil)
+	ch0 := brokertest.NewSession(t, c)
+	ch0.Declare("q", nil)
 	for _, tc := range []struct{ exp, reason string }{
 		{"abc", "no_integer"},
 		{" 5", "no_integer"},
@@ -247,12 +249,12 @@ func TestTTLInvalidExpiration(t *testing.T) {
 			if e == nil || e.Code != 406 || e.Reason != want {
 				t.Errorf("expiration %q: closed with %v, want 406 %q", tc.exp, e, want)
 			}
-		case <-time.After(tlWait):
+		case <-time.After(brokertest.Wait):
 			t.Fatalf("expiration %q: channel not closed", tc.exp)
 		}
 	}
 	for _, exp := range []string{"0", "007", "315360000000"} {
-		if !tlPublish(t, ch0, "", "q", amqp091.Publishing{Expiration: exp, Body: []byte(exp)}) {
+		if !ch0.PublishAck("", "q", amqp091.Publishing{Expiration: exp, Body: []byte(exp)}) {
 			t.Fatalf("expiration %q: nacked", exp)
 		}
 	}
@@ -262,7 +264,7 @@ func TestTTLInvalidExpiration(t *testing.T) {
 // Reference §2: x-message-ttl validation, classic and quorum.
 func TestTTLMessageTTLArgumentValidation(t *testing.T) {
 	t.Parallel()
-	b := tlStart(t)
+	b := brokertest.Start(t, brokertest.Config{})
 	c := b.Dial(t)
 	for _, qtype := range []string{"classic", "quorum"} {
 		for i, tc := range []struct {

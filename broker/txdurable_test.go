@@ -1,3 +1,5 @@
+// Tests that a transaction commits as one store batch and commit-ok waits for it.
+
 package broker_test
 
 import (
@@ -122,7 +124,8 @@ func TestTxCommitOkBeforeLaterReplies(t *testing.T) {
 func TestTxCommitStoreFailureClosesConnection(t *testing.T) {
 	h := newHeldStore()
 	b := brokertest.Start(t, brokertest.Config{WrapStore: h.wrap})
-	conn, ch := b.Channel(t)
+	ch := b.Session(t, brokertest.NoConfirm)
+	conn := ch.Conn
 	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
 	if _, err := ch.QueueDeclare("txq", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -130,7 +133,7 @@ func TestTxCommitStoreFailureClosesConnection(t *testing.T) {
 	if err := ch.Tx(); err != nil {
 		t.Fatal(err)
 	}
-	dvPublish(t, ch, "", "txq", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("doomed")})
+	ch.Publish("", "txq", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("doomed")})
 	h.mu.Lock()
 	h.failErr = errors.New("disk on fire")
 	h.mu.Unlock()
@@ -142,7 +145,7 @@ func TestTxCommitStoreFailureClosesConnection(t *testing.T) {
 	select {
 	case err := <-committed:
 		dvWantErr(t, err, 541, "INTERNAL_ERROR - message store failed; transaction not committed: disk on fire")
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("tx.commit neither completed nor failed")
 	}
 	select {
@@ -150,7 +153,7 @@ func TestTxCommitStoreFailureClosesConnection(t *testing.T) {
 		if e == nil || e.Code != 541 || !e.Server {
 			t.Fatalf("connection closed with %+v, want 541 from the server", e)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("connection not closed")
 	}
 }
@@ -161,7 +164,8 @@ func TestTxCommitStoreFailureClosesConnection(t *testing.T) {
 func TestStoreFailureBlocksPublishers(t *testing.T) {
 	h := newHeldStore()
 	b := brokertest.Start(t, brokertest.Config{WrapStore: h.wrap})
-	conn, ch := b.Channel(t)
+	ch := b.Session(t, brokertest.NoConfirm)
+	conn := ch.Conn
 	blocked := conn.NotifyBlocked(make(chan amqp091.Blocking, 1))
 	if _, err := ch.QueueDeclare("sf", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -174,7 +178,7 @@ func TestStoreFailureBlocksPublishers(t *testing.T) {
 	h.failErr = errors.New("disk on fire")
 	h.mu.Unlock()
 	h.start(t)
-	dvPublish(t, ch, "", "sf", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("lost?")})
+	ch.Publish("", "sf", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("lost?")})
 	h.waitHeld(t, 1)
 	h.release()
 	select {
@@ -182,18 +186,18 @@ func TestStoreFailureBlocksPublishers(t *testing.T) {
 		if c.Ack {
 			t.Fatal("publish acked although the store failed")
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("no confirm for the failed publish")
 	}
 	// As with RabbitMQ's alarms, a connection is blocked when it next
 	// publishes.
-	dvPublish(t, ch, "", "sf", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("held")})
+	ch.Publish("", "sf", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("held")})
 	select {
 	case bl := <-blocked:
 		if !bl.Active {
 			t.Fatalf("got %+v, want connection.blocked", bl)
 		}
-	case <-time.After(dvWait):
+	case <-time.After(brokertest.Wait):
 		t.Fatal("publishers not blocked after the store failed")
 	}
 	// A blocked connection is not read from, so the client's close

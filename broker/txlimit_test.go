@@ -1,3 +1,5 @@
+// Tests of the bound on a transaction's size.
+
 package broker_test
 
 import (
@@ -17,9 +19,10 @@ import (
 func TestTxTooLargeRefused(t *testing.T) {
 	const max = 64 << 10
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{MaxTxBytes: max}})
-	c, tx := b.Channel(t)
-	q := dvDeclare(t, tx, "txq", nil)
-	watcher := dvChannel(t, c)
+	tx := b.Session(t, brokertest.NoConfirm)
+	c := tx.Conn
+	q := tx.Declare("txq", nil)
+	watcher := brokertest.NewSession(t, c, brokertest.NoConfirm)
 	if err := tx.Tx(); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +30,7 @@ func TestTxTooLargeRefused(t *testing.T) {
 	publish := func(n int) {
 		t.Helper()
 		for range n {
-			dvPublish(t, tx, "", q, amqp091.Publishing{Body: body})
+			tx.Publish("", q, amqp091.Publishing{Body: body})
 		}
 	}
 	// Each publish counts 10 KiB + 3 bytes of key + 256: six fit in 64 KiB.
@@ -45,8 +48,8 @@ func TestTxTooLargeRefused(t *testing.T) {
 	select {
 	case err := <-closed:
 		dvWantErr(t, err, 406, "PRECONDITION_FAILED - transaction too large: its publishes would hold more than 65536 bytes; commit in smaller transactions")
-	case <-dvCtx(t).Done():
+	case <-brokertest.Context(t).Done():
 		t.Fatal("the channel was not closed")
 	}
-	dvWantReady(t, watcher, q, 5) // the first commit only
+	watcher.WantReady(q, 5) // the first commit only
 }

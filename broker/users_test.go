@@ -1,3 +1,5 @@
+// Tests of users: password hashes, tags, logins and their durability.
+
 package broker_test
 
 import (
@@ -247,7 +249,7 @@ func TestDeleteUser(t *testing.T) {
 	if err := b.Broker.DeleteUser("u"); !errors.Is(err, broker.ErrNotFound) {
 		t.Fatalf("second delete: %v, want ErrNotFound", err)
 	}
-	rqDeclareQueues(t, rqChan(t, vc), "still-open")
+	brokertest.NewSession(t, vc).Declare("still-open", nil)
 	// Recreated, the user has no permissions until given some.
 	if err := b.Broker.PutUser(broker.UserSpec{Name: "u", Password: "pw"}); err != nil {
 		t.Fatal(err)
@@ -262,20 +264,20 @@ func TestDeleteUser(t *testing.T) {
 func TestUserImpersonator(t *testing.T) {
 	b := rqStartUsers(t, map[string][3]string{"u": {".*", ".*", ".*"}})
 	conn := rqDialAs(t, b, "u")
-	rqDeclareQueues(t, rqChan(t, conn), "q")
+	brokertest.NewSession(t, conn).Declare("q", nil)
 	msg := amqp091.Publishing{UserId: "someone", Body: []byte("m")}
-	ch := rqChan(t, conn)
+	ch := brokertest.NewSession(t, conn)
 	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
-	if err := ch.Publish("", "q", false, false, msg); err != nil {
+	if err := ch.Channel.Publish("", "q", false, false, msg); err != nil {
 		t.Fatal(err)
 	}
 	rqWantErr(t, <-closed, 406, "PRECONDITION_FAILED - user_id property set to 'someone' but authenticated user was 'u'")
 	if err := b.Broker.PutUser(broker.UserSpec{Name: "u", Password: "pw", Tags: []string{"impersonator"}}); err != nil {
 		t.Fatal(err)
 	}
-	ch = rqChan(t, conn)
-	rqPublish(t, ch, "", "q", msg)
-	d, ok, err := ch.Get("q", true)
+	ch = brokertest.NewSession(t, conn)
+	ch.Publish("", "q", msg)
+	d, ok, err := ch.Channel.Get("q", true)
 	if err != nil || !ok || d.UserId != "someone" {
 		t.Fatalf("get: %+v %v %v", d, ok, err)
 	}

@@ -1,3 +1,5 @@
+// Tests of vhosts: refusals, creation, deletion and their durability.
+
 package broker_test
 
 import (
@@ -95,7 +97,7 @@ func TestPutVHost(t *testing.T) {
 	if err := b.Broker.SetPermissions("guest", "/b", ".*", ".*", ".*"); err != nil {
 		t.Fatal(err)
 	}
-	rqDeclareQueues(t, rqChan(t, pmDial(t, b, "guest", "guest", "/b")), "q")
+	brokertest.NewSession(t, pmDial(t, b, "guest", "guest", "/b")).Declare("q", nil)
 	if err := b.Broker.PutVHost(broker.VHostInfo{Name: "/b", Description: "bee 2"}); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func TestDeleteVHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := pmDial(t, b, "guest", "guest", vh)
-	ch := rqChan(t, admin)
+	ch := brokertest.NewSession(t, admin)
 	for _, q := range []string{"dq", "dq2"} {
 		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
 			t.Fatal(err)
@@ -158,11 +160,11 @@ func TestDeleteVHost(t *testing.T) {
 	if err := ch.ExchangeDeclare("dx2", "fanout", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rqBind(t, ch, "dq", "k", "dx", nil)
-	rqBindX(t, ch, "dx2", "k", "dx", nil)
-	rqBind(t, ch, "dq2", "", "dx2", nil)
+	ch.Bind("dq", "k", "dx", nil)
+	ch.BindExchange("dx2", "k", "dx", nil)
+	ch.Bind("dq2", "", "dx2", nil)
 	for range 3 {
-		rqPublish(t, ch, "dx", "k", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("m")})
+		ch.Publish("dx", "k", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("m")})
 	}
 	if _, err := ch.Consume("dq", "", false, false, false, false, nil); err != nil {
 		t.Fatal(err)
@@ -170,7 +172,7 @@ func TestDeleteVHost(t *testing.T) {
 	// A queue in "/" stays, with its connection.
 	other := b.Dial(t)
 	oclosed := other.NotifyClose(make(chan *amqp091.Error, 1))
-	och := rqChan(t, other)
+	och := brokertest.NewSession(t, other)
 	if _, err := och.QueueDeclare("keep", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +301,7 @@ func TestAuthDurableAcrossRestart(t *testing.T) {
 	}
 	// Passwords log in; permissions are enforced as before.
 	conn := pmDial(t, b, "alice", "s1", "/m")
-	rqDeclareQueues(t, rqChan(t, conn), "aq")
+	brokertest.NewSession(t, conn).Declare("aq", nil)
 	rqFails(t, conn, 403, "ACCESS_REFUSED - configure access to queue 'bq' in vhost '/m' refused for user 'alice'", func(ch *amqp091.Channel) error {
 		_, err := ch.QueueDeclare("bq", false, false, false, false, nil)
 		return err
@@ -364,11 +366,11 @@ func TestBootstrapStoreFromBeforeUsers(t *testing.T) {
 	if err := b.Broker.SetPermissions("guest", "/old", ".*", ".*", ".*"); err != nil {
 		t.Fatal(err)
 	}
-	ch := rqChan(t, pmDial(t, b, "guest", "guest", "/old"))
+	ch := brokertest.NewSession(t, pmDial(t, b, "guest", "guest", "/old"))
 	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	rqPublish(t, ch, "", "q", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("m")})
+	ch.Publish("", "q", amqp091.Publishing{DeliveryMode: amqp091.Persistent, Body: []byte("m")})
 	if err := b.Broker.DeleteUser("guest"); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +474,7 @@ func TestAuthChangeUndoneOnStoreFailure(t *testing.T) {
 // between the writes of a deletion made by an older layout), with a
 // warning, and deletes them from the store.
 func TestRecoveryDropsDanglingPermissions(t *testing.T) {
-	logs := &warnLog{}
+	logs := brokertest.NewLog(slog.LevelWarn)
 	b := brokertest.Start(t, brokertest.Config{Broker: broker.Options{Logger: slog.New(logs)}})
 	var d broker.DefsForTest
 	d.Permission("/gone", "guest", ".*", ".*", ".*")
@@ -482,13 +484,13 @@ func TestRecoveryDropsDanglingPermissions(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	logs.take()
+	logs.Take()
 	b.Restart()
 	want := []string{ // in key order: by vhost
 		`recovery: dropping permissions of unknown user vhost="/" user="ghost"`,
 		`recovery: dropping permissions in unknown vhost vhost="/gone" user="guest"`,
 	}
-	if got := logs.take(); !slices.Equal(got, want) {
+	if got := logs.Take(); !slices.Equal(got, want) {
 		t.Fatalf("warnings %q, want %q", got, want)
 	}
 	wantP := []broker.PermissionInfo{{User: "guest", VHost: "/", Configure: ".*", Write: ".*", Read: ".*"}}
@@ -496,7 +498,7 @@ func TestRecoveryDropsDanglingPermissions(t *testing.T) {
 		t.Fatalf("permissions %+v, want %+v", got, wantP)
 	}
 	b.Restart()
-	if w := logs.take(); len(w) != 0 {
+	if w := logs.Take(); len(w) != 0 {
 		t.Fatalf("second restart warned: %q", w)
 	}
 }

@@ -1,8 +1,3 @@
-// Package brokertest starts a real broker on a loopback port for tests:
-// the amqp server and the broker over a store from a Backend (memory by
-// default, or whichever BROKERD_TEST_STORE names), wired as cmd/brokerd
-// wires them, so tests drive it with a standard client and the same tests
-// run over every store.
 package brokertest
 
 import (
@@ -52,6 +47,10 @@ type Config struct {
 	// break what the broker writes). It is called again on every restart
 	// with the reopened store.
 	WrapStore func(store.Store) store.Store
+	// Clock, if set, is the broker's clock and its timers' (Broker.Now
+	// and Broker.TimerClock, where those are not set): time moves only
+	// when the test advances it.
+	Clock *Clock
 }
 
 // Start runs a broker until the test ends.
@@ -78,6 +77,14 @@ func (i *Instance) start(addr string) {
 	t.Helper()
 	bo := i.cfg.Broker
 	bo.Store = i.Store
+	if c := i.cfg.Clock; c != nil {
+		if bo.Now == nil {
+			bo.Now = c.Now
+		}
+		if bo.TimerClock == nil {
+			bo.TimerClock = c.Timers()
+		}
+	}
 	if bo.PageWindow == 0 {
 		bo.PageWindow = TestPageWindow
 	}

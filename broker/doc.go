@@ -257,4 +257,31 @@
 // After a restart every recovered message is marked redelivered, because
 // any of them may have been delivered before: a false positive is allowed
 // by AMQP, a false negative is not.
+//
+// # Where things go
+//
+// The package is being split (issue 24): the pure parts are packages of
+// their own already, and the queue engine's files reach the broker only
+// through env (env.go) and consumerChannel, the seams its own package
+// will export. Until it moves:
+//
+//   - A new queue feature (a limit, a kind of expiry, a dead-letter rule)
+//     goes in the engine's files (queue.go, settle.go, dlx.go, backlog.go,
+//     expiry.go, pagedexpiry.go, paging.go, spill.go, deliveredmarks.go,
+//     txn.go, peek.go, damage.go). What it needs from outside the queue
+//     goes into env, never through q.vhost.b; what the rest of broker
+//     needs from it is a Queue method that takes the queue's lock itself
+//     (lengths, markClosing), not q.mu taken outside. Its argument or
+//     policy key goes in args.go and broker/policy's key table.
+//   - A new AMQP method goes in methods.go (the dispatch) with its
+//     channel-side work in channel.go, declare.go or publish.go; it is
+//     validated with RabbitMQ's codes and texts (errors.go).
+//   - A new durable definition type gets its record in broker/defs (key
+//     prefix, value struct, encode and decode mirrored, a golden and a
+//     fuzzer), a def() builder beside the live type (definitions.go), its
+//     recovery in recoverDefinitions and its import and export in
+//     importdefs.go.
+//   - Pure rules (validation, matching, hashing) go in broker/policy or
+//     broker/auth, with table tests; management-facing errors in
+//     broker/base.
 package broker

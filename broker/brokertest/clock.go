@@ -122,10 +122,7 @@ func (tm *clockTimer) Stop() bool {
 	defer tm.c.mu.Unlock()
 	was := tm.active
 	tm.active = false
-	select { // no stale value after Stop (Go 1.23 timer semantics)
-	case <-tm.ch:
-	default:
-	}
+	drain(tm.ch) // no stale value after Stop (Go 1.23 timer semantics)
 	return was
 }
 
@@ -133,10 +130,7 @@ func (tm *clockTimer) Reset(d time.Duration) bool {
 	tm.c.mu.Lock()
 	defer tm.c.mu.Unlock()
 	was := tm.active
-	select {
-	case <-tm.ch:
-	default:
-	}
+	drain(tm.ch)
 	tm.armLocked(d)
 	return was
 }
@@ -251,10 +245,7 @@ func (tm *offsetTimer) Stop() bool {
 		tm.wall.Stop()
 		tm.wall = nil
 	}
-	select { // no stale value after Stop (Go 1.23 timer semantics)
-	case <-tm.ch:
-	default:
-	}
+	drain(tm.ch) // no stale value after Stop (Go 1.23 timer semantics)
 	return was
 }
 
@@ -262,11 +253,17 @@ func (tm *offsetTimer) Reset(d time.Duration) bool {
 	tm.c.mu.Lock()
 	defer tm.c.mu.Unlock()
 	was := tm.active
-	select {
-	case <-tm.ch:
-	default:
-	}
+	drain(tm.ch)
 	tm.at, tm.active = tm.c.nowLocked().Add(d), true
 	tm.scheduleLocked()
 	return was
+}
+
+// drain takes a fired value left in a timer's channel, if any, so a
+// stopped or reset timer delivers nothing stale.
+func drain(ch chan time.Time) {
+	select {
+	case <-ch:
+	default:
+	}
 }

@@ -99,6 +99,8 @@ func TestUIRedrive(t *testing.T) {
 	poll(t, ctx, "all failures listed", `document.querySelectorAll("#rd-failures table.failures tbody tr").length === 103 &&
 		document.querySelector("#rd-failures button.more-failures").hidden`)
 	until(t, ctx, "close", chromedp.KeyEvent("\x1b"))
+	// A click while the modal dialog is still open lands on its backdrop.
+	poll(t, ctx, "dialog closed again", `!document.querySelector("#redrive-dialog").open`)
 
 	until(t, ctx, "redrives page", chromedp.Click(`a[href="#/redrives"]`, chromedp.ByQuery),
 		chromedp.WaitVisible("#redrives", chromedp.ByQuery))

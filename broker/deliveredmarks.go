@@ -120,6 +120,7 @@ func (q *Queue) writeMarksLocked(lv int, v uint64) {
 		return
 	}
 	q.markAsked[lv] = max(q.markAsked[lv], v)
+	q.markPending++
 	asked := slices.Clone(q.markAsked)
 	b := q.env
 	batch := &store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}
@@ -147,6 +148,8 @@ func (q *Queue) marksWritten(asked []uint64, err error) {
 	}
 	wake, waiting := q.markWake, q.markWaiting
 	q.markWake, q.markWaiting = nil, false
+	q.markPending--
+	q.markDone++
 	q.mu.Unlock()
 	if wake != nil {
 		close(wake)
@@ -163,16 +166,27 @@ func (q *Queue) marksWritten(asked []uint64, err error) {
 // queue). Each level's first delivery waits for a write, so a few rounds
 // at most.
 func (q *Queue) deliverDue() {
-	for range q.ready.Levels() + 1 {
+	for range q.ready.Levels() + 2 {
 		q.mu.Lock()
-		if !q.markWaiting || q.marksFinal || q.isDeleted() {
+		done := q.markDone
+		q.mu.Unlock()
+		q.dispatch() // what the marks let through, the consumer still attached
+		q.mu.Lock()
+		if q.marksFinal || q.isDeleted() || q.markPending == 0 && q.markDone == done {
+			// No write is under way, and none completed during that
+			// dispatch: it saw the final marks. (A completion's own
+			// dispatch runs on another goroutine, maybe after the cancel.)
 			q.mu.Unlock()
 			return
 		}
-		wake := q.markWaitLocked()
+		var wake chan struct{}
+		if q.markPending > 0 {
+			wake = q.markWaitLocked()
+		}
 		q.mu.Unlock()
-		<-wake
-		q.dispatch() // marksWritten's own may come after the cancel
+		if wake != nil {
+			<-wake
+		}
 	}
 }
 

@@ -175,6 +175,11 @@ type Queue struct {
 	marksFinal  bool
 	markWaiting bool
 	markWake    chan struct{}
+	// markPending counts the mark writes under way, markDone those
+	// completed (deliverDue tells from them whether a dispatch saw the
+	// final marks).
+	markPending int
+	markDone    uint64
 	// fillWake is the wait of basic.gets for a read of a middle
 	// (fillWaitLocked).
 	fillWake *fillWait

@@ -13,6 +13,7 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/stats"
 )
 
 // What the management API shows of the broker: snapshots of queues,
@@ -128,10 +129,10 @@ func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
 	qi.Ready, qi.ReadyBytes = l.ready, l.readyBytes
 	qi.Memory += l.resident
 	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = l.unacked, l.backlog, l.consumers
-	for i, r := range reasons {
-		qi.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
+	for i, r := range stats.Reasons {
+		qi.DeadLettered[string(r)] = q.stats.DeadLettered[i].Load()
 	}
-	qi.Damaged = q.stats.damaged.Load()
+	qi.Damaged = q.stats.Damaged.Load()
 	qi.MessageStats = q.messageStats()
 	return qi
 }

@@ -10,11 +10,12 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"fmt"
+	"slices"
+
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
-	"slices"
 )
 
 // batchesWith returns the batches recorded that hold an entry of queue q

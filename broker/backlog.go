@@ -43,7 +43,7 @@ func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, n
 		return
 	}
 	if e.DeadLetter == "" {
-		q.env.counters.backlogged.Add(1)
+		q.env.counters.Backlogged.Add(1)
 	}
 	w := &entry{q: q, stored: true, state: stBacklog}
 	w.Ref = store.Ref{Queue: q.backlogID(), Seq: q.blSeq + 1}

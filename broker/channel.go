@@ -107,9 +107,9 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.env.nowMS()})
 		c.unacked++
 	}
-	q.env.counters.delivered.add(false, c.noAck, e.redelivered)
-	q.stats.delivered.add(false, c.noAck, e.redelivered)
-	ch.deliveryStats.delivered.add(false, c.noAck, e.redelivered)
+	q.env.counters.Delivered.Add(false, c.noAck, e.redelivered)
+	q.stats.Delivered.Add(false, c.noAck, e.redelivered)
+	ch.deliveryStats.delivered.Add(false, c.noAck, e.redelivered)
 	h := e.EffectiveHeader()
 	// The channel's one basic.deliver, rewritten under ch.mu: SendContent
 	// reads its method only during the call.

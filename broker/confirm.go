@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/stats"
 )
 
 // Publisher confirms.
@@ -79,7 +80,7 @@ type confirmTracker struct {
 	// power of two, at least the distance from sent to the highest
 	// completed tag.
 	ring []uint8
-	ctr  *counters // the broker's: confirms sent are counted there
+	ctr  *stats.Counters // the broker's: confirms sent are counted there
 }
 
 // Results in confirmTracker.ring.
@@ -107,7 +108,7 @@ type groupCompleter interface {
 
 // start enables confirms on out. g is the store's group interface, nil if
 // it has none.
-func (t *confirmTracker) start(out amqp.ChannelOut, g groupCompleter, ctr *counters) {
+func (t *confirmTracker) start(out amqp.ChannelOut, g groupCompleter, ctr *stats.Counters) {
 	t.mu.Lock()
 	t.out, t.grp, t.ctr = out, g, ctr
 	t.flushf, t.laterf = t.flush, t.later
@@ -191,7 +192,7 @@ func (t *confirmTracker) flushLocked() {
 		t.ring[i] = confPending
 		if res == confNack {
 			t.sendAcksLocked(from, tag-1)
-			t.ctr.nacked.Add(1) // before the frame: a client that saw it sees the count
+			t.ctr.Nacked.Add(1) // before the frame: a client that saw it sees the count
 			t.out.Send(&amqp.BasicNack{DeliveryTag: tag})
 			from = tag + 1
 		}
@@ -205,7 +206,7 @@ func (t *confirmTracker) flushLocked() {
 // multiple=true if it covers more than one.
 func (t *confirmTracker) sendAcksLocked(from, to uint64) {
 	if to >= from {
-		t.ctr.confirmed.Add(to - from + 1) // before the frame, as nacked
+		t.ctr.Confirmed.Add(to - from + 1) // before the frame, as nacked
 		t.stats.confirm.Add(to - from + 1)
 		t.out.Send(&amqp.BasicAck{DeliveryTag: to, Multiple: to > from})
 	}

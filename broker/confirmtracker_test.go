@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/stats"
 )
 
 // confirmClient checks confirms as a client sees them: every frame starts
@@ -114,9 +115,9 @@ func TestConfirmTrackerRandomOrder(t *testing.T) {
 		var tr confirmTracker
 		grouped := round%2 == 0
 		if grouped {
-			tr.start(c, g, &counters{})
+			tr.start(c, g, &stats.Counters{})
 		} else {
-			tr.start(c, nil, &counters{})
+			tr.start(c, nil, &stats.Counters{})
 		}
 		complete := func(tag uint64, inGroup bool) {
 			res := confAck
@@ -187,7 +188,7 @@ func BenchmarkConfirmTracker(b *testing.B) {
 			out := &countOut{}
 			g := &fakeGroups{}
 			var tr confirmTracker
-			tr.start(out, g, &counters{})
+			tr.start(out, g, &stats.Counters{})
 			b.ReportAllocs()
 			for i := 1; i <= b.N; i++ {
 				tr.done(uint64(i), true, true)

@@ -18,6 +18,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"errors"
+
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 )

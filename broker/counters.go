@@ -2,83 +2,10 @@ package broker
 
 import (
 	"maps"
-	"sync/atomic"
+
+	"github.com/brokerd/brokerd/broker/stats"
+	"github.com/brokerd/brokerd/deadletter"
 )
-
-// Dead-letter reasons as they appear in x-death.
-const (
-	reasonRejected      = "rejected"
-	reasonExpired       = "expired"
-	reasonMaxLen        = "maxlen"
-	reasonDeliveryLimit = "delivery_limit"
-	reasonDamaged       = "damaged"
-)
-
-// counters are broker-wide totals, read by the metrics exporter. Each is
-// an atomic add where the event happens (no lock, no map, no allocation on
-// the per-message path); Stats reads them, each on its own, so a snapshot
-// is not one instant across counters.
-type counters struct {
-	published  atomic.Uint64
-	unroutable atomic.Uint64
-	// returned counts unroutable mandatory publishes sent back with
-	// basic.return (a subset of unroutable).
-	returned atomic.Uint64
-	// receivedConfirm counts publishes on channels in confirm mode;
-	// confirmed and nacked the basic.ack and basic.nack tags sent back.
-	receivedConfirm atomic.Uint64
-	confirmed       atomic.Uint64
-	nacked          atomic.Uint64
-	// routed counts publishes routed to at least one queue.
-	routed atomic.Uint64
-	// delivered counts deliveries by how the client took them.
-	delivered deliveries
-	getEmpty  atomic.Uint64
-	// acked counts deliveries settled by basic.ack (at commit in a
-	// transaction).
-	acked atomic.Uint64
-	// discardedRejected etc. count messages removed for a dead-letter
-	// reason while no dead letter exchange was in effect.
-	discardedRejected      atomic.Uint64
-	discardedExpired       atomic.Uint64
-	discardedMaxLen        atomic.Uint64
-	discardedDeliveryLimit atomic.Uint64
-	discardedDamaged       atomic.Uint64
-	// damaged counts messages lost to damaged data: their entries were
-	// taken out of their queues (damage.go).
-	damaged atomic.Uint64
-	// readErrors counts store reads that failed and were retried
-	// (readretry.go).
-	readErrors atomic.Uint64
-
-	deadLettered [numReasons]atomic.Uint64 // by reasonIndex
-	// deadLetteredBy counts messages that died (left a queue for a
-	// reason) by the queue's dead-letter strategy and reason, once each,
-	// when they die: RabbitMQ's messages_dead_lettered_<reason>_total.
-	deadLetteredBy [numStrategies][numReasons]atomic.Uint64
-	// deadLetteredConfirmed counts dead letters of at-least-once queues
-	// delivered to their targets.
-	deadLetteredConfirmed atomic.Uint64
-	drops                 [numDropCauses]atomic.Uint64
-	cycles                atomic.Uint64 // targets skipped because of a cycle
-	overflowed            atomic.Uint64 // evicted by drop-head or refused by reject-publish(-dlx)
-	backlogged            atomic.Uint64 // dead letters that had to wait for a route
-}
-
-func (c *counters) discarded(reason string, n int) {
-	switch reason {
-	case reasonRejected:
-		c.discardedRejected.Add(uint64(n))
-	case reasonExpired:
-		c.discardedExpired.Add(uint64(n))
-	case reasonMaxLen:
-		c.discardedMaxLen.Add(uint64(n))
-	case reasonDeliveryLimit:
-		c.discardedDeliveryLimit.Add(uint64(n))
-	case reasonDamaged:
-		c.discardedDamaged.Add(uint64(n))
-	}
-}
 
 // How a message was delivered: the keys of Stats.Delivered (RabbitMQ's
 // messages_delivered_<how>_total).
@@ -88,32 +15,6 @@ const (
 	DeliveredGetManualAck     = "get_manual_ack"
 	DeliveredGetAutoAck       = "get_auto_ack"
 )
-
-// deliveries counts deliveries by how the client took them (consume or
-// basic.get, acknowledged or not), and those flagged redelivered: the
-// broker's (counters) and each queue's (queueStats).
-type deliveries struct {
-	consumeManual, consumeAuto, getManual, getAuto atomic.Uint64
-	redelivered                                    atomic.Uint64
-}
-
-// add counts one delivery made by consume (or get) with or without
-// acknowledgement, flagged redelivered or not.
-func (d *deliveries) add(get, noAck, redelivered bool) {
-	switch {
-	case !get && !noAck:
-		d.consumeManual.Add(1)
-	case !get:
-		d.consumeAuto.Add(1)
-	case !noAck:
-		d.getManual.Add(1)
-	default:
-		d.getAuto.Add(1)
-	}
-	if redelivered {
-		d.redelivered.Add(1)
-	}
-}
 
 // Stats is a snapshot of the broker's counters.
 type Stats struct {
@@ -177,53 +78,53 @@ func (b *Broker) Stats() Stats {
 	c := &b.counters
 	// returned is read before unroutable, which every return adds to
 	// first, so Returned <= Unroutable in every snapshot.
-	returned := c.returned.Load()
+	returned := c.Returned.Load()
 	st := Stats{
-		Published:       c.published.Load(),
-		Unroutable:      c.unroutable.Load(),
+		Published:       c.Published.Load(),
+		Unroutable:      c.Unroutable.Load(),
 		Returned:        returned,
-		Routed:          c.routed.Load(),
-		ReceivedConfirm: c.receivedConfirm.Load(),
-		Confirmed:       c.confirmed.Load(),
-		Nacked:          c.nacked.Load(),
+		Routed:          c.Routed.Load(),
+		ReceivedConfirm: c.ReceivedConfirm.Load(),
+		Confirmed:       c.Confirmed.Load(),
+		Nacked:          c.Nacked.Load(),
 		Delivered: map[string]uint64{
-			DeliveredConsumeManualAck: c.delivered.consumeManual.Load(),
-			DeliveredConsumeAutoAck:   c.delivered.consumeAuto.Load(),
-			DeliveredGetManualAck:     c.delivered.getManual.Load(),
-			DeliveredGetAutoAck:       c.delivered.getAuto.Load(),
+			DeliveredConsumeManualAck: c.Delivered.ConsumeManual.Load(),
+			DeliveredConsumeAutoAck:   c.Delivered.ConsumeAuto.Load(),
+			DeliveredGetManualAck:     c.Delivered.GetManual.Load(),
+			DeliveredGetAutoAck:       c.Delivered.GetAuto.Load(),
 		},
-		GetEmpty:     c.getEmpty.Load(),
-		Redelivered:  c.delivered.redelivered.Load(),
-		Acknowledged: c.acked.Load(),
+		GetEmpty:     c.GetEmpty.Load(),
+		Redelivered:  c.Delivered.Redelivered.Load(),
+		Acknowledged: c.Acked.Load(),
 		Discarded: map[string]uint64{
-			reasonRejected:      c.discardedRejected.Load(),
-			reasonExpired:       c.discardedExpired.Load(),
-			reasonMaxLen:        c.discardedMaxLen.Load(),
-			reasonDeliveryLimit: c.discardedDeliveryLimit.Load(),
-			reasonDamaged:       c.discardedDamaged.Load(),
+			string(deadletter.Rejected):      c.DiscardedRejected.Load(),
+			string(deadletter.Expired):       c.DiscardedExpired.Load(),
+			string(deadletter.MaxLen):        c.DiscardedMaxLen.Load(),
+			string(deadletter.DeliveryLimit): c.DiscardedDeliveryLimit.Load(),
+			string(deadletter.Damaged):       c.DiscardedDamaged.Load(),
 		},
 		DeadLettered:          map[string]uint64{},
 		Died:                  map[string]map[string]uint64{},
-		DeadLetteredConfirmed: c.deadLetteredConfirmed.Load(),
+		DeadLetteredConfirmed: c.DeadLetteredConfirmed.Load(),
 		Dropped:               map[string]uint64{},
-		Cycles:                c.cycles.Load(),
-		Overflowed:            c.overflowed.Load(),
-		Backlogged:            c.backlogged.Load(),
-		Damaged:               c.damaged.Load(),
-		StoreReadErrors:       c.readErrors.Load(),
+		Cycles:                c.Cycles.Load(),
+		Overflowed:            c.Overflowed.Load(),
+		Backlogged:            c.Backlogged.Load(),
+		Damaged:               c.Damaged.Load(),
+		StoreReadErrors:       c.ReadErrors.Load(),
 	}
-	for i, r := range reasons {
-		st.DeadLettered[string(r)] = c.deadLettered[i].Load()
+	for i, r := range stats.Reasons {
+		st.DeadLettered[string(r)] = c.DeadLettered[i].Load()
 	}
-	for si, sn := range strategyNames {
+	for si, sn := range stats.StrategyNames {
 		m := map[string]uint64{}
-		for i, r := range reasons {
-			m[string(r)] = c.deadLetteredBy[si][i].Load()
+		for i, r := range stats.Reasons {
+			m[string(r)] = c.DeadLetteredBy[si][i].Load()
 		}
 		st.Died[sn] = m
 	}
-	for i, n := range dropCauseNames {
-		st.Dropped[n] = c.drops[i].Load()
+	for i, n := range stats.DropCauseNames {
+		st.Dropped[n] = c.Drops[i].Load()
 	}
 	return st
 }
@@ -265,8 +166,8 @@ func (b *Broker) QueueStats(vhost, name string) (QueueStats, bool) {
 	st := QueueStats{Ready: l.ready, Unacked: l.unacked, Consumers: l.consumers, DeadLetterBacklog: l.backlog,
 		DeadLettered: map[string]uint64{}, Policy: cfg.policy, OperatorPolicy: cfg.opPolicy,
 		EffectivePolicyDefinition: maps.Clone(cfg.effective)}
-	for i, r := range reasons {
-		st.DeadLettered[string(r)] = q.stats.deadLettered[i].Load()
+	for i, r := range stats.Reasons {
+		st.DeadLettered[string(r)] = q.stats.DeadLettered[i].Load()
 	}
 	return st, true
 }

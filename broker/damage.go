@@ -92,13 +92,13 @@ func (q *Queue) dropDamagedLocked(t *txn, deadLetter bool) {
 			continue
 		}
 		t.del(e)
-		b.counters.discarded(reasonDamaged, 1)
+		b.counters.Discarded(deadletter.Damaged, 1)
 	}
 	if len(dl) > 0 {
 		q.deadLetterLocked(t, dl, deadletter.Damaged, false)
 	}
-	q.stats.damaged.Add(uint64(len(lost)))
-	b.counters.damaged.Add(uint64(len(lost)))
+	q.stats.Damaged.Add(uint64(len(lost)))
+	b.counters.Damaged.Add(uint64(len(lost)))
 	for _, w := range order {
 		var p place
 		if w != nil {

@@ -9,60 +9,18 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/broker/stats"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 )
 
-// reasonIndex numbers the dead-letter reasons for counters.
-func reasonIndex(r deadletter.Reason) int {
-	switch r {
-	case deadletter.Rejected:
-		return 0
-	case deadletter.Expired:
-		return 1
-	case deadletter.MaxLen:
-		return 2
-	case deadletter.Damaged:
-		return 4
-	}
-	return 3 // delivery_limit
-}
-
-// numReasons is the number of dead-letter reasons (reasonIndex).
-const numReasons = 5
-
-var reasons = [numReasons]deadletter.Reason{deadletter.Rejected, deadletter.Expired, deadletter.MaxLen, deadletter.DeliveryLimit, deadletter.Damaged}
-
-// Why a dead letter was dropped instead of delivered.
-const (
-	dropNoDLX      = iota // the queue has no dead letter exchange
-	dropDLXMissing        // its dead letter exchange does not exist
-	dropUnroutable        // the exchange routed it to no queue
-	dropCycle             // every target would close a cycle
-	dropTargetFull        // every target refused it (reject-publish)
-	numDropCauses
-)
-
-var dropCauseNames = [numDropCauses]string{"no_dlx", "dlx_missing", "unroutable", "cycle", "target_full"}
-
-// Dead-letter strategies, as RabbitMQ's dead_letter_strategy label names
-// them: disabled (no dead letter exchange), at_most_once, at_least_once.
-const (
-	strategyDisabled = iota
-	strategyAtMostOnce
-	strategyAtLeastOnce
-	numStrategies
-)
-
-var strategyNames = [numStrategies]string{"disabled", "at_most_once", "at_least_once"}
-
 // strategyOf is the strategy of a queue that has a dead letter exchange.
 func strategyOf(cfg *queueConfig) int {
 	if cfg.atLeastOnce {
-		return strategyAtLeastOnce
+		return stats.StrategyAtLeastOnce
 	}
-	return strategyAtMostOnce
+	return stats.StrategyAtMostOnce
 }
 
 // deadLetterLocked dead-letters entries that have left q (their state is
@@ -80,16 +38,16 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	}
 	b := q.env
 	cfg := q.config()
-	ri := reasonIndex(reason)
+	ri := stats.ReasonIndex(reason)
 	if !cfg.hasDLX {
 		for _, e := range es {
 			t.del(e)
 			if e.DeadLetter == "" { // a waiting dead letter was counted when it died
-				b.counters.deadLetteredBy[strategyDisabled][ri].Add(1)
+				b.counters.DeadLetteredBy[stats.StrategyDisabled][ri].Add(1)
 			}
 		}
-		b.counters.discarded(string(reason), len(es))
-		b.counters.drops[dropNoDLX].Add(uint64(len(es)))
+		b.counters.Discarded(reason, len(es))
+		b.counters.Drops[stats.DropNoDLX].Add(uint64(len(es)))
 		return
 	}
 	v := q.vhost
@@ -103,7 +61,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 	for _, e := range es {
 		cause := -1
 		if x == nil {
-			cause = dropDLXMissing
+			cause = stats.DropDLXMissing
 		} else {
 			died := now // a waiting dead letter died when it entered the backlog
 			if e.DeadAt != 0 {
@@ -112,26 +70,26 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, arrival, backlogOK, &memo)
 		}
 		if e.DeadLetter == "" { // a waiting dead letter was counted when it died
-			b.counters.deadLetteredBy[strategyOf(cfg)][ri].Add(1)
+			b.counters.DeadLetteredBy[strategyOf(cfg)][ri].Add(1)
 		}
 		if cause < 0 {
-			q.stats.deadLettered[ri].Add(1)
-			b.counters.deadLettered[ri].Add(1)
+			q.stats.DeadLettered[ri].Add(1)
+			b.counters.DeadLettered[ri].Add(1)
 			if cfg.atLeastOnce {
-				b.counters.deadLetteredConfirmed.Add(1)
+				b.counters.DeadLetteredConfirmed.Add(1)
 			}
 			continue
 		}
 		if cfg.atLeastOnce && backlogOK {
 			q.toBacklogLocked(t, e, reason, now.UnixMilli())
-			if cause == dropTargetFull {
+			if cause == stats.DropTargetFull {
 				q.backlogFull = true // worth retrying without a topology change
 			}
 			continue
 		}
 		t.del(e)
-		b.counters.drops[cause].Add(1)
-		b.counters.discarded(string(reason), 1)
+		b.counters.Drops[cause].Add(1)
+		b.counters.Discarded(reason, 1)
 		b.dropLog[cause].Event("vhost", v.Name, "queue", q.Name, "reason", string(reason), "dead_letter_exchange", cfg.dlx)
 	}
 }
@@ -142,13 +100,13 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 // should see, logged at most about once a second per cause with a count,
 // whatever the message rate. A queue without a dead letter exchange
 // (no_dlx) discards by design and logs nothing.
-func newDropLogs(log *slog.Logger) [numDropCauses]*ratelog.Limiter {
-	var l [numDropCauses]*ratelog.Limiter
-	for c := range numDropCauses {
-		if c == dropNoDLX {
+func newDropLogs(log *slog.Logger) [stats.NumDropCauses]*ratelog.Limiter {
+	var l [stats.NumDropCauses]*ratelog.Limiter
+	for c := range stats.NumDropCauses {
+		if c == stats.DropNoDLX {
 			continue
 		}
-		l[c] = ratelog.New(log.With("cause", dropCauseNames[c]), slog.LevelWarn, "dead letters dropped", ratelog.Interval)
+		l[c] = ratelog.New(log.With("cause", stats.DropCauseNames[c]), slog.LevelWarn, "dead letters dropped", ratelog.Interval)
 	}
 	return l
 }
@@ -196,7 +154,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		if err != nil {
 			// Stored properties were validated when published.
 			b.log.Error("dead-letter: undecodable stored properties; dropping", "queue", q.Name, "err", err)
-			return dropUnroutable
+			return stats.DropUnroutable
 		}
 		res := deadletter.Rewrite(deadletter.Source{
 			Props: props, Exchange: h.Exchange, RoutingKeys: h.RoutingKeys,
@@ -210,17 +168,17 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 	}
 	res, targets := &m.res, m.targets
 	if len(targets) == 0 {
-		return dropUnroutable
+		return stats.DropUnroutable
 	}
 	size := e.bodySize()
-	cause := dropUnroutable
+	cause := stats.DropUnroutable
 	var taking []*Queue
 	full := false
 	for _, tq := range targets {
 		if deadletter.IsCycle(res.History, reason, tq.Name) {
 			b.logCycle(q, tq, reason)
-			b.counters.cycles.Add(1)
-			cause = dropCycle
+			b.counters.Cycles.Add(1)
+			cause = stats.DropCycle
 			continue
 		}
 		if tq.isDeleted() {
@@ -228,7 +186,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		}
 		if !tq.reserve(size) {
 			full = true
-			cause = dropTargetFull
+			cause = stats.DropTargetFull
 			continue
 		}
 		taking = append(taking, tq)
@@ -246,7 +204,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 				tq.release(size)
 			}
 			b.log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
-			return dropUnroutable
+			return stats.DropUnroutable
 		}
 		m.header = &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
 	}

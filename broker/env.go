@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/brokerd/brokerd/broker/stats"
 	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -37,10 +38,10 @@ type env struct {
 	// no lock held.
 	expired func(q *Queue)
 
-	counters counters
+	counters stats.Counters
 	cycles   cycleLog
-	dropLog  [numDropCauses]*ratelog.Limiter // nil for dropNoDLX; see newDropLogs
-	readLog  *ratelog.Limiter                // store reads retried (readretry.go)
+	dropLog  [stats.NumDropCauses]*ratelog.Limiter // nil for stats.DropNoDLX; see newDropLogs
+	readLog  *ratelog.Limiter                      // store reads retried (readretry.go)
 
 	timers *ttl.Scheduler // message deadlines and queue leases
 	// horizon is the latest deadline the store's expiry keys have been

@@ -66,7 +66,7 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	if ch.confirm {
 		ch.publishSeq++
 		p.seq = ch.publishSeq
-		ch.conn.b.counters.receivedConfirm.Add(1)
+		ch.conn.b.counters.ReceivedConfirm.Add(1)
 	}
 	ch.mu.Unlock()
 	ch.publish(p)
@@ -279,15 +279,15 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	}
 	e, tag, props, remaining := q.get(ch, m.NoAck)
 	if e == nil {
-		ch.conn.b.counters.getEmpty.Add(1)
-		q.stats.getEmpty.Add(1)
+		ch.conn.b.counters.GetEmpty.Add(1)
+		q.stats.GetEmpty.Add(1)
 		ch.deliveryStats.getEmpty.Add(1)
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
-	ch.conn.b.counters.delivered.add(true, m.NoAck, e.redelivered)
-	q.stats.delivered.add(true, m.NoAck, e.redelivered)
-	ch.deliveryStats.delivered.add(true, m.NoAck, e.redelivered)
+	ch.conn.b.counters.Delivered.Add(true, m.NoAck, e.redelivered)
+	q.stats.Delivered.Add(true, m.NoAck, e.redelivered)
+	ch.deliveryStats.delivered.Add(true, m.NoAck, e.redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicGetOk{
 		DeliveryTag:  tag,

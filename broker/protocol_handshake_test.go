@@ -18,10 +18,11 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"strconv"
+
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
-	"strconv"
 )
 
 func TestHandshakeServerProperties(t *testing.T) {

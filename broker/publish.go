@@ -216,18 +216,18 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	h := &p.msg.Header
 	if p.exchange == "" && strings.HasPrefix(h.RoutingKeys[0], replyToPrefix) {
 		delivered := b.deliverReply(h.RoutingKeys[0], p.msg)
-		b.counters.published.Add(1) // RabbitMQ counts these as received too
+		b.counters.Published.Add(1) // RabbitMQ counts these as received too
 		ch.confirms.stats.publish.Add(1)
 		switch {
 		case delivered:
-			b.counters.routed.Add(1)
+			b.counters.Routed.Add(1)
 		case p.mandatory:
-			b.counters.unroutable.Add(1)
-			b.counters.returned.Add(1)
+			b.counters.Unroutable.Add(1)
+			b.counters.Returned.Add(1)
 			ch.confirms.stats.returned.Add(1)
 			ch.sendReturn(p.msg)
 		default:
-			b.counters.unroutable.Add(1)
+			b.counters.Unroutable.Add(1)
 			ch.confirms.stats.dropped.Add(1)
 		}
 		return nil
@@ -244,23 +244,23 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	// long as its message's first entry (publishAlloc), so they would
 	// double what a resident message with a large header holds.
 	p.headers = nil
-	b.counters.published.Add(1)
+	b.counters.Published.Add(1)
 	ch.confirms.stats.publish.Add(1)
 	if x != nil {
 		x.stats.publishIn.Add(1)
 		x.stats.publishOut.Add(uint64(len(qs)))
 	}
 	if len(qs) == 0 {
-		b.counters.unroutable.Add(1)
+		b.counters.Unroutable.Add(1)
 		if p.mandatory {
-			b.counters.returned.Add(1)
+			b.counters.Returned.Add(1)
 			ch.confirms.stats.returned.Add(1)
 			ch.sendReturn(p.msg)
 		} else {
 			ch.confirms.stats.dropped.Add(1)
 		}
 	} else {
-		b.counters.routed.Add(1)
+		b.counters.Routed.Add(1)
 	}
 	return qs
 }
@@ -392,7 +392,7 @@ func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, at *arriv
 		pendN, pendB := q.pending()
 		if lim.Refuses(q.ready.Len()+int(pendN), q.ready.Bytes()+pendB, len(msg.Body)) {
 			refused = true
-			b.counters.overflowed.Add(1)
+			b.counters.Overflowed.Add(1)
 			if lim.Mode == overflow.RejectPublishDLX {
 				// Dead-lettered from q although it never entered it; the
 				// publisher, nacked, still owns it, so no backlog.
@@ -413,7 +413,7 @@ func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, at *arriv
 			t.put(e)
 		}
 		q.arriveLocked(t, e)
-		q.stats.publish.Add(1)
+		q.stats.Publish.Add(1)
 	}
 	return refused
 }

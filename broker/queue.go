@@ -10,6 +10,7 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/stats"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -96,7 +97,7 @@ type Queue struct {
 	readyN  atomic.Int64                // mirrors ready.len() for lock-free readers
 	readyB  atomic.Int64                // mirrors ready.Bytes()
 	deleted atomic.Bool                 // set under mu
-	stats   queueStats
+	stats   stats.Queue
 
 	// Room claimed by dead-lettered copies planned into this queue but
 	// not inserted yet (see reserve). resMu takes no lock while held; it
@@ -193,28 +194,6 @@ type Queue struct {
 	// damageLogged holds the damaged places (file@offset) already logged
 	// for this queue.
 	damageLogged map[string]bool
-}
-
-// queueStats are per-queue counters: RabbitMQ's queue message_stats and
-// brokerd's dead-letter totals. Each is one atomic add next to the
-// broker-wide counter of the same event (counters.go). Atomics rather
-// than fields under q.mu because not every site holds q.mu: publish,
-// deliver and ack are counted under it, but basic.get is counted after
-// q.get has released it, and readers (Queue, Queues) load them without
-// it. The counters only grow; a client computes rates from the change
-// between two reads.
-type queueStats struct {
-	deadLettered [numReasons]atomic.Uint64 // by reasonIndex
-	// damaged counts messages lost to damaged data (damage.go).
-	damaged atomic.Uint64
-	// publish counts messages a publish put into the queue (not those
-	// it refused for a length limit).
-	publish atomic.Uint64
-	// delivered counts deliveries by how the client took them; getEmpty
-	// the basic.gets answered get-empty; ack the deliveries settled by
-	// basic.ack.
-	delivered     deliveries
-	getEmpty, ack atomic.Uint64
 }
 
 // consumer is a basic.consume subscription.
@@ -560,7 +539,7 @@ func (q *Queue) enforceLimitsLocked(t *txn) {
 		evicted = append(evicted, e)
 	}
 	if len(evicted) > 0 {
-		q.env.counters.overflowed.Add(uint64(len(evicted)))
+		q.env.counters.Overflowed.Add(uint64(len(evicted)))
 		q.deadLetterLocked(t, evicted, deadletter.MaxLen, true)
 	}
 }

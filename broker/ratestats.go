@@ -3,6 +3,8 @@ package broker
 import (
 	"fmt"
 	"sync/atomic"
+
+	"github.com/brokerd/brokerd/broker/stats"
 )
 
 // Counters for the management API's message rates. The API samples them
@@ -31,15 +33,15 @@ type channelStats struct{ publish, confirm, returned, dropped atomic.Uint64 }
 // redeliver (deliveries), get_empty and ack (delivery tags acknowledged;
 // in a transaction, when the ack arrives).
 type channelDeliveryStats struct {
-	delivered     deliveries
+	delivered     stats.Deliveries
 	getEmpty, ack atomic.Uint64
 }
 
 func (s *channelDeliveryStats) snapshot() QueueMessageStats {
 	return QueueMessageStats{
-		Deliver: s.delivered.consumeManual.Load(), DeliverNoAck: s.delivered.consumeAuto.Load(),
-		Get: s.delivered.getManual.Load(), GetNoAck: s.delivered.getAuto.Load(), GetEmpty: s.getEmpty.Load(),
-		Redeliver: s.delivered.redelivered.Load(), Ack: s.ack.Load(),
+		Deliver: s.delivered.ConsumeManual.Load(), DeliverNoAck: s.delivered.ConsumeAuto.Load(),
+		Get: s.delivered.GetManual.Load(), GetNoAck: s.delivered.GetAuto.Load(), GetEmpty: s.getEmpty.Load(),
+		Redeliver: s.delivered.Redelivered.Load(), Ack: s.ack.Load(),
 	}
 }
 
@@ -129,8 +131,8 @@ func (b *Broker) Counters() Counters {
 func (q *Queue) messageStats() QueueMessageStats {
 	st := &q.stats
 	return QueueMessageStats{
-		Publish: st.publish.Load(), Deliver: st.delivered.consumeManual.Load(), DeliverNoAck: st.delivered.consumeAuto.Load(),
-		Get: st.delivered.getManual.Load(), GetNoAck: st.delivered.getAuto.Load(), GetEmpty: st.getEmpty.Load(),
-		Redeliver: st.delivered.redelivered.Load(), Ack: st.ack.Load(),
+		Publish: st.Publish.Load(), Deliver: st.Delivered.ConsumeManual.Load(), DeliverNoAck: st.Delivered.ConsumeAuto.Load(),
+		Get: st.Delivered.GetManual.Load(), GetNoAck: st.Delivered.GetAuto.Load(), GetEmpty: st.GetEmpty.Load(),
+		Redeliver: st.Delivered.Redelivered.Load(), Ack: st.Ack.Load(),
 	}
 }

@@ -28,7 +28,7 @@ func newReadLog(log *slog.Logger) *ratelog.Limiter {
 
 // readFailed logs a store read that failed and is retried.
 func (b *env) readFailed(err error) {
-	b.counters.readErrors.Add(1)
+	b.counters.ReadErrors.Add(1)
 	b.readLog.Event("err", err)
 }
 

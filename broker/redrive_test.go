@@ -11,10 +11,11 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"sync/atomic"
+
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
-	"sync/atomic"
 )
 
 // rdReject dead-letters each body from q (publish, get, reject) into dlq,

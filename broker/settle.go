@@ -27,8 +27,8 @@ const (
 //   - reject: they are dead-lettered (rejected).
 func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
 	if action == actAck {
-		q.env.counters.acked.Add(uint64(len(es)))
-		q.stats.ack.Add(uint64(len(es)))
+		q.env.counters.Acked.Add(uint64(len(es)))
+		q.stats.Ack.Add(uint64(len(es)))
 	}
 	q.unacked -= len(es)
 	if q.isDeleted() {

@@ -116,7 +116,7 @@ func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
 func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
 	u := unacked[q]
 	qi := QueueInfo{
-		VHost: q.vhost.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
+		VHost: q.host.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
 		Arguments: q.Args, Type: q.qtype, UnackedBytes: u.body, Memory: u.resident,
 		DeadLettered: map[string]uint64{},
 	}

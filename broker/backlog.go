@@ -39,7 +39,7 @@ func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, n
 		// Read back by a retry and still without a route: it stays.
 		q.blStayed++
 		q.blStored++
-		q.vhost.waiting.Add(1)
+		q.host.Waiting.Add(1)
 		return
 	}
 	if e.DeadLetter == "" {
@@ -63,7 +63,7 @@ func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, n
 	t.del(e)
 	t.put(w)
 	q.blStored++
-	q.vhost.waiting.Add(1)
+	q.host.Waiting.Add(1)
 }
 
 // retryStoredLocked starts a pass over the stored backlog, unless one is
@@ -117,7 +117,7 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 			}
 			if err != nil {
 				// The pass is made again after a pause (readretry.go).
-				b.readFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				b.readFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
 				failed = true
 				return
 			}
@@ -161,7 +161,7 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 			q.mu.Lock()
 			if q.blGen == gen { // else a purge or deletion zeroed the count
 				q.blStored -= taken
-				q.vhost.waiting.Add(-int64(taken))
+				q.host.Waiting.Add(-int64(taken))
 			}
 			q.mu.Unlock()
 		}
@@ -210,41 +210,7 @@ func (q *Queue) backlogRefsLocked() ([]store.Ref, error) {
 // dropStoredBacklogLocked forgets the stored backlog (purged or deleted):
 // a retry pass under way drops what it read.
 func (q *Queue) dropStoredBacklogLocked() {
-	q.vhost.waiting.Add(-int64(q.blStored))
+	q.host.Waiting.Add(-int64(q.blStored))
 	q.blStored = 0
 	q.blGen++
-}
-
-// retryBacklogs retries the waiting dead letters of every queue in v, after
-// a topology change that may have given them a route (an exchange declared,
-// a binding added, a policy changed).
-func (b *Broker) retryBacklogs(v *VHost) {
-	v.topoGen.Add(1)
-	b.retryBacklogsIfChanged(v)
-}
-
-// retryBacklogsIfChanged retries the backlogs that may succeed now: the
-// topology changed since their last try, or a target was full then.
-func (b *Broker) retryBacklogsIfChanged(v *VHost) {
-	if v.waiting.Load() == 0 {
-		return
-	}
-	gen := v.topoGen.Load()
-	v.mu.RLock()
-	qs := make([]*Queue, 0, len(v.queues))
-	for _, q := range v.queues {
-		qs = append(qs, q)
-	}
-	v.mu.RUnlock()
-	for _, q := range qs {
-		q.mu.Lock()
-		worth := q.backlogLen() > 0 && (q.backlogGen != gen || q.backlogFull)
-		q.mu.Unlock()
-		if worth {
-			q.locked(func(t *txn) {
-				q.backlogGen, q.backlogFull = gen, false
-				q.retryBacklogLocked(t)
-			})
-		}
-	}
 }

@@ -393,7 +393,7 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 // channels are told at once, as before: RabbitMQ gives them no order
 // against another channel's reply.
 func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*consumer) {
-	v := q.vhost
+	v := vhostOf(q)
 	q.mu.Lock()
 	v.mu.Lock()
 	if v.queues[q.Name] != q {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
@@ -112,33 +111,10 @@ func (q *Queue) dropDamagedLocked(t *txn, deadLetter bool) {
 			q.damageLogged = make(map[string]bool)
 		}
 		q.damageLogged[key] = true
-		args := []any{"vhost", q.vhost.Name, "queue", q.Name, "messages", n[p]}
+		args := []any{"vhost", q.host.Name, "queue", q.Name, "messages", n[p]}
 		if w != nil {
 			args = append(args, "file", w.File, "offset", w.Offset, "reason", w.Reason)
 		}
 		b.log.Error("messages lost to damaged data; taken out of their queue (more from the same place are counted, not logged)", args...)
 	}
-}
-
-// QueueNames names the queues of a store's definition records (records: key
-// → value, as Store.ScanMeta gives them), by the store queue ids their
-// entries are kept under: "queue 'name' in vhost 'v'", with " (its
-// dead-letter backlog)" for a queue's backlog range. brokerd verify uses it to say which queues
-// damage affects. Records it cannot decode are left out.
-func QueueNames(records map[string][]byte) map[store.QueueID]string {
-	out := map[store.QueueID]string{}
-	for k, v := range records {
-		d, err := defs.DecodeQueue(k, v)
-		if err != nil {
-			continue
-		}
-		name := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, d.VHost)
-		id := store.QueueID(d.ID)
-		r := engine.Ranges{ID: id}
-		out[id] = name
-		out[r.VolatileID()] = name
-		out[r.BacklogID()] = name + " (its dead-letter backlog)"
-		out[r.VolatileBacklogID()] = name + " (its dead-letter backlog)"
-	}
-	return out
 }

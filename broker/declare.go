@@ -306,7 +306,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if m.Durable && !m.Exclusive {
 		id = c.b.newDurableQueueID()
 	}
-	q := newQueue(v, id, name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
+	q := newQueue(c.b.env, &v.Host, id, name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
 	if m.Exclusive {
 		q.owner = c
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/engine"
@@ -17,15 +16,6 @@ import (
 // (as defs values, under the lock that guards what they read: the codec
 // sees values only), handed to the store (storeWrite) and read back at
 // start (recoverDefinitions).
-
-// def returns q's record. Caller holds q.mu (the backlog flag and the
-// marks; Marks aliases q's, so the record is encoded before the lock is
-// released), or q is not reachable yet (declared under the vhost lock
-// that makes it so).
-func (q *Queue) def() defs.Queue {
-	return defs.Queue{VHost: q.vhost.Name, Name: q.Name, ID: uint64(q.id), AutoDelete: q.AutoDelete,
-		Backlog: q.backlogMarked, Args: q.Args, Marks: q.marksLocked()}
-}
 
 // def returns x's record in vhost.
 func (x *Exchange) def(vhost string) defs.Exchange {
@@ -53,13 +43,6 @@ func policyDefOf(k *policyKind, vhost string, p *Policy) defs.Policy {
 		Priority: p.Priority, Definition: p.Definition}
 }
 
-// storeWrite is a batch handed to the store, whose completion is awaited
-// later. A nil *storeWrite is a write of nothing, complete at once.
-type storeWrite struct {
-	done chan struct{}
-	err  error // set before done is closed
-}
-
 // startWrite hands batch to the store and returns at once (Apply does not
 // block). Definition changes call it with the lock under which they
 // changed memory still held (the vhost lock; the queue lock too for a
@@ -81,32 +64,6 @@ func (b *Broker) startWrite(batch *store.Batch) *storeWrite {
 // startMeta is startWrite for definitions only.
 func (b *Broker) startMeta(m *defs.Batch) *storeWrite {
 	return b.startWrite(&store.Batch{Meta: m.Ops})
-}
-
-// waitErr is wait for management operations: the store's error, wrapped.
-func (w *storeWrite) waitErr() error {
-	if w == nil {
-		return nil
-	}
-	<-w.done
-	if w.err != nil {
-		return fmt.Errorf("store failed: %w", w.err)
-	}
-	return nil
-}
-
-// wait blocks until the write is durable. A failure is a connection error
-// (541): the reply that depends on it (declare-ok, delete-ok, ...) promises
-// the change survives a restart.
-func (w *storeWrite) wait() *amqp.Error {
-	if w == nil {
-		return nil
-	}
-	<-w.done
-	if w.err != nil {
-		return amqp.Errorf(amqp.InternalError, "message store failed: %s", w.err)
-	}
-	return nil
 }
 
 // recoverDefinitions rebuilds vhosts, users, permissions, durable
@@ -226,7 +183,7 @@ func (b *Broker) recoverDefinitions() error {
 			dropQueues = append(dropQueues, store.QueueID(d.ID))
 			return nil
 		}
-		q := newQueue(vh, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
+		q := newQueue(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
 		q.backlogMarked = d.Backlog
 		q.initMarks(d.Marks)
 		vh.queues[q.Name] = q
@@ -305,7 +262,7 @@ func (b *Broker) recoverDefinitions() error {
 	}
 	progress(0, len(queues))
 	for i, q := range queues {
-		if err := b.recoverEntries(q, states); err != nil {
+		if err := q.recoverEntries(states); err != nil {
 			return err
 		}
 		progress(i+1, len(queues))
@@ -364,54 +321,25 @@ func (b *Broker) queueStates() (map[store.QueueID]store.QueueState, error) {
 	return states, nil
 }
 
-// recoverEntries restores a durable queue's stored entries: their counts
-// only, where the queue pages and no legacy dead letter waits among its
-// entries (the backlog flag), else by loading every entry; and the count
-// of its stored backlog. Those that may have been delivered before the
-// restart are marked redelivered (deliveredmarks.go).
-func (b *Broker) recoverEntries(q *Queue, states map[store.QueueID]store.QueueState) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if st, ok := states[q.backlogID()]; ok {
-		for _, l := range st.Levels {
-			q.blStored += int(l.Count)
+// QueueNames names the queues of a store's definition records (records: key
+// → value, as Store.ScanMeta gives them), by the store queue ids their
+// entries are kept under: "queue 'name' in vhost 'v'", with " (its
+// dead-letter backlog)" for a queue's backlog range. brokerd verify uses it to say which queues
+// damage affects. Records it cannot decode are left out.
+func QueueNames(records map[string][]byte) map[store.QueueID]string {
+	out := map[store.QueueID]string{}
+	for k, v := range records {
+		d, err := defs.DecodeQueue(k, v)
+		if err != nil {
+			continue
 		}
-		q.blSeq = st.LastSeq
-		q.vhost.waiting.Add(int64(q.blStored))
+		name := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, d.VHost)
+		id := store.QueueID(d.ID)
+		r := engine.Ranges{ID: id}
+		out[id] = name
+		out[r.VolatileID()] = name
+		out[r.BacklogID()] = name + " (its dead-letter backlog)"
+		out[r.VolatileBacklogID()] = name + " (its dead-letter backlog)"
 	}
-	paged := states
-	q.recovering = true
-	// A queue that may hold dead letters waiting for a route is read
-	// whole, to find them.
-	if st, ok := paged[q.id]; ok && q.ready.Window > 0 && !q.backlogMarked && q.recoverPagedLocked(st) {
-		q.seq.Store(st.LastSeq)
-		return nil
-	}
-	// The sequence continues after the last entry ever stored, even if
-	// none is left: seqs are never reused.
-	last, err := b.store.LastSeq(q.id)
-	if err != nil {
-		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
-	}
-	q.seq.Store(last)
-	err = b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
-		e := &entry{Entry: *se, q: q, redelivered: q.deliveredBefore(se.Prio, se.Seq, se.DeliveryCount), stored: true, inStore: true, prio: se.Prio}
-		e.timer.Value = e
-		if e.DeadLetter != "" {
-			e.state = stBacklog
-			q.addBacklogLocked(e)
-		} else {
-			// A deadline that passed while the broker was down fires
-			// at once.
-			q.makeReadyLocked(e, true)
-		}
-		if se.Seq > q.seq.Load() {
-			q.seq.Store(se.Seq)
-		}
-		return true
-	})
-	if err != nil {
-		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
-	}
-	return nil
+	return out
 }

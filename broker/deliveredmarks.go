@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"cmp"
 	"slices"
-	"sync"
 
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/store"
@@ -197,67 +195,6 @@ func (q *Queue) markWaitLocked() chan struct{} {
 		q.markWake = make(chan struct{})
 	}
 	return q.markWake
-}
-
-// storeExactMarks stores every durable queue's exact marks at a clean stop
-// (finalMarksLocked), one store operation per queue whose marks change,
-// and waits for them: after the next start a message that was never
-// delivered comes back with redelivered=false, as RabbitMQ says after a
-// clean stop. Broker.Close
-// runs it once the connections are closed and the background work is
-// done; deliveries stop here.
-func (b *Broker) storeExactMarks() {
-	if b.storeErr.Load() != nil {
-		return
-	}
-	b.mu.RLock()
-	vhosts := make([]*VHost, 0, len(b.vhosts))
-	for _, v := range b.vhosts {
-		vhosts = append(vhosts, v)
-	}
-	b.mu.RUnlock()
-	var (
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-		first error
-	)
-	for _, v := range vhosts {
-		// The queues are listed under the vhost's lock and locked after
-		// it is released: a deletion holds a queue's lock while it takes
-		// the vhost's (lock order, doc.go).
-		v.mu.RLock()
-		qs := make([]*Queue, 0, len(v.queues))
-		for _, q := range v.queues {
-			qs = append(qs, q)
-		}
-		v.mu.RUnlock()
-		for _, q := range qs {
-			if exactMarksHook != nil {
-				exactMarksHook(q)
-			}
-			// Applied under the queue's lock, as every change to its
-			// definition is: a deletion after it reaches the store after
-			// it, and a deleted queue (finalMarksLocked) writes nothing.
-			q.mu.Lock()
-			if q.finalMarksLocked() {
-				wg.Add(1)
-				b.store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}, func(err error) {
-					if err != nil {
-						errMu.Lock()
-						first = cmp.Or(first, err)
-						errMu.Unlock()
-					}
-					wg.Done()
-				})
-			}
-			q.mu.Unlock()
-		}
-	}
-	wg.Wait()
-	if first != nil {
-		// The marks asked for stay: a crash's answer, redelivered=true.
-		b.log.Warn("could not store exact delivered marks at shutdown", "err", first)
-	}
 }
 
 // exactMarksHook, if set (by tests), is called by storeExactMarks with

@@ -50,24 +50,24 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 		b.counters.Drops[stats.DropNoDLX].Add(uint64(len(es)))
 		return
 	}
-	v := q.vhost
+	r := q.host.Router
 	now := b.now()
 	arrival := ceilMS(now) // the copies' deadlines count from it
 	// Held until the batch is applied, so no target can be deleted
 	// between routing to it and the put that gives it the copy.
-	t.holdVHost(v)
-	x := v.exchanges[cfg.dlx]
+	t.hold(r)
+	hasDLX := r.HasExchangeLocked(cfg.dlx)
 	var memo dlMemo
 	for _, e := range es {
 		cause := -1
-		if x == nil {
+		if !hasDLX {
 			cause = stats.DropDLXMissing
 		} else {
 			died := now // a waiting dead letter died when it entered the backlog
 			if e.DeadAt != 0 {
 				died = time.UnixMilli(e.DeadAt)
 			}
-			cause = q.planDeadLetterLocked(t, x, cfg, e, reason, died, arrival, backlogOK, &memo)
+			cause = q.planDeadLetterLocked(t, cfg, e, reason, died, arrival, backlogOK, &memo)
 		}
 		if e.DeadLetter == "" { // a waiting dead letter was counted when it died
 			b.counters.DeadLetteredBy[strategyOf(cfg)][ri].Add(1)
@@ -90,7 +90,7 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 		t.del(e)
 		b.counters.Drops[cause].Add(1)
 		b.counters.Discarded(reason, 1)
-		b.dropLog[cause].Event("vhost", v.Name, "queue", q.Name, "reason", string(reason), "dead_letter_exchange", cfg.dlx)
+		b.dropLog[cause].Event("vhost", q.host.Name, "queue", q.Name, "reason", string(reason), "dead_letter_exchange", cfg.dlx)
 	}
 }
 
@@ -146,7 +146,7 @@ func (m *dlMemo) hit(h *store.Header, sec int64) bool {
 // backlogOK), it goes to all its targets or to none: a full target keeps
 // it waiting rather than deliver it to some. Caller holds q.mu and, through
 // t, v.mu (shared).
-func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool, m *dlMemo) int {
+func (q *Queue) planDeadLetterLocked(t *txn, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool, m *dlMemo) int {
 	b := q.env
 	h := e.EffectiveHeader()
 	if !m.hit(h, died.Unix()) {
@@ -163,7 +163,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, x *Exchange, cfg *queueConfig, e *e
 		*m = dlMemo{
 			src: h, props: h.Props, xchg: h.Exchange, keys: h.RoutingKeys, sec: died.Unix(),
 			prio: props.Priority, res: res,
-			targets: q.vhost.routeLocked(x, res.RoutingKeys, res.Props.Headers),
+			targets: q.host.Router.RouteLocked(cfg.dlx, res.RoutingKeys, res.Props.Headers),
 		}
 	}
 	res, targets := &m.res, m.targets
@@ -345,5 +345,5 @@ func (b *env) logCycle(from, to *Queue, reason deadletter.Reason) {
 	b.cycles.last[key] = now
 	b.cycles.mu.Unlock()
 	b.log.Warn("dead-letter cycle: message not delivered to a queue it was already dead-lettered from, with no rejection in between",
-		"vhost", from.vhost.Name, "from", from.Name, "to", to.Name, "reason", string(reason))
+		"vhost", from.host.Name, "from", from.Name, "to", to.Name, "reason", string(reason))
 }

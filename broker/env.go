@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/stats"
 	"github.com/brokerd/brokerd/internal/ratelog"
 	"github.com/brokerd/brokerd/store"
@@ -121,4 +122,39 @@ func (b *env) storeFailure(err error) {
 		// alone.
 		go b.storeAlarm()
 	}
+}
+
+// Host is what the queues of one vhost share, as the engine sees it: the
+// vhost's name, its routing (dead letters and redrives are routed within
+// it), and two counters its topology changes read. The broker's VHost
+// embeds it.
+type Host struct {
+	Name   string
+	Router Router
+	// Waiting counts the dead letters waiting in the backlogs of its
+	// queues, so a topology change with none waiting scans nothing.
+	Waiting atomic.Int64
+	// TopoGen counts topology changes that may give waiting dead letters
+	// a route (backlog.go).
+	TopoGen atomic.Uint64
+}
+
+// Router is a vhost's topology as the engine uses it: to route a dead
+// letter or a redriven message, and to find a redrive's origin queue. The
+// Locked calls are made between RLock and RUnlock, which a txn holds from
+// the first routing until its batch is applied (Txn.hold), so no target
+// can be deleted between routing to it and the put that gives it a copy.
+// The lock is taken with a queue's lock held, never the other way round.
+type Router interface {
+	RLock()
+	RUnlock()
+	// HasExchangeLocked reports whether the exchange named name exists.
+	HasExchangeLocked(name string) bool
+	// RouteLocked returns the queues the exchange named exchange routes
+	// keys and headers to (alternate exchanges, exchange-to-exchange
+	// bindings and CC/BCC included), each once; none if it does not
+	// exist.
+	RouteLocked(exchange string, keys []string, headers amqp.Table) []*Queue
+	// QueueLocked returns the queue named name, nil if there is none.
+	QueueLocked(name string) *Queue
 }

@@ -53,8 +53,9 @@ func ceilMS(t time.Time) int64 {
 // fireTimers runs on the scheduler's goroutine: message deadlines and
 // queue leases that are due. A message expires where it stands in its
 // queue (not only at the head) and is dead-lettered with reason expired;
-// a queue whose lease ran out is deleted.
-func (b *Broker) fireTimers(due []*ttl.Timer) {
+// a queue whose lease ran out is deleted. Timers of the owner's (other
+// values) are passed to other.
+func fireTimers(due []*ttl.Timer, other func(v any)) {
 	byQueue := map[*Queue][]*entry{}
 	var order []*Queue
 	var leases []*Queue
@@ -74,8 +75,8 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 			paged[v.q] = append(paged[v.q], v)
 		case *Queue:
 			leases = append(leases, v)
-		case horizonTick:
-			b.kickHorizon()
+		default:
+			other(v)
 		}
 	}
 	for _, q := range order {
@@ -127,7 +128,7 @@ func (q *Queue) expireRead(refs []store.Ref) {
 			return
 		}
 		if err != nil {
-			b.readFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+			b.readFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
 			b.retryRead(func() { q.expireRead(refs) })
 			return
 		}
@@ -206,7 +207,7 @@ func (q *Queue) expireLease() {
 	q.closing = q.closing || unused
 	q.mu.Unlock()
 	if unused {
-		q.env.log.Info("queue expired (x-expires)", "vhost", q.vhost.Name, "queue", q.Name)
+		q.env.log.Info("queue expired (x-expires)", "vhost", q.host.Name, "queue", q.Name)
 		q.env.expired(q)
 	}
 }

@@ -558,7 +558,7 @@ func (p *importPlan) apply() *storeWrite {
 		} else {
 			id = b.newQueueID()
 		}
-		q := newQueue(v, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
+		q := newQueue(b.env, &v.Host, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
 		if qp := v.policyForQueueLocked(dq.Name, q.qtype); qp != nil {
 			cfg := resolveQueueConfig(q.qtype, q.Args, qp)
 			q.cfg.Store(&cfg)

@@ -1,9 +1,6 @@
 package broker
 
 import (
-	"fmt"
-	"math"
-
 	"github.com/brokerd/brokerd/broker/engine"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -39,108 +36,9 @@ type pagedTimer struct {
 	pre   *entry // the entry, read ahead; nil before the read
 }
 
-// horizonTick is the Value of the scheduler timer that starts the next
-// scan.
-type horizonTick struct{}
-
-// horizonState is the scan's progress; scanned and the timer are touched
-// only by the scan goroutine.
-type horizonState struct {
-	scanned int64         // deadlines up to this have been scanned
-	kick    chan struct{} // wakes the scan goroutine (cap 1)
-	timer   ttl.Timer
-}
-
-// startHorizon starts the scan goroutine, which scans at once (deadlines
-// that passed while the broker was down fire then).
-func (b *Broker) startHorizon() {
-	b.horizonScan.kick = make(chan struct{}, 1)
-	b.horizonScan.timer.Value = horizonTick{}
-	b.horizonScan.kick <- struct{}{}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		for {
-			select {
-			case <-b.quit:
-				return
-			case <-b.horizonScan.kick:
-				b.scanHorizon()
-			}
-		}
-	}()
-}
-
-// kickHorizon asks for a scan (the horizon timer fired).
-func (b *Broker) kickHorizon() {
-	select {
-	case b.horizonScan.kick <- struct{}{}:
-	default:
-	}
-}
-
-// scanHorizon arms the paged timers of the deadlines from the last scan
-// to now + horizonMS, then sets the timer for the next scan.
-func (b *Broker) scanHorizon() {
-	h := &b.horizonScan
-	from := h.scanned + 1
-	if h.scanned == 0 {
-		from = math.MinInt64 // the first scan: whatever is overdue too
-	}
-	until := b.nowMS() + horizonMS
-	// Publish the new horizon before reading: an entry that pages out
-	// from now on with a deadline up to it is armed as it pages out, and
-	// one that paged out before is in the store for this read.
-	b.horizon.Store(until)
-	byQueue := map[store.QueueID][]pagedRef{}
-	err := b.store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
-		byQueue[r.Queue] = append(byQueue[r.Queue], pagedRef{d, r})
-		return true
-	})
-	if err != nil {
-		// The same range is read again after a pause (readretry.go).
-		b.readFailed(fmt.Errorf("read deadlines: %w", err))
-		h.timer.Deadline = b.nowMS() + readRetryDelay.Milliseconds()
-		b.timers.Add(&h.timer)
-		return
-	}
-	h.scanned = until
-	if len(byQueue) > 0 {
-		for _, q := range b.queuesByID(byQueue) {
-			q.armPaged(append(byQueue[q.id], byQueue[q.volID()]...))
-		}
-	}
-	h.timer.Deadline = until - horizonMS/2
-	b.timers.Add(&h.timer)
-}
-
 type pagedRef struct {
 	deadline int64
 	ref      store.Ref
-}
-
-// queuesByID returns the queues whose store ranges (durable or volatile)
-// are keys of ids.
-func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
-	b.mu.RLock()
-	vhosts := make([]*VHost, 0, len(b.vhosts))
-	for _, v := range b.vhosts {
-		vhosts = append(vhosts, v)
-	}
-	b.mu.RUnlock()
-	var out []*Queue
-	for _, v := range vhosts {
-		v.mu.RLock()
-		for _, q := range v.queues {
-			_, durable := ids[q.id]
-			_, volatile := ids[q.volID()]
-			if durable && q.Durable && !q.Exclusive || volatile {
-				out = append(out, q)
-			}
-		}
-		v.mu.RUnlock()
-	}
-	return out
 }
 
 // armPaged arms the timers of refs that are in q's middles.

@@ -60,7 +60,7 @@ func (q *Queue) fillLocked(l *level) {
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, l.MeanResident(), q.pageBuf[:0])
 	if err = pageErr(r, err); err != nil {
 		// Made again at the level's next refill (readretry.go).
-		q.env.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+		q.env.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
 		return
 	}
 	q.mergeLocked(l, r)
@@ -105,7 +105,7 @@ func (q *Queue) prefetchLocked(l *level) bool {
 		switch {
 		case err != nil:
 			if current {
-				b.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err))
+				b.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
 				q.retryPageLocked()
 			}
 		case current:
@@ -290,7 +290,7 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 		// The counters disagreed with the store: they follow the store
 		// now (a broker or store bug).
 		q.env.log.Error("paging: queue level counters disagree with the store; corrected",
-			"vhost", q.vhost.Name, "queue", q.Name, "level", l.Prio, "missing", n, "bytes", bytes)
+			"vhost", q.host.Name, "queue", q.Name, "level", l.Prio, "missing", n, "bytes", bytes)
 	}
 	q.syncCounts()
 }

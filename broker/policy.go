@@ -101,7 +101,7 @@ func (b *Broker) setPolicy(k *policyKind, vhost string, p Policy) error {
 		return fmt.Errorf("set %s '%s' in vhost '%s': %w", k.what, p.Name, vhost, err)
 	}
 	b.applyPolicies(v)
-	v.topoGen.Add(1)
+	v.TopoGen.Add(1)
 	return nil
 }
 
@@ -130,7 +130,7 @@ func (b *Broker) clearPolicy(k *policyKind, vhost, name string) error {
 		return fmt.Errorf("clear %s '%s' in vhost '%s': %w", k.what, name, vhost, err)
 	}
 	b.applyPolicies(v)
-	v.topoGen.Add(1)
+	v.TopoGen.Add(1)
 	return nil
 }
 

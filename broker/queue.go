@@ -84,8 +84,8 @@ type Queue struct {
 	id          store.QueueID
 	spilled     bool // transient entries were written to the volatile range (spill.go)
 	qtype       string
-	env         *env // what the engine needs from the broker (env.go)
-	vhost       *VHost
+	env         *env  // what the engine needs from the broker (env.go)
+	host        *Host // the vhost it lives in
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
 	owner       *conn // exclusive owner; nil otherwise
@@ -219,11 +219,8 @@ type consumerChannel interface {
 }
 
 // newQueue builds a queue from its declaration; arguments were validated.
-func newQueue(v *VHost, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
-	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, vhost: v, id: id, qtype: queueType(args)}
-	if v != nil {
-		q.env = v.b.env
-	}
+func newQueue(env *env, h *Host, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
+	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, host: h, env: env, id: id, qtype: queueType(args)}
 	if x, ok := args.Get("x-max-priority"); ok {
 		if n, ok := asInt(x); ok && n > 0 {
 			q.maxPriority = uint8(min(n, 255))
@@ -256,13 +253,13 @@ func (q *Queue) config() *queueConfig { return q.cfg.Load() }
 // keeping the vhost's count of waiting dead letters in step.
 func (q *Queue) addBacklogLocked(e *entry) {
 	q.backlog = append(q.backlog, e)
-	q.vhost.waiting.Add(1)
+	q.host.Waiting.Add(1)
 }
 
 func (q *Queue) takeBacklogLocked() []*entry {
 	es := q.backlog
 	q.backlog = nil
-	q.vhost.waiting.Add(-int64(len(es)))
+	q.host.Waiting.Add(-int64(len(es)))
 	return es
 }
 
@@ -738,10 +735,10 @@ func (q *Queue) addConsumer(c *consumer, added func()) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.isDeleted() || q.closing {
-		return errNoQueue(q.vhost.Name, q.Name)
+		return errNoQueue(q.host.Name, q.Name)
 	}
 	if q.exclusiveC || (c.exclusive && len(q.consumers) > 0) {
-		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name, q.vhost.Name)
+		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name, q.host.Name)
 	}
 	i := len(q.consumers)
 	for !q.sac && i > 0 && q.consumers[i-1].priority < c.priority {
@@ -764,10 +761,10 @@ func (q *Queue) claimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if ifUnused && len(q.consumers) > 0 {
-		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.vhost.Name)
+		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.host.Name)
 	}
 	if ifEmpty && q.ready.Len()+q.backlogLen() > 0 {
-		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, q.vhost.Name)
+		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, q.host.Name)
 	}
 	q.closing = true
 	return nil
@@ -805,7 +802,7 @@ func (q *Queue) purge() (int, *storeWrite) {
 	}
 	if err != nil {
 		q.mu.Unlock()
-		w.err = fmt.Errorf("purge queue '%s' in vhost '%s': %w", q.Name, q.vhost.Name, err)
+		w.err = fmt.Errorf("purge queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err)
 		close(w.done)
 		return 0, w
 	}

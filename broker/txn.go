@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -26,20 +28,20 @@ type txn struct {
 	listed  map[*store.Message]bool // set of batch.Messages, likewise
 	inserts []*entry                // dead-lettered copies for target queues
 	puts    []*entry                // the entries of batch.Puts (inStore is set on write)
-	vhost   *VHost                  // read-locked until apply (holdVHost)
+	held    Router                  // read-locked until apply (hold)
 }
 
 // txnPool recycles txns and their slices: a store does not keep a batch
 // after Apply returns (store.Store), so every txn is reused once finished.
 var txnPool = sync.Pool{New: func() any { return new(txn) }}
 
-// holdVHost read-locks v until apply: dead letters routed under it must
+// hold read-locks r until apply: dead letters routed under it must
 // reach the store before any queue they were routed to can be deleted
 // (deletion takes the vhost lock exclusively first).
-func (t *txn) holdVHost(v *VHost) {
-	if t.vhost == nil {
-		v.mu.RLock()
-		t.vhost = v
+func (t *txn) hold(r Router) {
+	if t.held == nil {
+		r.RLock()
+		t.held = r
 	}
 }
 
@@ -57,7 +59,7 @@ const maxPooledBatch = 1024
 // recycle returns t to txnPool once its owner is done with it (finish).
 func (t *txn) recycle() {
 	b := &t.batch
-	if t.vhost != nil || max(cap(b.Puts), cap(b.Deletes), cap(b.Updates), cap(b.Messages)) > maxPooledBatch {
+	if t.held != nil || max(cap(b.Puts), cap(b.Deletes), cap(b.Updates), cap(b.Messages)) > maxPooledBatch {
 		return
 	}
 	clear(b.Messages)
@@ -169,10 +171,10 @@ func (t *txn) apply(done func(error)) {
 // only then does done (may be nil) run, as the store's completion. The
 // vhost read lock taken by holdVHost is released either way.
 func (t *txn) write(done func(error)) bool {
-	if t.vhost != nil {
+	if t.held != nil {
 		defer func() {
-			t.vhost.mu.RUnlock()
-			t.vhost = nil
+			t.held.RUnlock()
+			t.held = nil
 		}()
 	}
 	if t.dropped > 0 {
@@ -232,4 +234,37 @@ func (t *txn) finish() {
 // comment, planDeadLetterLocked).
 func (b *env) ownMessage(m *store.Message) *store.Message {
 	return &store.Message{ID: b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
+}
+
+// storeWrite is a batch handed to the store, whose completion is awaited
+// later. A nil *storeWrite is a write of nothing, complete at once.
+type storeWrite struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// waitErr is wait for management operations: the store's error, wrapped.
+func (w *storeWrite) waitErr() error {
+	if w == nil {
+		return nil
+	}
+	<-w.done
+	if w.err != nil {
+		return fmt.Errorf("store failed: %w", w.err)
+	}
+	return nil
+}
+
+// wait blocks until the write is durable. A failure is a connection error
+// (541): the reply that depends on it (declare-ok, delete-ok, ...) promises
+// the change survives a restart.
+func (w *storeWrite) wait() *amqp.Error {
+	if w == nil {
+		return nil
+	}
+	<-w.done
+	if w.err != nil {
+		return amqp.Errorf(amqp.InternalError, "message store failed: %s", w.err)
+	}
+	return nil
 }

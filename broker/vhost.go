@@ -3,7 +3,6 @@ package broker
 import (
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
@@ -21,8 +20,11 @@ import (
 // that made it in memory is released, so the store sees definition
 // changes in the order memory did.
 type VHost struct {
-	Name string // fixed
-	b    *Broker
+	// Host is what its queues share (its name, fixed; its router, the
+	// vhost itself; the counts of waiting dead letters and topology
+	// changes).
+	Host
+	b *Broker
 	// meta is the vhost's description, default queue type and tags;
 	// guarded by Broker.mu.
 	meta defs.VHost
@@ -49,17 +51,11 @@ type VHost struct {
 	// is set.
 	opPolicies map[string]*Policy
 	// (end of mu's fields)
-
-	// topoGen counts topology changes that may give waiting dead letters
-	// a route (exchange declared, binding added, policy changed).
-	topoGen atomic.Uint64
-	// waiting counts the dead letters waiting in the backlogs of its
-	// queues, so a topology change with none waiting scans nothing.
-	waiting atomic.Int64
 }
 
 func newVHost(b *Broker, name string) *VHost {
-	v := &VHost{Name: name, b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue), policies: make(map[string]*Policy)}
+	v := &VHost{b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue), policies: make(map[string]*Policy)}
+	v.Host.Name, v.Host.Router = name, (*vhostRouter)(v)
 	v.exchanges[""] = newExchange("", typeDirect, true, false, false, nil)
 	for _, x := range []struct{ name, typ string }{
 		{"amq.direct", typeDirect}, {"amq.fanout", typeFanout}, {"amq.topic", typeTopic},
@@ -223,3 +219,24 @@ func (b *Binding) durable() bool {
 	}
 	return b.exchange.Durable
 }
+
+// vhostRouter is a VHost as its queues route through it (Router).
+type vhostRouter VHost
+
+// vhostOf returns the vhost q lives in.
+func vhostOf(q *Queue) *VHost { return (*VHost)(q.host.Router.(*vhostRouter)) }
+
+func (r *vhostRouter) RLock()   { r.mu.RLock() }
+func (r *vhostRouter) RUnlock() { r.mu.RUnlock() }
+
+func (r *vhostRouter) HasExchangeLocked(name string) bool { return r.exchanges[name] != nil }
+
+func (r *vhostRouter) RouteLocked(exchange string, keys []string, headers amqp.Table) []*Queue {
+	x := r.exchanges[exchange]
+	if x == nil {
+		return nil
+	}
+	return (*VHost)(r).routeLocked(x, keys, headers)
+}
+
+func (r *vhostRouter) QueueLocked(name string) *Queue { return r.queues[name] }

@@ -1,0 +1,216 @@
+package broker
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/ttl"
+)
+
+// startHorizon starts the scan goroutine, which scans at once (deadlines
+// that passed while the broker was down fire then).
+func (b *Broker) startHorizon() {
+	b.horizonScan.kick = make(chan struct{}, 1)
+	b.horizonScan.timer.Value = horizonTick{}
+	b.horizonScan.kick <- struct{}{}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			select {
+			case <-b.quit:
+				return
+			case <-b.horizonScan.kick:
+				b.scanHorizon()
+			}
+		}
+	}()
+}
+
+// kickHorizon asks for a scan (the horizon timer fired).
+func (b *Broker) kickHorizon() {
+	select {
+	case b.horizonScan.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scanHorizon arms the paged timers of the deadlines from the last scan
+// to now + horizonMS, then sets the timer for the next scan.
+func (b *Broker) scanHorizon() {
+	h := &b.horizonScan
+	from := h.scanned + 1
+	if h.scanned == 0 {
+		from = math.MinInt64 // the first scan: whatever is overdue too
+	}
+	until := b.nowMS() + horizonMS
+	// Publish the new horizon before reading: an entry that pages out
+	// from now on with a deadline up to it is armed as it pages out, and
+	// one that paged out before is in the store for this read.
+	b.horizon.Store(until)
+	byQueue := map[store.QueueID][]pagedRef{}
+	err := b.store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
+		byQueue[r.Queue] = append(byQueue[r.Queue], pagedRef{d, r})
+		return true
+	})
+	if err != nil {
+		// The same range is read again after a pause (readretry.go).
+		b.readFailed(fmt.Errorf("read deadlines: %w", err))
+		h.timer.Deadline = b.nowMS() + readRetryDelay.Milliseconds()
+		b.timers.Add(&h.timer)
+		return
+	}
+	h.scanned = until
+	if len(byQueue) > 0 {
+		for _, q := range b.queuesByID(byQueue) {
+			q.armPaged(append(byQueue[q.id], byQueue[q.volID()]...))
+		}
+	}
+	h.timer.Deadline = until - horizonMS/2
+	b.timers.Add(&h.timer)
+}
+
+// queuesByID returns the queues whose store ranges (durable or volatile)
+// are keys of ids.
+func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
+	b.mu.RLock()
+	vhosts := make([]*VHost, 0, len(b.vhosts))
+	for _, v := range b.vhosts {
+		vhosts = append(vhosts, v)
+	}
+	b.mu.RUnlock()
+	var out []*Queue
+	for _, v := range vhosts {
+		v.mu.RLock()
+		for _, q := range v.queues {
+			_, durable := ids[q.id]
+			_, volatile := ids[q.volID()]
+			if durable && q.Durable && !q.Exclusive || volatile {
+				out = append(out, q)
+			}
+		}
+		v.mu.RUnlock()
+	}
+	return out
+}
+
+// storeExactMarks stores every durable queue's exact marks at a clean stop
+// (finalMarksLocked), one store operation per queue whose marks change,
+// and waits for them: after the next start a message that was never
+// delivered comes back with redelivered=false, as RabbitMQ says after a
+// clean stop. Broker.Close
+// runs it once the connections are closed and the background work is
+// done; deliveries stop here.
+func (b *Broker) storeExactMarks() {
+	if b.storeErr.Load() != nil {
+		return
+	}
+	b.mu.RLock()
+	vhosts := make([]*VHost, 0, len(b.vhosts))
+	for _, v := range b.vhosts {
+		vhosts = append(vhosts, v)
+	}
+	b.mu.RUnlock()
+	var (
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	for _, v := range vhosts {
+		// The queues are listed under the vhost's lock and locked after
+		// it is released: a deletion holds a queue's lock while it takes
+		// the vhost's (lock order, doc.go).
+		v.mu.RLock()
+		qs := make([]*Queue, 0, len(v.queues))
+		for _, q := range v.queues {
+			qs = append(qs, q)
+		}
+		v.mu.RUnlock()
+		for _, q := range qs {
+			if exactMarksHook != nil {
+				exactMarksHook(q)
+			}
+			// Applied under the queue's lock, as every change to its
+			// definition is: a deletion after it reaches the store after
+			// it, and a deleted queue (finalMarksLocked) writes nothing.
+			q.mu.Lock()
+			if q.finalMarksLocked() {
+				wg.Add(1)
+				b.store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}, func(err error) {
+					if err != nil {
+						errMu.Lock()
+						first = cmp.Or(first, err)
+						errMu.Unlock()
+					}
+					wg.Done()
+				})
+			}
+			q.mu.Unlock()
+		}
+	}
+	wg.Wait()
+	if first != nil {
+		// The marks asked for stay: a crash's answer, redelivered=true.
+		b.log.Warn("could not store exact delivered marks at shutdown", "err", first)
+	}
+}
+
+// retryBacklogs retries the waiting dead letters of every queue in v, after
+// a topology change that may have given them a route (an exchange declared,
+// a binding added, a policy changed).
+func (b *Broker) retryBacklogs(v *VHost) {
+	v.TopoGen.Add(1)
+	b.retryBacklogsIfChanged(v)
+}
+
+// retryBacklogsIfChanged retries the backlogs that may succeed now: the
+// topology changed since their last try, or a target was full then.
+func (b *Broker) retryBacklogsIfChanged(v *VHost) {
+	if v.Waiting.Load() == 0 {
+		return
+	}
+	gen := v.TopoGen.Load()
+	v.mu.RLock()
+	qs := make([]*Queue, 0, len(v.queues))
+	for _, q := range v.queues {
+		qs = append(qs, q)
+	}
+	v.mu.RUnlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		worth := q.backlogLen() > 0 && (q.backlogGen != gen || q.backlogFull)
+		q.mu.Unlock()
+		if worth {
+			q.locked(func(t *txn) {
+				q.backlogGen, q.backlogFull = gen, false
+				q.retryBacklogLocked(t)
+			})
+		}
+	}
+}
+
+// horizonTick is the Value of the scheduler timer that starts the next
+// scan.
+type horizonTick struct{}
+
+// horizonState is the scan's progress; scanned and the timer are touched
+// only by the scan goroutine.
+type horizonState struct {
+	scanned int64         // deadlines up to this have been scanned
+	kick    chan struct{} // wakes the scan goroutine (cap 1)
+	timer   ttl.Timer
+}
+
+// fireTimers runs on the scheduler's goroutine: the queues' timers that
+// are due (fireTimers in expiry.go), and the horizon scan's.
+func (b *Broker) fireTimers(due []*ttl.Timer) {
+	fireTimers(due, func(v any) {
+		if _, ok := v.(horizonTick); ok {
+			b.kickHorizon()
+		}
+	})
+}

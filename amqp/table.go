@@ -454,3 +454,37 @@ func (e *pathError) Error() string {
 }
 
 func (e *pathError) Unwrap() error { return e.err }
+
+// AsInt returns the value of any AMQP integer type.
+func AsInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// AsFloat returns the value of either AMQP floating-point type.
+func AsFloat(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float32:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}

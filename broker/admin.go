@@ -123,7 +123,7 @@ func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
 	cfg := q.config()
 	qi.Policy, qi.OperatorPolicy, qi.EffectivePolicyDefinition = cfg.policy, cfg.opPolicy, maps.Clone(cfg.effective)
 	if q.owner != nil {
-		qi.ExclusiveOwner = q.owner.name()
+		qi.ExclusiveOwner = q.owner.(*conn).name()
 	}
 	l := q.lengths()
 	qi.Ready, qi.ReadyBytes = l.ready, l.readyBytes

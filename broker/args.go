@@ -65,16 +65,6 @@ func argKnownTo(key, qtype string) bool {
 	return false
 }
 
-// queueType returns the x-queue-type of args, "classic" when absent.
-func queueType(args amqp.Table) string {
-	if v, ok := args.Get("x-queue-type"); ok {
-		if s, ok := v.(string); ok {
-			return s
-		}
-	}
-	return policy.QueueClassic
-}
-
 // withDefaultQueueType returns the arguments a queue.declare has in a
 // vhost whose default queue type is dqt ("" for none), as RabbitMQ 3.13
 // and 4.x compute them (rabbit_amqqueue:augment_declare_args) before the
@@ -243,7 +233,7 @@ func checkQueueArg(key string, v any, all amqp.Table) string {
 // intArgValue accepts the AMQP integer types RabbitMQ allows for numeric
 // arguments (?INTEGER_ARG_TYPES: byte, short, signedint, long and the
 // unsigned ones); timestamps, floats, decimals and strings are refused.
-func intArgValue(v any) (int64, bool) { return asInt(v) }
+func intArgValue(v any) (int64, bool) { return amqp.AsInt(v) }
 
 // queueEquivalent checks a redeclare against the existing queue (B64).
 func queueEquivalent(vhost string, q *Queue, m *amqp.QueueDeclare) *amqp.Error {

@@ -109,6 +109,7 @@ type Broker struct {
 	// env is what the queue engine shares with the broker (env.go); its
 	// members are promoted, so b.store is b.env.store.
 	*env
+	opts Options
 
 	// authMu serializes changes to users, vhosts and permissions, and
 	// definitions imports, from the change in memory to the store's
@@ -203,7 +204,9 @@ func Open(opts Options) (*Broker, error) {
 		opts.ConsumerTimeoutCheck = time.Second
 	}
 	b := &Broker{
-		env:    &env{opts: opts, log: opts.Logger, store: opts.Store},
+		env: &env{cfg: Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes,
+			DeliveredMarkChunk: opts.DeliveredMarkChunk}, log: opts.Logger, store: opts.Store},
+		opts:   opts,
 		vhosts: make(map[string]*VHost),
 		users:  make(map[string]*auth.User),
 		perms:  make(map[permKey]*auth.Permission),
@@ -405,12 +408,12 @@ func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*con
 	}
 	delete(v.queues, q.Name)
 	var mb defs.Batch
-	for _, bd := range append([]*Binding(nil), q.bindings...) {
+	for _, bd := range append([]*Binding(nil), v.queueBindings[q]...) {
 		if src := v.exchanges[bd.Source]; src != nil {
 			v.removeBindingLocked(src, bd, &mb)
 		}
 	}
-	q.bindings = nil
+	delete(v.queueBindings, q)
 	if q.Durable && !q.Exclusive {
 		mb.Delete(defs.QueueKey(v.Name, q.Name))
 	}
@@ -439,7 +442,7 @@ func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*con
 		c.ch.serverCancel(c)
 	}
 	if q.owner != nil {
-		q.owner.removeExclusive(q)
+		q.owner.(*conn).removeExclusive(q)
 	}
 	return messages, w, own
 }

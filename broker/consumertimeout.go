@@ -22,12 +22,6 @@ import (
 // channel.close is sent; the rest of the close (consumers cancelled) is
 // done when the client answers close-ok, as for any channel close.
 
-// globalConsumerTimeout is Options.ConsumerTimeout in ms (as changed by
-// SetConsumerTimeout), -1 for none.
-func (b *env) globalConsumerTimeout() int64 {
-	return b.consumerTimeoutMs.Load()
-}
-
 // SetConsumerTimeout changes Options.ConsumerTimeout while the broker runs
 // (brokerd's SIGHUP reload): negative means none. Queues with their own
 // timeout keep it; deliveries already out are checked against the new
@@ -43,28 +37,6 @@ func (b *Broker) SetConsumerTimeout(d time.Duration) {
 		// looking at deliveries sooner than needed.
 		b.noteConsumerTimeout(ms)
 	}
-}
-
-// noteConsumerTimeout lowers the bound below which deliveries are not
-// checked to ms (a timeout now in force; -1: none).
-func (b *env) noteConsumerTimeout(ms int64) {
-	if ms < 0 {
-		return
-	}
-	for {
-		cur := b.minConsumerTimeout.Load()
-		if ms >= cur || b.minConsumerTimeout.CompareAndSwap(cur, ms) {
-			return
-		}
-	}
-}
-
-// consumerTimeout returns q's consumer timeout in ms, -1 for none.
-func (q *Queue) consumerTimeout() int64 {
-	if ms := q.config().consumerTimeout; ms >= 0 {
-		return ms
-	}
-	return q.env.globalConsumerTimeout()
 }
 
 // checkConsumerTimeouts closes the channels holding a delivery past its

@@ -407,7 +407,7 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	case bind && existing == nil:
 		b := &Binding{Source: exchange, Key: key, Args: args, queue: q}
 		x.addBinding(b)
-		q.bindings = append(q.bindings, b)
+		v.queueBindings[q] = append(v.queueBindings[q], b)
 		if x.Durable && q.Durable && !q.Exclusive {
 			mb.Put(defs.EncodeBinding(b.def(v.Name)))
 		}

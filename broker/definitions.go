@@ -216,7 +216,7 @@ func (b *Broker) recoverDefinitions() error {
 				dangling(k, "binding to unknown queue", "vhost", d.VHost, "source", d.Source, "queue", d.Dest, "routing_key", d.Key)
 				return nil
 			}
-			bd.queue.bindings = append(bd.queue.bindings, bd)
+			vh.queueBindings[bd.queue] = append(vh.queueBindings[bd.queue], bd)
 		}
 		src.addBinding(bd)
 		return nil

@@ -97,7 +97,7 @@ func (q *Queue) markReadyLocked(e *entry) bool {
 		return false // stopping: the exact marks are taken
 	}
 	lv := min(int(e.Prio), len(q.marks)-1)
-	chunk := uint64(q.env.opts.DeliveredMarkChunk)
+	chunk := uint64(q.env.cfg.DeliveredMarkChunk)
 	if e.Seq <= q.marks[lv] {
 		if q.markAsked[lv] == q.marks[lv] && e.Seq+chunk/2 > q.marks[lv] {
 			q.writeMarksLocked(lv, q.marks[lv]+chunk)

@@ -15,7 +15,7 @@ import (
 // queue alive and does not grow with the pairs ever seen.
 func TestCycleLogBounded(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
-	b := &env{opts: Options{Now: func() time.Time { return now }}, log: slog.New(slog.DiscardHandler)}
+	b := &env{cfg: Config{Now: func() time.Time { return now }}, log: slog.New(slog.DiscardHandler)}
 	h := &Host{Name: "/"}
 	queue := func(i int) *Queue { return &Queue{Name: fmt.Sprint("q", i), host: h} }
 	src := queue(-1)

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/stats"
@@ -24,7 +25,7 @@ import (
 // The fields are set by Open and not changed after, except those whose
 // comments say otherwise.
 type env struct {
-	opts  Options
+	cfg   Config
 	log   *slog.Logger
 	store store.Store
 	// storeFailedFn is storeFailed as a func value made once: the
@@ -65,6 +66,18 @@ type env struct {
 	// consumerTimeoutMs is the broker's consumer timeout in ms, -1 for
 	// none (Options.ConsumerTimeout, SetConsumerTimeout).
 	consumerTimeoutMs atomic.Int64
+}
+
+// Config are the engine's settings (the broker's Options that concern it).
+type Config struct {
+	// Now is the clock.
+	Now func() time.Time
+	// PageWindow and PageWindowBytes bound the ready entries of a priority
+	// level kept in memory (0: no paging); DeliveredMarkChunk is how far
+	// ahead of deliveries a durable queue's delivered mark is written.
+	PageWindow         int
+	PageWindowBytes    int64
+	DeliveredMarkChunk int
 }
 
 // goAsync registers a background task (call asyncDone when it ends), or
@@ -157,4 +170,24 @@ type Router interface {
 	RouteLocked(exchange string, keys []string, headers amqp.Table) []*Queue
 	// QueueLocked returns the queue named name, nil if there is none.
 	QueueLocked(name string) *Queue
+}
+
+// noteConsumerTimeout lowers the bound below which deliveries are not
+// checked to ms (a timeout now in force; -1: none).
+func (b *env) noteConsumerTimeout(ms int64) {
+	if ms < 0 {
+		return
+	}
+	for {
+		cur := b.minConsumerTimeout.Load()
+		if ms >= cur || b.minConsumerTimeout.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
+}
+
+// globalConsumerTimeout is Options.ConsumerTimeout in ms (as changed by
+// SetConsumerTimeout), -1 for none.
+func (b *env) globalConsumerTimeout() int64 {
+	return b.consumerTimeoutMs.Load()
 }

@@ -5,10 +5,6 @@ import "github.com/brokerd/brokerd/amqp"
 // The texts follow RabbitMQ's word for word where clients or operators are
 // known to match on them.
 
-func errNoQueue(vhost, name string) *amqp.Error {
-	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, vhost)
-}
-
 func errNoExchange(vhost, name string) *amqp.Error {
 	return amqp.Errorf(amqp.NotFound, "no exchange '%s' in vhost '%s'", name, vhost)
 }

@@ -12,15 +12,15 @@ import (
 )
 
 // now is the broker's clock (Options.Now, for tests that move time).
-func (b *env) now() time.Time { return b.opts.Now() }
+func (b *env) now() time.Time { return b.cfg.Now() }
 
-func (b *env) nowMS() int64 { return b.opts.Now().UnixMilli() }
+func (b *env) nowMS() int64 { return b.cfg.Now().UnixMilli() }
 
 // arrivalMS is the broker's clock in milliseconds rounded up: the time a
 // message's deadline counts from. Deadlines are whole milliseconds, and
 // an entry expires once the clock, rounded down, reaches its deadline;
 // rounding the arrival up makes that never earlier than arrival + TTL.
-func (b *env) arrivalMS() int64 { return ceilMS(b.opts.Now()) }
+func (b *env) arrivalMS() int64 { return ceilMS(b.cfg.Now()) }
 
 // arrival is the arrival time of a publish (arrivalMS), read from the
 // clock when a deadline first needs it and then kept, so a message with

@@ -582,7 +582,7 @@ func (p *importPlan) apply() *storeWrite {
 				continue
 			}
 			bnd.queue = q
-			q.bindings = append(q.bindings, bnd)
+			v.queueBindings[q] = append(v.queueBindings[q], bnd)
 			durable = durable && q.Durable
 		} else {
 			dx := v.exchanges[bd.Destination]

@@ -92,12 +92,12 @@ func headersMatch(bindArgs, headers amqp.Table) bool {
 // does: numbers by value (integers of any width are equal when their values
 // are), strings and binaries by content, tables and arrays element-wise.
 func valuesEqual(a, b any) bool {
-	if ai, ok := asInt(a); ok {
-		bi, ok := asInt(b)
+	if ai, ok := amqp.AsInt(a); ok {
+		bi, ok := amqp.AsInt(b)
 		return ok && ai == bi
 	}
-	if af, ok := asFloat(a); ok {
-		bf, ok := asFloat(b)
+	if af, ok := amqp.AsFloat(a); ok {
+		bf, ok := amqp.AsFloat(b)
 		return ok && af == bf
 	}
 	switch av := a.(type) {
@@ -152,37 +152,4 @@ func valuesEqual(a, b any) bool {
 		return true
 	}
 	return false
-}
-
-// asInt returns the value of any AMQP integer type.
-func asInt(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int8:
-		return int64(n), true
-	case uint8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case int64:
-		return n, true
-	case int:
-		return int64(n), true
-	}
-	return 0, false
-}
-
-func asFloat(v any) (float64, bool) {
-	switch n := v.(type) {
-	case float32:
-		return float64(n), true
-	case float64:
-		return n, true
-	}
-	return 0, false
 }

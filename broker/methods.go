@@ -193,7 +193,7 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	}
 	priority := int64(0)
 	if v, ok := m.Arguments.Get("x-priority"); ok {
-		p, ok := asInt(v)
+		p, ok := amqp.AsInt(v)
 		if !ok {
 			return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-priority' for consumer: expected integer, got %s", amqp.TypeName(v))
 		}

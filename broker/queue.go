@@ -88,9 +88,7 @@ type Queue struct {
 	host        *Host // the vhost it lives in
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
-	owner       *conn // exclusive owner; nil otherwise
-
-	bindings []*Binding // bindings with this queue as destination; vhost.mu
+	owner       any   // exclusive owner (the broker's connection; the engine does not use it); nil otherwise
 
 	cfg     atomic.Pointer[queueConfig] // effective settings (arguments + policy)
 	seq     atomic.Uint64               // last assigned sequence number
@@ -216,13 +214,16 @@ type consumer struct {
 type consumerChannel interface {
 	tryDeliver(c *consumer, q *Queue, e *entry, props []byte) bool
 	serverCancel(c *consumer)
+	// recordGet numbers a basic.get's delivery of e (with q.mu held) and,
+	// unless noAck, keeps it unacknowledged.
+	recordGet(q *Queue, e *entry, noAck bool) uint64
 }
 
 // newQueue builds a queue from its declaration; arguments were validated.
 func newQueue(env *env, h *Host, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
 	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, host: h, env: env, id: id, qtype: queueType(args)}
 	if x, ok := args.Get("x-max-priority"); ok {
-		if n, ok := asInt(x); ok && n > 0 {
+		if n, ok := amqp.AsInt(x); ok && n > 0 {
 			q.maxPriority = uint8(min(n, 255))
 		}
 	}
@@ -230,9 +231,9 @@ func newQueue(env *env, h *Host, id store.QueueID, name string, durable, exclusi
 		q.sac, _ = x.(bool)
 	}
 	q.ready = engine.NewReady[*entry](q.maxPriority)
-	if q.env != nil && q.env.opts.PageWindow > 0 {
-		q.ready.Window = q.env.opts.PageWindow
-		q.ready.WindowBytes = max(q.env.opts.PageWindowBytes, 0)
+	if q.env != nil && q.env.cfg.PageWindow > 0 {
+		q.ready.Window = q.env.cfg.PageWindow
+		q.ready.WindowBytes = max(q.env.cfg.PageWindowBytes, 0)
 		q.ready.Fill = q.fillLocked
 		q.ready.Prefetch = func(l *level) { q.prefetchLocked(l) }
 		q.ready.Paged = q.pagedOutLocked
@@ -662,7 +663,7 @@ func (q *Queue) dispatch() {
 // get takes the head for basic.get, skipping (and expiring) entries past
 // their deadline. It returns nil when the queue is empty, or when its head
 // could not be read back from the store.
-func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int) {
+func (q *Queue) get(ch consumerChannel, noAck bool) (e *entry, tag uint64, props []byte, remaining int) {
 	for {
 		var mark chan struct{}
 		var fill *fillWait
@@ -681,7 +682,7 @@ func (q *Queue) get(ch *channel, noAck bool) (e *entry, tag uint64, props []byte
 	}
 }
 
-func (q *Queue) tryGet(ch *channel, noAck bool) (e *entry, tag uint64, props []byte, remaining int, mark chan struct{}, fill *fillWait) {
+func (q *Queue) tryGet(ch consumerChannel, noAck bool) (e *entry, tag uint64, props []byte, remaining int, mark chan struct{}, fill *fillWait) {
 	q.locked(func(t *txn) {
 		if q.isDeleted() {
 			return
@@ -882,4 +883,8 @@ func (q *Queue) markClosing() {
 	q.mu.Lock()
 	q.closing = true
 	q.mu.Unlock()
+}
+
+func errNoQueue(vhost, name string) *amqp.Error {
+	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, vhost)
 }

@@ -53,7 +53,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies)
 		if !ok {
 			return 0, false
 		}
-		return asInt(v)
+		return amqp.AsInt(v)
 	}
 	polInt := func(key string) (int64, bool) {
 		v, ok := pol[key]
@@ -146,4 +146,22 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies)
 		c.deliveryLimit = -1
 	}
 	return c
+}
+
+// queueType returns the x-queue-type of args, "classic" when absent.
+func queueType(args amqp.Table) string {
+	if v, ok := args.Get("x-queue-type"); ok {
+		if s, ok := v.(string); ok {
+			return s
+		}
+	}
+	return policy.QueueClassic
+}
+
+// consumerTimeout returns q's consumer timeout in ms, -1 for none.
+func (q *Queue) consumerTimeout() int64 {
+	if ms := q.config().consumerTimeout; ms >= 0 {
+		return ms
+	}
+	return q.env.globalConsumerTimeout()
 }

@@ -41,7 +41,7 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 	if want <= 0 {
 		want = int(^uint(0) >> 1)
 	}
-	run := &redriveRun{b: b, q: q, toX: toX, opts: opts, upTo: q.seq.Load()}
+	run := &redriveRun{q: q, toX: toX, opts: opts, upTo: q.seq.Load()}
 	for run.res.Moved+run.res.Failed < want {
 		progressed, wait, gone, err := run.chunk(want - run.res.Moved - run.res.Failed)
 		if err != nil {

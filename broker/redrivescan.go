@@ -41,10 +41,6 @@ type RedriveOptions struct {
 	Reason      string
 	SourceQueue string
 	MinAge      time.Duration
-
-	// allow, if set, says whether a message may go to its origin queue
-	// (a task's user's write permission).
-	allow func(queue string) bool
 }
 
 // NoOriginRecord is the failure of a redrive to origin of a message the
@@ -78,20 +74,29 @@ type latestDeath struct {
 func readLatestDeath(h amqp.Table) latestDeath {
 	var d latestDeath
 	if v, ok := h.Get(RedrivenCountHeader); ok {
-		d.redriveCnt, _ = asInt(v) // 0 when not an integer
+		d.redriveCnt, _ = amqp.AsInt(v) // 0 when not an integer
 	}
 	d.Latest, d.ok = deadletter.LatestDeath(h)
 	return d
 }
 
+// redriveRecorder is a redrive task as its scan reports to it: each move
+// and each failure, recorded within the txn that makes it.
+type redriveRecorder interface {
+	noteMove(t *txn)
+	noteFailure(t *txn, f RedriveFailure)
+}
+
 // redriveRun is one redrive's scan of its source queue: a synchronous
 // Redrive's or a task's (then its record rides in each move's batch).
 type redriveRun struct {
-	b    *Broker
 	q    *Queue
 	toX  bool
 	opts RedriveOptions
-	task *redriveTask    // nil for Redrive
+	// allow, if set, says whether a message may go to its origin queue
+	// (a task's user's write permission).
+	allow func(queue string) bool
+	task redriveRecorder // nil for Redrive
 	skip map[uint64]bool // seqs not to examine (a resumed task's failures)
 	res  RedriveResult
 
@@ -138,7 +143,7 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 	if q.isDeleted() {
 		return false, nil, true, nil
 	}
-	now := r.b.now()
+	now := r.q.env.now()
 	for budget := redriveScanBudget; n > 0; budget-- {
 		if budget == 0 {
 			// Messages filtered out cost a look each: let the
@@ -177,8 +182,8 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 			continue
 		}
 		n--
-		t := r.b.newTxn()
-		if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts); why != "" {
+		t := r.q.env.newTxn()
+		if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts, r.allow); why != "" {
 			r.fail(t, e.Seq, why)
 			continue
 		}
@@ -251,7 +256,7 @@ func (r *redriveRun) moved(t *txn) {
 // in memory than a window. It returns how many messages it examined and
 // how many it moved or failed. The queue may be deleted on return.
 func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*txn, later *[]func()) (examined, took int, err error) {
-	q, b := r.q, r.b
+	q, b := r.q, r.q.env
 	prio, gen, spilled, per := l.Prio, l.Gen, q.spilled, l.MeanResident()
 	from, to := max(l.Mid.From, r.after[prio]+1), min(l.Mid.To, r.upTo)
 	want, wantBytes := q.ready.HeadRoom(l)
@@ -279,7 +284,7 @@ func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*t
 			}
 			took++
 			t := b.newTxn()
-			if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts); why != "" {
+			if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts, r.allow); why != "" {
 				r.fail(t, e.Seq, why)
 				continue
 			}
@@ -357,7 +362,7 @@ func (r *redriveRun) firstAfter(d *engine.Deque[*entry], prio uint8) *entry {
 // the delete of e, as planDeadLetterLocked does, and returns "" or why no
 // target takes it (t then changes nothing). Caller holds q.mu; t holds
 // the vhost lock shared until applied.
-func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d latestDeath, toX bool, opts RedriveOptions) string {
+func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d latestDeath, toX bool, opts RedriveOptions, allow func(string) bool) string {
 	b := q.env
 	r := q.host.Router
 	t.hold(r)
@@ -390,7 +395,7 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 		if tq.Exclusive {
 			return fmt.Sprintf("queue '%s' is exclusive to a connection", o.Queue)
 		}
-		if opts.allow != nil && !opts.allow(o.Queue) {
+		if allow != nil && !allow(o.Queue) {
 			return fmt.Sprintf("write access to queue '%s' refused", o.Queue)
 		}
 		targets = []*Queue{tq}

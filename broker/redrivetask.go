@@ -577,7 +577,7 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 	t.q = q
 	done := t.moved + t.failed
 	t.mu.Unlock()
-	run := &redriveRun{b: b, q: q, toX: toX, opts: t.spec.RedriveOptions, task: t, skip: t.failedSeqs, upTo: t.upTo}
+	run := &redriveRun{q: q, toX: toX, opts: t.spec.RedriveOptions, task: t, skip: t.failedSeqs, upTo: t.upTo}
 	want := int64(t.spec.Max)
 	if want <= 0 {
 		want = 1<<63 - 1
@@ -698,7 +698,7 @@ func (b *Broker) authorizeRedrive(t *redriveTask, run *redriveRun, toX bool) str
 		}
 		return ""
 	}
-	run.opts.allow = func(queue string) bool { return p.Allows(auth.Write, queue) }
+	run.allow = func(queue string) bool { return p.Allows(auth.Write, queue) }
 	return ""
 }
 

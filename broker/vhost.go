@@ -46,7 +46,9 @@ type VHost struct {
 	mu        sync.RWMutex
 	exchanges map[string]*Exchange
 	queues    map[string]*Queue
-	policies  map[string]*Policy
+	// queueBindings are the bindings with each queue as destination.
+	queueBindings map[*Queue][]*Binding
+	policies      map[string]*Policy
 	// opPolicies are the operator policies (operatorpolicy.go); nil until one
 	// is set.
 	opPolicies map[string]*Policy
@@ -54,7 +56,7 @@ type VHost struct {
 }
 
 func newVHost(b *Broker, name string) *VHost {
-	v := &VHost{b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue), policies: make(map[string]*Policy)}
+	v := &VHost{b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue), queueBindings: make(map[*Queue][]*Binding), policies: make(map[string]*Policy)}
 	v.Host.Name, v.Host.Router = name, (*vhostRouter)(v)
 	v.exchanges[""] = newExchange("", typeDirect, true, false, false, nil)
 	for _, x := range []struct{ name, typ string }{
@@ -207,8 +209,10 @@ func (v *VHost) removeBindingLocked(src *Exchange, b *Binding, m *defs.Batch) {
 }
 
 func (v *VHost) unlinkDestLocked(b *Binding) {
-	if b.queue != nil {
-		b.queue.bindings = removePtr(b.queue.bindings, b)
+	if q := b.queue; q != nil {
+		if v.queueBindings[q] = removePtr(v.queueBindings[q], b); len(v.queueBindings[q]) == 0 {
+			delete(v.queueBindings, q)
+		}
 	}
 }
 

@@ -214,3 +214,18 @@ func (q *Queue) dropStoredBacklogLocked() {
 	q.blStored = 0
 	q.blGen++
 }
+
+// retryBacklogIfChanged retries q's waiting dead letters if that may
+// succeed now: the vhost's topology changed since their last try (gen is
+// its generation now), or a target was full then.
+func (q *Queue) retryBacklogIfChanged(gen uint64) {
+	q.mu.Lock()
+	worth := q.backlogLen() > 0 && (q.backlogGen != gen || q.backlogFull)
+	q.mu.Unlock()
+	if worth {
+		q.locked(func(t *txn) {
+			q.backlogGen, q.backlogFull = gen, false
+			q.retryBacklogLocked(t)
+		})
+	}
+}

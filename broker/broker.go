@@ -397,42 +397,27 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 // against another channel's reply.
 func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*consumer) {
 	v := vhostOf(q)
-	q.mu.Lock()
-	v.mu.Lock()
-	if v.queues[q.Name] != q {
-		// Deleted already: wait for that deletion.
-		w := q.deletion
-		v.mu.Unlock()
-		q.mu.Unlock()
+	consumers, messages, w, ok := q.delete(func() ([]store.MetaOp, bool) {
+		v.mu.Lock()
+		if v.queues[q.Name] != q {
+			return nil, false // deleted already: wait for that deletion
+		}
+		delete(v.queues, q.Name)
+		var mb defs.Batch
+		for _, bd := range append([]*Binding(nil), v.queueBindings[q]...) {
+			if src := v.exchanges[bd.Source]; src != nil {
+				v.removeBindingLocked(src, bd, &mb)
+			}
+		}
+		delete(v.queueBindings, q)
+		if q.Durable && !q.Exclusive {
+			mb.Delete(defs.QueueKey(v.Name, q.Name))
+		}
+		return mb.Ops, true
+	}, v.mu.Unlock)
+	if !ok {
 		return 0, w, nil
 	}
-	delete(v.queues, q.Name)
-	var mb defs.Batch
-	for _, bd := range append([]*Binding(nil), v.queueBindings[q]...) {
-		if src := v.exchanges[bd.Source]; src != nil {
-			v.removeBindingLocked(src, bd, &mb)
-		}
-	}
-	delete(v.queueBindings, q)
-	if q.Durable && !q.Exclusive {
-		mb.Delete(defs.QueueKey(v.Name, q.Name))
-	}
-	batch := &store.Batch{Meta: mb.Ops}
-	if q.Durable && !q.Exclusive {
-		batch.DropQueues = []store.QueueID{q.id, q.backlogID()}
-	}
-	if q.spilled {
-		batch.DropQueues = append(batch.DropQueues, q.volID())
-	}
-	if q.blVolatile {
-		batch.DropQueues = append(batch.DropQueues, q.volBacklogID())
-	}
-	q.deletion = b.startWrite(batch)
-	v.mu.Unlock()
-	consumers, messages := q.markDeletedLocked()
-	w := q.deletion
-	q.mu.Unlock()
-	b.forgetCycles(q)
 	var own []*consumer
 	for _, c := range consumers {
 		if ch != nil && c.ch == ch {

@@ -42,7 +42,7 @@ type channel struct {
 	// (conn.bursts): the deliveries in order, and runs of them with one
 	// action. mu.
 	pendingDs   []*delivery
-	pendingActs []pendingSettle
+	pendingActs []settleRun
 
 	deliverMsg amqp.BasicDeliver // the basic.deliver being sent; mu
 
@@ -243,12 +243,6 @@ func (ch *channel) restoreUnackedLocked(ds []*delivery) {
 	}
 }
 
-// pendingSettle is a run of n put-off deliveries with one action.
-type pendingSettle struct {
-	n      int
-	action settleAction
-}
-
 // maxPendingSettles bounds the deliveries a channel puts off settling: a
 // burst that long is settled at once.
 const maxPendingSettles = 4096
@@ -268,7 +262,7 @@ func (ch *channel) flushSettles() {
 // settle applies an ack, requeue or reject to deliveries already taken
 // from the unacked list (settleRuns with one run).
 func (ch *channel) settle(ds []*delivery, action settleAction) {
-	ch.settleRuns(ds, []pendingSettle{{n: len(ds), action: action}})
+	ch.settleRuns(ds, []settleRun{{n: len(ds), action: action}})
 }
 
 // settleRuns settles deliveries already taken from the unacked list, in
@@ -276,39 +270,35 @@ func (ch *channel) settle(ds []*delivery, action settleAction) {
 // store operation, in which the queue then delivers into the credit its
 // consumers got back. Only a channel-wide prefetch (basic.qos global)
 // frees credit for the channel's other queues too: they are kicked then.
-func (ch *channel) settleRuns(ds []*delivery, acts []pendingSettle) {
-	var buf [16]*entry
+func (ch *channel) settleRuns(ds []*delivery, acts []settleRun) {
+	var buf [32]*entry
+	var runBuf [8]settleRun
 	for len(ds) > 0 {
 		q := ds[0].q
 		rest := ds[:0:0]
-		q.mu.Lock()
-		t := q.env.newTxn()
+		es, runs := buf[:0], runBuf[:0]
 		i := 0
 		for _, a := range acts {
-			es := buf[:0]
+			n := 0
 			for _, d := range ds[i : i+a.n] {
 				if d.q == q {
 					es = append(es, d.e)
+					n++
 				} else {
 					rest = append(rest, d)
 				}
 			}
 			i += a.n
-			if len(es) > 0 {
-				q.settleLocked(t, es, a.action)
+			if n > 0 {
+				runs = append(runs, settleRun{n: n, action: a.action})
 			}
 		}
-		if !q.isDeleted() {
-			q.dispatchLocked(t)
-		}
-		t.apply(nil)
-		q.mu.Unlock()
-		t.finish()
+		q.settleRuns(es, runs)
 		if len(rest) == 0 {
 			break
 		}
 		// The other queues' deliveries, with their runs recounted.
-		var next []pendingSettle
+		var next []settleRun
 		i = 0
 		for _, a := range acts {
 			n := 0
@@ -319,7 +309,7 @@ func (ch *channel) settleRuns(ds []*delivery, acts []pendingSettle) {
 			}
 			i += a.n
 			if n > 0 {
-				next = append(next, pendingSettle{n: n, action: a.action})
+				next = append(next, settleRun{n: n, action: a.action})
 			}
 		}
 		ds, acts = rest, next

@@ -43,24 +43,6 @@ func policyDefOf(k *policyKind, vhost string, p *Policy) defs.Policy {
 		Priority: p.Priority, Definition: p.Definition}
 }
 
-// startWrite hands batch to the store and returns at once (Apply does not
-// block). Definition changes call it with the lock under which they
-// changed memory still held (the vhost lock; the queue lock too for a
-// queue's deletion), so the store sees them in the order memory did;
-// they wait after releasing it.
-func (b *Broker) startWrite(batch *store.Batch) *storeWrite {
-	if batch.Empty() {
-		return nil
-	}
-	w := &storeWrite{done: make(chan struct{})}
-	b.store.Apply(batch, func(err error) {
-		b.storeFailed(err)
-		w.err = err
-		close(w.done)
-	})
-	return w
-}
-
 // startMeta is startWrite for definitions only.
 func (b *Broker) startMeta(m *defs.Batch) *storeWrite {
 	return b.startWrite(&store.Batch{Meta: m.Ops})

@@ -200,3 +200,19 @@ func (q *Queue) markWaitLocked() chan struct{} {
 // exactMarksHook, if set (by tests), is called by storeExactMarks with
 // each queue before it takes the queue's lock.
 var exactMarksHook func(q *Queue)
+
+// storeFinalMarks takes q's exact delivered marks at a clean stop
+// (finalMarksLocked) and writes them with its definition record, then
+// done runs with the store's answer. It reports false, and done does not
+// run, when there is nothing to write (q deleted). The record is written
+// under q's lock, as every change to its definition is: a deletion after
+// it reaches the store after it.
+func (q *Queue) storeFinalMarks(done func(error)) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.finalMarksLocked() {
+		return false
+	}
+	q.env.store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}, done)
+	return true
+}

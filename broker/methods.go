@@ -318,7 +318,7 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *
 			if k := len(ch.pendingActs); k > 0 && ch.pendingActs[k-1].action == action {
 				ch.pendingActs[k-1].n += n
 			} else {
-				ch.pendingActs = append(ch.pendingActs, pendingSettle{n: n, action: action})
+				ch.pendingActs = append(ch.pendingActs, settleRun{n: n, action: action})
 			}
 		}
 		first, full := before == 0 && len(ds) > 0, len(ds) >= maxPendingSettles

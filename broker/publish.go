@@ -1,33 +1,21 @@
 package broker
 
 import (
-	"cmp"
-	"errors"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
-	"github.com/brokerd/brokerd/deadletter"
-	"github.com/brokerd/brokerd/overflow"
 	"github.com/brokerd/brokerd/store"
 )
 
 // pendingPublish is a validated basic.publish, ready to route.
 type pendingPublish struct {
+	incoming  // the message as its queues take it
 	exchange  string
 	mandatory bool
-	msg       *store.Message
 	headers   amqp.Table // decoded headers, for headers exchanges
-	ttl       int64      // per-message TTL in ms from the expiration property; -1 = none
-	prio      uint8      // priority property
 	seq       uint64     // confirm number; 0 when not in confirm mode
-	// entry, if not nil, is memory for the message's first queue entry,
-	// allocated with the publish (publishAlloc); enqueueLocked uses it
-	// once.
-	entry *entry
 }
 
 // publishAlloc is a publish with its message, its (one) routing key and
@@ -110,7 +98,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", m.Exchange, v.Name)
 	}
 	// One allocation for the publish, its message and its routing key.
-	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, ttl: -1, prio: props.Priority}}
+	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, incoming: incoming{ttl: -1, prio: props.Priority}}}
 	p := &a.p
 	p.entry = &a.e
 	if props.Flags&amqp.FlagExpiration != 0 {
@@ -203,7 +191,7 @@ func (ch *channel) publish(p *pendingPublish) {
 	if p.seq != 0 {
 		done = func(ack, inGroup bool) { ch.confirms.done(p.seq, ack, inGroup) }
 	}
-	ch.conn.b.enqueue(qs, p, done)
+	ch.conn.b.enqueue(qs, &p.incoming, done)
 }
 
 // route returns the queues p goes to, appended to dst. A direct
@@ -281,162 +269,6 @@ func (ch *channel) confirmDone(seq uint64, ack, inGroup bool) {
 	}
 }
 
-// enqueue puts a message into every queue of qs as one store operation,
-// together with what its arrival causes: drop-head evictions and their
-// dead-lettered copies, and the dead-lettered copy of a message a
-// reject-publish-dlx queue refuses. Target queues are locked together, in
-// id order, so the store sees an entry's put before any later change to
-// it. done (may be nil) runs once the operation is durable, or at once,
-// after the queues are unlocked, when nothing needs the store: ack is
-// false when a queue refused the message (reject-publish) or the store
-// failed; inGroup is true when done runs as a successful completion of
-// the store's (see groupCompleter).
-func (b *Broker) enqueue(qs []*Queue, p *pendingPublish, done func(ack, inGroup bool)) {
-	qs = lockQueues(qs)
-	t := b.newTxn()
-	refused := b.enqueueLocked(t, qs, p, &arrival{env: b.env})
-	if done != nil {
-		done = awaitEvictions(qs, done)
-	}
-	var wrote bool
-	if done == nil {
-		t.write(nil)
-	} else {
-		wrote = t.write(func(err error) { done(err == nil && !refused, err == nil) })
-	}
-	unlockQueues(qs)
-	t.finish()
-	if done != nil && !wrote {
-		done(!refused, false)
-	}
-}
-
-// awaitEvictions returns done, made to wait also for the evictions the
-// publish owes to queues of qs (locked by the caller) that it took over a
-// drop-head limit while their heads were being read back from the store
-// (evictionOwedLocked): a publisher sees its confirm only once the queue
-// is back within its limits, as if the eviction had been made at once.
-// In that (rare) case the confirm flushes itself rather than riding the
-// store's group.
-func awaitEvictions(qs []*Queue, done func(ack, inGroup bool)) func(ack, inGroup bool) {
-	owed := owedEvictions(qs)
-	if len(owed) == 0 {
-		return done
-	}
-	arrive := joinEvictions(owed, func(err error) { done(err == nil, false) })
-	return func(ack, _ bool) {
-		if ack {
-			arrive(nil)
-		} else {
-			arrive(errNotAcked)
-		}
-	}
-}
-
-// awaitEvictionsErr is awaitEvictions for tx.commit's completion: done
-// gets the first error of the commit and of the evictions.
-func awaitEvictionsErr(qs []*Queue, done func(error)) func(error) {
-	owed := owedEvictions(qs)
-	if len(owed) == 0 {
-		return done
-	}
-	return joinEvictions(owed, done)
-}
-
-// errNotAcked stands for a publish's own nack in joinEvictions.
-var errNotAcked = errors.New("publish not acked")
-
-// owedEvictions returns the queues of qs (locked) that owe an eviction.
-func owedEvictions(qs []*Queue) []*Queue {
-	var owed []*Queue
-	for _, q := range qs {
-		if q.evictionOwedLocked() {
-			owed = append(owed, q)
-		}
-	}
-	return owed
-}
-
-// joinEvictions returns the operation's completion: done runs, with the
-// first error, once it and a waiter added to each queue of owed (run
-// when that queue's eviction is written) have all arrived.
-func joinEvictions(owed []*Queue, done func(error)) func(error) {
-	var mu sync.Mutex
-	left := len(owed) + 1
-	var first error
-	arrive := func(err error) {
-		mu.Lock()
-		first = cmp.Or(first, err)
-		left--
-		last, v := left == 0, first
-		mu.Unlock()
-		if last {
-			done(v)
-		}
-	}
-	for _, q := range owed {
-		q.evictWaiters = append(q.evictWaiters, arrive)
-	}
-	return arrive
-}
-
-// enqueueLocked is enqueue's work on queues qs, locked by the caller,
-// within t. It reports whether a queue refused the message.
-func (b *Broker) enqueueLocked(t *txn, qs []*Queue, p *pendingPublish, at *arrival) (refused bool) {
-	msg := p.msg
-	for _, q := range qs {
-		if q.isDeleted() {
-			continue
-		}
-		lim := q.config().limits
-		pendN, pendB := q.pending()
-		if lim.Refuses(q.ready.Len()+int(pendN), q.ready.Bytes()+pendB, len(msg.Body)) {
-			refused = true
-			b.counters.Overflowed.Add(1)
-			if lim.Mode == overflow.RejectPublishDLX {
-				// Dead-lettered from q although it never entered it; the
-				// publisher, nacked, still owns it, so no backlog.
-				e := &entry{q: q, prio: p.prio, state: stGone}
-				e.Msg = msg
-				q.deadLetterLocked(t, []*entry{e}, deadletter.MaxLen, false)
-			}
-			continue
-		}
-		e := p.entry
-		if e != nil {
-			p.entry = nil // the first queue's, once
-		} else {
-			e = new(entry)
-		}
-		q.initEntry(e, msg, nil, p.prio, p.ttl, at)
-		if e.stored {
-			t.put(e)
-		}
-		q.arriveLocked(t, e)
-		q.stats.Publish.Add(1)
-	}
-	return refused
-}
-
-// lockQueues locks qs in id order, the one order in which code takes
-// several queue locks, and returns them sorted, each once.
-func lockQueues(qs []*Queue) []*Queue {
-	if len(qs) > 1 {
-		slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.id, y.id) })
-		qs = slices.Compact(qs)
-	}
-	for _, q := range qs {
-		q.mu.Lock()
-	}
-	return qs
-}
-
-func unlockQueues(qs []*Queue) {
-	for _, q := range qs {
-		q.mu.Unlock()
-	}
-}
-
 // commitTx performs a transaction's publishes and settlements (tx.commit)
 // as one store operation, and calls done once that is durable: at once if
 // it needs no store, with the error if the store failed.
@@ -453,15 +285,11 @@ func unlockQueues(qs []*Queue) {
 // operation.
 func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(error)) {
 	b := ch.conn.b
-	type routed struct {
-		p  *pendingPublish
-		qs []*Queue
-	}
-	var rs []routed
+	var rs []txPublish
 	var qs []*Queue
 	for _, p := range pubs {
 		if targets := ch.route(p, nil); len(targets) > 0 {
-			rs = append(rs, routed{p, targets})
+			rs = append(rs, txPublish{&p.incoming, targets})
 			qs = append(qs, targets...)
 		}
 	}
@@ -474,24 +302,11 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 		done(nil)
 		return
 	}
-	qs = lockQueues(qs)
-	t := b.newTxn()
-	at := arrival{env: b.env}
-	for _, r := range rs {
-		// A message a reject-publish queue refuses is dropped: a
-		// transaction has no per-message nack.
-		b.enqueueLocked(t, r.qs, r.p, &at)
-	}
+	var settles []txSettle
 	for _, a := range acks {
-		forEachQueue(a.ds, func(q *Queue, es []*entry) { q.settleLocked(t, es, a.action) })
+		forEachQueue(a.ds, func(q *Queue, es []*entry) { settles = append(settles, txSettle{q, es, a.action}) })
 	}
-	done = awaitEvictionsErr(qs, done)
-	wrote := t.write(done)
-	unlockQueues(qs)
-	t.finish()
-	if !wrote {
-		done(nil)
-	}
+	b.commit(qs, rs, settles, done)
 	if len(acks) > 0 {
 		ch.kick()
 	}

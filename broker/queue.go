@@ -888,3 +888,47 @@ func (q *Queue) markClosing() {
 func errNoQueue(vhost, name string) *amqp.Error {
 	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, vhost)
 }
+
+// delete deletes q. Under q's lock, unlink takes q out of its vhost and
+// returns the definition changes to write with the deletion; it reports
+// false if q was deleted already, and delete then returns that deletion's
+// write. unlock releases what unlink took (the vhost's lock), once the
+// deletion's batch — unlink's changes, and the drop of q's store ranges —
+// is handed to the store, so the store sees it in the order memory did.
+// It returns q's consumers, for the caller to cancel, and how many
+// messages q held.
+func (q *Queue) delete(unlink func() ([]store.MetaOp, bool), unlock func()) (consumers []*consumer, messages int, w *storeWrite, ok bool) {
+	q.mu.Lock()
+	meta, ok := unlink()
+	if !ok {
+		unlock()
+		w := q.deletion
+		q.mu.Unlock()
+		return nil, 0, w, false
+	}
+	batch := &store.Batch{Meta: meta}
+	if q.Durable && !q.Exclusive {
+		batch.DropQueues = []store.QueueID{q.id, q.backlogID()}
+	}
+	if q.spilled {
+		batch.DropQueues = append(batch.DropQueues, q.volID())
+	}
+	if q.blVolatile {
+		batch.DropQueues = append(batch.DropQueues, q.volBacklogID())
+	}
+	q.deletion = q.env.startWrite(batch)
+	unlock()
+	consumers, messages = q.markDeletedLocked()
+	w = q.deletion
+	q.mu.Unlock()
+	q.env.forgetCycles(q)
+	return consumers, messages, w, true
+}
+
+// readyLen returns the length of q's ready list, and whether q is
+// deleted.
+func (q *Queue) readyLen() (n int, deleted bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ready.Len(), q.isDeleted()
+}

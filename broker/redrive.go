@@ -61,9 +61,7 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 			break
 		}
 	}
-	q.mu.Lock()
-	run.res.Remaining = q.ready.Len()
-	q.mu.Unlock()
+	run.res.Remaining, _ = q.readyLen()
 	return run.res, nil
 }
 

@@ -96,9 +96,9 @@ type redriveRun struct {
 	// allow, if set, says whether a message may go to its origin queue
 	// (a task's user's write permission).
 	allow func(queue string) bool
-	task redriveRecorder // nil for Redrive
-	skip map[uint64]bool // seqs not to examine (a resumed task's failures)
-	res  RedriveResult
+	task  redriveRecorder // nil for Redrive
+	skip  map[uint64]bool // seqs not to examine (a resumed task's failures)
+	res   RedriveResult
 
 	// upTo bounds the scan: only messages the queue held when the
 	// redrive began (seq <= upTo) are examined, so one that comes back

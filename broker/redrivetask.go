@@ -168,9 +168,8 @@ func (t *redriveTask) snapshot() RedriveTask {
 	t.mu.Unlock()
 	live := int64(-1)
 	if q != nil { // t.mu is a leaf lock, taken under queue locks
-		q.mu.Lock()
-		live = int64(q.ready.Len())
-		q.mu.Unlock()
+		n, _ := q.readyLen()
+		live = int64(n)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -527,11 +526,9 @@ func (b *Broker) runRedrive(t *redriveTask) {
 	t.mu.Unlock()
 	remaining := int64(0)
 	if q != nil {
-		q.mu.Lock()
-		if !q.isDeleted() {
-			remaining = int64(q.ready.Len())
+		if n, deleted := q.readyLen(); !deleted {
+			remaining = int64(n)
 		}
-		q.mu.Unlock()
 	}
 	t.mu.Lock()
 	t.state, t.errText, t.ended, t.remaining, t.q = state, why, b.now(), remaining, nil

@@ -70,3 +70,28 @@ func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
 		q.dispatchLocked(t)
 	}
 }
+
+// settleRun is a run of n deliveries settled with one action.
+type settleRun struct {
+	n      int
+	action settleAction
+}
+
+// settleRuns settles es, entries of q a channel's deliveries held, in
+// runs of one action in order (runs' counts add up to len(es)), under one
+// hold of q's lock and in one store operation, in which q then delivers
+// into the credit its consumers got back.
+func (q *Queue) settleRuns(es []*entry, runs []settleRun) {
+	q.mu.Lock()
+	t := q.env.newTxn()
+	for _, r := range runs {
+		q.settleLocked(t, es[:r.n], r.action)
+		es = es[r.n:]
+	}
+	if !q.isDeleted() {
+		q.dispatchLocked(t)
+	}
+	t.apply(nil)
+	q.mu.Unlock()
+	t.finish()
+}

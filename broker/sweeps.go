@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 
-	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -134,22 +133,17 @@ func (b *Broker) storeExactMarks() {
 			if exactMarksHook != nil {
 				exactMarksHook(q)
 			}
-			// Applied under the queue's lock, as every change to its
-			// definition is: a deletion after it reaches the store after
-			// it, and a deleted queue (finalMarksLocked) writes nothing.
-			q.mu.Lock()
-			if q.finalMarksLocked() {
-				wg.Add(1)
-				b.store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}, func(err error) {
-					if err != nil {
-						errMu.Lock()
-						first = cmp.Or(first, err)
-						errMu.Unlock()
-					}
-					wg.Done()
-				})
+			wg.Add(1)
+			if !q.storeFinalMarks(func(err error) {
+				if err != nil {
+					errMu.Lock()
+					first = cmp.Or(first, err)
+					errMu.Unlock()
+				}
+				wg.Done()
+			}) {
+				wg.Done()
 			}
-			q.mu.Unlock()
 		}
 	}
 	wg.Wait()
@@ -181,15 +175,7 @@ func (b *Broker) retryBacklogsIfChanged(v *VHost) {
 	}
 	v.mu.RUnlock()
 	for _, q := range qs {
-		q.mu.Lock()
-		worth := q.backlogLen() > 0 && (q.backlogGen != gen || q.backlogFull)
-		q.mu.Unlock()
-		if worth {
-			q.locked(func(t *txn) {
-				q.backlogGen, q.backlogFull = gen, false
-				q.retryBacklogLocked(t)
-			})
-		}
+		q.retryBacklogIfChanged(gen)
 	}
 }
 

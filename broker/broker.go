@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,9 +105,8 @@ type Options struct {
 // atomics, types that lock for themselves, or say whose they are. The
 // lock order is the package's (doc.go).
 type Broker struct {
-	// env is what the queue engine shares with the broker (env.go); its
-	// members are promoted, so b.store is b.env.store.
-	*env
+	// env is what the queue engine shares with the broker (env.go).
+	env *env
 	opts Options
 
 	// authMu serializes changes to users, vhosts and permissions, and
@@ -204,8 +202,6 @@ func Open(opts Options) (*Broker, error) {
 		opts.ConsumerTimeoutCheck = time.Second
 	}
 	b := &Broker{
-		env: &env{cfg: Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes,
-			DeliveredMarkChunk: opts.DeliveredMarkChunk}, log: opts.Logger, store: opts.Store},
 		opts:   opts,
 		vhosts: make(map[string]*VHost),
 		users:  make(map[string]*auth.User),
@@ -213,25 +209,21 @@ func Open(opts Options) (*Broker, error) {
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}
-	b.storeFailedFn = b.storeFailed
-	b.storeAlarm = func() { b.SetAlarm(AlarmStore, true) }
-	b.expired = func(q *Queue) { b.deleteQueue(q) }
-	b.dropLog = newDropLogs(opts.Logger)
-	b.readLog = newReadLog(opts.Logger)
-	b.minConsumerTimeout.Store(math.MaxInt64)
+	cfg := Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk}
+	b.env = newEnv(cfg, opts.Logger, opts.Store, func() { b.SetAlarm(AlarmStore, true) }, func(q *Queue) { b.deleteQueue(q) })
 	b.SetConsumerTimeout(opts.ConsumerTimeout)
-	b.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
+	b.env.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
 	if err := b.recoverDefinitions(); err != nil {
-		b.timers.Close()
+		b.env.timers.Close()
 		return nil, fmt.Errorf("recover definitions: %w", err)
 	}
 	if err := b.bootstrap(bootUsers); err != nil {
-		b.timers.Close()
+		b.env.timers.Close()
 		return nil, err
 	}
 	resume, err := b.recoverRedrives()
 	if err != nil {
-		b.timers.Close()
+		b.env.timers.Close()
 		return nil, fmt.Errorf("recover redrive tasks: %w", err)
 	}
 	b.wg.Add(2)
@@ -294,20 +286,12 @@ func (b *Broker) Close() {
 	for _, c := range conns {
 		c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
 	}
-	b.asyncMu.Lock()
-	b.asyncClosed = true
-	b.asyncMu.Unlock()
-	b.async.Wait()
+	b.env.stopAsync()
 	b.storeExactMarks()
 	close(b.quit)
 	b.wg.Wait()
-	b.timers.Close()
-	for _, l := range b.dropLog {
-		if l != nil {
-			l.Stop() // logs the drops counted since the last line
-		}
-	}
-	b.readLog.Stop()
+	b.env.timers.Close()
+	b.env.stopLogs()
 }
 
 // OpenConnection implements amqp.Handler.

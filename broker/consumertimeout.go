@@ -31,25 +31,20 @@ func (b *Broker) SetConsumerTimeout(d time.Duration) {
 	if d >= 0 {
 		ms = d.Milliseconds()
 	}
-	b.consumerTimeoutMs.Store(ms)
-	if ms >= 0 {
-		// A raised timeout leaves the check bound low: it only costs
-		// looking at deliveries sooner than needed.
-		b.noteConsumerTimeout(ms)
-	}
+	b.env.setConsumerTimeout(ms)
 }
 
 // checkConsumerTimeouts closes the channels holding a delivery past its
 // queue's consumer timeout.
 func (b *Broker) checkConsumerTimeouts() {
-	min := b.minConsumerTimeout.Load()
+	min := b.env.consumerTimeoutBound()
 	b.mu.RLock()
 	conns := make([]*conn, 0, len(b.conns))
 	for c := range b.conns {
 		conns = append(conns, c)
 	}
 	b.mu.RUnlock()
-	now := b.nowMS()
+	now := b.env.nowMS()
 	for _, c := range conns {
 		c.mu.Lock()
 		chs := make([]*channel, 0, len(c.channels))
@@ -103,7 +98,7 @@ func (ch *channel) timeOut(ms int64) {
 	ds, _ := ch.takeUnackedLocked(0, true, nil)
 	ch.mu.Unlock()
 	c := ch.conn
-	c.b.log.Warn("consumer timeout: channel closed",
+	c.b.env.log.Warn("consumer timeout: channel closed",
 		"vhost", c.vhost.Name, "user", c.userName, "channel", ch.id, "timeout_ms", ms, "requeued", len(ds))
 	ch.out.Close(amqp.Errorf(amqp.PreconditionFailed,
 		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. This timeout value can be configured, see consumers doc guide to learn more", ch.id, ms))

@@ -75,7 +75,7 @@ type Stats struct {
 
 // Stats returns the current counters.
 func (b *Broker) Stats() Stats {
-	c := &b.counters
+	c := &b.env.counters
 	// returned is read before unroutable, which every return adds to
 	// first, so Returned <= Unroutable in every snapshot.
 	returned := c.Returned.Load()

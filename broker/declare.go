@@ -317,9 +317,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		return ch.queueDeclare(m)
 	}
 	if p := v.policyForQueueLocked(name, q.qtype); p != nil {
-		cfg := resolveQueueConfig(q.qtype, q.Args, p)
-		q.cfg.Store(&cfg)
-		c.b.noteConsumerTimeout(cfg.consumerTimeout)
+		q.initPolicy(p)
 	}
 	v.queues[name] = q
 	var mb defs.Batch

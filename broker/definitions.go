@@ -45,7 +45,7 @@ func policyDefOf(k *policyKind, vhost string, p *Policy) defs.Policy {
 
 // startMeta is startWrite for definitions only.
 func (b *Broker) startMeta(m *defs.Batch) *storeWrite {
-	return b.startWrite(&store.Batch{Meta: m.Ops})
+	return b.env.startWrite(&store.Batch{Meta: m.Ops})
 }
 
 // recoverDefinitions rebuilds vhosts, users, permissions, durable
@@ -61,14 +61,14 @@ func (b *Broker) recoverDefinitions() error {
 	var drop defs.Batch
 	var dropQueues []store.QueueID
 	dangling := func(key, what string, args ...any) {
-		b.log.Warn("recovery: dropping "+what, args...)
+		b.env.log.Warn("recovery: dropping "+what, args...)
 		drop.Delete(key)
 	}
 	scan := func(prefix string, fn func(key string, v []byte) error) {
 		if err != nil {
 			return
 		}
-		serr := b.store.ScanMeta(prefix, func(k string, v []byte) bool {
+		serr := b.env.store.ScanMeta(prefix, func(k string, v []byte) bool {
 			if err = fn(k, v); err != nil {
 				err = fmt.Errorf("definition %q: %w", k, err)
 			}
@@ -225,7 +225,7 @@ func (b *Broker) recoverDefinitions() error {
 	if err != nil {
 		return err
 	}
-	if w := b.startWrite(&store.Batch{Meta: drop.Ops, DropQueues: dropQueues}); w != nil {
+	if w := b.env.startWrite(&store.Batch{Meta: drop.Ops, DropQueues: dropQueues}); w != nil {
 		<-w.done
 		if w.err != nil {
 			return fmt.Errorf("delete dangling definitions: %w", w.err)
@@ -278,8 +278,8 @@ func (b *Broker) dropVolatileQueues(states map[store.QueueID]store.QueueState) e
 		return nil
 	}
 	slices.Sort(drop)
-	b.log.Info("recovery: dropping the paged-out transient messages of the previous run", "queues", len(drop))
-	if w := b.startWrite(&store.Batch{DropQueues: drop}); w != nil {
+	b.env.log.Info("recovery: dropping the paged-out transient messages of the previous run", "queues", len(drop))
+	if w := b.env.startWrite(&store.Batch{DropQueues: drop}); w != nil {
 		<-w.done
 		if w.err != nil {
 			return fmt.Errorf("drop transient messages: %w", w.err)
@@ -293,7 +293,7 @@ func (b *Broker) dropVolatileQueues(states map[store.QueueID]store.QueueState) e
 // of stored backlogs.
 func (b *Broker) queueStates() (map[store.QueueID]store.QueueState, error) {
 	states := make(map[store.QueueID]store.QueueState)
-	err := b.store.Queues(func(id store.QueueID, st store.QueueState) bool {
+	err := b.env.store.Queues(func(id store.QueueID, st store.QueueState) bool {
 		states[id] = st
 		return true
 	})

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,51 @@ type Config struct {
 	PageWindowBytes    int64
 	DeliveredMarkChunk int
 }
+
+// newEnv returns an engine environment over st. alarm raises the store
+// alarm (storeAlarm); expired deletes a queue whose lease ran out. The
+// owner sets timers before any queue is made.
+func newEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired func(q *Queue)) *env {
+	b := &env{cfg: cfg, log: log, store: st, storeAlarm: alarm, expired: expired}
+	b.storeFailedFn = b.storeFailed
+	b.dropLog = newDropLogs(log)
+	b.readLog = newReadLog(log)
+	b.minConsumerTimeout.Store(math.MaxInt64)
+	return b
+}
+
+// stopAsync waits for the background tasks to end; none starts after.
+func (b *env) stopAsync() {
+	b.asyncMu.Lock()
+	b.asyncClosed = true
+	b.asyncMu.Unlock()
+	b.async.Wait()
+}
+
+// stopLogs stops the rate-limited logs, each logging what it counted
+// since its last line.
+func (b *env) stopLogs() {
+	for _, l := range b.dropLog {
+		if l != nil {
+			l.Stop()
+		}
+	}
+	b.readLog.Stop()
+}
+
+// setConsumerTimeout sets the broker's consumer timeout, ms (-1: none).
+func (b *env) setConsumerTimeout(ms int64) {
+	b.consumerTimeoutMs.Store(ms)
+	if ms >= 0 {
+		// A raised timeout leaves the check bound low: it only costs
+		// looking at deliveries sooner than needed.
+		b.noteConsumerTimeout(ms)
+	}
+}
+
+// consumerTimeoutBound is at most every consumer timeout in force (ms):
+// deliveries younger than it need no check.
+func (b *env) consumerTimeoutBound() int64 { return b.minConsumerTimeout.Load() }
 
 // goAsync registers a background task (call asyncDone when it ends), or
 // reports false once the broker is closing.

@@ -112,7 +112,7 @@ func (b *Broker) BacklogResidentForTest(vhost, queue string) int {
 func (b *Broker) ReadAheadPendingForTest(vhost, queue string) int {
 	q := b.lockedQueueForTest(vhost, queue)
 	defer q.mu.Unlock()
-	now, n := b.nowMS(), 0
+	now, n := b.env.nowMS(), 0
 	for _, pt := range q.paged {
 		if pt.pre == nil && pt.timer.Deadline <= now {
 			n++
@@ -204,8 +204,8 @@ func (b *Broker) GetWaitingForTest(vhost, queue string) bool {
 // still be on its way).
 func (b *Broker) SettleTimersForTest() {
 	for range 3 { // a read's merge may arm timers already due
-		b.timers.Sync()
-		b.waitAsyncIdle()
+		b.env.timers.Sync()
+		b.env.waitAsyncIdle()
 	}
 }
 
@@ -216,13 +216,13 @@ func (b *Broker) CheckConsumerTimeoutsForTest() { b.checkConsumerTimeouts() }
 // retry over every vhost now, with the reads it starts.
 func (b *Broker) RetryBacklogsForTest() {
 	b.retryAllBacklogs()
-	b.waitAsyncIdle()
+	b.env.waitAsyncIdle()
 }
 
 // StoreFailureForTest returns the error that failed the broker's store,
 // nil while it has not.
 func (b *Broker) StoreFailureForTest() error {
-	if p := b.storeErr.Load(); p != nil {
+	if p := b.env.storeErr.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -254,7 +254,7 @@ const RaceEnabledForTest = raceEnabled
 func (b *Broker) StoredOriginsForTest(vhost, queue string) ([]*store.Origin, error) {
 	q := b.queueForTest(vhost, queue)
 	var out []*store.Origin
-	err := b.store.ScanQueue(q.id, 0, func(e *store.Entry) bool {
+	err := b.env.store.ScanQueue(q.id, 0, func(e *store.Entry) bool {
 		out = append(out, e.Origin)
 		return true
 	})

@@ -560,9 +560,7 @@ func (p *importPlan) apply() *storeWrite {
 		}
 		q := newQueue(b.env, &v.Host, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
 		if qp := v.policyForQueueLocked(dq.Name, q.qtype); qp != nil {
-			cfg := resolveQueueConfig(q.qtype, q.Args, qp)
-			q.cfg.Store(&cfg)
-			b.noteConsumerTimeout(cfg.consumerTimeout)
+			q.initPolicy(qp)
 		}
 		v.queues[dq.Name] = q
 		if q.Durable {

@@ -43,7 +43,7 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	// never waits. An error means the connection is closing or the store
 	// failed; the publish then fails (or is nacked) in Apply as it would
 	// have anyway.
-	_ = ch.conn.b.store.Reserve(ch.conn.ctx, len(body)+len(raw))
+	_ = ch.conn.b.env.store.Reserve(ch.conn.ctx, len(body)+len(raw))
 	p, err := ch.preparePublish(m, props, raw, body)
 	if err != nil {
 		err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
@@ -66,7 +66,7 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	if ch.confirm {
 		ch.publishSeq++
 		p.seq = ch.publishSeq
-		ch.conn.b.counters.ReceivedConfirm.Add(1)
+		ch.conn.b.env.counters.ReceivedConfirm.Add(1)
 	}
 	ch.mu.Unlock()
 	ch.publish(p)
@@ -279,13 +279,13 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	}
 	e, tag, props, remaining := q.get(ch, m.NoAck)
 	if e == nil {
-		ch.conn.b.counters.GetEmpty.Add(1)
+		ch.conn.b.env.counters.GetEmpty.Add(1)
 		q.stats.GetEmpty.Add(1)
 		ch.deliveryStats.getEmpty.Add(1)
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
-	ch.conn.b.counters.Delivered.Add(true, m.NoAck, e.redelivered)
+	ch.conn.b.env.counters.Delivered.Add(true, m.NoAck, e.redelivered)
 	q.stats.Delivered.Add(true, m.NoAck, e.redelivered)
 	ch.deliveryStats.delivered.Add(true, m.NoAck, e.redelivered)
 	h := e.EffectiveHeader()
@@ -380,8 +380,8 @@ func (ch *channel) confirmSelect(m *amqp.ConfirmSelect) *amqp.Error {
 	}
 	if !ch.confirm {
 		ch.confirm = true
-		g, _ := ch.conn.b.store.(groupCompleter)
-		ch.confirms.start(ch.out, g, &ch.conn.b.counters)
+		g, _ := ch.conn.b.env.store.(groupCompleter)
+		ch.confirms.start(ch.out, g, &ch.conn.b.env.counters)
 	}
 	ch.mu.Unlock()
 	if !m.Nowait {

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/brokerd/brokerd/store"
@@ -100,4 +101,60 @@ func peeked(e *store.Entry, prio uint8, redelivered bool) PeekedMessage {
 		Seq: e.Seq, Exchange: h.Exchange, RoutingKeys: h.RoutingKeys, Props: h.Props, Body: e.Msg.Body,
 		Redelivered: redelivered, Priority: prio, DeliveryCount: e.DeliveryCount,
 	}
+}
+
+// peek is Broker.Peek (level < 0) and PeekLevel on q. It reports false if
+// q was deleted. Resident messages are copied under q's lock; paged ones
+// are read from the store after it is released.
+func (q *Queue) peek(level int, from uint64, count int) ([]PeekedMessage, bool, error) {
+	want := max(min(count, PeekMaxCount), 0)
+
+	parts, spilled, marks, ok := q.planPeek(level, from, want)
+	if !ok {
+		return nil, false, nil
+	}
+	var out []PeekedMessage
+	var bytes int64
+	full := func() bool {
+		return len(out) >= want || len(out) > 0 && bytes >= PeekMaxBytes
+	}
+	add := func(m PeekedMessage) {
+		out = append(out, m)
+		bytes += int64(len(m.Body))
+	}
+	rg := q.ranges()
+	for _, p := range parts {
+		if !p.mid {
+			for _, m := range p.resident {
+				if full() {
+					break
+				}
+				add(m)
+			}
+			continue
+		}
+		for pos := p.from; !full() && pos <= p.to; {
+			r, err := rg.ReadMiddle(spilled, p.prio, pos, p.to, want-len(out), max(PeekMaxBytes-bytes, 1), 0, nil)
+			if err != nil {
+				return nil, true, fmt.Errorf("peek queue '%s' in vhost '%s': read paged messages: %w", q.Name, q.host.Name, err)
+			}
+			for i := range r.Metas {
+				m := &r.Metas[i]
+				pos = m.Seq + 1
+				if m.DeadLetter != "" || full() {
+					continue // waiting in the dead-letter backlog: not ready
+				}
+				e := store.Entry{Ref: m.Ref, Msg: r.Msgs[i], Header: m.Header}
+				redelivered := m.DeliveryCount > 0 || int(m.Prio) < len(marks) && m.Seq <= marks[m.Prio]
+				add(peeked(&e, m.Prio, redelivered))
+			}
+			if r.Done || len(r.Metas) == 0 {
+				break
+			}
+		}
+		if full() {
+			break
+		}
+	}
+	return out, true, nil
 }

@@ -1,10 +1,7 @@
 package broker
 
 import (
-	"fmt"
-
 	"github.com/brokerd/brokerd/broker/auth"
-	"github.com/brokerd/brokerd/store"
 )
 
 // Peek returns up to count (at most PeekMaxCount) ready messages of the
@@ -47,56 +44,11 @@ func (b *Broker) peek(vhost, queue string, level int, from uint64, count int) ([
 	if q == nil {
 		return nil, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 	}
-	want := max(min(count, PeekMaxCount), 0)
-
-	parts, spilled, marks, ok := q.planPeek(level, from, want)
+	out, ok, err := q.peek(level, from, count)
 	if !ok {
 		return nil, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 	}
-	var out []PeekedMessage
-	var bytes int64
-	full := func() bool {
-		return len(out) >= want || len(out) > 0 && bytes >= PeekMaxBytes
-	}
-	add := func(m PeekedMessage) {
-		out = append(out, m)
-		bytes += int64(len(m.Body))
-	}
-	rg := q.ranges()
-	for _, p := range parts {
-		if !p.mid {
-			for _, m := range p.resident {
-				if full() {
-					break
-				}
-				add(m)
-			}
-			continue
-		}
-		for pos := p.from; !full() && pos <= p.to; {
-			r, err := rg.ReadMiddle(spilled, p.prio, pos, p.to, want-len(out), max(PeekMaxBytes-bytes, 1), 0, nil)
-			if err != nil {
-				return nil, fmt.Errorf("peek queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, err)
-			}
-			for i := range r.Metas {
-				m := &r.Metas[i]
-				pos = m.Seq + 1
-				if m.DeadLetter != "" || full() {
-					continue // waiting in the dead-letter backlog: not ready
-				}
-				e := store.Entry{Ref: m.Ref, Msg: r.Msgs[i], Header: m.Header}
-				redelivered := m.DeliveryCount > 0 || int(m.Prio) < len(marks) && m.Seq <= marks[m.Prio]
-				add(peeked(&e, m.Prio, redelivered))
-			}
-			if r.Done || len(r.Metas) == 0 {
-				break
-			}
-		}
-		if full() {
-			break
-		}
-	}
-	return out, nil
+	return out, err
 }
 
 // Peek is Broker.Peek as this Direct's user may do it: the queue's read

@@ -204,32 +204,16 @@ func (b *Broker) applyPolicies(v *VHost) {
 		x.applyPolicyLocked(ps)
 	}
 	type change struct {
-		q   *Queue
-		cfg queueConfig
+		q  *Queue
+		qp *policy.QueuePolicies
 	}
 	var changes []change
 	for _, q := range v.queues {
-		changes = append(changes, change{q, resolveQueueConfig(q.qtype, q.Args, policy.ForQueue(ps, ops, q.Name, q.qtype))})
+		changes = append(changes, change{q, policy.ForQueue(ps, ops, q.Name, q.qtype)})
 	}
 	v.mu.Unlock()
 	for _, c := range changes {
-		c.q.setConfig(c.cfg)
+		c.q.applyPolicy(c.qp)
 	}
 }
 
-// setConfig installs new effective settings and applies what changes at
-// once. Message deadlines already set are not recomputed (B38).
-func (q *Queue) setConfig(cfg queueConfig) {
-	q.locked(func(t *txn) {
-		if q.isDeleted() {
-			return
-		}
-		old := q.cfg.Swap(&cfg)
-		q.env.noteConsumerTimeout(cfg.consumerTimeout)
-		if old.expires != cfg.expires {
-			q.touchLocked()
-		}
-		q.enforceLimitsLocked(t)
-		q.retryBacklogLocked(t)
-	})
-}

@@ -149,7 +149,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		raw = enc
 	}
 	p.msg = &a.msg
-	p.msg.ID = c.b.store.AllocMsgID() // fixed now: copies in several queues share it
+	p.msg.ID = c.b.env.store.AllocMsgID() // fixed now: copies in several queues share it
 	p.msg.Header = store.Header{Exchange: m.Exchange, RoutingKeys: keys, Props: raw}
 	p.msg.Body = body
 	p.msg.Persistent = props.DeliveryMode == 2
@@ -191,7 +191,7 @@ func (ch *channel) publish(p *pendingPublish) {
 	if p.seq != 0 {
 		done = func(ack, inGroup bool) { ch.confirms.done(p.seq, ack, inGroup) }
 	}
-	ch.conn.b.enqueue(qs, &p.incoming, done)
+	ch.conn.b.env.enqueue(qs, &p.incoming, done)
 }
 
 // route returns the queues p goes to, appended to dst. A direct
@@ -204,18 +204,18 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	h := &p.msg.Header
 	if p.exchange == "" && strings.HasPrefix(h.RoutingKeys[0], replyToPrefix) {
 		delivered := b.deliverReply(h.RoutingKeys[0], p.msg)
-		b.counters.Published.Add(1) // RabbitMQ counts these as received too
+		b.env.counters.Published.Add(1) // RabbitMQ counts these as received too
 		ch.confirms.stats.publish.Add(1)
 		switch {
 		case delivered:
-			b.counters.Routed.Add(1)
+			b.env.counters.Routed.Add(1)
 		case p.mandatory:
-			b.counters.Unroutable.Add(1)
-			b.counters.Returned.Add(1)
+			b.env.counters.Unroutable.Add(1)
+			b.env.counters.Returned.Add(1)
 			ch.confirms.stats.returned.Add(1)
 			ch.sendReturn(p.msg)
 		default:
-			b.counters.Unroutable.Add(1)
+			b.env.counters.Unroutable.Add(1)
 			ch.confirms.stats.dropped.Add(1)
 		}
 		return nil
@@ -232,23 +232,23 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	// long as its message's first entry (publishAlloc), so they would
 	// double what a resident message with a large header holds.
 	p.headers = nil
-	b.counters.Published.Add(1)
+	b.env.counters.Published.Add(1)
 	ch.confirms.stats.publish.Add(1)
 	if x != nil {
 		x.stats.publishIn.Add(1)
 		x.stats.publishOut.Add(uint64(len(qs)))
 	}
 	if len(qs) == 0 {
-		b.counters.Unroutable.Add(1)
+		b.env.counters.Unroutable.Add(1)
 		if p.mandatory {
-			b.counters.Returned.Add(1)
+			b.env.counters.Returned.Add(1)
 			ch.confirms.stats.returned.Add(1)
 			ch.sendReturn(p.msg)
 		} else {
 			ch.confirms.stats.dropped.Add(1)
 		}
 	} else {
-		b.counters.Routed.Add(1)
+		b.env.counters.Routed.Add(1)
 	}
 	return qs
 }
@@ -306,7 +306,7 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 	for _, a := range acks {
 		forEachQueue(a.ds, func(q *Queue, es []*entry) { settles = append(settles, txSettle{q, es, a.action}) })
 	}
-	b.commit(qs, rs, settles, done)
+	b.env.commit(qs, rs, settles, done)
 	if len(acks) > 0 {
 		ch.kick()
 	}

@@ -165,3 +165,31 @@ func (q *Queue) consumerTimeout() int64 {
 	}
 	return q.env.globalConsumerTimeout()
 }
+
+// applyPolicy computes q's effective settings with the policies qp that
+// apply to it, installs them and applies what changes at
+// once. Message deadlines already set are not recomputed (B38).
+func (q *Queue) applyPolicy(qp *policy.QueuePolicies) {
+	cfg := resolveQueueConfig(q.qtype, q.Args, qp)
+	q.locked(func(t *txn) {
+		if q.isDeleted() {
+			return
+		}
+		old := q.cfg.Swap(&cfg)
+		q.env.noteConsumerTimeout(cfg.consumerTimeout)
+		if old.expires != cfg.expires {
+			q.touchLocked()
+		}
+		q.enforceLimitsLocked(t)
+		q.retryBacklogLocked(t)
+	})
+}
+
+// initPolicy sets q's effective settings from its arguments and the
+// policies qp that apply to it, at its declaration (q is not reachable
+// yet).
+func (q *Queue) initPolicy(qp *policy.QueuePolicies) {
+	cfg := resolveQueueConfig(q.qtype, q.Args, qp)
+	q.cfg.Store(&cfg)
+	q.env.noteConsumerTimeout(cfg.consumerTimeout)
+}

@@ -222,10 +222,10 @@ func (b *Broker) StartRedrive(spec RedriveSpec) (string, error) {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", fmt.Errorf("redrive task id: %w", err)
 	}
-	t := newRedriveTask(hex.EncodeToString(raw[:]), spec, b.now())
+	t := newRedriveTask(hex.EncodeToString(raw[:]), spec, b.env.now())
 	t.q, t.queueID, t.upTo = q, q.id, q.seq.Load()
 	t.mu.Lock()
-	w := b.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
+	w := b.env.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
 	t.mu.Unlock()
 	if err := w.waitErr(); err != nil {
 		return "", err
@@ -389,7 +389,7 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 	}
 	out := []RedriveFailure{}
 	var perr error
-	err := b.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, id), func(k string, v []byte) bool {
+	err := b.env.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, id), func(k string, v []byte) bool {
 		if len(out) >= count {
 			return false
 		}
@@ -421,14 +421,14 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 func (b *Broker) forgetRedrive(id string) *storeWrite {
 	ops := []store.MetaOp{{Key: defs.Key(defs.PrefixRedriveTask, id)}}
 	prefix := defs.Key(defs.PrefixRedriveFailure, id)
-	err := b.store.ScanMeta(prefix, func(k string, _ []byte) bool {
+	err := b.env.store.ScanMeta(prefix, func(k string, _ []byte) bool {
 		ops = append(ops, store.MetaOp{Key: k})
 		return true
 	})
 	if err != nil {
-		b.log.Warn("redrive: cannot list a forgotten task's failures", "task", id, "error", err)
+		b.env.log.Warn("redrive: cannot list a forgotten task's failures", "task", id, "error", err)
 	}
-	return b.startWrite(&store.Batch{Meta: ops})
+	return b.env.startWrite(&store.Batch{Meta: ops})
 }
 
 // recoverRedrives reads the stored tasks (before the broker serves) and
@@ -438,7 +438,7 @@ func (b *Broker) forgetRedrive(id string) *storeWrite {
 func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	var resume, all []*redriveTask
 	var err error
-	serr := b.store.ScanMeta(defs.PrefixRedriveTask, func(k string, v []byte) bool {
+	serr := b.env.store.ScanMeta(defs.PrefixRedriveTask, func(k string, v []byte) bool {
 		var parts []string
 		if parts, err = defs.Parts(k, defs.PrefixRedriveTask, 1); err != nil {
 			return false
@@ -482,7 +482,7 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	}
 	for _, t := range all {
 		running := t.state == RedriveRunning
-		serr := b.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, t.id), func(k string, v []byte) bool {
+		serr := b.env.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, t.id), func(k string, v []byte) bool {
 			parts, perr := defs.Parts(k, defs.PrefixRedriveFailure, 2)
 			if perr != nil {
 				err = perr
@@ -531,13 +531,13 @@ func (b *Broker) runRedrive(t *redriveTask) {
 		}
 	}
 	t.mu.Lock()
-	t.state, t.errText, t.ended, t.remaining, t.q = state, why, b.now(), remaining, nil
-	w := b.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
+	t.state, t.errText, t.ended, t.remaining, t.q = state, why, b.env.now(), remaining, nil
+	w := b.env.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
 	t.mu.Unlock()
 	if err := w.waitErr(); err != nil {
-		b.log.Warn("redrive: cannot record the end of a task", "task", t.id, "error", err)
+		b.env.log.Warn("redrive: cannot record the end of a task", "task", t.id, "error", err)
 	}
-	b.log.Info("redrive task ended", "task", t.id, "vhost", t.spec.VHost, "queue", t.spec.Queue,
+	b.env.log.Info("redrive task ended", "task", t.id, "vhost", t.spec.VHost, "queue", t.spec.Queue,
 		"state", state, "moved", t.moved, "failed", t.failed, "error", why)
 	b.pruneRedrives()
 }
@@ -555,7 +555,7 @@ func (b *Broker) pruneRedrives() {
 		delete(b.redrives.tasks, ended[i].ID)
 		b.redrives.mu.Unlock()
 		if err := b.forgetRedrive(ended[i].ID).waitErr(); err != nil {
-			b.log.Warn("redrive: cannot forget an old task", "task", ended[i].ID, "error", err)
+			b.env.log.Warn("redrive: cannot forget an old task", "task", ended[i].ID, "error", err)
 		}
 	}
 }
@@ -637,7 +637,7 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 		paced += examined
 		switch {
 		case err != nil:
-			if b.storeErr.Load() != nil {
+			if b.env.storeErr.Load() != nil {
 				return RedriveRunning, "" // nothing more can be recorded: resume next start
 			}
 			return RedriveFailed, err.Error()
@@ -657,7 +657,7 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 		case !progressed || run.exhausted:
 			return RedriveFinished, ""
 		}
-		if b.storeErr.Load() != nil {
+		if b.env.storeErr.Load() != nil {
 			return RedriveRunning, ""
 		}
 	}

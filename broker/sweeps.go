@@ -46,21 +46,21 @@ func (b *Broker) scanHorizon() {
 	if h.scanned == 0 {
 		from = math.MinInt64 // the first scan: whatever is overdue too
 	}
-	until := b.nowMS() + horizonMS
+	until := b.env.nowMS() + horizonMS
 	// Publish the new horizon before reading: an entry that pages out
 	// from now on with a deadline up to it is armed as it pages out, and
 	// one that paged out before is in the store for this read.
-	b.horizon.Store(until)
+	b.env.horizon.Store(until)
 	byQueue := map[store.QueueID][]pagedRef{}
-	err := b.store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
+	err := b.env.store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
 		byQueue[r.Queue] = append(byQueue[r.Queue], pagedRef{d, r})
 		return true
 	})
 	if err != nil {
 		// The same range is read again after a pause (readretry.go).
-		b.readFailed(fmt.Errorf("read deadlines: %w", err))
-		h.timer.Deadline = b.nowMS() + readRetryDelay.Milliseconds()
-		b.timers.Add(&h.timer)
+		b.env.readFailed(fmt.Errorf("read deadlines: %w", err))
+		h.timer.Deadline = b.env.nowMS() + readRetryDelay.Milliseconds()
+		b.env.timers.Add(&h.timer)
 		return
 	}
 	h.scanned = until
@@ -70,7 +70,7 @@ func (b *Broker) scanHorizon() {
 		}
 	}
 	h.timer.Deadline = until - horizonMS/2
-	b.timers.Add(&h.timer)
+	b.env.timers.Add(&h.timer)
 }
 
 // queuesByID returns the queues whose store ranges (durable or volatile)
@@ -105,7 +105,7 @@ func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
 // runs it once the connections are closed and the background work is
 // done; deliveries stop here.
 func (b *Broker) storeExactMarks() {
-	if b.storeErr.Load() != nil {
+	if b.env.storeErr.Load() != nil {
 		return
 	}
 	b.mu.RLock()
@@ -149,7 +149,7 @@ func (b *Broker) storeExactMarks() {
 	wg.Wait()
 	if first != nil {
 		// The marks asked for stay: a crash's answer, redelivered=true.
-		b.log.Warn("could not store exact delivered marks at shutdown", "err", first)
+		b.env.log.Warn("could not store exact delivered marks at shutdown", "err", first)
 	}
 }
 

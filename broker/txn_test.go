@@ -18,7 +18,7 @@ func TestTxnBatches(t *testing.T) {
 			st := memstore.New()
 			b := &Broker{env: &env{store: st, log: slog.Default()}}
 			msgs := []*store.Message{{ID: 1, Persistent: true}, {ID: 2, Persistent: true}, {ID: 3, Persistent: true}}
-			tx := b.newTxn()
+			tx := b.env.newTxn()
 			var entries []*entry
 			for i := 0; i < n; i++ {
 				e := &entry{stored: true}
@@ -65,7 +65,7 @@ func TestTxnBatches(t *testing.T) {
 			}
 			// A second txn deletes what is stored: the deletes go out as
 			// deletes, not as cancelled puts.
-			tx2 := b.newTxn()
+			tx2 := b.env.newTxn()
 			for i, e := range entries {
 				if i%3 != 2 {
 					tx2.del(e)

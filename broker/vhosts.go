@@ -62,7 +62,7 @@ func (b *Broker) bootstrap(users []*auth.User) error {
 	if err := w.waitErr(); err != nil {
 		return fmt.Errorf("store bootstrap vhosts and users: %w", err)
 	}
-	b.log.Info("fresh data dir: created the bootstrap vhosts and users", "vhosts", b.opts.VHosts, "users", len(users))
+	b.env.log.Info("fresh data dir: created the bootstrap vhosts and users", "vhosts", b.opts.VHosts, "users", len(users))
 	return nil
 }
 
@@ -245,7 +245,7 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 	}
 	var rest defs.Batch
 	for _, kind := range defs.VHostPrefixes() {
-		err := b.store.ScanMeta(defs.Key(kind, v.Name), func(key string, _ []byte) bool {
+		err := b.env.store.ScanMeta(defs.Key(kind, v.Name), func(key string, _ []byte) bool {
 			rest.Delete(key)
 			return true
 		})
@@ -254,7 +254,7 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 		}
 	}
 	if len(rest.Ops) > 0 {
-		b.log.Info("deleted vhost: removing records left in the store", "vhost", v.Name, "records", len(rest.Ops))
+		b.env.log.Info("deleted vhost: removing records left in the store", "vhost", v.Name, "records", len(rest.Ops))
 	}
-	return b.startWrite(&store.Batch{Meta: rest.Ops}).waitErr()
+	return b.env.startWrite(&store.Batch{Meta: rest.Ops}).waitErr()
 }

@@ -106,7 +106,7 @@ type Options struct {
 // lock order is the package's (doc.go).
 type Broker struct {
 	// env is what the queue engine shares with the broker (env.go).
-	env *env
+	env  *env
 	opts Options
 
 	// authMu serializes changes to users, vhosts and permissions, and

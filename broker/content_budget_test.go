@@ -75,9 +75,12 @@ func awaitBlocking(t *testing.T, bs []chan amqp091.Blocking, active bool) {
 // connections pushed 1.9 GiB past a 1 GiB watermark). After the alarm
 // clears every message arrives intact.
 func TestAlarmStopsBodiesAtTheNextFrame(t *testing.T) {
-	// No publisher can be done before the alarm comes back (each sends
-	// more than the quarter past the first bodies it waits for).
-	const pubs, msgs, size = 3, 4, 4 << 20
+	// No publisher can be done before the alarm comes back: each sends
+	// more than all the bytes the alarm waits for (pubs+1/4 bodies), so
+	// even one the scheduler favoured over the others has bodies left
+	// (with 4 bodies each, one publisher could send all 16 MiB before the
+	// others' first frames and never see the second connection.blocked).
+	const pubs, msgs, size = 3, 8, 4 << 20
 	const frame = 16 << 10
 	b := brokertest.Start(t, brokertest.Config{})
 	srv := b.Server()

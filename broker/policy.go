@@ -216,4 +216,3 @@ func (b *Broker) applyPolicies(v *VHost) {
 		c.q.applyPolicy(c.qp)
 	}
 }
-

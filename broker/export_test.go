@@ -4,11 +4,8 @@ package broker
 // tests.
 
 import (
-	"sync"
-
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/store"
-	"github.com/brokerd/brokerd/ttl"
 )
 
 // VHostLockedForTest reports whether vhost's lock is held (or waited for)
@@ -64,13 +61,6 @@ func (d *DefsForTest) OperatorPolicy(vhost, name, pattern string, def map[string
 // Ops returns the records built so far.
 func (d *DefsForTest) Ops() []store.MetaOp { return d.m.Ops }
 
-// lockedQueueForTest returns the named queue, locked.
-func (b *Broker) lockedQueueForTest(vhost, queue string) *Queue {
-	q := b.queueForTest(vhost, queue)
-	q.mu.Lock()
-	return q
-}
-
 func (b *Broker) queueForTest(vhost, queue string) *Queue {
 	v := b.VHost(vhost)
 	v.mu.RLock()
@@ -81,120 +71,57 @@ func (b *Broker) queueForTest(vhost, queue string) *Queue {
 // ResidentForTest returns how many of queue's ready entries are in memory
 // (live or removed but still held) and its ready count, middles included.
 func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {
-	q := b.lockedQueueForTest(vhost, queue)
-	defer q.mu.Unlock()
-	for i := range q.ready.Levels() {
-		l := q.ready.Level(uint8(i))
-		resident += l.Head.Len() + l.Tail.Len()
-	}
-	return resident, q.ready.Len()
+	return b.queueForTest(vhost, queue).residentForTest()
 }
 
 // ResidentBytesForTest returns the resident bytes (bodies and properties)
 // of queue's ready entries in memory (live or removed but still held).
 func (b *Broker) ResidentBytesForTest(vhost, queue string) int64 {
-	q := b.lockedQueueForTest(vhost, queue)
-	defer q.mu.Unlock()
-	return q.ready.Resident()
+	return b.queueForTest(vhost, queue).residentBytesForTest()
 }
 
 // BacklogResidentForTest returns how many of queue's waiting dead letters
 // are held in memory.
 func (b *Broker) BacklogResidentForTest(vhost, queue string) int {
-	q := b.lockedQueueForTest(vhost, queue)
-	defer q.mu.Unlock()
-	return len(q.backlog)
+	return b.queueForTest(vhost, queue).backlogResidentForTest()
 }
 
 // ReadAheadPendingForTest returns how many of queue's paged entries are
 // due to be read ahead of their deadline (their read-ahead timer's time
 // has come) and not read yet.
 func (b *Broker) ReadAheadPendingForTest(vhost, queue string) int {
-	q := b.lockedQueueForTest(vhost, queue)
-	defer q.mu.Unlock()
-	now, n := b.env.nowMS(), 0
-	for _, pt := range q.paged {
-		if pt.pre == nil && pt.timer.Deadline <= now {
-			n++
-		}
-	}
-	return n
+	return b.queueForTest(vhost, queue).readAheadPendingForTest()
 }
 
 // SetConsumerAddedHookForTest makes f run once each basic.consume has
 // added its consumer, before the queue dispatches to it; the returned
 // function removes it.
-func SetConsumerAddedHookForTest(f func()) (restore func()) {
-	consumerAddedHook = f
-	return func() { consumerAddedHook = nil }
-}
+func SetConsumerAddedHookForTest(f func()) (restore func()) { return setConsumerAddedHook(f) }
 
 // PagedOutCapture holds the entries that paged out while it was set.
-type PagedOutCapture struct {
-	mu sync.Mutex
-	es []*entry
-}
+type PagedOutCapture = pagedOutCapture
 
 // CapturePagedOutForTest records every entry that pages out from now on
 // (set it before the broker has connections); restore stops it.
-func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
-	c = &PagedOutCapture{}
-	pagedOutHook = func(e *entry) {
-		c.mu.Lock()
-		c.es = append(c.es, e)
-		c.mu.Unlock()
-	}
-	return c, func() { pagedOutHook = nil }
-}
+func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) { return capturePagedOutForTest() }
 
-// FireStale hands the resident timers of the captured entries that have a
-// deadline to b's expiry, as the scheduler does when it took them just
-// before they paged out; it returns how many.
-func (c *PagedOutCapture) FireStale(b *Broker) int {
-	c.mu.Lock()
-	var due []*ttl.Timer
-	for _, e := range c.es {
-		if e.Deadline != 0 {
-			due = append(due, &e.timer)
-		}
-	}
-	c.mu.Unlock() // expiry pages entries out too
-	b.fireTimers(due)
-	return len(due)
-}
-
-// queueIfFreeForTest returns queue locked, or nil if its lock is held
-// (a test that polls must not wait behind a lock held across a read).
-func (b *Broker) queueIfFreeForTest(vhost, queue string) *Queue {
-	q := b.queueForTest(vhost, queue)
-	if !q.mu.TryLock() {
-		return nil
-	}
-	return q
-}
+// FireStaleForTest hands the resident timers of the entries c captured
+// that have a deadline to b's expiry, as the scheduler does when it took
+// them just before they paged out; it returns how many.
+func (b *Broker) FireStaleForTest(c *PagedOutCapture) int { return c.fireStale(b.fireTimers) }
 
 // EvictionOwedForTest returns how many publishes wait for queue's
 // drop-head eviction (its head is being read back from the store); 0
 // while the queue's lock is held.
 func (b *Broker) EvictionOwedForTest(vhost, queue string) int {
-	q := b.queueIfFreeForTest(vhost, queue)
-	if q == nil {
-		return 0
-	}
-	defer q.mu.Unlock()
-	return len(q.evictWaiters)
+	return b.queueForTest(vhost, queue).evictionOwedForTest()
 }
 
 // GetWaitingForTest reports whether a basic.get on queue waits for its
 // head to be read back from the store (false while the queue's lock is
 // held).
 func (b *Broker) GetWaitingForTest(vhost, queue string) bool {
-	q := b.queueIfFreeForTest(vhost, queue)
-	if q == nil {
-		return false
-	}
-	defer q.mu.Unlock()
-	return q.fillWake != nil
+	return b.queueForTest(vhost, queue).getWaitingForTest()
 }
 
 // SettleTimersForTest waits until every timer due by the broker's timer

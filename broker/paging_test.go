@@ -615,7 +615,7 @@ func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
 	}
 	pgWantResident(t, b, "src", 1, 0, n)
 	// Before the deadlines: a stale timer must not re-arm the entry.
-	if fired := capture.FireStale(b.Broker); fired == 0 {
+	if fired := b.Broker.FireStaleForTest(capture); fired == 0 {
 		t.Fatal("no entry paged out")
 	}
 	clk.Advance(999 * time.Millisecond)
@@ -624,7 +624,7 @@ func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
 	})
 	clk.Advance(2 * time.Millisecond)
 	// At the deadlines: the stale timers fire again, beside the paged ones.
-	capture.FireStale(b.Broker)
+	b.Broker.FireStaleForTest(capture)
 	tlEventuallyReady(t, b, "dlq", n)
 	ch.Sync()
 	ch.WantReady("src", 0)

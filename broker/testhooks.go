@@ -1,0 +1,117 @@
+package broker
+
+// Views of a queue's internals and hooks into it, for tests only (the
+// broker's export_test.go hands them to its external tests): nothing in
+// the broker calls them.
+
+import (
+	"sync"
+
+	"github.com/brokerd/brokerd/ttl"
+)
+
+// residentForTest returns how many of q's ready entries are in memory
+// (live or removed but still held) and its ready count, middles included.
+func (q *Queue) residentForTest() (resident, ready int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.ready.Levels() {
+		l := q.ready.Level(uint8(i))
+		resident += l.Head.Len() + l.Tail.Len()
+	}
+	return resident, q.ready.Len()
+}
+
+// residentBytesForTest returns the resident bytes (bodies and properties)
+// of q's ready entries in memory (live or removed but still held).
+func (q *Queue) residentBytesForTest() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ready.Resident()
+}
+
+// backlogResidentForTest returns how many of q's waiting dead letters
+// are held in memory.
+func (q *Queue) backlogResidentForTest() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.backlog)
+}
+
+// readAheadPendingForTest returns how many of q's paged entries are due
+// to be read ahead of their deadline (their read-ahead timer's time has
+// come) and not read yet.
+func (q *Queue) readAheadPendingForTest() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now, n := q.env.nowMS(), 0
+	for _, pt := range q.paged {
+		if pt.pre == nil && pt.timer.Deadline <= now {
+			n++
+		}
+	}
+	return n
+}
+
+// evictionOwedForTest returns how many publishes wait for q's drop-head
+// eviction (its head is being read back from the store); 0 while q's lock
+// is held (a test that polls must not wait behind a lock held across a
+// read).
+func (q *Queue) evictionOwedForTest() int {
+	if !q.mu.TryLock() {
+		return 0
+	}
+	defer q.mu.Unlock()
+	return len(q.evictWaiters)
+}
+
+// getWaitingForTest reports whether a basic.get on q waits for its head
+// to be read back from the store (false while q's lock is held).
+func (q *Queue) getWaitingForTest() bool {
+	if !q.mu.TryLock() {
+		return false
+	}
+	defer q.mu.Unlock()
+	return q.fillWake != nil
+}
+
+// setConsumerAddedHook makes f run once each basic.consume has added its
+// consumer, before the queue dispatches to it; restore removes it.
+func setConsumerAddedHook(f func()) (restore func()) {
+	consumerAddedHook = f
+	return func() { consumerAddedHook = nil }
+}
+
+// pagedOutCapture holds the entries that paged out while it was set.
+type pagedOutCapture struct {
+	mu sync.Mutex
+	es []*entry
+}
+
+// capturePagedOutForTest records every entry that pages out from now on
+// (set it before the broker has connections); restore stops it.
+func capturePagedOutForTest() (c *pagedOutCapture, restore func()) {
+	c = &pagedOutCapture{}
+	pagedOutHook = func(e *entry) {
+		c.mu.Lock()
+		c.es = append(c.es, e)
+		c.mu.Unlock()
+	}
+	return c, func() { pagedOutHook = nil }
+}
+
+// fireStale hands the resident timers of the captured entries that have
+// a deadline to fire (the owner's timer callback), as the scheduler does
+// when it took them just before they paged out; it returns how many.
+func (c *pagedOutCapture) fireStale(fire func([]*ttl.Timer)) int {
+	c.mu.Lock()
+	var due []*ttl.Timer
+	for _, e := range c.es {
+		if e.Deadline != 0 {
+			due = append(due, &e.timer)
+		}
+	}
+	c.mu.Unlock() // expiry pages entries out too
+	fire(due)
+	return len(due)
+}

@@ -116,23 +116,23 @@ func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
 func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
 	u := unacked[q]
 	qi := QueueInfo{
-		VHost: q.host.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
-		Arguments: q.Args, Type: q.qtype, UnackedBytes: u.body, Memory: u.resident,
+		VHost: q.Host.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
+		Arguments: q.Args, Type: q.Type, UnackedBytes: u.body, Memory: u.resident,
 		DeadLettered: map[string]uint64{},
 	}
-	cfg := q.config()
-	qi.Policy, qi.OperatorPolicy, qi.EffectivePolicyDefinition = cfg.policy, cfg.opPolicy, maps.Clone(cfg.effective)
-	if q.owner != nil {
-		qi.ExclusiveOwner = q.owner.(*conn).name()
+	cfg := q.Settings()
+	qi.Policy, qi.OperatorPolicy, qi.EffectivePolicyDefinition = cfg.Policy, cfg.OpPolicy, maps.Clone(cfg.Effective)
+	if q.Owner != nil {
+		qi.ExclusiveOwner = q.Owner.(*conn).name()
 	}
-	l := q.lengths()
-	qi.Ready, qi.ReadyBytes = l.ready, l.readyBytes
-	qi.Memory += l.resident
-	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = l.unacked, l.backlog, l.consumers
+	l := q.Lengths()
+	qi.Ready, qi.ReadyBytes = l.Ready, l.ReadyBytes
+	qi.Memory += l.Resident
+	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = l.Unacked, l.Backlog, l.Consumers
 	for i, r := range stats.Reasons {
-		qi.DeadLettered[string(r)] = q.stats.DeadLettered[i].Load()
+		qi.DeadLettered[string(r)] = q.Stats.DeadLettered[i].Load()
 	}
-	qi.Damaged = q.stats.Damaged.Load()
+	qi.Damaged = q.Stats.Damaged.Load()
 	qi.MessageStats = q.messageStats()
 	return qi
 }
@@ -151,7 +151,7 @@ func (b *Broker) unackedBytes() map[*Queue]unackedSize {
 			for _, d := range ch.unacked[ch.unackedHead:] {
 				if d != nil {
 					u := out[d.q]
-					u.body += int64(d.e.bodySize())
+					u.body += int64(d.e.BodySize())
 					u.resident += d.e.EntryResident()
 					out[d.q] = u
 				}
@@ -463,9 +463,9 @@ func (b *Broker) Consumers(vhost string) []ConsumerInfo {
 		for _, ch := range c.channelList() {
 			ch.mu.Lock()
 			for _, cs := range ch.consumers {
-				out = append(out, ConsumerInfo{VHost: c.vhost.Name, Queue: cs.q.Name, Tag: cs.tag,
-					Channel: fmt.Sprintf("%s (%d)", cn, ch.id), NoAck: cs.noAck, Exclusive: cs.exclusive,
-					Prefetch: cs.prefetch, Priority: cs.priority})
+				out = append(out, ConsumerInfo{VHost: c.vhost.Name, Queue: cs.Queue.Name, Tag: cs.Tag,
+					Channel: fmt.Sprintf("%s (%d)", cn, ch.id), NoAck: cs.NoAck, Exclusive: cs.Exclusive,
+					Prefetch: cs.Prefetch, Priority: cs.Priority})
 			}
 			ch.mu.Unlock()
 		}

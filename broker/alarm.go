@@ -72,11 +72,11 @@ func (b *Broker) SetAlarm(resource string, raised bool) {
 			a.clear = make(chan struct{})
 			a.on.Store(true)
 		}
-		b.env.log.Warn("resource alarm raised: publishers are blocked", "resource", resource)
+		b.env.Log.Warn("resource alarm raised: publishers are blocked", "resource", resource)
 		return
 	}
 	delete(a.active, resource)
-	b.env.log.Info("resource alarm cleared", "resource", resource)
+	b.env.Log.Info("resource alarm cleared", "resource", resource)
 	if len(a.active) == 0 && a.clear != nil {
 		close(a.clear)
 		a.clear = nil
@@ -100,13 +100,13 @@ func (b *Broker) Alarms() []string {
 // blocked reason RabbitMQ gives ("low on memory", "low on disk"), or nil
 // when no alarm is raised.
 func (b *Broker) alarmWait() (<-chan struct{}, string) {
-	if !b.alarms.on.Load() && b.env.storeErr.Load() == nil {
+	if !b.alarms.on.Load() && b.env.StoreErr.Load() == nil {
 		return nil, "" // the common case, without the broker's lock
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.alarms.clear == nil {
-		if b.env.storeErr.Load() != nil {
+		if b.env.StoreErr.Load() != nil {
 			// The store failed and its alarm is on its way (raised off
 			// the failing goroutine, see storeFailed); it never clears.
 			return neverClear, blockedReason(AlarmStore)

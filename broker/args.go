@@ -127,7 +127,7 @@ func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error 
 			return invalid("x-queue-type", fmt.Sprintf("unknown queue type '%s'", s))
 		}
 	}
-	qtype := queueType(m.Arguments)
+	qtype := TypeOf(m.Arguments)
 	if qtype == policy.QueueQuorum {
 		switch {
 		case !m.Durable:
@@ -245,8 +245,8 @@ func queueEquivalent(vhost string, q *Queue, m *amqp.QueueDeclare) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'auto_delete' for queue '%s' in vhost '%s': received '%t' but current is '%t'",
 			q.Name, vhost, m.AutoDelete, q.AutoDelete)
 	}
-	qtype := queueType(q.Args)
-	if queueType(m.Arguments) != qtype {
+	qtype := TypeOf(q.Args)
+	if TypeOf(m.Arguments) != qtype {
 		got, _ := m.Arguments.Get("x-queue-type")
 		cur, _ := q.Args.Get("x-queue-type")
 		return errInequivalent("queue", "x-queue-type", q.Name, vhost, got, cur)

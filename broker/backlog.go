@@ -34,23 +34,23 @@ func (q *Queue) backlogLen() int { return len(q.backlog) + q.blStored }
 
 // storeBacklogLocked moves the dead letter e into q's backlog (e has just
 // died for reason, or is a legacy waiting entry).
-func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
+func (q *Queue) storeBacklogLocked(t *Txn, e *Entry, reason deadletter.Reason, nowMS int64) {
 	if e.Queue == q.backlogID() || e.Queue == q.volBacklogID() {
 		// Read back by a retry and still without a route: it stays.
 		q.blStayed++
 		q.blStored++
-		q.host.Waiting.Add(1)
+		q.Host.Waiting.Add(1)
 		return
 	}
 	if e.DeadLetter == "" {
-		q.env.counters.Backlogged.Add(1)
+		q.Env.Counters.Backlogged.Add(1)
 	}
-	w := &entry{q: q, stored: true, state: stBacklog}
+	w := &Entry{q: q, stored: true, state: stBacklog}
 	w.Ref = store.Ref{Queue: q.backlogID(), Seq: q.blSeq + 1}
 	w.Msg = e.Msg
 	if !e.durable() {
 		w.Ref.Queue = q.volBacklogID()
-		w.Msg = q.env.ownMessage(e.Msg)
+		w.Msg = q.Env.ownMessage(e.Msg)
 		q.blVolatile = true
 	}
 	q.blSeq++
@@ -63,7 +63,7 @@ func (q *Queue) storeBacklogLocked(t *txn, e *entry, reason deadletter.Reason, n
 	t.del(e)
 	t.put(w)
 	q.blStored++
-	q.host.Waiting.Add(1)
+	q.Host.Waiting.Add(1)
 }
 
 // retryStoredLocked starts a pass over the stored backlog, unless one is
@@ -76,7 +76,7 @@ func (q *Queue) retryStoredLocked() {
 		q.blAgain = true
 		return
 	}
-	b := q.env
+	b := q.Env
 	if !b.goAsync() {
 		return
 	}
@@ -92,7 +92,7 @@ func (q *Queue) retryStoredLocked() {
 // dead-letters each chunk again under the queue's lock; a chunk read
 // before a purge or deletion (gen changed) is dropped and the pass ends.
 func (q *Queue) retryStored(gen uint64, vol bool) {
-	b := q.env
+	b := q.Env
 	var from uint64
 	failed := false
 	for {
@@ -105,23 +105,23 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 				ids[i] = metas[i].Msg
 			}
 			msgs = make([]*store.Message, len(ids))
-			err = b.store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m })
+			err = b.Store.LoadMessages(ids, func(i int, m *store.Message) { msgs[i] = m })
 			if errors.As(err, &damage) {
 				err = nil // those messages are lost (damage.go); the rest go on
 			}
 		}
 		more, taken := false, 0
-		q.locked(func(t *txn) {
+		q.locked(func(t *Txn) {
 			if q.isDeleted() || q.blGen != gen {
 				return
 			}
 			if err != nil {
 				// The pass is made again after a pause (readretry.go).
-				b.readFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
+				b.ReadFailed(fmt.Errorf("retry dead letters of queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err))
 				failed = true
 				return
 			}
-			es := make([]*entry, 0, len(metas))
+			es := make([]*Entry, 0, len(metas))
 			for i := range metas {
 				if msgs[i] == nil { // damaged on disk: a counted loss
 					e := q.entryFromMeta(&metas[i], &store.Message{ID: metas[i].Msg})
@@ -161,7 +161,7 @@ func (q *Queue) retryStored(gen uint64, vol bool) {
 			q.mu.Lock()
 			if q.blGen == gen { // else a purge or deletion zeroed the count
 				q.blStored -= taken
-				q.host.Waiting.Add(-int64(taken))
+				q.Host.Waiting.Add(-int64(taken))
 			}
 			q.mu.Unlock()
 		}
@@ -210,7 +210,7 @@ func (q *Queue) backlogRefsLocked() ([]store.Ref, error) {
 // dropStoredBacklogLocked forgets the stored backlog (purged or deleted):
 // a retry pass under way drops what it read.
 func (q *Queue) dropStoredBacklogLocked() {
-	q.host.Waiting.Add(-int64(q.blStored))
+	q.Host.Waiting.Add(-int64(q.blStored))
 	q.blStored = 0
 	q.blGen++
 }
@@ -218,12 +218,12 @@ func (q *Queue) dropStoredBacklogLocked() {
 // retryBacklogIfChanged retries q's waiting dead letters if that may
 // succeed now: the vhost's topology changed since their last try (gen is
 // its generation now), or a target was full then.
-func (q *Queue) retryBacklogIfChanged(gen uint64) {
+func (q *Queue) RetryBacklogIfChanged(gen uint64) {
 	q.mu.Lock()
 	worth := q.backlogLen() > 0 && (q.backlogGen != gen || q.backlogFull)
 	q.mu.Unlock()
 	if worth {
-		q.locked(func(t *txn) {
+		q.locked(func(t *Txn) {
 			q.backlogGen, q.backlogFull = gen, false
 			q.retryBacklogLocked(t)
 		})

@@ -106,7 +106,7 @@ type Options struct {
 // lock order is the package's (doc.go).
 type Broker struct {
 	// env is what the queue engine shares with the broker (env.go).
-	env  *env
+	env  *Env
 	opts Options
 
 	// authMu serializes changes to users, vhosts and permissions, and
@@ -210,20 +210,20 @@ func Open(opts Options) (*Broker, error) {
 		quit:   make(chan struct{}),
 	}
 	cfg := Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk}
-	b.env = newEnv(cfg, opts.Logger, opts.Store, func() { b.SetAlarm(AlarmStore, true) }, func(q *Queue) { b.deleteQueue(q) })
+	b.env = NewEnv(cfg, opts.Logger, opts.Store, func() { b.SetAlarm(AlarmStore, true) }, func(q *Queue) { b.deleteQueue(q) })
 	b.SetConsumerTimeout(opts.ConsumerTimeout)
-	b.env.timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
+	b.env.Timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
 	if err := b.recoverDefinitions(); err != nil {
-		b.env.timers.Close()
+		b.env.Timers.Close()
 		return nil, fmt.Errorf("recover definitions: %w", err)
 	}
 	if err := b.bootstrap(bootUsers); err != nil {
-		b.env.timers.Close()
+		b.env.Timers.Close()
 		return nil, err
 	}
 	resume, err := b.recoverRedrives()
 	if err != nil {
-		b.env.timers.Close()
+		b.env.Timers.Close()
 		return nil, fmt.Errorf("recover redrive tasks: %w", err)
 	}
 	b.wg.Add(2)
@@ -286,12 +286,12 @@ func (b *Broker) Close() {
 	for _, c := range conns {
 		c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "broker forced connection closure with reason 'shutdown'"))
 	}
-	b.env.stopAsync()
+	b.env.StopAsync()
 	b.storeExactMarks()
 	close(b.quit)
 	b.wg.Wait()
-	b.env.timers.Close()
-	b.env.stopLogs()
+	b.env.Timers.Close()
+	b.env.StopLogs()
 }
 
 // OpenConnection implements amqp.Handler.
@@ -349,9 +349,9 @@ func (b *Broker) newDurableQueueID() store.QueueID {
 
 // removeConsumer cancels c on its queue and deletes the queue if it is
 // auto-delete and c was its last consumer.
-func (b *Broker) removeConsumer(c *consumer) {
-	if c.q.removeConsumer(c) {
-		b.deleteQueue(c.q) // a store failure is recorded by storeFailed
+func (b *Broker) removeConsumer(c *Consumer) {
+	if c.Queue.RemoveConsumer(c) {
+		b.deleteQueue(c.Queue) // a store failure is recorded by storeFailed
 	}
 }
 
@@ -364,7 +364,7 @@ func (b *Broker) removeConsumer(c *consumer) {
 // every change to q's entries) and the vhost lock held (so it comes after
 // every binding to q and before any change made once q is gone from the
 // vhost): lock order Queue.mu → VHost.mu.
-func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
+func (b *Broker) deleteQueue(q *Queue) (int, *StoreWrite) {
 	n, w, _ := b.deleteQueueFor(q, nil)
 	return n, w
 }
@@ -379,9 +379,9 @@ func (b *Broker) deleteQueue(q *Queue) (int, *storeWrite) {
 // channel with the delete still waiting for its reply. Consumers on other
 // channels are told at once, as before: RabbitMQ gives them no order
 // against another channel's reply.
-func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*consumer) {
+func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *StoreWrite, []*Consumer) {
 	v := vhostOf(q)
-	consumers, messages, w, ok := q.delete(func() ([]store.MetaOp, bool) {
+	consumers, messages, w, ok := q.Delete(func() ([]store.MetaOp, bool) {
 		v.mu.Lock()
 		if v.queues[q.Name] != q {
 			return nil, false // deleted already: wait for that deletion
@@ -402,16 +402,16 @@ func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *storeWrite, []*con
 	if !ok {
 		return 0, w, nil
 	}
-	var own []*consumer
+	var own []*Consumer
 	for _, c := range consumers {
-		if ch != nil && c.ch == ch {
+		if ch != nil && c.Ch == ch {
 			own = append(own, c)
 			continue
 		}
-		c.ch.serverCancel(c)
+		c.Ch.ServerCancel(c)
 	}
-	if q.owner != nil {
-		q.owner.(*conn).removeExclusive(q)
+	if q.Owner != nil {
+		q.Owner.(*conn).removeExclusive(q)
 	}
 	return messages, w, own
 }

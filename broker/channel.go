@@ -11,8 +11,8 @@ import (
 type delivery struct {
 	tag uint64
 	q   *Queue
-	e   *entry
-	c   *consumer // nil for basic.get
+	e   *Entry
+	c   *Consumer // nil for basic.get
 	at  int64     // when it was delivered (broker clock, ms): consumer timeout
 }
 
@@ -42,7 +42,7 @@ type channel struct {
 	// (conn.bursts): the deliveries in order, and runs of them with one
 	// action. mu.
 	pendingDs   []*delivery
-	pendingActs []settleRun
+	pendingActs []SettleRun
 
 	deliverMsg amqp.BasicDeliver // the basic.deliver being sent; mu
 
@@ -54,7 +54,7 @@ type channel struct {
 	unacked        []*delivery // ascending tags; settled slots are nil
 	unackedHead    int
 	unackedN       int
-	consumers      map[string]*consumer
+	consumers      map[string]*Consumer
 	prefetch       int // basic.qos global=false: for consumers created later
 	globalPrefetch int // basic.qos global=true: shared by the channel
 
@@ -75,23 +75,23 @@ type channel struct {
 
 type txAck struct {
 	ds     []*delivery
-	action settleAction
+	action SettleAction
 }
 
 func newChannel(c *conn, id uint16, out amqp.ChannelOut) *channel {
-	return &channel{id: id, conn: c, out: out, flowActive: true, nextTag: 1, consumers: make(map[string]*consumer)}
+	return &channel{id: id, conn: c, out: out, flowActive: true, nextTag: 1, consumers: make(map[string]*Consumer)}
 }
 
 // tryDeliver hands e to consumer c if the channel can take it now.
 // Called with q.mu held.
-func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) bool {
+func (ch *channel) TryDeliver(c *Consumer, q *Queue, e *Entry, props []byte) bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	if ch.closed || ch.timedOut || !ch.flowActive || ch.consumers[c.tag] != c {
+	if ch.closed || ch.timedOut || !ch.flowActive || ch.consumers[c.Tag] != c {
 		return false
 	}
-	if !c.noAck {
-		if c.prefetch > 0 && c.unacked >= c.prefetch {
+	if !c.NoAck {
+		if c.Prefetch > 0 && c.Unacked >= c.Prefetch {
 			return false
 		}
 		if ch.globalPrefetch > 0 && ch.unackedN >= ch.globalPrefetch {
@@ -103,20 +103,20 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 	}
 	tag := ch.nextTag
 	ch.nextTag++
-	if !c.noAck {
-		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.env.nowMS()})
-		c.unacked++
+	if !c.NoAck {
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, c: c, at: q.Env.NowMS()})
+		c.Unacked++
 	}
-	q.env.counters.Delivered.Add(false, c.noAck, e.redelivered)
-	q.stats.Delivered.Add(false, c.noAck, e.redelivered)
-	ch.deliveryStats.delivered.Add(false, c.noAck, e.redelivered)
+	q.Env.Counters.Delivered.Add(false, c.NoAck, e.Redelivered)
+	q.Stats.Delivered.Add(false, c.NoAck, e.Redelivered)
+	ch.deliveryStats.delivered.Add(false, c.NoAck, e.Redelivered)
 	h := e.EffectiveHeader()
 	// The channel's one basic.deliver, rewritten under ch.mu: SendContent
 	// reads its method only during the call.
 	ch.deliverMsg = amqp.BasicDeliver{
-		ConsumerTag: c.tag,
+		ConsumerTag: c.Tag,
 		DeliveryTag: tag,
-		Redelivered: e.redelivered,
+		Redelivered: e.Redelivered,
 		Exchange:    h.Exchange,
 		RoutingKey:  h.RoutingKeys[0],
 	}
@@ -125,13 +125,13 @@ func (ch *channel) tryDeliver(c *consumer, q *Queue, e *entry, props []byte) boo
 }
 
 // recordGet allocates a delivery tag for basic.get. Called with q.mu held.
-func (ch *channel) recordGet(q *Queue, e *entry, noAck bool) uint64 {
+func (ch *channel) RecordGet(q *Queue, e *Entry, noAck bool) uint64 {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	tag := ch.nextTag
 	ch.nextTag++
 	if !noAck {
-		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, at: q.env.nowMS()})
+		ch.addUnackedLocked(&delivery{tag: tag, q: q, e: e, at: q.Env.NowMS()})
 	}
 	return tag
 }
@@ -186,7 +186,7 @@ func (ch *channel) takeUnackedLocked(tag uint64, multiple bool, dst []*delivery)
 	ch.compactLocked()
 	for _, d := range out[len(dst):] {
 		if d.c != nil {
-			d.c.unacked--
+			d.c.Unacked--
 		}
 	}
 	return out, nil
@@ -220,7 +220,7 @@ func (ch *channel) holdCreditLocked(ds []*delivery, n int) {
 	ch.unackedN += n * len(ds)
 	for _, d := range ds {
 		if d.c != nil {
-			d.c.unacked += n
+			d.c.Unacked += n
 		}
 	}
 }
@@ -238,7 +238,7 @@ func (ch *channel) restoreUnackedLocked(ds []*delivery) {
 	ch.unacked, ch.unackedHead, ch.unackedN = all, 0, len(all)
 	for _, d := range ds {
 		if d.c != nil {
-			d.c.unacked++
+			d.c.Unacked++
 		}
 	}
 }
@@ -261,8 +261,8 @@ func (ch *channel) flushSettles() {
 
 // settle applies an ack, requeue or reject to deliveries already taken
 // from the unacked list (settleRuns with one run).
-func (ch *channel) settle(ds []*delivery, action settleAction) {
-	ch.settleRuns(ds, []settleRun{{n: len(ds), action: action}})
+func (ch *channel) settle(ds []*delivery, action SettleAction) {
+	ch.settleRuns(ds, []SettleRun{{N: len(ds), Action: action}})
 }
 
 // settleRuns settles deliveries already taken from the unacked list, in
@@ -270,9 +270,9 @@ func (ch *channel) settle(ds []*delivery, action settleAction) {
 // store operation, in which the queue then delivers into the credit its
 // consumers got back. Only a channel-wide prefetch (basic.qos global)
 // frees credit for the channel's other queues too: they are kicked then.
-func (ch *channel) settleRuns(ds []*delivery, acts []settleRun) {
-	var buf [32]*entry
-	var runBuf [8]settleRun
+func (ch *channel) settleRuns(ds []*delivery, acts []SettleRun) {
+	var buf [32]*Entry
+	var runBuf [8]SettleRun
 	for len(ds) > 0 {
 		q := ds[0].q
 		rest := ds[:0:0]
@@ -280,7 +280,7 @@ func (ch *channel) settleRuns(ds []*delivery, acts []settleRun) {
 		i := 0
 		for _, a := range acts {
 			n := 0
-			for _, d := range ds[i : i+a.n] {
+			for _, d := range ds[i : i+a.N] {
 				if d.q == q {
 					es = append(es, d.e)
 					n++
@@ -288,28 +288,28 @@ func (ch *channel) settleRuns(ds []*delivery, acts []settleRun) {
 					rest = append(rest, d)
 				}
 			}
-			i += a.n
+			i += a.N
 			if n > 0 {
-				runs = append(runs, settleRun{n: n, action: a.action})
+				runs = append(runs, SettleRun{N: n, Action: a.Action})
 			}
 		}
-		q.settleRuns(es, runs)
+		q.SettleRuns(es, runs)
 		if len(rest) == 0 {
 			break
 		}
 		// The other queues' deliveries, with their runs recounted.
-		var next []settleRun
+		var next []SettleRun
 		i = 0
 		for _, a := range acts {
 			n := 0
-			for _, d := range ds[i : i+a.n] {
+			for _, d := range ds[i : i+a.N] {
 				if d.q != q {
 					n++
 				}
 			}
-			i += a.n
+			i += a.N
 			if n > 0 {
-				next = append(next, settleRun{n: n, action: a.action})
+				next = append(next, SettleRun{N: n, Action: a.Action})
 			}
 		}
 		ds, acts = rest, next
@@ -324,10 +324,10 @@ func (ch *channel) settleRuns(ds []*delivery, acts []settleRun) {
 
 // forEachQueue calls fn for each queue of ds with that queue's entries,
 // in the order of ds.
-func forEachQueue(ds []*delivery, fn func(q *Queue, es []*entry)) {
+func forEachQueue(ds []*delivery, fn func(q *Queue, es []*Entry)) {
 	for len(ds) > 0 {
 		q := ds[0].q
-		var es []*entry
+		var es []*Entry
 		rest := ds[:0:0]
 		for _, d := range ds {
 			if d.q == q {
@@ -346,11 +346,11 @@ func (ch *channel) kick() {
 	ch.mu.Lock()
 	qs := make([]*Queue, 0, len(ch.consumers))
 	for _, c := range ch.consumers {
-		qs = append(qs, c.q)
+		qs = append(qs, c.Queue)
 	}
 	ch.mu.Unlock()
 	for _, q := range qs {
-		q.dispatch()
+		q.Dispatch()
 	}
 }
 
@@ -364,7 +364,7 @@ func (ch *channel) close() {
 		return
 	}
 	ch.closed = true
-	consumers := make([]*consumer, 0, len(ch.consumers))
+	consumers := make([]*Consumer, 0, len(ch.consumers))
 	for _, c := range ch.consumers {
 		consumers = append(consumers, c)
 	}
@@ -390,12 +390,12 @@ func (ch *channel) close() {
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i].tag < ds[j].tag })
 	if len(ds) > 0 {
-		ch.settle(ds, actRequeue)
+		ch.settle(ds, SettleRequeue)
 	}
 	// Only now, with the unacked back at the head: a single active
 	// consumer's successor takes over what is ready.
 	for _, c := range consumers {
-		c.q.dispatch()
+		c.Queue.Dispatch()
 	}
 	ch.confirms.close()
 }

@@ -149,9 +149,9 @@ func (c *conn) lookupQueue(name string) (*Queue, *amqp.Error) {
 	q := v.queues[name]
 	v.mu.RUnlock()
 	if q == nil {
-		return nil, errNoQueue(v.Name, name)
+		return nil, NoQueueError(v.Name, name)
 	}
-	if q.Exclusive && q.owner != c {
+	if q.Exclusive && q.Owner != c {
 		return nil, errLocked(v.Name, name)
 	}
 	return q, nil

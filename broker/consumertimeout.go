@@ -31,20 +31,20 @@ func (b *Broker) SetConsumerTimeout(d time.Duration) {
 	if d >= 0 {
 		ms = d.Milliseconds()
 	}
-	b.env.setConsumerTimeout(ms)
+	b.env.SetConsumerTimeoutMs(ms)
 }
 
 // checkConsumerTimeouts closes the channels holding a delivery past its
 // queue's consumer timeout.
 func (b *Broker) checkConsumerTimeouts() {
-	min := b.env.consumerTimeoutBound()
+	min := b.env.ConsumerTimeoutBound()
 	b.mu.RLock()
 	conns := make([]*conn, 0, len(b.conns))
 	for c := range b.conns {
 		conns = append(conns, c)
 	}
 	b.mu.RUnlock()
-	now := b.env.nowMS()
+	now := b.env.NowMS()
 	for _, c := range conns {
 		c.mu.Lock()
 		chs := make([]*channel, 0, len(c.channels))
@@ -78,7 +78,7 @@ func (ch *channel) overdue(now, min int64) int64 {
 		if age < min {
 			return -1
 		}
-		if ms := d.q.consumerTimeout(); ms >= 0 && age > ms {
+		if ms := d.q.ConsumerTimeout(); ms >= 0 && age > ms {
 			return ms
 		}
 	}
@@ -98,11 +98,11 @@ func (ch *channel) timeOut(ms int64) {
 	ds, _ := ch.takeUnackedLocked(0, true, nil)
 	ch.mu.Unlock()
 	c := ch.conn
-	c.b.env.log.Warn("consumer timeout: channel closed",
+	c.b.env.Log.Warn("consumer timeout: channel closed",
 		"vhost", c.vhost.Name, "user", c.userName, "channel", ch.id, "timeout_ms", ms, "requeued", len(ds))
 	ch.out.Close(amqp.Errorf(amqp.PreconditionFailed,
 		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. This timeout value can be configured, see consumers doc guide to learn more", ch.id, ms))
 	if len(ds) > 0 {
-		ch.settle(ds, actRequeue)
+		ch.settle(ds, SettleRequeue)
 	}
 }

@@ -75,7 +75,7 @@ type Stats struct {
 
 // Stats returns the current counters.
 func (b *Broker) Stats() Stats {
-	c := &b.env.counters
+	c := &b.env.Counters
 	// returned is read before unroutable, which every return adds to
 	// first, so Returned <= Unroutable in every snapshot.
 	returned := c.Returned.Load()
@@ -162,12 +162,12 @@ func (b *Broker) QueueStats(vhost, name string) (QueueStats, bool) {
 	if q == nil {
 		return QueueStats{}, false
 	}
-	l, cfg := q.lengths(), q.config()
-	st := QueueStats{Ready: l.ready, Unacked: l.unacked, Consumers: l.consumers, DeadLetterBacklog: l.backlog,
-		DeadLettered: map[string]uint64{}, Policy: cfg.policy, OperatorPolicy: cfg.opPolicy,
-		EffectivePolicyDefinition: maps.Clone(cfg.effective)}
+	l, cfg := q.Lengths(), q.Settings()
+	st := QueueStats{Ready: l.Ready, Unacked: l.Unacked, Consumers: l.Consumers, DeadLetterBacklog: l.Backlog,
+		DeadLettered: map[string]uint64{}, Policy: cfg.Policy, OperatorPolicy: cfg.OpPolicy,
+		EffectivePolicyDefinition: maps.Clone(cfg.Effective)}
 	for i, r := range stats.Reasons {
-		st.DeadLettered[string(r)] = q.stats.DeadLettered[i].Load()
+		st.DeadLettered[string(r)] = q.Stats.DeadLettered[i].Load()
 	}
 	return st, true
 }

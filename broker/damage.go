@@ -38,7 +38,7 @@ func pageErr(r engine.PageRead, err error) error {
 
 // damagedEntry is an entry taken out as lost, and where its message was.
 type damagedEntry struct {
-	e     *entry
+	e     *Entry
 	where *store.Damage
 }
 
@@ -57,15 +57,15 @@ func (q *Queue) takeDamagedLocked(l *level, m *store.EntryMeta, where *store.Dam
 // dropDamagedLocked writes, in t, what takeDamagedLocked took out: each
 // entry deleted, or dead-lettered when deadLetter is set (t will be
 // finished) and the queue and entry allow it. It counts and logs them.
-func (q *Queue) dropDamagedLocked(t *txn, deadLetter bool) {
+func (q *Queue) dropDamagedLocked(t *Txn, deadLetter bool) {
 	if len(q.damaged) == 0 {
 		return
 	}
-	b := q.env
+	b := q.Env
 	lost := q.damaged
 	q.damaged = nil
-	cfg := q.config()
-	var dl []*entry
+	cfg := q.Settings()
+	var dl []*Entry
 	type place struct {
 		file   string
 		offset int64
@@ -86,18 +86,18 @@ func (q *Queue) dropDamagedLocked(t *txn, deadLetter bool) {
 			props, err := amqp.DecodeProperties(e.Header.Props)
 			// A message of its own, with no body: the lost one's id
 			// may not be referred to again.
-			e.Msg = &store.Message{ID: b.store.AllocMsgID(), Header: *e.Header, Persistent: err == nil && props.DeliveryMode == 2}
+			e.Msg = &store.Message{ID: b.Store.AllocMsgID(), Header: *e.Header, Persistent: err == nil && props.DeliveryMode == 2}
 			dl = append(dl, e)
 			continue
 		}
 		t.del(e)
-		b.counters.Discarded(deadletter.Damaged, 1)
+		b.Counters.Discarded(deadletter.Damaged, 1)
 	}
 	if len(dl) > 0 {
 		q.deadLetterLocked(t, dl, deadletter.Damaged, false)
 	}
-	q.stats.Damaged.Add(uint64(len(lost)))
-	b.counters.Damaged.Add(uint64(len(lost)))
+	q.Stats.Damaged.Add(uint64(len(lost)))
+	b.Counters.Damaged.Add(uint64(len(lost)))
 	for _, w := range order {
 		var p place
 		if w != nil {
@@ -111,10 +111,10 @@ func (q *Queue) dropDamagedLocked(t *txn, deadLetter bool) {
 			q.damageLogged = make(map[string]bool)
 		}
 		q.damageLogged[key] = true
-		args := []any{"vhost", q.host.Name, "queue", q.Name, "messages", n[p]}
+		args := []any{"vhost", q.Host.Name, "queue", q.Name, "messages", n[p]}
 		if w != nil {
 			args = append(args, "file", w.File, "offset", w.Offset, "reason", w.Reason)
 		}
-		b.log.Error("messages lost to damaged data; taken out of their queue (more from the same place are counted, not logged)", args...)
+		b.Log.Error("messages lost to damaged data; taken out of their queue (more from the same place are counted, not logged)", args...)
 	}
 }

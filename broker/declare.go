@@ -88,7 +88,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		}
 		w := c.b.startMeta(&mb)
 		v.mu.Unlock()
-		if err := w.wait(); err != nil {
+		if err := w.Wait(); err != nil {
 			return err
 		}
 		c.b.retryBacklogs(v) // a dead letter exchange may have appeared
@@ -169,7 +169,7 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := w.wait(); err != nil {
+	if err := w.Wait(); err != nil {
 		return err
 	}
 	if !m.Nowait {
@@ -223,7 +223,7 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := w.wait(); err != nil {
+	if err := w.Wait(); err != nil {
 		return err
 	}
 	if bind {
@@ -281,7 +281,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	v.mu.Lock()
 	if q := v.queues[name]; q != nil {
 		v.mu.Unlock()
-		if q.Exclusive != m.Exclusive || (q.Exclusive && q.owner != c) {
+		if q.Exclusive != m.Exclusive || (q.Exclusive && q.Owner != c) {
 			return errLocked(v.Name, name)
 		}
 		if err := queueEquivalent(v.Name, q, m); err != nil {
@@ -296,7 +296,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
 	}
-	if defaulted && queueType(m.Arguments) == policy.QueueStream {
+	if defaulted && TypeOf(m.Arguments) == policy.QueueStream {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", name, v.Name)
 	}
 	if err := validateQueueDeclare(v.Name, name, m); err != nil {
@@ -306,9 +306,9 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if m.Durable && !m.Exclusive {
 		id = c.b.newDurableQueueID()
 	}
-	q := newQueue(c.b.env, &v.Host, id, name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
+	q := New(c.b.env, &v.Host, id, name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
 	if m.Exclusive {
-		q.owner = c
+		q.Owner = c
 	}
 	v.mu.Lock()
 	if other := v.queues[name]; other != nil {
@@ -316,26 +316,26 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		v.mu.Unlock()
 		return ch.queueDeclare(m)
 	}
-	if p := v.policyForQueueLocked(name, q.qtype); p != nil {
-		q.initPolicy(p)
+	if p := v.policyForQueueLocked(name, q.Type); p != nil {
+		q.InitPolicy(p)
 	}
 	v.queues[name] = q
 	var mb defs.Batch
 	if q.Durable && !q.Exclusive {
-		mb.Put(defs.EncodeQueue(q.def()))
+		mb.Put(defs.EncodeQueue(q.Def()))
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
 	if m.Exclusive {
 		c.addExclusive(q)
 	}
-	if err := w.wait(); err != nil {
+	if err := w.Wait(); err != nil {
 		return err
 	}
 	if m.Nowait {
 		// The x-expires lease starts at creation even when the declare
 		// is not answered (RabbitMQ arms it in the queue's init).
-		q.touch()
+		q.Touch()
 	}
 	c.b.retryBacklogs(v) // the default exchange routes to the new queue
 	ch.declared(q, m.Nowait)
@@ -352,8 +352,8 @@ func (ch *channel) declared(q *Queue, nowait bool) {
 	if nowait {
 		return
 	}
-	q.touch()
-	messages, consumers := q.declareCounts()
+	q.Touch()
+	messages, consumers := q.DeclareCounts()
 	ch.out.Send(&amqp.QueueDeclareOk{Queue: q.Name, MessageCount: uint32(messages), ConsumerCount: uint32(consumers)})
 }
 
@@ -385,11 +385,11 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	switch {
 	case q == nil:
 		v.mu.Unlock()
-		return errNoQueue(v.Name, name)
+		return NoQueueError(v.Name, name)
 	case x == nil:
 		v.mu.Unlock()
 		return errNoExchange(v.Name, exchange)
-	case q.Exclusive && q.owner != c:
+	case q.Exclusive && q.Owner != c:
 		v.mu.Unlock()
 		return errLocked(v.Name, name)
 	}
@@ -414,7 +414,7 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := w.wait(); err != nil {
+	if err := w.Wait(); err != nil {
 		return err
 	}
 	if bind {
@@ -434,8 +434,8 @@ func (ch *channel) queuePurge(m *amqp.QueuePurge) *amqp.Error {
 	if err != nil {
 		return err
 	}
-	n, w := q.purge()
-	if err := w.wait(); err != nil {
+	n, w := q.Purge()
+	if err := w.Wait(); err != nil {
 		return err
 	}
 	if !m.Nowait {
@@ -458,18 +458,18 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	q := v.queues[name]
 	v.mu.RUnlock()
 	n := 0
-	var own []*consumer
+	var own []*Consumer
 	if q != nil {
-		if q.Exclusive && q.owner != c {
+		if q.Exclusive && q.Owner != c {
 			return errLocked(v.Name, name)
 		}
-		if err := q.claimForDelete(m.IfUnused, m.IfEmpty); err != nil {
+		if err := q.ClaimForDelete(m.IfUnused, m.IfEmpty); err != nil {
 			return err
 		}
-		var w *storeWrite
+		var w *StoreWrite
 		n, w, own = c.b.deleteQueueFor(q, ch)
 		// delete-ok promises the queue does not come back.
-		if err := w.wait(); err != nil {
+		if err := w.Wait(); err != nil {
 			ch.cancelConsumers(own)
 			return err
 		}
@@ -485,8 +485,8 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 
 // cancelConsumers tells the client that each of cs, consumers on ch of a
 // queue that is gone, is cancelled.
-func (ch *channel) cancelConsumers(cs []*consumer) {
+func (ch *channel) cancelConsumers(cs []*Consumer) {
 	for _, c := range cs {
-		ch.serverCancel(c)
+		ch.ServerCancel(c)
 	}
 }

@@ -44,8 +44,8 @@ func policyDefOf(k *policyKind, vhost string, p *Policy) defs.Policy {
 }
 
 // startMeta is startWrite for definitions only.
-func (b *Broker) startMeta(m *defs.Batch) *storeWrite {
-	return b.env.startWrite(&store.Batch{Meta: m.Ops})
+func (b *Broker) startMeta(m *defs.Batch) *StoreWrite {
+	return b.env.StartWrite(&store.Batch{Meta: m.Ops})
 }
 
 // recoverDefinitions rebuilds vhosts, users, permissions, durable
@@ -61,14 +61,14 @@ func (b *Broker) recoverDefinitions() error {
 	var drop defs.Batch
 	var dropQueues []store.QueueID
 	dangling := func(key, what string, args ...any) {
-		b.env.log.Warn("recovery: dropping "+what, args...)
+		b.env.Log.Warn("recovery: dropping "+what, args...)
 		drop.Delete(key)
 	}
 	scan := func(prefix string, fn func(key string, v []byte) error) {
 		if err != nil {
 			return
 		}
-		serr := b.env.store.ScanMeta(prefix, func(k string, v []byte) bool {
+		serr := b.env.Store.ScanMeta(prefix, func(k string, v []byte) bool {
 			if err = fn(k, v); err != nil {
 				err = fmt.Errorf("definition %q: %w", k, err)
 			}
@@ -165,9 +165,9 @@ func (b *Broker) recoverDefinitions() error {
 			dropQueues = append(dropQueues, store.QueueID(d.ID))
 			return nil
 		}
-		q := newQueue(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
-		q.backlogMarked = d.Backlog
-		q.initMarks(d.Marks)
+		q := New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
+		q.BacklogMarked = d.Backlog
+		q.InitMarks(d.Marks)
 		vh.queues[q.Name] = q
 		queues = append(queues, q)
 		return nil
@@ -225,10 +225,10 @@ func (b *Broker) recoverDefinitions() error {
 	if err != nil {
 		return err
 	}
-	if w := b.env.startWrite(&store.Batch{Meta: drop.Ops, DropQueues: dropQueues}); w != nil {
-		<-w.done
-		if w.err != nil {
-			return fmt.Errorf("delete dangling definitions: %w", w.err)
+	if w := b.env.StartWrite(&store.Batch{Meta: drop.Ops, DropQueues: dropQueues}); w != nil {
+		<-w.Done
+		if w.Err != nil {
+			return fmt.Errorf("delete dangling definitions: %w", w.Err)
 		}
 	}
 	states, err := b.queueStates()
@@ -244,7 +244,7 @@ func (b *Broker) recoverDefinitions() error {
 	}
 	progress(0, len(queues))
 	for i, q := range queues {
-		if err := q.recoverEntries(states); err != nil {
+		if err := q.RecoverEntries(states); err != nil {
 			return err
 		}
 		progress(i+1, len(queues))
@@ -254,8 +254,8 @@ func (b *Broker) recoverDefinitions() error {
 		b.applyPolicies(v)
 	}
 	for _, q := range queues {
-		q.armRecovered()
-		q.touch()
+		q.ArmRecovered()
+		q.Touch()
 	}
 	return nil
 }
@@ -278,11 +278,11 @@ func (b *Broker) dropVolatileQueues(states map[store.QueueID]store.QueueState) e
 		return nil
 	}
 	slices.Sort(drop)
-	b.env.log.Info("recovery: dropping the paged-out transient messages of the previous run", "queues", len(drop))
-	if w := b.env.startWrite(&store.Batch{DropQueues: drop}); w != nil {
-		<-w.done
-		if w.err != nil {
-			return fmt.Errorf("drop transient messages: %w", w.err)
+	b.env.Log.Info("recovery: dropping the paged-out transient messages of the previous run", "queues", len(drop))
+	if w := b.env.StartWrite(&store.Batch{DropQueues: drop}); w != nil {
+		<-w.Done
+		if w.Err != nil {
+			return fmt.Errorf("drop transient messages: %w", w.Err)
 		}
 	}
 	return nil
@@ -293,7 +293,7 @@ func (b *Broker) dropVolatileQueues(states map[store.QueueID]store.QueueState) e
 // of stored backlogs.
 func (b *Broker) queueStates() (map[store.QueueID]store.QueueState, error) {
 	states := make(map[store.QueueID]store.QueueState)
-	err := b.env.store.Queues(func(id store.QueueID, st store.QueueState) bool {
+	err := b.env.Store.Queues(func(id store.QueueID, st store.QueueState) bool {
 		states[id] = st
 		return true
 	})

@@ -30,7 +30,7 @@ func (q *Queue) marksLocked() []uint64 { return q.markAsked }
 
 // deliveringLocked records that e, taken from the ready list, is being
 // delivered (to a consumer or a basic.get).
-func (q *Queue) deliveringLocked(e *entry) {
+func (q *Queue) deliveringLocked(e *Entry) {
 	if q.delivered == nil || !e.durable() {
 		return
 	}
@@ -64,7 +64,7 @@ func (q *Queue) finalMarksLocked() bool {
 }
 
 // initMarks sets q's marks as recovered (nil: none stored).
-func (q *Queue) initMarks(recovered []uint64) {
+func (q *Queue) InitMarks(recovered []uint64) {
 	if !q.Durable || q.Exclusive {
 		return
 	}
@@ -89,15 +89,15 @@ func (q *Queue) deliveredBefore(prio uint8, seq uint64, deliveryCount uint32) bo
 // stored entry, or its level's durable mark covers it. Otherwise it asks
 // for a mark write and the caller waits for it (markWaitLocked). It also
 // writes the mark ahead while deliveries approach it.
-func (q *Queue) markReadyLocked(e *entry) bool {
-	if q.marks == nil || !e.durable() || q.env.storeErr.Load() != nil {
+func (q *Queue) markReadyLocked(e *Entry) bool {
+	if q.marks == nil || !e.durable() || q.Env.StoreErr.Load() != nil {
 		return true // nothing to mark, or nothing durable any more
 	}
 	if q.marksFinal {
 		return false // stopping: the exact marks are taken
 	}
 	lv := min(int(e.Prio), len(q.marks)-1)
-	chunk := uint64(q.env.cfg.DeliveredMarkChunk)
+	chunk := uint64(q.Env.cfg.DeliveredMarkChunk)
 	if e.Seq <= q.marks[lv] {
 		if q.markAsked[lv] == q.marks[lv] && e.Seq+chunk/2 > q.marks[lv] {
 			q.writeMarksLocked(lv, q.marks[lv]+chunk)
@@ -120,9 +120,9 @@ func (q *Queue) writeMarksLocked(lv int, v uint64) {
 	q.markAsked[lv] = max(q.markAsked[lv], v)
 	q.markPending++
 	asked := slices.Clone(q.markAsked)
-	b := q.env
-	batch := &store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}
-	b.store.Apply(batch, func(err error) {
+	b := q.Env
+	batch := &store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.Def())}}
+	b.Store.Apply(batch, func(err error) {
 		if err != nil {
 			b.storeFailed(err)
 		}
@@ -153,7 +153,7 @@ func (q *Queue) marksWritten(asked []uint64, err error) {
 		close(wake)
 	}
 	if waiting {
-		q.dispatch()
+		q.Dispatch()
 	}
 }
 
@@ -163,12 +163,12 @@ func (q *Queue) marksWritten(asked []uint64, err error) {
 // them before cancel-ok (kombu's priority test saw them left in the
 // queue). Each level's first delivery waits for a write, so a few rounds
 // at most.
-func (q *Queue) deliverDue() {
+func (q *Queue) DeliverDue() {
 	for range q.ready.Levels() + 2 {
 		q.mu.Lock()
 		done := q.markDone
 		q.mu.Unlock()
-		q.dispatch() // what the marks let through, the consumer still attached
+		q.Dispatch() // what the marks let through, the consumer still attached
 		q.mu.Lock()
 		if q.marksFinal || q.isDeleted() || q.markPending == 0 && q.markDone == done {
 			// No write is under way, and none completed during that
@@ -197,22 +197,18 @@ func (q *Queue) markWaitLocked() chan struct{} {
 	return q.markWake
 }
 
-// exactMarksHook, if set (by tests), is called by storeExactMarks with
-// each queue before it takes the queue's lock.
-var exactMarksHook func(q *Queue)
-
 // storeFinalMarks takes q's exact delivered marks at a clean stop
 // (finalMarksLocked) and writes them with its definition record, then
 // done runs with the store's answer. It reports false, and done does not
 // run, when there is nothing to write (q deleted). The record is written
 // under q's lock, as every change to its definition is: a deletion after
 // it reaches the store after it.
-func (q *Queue) storeFinalMarks(done func(error)) bool {
+func (q *Queue) StoreFinalMarks(done func(error)) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.finalMarksLocked() {
 		return false
 	}
-	q.env.store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.def())}}, done)
+	q.Env.Store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.Def())}}, done)
 	return true
 }

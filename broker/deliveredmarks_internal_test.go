@@ -48,7 +48,7 @@ func TestCloseStoresMarksBesideQueueDeletion(t *testing.T) {
 	exactMarksHook = func(q *Queue) {
 		if q.Name == "gone" {
 			_, w := b.deleteQueue(q)
-			deleteErr = w.waitErr()
+			deleteErr = w.WaitErr()
 		}
 	}
 	defer func() { exactMarksHook = nil }()
@@ -78,9 +78,7 @@ func TestCloseStoresMarksBesideQueueDeletion(t *testing.T) {
 	if q == nil {
 		t.Fatal("queue kept is gone after a restart")
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.marks[0] != 1 {
-		t.Fatalf("kept's stored mark %d after a clean stop, want 1 (the one delivery)", q.marks[0])
+	if m := q.MarksForTest(); m[0] != 1 {
+		t.Fatalf("kept's stored mark %d after a clean stop, want 1 (the one delivery)", m[0])
 	}
 }

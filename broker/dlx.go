@@ -16,7 +16,7 @@ import (
 )
 
 // strategyOf is the strategy of a queue that has a dead letter exchange.
-func strategyOf(cfg *queueConfig) int {
+func strategyOf(cfg *Settings) int {
 	if cfg.atLeastOnce {
 		return stats.StrategyAtLeastOnce
 	}
@@ -32,26 +32,26 @@ func strategyOf(cfg *queueConfig) int {
 // drop it, counting why.
 //
 // Caller holds q.mu. The vhost lock is taken shared to route.
-func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, backlogOK bool) {
+func (q *Queue) deadLetterLocked(t *Txn, es []*Entry, reason deadletter.Reason, backlogOK bool) {
 	if len(es) == 0 {
 		return
 	}
-	b := q.env
-	cfg := q.config()
+	b := q.Env
+	cfg := q.Settings()
 	ri := stats.ReasonIndex(reason)
 	if !cfg.hasDLX {
 		for _, e := range es {
 			t.del(e)
 			if e.DeadLetter == "" { // a waiting dead letter was counted when it died
-				b.counters.DeadLetteredBy[stats.StrategyDisabled][ri].Add(1)
+				b.Counters.DeadLetteredBy[stats.StrategyDisabled][ri].Add(1)
 			}
 		}
-		b.counters.Discarded(reason, len(es))
-		b.counters.Drops[stats.DropNoDLX].Add(uint64(len(es)))
+		b.Counters.Discarded(reason, len(es))
+		b.Counters.Drops[stats.DropNoDLX].Add(uint64(len(es)))
 		return
 	}
-	r := q.host.Router
-	now := b.now()
+	r := q.Host.Router
+	now := b.Now()
 	arrival := ceilMS(now) // the copies' deadlines count from it
 	// Held until the batch is applied, so no target can be deleted
 	// between routing to it and the put that gives it the copy.
@@ -70,13 +70,13 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			cause = q.planDeadLetterLocked(t, cfg, e, reason, died, arrival, backlogOK, &memo)
 		}
 		if e.DeadLetter == "" { // a waiting dead letter was counted when it died
-			b.counters.DeadLetteredBy[strategyOf(cfg)][ri].Add(1)
+			b.Counters.DeadLetteredBy[strategyOf(cfg)][ri].Add(1)
 		}
 		if cause < 0 {
-			q.stats.DeadLettered[ri].Add(1)
-			b.counters.DeadLettered[ri].Add(1)
+			q.Stats.DeadLettered[ri].Add(1)
+			b.Counters.DeadLettered[ri].Add(1)
 			if cfg.atLeastOnce {
-				b.counters.DeadLetteredConfirmed.Add(1)
+				b.Counters.DeadLetteredConfirmed.Add(1)
 			}
 			continue
 		}
@@ -88,9 +88,9 @@ func (q *Queue) deadLetterLocked(t *txn, es []*entry, reason deadletter.Reason, 
 			continue
 		}
 		t.del(e)
-		b.counters.Drops[cause].Add(1)
-		b.counters.Discarded(reason, 1)
-		b.dropLog[cause].Event("vhost", q.host.Name, "queue", q.Name, "reason", string(reason), "dead_letter_exchange", cfg.dlx)
+		b.Counters.Drops[cause].Add(1)
+		b.Counters.Discarded(reason, 1)
+		b.dropLog[cause].Event("vhost", q.Host.Name, "queue", q.Name, "reason", string(reason), "dead_letter_exchange", cfg.dlx)
 	}
 }
 
@@ -146,14 +146,14 @@ func (m *dlMemo) hit(h *store.Header, sec int64) bool {
 // backlogOK), it goes to all its targets or to none: a full target keeps
 // it waiting rather than deliver it to some. Caller holds q.mu and, through
 // t, v.mu (shared).
-func (q *Queue) planDeadLetterLocked(t *txn, cfg *queueConfig, e *entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool, m *dlMemo) int {
-	b := q.env
+func (q *Queue) planDeadLetterLocked(t *Txn, cfg *Settings, e *Entry, reason deadletter.Reason, died time.Time, arrival int64, backlogOK bool, m *dlMemo) int {
+	b := q.Env
 	h := e.EffectiveHeader()
 	if !m.hit(h, died.Unix()) {
 		props, err := amqp.DecodeProperties(h.Props)
 		if err != nil {
 			// Stored properties were validated when published.
-			b.log.Error("dead-letter: undecodable stored properties; dropping", "queue", q.Name, "err", err)
+			b.Log.Error("dead-letter: undecodable stored properties; dropping", "queue", q.Name, "err", err)
 			return stats.DropUnroutable
 		}
 		res := deadletter.Rewrite(deadletter.Source{
@@ -163,21 +163,21 @@ func (q *Queue) planDeadLetterLocked(t *txn, cfg *queueConfig, e *entry, reason 
 		*m = dlMemo{
 			src: h, props: h.Props, xchg: h.Exchange, keys: h.RoutingKeys, sec: died.Unix(),
 			prio: props.Priority, res: res,
-			targets: q.host.Router.RouteLocked(cfg.dlx, res.RoutingKeys, res.Props.Headers),
+			targets: q.Host.Router.RouteLocked(cfg.dlx, res.RoutingKeys, res.Props.Headers),
 		}
 	}
 	res, targets := &m.res, m.targets
 	if len(targets) == 0 {
 		return stats.DropUnroutable
 	}
-	size := e.bodySize()
+	size := e.BodySize()
 	cause := stats.DropUnroutable
 	var taking []*Queue
 	full := false
 	for _, tq := range targets {
 		if deadletter.IsCycle(res.History, reason, tq.Name) {
 			b.logCycle(q, tq, reason)
-			b.counters.Cycles.Add(1)
+			b.Counters.Cycles.Add(1)
 			cause = stats.DropCycle
 			continue
 		}
@@ -203,7 +203,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, cfg *queueConfig, e *entry, reason 
 			for _, tq := range taking {
 				tq.release(size)
 			}
-			b.log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
+			b.Log.Error("dead-letter: cannot encode rewritten properties; dropping", "queue", q.Name, "err", err)
 			return stats.DropUnroutable
 		}
 		m.header = &store.Header{Exchange: res.Exchange, RoutingKeys: res.RoutingKeys, Props: raw}
@@ -250,7 +250,7 @@ func (q *Queue) planDeadLetterLocked(t *txn, cfg *queueConfig, e *entry, reason 
 // toBacklogLocked keeps a dead letter that found no route in q's
 // dead-letter backlog, in the store's backlog ranges (backlog.go),
 // forwarded by retryBacklogLocked once a route exists.
-func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowMS int64) {
+func (q *Queue) toBacklogLocked(t *Txn, e *Entry, reason deadletter.Reason, nowMS int64) {
 	q.storeBacklogLocked(t, e, reason, nowMS)
 }
 
@@ -258,17 +258,17 @@ func (q *Queue) toBacklogLocked(t *txn, e *entry, reason deadletter.Reason, nowM
 // t: a layout before the stored backlog (backlog.go) kept waiting dead
 // letters among the queue's entries and set it, and a restart reads every
 // entry of a queue whose flag is set. Nothing sets it any more.
-func (q *Queue) clearBacklogFlagLocked(t *txn) {
-	if !q.backlogMarked || q.isDeleted() {
+func (q *Queue) clearBacklogFlagLocked(t *Txn) {
+	if !q.BacklogMarked || q.isDeleted() {
 		return
 	}
-	q.backlogMarked = false
-	t.batch.Meta = append(t.batch.Meta, defs.EncodeQueue(q.def()))
+	q.BacklogMarked = false
+	t.Batch.Meta = append(t.Batch.Meta, defs.EncodeQueue(q.Def()))
 }
 
 // retryBacklogLocked tries again to forward q's waiting dead letters, in
 // the order they were dead-lettered.
-func (q *Queue) retryBacklogLocked(t *txn) {
+func (q *Queue) retryBacklogLocked(t *Txn) {
 	q.retryStoredLocked()
 	if len(q.backlog) == 0 || q.isDeleted() {
 		return
@@ -310,7 +310,7 @@ type cycleLog struct {
 const cycleLogPairs = 256
 
 // forgetCycles drops the pairs of the deleted queue q.
-func (b *env) forgetCycles(q *Queue) {
+func (b *Env) forgetCycles(q *Queue) {
 	b.cycles.mu.Lock()
 	defer b.cycles.mu.Unlock()
 	for k := range b.cycles.last {
@@ -320,9 +320,9 @@ func (b *env) forgetCycles(q *Queue) {
 	}
 }
 
-func (b *env) logCycle(from, to *Queue, reason deadletter.Reason) {
+func (b *Env) logCycle(from, to *Queue, reason deadletter.Reason) {
 	key := [2]*Queue{from, to}
-	now := b.now()
+	now := b.Now()
 	b.cycles.mu.Lock()
 	if b.cycles.last == nil {
 		b.cycles.last = make(map[[2]*Queue]time.Time)
@@ -344,6 +344,6 @@ func (b *env) logCycle(from, to *Queue, reason deadletter.Reason) {
 	}
 	b.cycles.last[key] = now
 	b.cycles.mu.Unlock()
-	b.log.Warn("dead-letter cycle: message not delivered to a queue it was already dead-lettered from, with no rejection in between",
-		"vhost", from.host.Name, "from", from.Name, "to", to.Name, "reason", string(reason))
+	b.Log.Warn("dead-letter cycle: message not delivered to a queue it was already dead-lettered from, with no rejection in between",
+		"vhost", from.Host.Name, "from", from.Name, "to", to.Name, "reason", string(reason))
 }

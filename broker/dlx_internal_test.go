@@ -15,9 +15,9 @@ import (
 // queue alive and does not grow with the pairs ever seen.
 func TestCycleLogBounded(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
-	b := &env{cfg: Config{Now: func() time.Time { return now }}, log: slog.New(slog.DiscardHandler)}
+	b := &Env{cfg: Config{Now: func() time.Time { return now }}, Log: slog.New(slog.DiscardHandler)}
 	h := &Host{Name: "/"}
-	queue := func(i int) *Queue { return &Queue{Name: fmt.Sprint("q", i), host: h} }
+	queue := func(i int) *Queue { return &Queue{Name: fmt.Sprint("q", i), Host: h} }
 	src := queue(-1)
 	for i := range 3 * cycleLogPairs {
 		b.logCycle(src, queue(i), deadletter.Expired)

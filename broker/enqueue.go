@@ -12,26 +12,26 @@ import (
 )
 
 // incoming is a message on its way into queues: a publish's, routed.
-type incoming struct {
-	msg  *store.Message
-	ttl  int64 // per-message TTL in ms from the expiration property; -1 = none
-	prio uint8 // priority property
+type Incoming struct {
+	Msg  *store.Message
+	TTL  int64 // per-message TTL in ms from the expiration property; -1 = none
+	Prio uint8 // priority property
 	// entry, if not nil, is memory for the message's first queue entry,
 	// allocated with the publish; enqueueLocked uses it once.
-	entry *entry
+	Entry *Entry
 }
 
 // txPublish is a transaction's publish, with the queues it was routed to.
-type txPublish struct {
-	in *incoming
-	qs []*Queue
+type TxPublish struct {
+	In *Incoming
+	Queues []*Queue
 }
 
 // txSettle is a transaction's settlement of entries of one queue.
-type txSettle struct {
-	q      *Queue
-	es     []*entry
-	action settleAction
+type TxSettle struct {
+	Queue      *Queue
+	Entries     []*Entry
+	Action SettleAction
 }
 
 // commit performs a transaction's publishes and settlements (tx.commit)
@@ -40,17 +40,17 @@ type txSettle struct {
 // queue they touch: locked together in id order, as a publish locks its
 // targets, so the store sees the transaction after every earlier change
 // to them and before any later one.
-func (b *env) commit(qs []*Queue, pubs []txPublish, settles []txSettle, done func(error)) {
+func (b *Env) Commit(qs []*Queue, pubs []TxPublish, settles []TxSettle, done func(error)) {
 	qs = lockQueues(qs)
 	t := b.newTxn()
 	at := arrival{env: b}
 	for _, p := range pubs {
 		// A message a reject-publish queue refuses is dropped: a
 		// transaction has no per-message nack.
-		b.enqueueLocked(t, p.qs, p.in, &at)
+		b.enqueueLocked(t, p.Queues, p.In, &at)
 	}
 	for _, s := range settles {
-		s.q.settleLocked(t, s.es, s.action)
+		s.Queue.settleLocked(t, s.Entries, s.Action)
 	}
 	done = awaitEvictionsErr(qs, done)
 	wrote := t.write(done)
@@ -71,7 +71,7 @@ func (b *env) commit(qs []*Queue, pubs []txPublish, settles []txSettle, done fun
 // false when a queue refused the message (reject-publish) or the store
 // failed; inGroup is true when done runs as a successful completion of
 // the store's (see groupCompleter).
-func (b *env) enqueue(qs []*Queue, p *incoming, done func(ack, inGroup bool)) {
+func (b *Env) Enqueue(qs []*Queue, p *Incoming, done func(ack, inGroup bool)) {
 	qs = lockQueues(qs)
 	t := b.newTxn()
 	refused := b.enqueueLocked(t, qs, p, &arrival{env: b})
@@ -162,38 +162,38 @@ func joinEvictions(owed []*Queue, done func(error)) func(error) {
 
 // enqueueLocked is enqueue's work on queues qs, locked by the caller,
 // within t. It reports whether a queue refused the message.
-func (b *env) enqueueLocked(t *txn, qs []*Queue, p *incoming, at *arrival) (refused bool) {
-	msg := p.msg
+func (b *Env) enqueueLocked(t *Txn, qs []*Queue, p *Incoming, at *arrival) (refused bool) {
+	msg := p.Msg
 	for _, q := range qs {
 		if q.isDeleted() {
 			continue
 		}
-		lim := q.config().limits
+		lim := q.Settings().limits
 		pendN, pendB := q.pending()
 		if lim.Refuses(q.ready.Len()+int(pendN), q.ready.Bytes()+pendB, len(msg.Body)) {
 			refused = true
-			b.counters.Overflowed.Add(1)
+			b.Counters.Overflowed.Add(1)
 			if lim.Mode == overflow.RejectPublishDLX {
 				// Dead-lettered from q although it never entered it; the
 				// publisher, nacked, still owns it, so no backlog.
-				e := &entry{q: q, prio: p.prio, state: stGone}
+				e := &Entry{q: q, prio: p.Prio, state: stGone}
 				e.Msg = msg
-				q.deadLetterLocked(t, []*entry{e}, deadletter.MaxLen, false)
+				q.deadLetterLocked(t, []*Entry{e}, deadletter.MaxLen, false)
 			}
 			continue
 		}
-		e := p.entry
+		e := p.Entry
 		if e != nil {
-			p.entry = nil // the first queue's, once
+			p.Entry = nil // the first queue's, once
 		} else {
-			e = new(entry)
+			e = new(Entry)
 		}
-		q.initEntry(e, msg, nil, p.prio, p.ttl, at)
+		q.initEntry(e, msg, nil, p.Prio, p.TTL, at)
 		if e.stored {
 			t.put(e)
 		}
 		q.arriveLocked(t, e)
-		q.stats.Publish.Add(1)
+		q.Stats.Publish.Add(1)
 	}
 	return refused
 }
@@ -202,7 +202,7 @@ func (b *env) enqueueLocked(t *txn, qs []*Queue, p *incoming, at *arrival) (refu
 // several queue locks, and returns them sorted, each once.
 func lockQueues(qs []*Queue) []*Queue {
 	if len(qs) > 1 {
-		slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.id, y.id) })
+		slices.SortFunc(qs, func(x, y *Queue) int { return cmp.Compare(x.ID, y.ID) })
 		qs = slices.Compact(qs)
 	}
 	for _, q := range qs {

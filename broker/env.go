@@ -25,14 +25,14 @@ import (
 //
 // The fields are set by Open and not changed after, except those whose
 // comments say otherwise.
-type env struct {
+type Env struct {
 	cfg   Config
-	log   *slog.Logger
-	store store.Store
+	Log   *slog.Logger
+	Store store.Store
 	// storeFailedFn is storeFailed as a func value made once: the
 	// completion of a store write nobody waits for (txn.write).
 	storeFailedFn func(error)
-	storeErr      atomic.Pointer[error] // the store's first failure (storeFailed)
+	StoreErr      atomic.Pointer[error] // the store's first failure (storeFailed)
 	// storeAlarm raises the store alarm; storeFailure calls it on a
 	// goroutine of its own (the alarm takes Broker.mu, which storeFailed's
 	// callers may not).
@@ -41,15 +41,15 @@ type env struct {
 	// no lock held.
 	expired func(q *Queue)
 
-	counters stats.Counters
+	Counters stats.Counters
 	cycles   cycleLog
 	dropLog  [stats.NumDropCauses]*ratelog.Limiter // nil for stats.DropNoDLX; see newDropLogs
 	readLog  *ratelog.Limiter                      // store reads retried (readretry.go)
 
-	timers *ttl.Scheduler // message deadlines and queue leases
+	Timers *ttl.Scheduler // message deadlines and queue leases
 	// horizon is the latest deadline the store's expiry keys have been
 	// scanned to (pagedexpiry.go); the scan, the broker's, stores it.
-	horizon atomic.Int64
+	Horizon atomic.Int64
 
 	// async counts background tasks (paging prefetches, read retries,
 	// mark-write completions); asyncMu guards asyncClosed (after which
@@ -84,8 +84,8 @@ type Config struct {
 // newEnv returns an engine environment over st. alarm raises the store
 // alarm (storeAlarm); expired deletes a queue whose lease ran out. The
 // owner sets timers before any queue is made.
-func newEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired func(q *Queue)) *env {
-	b := &env{cfg: cfg, log: log, store: st, storeAlarm: alarm, expired: expired}
+func NewEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired func(q *Queue)) *Env {
+	b := &Env{cfg: cfg, Log: log, Store: st, storeAlarm: alarm, expired: expired}
 	b.storeFailedFn = b.storeFailed
 	b.dropLog = newDropLogs(log)
 	b.readLog = newReadLog(log)
@@ -94,7 +94,7 @@ func newEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired 
 }
 
 // stopAsync waits for the background tasks to end; none starts after.
-func (b *env) stopAsync() {
+func (b *Env) StopAsync() {
 	b.asyncMu.Lock()
 	b.asyncClosed = true
 	b.asyncMu.Unlock()
@@ -103,7 +103,7 @@ func (b *env) stopAsync() {
 
 // stopLogs stops the rate-limited logs, each logging what it counted
 // since its last line.
-func (b *env) stopLogs() {
+func (b *Env) StopLogs() {
 	for _, l := range b.dropLog {
 		if l != nil {
 			l.Stop()
@@ -113,7 +113,7 @@ func (b *env) stopLogs() {
 }
 
 // setConsumerTimeout sets the broker's consumer timeout, ms (-1: none).
-func (b *env) setConsumerTimeout(ms int64) {
+func (b *Env) SetConsumerTimeoutMs(ms int64) {
 	b.consumerTimeoutMs.Store(ms)
 	if ms >= 0 {
 		// A raised timeout leaves the check bound low: it only costs
@@ -124,11 +124,11 @@ func (b *env) setConsumerTimeout(ms int64) {
 
 // consumerTimeoutBound is at most every consumer timeout in force (ms):
 // deliveries younger than it need no check.
-func (b *env) consumerTimeoutBound() int64 { return b.minConsumerTimeout.Load() }
+func (b *Env) ConsumerTimeoutBound() int64 { return b.minConsumerTimeout.Load() }
 
 // goAsync registers a background task (call asyncDone when it ends), or
 // reports false once the broker is closing.
-func (b *env) goAsync() bool {
+func (b *Env) goAsync() bool {
 	b.asyncMu.Lock()
 	defer b.asyncMu.Unlock()
 	if b.asyncClosed {
@@ -139,7 +139,7 @@ func (b *env) goAsync() bool {
 	return true
 }
 
-func (b *env) asyncDone() {
+func (b *Env) asyncDone() {
 	b.asyncMu.Lock()
 	if b.asyncN--; b.asyncN == 0 && b.asyncIdle != nil {
 		b.asyncIdle.Broadcast()
@@ -150,7 +150,7 @@ func (b *env) asyncDone() {
 
 // waitAsyncIdle waits until no background task runs (for tests: one may
 // start right after).
-func (b *env) waitAsyncIdle() {
+func (b *Env) WaitAsyncIdle() {
 	b.asyncMu.Lock()
 	defer b.asyncMu.Unlock()
 	if b.asyncIdle == nil {
@@ -165,15 +165,15 @@ func (b *env) waitAsyncIdle() {
 // broker keeps serving what it has in memory, but every operation that
 // needs the store fails (publishers get nacks) and the failure is logged
 // once.
-func (b *env) storeFailed(err error) {
+func (b *Env) storeFailed(err error) {
 	if err != nil {
 		b.storeFailure(err) // apart, so a nil err is not moved to the heap
 	}
 }
 
-func (b *env) storeFailure(err error) {
-	if b.storeErr.CompareAndSwap(nil, &err) {
-		b.log.Error("message store failed; persistent operations will fail", "err", err)
+func (b *Env) storeFailure(err error) {
+	if b.StoreErr.CompareAndSwap(nil, &err) {
+		b.Log.Error("message store failed; persistent operations will fail", "err", err)
 		// Publishers are blocked, as by a disk alarm: the store accepts
 		// nothing more (its errors are sticky) and the broker never
 		// pretends to be durable. The alarm is raised off this goroutine:
@@ -220,7 +220,7 @@ type Router interface {
 
 // noteConsumerTimeout lowers the bound below which deliveries are not
 // checked to ms (a timeout now in force; -1: none).
-func (b *env) noteConsumerTimeout(ms int64) {
+func (b *Env) noteConsumerTimeout(ms int64) {
 	if ms < 0 {
 		return
 	}
@@ -234,6 +234,6 @@ func (b *env) noteConsumerTimeout(ms int64) {
 
 // globalConsumerTimeout is Options.ConsumerTimeout in ms (as changed by
 // SetConsumerTimeout), -1 for none.
-func (b *env) globalConsumerTimeout() int64 {
+func (b *Env) globalConsumerTimeout() int64 {
 	return b.consumerTimeoutMs.Load()
 }

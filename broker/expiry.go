@@ -12,22 +12,22 @@ import (
 )
 
 // now is the broker's clock (Options.Now, for tests that move time).
-func (b *env) now() time.Time { return b.cfg.Now() }
+func (b *Env) Now() time.Time { return b.cfg.Now() }
 
-func (b *env) nowMS() int64 { return b.cfg.Now().UnixMilli() }
+func (b *Env) NowMS() int64 { return b.cfg.Now().UnixMilli() }
 
 // arrivalMS is the broker's clock in milliseconds rounded up: the time a
 // message's deadline counts from. Deadlines are whole milliseconds, and
 // an entry expires once the clock, rounded down, reaches its deadline;
 // rounding the arrival up makes that never earlier than arrival + TTL.
-func (b *env) arrivalMS() int64 { return ceilMS(b.cfg.Now()) }
+func (b *Env) arrivalMS() int64 { return ceilMS(b.cfg.Now()) }
 
 // arrival is the arrival time of a publish (arrivalMS), read from the
 // clock when a deadline first needs it and then kept, so a message with
 // no TTL costs no clock read and every queue of one publish counts from
 // the same instant.
 type arrival struct {
-	env *env
+	env *Env
 	ms  int64 // 0: not read yet
 }
 
@@ -55,14 +55,14 @@ func ceilMS(t time.Time) int64 {
 // queue (not only at the head) and is dead-lettered with reason expired;
 // a queue whose lease ran out is deleted. Timers of the owner's (other
 // values) are passed to other.
-func fireTimers(due []*ttl.Timer, other func(v any)) {
-	byQueue := map[*Queue][]*entry{}
+func FireTimers(due []*ttl.Timer, other func(v any)) {
+	byQueue := map[*Queue][]*Entry{}
 	var order []*Queue
 	var leases []*Queue
 	paged := map[*Queue][]*pagedTimer{}
 	for _, tm := range due {
 		switch v := tm.Value.(type) {
-		case *entry:
+		case *Entry:
 			if _, ok := byQueue[v.q]; !ok {
 				order = append(order, v.q)
 			}
@@ -94,13 +94,13 @@ func fireTimers(due []*ttl.Timer, other func(v any)) {
 // (on a goroutine of its own, so the scheduler goes on); what it reads
 // waits on timers at the deadlines, or expires at once if due (a timer
 // armed late). Nothing that is due waits for a read.
-func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
-	b := q.env
+func (q *Queue) expireEntries(es []*Entry, pts []*pagedTimer) {
+	b := q.Env
 	q.mu.Lock()
 	var toRead []store.Ref
-	var pre []*entry
+	var pre []*Entry
 	if len(pts) > 0 {
-		toRead, pre = q.duePagedLocked(pts, b.nowMS())
+		toRead, pre = q.duePagedLocked(pts, b.NowMS())
 	}
 	t := b.newTxn()
 	q.expireLocked(t, es, pre)
@@ -121,32 +121,32 @@ func (q *Queue) expireEntries(es []*entry, pts []*pagedTimer) {
 // expires them. A read that fails is made again after a pause
 // (readretry.go).
 func (q *Queue) expireRead(refs []store.Ref) {
-	b := q.env
+	b := q.Env
 	read, err := q.readPaged(refs)
-	q.locked(func(t *txn) {
+	q.locked(func(t *Txn) {
 		if q.isDeleted() {
 			return
 		}
 		if err != nil {
-			b.readFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
+			b.ReadFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err))
 			b.retryRead(func() { q.expireRead(refs) })
 			return
 		}
-		q.expireLocked(t, nil, q.holdReadLocked(read, b.nowMS()))
+		q.expireLocked(t, nil, q.holdReadLocked(read, b.NowMS()))
 	})
 }
 
 // expireLocked dead-letters those of es still ready and expired, and
 // those of paged (read from the store) still in their middle.
-func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
+func (q *Queue) expireLocked(t *Txn, es []*Entry, paged []*Entry) {
 	if q.isDeleted() {
 		return
 	}
-	now := q.env.nowMS()
-	var expired []*entry
+	now := q.Env.NowMS()
+	var expired []*Entry
 	for _, e := range paged {
 		if l, ok := q.ready.InMiddle(e.Prio, e.Seq); ok {
-			q.ready.TakeOut(l, e.Seq, int64(e.bodySize()), false)
+			q.ready.TakeOut(l, e.Seq, int64(e.BodySize()), false)
 			expired = append(expired, e)
 		}
 	}
@@ -164,7 +164,7 @@ func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
 		}
 	}
 	if len(paged) > 0 {
-		slices.SortFunc(expired, func(a, b *entry) int {
+		slices.SortFunc(expired, func(a, b *Entry) int {
 			return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Seq, b.Seq))
 		})
 	}
@@ -175,18 +175,18 @@ func (q *Queue) expireLocked(t *txn, es []*entry, paged []*entry) {
 // consumer going) for x-expires: the lease runs from now while the queue
 // has no consumers.
 func (q *Queue) touchLocked() {
-	exp := q.config().expires
-	s := q.env.timers
+	exp := q.Settings().expires
+	s := q.Env.Timers
 	s.Remove(&q.lease)
 	if exp < 0 || len(q.consumers) > 0 || q.isDeleted() {
 		return
 	}
-	q.lease.Deadline = q.env.arrivalMS() + exp // never early, as message deadlines
+	q.lease.Deadline = q.Env.arrivalMS() + exp // never early, as message deadlines
 	s.Add(&q.lease)
 }
 
 // touch is touchLocked for callers without the lock.
-func (q *Queue) touch() {
+func (q *Queue) Touch() {
 	q.mu.Lock()
 	q.touchLocked()
 	q.mu.Unlock()
@@ -196,18 +196,18 @@ func (q *Queue) touch() {
 // messages are not dead-lettered.
 func (q *Queue) expireLease() {
 	q.mu.Lock()
-	exp := q.config().expires
+	exp := q.Settings().expires
 	unused := !q.isDeleted() && exp >= 0 && len(q.consumers) == 0
-	if unused && q.lease.Deadline > q.env.nowMS() {
+	if unused && q.lease.Deadline > q.Env.NowMS() {
 		// Fired early by our clock: wait again.
 		unused = false
-		q.env.timers.Add(&q.lease)
+		q.Env.Timers.Add(&q.lease)
 	}
 	// From here no consumer may attach: the queue is going.
 	q.closing = q.closing || unused
 	q.mu.Unlock()
 	if unused {
-		q.env.log.Info("queue expired (x-expires)", "vhost", q.host.Name, "queue", q.Name)
-		q.env.expired(q)
+		q.Env.Log.Info("queue expired (x-expires)", "vhost", q.Host.Name, "queue", q.Name)
+		q.Env.expired(q)
 	}
 }

@@ -71,57 +71,50 @@ func (b *Broker) queueForTest(vhost, queue string) *Queue {
 // ResidentForTest returns how many of queue's ready entries are in memory
 // (live or removed but still held) and its ready count, middles included.
 func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {
-	return b.queueForTest(vhost, queue).residentForTest()
+	return b.queueForTest(vhost, queue).ResidentForTest()
 }
 
 // ResidentBytesForTest returns the resident bytes (bodies and properties)
 // of queue's ready entries in memory (live or removed but still held).
 func (b *Broker) ResidentBytesForTest(vhost, queue string) int64 {
-	return b.queueForTest(vhost, queue).residentBytesForTest()
+	return b.queueForTest(vhost, queue).ResidentBytesForTest()
 }
 
 // BacklogResidentForTest returns how many of queue's waiting dead letters
 // are held in memory.
 func (b *Broker) BacklogResidentForTest(vhost, queue string) int {
-	return b.queueForTest(vhost, queue).backlogResidentForTest()
+	return b.queueForTest(vhost, queue).BacklogResidentForTest()
 }
 
 // ReadAheadPendingForTest returns how many of queue's paged entries are
 // due to be read ahead of their deadline (their read-ahead timer's time
 // has come) and not read yet.
 func (b *Broker) ReadAheadPendingForTest(vhost, queue string) int {
-	return b.queueForTest(vhost, queue).readAheadPendingForTest()
+	return b.queueForTest(vhost, queue).ReadAheadPendingForTest()
 }
 
 // SetConsumerAddedHookForTest makes f run once each basic.consume has
 // added its consumer, before the queue dispatches to it; the returned
 // function removes it.
-func SetConsumerAddedHookForTest(f func()) (restore func()) { return setConsumerAddedHook(f) }
-
-// PagedOutCapture holds the entries that paged out while it was set.
-type PagedOutCapture = pagedOutCapture
-
-// CapturePagedOutForTest records every entry that pages out from now on
-// (set it before the broker has connections); restore stops it.
-func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) { return capturePagedOutForTest() }
+func SetConsumerAddedHookForTest(f func()) (restore func()) { return SetConsumerAddedHook(f) }
 
 // FireStaleForTest hands the resident timers of the entries c captured
 // that have a deadline to b's expiry, as the scheduler does when it took
 // them just before they paged out; it returns how many.
-func (b *Broker) FireStaleForTest(c *PagedOutCapture) int { return c.fireStale(b.fireTimers) }
+func (b *Broker) FireStaleForTest(c *PagedOutCapture) int { return c.FireStale(b.fireTimers) }
 
 // EvictionOwedForTest returns how many publishes wait for queue's
 // drop-head eviction (its head is being read back from the store); 0
 // while the queue's lock is held.
 func (b *Broker) EvictionOwedForTest(vhost, queue string) int {
-	return b.queueForTest(vhost, queue).evictionOwedForTest()
+	return b.queueForTest(vhost, queue).EvictionOwedForTest()
 }
 
 // GetWaitingForTest reports whether a basic.get on queue waits for its
 // head to be read back from the store (false while the queue's lock is
 // held).
 func (b *Broker) GetWaitingForTest(vhost, queue string) bool {
-	return b.queueForTest(vhost, queue).getWaitingForTest()
+	return b.queueForTest(vhost, queue).GetWaitingForTest()
 }
 
 // SettleTimersForTest waits until every timer due by the broker's timer
@@ -131,8 +124,8 @@ func (b *Broker) GetWaitingForTest(vhost, queue string) bool {
 // still be on its way).
 func (b *Broker) SettleTimersForTest() {
 	for range 3 { // a read's merge may arm timers already due
-		b.env.timers.Sync()
-		b.env.waitAsyncIdle()
+		b.env.Timers.Sync()
+		b.env.WaitAsyncIdle()
 	}
 }
 
@@ -143,13 +136,13 @@ func (b *Broker) CheckConsumerTimeoutsForTest() { b.checkConsumerTimeouts() }
 // retry over every vhost now, with the reads it starts.
 func (b *Broker) RetryBacklogsForTest() {
 	b.retryAllBacklogs()
-	b.env.waitAsyncIdle()
+	b.env.WaitAsyncIdle()
 }
 
 // StoreFailureForTest returns the error that failed the broker's store,
 // nil while it has not.
 func (b *Broker) StoreFailureForTest() error {
-	if p := b.env.storeErr.Load(); p != nil {
+	if p := b.env.StoreErr.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -181,7 +174,7 @@ const RaceEnabledForTest = raceEnabled
 func (b *Broker) StoredOriginsForTest(vhost, queue string) ([]*store.Origin, error) {
 	q := b.queueForTest(vhost, queue)
 	var out []*store.Origin
-	err := b.env.store.ScanQueue(q.id, 0, func(e *store.Entry) bool {
+	err := b.env.Store.ScanQueue(q.ID, 0, func(e *store.Entry) bool {
 		out = append(out, e.Origin)
 		return true
 	})

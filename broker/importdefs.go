@@ -118,7 +118,7 @@ func (b *Broker) ImportDefinitions(d *Definitions) error {
 	w := p.apply()
 	p.unlockMu()
 	p.publish()
-	err := w.waitErr()
+	err := w.WaitErr()
 	p.finish()
 	if err != nil {
 		return fmt.Errorf("import definitions: %w", err)
@@ -513,7 +513,7 @@ func (t *importTarget) exchange(name string) *Exchange {
 // apply installs the checked contents in the vhosts (locked or new) and
 // hands the whole import to the store in one batch. Caller holds the
 // locks; the write is awaited after they are released.
-func (p *importPlan) apply() *storeWrite {
+func (p *importPlan) apply() *StoreWrite {
 	b, d := p.b, p.d
 	names := slices.Sorted(maps.Keys(p.targets))
 	var durable int
@@ -558,13 +558,13 @@ func (p *importPlan) apply() *storeWrite {
 		} else {
 			id = b.newQueueID()
 		}
-		q := newQueue(b.env, &v.Host, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
-		if qp := v.policyForQueueLocked(dq.Name, q.qtype); qp != nil {
-			q.initPolicy(qp)
+		q := New(b.env, &v.Host, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
+		if qp := v.policyForQueueLocked(dq.Name, q.Type); qp != nil {
+			q.InitPolicy(qp)
 		}
 		v.queues[dq.Name] = q
 		if q.Durable {
-			p.mb.Put(defs.EncodeQueue(q.def()))
+			p.mb.Put(defs.EncodeQueue(q.Def()))
 		}
 		t.queues = append(t.queues, q)
 	}
@@ -655,7 +655,7 @@ func (p *importPlan) finish() {
 			t.v.policyMu.Unlock()
 		}
 		for _, q := range t.queues {
-			q.touch()
+			q.Touch()
 		}
 		p.b.retryBacklogs(t.v)
 	}

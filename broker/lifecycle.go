@@ -32,10 +32,10 @@ func (b *Broker) Sync() error {
 	if closed {
 		return ErrClosed
 	}
-	if p := b.env.storeErr.Load(); p != nil {
+	if p := b.env.StoreErr.Load(); p != nil {
 		return fmt.Errorf("store failed: %w", *p)
 	}
-	if s, ok := b.env.store.(syncer); ok {
+	if s, ok := b.env.Store.(syncer); ok {
 		if err := s.Sync(); err != nil {
 			return fmt.Errorf("sync store: %w", err)
 		}

@@ -43,7 +43,7 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	// never waits. An error means the connection is closing or the store
 	// failed; the publish then fails (or is nacked) in Apply as it would
 	// have anyway.
-	_ = ch.conn.b.env.store.Reserve(ch.conn.ctx, len(body)+len(raw))
+	_ = ch.conn.b.env.Store.Reserve(ch.conn.ctx, len(body)+len(raw))
 	p, err := ch.preparePublish(m, props, raw, body)
 	if err != nil {
 		err.ClassID, err.MethodID = m.ClassID(), m.MethodID()
@@ -66,7 +66,7 @@ func (ch *channel) Publish(m *amqp.BasicPublish, props *amqp.Properties, raw, bo
 	if ch.confirm {
 		ch.publishSeq++
 		p.seq = ch.publishSeq
-		ch.conn.b.env.counters.ReceivedConfirm.Add(1)
+		ch.conn.b.env.Counters.ReceivedConfirm.Add(1)
 	}
 	ch.mu.Unlock()
 	ch.publish(p)
@@ -91,7 +91,7 @@ func (ch *channel) handle(m amqp.Method) *amqp.Error {
 	case *amqp.BasicGet:
 		return ch.basicGet(m)
 	case *amqp.BasicAck:
-		return ch.ackOrReject(m.DeliveryTag, m.Multiple, actAck)
+		return ch.ackOrReject(m.DeliveryTag, m.Multiple, SettleAck)
 	case *amqp.BasicNack:
 		return ch.ackOrReject(m.DeliveryTag, m.Multiple, requeueAction(m.Requeue))
 	case *amqp.BasicReject:
@@ -148,11 +148,11 @@ func (ch *channel) handle(m amqp.Method) *amqp.Error {
 	return amqp.Errorf(amqp.CommandInvalid, "unexpected method %s on a channel", m.Name())
 }
 
-func requeueAction(requeue bool) settleAction {
+func requeueAction(requeue bool) SettleAction {
 	if requeue {
-		return actRequeue
+		return SettleRequeue
 	}
-	return actReject
+	return SettleReject
 }
 
 func (ch *channel) basicQos(m *amqp.BasicQos) *amqp.Error {
@@ -208,13 +208,13 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 		ch.mu.Unlock()
 		return amqp.Errorf(amqp.NotAllowed, "attempt to reuse consumer tag '%s'", tag)
 	}
-	cons := &consumer{tag: tag, ch: ch, q: q, noAck: m.NoAck, exclusive: m.Exclusive, priority: priority, prefetch: ch.prefetch}
+	cons := &Consumer{Tag: tag, Ch: ch, Queue: q, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: priority, Prefetch: ch.prefetch}
 	ch.consumers[tag] = cons
 	ch.mu.Unlock()
 	// consume-ok goes out as the consumer is added, under the queue's
 	// lock: a delivery dispatched by another goroutine (a publish, an ack)
 	// must not overtake it.
-	err = q.addConsumer(cons, func() {
+	err = q.AddConsumer(cons, func() {
 		if !m.Nowait {
 			ch.out.Send(&amqp.BasicConsumeOk{ConsumerTag: tag})
 		}
@@ -228,7 +228,7 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 	if consumerAddedHook != nil {
 		consumerAddedHook()
 	}
-	q.dispatch()
+	q.Dispatch()
 	return nil
 }
 
@@ -237,7 +237,7 @@ func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
 	cons := ch.consumers[m.ConsumerTag]
 	ch.mu.Unlock()
 	if cons != nil {
-		cons.q.deliverDue()
+		cons.Queue.DeliverDue()
 	}
 	ch.mu.Lock()
 	cons = ch.consumers[m.ConsumerTag]
@@ -249,7 +249,7 @@ func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
 	}
 	if cons != nil {
 		ch.conn.b.removeConsumer(cons)
-		cons.q.dispatch() // with a single active consumer, the next one takes over
+		cons.Queue.Dispatch() // with a single active consumer, the next one takes over
 	}
 	if !m.Nowait {
 		ch.out.Send(&amqp.BasicCancelOk{ConsumerTag: m.ConsumerTag})
@@ -259,16 +259,16 @@ func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
 
 // serverCancel tells the client its consumer is gone (queue deleted), if
 // the client supports consumer_cancel_notify.
-func (ch *channel) serverCancel(c *consumer) {
+func (ch *channel) ServerCancel(c *Consumer) {
 	ch.mu.Lock()
-	own := ch.consumers[c.tag] == c
+	own := ch.consumers[c.Tag] == c
 	if own {
-		delete(ch.consumers, c.tag)
+		delete(ch.consumers, c.Tag)
 	}
 	closed := ch.closed
 	ch.mu.Unlock()
 	if own && !closed && ch.conn.cancelNotify {
-		ch.out.Send(&amqp.BasicCancel{ConsumerTag: c.tag, Nowait: true})
+		ch.out.Send(&amqp.BasicCancel{ConsumerTag: c.Tag, Nowait: true})
 	}
 }
 
@@ -277,21 +277,21 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	if err != nil {
 		return err
 	}
-	e, tag, props, remaining := q.get(ch, m.NoAck)
+	e, tag, props, remaining := q.Get(ch, m.NoAck)
 	if e == nil {
-		ch.conn.b.env.counters.GetEmpty.Add(1)
-		q.stats.GetEmpty.Add(1)
+		ch.conn.b.env.Counters.GetEmpty.Add(1)
+		q.Stats.GetEmpty.Add(1)
 		ch.deliveryStats.getEmpty.Add(1)
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
-	ch.conn.b.env.counters.Delivered.Add(true, m.NoAck, e.redelivered)
-	q.stats.Delivered.Add(true, m.NoAck, e.redelivered)
-	ch.deliveryStats.delivered.Add(true, m.NoAck, e.redelivered)
+	ch.conn.b.env.Counters.Delivered.Add(true, m.NoAck, e.Redelivered)
+	q.Stats.Delivered.Add(true, m.NoAck, e.Redelivered)
+	ch.deliveryStats.delivered.Add(true, m.NoAck, e.Redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicGetOk{
 		DeliveryTag:  tag,
-		Redelivered:  e.redelivered,
+		Redelivered:  e.Redelivered,
 		Exchange:     h.Exchange,
 		RoutingKey:   h.RoutingKeys[0],
 		MessageCount: uint32(remaining),
@@ -299,7 +299,7 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	return nil
 }
 
-func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *amqp.Error {
+func (ch *channel) ackOrReject(tag uint64, multiple bool, action SettleAction) *amqp.Error {
 	ch.mu.Lock()
 	if !ch.tx && ch.conn.bursts {
 		// Put off to the end of the burst of frames (conn.EndBurst),
@@ -312,13 +312,13 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *
 		}
 		ch.pendingDs = ds
 		if n := len(ds) - before; n > 0 {
-			if action == actAck {
+			if action == SettleAck {
 				ch.deliveryStats.ack.Add(uint64(n))
 			}
-			if k := len(ch.pendingActs); k > 0 && ch.pendingActs[k-1].action == action {
-				ch.pendingActs[k-1].n += n
+			if k := len(ch.pendingActs); k > 0 && ch.pendingActs[k-1].Action == action {
+				ch.pendingActs[k-1].N += n
 			} else {
-				ch.pendingActs = append(ch.pendingActs, settleRun{n: n, action: action})
+				ch.pendingActs = append(ch.pendingActs, SettleRun{N: n, Action: action})
 			}
 		}
 		first, full := before == 0 && len(ds) > 0, len(ds) >= maxPendingSettles
@@ -343,7 +343,7 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action settleAction) *
 	if !ch.tx {
 		ch.ackBuf = ds[:0]
 	}
-	if action == actAck {
+	if action == SettleAck {
 		ch.deliveryStats.ack.Add(uint64(len(ds)))
 	}
 	if ch.tx {
@@ -367,7 +367,7 @@ func (ch *channel) recover(requeue bool) *amqp.Error {
 	ds, _ := ch.takeUnackedLocked(0, true, nil)
 	ch.mu.Unlock()
 	if len(ds) > 0 {
-		ch.settle(ds, actRequeue)
+		ch.settle(ds, SettleRequeue)
 	}
 	return nil
 }
@@ -380,8 +380,8 @@ func (ch *channel) confirmSelect(m *amqp.ConfirmSelect) *amqp.Error {
 	}
 	if !ch.confirm {
 		ch.confirm = true
-		g, _ := ch.conn.b.env.store.(groupCompleter)
-		ch.confirms.start(ch.out, g, &ch.conn.b.env.counters)
+		g, _ := ch.conn.b.env.Store.(groupCompleter)
+		ch.confirms.start(ch.out, g, &ch.conn.b.env.Counters)
 	}
 	ch.mu.Unlock()
 	if !m.Nowait {

@@ -20,7 +20,7 @@ import (
 
 // horizonMS is how far ahead of now a scan arms deadlines; scans run every
 // half of it.
-const horizonMS = 2000
+const HorizonMS = 2000
 
 // readAheadMS is how long before its deadline a paged entry is read; the
 // entries read ahead (the expiries of that long) are held in memory.
@@ -33,24 +33,24 @@ type pagedTimer struct {
 	timer ttl.Timer
 	q     *Queue
 	ref   store.Ref
-	pre   *entry // the entry, read ahead; nil before the read
+	pre   *Entry // the entry, read ahead; nil before the read
 }
 
-type pagedRef struct {
-	deadline int64
-	ref      store.Ref
+type PagedRef struct {
+	Deadline int64
+	Ref      store.Ref
 }
 
 // armPaged arms the timers of refs that are in q's middles.
-func (q *Queue) armPaged(refs []pagedRef) {
+func (q *Queue) ArmPaged(refs []PagedRef) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.isDeleted() {
 		return
 	}
 	for _, r := range refs {
-		if _, ok := q.ready.InMiddle(r.ref.Prio, r.ref.Seq); ok {
-			q.armPagedLocked(r.deadline, r.ref)
+		if _, ok := q.ready.InMiddle(r.Ref.Prio, r.Ref.Seq); ok {
+			q.armPagedLocked(r.Deadline, r.Ref)
 		}
 	}
 }
@@ -67,7 +67,7 @@ func (q *Queue) armPagedLocked(deadline int64, ref store.Ref) {
 	pt := &pagedTimer{q: q, ref: ref}
 	pt.timer.Deadline, pt.timer.Value = deadline-readAheadMS, pt
 	q.paged[ref.Seq] = pt
-	q.env.timers.Add(&pt.timer)
+	q.Env.Timers.Add(&pt.timer)
 }
 
 // pagedOutLocked marks e paged out (the store holds it; it comes back as
@@ -75,7 +75,7 @@ func (q *Queue) armPagedLocked(deadline int64, ref store.Ref) {
 // out must find it not ready and let it be), and moves its timer into
 // the store: armed as a paged timer if a scan has passed its deadline
 // already.
-func (q *Queue) pagedOutLocked(e *entry) {
+func (q *Queue) pagedOutLocked(e *Entry) {
 	e.state = stPaged
 	if pagedOutHook != nil {
 		pagedOutHook(e)
@@ -83,22 +83,22 @@ func (q *Queue) pagedOutLocked(e *entry) {
 	if e.Deadline == 0 {
 		return
 	}
-	b := q.env
-	b.timers.Remove(&e.timer)
-	if e.Deadline <= b.horizon.Load() {
+	b := q.Env
+	b.Timers.Remove(&e.timer)
+	if e.Deadline <= b.Horizon.Load() {
 		q.armPagedLocked(e.Deadline, e.Ref)
 	}
 }
 
 // pagedOutHook, if set (by tests), is called with each entry that pages
 // out.
-var pagedOutHook func(*entry)
+var pagedOutHook func(*Entry)
 
 // unpageTimerLocked drops the paged timer of seq (its entry is paging in,
 // with a resident timer).
 func (q *Queue) unpageTimerLocked(seq uint64) {
 	if pt := q.paged[seq]; pt != nil {
-		q.env.timers.Remove(&pt.timer)
+		q.Env.Timers.Remove(&pt.timer)
 		delete(q.paged, seq)
 	}
 }
@@ -106,7 +106,7 @@ func (q *Queue) unpageTimerLocked(seq uint64) {
 // dropPagedLocked drops every paged timer (the middles are gone).
 func (q *Queue) dropPagedLocked() {
 	for _, pt := range q.paged {
-		q.env.timers.Remove(&pt.timer)
+		q.Env.Timers.Remove(&pt.timer)
 	}
 	q.paged = nil
 }
@@ -114,14 +114,14 @@ func (q *Queue) dropPagedLocked() {
 // duePagedLocked takes the fired paged timers pts whose entry is still in
 // a middle: the refs to read (read-ahead timers that are due) and the
 // entries read ahead whose deadline has come.
-func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) (read []store.Ref, expired []*entry) {
-	b := q.env
+func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) (read []store.Ref, expired []*Entry) {
+	b := q.Env
 	for _, pt := range pts {
 		if q.paged[pt.ref.Seq] != pt {
 			continue // paged in or dropped meanwhile
 		}
 		if pt.timer.Deadline > now {
-			b.timers.Add(&pt.timer) // fired early by our clock: wait again
+			b.Timers.Add(&pt.timer) // fired early by our clock: wait again
 			continue
 		}
 		if _, ok := q.ready.InMiddle(pt.ref.Prio, pt.ref.Seq); !ok {
@@ -142,8 +142,8 @@ func (q *Queue) duePagedLocked(pts []*pagedTimer, now int64) (read []store.Ref, 
 // is still ahead, each on its paged timer, now set to its deadline, and
 // returns those due now. An entry whose timer went meanwhile (paged in,
 // dropped) is left out.
-func (q *Queue) holdReadLocked(read []*entry, now int64) []*entry {
-	var due []*entry
+func (q *Queue) holdReadLocked(read []*Entry, now int64) []*Entry {
+	var due []*Entry
 	for _, e := range read {
 		pt := q.paged[e.Seq]
 		if pt == nil || pt.pre != nil {
@@ -156,7 +156,7 @@ func (q *Queue) holdReadLocked(read []*entry, now int64) []*entry {
 		}
 		pt.pre = e
 		pt.timer.Deadline = e.Deadline
-		q.env.timers.Add(&pt.timer)
+		q.Env.Timers.Add(&pt.timer)
 	}
 	return due
 }
@@ -166,12 +166,12 @@ func (q *Queue) holdReadLocked(read []*entry, now int64) []*entry {
 // It takes no lock: the caller checks under the queue's lock that each is
 // still in its middle. A gone entry, or a dead letter waiting for a route,
 // is left out.
-func (q *Queue) readPaged(refs []store.Ref) ([]*entry, error) {
-	metas, msgs, err := engine.ReadDue(q.env.store, refs)
+func (q *Queue) readPaged(refs []store.Ref) ([]*Entry, error) {
+	metas, msgs, err := engine.ReadDue(q.Env.Store, refs)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*entry, len(metas))
+	out := make([]*Entry, len(metas))
 	for i := range metas {
 		e := q.entryFromMeta(&metas[i], msgs[i])
 		e.state = stGone

@@ -24,26 +24,26 @@ import (
 
 // ranges names q's store ranges for the engine's reads.
 func (q *Queue) ranges() engine.Ranges {
-	return engine.Ranges{Store: q.env.store, ID: q.id, Durable: q.Durable && !q.Exclusive}
+	return engine.Ranges{Store: q.Env.Store, ID: q.ID, Durable: q.Durable && !q.Exclusive}
 }
 
 // The queue's ready list, as the engine holds it.
 type (
-	readyQueue = engine.Ready[*entry]
-	level      = engine.Level[*entry]
+	readyQueue = engine.Ready[*Entry]
+	level      = engine.Level[*Entry]
 )
 
 // What the engine asks of an entry (engine.Entry).
-func (e *entry) EntrySeq() uint64 { return e.Seq }
-func (e *entry) EntryPrio() uint8 { return e.prio }
-func (e *entry) EntrySize() int64 { return int64(len(e.Msg.Body)) }
-func (e *entry) Ready() bool      { return e.state == stReady }
-func (e *entry) Pageable() bool   { return e.inStore && !e.zeroTTL }
+func (e *Entry) EntrySeq() uint64 { return e.Seq }
+func (e *Entry) EntryPrio() uint8 { return e.prio }
+func (e *Entry) EntrySize() int64 { return int64(len(e.Msg.Body)) }
+func (e *Entry) Ready() bool      { return e.state == stReady }
+func (e *Entry) Pageable() bool   { return e.inStore && !e.zeroTTL }
 
 // EntryResident counts its body and its properties: a header can be far
 // larger than a body, and the windows bound what is held (the properties
 // of several entries sharing one dead-lettered header count for each).
-func (e *entry) EntryResident() int64 {
+func (e *Entry) EntryResident() int64 {
 	return int64(len(e.Msg.Body)) + int64(len(e.EffectiveHeader().Props))
 }
 
@@ -60,14 +60,14 @@ func (q *Queue) fillLocked(l *level) {
 	r, err := q.ranges().ReadMiddle(q.spilled, l.Prio, l.Mid.From, l.Mid.To, want, wantBytes, l.MeanResident(), q.pageBuf[:0])
 	if err = pageErr(r, err); err != nil {
 		// Made again at the level's next refill (readretry.go).
-		q.env.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
+		q.Env.ReadFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err))
 		return
 	}
 	q.mergeLocked(l, r)
 	if len(q.damaged) > 0 {
 		// No dead-lettering here: its copies go to their queues after
 		// this lock is released, and this read runs under it.
-		t := q.env.newTxn()
+		t := q.Env.newTxn()
 		q.dropDamagedLocked(t, false)
 		t.apply(nil)
 		t.finish()
@@ -84,7 +84,7 @@ func (q *Queue) fillLocked(l *level) {
 // delivers and enforces its limits, which starts the next read if the
 // head still needs one.
 func (q *Queue) prefetchLocked(l *level) bool {
-	b := q.env
+	b := q.Env
 	if l.Filling {
 		return true
 	}
@@ -105,7 +105,7 @@ func (q *Queue) prefetchLocked(l *level) bool {
 		switch {
 		case err != nil:
 			if current {
-				b.readFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err))
+				b.ReadFailed(fmt.Errorf("page in queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err))
 				q.retryPageLocked()
 			}
 		case current:
@@ -138,8 +138,8 @@ func (q *Queue) retryPageLocked() {
 		return
 	}
 	q.pageRetry = true
-	q.env.retryRead(func() {
-		q.locked(func(t *txn) {
+	q.Env.retryRead(func() {
+		q.locked(func(t *Txn) {
 			q.pageRetry = false
 			if !q.isDeleted() {
 				q.dispatchLocked(t)
@@ -154,7 +154,7 @@ func (q *Queue) retryPageLocked() {
 // waiting for an eviction to call once t is written (all of them unless an
 // eviction is still owed). The caller then wakes the gets waiting for a
 // read (wakeFillWaitersLocked).
-func (q *Queue) endReadLocked(l *level, t *txn, err error) []func(error) {
+func (q *Queue) endReadLocked(l *level, t *Txn, err error) []func(error) {
 	l.EndRead()
 	if err == nil && !q.isDeleted() {
 		q.enforceLimitsLocked(t)
@@ -184,7 +184,7 @@ const (
 // held 99,000 with a window of 4) until the reads caught up.
 func (q *Queue) readWantLocked(l *level) (int, int64) {
 	want, wantBytes := q.ready.HeadRoom(l)
-	lim := q.config().limits
+	lim := q.Settings().limits
 	if !lim.Over(q.ready.Len(), q.ready.Bytes()) {
 		return want, wantBytes
 	}
@@ -210,7 +210,7 @@ func (q *Queue) evictionOwedLocked() bool {
 	if q.isDeleted() {
 		return false
 	}
-	lim := q.config().limits
+	lim := q.Settings().limits
 	return lim.Limited() && lim.Over(q.ready.Len(), q.ready.Bytes()) && q.readingLocked()
 }
 
@@ -225,20 +225,20 @@ func (q *Queue) readingLocked() bool {
 }
 
 // fillWait is a wait for the reads of a queue's middles under way.
-type fillWait struct {
-	done chan struct{} // closed when one completes
-	err  error         // its error, set before done is closed
+type FillWait struct {
+	Done chan struct{} // closed when one completes
+	Err  error         // its error, set before done is closed
 }
 
 // fillWaitLocked returns a wait that ends when a read of q's middles under
 // way completes (a basic.get that found the head empty waits on it), or
 // nil when none is under way.
-func (q *Queue) fillWaitLocked() *fillWait {
+func (q *Queue) fillWaitLocked() *FillWait {
 	if !q.readingLocked() {
 		return nil
 	}
 	if q.fillWake == nil {
-		q.fillWake = &fillWait{done: make(chan struct{})}
+		q.fillWake = &FillWait{Done: make(chan struct{})}
 	}
 	return q.fillWake
 }
@@ -248,8 +248,8 @@ func (q *Queue) fillWaitLocked() *fillWait {
 func (q *Queue) wakeFillWaitersLocked(err error) {
 	if w := q.fillWake; w != nil {
 		q.fillWake = nil
-		w.err = err
-		close(w.done)
+		w.Err = err
+		close(w.Done)
 	}
 }
 
@@ -289,8 +289,8 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 	if n, bytes := q.ready.ReadDone(l, r.Done); n != 0 {
 		// The counters disagreed with the store: they follow the store
 		// now (a broker or store bug).
-		q.env.log.Error("paging: queue level counters disagree with the store; corrected",
-			"vhost", q.host.Name, "queue", q.Name, "level", l.Prio, "missing", n, "bytes", bytes)
+		q.Env.Log.Error("paging: queue level counters disagree with the store; corrected",
+			"vhost", q.Host.Name, "queue", q.Name, "level", l.Prio, "missing", n, "bytes", bytes)
 	}
 	q.syncCounts()
 }
@@ -301,8 +301,8 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 func (q *Queue) unreadBacklog(seq uint64) bool { return q.backlogUnread && seq <= q.recoveredSeq }
 
 // entryFromMeta makes the resident entry of a stored one read back.
-func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *entry {
-	e := &entry{q: q, prio: m.Prio, stored: true, inStore: true, redelivered: q.deliveredBefore(m.Prio, m.Seq, m.DeliveryCount)}
+func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *Entry {
+	e := &Entry{q: q, prio: m.Prio, stored: true, inStore: true, Redelivered: q.deliveredBefore(m.Prio, m.Seq, m.DeliveryCount)}
 	e.Ref, e.Msg, e.Header = m.Ref, msg, m.Header
 	e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt = m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt
 	e.Origin = m.Origin

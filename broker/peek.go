@@ -53,13 +53,13 @@ func (q *Queue) planPeek(level int, from uint64, want int) (parts []peekPart, sp
 	n := 0
 	resident := func(d interface {
 		Len() int
-		At(int) *entry
+		At(int) *Entry
 	}) {
 		var ms []PeekedMessage
 		for i := 0; i < d.Len() && n < want; i++ {
 			e := d.At(i)
 			if e.Ready() && e.Seq >= from {
-				ms = append(ms, peeked(&e.Entry, e.prio, e.redelivered))
+				ms = append(ms, peeked(&e.Entry, e.prio, e.Redelivered))
 				n++
 			}
 		}
@@ -106,7 +106,7 @@ func peeked(e *store.Entry, prio uint8, redelivered bool) PeekedMessage {
 // peek is Broker.Peek (level < 0) and PeekLevel on q. It reports false if
 // q was deleted. Resident messages are copied under q's lock; paged ones
 // are read from the store after it is released.
-func (q *Queue) peek(level int, from uint64, count int) ([]PeekedMessage, bool, error) {
+func (q *Queue) Peek(level int, from uint64, count int) ([]PeekedMessage, bool, error) {
 	want := max(min(count, PeekMaxCount), 0)
 
 	parts, spilled, marks, ok := q.planPeek(level, from, want)
@@ -136,7 +136,7 @@ func (q *Queue) peek(level int, from uint64, count int) ([]PeekedMessage, bool, 
 		for pos := p.from; !full() && pos <= p.to; {
 			r, err := rg.ReadMiddle(spilled, p.prio, pos, p.to, want-len(out), max(PeekMaxBytes-bytes, 1), 0, nil)
 			if err != nil {
-				return nil, true, fmt.Errorf("peek queue '%s' in vhost '%s': read paged messages: %w", q.Name, q.host.Name, err)
+				return nil, true, fmt.Errorf("peek queue '%s' in vhost '%s': read paged messages: %w", q.Name, q.Host.Name, err)
 			}
 			for i := range r.Metas {
 				m := &r.Metas[i]

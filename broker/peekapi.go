@@ -44,7 +44,7 @@ func (b *Broker) peek(vhost, queue string, level int, from uint64, count int) ([
 	if q == nil {
 		return nil, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 	}
-	out, ok, err := q.peek(level, from, count)
+	out, ok, err := q.Peek(level, from, count)
 	if !ok {
 		return nil, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 	}

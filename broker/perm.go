@@ -87,7 +87,7 @@ func (b *Broker) changePermissions(user, vhost string, p *auth.Permission) error
 	b.refreshConnPermsLocked(mine)
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		if old != nil {
 			b.perms[k] = old

@@ -95,7 +95,7 @@ func (b *Broker) setPolicy(k *policyKind, vhost string, p Policy) error {
 	mb.Put(defs.EncodePolicy(policyDefOf(k, vhost, &p)))
 	w := b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := w.wait(); err != nil {
+	if err := w.Wait(); err != nil {
 		v.restorePolicy(k, p.Name, old)
 		b.applyPolicies(v) // a queue declared meanwhile may have taken it
 		return fmt.Errorf("set %s '%s' in vhost '%s': %w", k.what, p.Name, vhost, err)
@@ -124,7 +124,7 @@ func (b *Broker) clearPolicy(k *policyKind, vhost, name string) error {
 	mb.Delete(defs.PolicyKey(k.operator, vhost, name))
 	w := b.startMeta(&mb)
 	v.mu.Unlock()
-	if err := w.wait(); err != nil {
+	if err := w.Wait(); err != nil {
 		v.restorePolicy(k, name, old)
 		b.applyPolicies(v)
 		return fmt.Errorf("clear %s '%s' in vhost '%s': %w", k.what, name, vhost, err)
@@ -209,10 +209,10 @@ func (b *Broker) applyPolicies(v *VHost) {
 	}
 	var changes []change
 	for _, q := range v.queues {
-		changes = append(changes, change{q, policy.ForQueue(ps, ops, q.Name, q.qtype)})
+		changes = append(changes, change{q, policy.ForQueue(ps, ops, q.Name, q.Type)})
 	}
 	v.mu.Unlock()
 	for _, c := range changes {
-		c.q.applyPolicy(c.qp)
+		c.q.ApplyPolicy(c.qp)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 // pendingPublish is a validated basic.publish, ready to route.
 type pendingPublish struct {
-	incoming  // the message as its queues take it
+	Incoming  // the message as its queues take it
 	exchange  string
 	mandatory bool
 	headers   amqp.Table // decoded headers, for headers exchanges
@@ -27,7 +27,7 @@ type publishAlloc struct {
 	p   pendingPublish
 	msg store.Message
 	key [1]string
-	e   entry
+	e   Entry
 }
 
 // maxExpiration is RabbitMQ's upper bound for TTL values: ten years in ms.
@@ -98,15 +98,15 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", m.Exchange, v.Name)
 	}
 	// One allocation for the publish, its message and its routing key.
-	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, incoming: incoming{ttl: -1, prio: props.Priority}}}
+	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, Incoming: Incoming{TTL: -1, Prio: props.Priority}}}
 	p := &a.p
-	p.entry = &a.e
+	p.Entry = &a.e
 	if props.Flags&amqp.FlagExpiration != 0 {
 		ttl, err := parseExpiration(props.Expiration)
 		if err != nil {
 			return nil, err
 		}
-		p.ttl = ttl
+		p.TTL = ttl
 	}
 	// A user tagged impersonator may publish as anyone (rabbit_channel
 	// check_user_id_header).
@@ -148,11 +148,11 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		}
 		raw = enc
 	}
-	p.msg = &a.msg
-	p.msg.ID = c.b.env.store.AllocMsgID() // fixed now: copies in several queues share it
-	p.msg.Header = store.Header{Exchange: m.Exchange, RoutingKeys: keys, Props: raw}
-	p.msg.Body = body
-	p.msg.Persistent = props.DeliveryMode == 2
+	p.Msg = &a.msg
+	p.Msg.ID = c.b.env.Store.AllocMsgID() // fixed now: copies in several queues share it
+	p.Msg.Header = store.Header{Exchange: m.Exchange, RoutingKeys: keys, Props: raw}
+	p.Msg.Body = body
+	p.Msg.Persistent = props.DeliveryMode == 2
 	return p, nil
 }
 
@@ -191,7 +191,7 @@ func (ch *channel) publish(p *pendingPublish) {
 	if p.seq != 0 {
 		done = func(ack, inGroup bool) { ch.confirms.done(p.seq, ack, inGroup) }
 	}
-	ch.conn.b.env.enqueue(qs, &p.incoming, done)
+	ch.conn.b.env.Enqueue(qs, &p.Incoming, done)
 }
 
 // route returns the queues p goes to, appended to dst. A direct
@@ -201,21 +201,21 @@ func (ch *channel) publish(p *pendingPublish) {
 func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	c := ch.conn
 	b := c.b
-	h := &p.msg.Header
+	h := &p.Msg.Header
 	if p.exchange == "" && strings.HasPrefix(h.RoutingKeys[0], replyToPrefix) {
-		delivered := b.deliverReply(h.RoutingKeys[0], p.msg)
-		b.env.counters.Published.Add(1) // RabbitMQ counts these as received too
+		delivered := b.deliverReply(h.RoutingKeys[0], p.Msg)
+		b.env.Counters.Published.Add(1) // RabbitMQ counts these as received too
 		ch.confirms.stats.publish.Add(1)
 		switch {
 		case delivered:
-			b.env.counters.Routed.Add(1)
+			b.env.Counters.Routed.Add(1)
 		case p.mandatory:
-			b.env.counters.Unroutable.Add(1)
-			b.env.counters.Returned.Add(1)
+			b.env.Counters.Unroutable.Add(1)
+			b.env.Counters.Returned.Add(1)
 			ch.confirms.stats.returned.Add(1)
-			ch.sendReturn(p.msg)
+			ch.sendReturn(p.Msg)
 		default:
-			b.env.counters.Unroutable.Add(1)
+			b.env.Counters.Unroutable.Add(1)
 			ch.confirms.stats.dropped.Add(1)
 		}
 		return nil
@@ -232,23 +232,23 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	// long as its message's first entry (publishAlloc), so they would
 	// double what a resident message with a large header holds.
 	p.headers = nil
-	b.env.counters.Published.Add(1)
+	b.env.Counters.Published.Add(1)
 	ch.confirms.stats.publish.Add(1)
 	if x != nil {
 		x.stats.publishIn.Add(1)
 		x.stats.publishOut.Add(uint64(len(qs)))
 	}
 	if len(qs) == 0 {
-		b.env.counters.Unroutable.Add(1)
+		b.env.Counters.Unroutable.Add(1)
 		if p.mandatory {
-			b.env.counters.Returned.Add(1)
+			b.env.Counters.Returned.Add(1)
 			ch.confirms.stats.returned.Add(1)
-			ch.sendReturn(p.msg)
+			ch.sendReturn(p.Msg)
 		} else {
 			ch.confirms.stats.dropped.Add(1)
 		}
 	} else {
-		b.env.counters.Routed.Add(1)
+		b.env.Counters.Routed.Add(1)
 	}
 	return qs
 }
@@ -285,11 +285,11 @@ func (ch *channel) confirmDone(seq uint64, ack, inGroup bool) {
 // operation.
 func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(error)) {
 	b := ch.conn.b
-	var rs []txPublish
+	var rs []TxPublish
 	var qs []*Queue
 	for _, p := range pubs {
 		if targets := ch.route(p, nil); len(targets) > 0 {
-			rs = append(rs, txPublish{&p.incoming, targets})
+			rs = append(rs, TxPublish{&p.Incoming, targets})
 			qs = append(qs, targets...)
 		}
 	}
@@ -302,11 +302,11 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 		done(nil)
 		return
 	}
-	var settles []txSettle
+	var settles []TxSettle
 	for _, a := range acks {
-		forEachQueue(a.ds, func(q *Queue, es []*entry) { settles = append(settles, txSettle{q, es, a.action}) })
+		forEachQueue(a.ds, func(q *Queue, es []*Entry) { settles = append(settles, TxSettle{q, es, a.action}) })
 	}
-	b.env.commit(qs, rs, settles, done)
+	b.env.Commit(qs, rs, settles, done)
 	if len(acks) > 0 {
 		ch.kick()
 	}

@@ -11,9 +11,9 @@ import (
 // marks; Marks aliases q's, so the record is encoded before the lock is
 // released), or q is not reachable yet (declared under the vhost lock
 // that makes it so).
-func (q *Queue) def() defs.Queue {
-	return defs.Queue{VHost: q.host.Name, Name: q.Name, ID: uint64(q.id), AutoDelete: q.AutoDelete,
-		Backlog: q.backlogMarked, Args: q.Args, Marks: q.marksLocked()}
+func (q *Queue) Def() defs.Queue {
+	return defs.Queue{VHost: q.Host.Name, Name: q.Name, ID: uint64(q.ID), AutoDelete: q.AutoDelete,
+		Backlog: q.BacklogMarked, Args: q.Args, Marks: q.marksLocked()}
 }
 
 // recoverEntries restores durable queue q's stored entries: their counts
@@ -21,8 +21,8 @@ func (q *Queue) def() defs.Queue {
 // entries (the backlog flag), else by loading every entry; and the count
 // of its stored backlog. Those that may have been delivered before the
 // restart are marked redelivered (deliveredmarks.go).
-func (q *Queue) recoverEntries(states map[store.QueueID]store.QueueState) error {
-	b := q.env
+func (q *Queue) RecoverEntries(states map[store.QueueID]store.QueueState) error {
+	b := q.Env
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if st, ok := states[q.backlogID()]; ok {
@@ -30,25 +30,25 @@ func (q *Queue) recoverEntries(states map[store.QueueID]store.QueueState) error 
 			q.blStored += int(l.Count)
 		}
 		q.blSeq = st.LastSeq
-		q.host.Waiting.Add(int64(q.blStored))
+		q.Host.Waiting.Add(int64(q.blStored))
 	}
 	paged := states
 	q.recovering = true
 	// A queue that may hold dead letters waiting for a route is read
 	// whole, to find them.
-	if st, ok := paged[q.id]; ok && q.ready.Window > 0 && !q.backlogMarked && q.recoverPagedLocked(st) {
-		q.seq.Store(st.LastSeq)
+	if st, ok := paged[q.ID]; ok && q.ready.Window > 0 && !q.BacklogMarked && q.recoverPagedLocked(st) {
+		q.Seq.Store(st.LastSeq)
 		return nil
 	}
 	// The sequence continues after the last entry ever stored, even if
 	// none is left: seqs are never reused.
-	last, err := b.store.LastSeq(q.id)
+	last, err := b.Store.LastSeq(q.ID)
 	if err != nil {
-		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err)
+		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err)
 	}
-	q.seq.Store(last)
-	err = b.store.ScanQueue(q.id, 0, func(se *store.Entry) bool {
-		e := &entry{Entry: *se, q: q, redelivered: q.deliveredBefore(se.Prio, se.Seq, se.DeliveryCount), stored: true, inStore: true, prio: se.Prio}
+	q.Seq.Store(last)
+	err = b.Store.ScanQueue(q.ID, 0, func(se *store.Entry) bool {
+		e := &Entry{Entry: *se, q: q, Redelivered: q.deliveredBefore(se.Prio, se.Seq, se.DeliveryCount), stored: true, inStore: true, prio: se.Prio}
 		e.timer.Value = e
 		if e.DeadLetter != "" {
 			e.state = stBacklog
@@ -58,13 +58,13 @@ func (q *Queue) recoverEntries(states map[store.QueueID]store.QueueState) error 
 			// at once.
 			q.makeReadyLocked(e, true)
 		}
-		if se.Seq > q.seq.Load() {
-			q.seq.Store(se.Seq)
+		if se.Seq > q.Seq.Load() {
+			q.Seq.Store(se.Seq)
 		}
 		return true
 	})
 	if err != nil {
-		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err)
+		return fmt.Errorf("recover queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err)
 	}
 	return nil
 }

@@ -31,13 +31,13 @@ const (
 
 // entry is a message's place in a queue, with the in-memory state that is
 // not persisted.
-type entry struct {
+type Entry struct {
 	store.Entry
 	q     *Queue
 	state entryState
 	// redelivered is set once the entry has been delivered and returned,
 	// or recovered after a restart (it may have been delivered before).
-	redelivered bool
+	Redelivered bool
 	// stored reports whether the entry is in the store (persistent
 	// message in a durable queue): settling it writes a delete.
 	stored bool
@@ -57,12 +57,12 @@ type entry struct {
 	timer ttl.Timer
 }
 
-func (e *entry) bodySize() int { return len(e.Msg.Body) }
+func (e *Entry) BodySize() int { return len(e.Msg.Body) }
 
 // expiredAt reports whether e's deadline has passed at now. A TTL-0
 // message has expired once it was not delivered at once (arriving), even
 // within the millisecond it arrived in (its deadline is rounded up).
-func (e *entry) expiredAt(now int64) bool {
+func (e *Entry) expiredAt(now int64) bool {
 	return e.Deadline != 0 && (e.Deadline <= now || e.zeroTTL)
 }
 
@@ -81,21 +81,21 @@ type Queue struct {
 	AutoDelete bool
 	Args       amqp.Table
 
-	id          store.QueueID
+	ID          store.QueueID
 	spilled     bool // transient entries were written to the volatile range (spill.go)
-	qtype       string
-	env         *env  // what the engine needs from the broker (env.go)
-	host        *Host // the vhost it lives in
+	Type       string
+	Env         *Env  // what the engine needs from the broker (env.go)
+	Host        *Host // the vhost it lives in
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
-	owner       any   // exclusive owner (the broker's connection; the engine does not use it); nil otherwise
+	Owner       any   // exclusive owner (the broker's connection; the engine does not use it); nil otherwise
 
-	cfg     atomic.Pointer[queueConfig] // effective settings (arguments + policy)
-	seq     atomic.Uint64               // last assigned sequence number
+	cfg     atomic.Pointer[Settings] // effective settings (arguments + policy)
+	Seq     atomic.Uint64               // last assigned sequence number
 	readyN  atomic.Int64                // mirrors ready.len() for lock-free readers
 	readyB  atomic.Int64                // mirrors ready.Bytes()
 	deleted atomic.Bool                 // set under mu
-	stats   stats.Queue
+	Stats   stats.Queue
 
 	// Room claimed by dead-lettered copies planned into this queue but
 	// not inserted yet (see reserve). resMu takes no lock while held; it
@@ -122,14 +122,14 @@ type Queue struct {
 	mu          sync.Mutex
 	ready       readyQueue
 	unacked     int
-	backlog     []*entry    // dead letters waiting for a route found among recovered entries (an older layout; backlog.go holds the rest)
-	consumers   []*consumer // highest priority first; round-robin within a priority
+	backlog     []*Entry    // dead letters waiting for a route found among recovered entries (an older layout; backlog.go holds the rest)
+	consumers   []*Consumer // highest priority first; round-robin within a priority
 	exclusiveC  bool        // the single consumer is exclusive
 	hadConsumer bool
 	lease       ttl.Timer   // x-expires: fires when the queue has been unused too long
 	recovering  bool        // loading stored entries: timers start after policies apply
 	closing     bool        // being deleted (lease ran out, or queue.delete checked): takes no new consumer
-	deletion    *storeWrite // the store write of the queue's deletion, once deleted
+	deletion    *StoreWrite // the store write of the queue's deletion, once deleted
 
 	// backlogGen is the vhost's topology generation at the last retry of
 	// the dead-letter backlog; backlogFull records that a target refused
@@ -155,7 +155,7 @@ type Queue struct {
 	backlogUnread bool
 	// backlogMarked mirrors the stored definition's backlog flag: set
 	// while stored dead letters may wait in the backlog.
-	backlogMarked bool
+	BacklogMarked bool
 	pageBuf       []store.EntryMeta // fillLocked's read buffer
 	pageRetry     bool              // a failed page-in read is to be made again (retryPageLocked)
 	pageIDs       []store.MsgID
@@ -181,7 +181,7 @@ type Queue struct {
 	markDone    uint64
 	// fillWake is the wait of basic.gets for a read of a middle
 	// (fillWaitLocked).
-	fillWake *fillWait
+	fillWake *FillWait
 	// evictWaiters are the completions of publishes that took q over a
 	// drop-head limit while its head was being read back: they run once
 	// the eviction is written (prefetchLocked).
@@ -195,15 +195,15 @@ type Queue struct {
 }
 
 // consumer is a basic.consume subscription.
-type consumer struct {
-	tag       string
-	ch        consumerChannel
-	q         *Queue
-	noAck     bool
-	exclusive bool
-	priority  int64
-	prefetch  int // per-consumer prefetch count; 0 = unlimited
-	unacked   int // guarded by ch.mu
+type Consumer struct {
+	Tag       string
+	Ch        Channel
+	Queue         *Queue
+	NoAck     bool
+	Exclusive bool
+	Priority  int64
+	Prefetch  int // per-consumer prefetch count; 0 = unlimited
+	Unacked   int // guarded by ch.mu
 }
 
 // consumerChannel is a consumer's channel as the queue sees it: the queue
@@ -211,17 +211,17 @@ type consumer struct {
 // lock, never a queue's) and, when the queue goes, has it cancel the
 // consumer (serverCancel, with no queue lock held). The channel is its
 // one implementation; the queue knows nothing else of it.
-type consumerChannel interface {
-	tryDeliver(c *consumer, q *Queue, e *entry, props []byte) bool
-	serverCancel(c *consumer)
+type Channel interface {
+	TryDeliver(c *Consumer, q *Queue, e *Entry, props []byte) bool
+	ServerCancel(c *Consumer)
 	// recordGet numbers a basic.get's delivery of e (with q.mu held) and,
 	// unless noAck, keeps it unacknowledged.
-	recordGet(q *Queue, e *entry, noAck bool) uint64
+	RecordGet(q *Queue, e *Entry, noAck bool) uint64
 }
 
 // newQueue builds a queue from its declaration; arguments were validated.
-func newQueue(env *env, h *Host, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
-	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, host: h, env: env, id: id, qtype: queueType(args)}
+func New(env *Env, h *Host, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
+	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, Host: h, Env: env, ID: id, Type: TypeOf(args)}
 	if x, ok := args.Get("x-max-priority"); ok {
 		if n, ok := amqp.AsInt(x); ok && n > 0 {
 			q.maxPriority = uint8(min(n, 255))
@@ -230,37 +230,37 @@ func newQueue(env *env, h *Host, id store.QueueID, name string, durable, exclusi
 	if x, ok := args.Get("x-single-active-consumer"); ok {
 		q.sac, _ = x.(bool)
 	}
-	q.ready = engine.NewReady[*entry](q.maxPriority)
-	if q.env != nil && q.env.cfg.PageWindow > 0 {
-		q.ready.Window = q.env.cfg.PageWindow
-		q.ready.WindowBytes = max(q.env.cfg.PageWindowBytes, 0)
+	q.ready = engine.NewReady[*Entry](q.maxPriority)
+	if q.Env != nil && q.Env.cfg.PageWindow > 0 {
+		q.ready.Window = q.Env.cfg.PageWindow
+		q.ready.WindowBytes = max(q.Env.cfg.PageWindowBytes, 0)
 		q.ready.Fill = q.fillLocked
 		q.ready.Prefetch = func(l *level) { q.prefetchLocked(l) }
 		q.ready.Paged = q.pagedOutLocked
 	}
-	q.initMarks(nil)
+	q.InitMarks(nil)
 	q.lease.Value = q
-	cfg := resolveQueueConfig(q.qtype, args, nil)
+	cfg := resolveQueueConfig(q.Type, args, nil)
 	q.cfg.Store(&cfg)
-	if q.env != nil {
-		q.env.noteConsumerTimeout(cfg.consumerTimeout)
+	if q.Env != nil {
+		q.Env.noteConsumerTimeout(cfg.consumerTimeout)
 	}
 	return q
 }
 
-func (q *Queue) config() *queueConfig { return q.cfg.Load() }
+func (q *Queue) Settings() *Settings { return q.cfg.Load() }
 
 // addBacklogLocked and takeBacklogLocked change the dead-letter backlog,
 // keeping the vhost's count of waiting dead letters in step.
-func (q *Queue) addBacklogLocked(e *entry) {
+func (q *Queue) addBacklogLocked(e *Entry) {
 	q.backlog = append(q.backlog, e)
-	q.host.Waiting.Add(1)
+	q.Host.Waiting.Add(1)
 }
 
-func (q *Queue) takeBacklogLocked() []*entry {
+func (q *Queue) takeBacklogLocked() []*Entry {
 	es := q.backlog
 	q.backlog = nil
-	q.host.Waiting.Add(-int64(len(es)))
+	q.Host.Waiting.Add(-int64(len(es)))
 	return es
 }
 
@@ -270,7 +270,7 @@ func (q *Queue) takeBacklogLocked() []*entry {
 // the message keeps its delivery mode). An exclusive queue is gone after
 // a restart, so its messages never need the store.
 func (q *Queue) isStoredFor(m *store.Message) bool {
-	return q.Durable && !q.Exclusive && (m.Persistent || q.qtype == policy.QueueQuorum)
+	return q.Durable && !q.Exclusive && (m.Persistent || q.Type == policy.QueueQuorum)
 }
 
 func (q *Queue) isDeleted() bool { return q.deleted.Load() }
@@ -279,7 +279,7 @@ func (q *Queue) isDeleted() bool { return q.deleted.Load() }
 // ready ones and the dead letters waiting for a route in the backlog,
 // which count as messages though none can be delivered: SPEC §2) and the
 // consumers.
-func (q *Queue) declareCounts() (messages, consumers int) {
+func (q *Queue) DeclareCounts() (messages, consumers int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.ready.Len() + q.backlogLen(), len(q.consumers)
@@ -288,17 +288,17 @@ func (q *Queue) declareCounts() (messages, consumers int) {
 // newEntry makes the entry for msg entering q at at, with the deadline
 // from the queue's message TTL and msgTTL (the expiration property, -1 if
 // none).
-func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *entry {
-	return q.initEntry(new(entry), msg, h, prio, msgTTL, at)
+func (q *Queue) newEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *Entry {
+	return q.initEntry(new(Entry), msg, h, prio, msgTTL, at)
 }
 
 // initEntry is newEntry in memory the caller provides (the publish's own,
 // publishAlloc), which must be zero.
-func (q *Queue) initEntry(e *entry, msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *entry {
+func (q *Queue) initEntry(e *Entry, msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *Entry {
 	e.q, e.prio, e.stored = q, prio, q.isStoredFor(msg)
-	e.Ref = store.Ref{Queue: q.id, Prio: min(prio, q.maxPriority), Seq: q.seq.Add(1)}
+	e.Ref = store.Ref{Queue: q.ID, Prio: min(prio, q.maxPriority), Seq: q.Seq.Add(1)}
 	e.Msg, e.Header = msg, h
-	ttlMS := q.config().messageTTL
+	ttlMS := q.Settings().messageTTL
 	if msgTTL >= 0 && (ttlMS < 0 || msgTTL < ttlMS) {
 		ttlMS = msgTTL
 	}
@@ -313,7 +313,7 @@ func (q *Queue) initEntry(e *entry, msg *store.Message, h *store.Header, prio ui
 // newCopyEntry is newEntry for a dead-lettered copy, which reaches q
 // (insertDeadLetters) after its put reached the store: its seq is
 // recorded as in flight until then.
-func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, at *arrival) *entry {
+func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, at *arrival) *Entry {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
 	e := q.newEntry(msg, h, prio, -1, at)
@@ -322,7 +322,7 @@ func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, at
 }
 
 // landed ends the flight of the copies es (see newCopyEntry).
-func (q *Queue) landed(es []*entry) {
+func (q *Queue) landed(es []*Entry) {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
 	if len(es) == 1 {
@@ -357,7 +357,7 @@ func (q *Queue) minInflight() uint64 {
 func (q *Queue) reserve(size int) bool {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
-	if q.config().limits.Refuses(int(q.readyN.Load()+q.pendN), q.readyB.Load()+q.pendB, size) {
+	if q.Settings().limits.Refuses(int(q.readyN.Load()+q.pendN), q.readyB.Load()+q.pendB, size) {
 		return false
 	}
 	q.pendN++
@@ -389,7 +389,7 @@ func (q *Queue) syncCounts() {
 
 // makeReadyLocked puts e into the ready list (appended if append, else at
 // its sequence position) and arms its expiry timer.
-func (q *Queue) makeReadyLocked(e *entry, appendIt bool) {
+func (q *Queue) makeReadyLocked(e *Entry, appendIt bool) {
 	e.state = stReady
 	if appendIt {
 		q.ready.PushBack(e)
@@ -420,17 +420,17 @@ func (q *Queue) pageOutLocked() {
 
 // armLocked starts e's expiry timer if it has a deadline. A deadline
 // already passed fires at once.
-func (q *Queue) armLocked(e *entry) {
+func (q *Queue) armLocked(e *Entry) {
 	if e.Deadline != 0 && !e.zeroTTL {
 		e.timer.Deadline = e.Deadline
-		q.env.timers.Add(&e.timer)
+		q.Env.Timers.Add(&e.timer)
 	}
 }
 
 // armRecovered starts the timers of recovered entries, once the queue's
 // policy is known (an expiry must use the dead letter exchange the policy
 // sets).
-func (q *Queue) armRecovered() {
+func (q *Queue) ArmRecovered() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.recovering = false
@@ -439,7 +439,7 @@ func (q *Queue) armRecovered() {
 
 // takeLocked removes and returns the head of the ready list (nil if
 // empty), disarming its timer.
-func (q *Queue) takeLocked() *entry {
+func (q *Queue) takeLocked() *Entry {
 	e := q.ready.PopFront()
 	if e == nil {
 		return nil
@@ -449,15 +449,15 @@ func (q *Queue) takeLocked() *entry {
 }
 
 // removeReadyLocked takes e out of the ready list from where it stands.
-func (q *Queue) removeReadyLocked(e *entry) {
+func (q *Queue) removeReadyLocked(e *Entry) {
 	e.state = stGone
 	q.ready.Remove(e)
 	q.leaveReadyLocked(e)
 }
 
-func (q *Queue) leaveReadyLocked(e *entry) {
+func (q *Queue) leaveReadyLocked(e *Entry) {
 	if e.Deadline != 0 {
-		q.env.timers.Remove(&e.timer)
+		q.Env.Timers.Remove(&e.timer)
 	}
 	q.syncCounts()
 }
@@ -467,31 +467,31 @@ func (q *Queue) leaveReadyLocked(e *entry) {
 // arriveLocked adds a new entry (a publish or a dead-lettered copy): it is
 // offered to consumers, a TTL-0 message no consumer took expires, and a
 // drop-head limit evicts from the head.
-func (q *Queue) arriveLocked(t *txn, e *entry) {
+func (q *Queue) arriveLocked(t *Txn, e *Entry) {
 	q.makeReadyLocked(e, true)
 	e.arriving = e.zeroTTL
 	q.dispatchLocked(t)
 	e.arriving = false
 	if e.zeroTTL && e.state == stReady {
 		q.removeReadyLocked(e)
-		q.deadLetterLocked(t, []*entry{e}, deadletter.Expired, true)
+		q.deadLetterLocked(t, []*Entry{e}, deadletter.Expired, true)
 	}
 	q.enforceLimitsLocked(t)
 }
 
 // insertDeadLetters adds dead-lettered copies whose store puts are already
 // written (see txn.finish).
-func (q *Queue) insertDeadLetters(es []*entry) {
+func (q *Queue) insertDeadLetters(es []*Entry) {
 	q.mu.Lock()
-	t := q.env.newTxn()
+	t := q.Env.newTxn()
 	if q.isDeleted() {
 		q.landed(es)
 		// The queue went after the copies reached it (in the store):
 		// they go with it, like every message it held.
 		for _, e := range es {
-			q.release(e.bodySize())
+			q.release(e.BodySize())
 			if e.stored {
-				t.batch.DropQueues = []store.QueueID{q.id}
+				t.Batch.DropQueues = []store.QueueID{q.ID}
 			}
 		}
 	} else {
@@ -500,7 +500,7 @@ func (q *Queue) insertDeadLetters(es []*entry) {
 		// or its middle would skip the copies inserted after it.
 		for _, e := range es {
 			q.makeReadyLocked(e, false)
-			q.release(e.bodySize())
+			q.release(e.BodySize())
 			e.arriving = e.zeroTTL
 		}
 		q.landed(es)
@@ -510,7 +510,7 @@ func (q *Queue) insertDeadLetters(es []*entry) {
 			e.arriving = false
 			if e.zeroTTL && e.state == stReady {
 				q.removeReadyLocked(e)
-				q.deadLetterLocked(t, []*entry{e}, deadletter.Expired, true)
+				q.deadLetterLocked(t, []*Entry{e}, deadletter.Expired, true)
 			}
 		}
 		q.enforceLimitsLocked(t)
@@ -522,12 +522,12 @@ func (q *Queue) insertDeadLetters(es []*entry) {
 
 // enforceLimitsLocked evicts from the head while a drop-head queue is over
 // its limits (after a publish, a requeue or a policy change).
-func (q *Queue) enforceLimitsLocked(t *txn) {
-	lim := q.config().limits
+func (q *Queue) enforceLimitsLocked(t *Txn) {
+	lim := q.Settings().limits
 	if !lim.Limited() {
 		return
 	}
-	var evicted []*entry
+	var evicted []*Entry
 	for lim.Over(q.ready.Len(), q.ready.Bytes()) {
 		e := q.takeLocked()
 		if e == nil {
@@ -537,7 +537,7 @@ func (q *Queue) enforceLimitsLocked(t *txn) {
 		evicted = append(evicted, e)
 	}
 	if len(evicted) > 0 {
-		q.env.counters.Overflowed.Add(uint64(len(evicted)))
+		q.Env.Counters.Overflowed.Add(uint64(len(evicted)))
 		q.deadLetterLocked(t, evicted, deadletter.MaxLen, true)
 	}
 }
@@ -548,19 +548,19 @@ func (q *Queue) enforceLimitsLocked(t *txn) {
 // priority first, round-robin among equals. An entry past its deadline is
 // never delivered: it is dead-lettered instead (unless it is arriving now
 // with a TTL of 0, which a consumer may still take at once).
-func (q *Queue) dispatchLocked(t *txn) {
+func (q *Queue) dispatchLocked(t *Txn) {
 	if len(q.consumers) == 0 || q.ready.Len() == 0 {
 		return
 	}
 	var now int64 // read from the clock once an entry has a deadline
-	var expired []*entry
+	var expired []*Entry
 	for q.ready.Len() > 0 && len(q.consumers) > 0 {
 		e := q.ready.Front()
 		if e == nil {
 			break // the head could not be refilled (the store failed)
 		}
 		if e.Deadline != 0 && now == 0 {
-			now = q.env.nowMS()
+			now = q.Env.NowMS()
 		}
 		if e.expiredAt(now) && !e.arriving {
 			q.takeLocked()
@@ -573,15 +573,15 @@ func (q *Queue) dispatchLocked(t *txn) {
 			break
 		}
 		props := q.deliveryProps(e)
-		var got *consumer
+		var got *Consumer
 		if q.sac {
 			// Only the active (longest-registered) consumer receives.
-			if c := q.consumers[0]; c.ch.tryDeliver(c, q, e, props) {
+			if c := q.consumers[0]; c.Ch.TryDeliver(c, q, e, props) {
 				got = c
 			}
 		} else {
 			for i, c := range q.consumers {
-				if c.ch.tryDeliver(c, q, e, props) {
+				if c.Ch.TryDeliver(c, q, e, props) {
 					got = c
 					q.rotateLocked(i)
 					break
@@ -593,7 +593,7 @@ func (q *Queue) dispatchLocked(t *txn) {
 		}
 		q.takeLocked()
 		q.deliveringLocked(e)
-		if got.noAck {
+		if got.NoAck {
 			e.state = stGone
 			t.del(e)
 		} else {
@@ -609,9 +609,9 @@ func (q *Queue) dispatchLocked(t *txn) {
 // deliveryProps returns the properties to deliver e with: its own, plus
 // x-delivery-count on a redelivery from a queue that counts deliveries
 // (quorum, or any queue with a delivery limit).
-func (q *Queue) deliveryProps(e *entry) []byte {
+func (q *Queue) deliveryProps(e *Entry) []byte {
 	raw := e.EffectiveHeader().Props
-	if e.DeliveryCount == 0 || (q.config().deliveryLimit < 0 && q.qtype != policy.QueueQuorum) {
+	if e.DeliveryCount == 0 || (q.Settings().deliveryLimit < 0 && q.Type != policy.QueueQuorum) {
 		return raw
 	}
 	p, err := amqp.DecodeProperties(raw)
@@ -632,7 +632,7 @@ func (q *Queue) deliveryProps(e *entry) []byte {
 func (q *Queue) rotateLocked(i int) {
 	c := q.consumers[i]
 	j := i
-	for j+1 < len(q.consumers) && q.consumers[j+1].priority == c.priority {
+	for j+1 < len(q.consumers) && q.consumers[j+1].Priority == c.Priority {
 		q.consumers[j] = q.consumers[j+1]
 		j++
 	}
@@ -641,9 +641,9 @@ func (q *Queue) rotateLocked(i int) {
 
 // locked runs fn with q locked and a txn that is applied before the lock
 // is released and finished after.
-func (q *Queue) locked(fn func(t *txn)) {
+func (q *Queue) locked(fn func(t *Txn)) {
 	q.mu.Lock()
-	t := q.env.newTxn()
+	t := q.Env.newTxn()
 	fn(t)
 	t.apply(nil)
 	q.mu.Unlock()
@@ -652,8 +652,8 @@ func (q *Queue) locked(fn func(t *txn)) {
 
 // dispatch is dispatchLocked for callers without the lock (credit freed by
 // an ack, a consumer added, a connection drained).
-func (q *Queue) dispatch() {
-	q.locked(func(t *txn) {
+func (q *Queue) Dispatch() {
+	q.locked(func(t *Txn) {
 		if !q.isDeleted() {
 			q.dispatchLocked(t)
 		}
@@ -663,17 +663,17 @@ func (q *Queue) dispatch() {
 // get takes the head for basic.get, skipping (and expiring) entries past
 // their deadline. It returns nil when the queue is empty, or when its head
 // could not be read back from the store.
-func (q *Queue) get(ch consumerChannel, noAck bool) (e *entry, tag uint64, props []byte, remaining int) {
+func (q *Queue) Get(ch Channel, noAck bool) (e *Entry, tag uint64, props []byte, remaining int) {
 	for {
 		var mark chan struct{}
-		var fill *fillWait
+		var fill *FillWait
 		e, tag, props, remaining, mark, fill = q.tryGet(ch, noAck)
 		switch {
 		case mark != nil:
 			<-mark // the head's delivered mark is being written
 		case fill != nil:
-			<-fill.done // the head is being read back from the store
-			if fill.err != nil {
+			<-fill.Done // the head is being read back from the store
+			if fill.Err != nil {
 				return nil, 0, nil, 0
 			}
 		default:
@@ -682,14 +682,14 @@ func (q *Queue) get(ch consumerChannel, noAck bool) (e *entry, tag uint64, props
 	}
 }
 
-func (q *Queue) tryGet(ch consumerChannel, noAck bool) (e *entry, tag uint64, props []byte, remaining int, mark chan struct{}, fill *fillWait) {
-	q.locked(func(t *txn) {
+func (q *Queue) tryGet(ch Channel, noAck bool) (e *Entry, tag uint64, props []byte, remaining int, mark chan struct{}, fill *FillWait) {
+	q.locked(func(t *Txn) {
 		if q.isDeleted() {
 			return
 		}
 		q.touchLocked()
-		now := q.env.nowMS()
-		var expired []*entry
+		now := q.Env.NowMS()
+		var expired []*Entry
 		for {
 			f := q.ready.Front()
 			if f != nil && !f.expiredAt(now) && !q.markReadyLocked(f) {
@@ -716,7 +716,7 @@ func (q *Queue) tryGet(ch consumerChannel, noAck bool) (e *entry, tag uint64, pr
 		}
 		q.deliveringLocked(e)
 		props = q.deliveryProps(e)
-		tag = ch.recordGet(q, e, noAck)
+		tag = ch.RecordGet(q, e, noAck)
 		if noAck {
 			e.state = stGone
 			t.del(e)
@@ -732,23 +732,23 @@ func (q *Queue) tryGet(ch consumerChannel, noAck bool) (e *entry, tag uint64, pr
 // addConsumer subscribes c and calls added under the queue's lock, before
 // any delivery to c can be sent; it fails if an exclusive consumer is
 // present or c is exclusive and others are.
-func (q *Queue) addConsumer(c *consumer, added func()) *amqp.Error {
+func (q *Queue) AddConsumer(c *Consumer, added func()) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.isDeleted() || q.closing {
-		return errNoQueue(q.host.Name, q.Name)
+		return NoQueueError(q.Host.Name, q.Name)
 	}
-	if q.exclusiveC || (c.exclusive && len(q.consumers) > 0) {
-		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name, q.host.Name)
+	if q.exclusiveC || (c.Exclusive && len(q.consumers) > 0) {
+		return amqp.Errorf(amqp.AccessRefused, "queue '%s' in vhost '%s' in exclusive use", q.Name, q.Host.Name)
 	}
 	i := len(q.consumers)
-	for !q.sac && i > 0 && q.consumers[i-1].priority < c.priority {
+	for !q.sac && i > 0 && q.consumers[i-1].Priority < c.Priority {
 		i--
 	}
 	q.consumers = slices.Insert(q.consumers, i, c)
-	q.exclusiveC = c.exclusive
+	q.exclusiveC = c.Exclusive
 	q.hadConsumer = true
-	q.env.timers.Remove(&q.lease) // in use while it has consumers
+	q.Env.Timers.Remove(&q.lease) // in use while it has consumers
 	// Under the lock: no delivery to c can be sent before what added
 	// sends (basic.consume-ok, which a client must see first).
 	added()
@@ -758,14 +758,14 @@ func (q *Queue) addConsumer(c *consumer, added func()) *amqp.Error {
 // claimForDelete checks queue.delete's if-unused and if-empty conditions
 // and, if they hold, marks the queue closing in the same critical section,
 // so no consumer can attach between the check and the delete.
-func (q *Queue) claimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
+func (q *Queue) ClaimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if ifUnused && len(q.consumers) > 0 {
-		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.host.Name)
+		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.Host.Name)
 	}
 	if ifEmpty && q.ready.Len()+q.backlogLen() > 0 {
-		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, q.host.Name)
+		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, q.Host.Name)
 	}
 	q.closing = true
 	return nil
@@ -773,11 +773,11 @@ func (q *Queue) claimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 
 // removeConsumer unsubscribes c and reports whether the queue is now an
 // auto-delete queue without consumers (and must be deleted).
-func (q *Queue) removeConsumer(c *consumer) (autoDelete bool) {
+func (q *Queue) RemoveConsumer(c *Consumer) (autoDelete bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := len(q.consumers)
-	q.consumers = slices.DeleteFunc(q.consumers, func(x *consumer) bool { return x == c })
+	q.consumers = slices.DeleteFunc(q.consumers, func(x *Consumer) bool { return x == c })
 	if len(q.consumers) == n {
 		return false
 	}
@@ -793,8 +793,8 @@ func (q *Queue) removeConsumer(c *consumer) (autoDelete bool) {
 // returns how many ready entries there were (purge-ok's message count) and
 // the store write of the deletes (purge-ok waits for it). Purged messages
 // are not dead-lettered.
-func (q *Queue) purge() (int, *storeWrite) {
-	w := &storeWrite{done: make(chan struct{})}
+func (q *Queue) Purge() (int, *StoreWrite) {
+	w := &StoreWrite{Done: make(chan struct{})}
 	q.mu.Lock()
 	paged, err := q.middleRefsLocked()
 	var stored []store.Ref
@@ -803,21 +803,21 @@ func (q *Queue) purge() (int, *storeWrite) {
 	}
 	if err != nil {
 		q.mu.Unlock()
-		w.err = fmt.Errorf("purge queue '%s' in vhost '%s': %w", q.Name, q.host.Name, err)
-		close(w.done)
+		w.Err = fmt.Errorf("purge queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err)
+		close(w.Done)
 		return 0, w
 	}
 	n := q.ready.Len()
-	t := q.env.newTxn()
+	t := q.Env.newTxn()
 	for _, ref := range paged {
-		t.batch.Deletes = append(t.batch.Deletes, ref)
+		t.Batch.Deletes = append(t.Batch.Deletes, ref)
 	}
 	es := q.ready.Clear()
 	q.dropPagedLocked()
 	for _, e := range es {
 		e.state = stGone
 		if e.Deadline != 0 {
-			q.env.timers.Remove(&e.timer)
+			q.Env.Timers.Remove(&e.timer)
 		}
 		t.del(e)
 	}
@@ -827,13 +827,13 @@ func (q *Queue) purge() (int, *storeWrite) {
 		t.del(e)
 	}
 	for _, ref := range stored {
-		t.batch.Deletes = append(t.batch.Deletes, ref)
+		t.Batch.Deletes = append(t.Batch.Deletes, ref)
 	}
 	q.dropStoredBacklogLocked()
 	q.clearBacklogFlagLocked(t)
 	t.apply(func(err error) {
-		w.err = err
-		close(w.done)
+		w.Err = err
+		close(w.Done)
 	})
 	q.mu.Unlock()
 	t.finish()
@@ -845,47 +845,47 @@ func (q *Queue) purge() (int, *storeWrite) {
 // waiting for a route: what delete-ok reports). Its messages are not
 // dead-lettered. The caller has written the deletion to the store under
 // the same hold of q.mu (see Broker.deleteQueue).
-func (q *Queue) markDeletedLocked() (consumers []*consumer, messages int) {
+func (q *Queue) markDeletedLocked() (consumers []*Consumer, messages int) {
 	q.deleted.Store(true)
 	messages = q.ready.Len() + q.backlogLen()
 	q.dropPagedLocked()
 	for _, e := range q.ready.Clear() {
 		e.state = stGone
 		if e.Deadline != 0 {
-			q.env.timers.Remove(&e.timer)
+			q.Env.Timers.Remove(&e.timer)
 		}
 	}
 	q.syncCounts()
 	q.takeBacklogLocked()
 	q.dropStoredBacklogLocked()
-	q.env.timers.Remove(&q.lease)
+	q.Env.Timers.Remove(&q.lease)
 	consumers, q.consumers = q.consumers, nil
 	return consumers, messages
 }
 
 // queueLengths are a queue's lengths read at one instant (lengths).
-type queueLengths struct {
-	ready, unacked, backlog, consumers int
-	readyBytes                         int64 // the ready messages' bodies
-	resident                           int64 // what the ready list holds in memory
+type Lengths struct {
+	Ready, Unacked, Backlog, Consumers int
+	ReadyBytes                         int64 // the ready messages' bodies
+	Resident                           int64 // what the ready list holds in memory
 }
 
 // lengths reads q's lengths under its lock.
-func (q *Queue) lengths() queueLengths {
+func (q *Queue) Lengths() Lengths {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return queueLengths{ready: q.ready.Len(), unacked: q.unacked, backlog: q.backlogLen(), consumers: len(q.consumers),
-		readyBytes: q.ready.Bytes(), resident: q.ready.Resident()}
+	return Lengths{Ready: q.ready.Len(), Unacked: q.unacked, Backlog: q.backlogLen(), Consumers: len(q.consumers),
+		ReadyBytes: q.ready.Bytes(), Resident: q.ready.Resident()}
 }
 
 // markClosing has q take no new consumer: it is about to be deleted.
-func (q *Queue) markClosing() {
+func (q *Queue) MarkClosing() {
 	q.mu.Lock()
 	q.closing = true
 	q.mu.Unlock()
 }
 
-func errNoQueue(vhost, name string) *amqp.Error {
+func NoQueueError(vhost, name string) *amqp.Error {
 	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, vhost)
 }
 
@@ -897,7 +897,7 @@ func errNoQueue(vhost, name string) *amqp.Error {
 // is handed to the store, so the store sees it in the order memory did.
 // It returns q's consumers, for the caller to cancel, and how many
 // messages q held.
-func (q *Queue) delete(unlink func() ([]store.MetaOp, bool), unlock func()) (consumers []*consumer, messages int, w *storeWrite, ok bool) {
+func (q *Queue) Delete(unlink func() ([]store.MetaOp, bool), unlock func()) (consumers []*Consumer, messages int, w *StoreWrite, ok bool) {
 	q.mu.Lock()
 	meta, ok := unlink()
 	if !ok {
@@ -908,26 +908,26 @@ func (q *Queue) delete(unlink func() ([]store.MetaOp, bool), unlock func()) (con
 	}
 	batch := &store.Batch{Meta: meta}
 	if q.Durable && !q.Exclusive {
-		batch.DropQueues = []store.QueueID{q.id, q.backlogID()}
+		batch.DropQueues = []store.QueueID{q.ID, q.backlogID()}
 	}
 	if q.spilled {
-		batch.DropQueues = append(batch.DropQueues, q.volID())
+		batch.DropQueues = append(batch.DropQueues, q.VolatileID())
 	}
 	if q.blVolatile {
 		batch.DropQueues = append(batch.DropQueues, q.volBacklogID())
 	}
-	q.deletion = q.env.startWrite(batch)
+	q.deletion = q.Env.StartWrite(batch)
 	unlock()
 	consumers, messages = q.markDeletedLocked()
 	w = q.deletion
 	q.mu.Unlock()
-	q.env.forgetCycles(q)
+	q.Env.forgetCycles(q)
 	return consumers, messages, w, true
 }
 
 // readyLen returns the length of q's ready list, and whether q is
 // deleted.
-func (q *Queue) readyLen() (n int, deleted bool) {
+func (q *Queue) ReadyLen() (n int, deleted bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.ready.Len(), q.isDeleted()

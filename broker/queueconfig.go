@@ -11,12 +11,12 @@ import (
 // the effective definition of the policies that apply to it (its user
 // policy merged with its operator policy, P4). It is recomputed when
 // policies change; a queue swaps it whole (Queue.cfg), never mutates it.
-type queueConfig struct {
-	policy   string // name of the applied user policy, "" if none
-	opPolicy string // name of the applied operator policy, "" if none
+type Settings struct {
+	Policy   string // name of the applied user policy, "" if none
+	OpPolicy string // name of the applied operator policy, "" if none
 	// effective is the merged policy definition (RabbitMQ's
 	// effective_policy_definition), nil when no policy applies. Read-only.
-	effective map[string]any
+	Effective map[string]any
 
 	dlx, dlrk       string
 	hasDLX, hasDLRK bool
@@ -36,18 +36,18 @@ const quorumDeliveryLimit = 20
 
 // resolveQueueConfig computes the settings of a queue of type qtype with
 // arguments args under policies qp (nil: none).
-func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies) queueConfig {
-	c := queueConfig{messageTTL: -1, expires: -1, limits: overflow.None, deliveryLimit: -1, consumerTimeout: -1}
+func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies) Settings {
+	c := Settings{messageTTL: -1, expires: -1, limits: overflow.None, deliveryLimit: -1, consumerTimeout: -1}
 	if qp != nil {
 		if qp.User != nil {
-			c.policy = qp.User.Name
+			c.Policy = qp.User.Name
 		}
 		if qp.Operator != nil {
-			c.opPolicy = qp.Operator.Name
+			c.OpPolicy = qp.Operator.Name
 		}
-		c.effective = policy.EffectiveDefinition(qp)
+		c.Effective = policy.EffectiveDefinition(qp)
 	}
-	pol := c.effective
+	pol := c.Effective
 	argInt := func(key string) (int64, bool) {
 		v, ok := args.Get(key)
 		if !ok {
@@ -149,7 +149,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies)
 }
 
 // queueType returns the x-queue-type of args, "classic" when absent.
-func queueType(args amqp.Table) string {
+func TypeOf(args amqp.Table) string {
 	if v, ok := args.Get("x-queue-type"); ok {
 		if s, ok := v.(string); ok {
 			return s
@@ -159,24 +159,24 @@ func queueType(args amqp.Table) string {
 }
 
 // consumerTimeout returns q's consumer timeout in ms, -1 for none.
-func (q *Queue) consumerTimeout() int64 {
-	if ms := q.config().consumerTimeout; ms >= 0 {
+func (q *Queue) ConsumerTimeout() int64 {
+	if ms := q.Settings().consumerTimeout; ms >= 0 {
 		return ms
 	}
-	return q.env.globalConsumerTimeout()
+	return q.Env.globalConsumerTimeout()
 }
 
 // applyPolicy computes q's effective settings with the policies qp that
 // apply to it, installs them and applies what changes at
 // once. Message deadlines already set are not recomputed (B38).
-func (q *Queue) applyPolicy(qp *policy.QueuePolicies) {
-	cfg := resolveQueueConfig(q.qtype, q.Args, qp)
-	q.locked(func(t *txn) {
+func (q *Queue) ApplyPolicy(qp *policy.QueuePolicies) {
+	cfg := resolveQueueConfig(q.Type, q.Args, qp)
+	q.locked(func(t *Txn) {
 		if q.isDeleted() {
 			return
 		}
 		old := q.cfg.Swap(&cfg)
-		q.env.noteConsumerTimeout(cfg.consumerTimeout)
+		q.Env.noteConsumerTimeout(cfg.consumerTimeout)
 		if old.expires != cfg.expires {
 			q.touchLocked()
 		}
@@ -188,8 +188,8 @@ func (q *Queue) applyPolicy(qp *policy.QueuePolicies) {
 // initPolicy sets q's effective settings from its arguments and the
 // policies qp that apply to it, at its declaration (q is not reachable
 // yet).
-func (q *Queue) initPolicy(qp *policy.QueuePolicies) {
-	cfg := resolveQueueConfig(q.qtype, q.Args, qp)
+func (q *Queue) InitPolicy(qp *policy.QueuePolicies) {
+	cfg := resolveQueueConfig(q.Type, q.Args, qp)
 	q.cfg.Store(&cfg)
-	q.env.noteConsumerTimeout(cfg.consumerTimeout)
+	q.Env.noteConsumerTimeout(cfg.consumerTimeout)
 }

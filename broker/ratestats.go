@@ -102,9 +102,9 @@ func (b *Broker) Counters() Counters {
 		}
 		v.mu.RUnlock()
 		for _, q := range qs {
-			qc := QueueCounters{VHost: v.Name, Name: q.Name, ID: uint64(q.id)}
-			l := q.lengths()
-			qc.Ready, qc.Unacked, qc.Backlog = l.ready, l.unacked, l.backlog
+			qc := QueueCounters{VHost: v.Name, Name: q.Name, ID: uint64(q.ID)}
+			l := q.Lengths()
+			qc.Ready, qc.Unacked, qc.Backlog = l.Ready, l.Unacked, l.Backlog
 			qc.Stats = q.messageStats()
 			out.Queues = append(out.Queues, qc)
 		}
@@ -129,7 +129,7 @@ func (b *Broker) Counters() Counters {
 
 // messageStats reads the queue's message counters.
 func (q *Queue) messageStats() QueueMessageStats {
-	st := &q.stats
+	st := &q.Stats
 	return QueueMessageStats{
 		Publish: st.Publish.Load(), Deliver: st.Delivered.ConsumeManual.Load(), DeliverNoAck: st.Delivered.ConsumeAuto.Load(),
 		Get: st.Delivered.GetManual.Load(), GetNoAck: st.Delivered.GetAuto.Load(), GetEmpty: st.GetEmpty.Load(),

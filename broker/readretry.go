@@ -20,24 +20,24 @@ import (
 // through Apply, and is sticky.
 
 // readRetryDelay is how long a failed read waits before it is made again.
-const readRetryDelay = time.Second
+const ReadRetryDelay = time.Second
 
 func newReadLog(log *slog.Logger) *ratelog.Limiter {
 	return ratelog.New(log, slog.LevelError, "store read failed; retrying in a second", ratelog.Interval)
 }
 
 // readFailed logs a store read that failed and is retried.
-func (b *env) readFailed(err error) {
-	b.counters.ReadErrors.Add(1)
+func (b *Env) ReadFailed(err error) {
+	b.Counters.ReadErrors.Add(1)
 	b.readLog.Event("err", err)
 }
 
 // retryRead runs fn after readRetryDelay, as a background task: not once
 // the broker closes, nor once the store failed for good (every read would
 // fail again).
-func (b *env) retryRead(fn func()) {
-	time.AfterFunc(readRetryDelay, func() {
-		if b.storeErr.Load() != nil || !b.goAsync() {
+func (b *Env) retryRead(fn func()) {
+	time.AfterFunc(ReadRetryDelay, func() {
+		if b.StoreErr.Load() != nil || !b.goAsync() {
 			return
 		}
 		defer b.asyncDone()

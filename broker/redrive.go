@@ -41,19 +41,19 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 	if want <= 0 {
 		want = int(^uint(0) >> 1)
 	}
-	run := &redriveRun{q: q, toX: toX, opts: opts, upTo: q.seq.Load()}
-	for run.res.Moved+run.res.Failed < want {
-		progressed, wait, gone, err := run.chunk(want - run.res.Moved - run.res.Failed)
+	run := &Redrive{Queue: q, ToX: toX, Opts: opts, UpTo: q.Seq.Load()}
+	for run.Res.Moved+run.Res.Failed < want {
+		progressed, wait, gone, err := run.Chunk(want - run.Res.Moved - run.Res.Failed)
 		if err != nil {
-			return run.res, fmt.Errorf("redrive queue '%s' in vhost '%s': %w", queue, vhost, err)
+			return run.Res, fmt.Errorf("redrive queue '%s' in vhost '%s': %w", queue, vhost, err)
 		}
 		if gone {
-			return run.res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
+			return run.Res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
 		}
 		if wait != nil {
-			<-wait.done // the head is being read back from the store
-			if wait.err != nil {
-				return run.res, fmt.Errorf("redrive queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, wait.err)
+			<-wait.Done // the head is being read back from the store
+			if wait.Err != nil {
+				return run.Res, fmt.Errorf("redrive queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, wait.Err)
 			}
 			continue
 		}
@@ -61,8 +61,8 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 			break
 		}
 	}
-	run.res.Remaining, _ = q.readyLen()
-	return run.res, nil
+	run.Res.Remaining, _ = q.ReadyLen()
+	return run.Res, nil
 }
 
 // StartRedrive is Broker.StartRedrive as this Direct's user may do it, in

@@ -17,7 +17,7 @@ const RedrivenCountHeader = "x-redriven-count"
 
 // redriveChunk bounds the moves made under one hold of the source queue's
 // lock, so publishers and consumers of it are not held off for long.
-const redriveChunk = 64
+const RedriveChunk = 64
 
 // RedriveOptions says which ready messages Redrive moves and where.
 type RedriveOptions struct {
@@ -82,35 +82,35 @@ func readLatestDeath(h amqp.Table) latestDeath {
 
 // redriveRecorder is a redrive task as its scan reports to it: each move
 // and each failure, recorded within the txn that makes it.
-type redriveRecorder interface {
-	noteMove(t *txn)
-	noteFailure(t *txn, f RedriveFailure)
+type RedriveRecorder interface {
+	NoteMove(t *Txn)
+	NoteFailure(t *Txn, f RedriveFailure)
 }
 
 // redriveRun is one redrive's scan of its source queue: a synchronous
 // Redrive's or a task's (then its record rides in each move's batch).
-type redriveRun struct {
-	q    *Queue
-	toX  bool
-	opts RedriveOptions
+type Redrive struct {
+	Queue    *Queue
+	ToX  bool
+	Opts RedriveOptions
 	// allow, if set, says whether a message may go to its origin queue
 	// (a task's user's write permission).
-	allow func(queue string) bool
-	task  redriveRecorder // nil for Redrive
-	skip  map[uint64]bool // seqs not to examine (a resumed task's failures)
-	res   RedriveResult
+	Allow func(queue string) bool
+	Task  RedriveRecorder // nil for Redrive
+	Skip  map[uint64]bool // seqs not to examine (a resumed task's failures)
+	Res   RedriveResult
 
 	// upTo bounds the scan: only messages the queue held when the
 	// redrive began (seq <= upTo) are examined, so one that comes back
 	// (its origin dead-letters it again at once) is not moved again.
-	upTo uint64
+	UpTo uint64
 	// after is, per priority level, the last seq examined: the scan goes
 	// on from there instead of stepping over what it left in place. A
 	// message returned to the queue behind it (a nack of one delivered
 	// meanwhile) is not examined.
 	after [256]uint64
 	// exhausted is set once the scan has found nothing more to examine.
-	exhausted bool
+	Exhausted bool
 
 	// idleReads counts the reads of a middle in a row that examined
 	// nothing.
@@ -125,10 +125,10 @@ const redriveIdleReads = 3
 // source queue's lock (released only while a paged middle is read). It
 // reports whether it examined any message, a read to wait for when one of
 // a middle is under way, and whether the queue is gone.
-func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, err error) {
-	q := r.q
-	n = min(n, redriveChunk)
-	var txns []*txn
+func (r *Redrive) Chunk(n int) (progressed bool, wait *FillWait, gone bool, err error) {
+	q := r.Queue
+	n = min(n, RedriveChunk)
+	var txns []*Txn
 	var later []func()
 	q.mu.Lock()
 	defer func() {
@@ -143,7 +143,7 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 	if q.isDeleted() {
 		return false, nil, true, nil
 	}
-	now := r.q.env.now()
+	now := r.Queue.Env.Now()
 	for budget := redriveScanBudget; n > 0; budget-- {
 		if budget == 0 {
 			// Messages filtered out cost a look each: let the
@@ -166,13 +166,13 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 			if examined > 0 {
 				progressed, r.idleReads = true, 0
 			} else if r.idleReads++; r.idleReads >= redriveIdleReads {
-				r.exhausted = true
+				r.Exhausted = true
 				return progressed, nil, false, nil
 			}
 			continue
 		}
 		if e == nil {
-			r.exhausted = true
+			r.Exhausted = true
 			return progressed, nil, false, nil
 		}
 		progressed = true
@@ -182,8 +182,8 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 			continue
 		}
 		n--
-		t := r.q.env.newTxn()
-		if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts, r.allow); why != "" {
+		t := r.Queue.Env.newTxn()
+		if why := q.planRedriveLocked(t, e, props, d, r.ToX, r.Opts, r.Allow); why != "" {
 			r.fail(t, e.Seq, why)
 			continue
 		}
@@ -197,7 +197,7 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 		txns = append(txns, t)
 	}
 	if e, l := r.candidateLocked(); e == nil && l == nil {
-		r.exhausted = true // a paced task ends now, not at its next turn
+		r.Exhausted = true // a paced task ends now, not at its next turn
 	}
 	return progressed, nil, false, nil
 }
@@ -205,7 +205,7 @@ func (r *redriveRun) chunk(n int) (progressed bool, wait *fillWait, gone bool, e
 // match decodes e's properties and reports whether it passes the filters
 // on its latest death: the broker's record of it (e.Origin), or for a
 // message without one its latest x-death.
-func (r *redriveRun) match(e *entry, now time.Time) (amqp.Properties, latestDeath, bool) {
+func (r *Redrive) match(e *Entry, now time.Time) (amqp.Properties, latestDeath, bool) {
 	props, err := amqp.DecodeProperties(e.EffectiveHeader().Props)
 	if err != nil {
 		return props, latestDeath{}, false
@@ -215,7 +215,7 @@ func (r *redriveRun) match(e *entry, now time.Time) (amqp.Properties, latestDeat
 	if o := e.Origin; o != nil {
 		queue, reason, died = o.Queue, o.Reason, time.UnixMilli(o.At)
 	}
-	opts := r.opts
+	opts := r.Opts
 	if (opts.Reason != "" && reason != opts.Reason) ||
 		(opts.SourceQueue != "" && queue != opts.SourceQueue) ||
 		(opts.MinAge > 0 && (died.IsZero() || now.Sub(died) < opts.MinAge)) {
@@ -226,24 +226,24 @@ func (r *redriveRun) match(e *entry, now time.Time) (amqp.Properties, latestDeat
 
 // fail counts a message its target refused and applies t (a task's
 // records only; it releases the vhost lock).
-func (r *redriveRun) fail(t *txn, seq uint64, why string) {
+func (r *Redrive) fail(t *Txn, seq uint64, why string) {
 	f := RedriveFailure{Seq: seq, Reason: why}
-	r.res.Failed++
-	if r.task != nil {
-		r.task.noteFailure(t, f)
+	r.Res.Failed++
+	if r.Task != nil {
+		r.Task.NoteFailure(t, f)
 	} else {
-		r.res.Failures = append(r.res.Failures, f)
+		r.Res.Failures = append(r.Res.Failures, f)
 	}
 	t.apply(nil)
 }
 
 // moved counts a move planned in t and applies t.
-func (r *redriveRun) moved(t *txn) {
-	if r.task != nil {
-		r.task.noteMove(t)
+func (r *Redrive) moved(t *Txn) {
+	if r.Task != nil {
+		r.Task.NoteMove(t)
 	}
 	t.apply(nil)
-	r.res.Moved++
+	r.Res.Moved++
 }
 
 // scanMiddleLocked examines the next window of l's paged middle after the
@@ -255,10 +255,10 @@ func (r *redriveRun) moved(t *txn) {
 // in the store only, so a filtered redrive of a deep queue keeps no more
 // in memory than a window. It returns how many messages it examined and
 // how many it moved or failed. The queue may be deleted on return.
-func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*txn, later *[]func()) (examined, took int, err error) {
-	q, b := r.q, r.q.env
+func (r *Redrive) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*Txn, later *[]func()) (examined, took int, err error) {
+	q, b := r.Queue, r.Queue.Env
 	prio, gen, spilled, per := l.Prio, l.Gen, q.spilled, l.MeanResident()
-	from, to := max(l.Mid.From, r.after[prio]+1), min(l.Mid.To, r.upTo)
+	from, to := max(l.Mid.From, r.after[prio]+1), min(l.Mid.To, r.UpTo)
 	want, wantBytes := q.ready.HeadRoom(l)
 	l.Filling = true
 	q.mu.Unlock()
@@ -273,7 +273,7 @@ func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*t
 			m := &read.Metas[i]
 			examined++
 			r.after[prio] = max(r.after[prio], m.Seq)
-			if m.DeadLetter != "" || l.Taken(m.Seq) || !l.Mid.Contains(m.Seq) || r.skip[m.Seq] {
+			if m.DeadLetter != "" || l.Taken(m.Seq) || !l.Mid.Contains(m.Seq) || r.Skip[m.Seq] {
 				continue // waiting in the backlog, or gone from the middle
 			}
 			e := q.entryFromMeta(m, read.Msgs[i])
@@ -284,7 +284,7 @@ func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*t
 			}
 			took++
 			t := b.newTxn()
-			if why := q.planRedriveLocked(t, e, props, d, r.toX, r.opts, r.allow); why != "" {
+			if why := q.planRedriveLocked(t, e, props, d, r.ToX, r.Opts, r.Allow); why != "" {
 				r.fail(t, e.Seq, why)
 				continue
 			}
@@ -322,14 +322,14 @@ func (r *redriveRun) scanMiddleLocked(l *level, n int, now time.Time, txns *[]*t
 // or, where the resident messages of a level are all behind the position,
 // the level whose paged middle comes next (its tail and the lower levels
 // are behind that middle in delivery order). Caller holds r.q.mu.
-func (r *redriveRun) candidateLocked() (*entry, *level) {
-	q := r.q
+func (r *Redrive) candidateLocked() (*Entry, *level) {
+	q := r.Queue
 	for i := q.ready.Levels() - 1; i >= 0; i-- {
 		l := q.ready.Level(uint8(i))
 		if e := r.firstAfter(&l.Head, l.Prio); e != nil {
 			return e, nil
 		}
-		if l.Mid.N > 0 && max(l.Mid.From, r.after[l.Prio]+1) <= min(l.Mid.To, r.upTo) {
+		if l.Mid.N > 0 && max(l.Mid.From, r.after[l.Prio]+1) <= min(l.Mid.To, r.UpTo) {
 			return nil, l
 		}
 		if e := r.firstAfter(&l.Tail, l.Prio); e != nil {
@@ -342,15 +342,15 @@ func (r *redriveRun) candidateLocked() (*entry, *level) {
 // firstAfter returns the first ready entry of d (in seq order) after the
 // scan's position on level prio, within its bound and not in r.skip,
 // moving the position past the entries it steps over.
-func (r *redriveRun) firstAfter(d *engine.Deque[*entry], prio uint8) *entry {
+func (r *Redrive) firstAfter(d *engine.Deque[*Entry], prio uint8) *Entry {
 	after := r.after[prio]
 	j := sort.Search(d.Len(), func(j int) bool { return d.At(j).Seq > after })
 	for ; j < d.Len(); j++ {
 		e := d.At(j)
-		if e.Seq > r.upTo {
+		if e.Seq > r.UpTo {
 			return nil
 		}
-		if e.Ready() && !r.skip[e.Seq] {
+		if e.Ready() && !r.Skip[e.Seq] {
 			return e
 		}
 		r.after[prio] = e.Seq
@@ -362,9 +362,9 @@ func (r *redriveRun) firstAfter(d *engine.Deque[*entry], prio uint8) *entry {
 // the delete of e, as planDeadLetterLocked does, and returns "" or why no
 // target takes it (t then changes nothing). Caller holds q.mu; t holds
 // the vhost lock shared until applied.
-func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d latestDeath, toX bool, opts RedriveOptions, allow func(string) bool) string {
-	b := q.env
-	r := q.host.Router
+func (q *Queue) planRedriveLocked(t *Txn, e *Entry, props amqp.Properties, d latestDeath, toX bool, opts RedriveOptions, allow func(string) bool) string {
+	b := q.Env
+	r := q.Host.Router
 	t.hold(r)
 	var targets []*Queue
 	header := &store.Header{}
@@ -409,7 +409,7 @@ func (q *Queue) planRedriveLocked(t *txn, e *entry, props amqp.Properties, d lat
 		}
 	}
 	props.Flags |= amqp.FlagHeaders
-	size := e.bodySize()
+	size := e.BodySize()
 	var taking []*Queue
 	why := ""
 	for _, tq := range targets {

@@ -168,7 +168,7 @@ func (t *redriveTask) snapshot() RedriveTask {
 	t.mu.Unlock()
 	live := int64(-1)
 	if q != nil { // t.mu is a leaf lock, taken under queue locks
-		n, _ := q.readyLen()
+		n, _ := q.ReadyLen()
 		live = int64(n)
 	}
 	t.mu.Lock()
@@ -222,12 +222,12 @@ func (b *Broker) StartRedrive(spec RedriveSpec) (string, error) {
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", fmt.Errorf("redrive task id: %w", err)
 	}
-	t := newRedriveTask(hex.EncodeToString(raw[:]), spec, b.env.now())
-	t.q, t.queueID, t.upTo = q, q.id, q.seq.Load()
+	t := newRedriveTask(hex.EncodeToString(raw[:]), spec, b.env.Now())
+	t.q, t.queueID, t.upTo = q, q.ID, q.Seq.Load()
 	t.mu.Lock()
-	w := b.env.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
+	w := b.env.StartWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
 	t.mu.Unlock()
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		return "", err
 	}
 	// Launched, or (the broker is closing) resumed at its next start.
@@ -374,7 +374,7 @@ func (b *Broker) ForgetRedrive(id string) error {
 	b.redrives.mu.Lock()
 	delete(b.redrives.tasks, id)
 	b.redrives.mu.Unlock()
-	return b.forgetRedrive(id).waitErr()
+	return b.forgetRedrive(id).WaitErr()
 }
 
 // RedriveMaxFailuresPage bounds a page of a task's failures in the API.
@@ -389,7 +389,7 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 	}
 	out := []RedriveFailure{}
 	var perr error
-	err := b.env.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, id), func(k string, v []byte) bool {
+	err := b.env.Store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, id), func(k string, v []byte) bool {
 		if len(out) >= count {
 			return false
 		}
@@ -418,17 +418,17 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 }
 
 // forgetRedrive deletes a task's record and failure records.
-func (b *Broker) forgetRedrive(id string) *storeWrite {
+func (b *Broker) forgetRedrive(id string) *StoreWrite {
 	ops := []store.MetaOp{{Key: defs.Key(defs.PrefixRedriveTask, id)}}
 	prefix := defs.Key(defs.PrefixRedriveFailure, id)
-	err := b.env.store.ScanMeta(prefix, func(k string, _ []byte) bool {
+	err := b.env.Store.ScanMeta(prefix, func(k string, _ []byte) bool {
 		ops = append(ops, store.MetaOp{Key: k})
 		return true
 	})
 	if err != nil {
-		b.env.log.Warn("redrive: cannot list a forgotten task's failures", "task", id, "error", err)
+		b.env.Log.Warn("redrive: cannot list a forgotten task's failures", "task", id, "error", err)
 	}
-	return b.env.startWrite(&store.Batch{Meta: ops})
+	return b.env.StartWrite(&store.Batch{Meta: ops})
 }
 
 // recoverRedrives reads the stored tasks (before the broker serves) and
@@ -438,7 +438,7 @@ func (b *Broker) forgetRedrive(id string) *storeWrite {
 func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	var resume, all []*redriveTask
 	var err error
-	serr := b.env.store.ScanMeta(defs.PrefixRedriveTask, func(k string, v []byte) bool {
+	serr := b.env.Store.ScanMeta(defs.PrefixRedriveTask, func(k string, v []byte) bool {
 		var parts []string
 		if parts, err = defs.Parts(k, defs.PrefixRedriveTask, 1); err != nil {
 			return false
@@ -482,7 +482,7 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	}
 	for _, t := range all {
 		running := t.state == RedriveRunning
-		serr := b.env.store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, t.id), func(k string, v []byte) bool {
+		serr := b.env.Store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, t.id), func(k string, v []byte) bool {
 			parts, perr := defs.Parts(k, defs.PrefixRedriveFailure, 2)
 			if perr != nil {
 				err = perr
@@ -526,18 +526,18 @@ func (b *Broker) runRedrive(t *redriveTask) {
 	t.mu.Unlock()
 	remaining := int64(0)
 	if q != nil {
-		if n, deleted := q.readyLen(); !deleted {
+		if n, deleted := q.ReadyLen(); !deleted {
 			remaining = int64(n)
 		}
 	}
 	t.mu.Lock()
-	t.state, t.errText, t.ended, t.remaining, t.q = state, why, b.env.now(), remaining, nil
-	w := b.env.startWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
+	t.state, t.errText, t.ended, t.remaining, t.q = state, why, b.env.Now(), remaining, nil
+	w := b.env.StartWrite(&store.Batch{Meta: []store.MetaOp{t.recordLocked()}})
 	t.mu.Unlock()
-	if err := w.waitErr(); err != nil {
-		b.env.log.Warn("redrive: cannot record the end of a task", "task", t.id, "error", err)
+	if err := w.WaitErr(); err != nil {
+		b.env.Log.Warn("redrive: cannot record the end of a task", "task", t.id, "error", err)
 	}
-	b.env.log.Info("redrive task ended", "task", t.id, "vhost", t.spec.VHost, "queue", t.spec.Queue,
+	b.env.Log.Info("redrive task ended", "task", t.id, "vhost", t.spec.VHost, "queue", t.spec.Queue,
 		"state", state, "moved", t.moved, "failed", t.failed, "error", why)
 	b.pruneRedrives()
 }
@@ -554,8 +554,8 @@ func (b *Broker) pruneRedrives() {
 		b.redrives.mu.Lock()
 		delete(b.redrives.tasks, ended[i].ID)
 		b.redrives.mu.Unlock()
-		if err := b.forgetRedrive(ended[i].ID).waitErr(); err != nil {
-			b.env.log.Warn("redrive: cannot forget an old task", "task", ended[i].ID, "error", err)
+		if err := b.forgetRedrive(ended[i].ID).WaitErr(); err != nil {
+			b.env.Log.Warn("redrive: cannot forget an old task", "task", ended[i].ID, "error", err)
 		}
 	}
 }
@@ -567,14 +567,14 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 	if err != nil {
 		return RedriveFailed, err.Error()
 	}
-	if q.id != t.queueID {
+	if q.ID != t.queueID {
 		return RedriveFailed, fmt.Sprintf("queue '%s' in vhost '%s' deleted", t.spec.Queue, t.spec.VHost)
 	}
 	t.mu.Lock()
 	t.q = q
 	done := t.moved + t.failed
 	t.mu.Unlock()
-	run := &redriveRun{q: q, toX: toX, opts: t.spec.RedriveOptions, task: t, skip: t.failedSeqs, upTo: t.upTo}
+	run := &Redrive{Queue: q, ToX: toX, Opts: t.spec.RedriveOptions, Task: t, Skip: t.failedSeqs, UpTo: t.upTo}
 	want := int64(t.spec.Max)
 	if want <= 0 {
 		want = 1<<63 - 1
@@ -593,9 +593,9 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 	// start + k/rate; chunks of rate/redrivePaceSlice.
 	start, paced := clock.Now(), int64(0)
 	slice := time.Duration(float64(time.Second) / redrivePaceSlice)
-	chunk := redriveChunk
+	chunk := RedriveChunk
 	if t.spec.Rate > 0 {
-		chunk = max(1, min(redriveChunk, int(t.spec.Rate/redrivePaceSlice)))
+		chunk = max(1, min(RedriveChunk, int(t.spec.Rate/redrivePaceSlice)))
 	}
 	for done < want {
 		select {
@@ -630,14 +630,14 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 		if why := b.authorizeRedrive(t, run, toX); why != "" {
 			return RedriveFailed, why
 		}
-		before := run.res.Moved + run.res.Failed
-		progressed, wait, gone, err := run.chunk(int(min(int64(chunk), want-done)))
-		examined := int64(run.res.Moved + run.res.Failed - before)
+		before := run.Res.Moved + run.Res.Failed
+		progressed, wait, gone, err := run.Chunk(int(min(int64(chunk), want-done)))
+		examined := int64(run.Res.Moved + run.Res.Failed - before)
 		done += examined
 		paced += examined
 		switch {
 		case err != nil:
-			if b.env.storeErr.Load() != nil {
+			if b.env.StoreErr.Load() != nil {
 				return RedriveRunning, "" // nothing more can be recorded: resume next start
 			}
 			return RedriveFailed, err.Error()
@@ -645,19 +645,19 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 			return RedriveFailed, fmt.Sprintf("queue '%s' in vhost '%s' deleted", t.spec.Queue, t.spec.VHost)
 		case wait != nil:
 			select {
-			case <-wait.done:
+			case <-wait.Done:
 			case <-t.cancel:
 				return RedriveCancelled, ""
 			case <-b.quit:
 				return RedriveRunning, ""
 			}
-			if wait.err != nil {
-				return RedriveFailed, fmt.Sprintf("read paged messages: %v", wait.err)
+			if wait.Err != nil {
+				return RedriveFailed, fmt.Sprintf("read paged messages: %v", wait.Err)
 			}
-		case !progressed || run.exhausted:
+		case !progressed || run.Exhausted:
 			return RedriveFinished, ""
 		}
-		if b.env.storeErr.Load() != nil {
+		if b.env.StoreErr.Load() != nil {
 			return RedriveRunning, ""
 		}
 	}
@@ -669,7 +669,7 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 // permission change or the user's deletion applies at once, as to open
 // connections), and sets run's check of each origin queue; it returns why
 // not, or "".
-func (b *Broker) authorizeRedrive(t *redriveTask, run *redriveRun, toX bool) string {
+func (b *Broker) authorizeRedrive(t *redriveTask, run *Redrive, toX bool) string {
 	name, vhost := t.spec.User, t.spec.VHost
 	if name == "" {
 		return ""
@@ -695,27 +695,27 @@ func (b *Broker) authorizeRedrive(t *redriveTask, run *redriveRun, toX bool) str
 		}
 		return ""
 	}
-	run.allow = func(queue string) bool { return p.Allows(auth.Write, queue) }
+	run.Allow = func(queue string) bool { return p.Allows(auth.Write, queue) }
 	return ""
 }
 
 // noteMove counts a move and adds the task's record to the move's
 // batch. Caller holds the source queue's lock; t.mu is taken inside.
-func (t *redriveTask) noteMove(tx *txn) {
+func (t *redriveTask) NoteMove(tx *Txn) {
 	t.mu.Lock()
 	t.moved++
-	tx.batch.Meta = append(tx.batch.Meta, t.recordLocked())
+	tx.Batch.Meta = append(tx.Batch.Meta, t.recordLocked())
 	t.mu.Unlock()
 }
 
 // noteFailure counts a failure and adds its records to tx's batch.
-func (t *redriveTask) noteFailure(tx *txn, f RedriveFailure) {
+func (t *redriveTask) NoteFailure(tx *Txn, f RedriveFailure) {
 	t.mu.Lock()
 	t.failed++
 	t.reasons[f.Reason]++
 	if len(t.failures) < redriveListedFailures {
 		t.failures = append(t.failures, f)
 	}
-	tx.batch.Meta = append(tx.batch.Meta, store.MetaOp{Key: failureKey(t.id, f.Seq), Value: []byte(f.Reason)}, t.recordLocked())
+	tx.Batch.Meta = append(tx.Batch.Meta, store.MetaOp{Key: failureKey(t.id, f.Seq), Value: []byte(f.Reason)}, t.recordLocked())
 	t.mu.Unlock()
 }

@@ -7,12 +7,12 @@ import "github.com/brokerd/brokerd/deadletter"
 // hands their entries here, queue by queue (channel.settleRuns).
 
 // settleAction is what a client's ack, nack or reject asks for.
-type settleAction int
+type SettleAction int
 
 const (
-	actAck settleAction = iota
-	actRequeue
-	actReject
+	SettleAck SettleAction = iota
+	SettleRequeue
+	SettleReject
 )
 
 // settleLocked applies an ack, requeue or reject to delivered entries of
@@ -25,32 +25,32 @@ const (
 //     deadline expires at once; a drop-head queue pushed over its limit
 //     drops from the head (B46).
 //   - reject: they are dead-lettered (rejected).
-func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
-	if action == actAck {
-		q.env.counters.Acked.Add(uint64(len(es)))
-		q.stats.Ack.Add(uint64(len(es)))
+func (q *Queue) settleLocked(t *Txn, es []*Entry, action SettleAction) {
+	if action == SettleAck {
+		q.Env.Counters.Acked.Add(uint64(len(es)))
+		q.Stats.Ack.Add(uint64(len(es)))
 	}
 	q.unacked -= len(es)
 	if q.isDeleted() {
 		return
 	}
 	switch action {
-	case actAck:
+	case SettleAck:
 		for _, e := range es {
 			e.state = stGone
 			t.del(e)
 		}
-	case actReject:
+	case SettleReject:
 		for _, e := range es {
 			e.state = stGone
 		}
 		q.deadLetterLocked(t, es, deadletter.Rejected, true)
-	case actRequeue:
-		cfg := q.config()
-		now := q.env.nowMS()
-		var overLimit, expired []*entry
+	case SettleRequeue:
+		cfg := q.Settings()
+		now := q.Env.NowMS()
+		var overLimit, expired []*Entry
 		for _, e := range es {
-			e.redelivered = true
+			e.Redelivered = true
 			e.DeliveryCount++
 			switch {
 			case cfg.deliveryLimit >= 0 && int64(e.DeliveryCount) > cfg.deliveryLimit:
@@ -72,21 +72,21 @@ func (q *Queue) settleLocked(t *txn, es []*entry, action settleAction) {
 }
 
 // settleRun is a run of n deliveries settled with one action.
-type settleRun struct {
-	n      int
-	action settleAction
+type SettleRun struct {
+	N      int
+	Action SettleAction
 }
 
 // settleRuns settles es, entries of q a channel's deliveries held, in
 // runs of one action in order (runs' counts add up to len(es)), under one
 // hold of q's lock and in one store operation, in which q then delivers
 // into the credit its consumers got back.
-func (q *Queue) settleRuns(es []*entry, runs []settleRun) {
+func (q *Queue) SettleRuns(es []*Entry, runs []SettleRun) {
 	q.mu.Lock()
-	t := q.env.newTxn()
+	t := q.Env.newTxn()
 	for _, r := range runs {
-		q.settleLocked(t, es[:r.n], r.action)
-		es = es[r.n:]
+		q.settleLocked(t, es[:r.N], r.Action)
+		es = es[r.N:]
 	}
 	if !q.isDeleted() {
 		q.dispatchLocked(t)

@@ -24,10 +24,10 @@ import (
 // the body shared in memory (written once per queue that pages it).
 
 // volID is the store queue of q's volatile range.
-func (q *Queue) volID() store.QueueID { return q.ranges().VolatileID() }
+func (q *Queue) VolatileID() store.QueueID { return q.ranges().VolatileID() }
 
 // durable reports whether e is stored in a range that survives a restart.
-func (e *entry) durable() bool { return e.stored && !e.Queue.Volatile() }
+func (e *Entry) durable() bool { return e.stored && !e.Queue.Volatile() }
 
 // spillChunk reports whether a tail over the window by n entries and
 // bytes resident bytes (Ready.TailOverBy) is a chunk over: how far past the
@@ -58,7 +58,7 @@ func (q *Queue) pageOutLevelLocked(l *level, limit uint64) {
 func (q *Queue) spillLocked(l *level, limit uint64) {
 	n := q.ready.TailExcess(l)
 	var b store.Batch
-	var es []*entry
+	var es []*Entry
 	for i := 0; i < n; i++ {
 		e := l.Tail.At(i)
 		if e.state != stReady {
@@ -70,8 +70,8 @@ func (q *Queue) spillLocked(l *level, limit uint64) {
 		if e.stored {
 			continue
 		}
-		e.Msg = q.env.ownMessage(e.Msg)
-		e.Ref.Queue = q.volID()
+		e.Msg = q.Env.ownMessage(e.Msg)
+		e.Ref.Queue = q.VolatileID()
 		e.stored = true
 		b.Messages = append(b.Messages, e.Msg)
 		b.Puts = append(b.Puts, e.Entry)
@@ -81,9 +81,9 @@ func (q *Queue) spillLocked(l *level, limit uint64) {
 		return
 	}
 	q.spilled = true
-	q.env.store.Apply(&b, func(err error) {
+	q.Env.Store.Apply(&b, func(err error) {
 		if err != nil {
-			q.env.storeFailed(err)
+			q.Env.storeFailed(err)
 		}
 	})
 	for _, e := range es {

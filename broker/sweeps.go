@@ -46,36 +46,36 @@ func (b *Broker) scanHorizon() {
 	if h.scanned == 0 {
 		from = math.MinInt64 // the first scan: whatever is overdue too
 	}
-	until := b.env.nowMS() + horizonMS
+	until := b.env.NowMS() + HorizonMS
 	// Publish the new horizon before reading: an entry that pages out
 	// from now on with a deadline up to it is armed as it pages out, and
 	// one that paged out before is in the store for this read.
-	b.env.horizon.Store(until)
-	byQueue := map[store.QueueID][]pagedRef{}
-	err := b.env.store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
-		byQueue[r.Queue] = append(byQueue[r.Queue], pagedRef{d, r})
+	b.env.Horizon.Store(until)
+	byQueue := map[store.QueueID][]PagedRef{}
+	err := b.env.Store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
+		byQueue[r.Queue] = append(byQueue[r.Queue], PagedRef{d, r})
 		return true
 	})
 	if err != nil {
 		// The same range is read again after a pause (readretry.go).
-		b.env.readFailed(fmt.Errorf("read deadlines: %w", err))
-		h.timer.Deadline = b.env.nowMS() + readRetryDelay.Milliseconds()
-		b.env.timers.Add(&h.timer)
+		b.env.ReadFailed(fmt.Errorf("read deadlines: %w", err))
+		h.timer.Deadline = b.env.NowMS() + ReadRetryDelay.Milliseconds()
+		b.env.Timers.Add(&h.timer)
 		return
 	}
 	h.scanned = until
 	if len(byQueue) > 0 {
 		for _, q := range b.queuesByID(byQueue) {
-			q.armPaged(append(byQueue[q.id], byQueue[q.volID()]...))
+			q.ArmPaged(append(byQueue[q.ID], byQueue[q.VolatileID()]...))
 		}
 	}
-	h.timer.Deadline = until - horizonMS/2
-	b.env.timers.Add(&h.timer)
+	h.timer.Deadline = until - HorizonMS/2
+	b.env.Timers.Add(&h.timer)
 }
 
 // queuesByID returns the queues whose store ranges (durable or volatile)
 // are keys of ids.
-func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
+func (b *Broker) queuesByID(ids map[store.QueueID][]PagedRef) []*Queue {
 	b.mu.RLock()
 	vhosts := make([]*VHost, 0, len(b.vhosts))
 	for _, v := range b.vhosts {
@@ -86,8 +86,8 @@ func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
 	for _, v := range vhosts {
 		v.mu.RLock()
 		for _, q := range v.queues {
-			_, durable := ids[q.id]
-			_, volatile := ids[q.volID()]
+			_, durable := ids[q.ID]
+			_, volatile := ids[q.VolatileID()]
 			if durable && q.Durable && !q.Exclusive || volatile {
 				out = append(out, q)
 			}
@@ -105,7 +105,7 @@ func (b *Broker) queuesByID(ids map[store.QueueID][]pagedRef) []*Queue {
 // runs it once the connections are closed and the background work is
 // done; deliveries stop here.
 func (b *Broker) storeExactMarks() {
-	if b.env.storeErr.Load() != nil {
+	if b.env.StoreErr.Load() != nil {
 		return
 	}
 	b.mu.RLock()
@@ -134,7 +134,7 @@ func (b *Broker) storeExactMarks() {
 				exactMarksHook(q)
 			}
 			wg.Add(1)
-			if !q.storeFinalMarks(func(err error) {
+			if !q.StoreFinalMarks(func(err error) {
 				if err != nil {
 					errMu.Lock()
 					first = cmp.Or(first, err)
@@ -149,7 +149,7 @@ func (b *Broker) storeExactMarks() {
 	wg.Wait()
 	if first != nil {
 		// The marks asked for stay: a crash's answer, redelivered=true.
-		b.env.log.Warn("could not store exact delivered marks at shutdown", "err", first)
+		b.env.Log.Warn("could not store exact delivered marks at shutdown", "err", first)
 	}
 }
 
@@ -175,7 +175,7 @@ func (b *Broker) retryBacklogsIfChanged(v *VHost) {
 	}
 	v.mu.RUnlock()
 	for _, q := range qs {
-		q.retryBacklogIfChanged(gen)
+		q.RetryBacklogIfChanged(gen)
 	}
 }
 
@@ -194,9 +194,13 @@ type horizonState struct {
 // fireTimers runs on the scheduler's goroutine: the queues' timers that
 // are due (fireTimers in expiry.go), and the horizon scan's.
 func (b *Broker) fireTimers(due []*ttl.Timer) {
-	fireTimers(due, func(v any) {
+	FireTimers(due, func(v any) {
 		if _, ok := v.(horizonTick); ok {
 			b.kickHorizon()
 		}
 	})
 }
+
+// exactMarksHook, if set (by tests), is called by storeExactMarks with
+// each queue before it takes the queue's lock.
+var exactMarksHook func(q *Queue)

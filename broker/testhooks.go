@@ -5,6 +5,7 @@ package broker
 // the broker calls them.
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/brokerd/brokerd/ttl"
@@ -12,7 +13,7 @@ import (
 
 // residentForTest returns how many of q's ready entries are in memory
 // (live or removed but still held) and its ready count, middles included.
-func (q *Queue) residentForTest() (resident, ready int) {
+func (q *Queue) ResidentForTest() (resident, ready int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range q.ready.Levels() {
@@ -24,7 +25,7 @@ func (q *Queue) residentForTest() (resident, ready int) {
 
 // residentBytesForTest returns the resident bytes (bodies and properties)
 // of q's ready entries in memory (live or removed but still held).
-func (q *Queue) residentBytesForTest() int64 {
+func (q *Queue) ResidentBytesForTest() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.ready.Resident()
@@ -32,7 +33,7 @@ func (q *Queue) residentBytesForTest() int64 {
 
 // backlogResidentForTest returns how many of q's waiting dead letters
 // are held in memory.
-func (q *Queue) backlogResidentForTest() int {
+func (q *Queue) BacklogResidentForTest() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.backlog)
@@ -41,10 +42,10 @@ func (q *Queue) backlogResidentForTest() int {
 // readAheadPendingForTest returns how many of q's paged entries are due
 // to be read ahead of their deadline (their read-ahead timer's time has
 // come) and not read yet.
-func (q *Queue) readAheadPendingForTest() int {
+func (q *Queue) ReadAheadPendingForTest() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	now, n := q.env.nowMS(), 0
+	now, n := q.Env.NowMS(), 0
 	for _, pt := range q.paged {
 		if pt.pre == nil && pt.timer.Deadline <= now {
 			n++
@@ -57,7 +58,7 @@ func (q *Queue) readAheadPendingForTest() int {
 // eviction (its head is being read back from the store); 0 while q's lock
 // is held (a test that polls must not wait behind a lock held across a
 // read).
-func (q *Queue) evictionOwedForTest() int {
+func (q *Queue) EvictionOwedForTest() int {
 	if !q.mu.TryLock() {
 		return 0
 	}
@@ -67,7 +68,7 @@ func (q *Queue) evictionOwedForTest() int {
 
 // getWaitingForTest reports whether a basic.get on q waits for its head
 // to be read back from the store (false while q's lock is held).
-func (q *Queue) getWaitingForTest() bool {
+func (q *Queue) GetWaitingForTest() bool {
 	if !q.mu.TryLock() {
 		return false
 	}
@@ -75,24 +76,31 @@ func (q *Queue) getWaitingForTest() bool {
 	return q.fillWake != nil
 }
 
+// marksForTest returns q's durable delivered marks, per level.
+func (q *Queue) MarksForTest() []uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.marks)
+}
+
 // setConsumerAddedHook makes f run once each basic.consume has added its
 // consumer, before the queue dispatches to it; restore removes it.
-func setConsumerAddedHook(f func()) (restore func()) {
+func SetConsumerAddedHook(f func()) (restore func()) {
 	consumerAddedHook = f
 	return func() { consumerAddedHook = nil }
 }
 
 // pagedOutCapture holds the entries that paged out while it was set.
-type pagedOutCapture struct {
+type PagedOutCapture struct {
 	mu sync.Mutex
-	es []*entry
+	es []*Entry
 }
 
 // capturePagedOutForTest records every entry that pages out from now on
 // (set it before the broker has connections); restore stops it.
-func capturePagedOutForTest() (c *pagedOutCapture, restore func()) {
-	c = &pagedOutCapture{}
-	pagedOutHook = func(e *entry) {
+func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
+	c = &PagedOutCapture{}
+	pagedOutHook = func(e *Entry) {
 		c.mu.Lock()
 		c.es = append(c.es, e)
 		c.mu.Unlock()
@@ -103,7 +111,7 @@ func capturePagedOutForTest() (c *pagedOutCapture, restore func()) {
 // fireStale hands the resident timers of the captured entries that have
 // a deadline to fire (the owner's timer callback), as the scheduler does
 // when it took them just before they paged out; it returns how many.
-func (c *pagedOutCapture) fireStale(fire func([]*ttl.Timer)) int {
+func (c *PagedOutCapture) FireStale(fire func([]*ttl.Timer)) int {
 	c.mu.Lock()
 	var due []*ttl.Timer
 	for _, e := range c.es {

@@ -20,33 +20,33 @@ import (
 // instant; inserting them into the targets' memory after the source locks
 // are gone means no code ever holds two queue locks it did not take in id
 // order.
-type txn struct {
-	env     *env
-	batch   store.Batch
+type Txn struct {
+	env     *Env
+	Batch   store.Batch
 	dropped int                     // puts tombstoned by del (Msg set to nil)
 	putAt   map[store.Ref]int       // index of batch.Puts, built once it is large
 	listed  map[*store.Message]bool // set of batch.Messages, likewise
-	inserts []*entry                // dead-lettered copies for target queues
-	puts    []*entry                // the entries of batch.Puts (inStore is set on write)
+	inserts []*Entry                // dead-lettered copies for target queues
+	puts    []*Entry                // the entries of batch.Puts (inStore is set on write)
 	held    Router                  // read-locked until apply (hold)
 }
 
 // txnPool recycles txns and their slices: a store does not keep a batch
 // after Apply returns (store.Store), so every txn is reused once finished.
-var txnPool = sync.Pool{New: func() any { return new(txn) }}
+var txnPool = sync.Pool{New: func() any { return new(Txn) }}
 
 // hold read-locks r until apply: dead letters routed under it must
 // reach the store before any queue they were routed to can be deleted
 // (deletion takes the vhost lock exclusively first).
-func (t *txn) hold(r Router) {
+func (t *Txn) hold(r Router) {
 	if t.held == nil {
 		r.RLock()
 		t.held = r
 	}
 }
 
-func (b *env) newTxn() *txn {
-	t := txnPool.Get().(*txn)
+func (b *Env) newTxn() *Txn {
+	t := txnPool.Get().(*Txn)
 	t.env = b
 	return t
 }
@@ -57,8 +57,8 @@ func (b *env) newTxn() *txn {
 const maxPooledBatch = 1024
 
 // recycle returns t to txnPool once its owner is done with it (finish).
-func (t *txn) recycle() {
-	b := &t.batch
+func (t *Txn) recycle() {
+	b := &t.Batch
 	if t.held != nil || max(cap(b.Puts), cap(b.Deletes), cap(b.Updates), cap(b.Messages)) > maxPooledBatch {
 		return
 	}
@@ -66,7 +66,7 @@ func (t *txn) recycle() {
 	clear(b.Puts)
 	clear(b.Updates)
 	clear(t.puts)
-	*t = txn{batch: store.Batch{
+	*t = Txn{Batch: store.Batch{
 		Messages: b.Messages[:0], Puts: b.Puts[:0], Updates: b.Updates[:0], Deletes: b.Deletes[:0],
 	}, puts: t.puts[:0], inserts: t.inserts[:0]}
 	txnPool.Put(t)
@@ -78,14 +78,14 @@ func (t *txn) recycle() {
 const smallBatch = 16
 
 // put writes a new stored entry.
-func (t *txn) put(e *entry) {
-	t.batch.Puts = append(t.batch.Puts, e.Entry)
+func (t *Txn) put(e *Entry) {
+	t.Batch.Puts = append(t.Batch.Puts, e.Entry)
 	t.puts = append(t.puts, e)
 	if t.putAt != nil {
-		t.putAt[e.Ref] = len(t.batch.Puts) - 1
-	} else if len(t.batch.Puts) > smallBatch {
-		t.putAt = make(map[store.Ref]int, 2*len(t.batch.Puts))
-		for i, p := range t.batch.Puts {
+		t.putAt[e.Ref] = len(t.Batch.Puts) - 1
+	} else if len(t.Batch.Puts) > smallBatch {
+		t.putAt = make(map[store.Ref]int, 2*len(t.Batch.Puts))
+		for i, p := range t.Batch.Puts {
 			if p.Msg != nil {
 				t.putAt[p.Ref] = i
 			}
@@ -97,28 +97,28 @@ func (t *txn) put(e *entry) {
 			return
 		}
 		t.listed[e.Msg] = true
-	case slices.Contains(t.batch.Messages, e.Msg):
+	case slices.Contains(t.Batch.Messages, e.Msg):
 		return
-	case len(t.batch.Messages) >= smallBatch:
-		t.listed = make(map[*store.Message]bool, 2*len(t.batch.Messages))
-		for _, m := range t.batch.Messages {
+	case len(t.Batch.Messages) >= smallBatch:
+		t.listed = make(map[*store.Message]bool, 2*len(t.Batch.Messages))
+		for _, m := range t.Batch.Messages {
 			t.listed[m] = true
 		}
 		t.listed[e.Msg] = true
 	}
-	t.batch.Messages = append(t.batch.Messages, e.Msg)
+	t.Batch.Messages = append(t.Batch.Messages, e.Msg)
 }
 
 // putIndex returns the index in batch.Puts of the live put of ref, or -1.
-func (t *txn) putIndex(ref store.Ref) int {
+func (t *Txn) putIndex(ref store.Ref) int {
 	if t.putAt != nil {
 		if i, ok := t.putAt[ref]; ok {
 			return i
 		}
 		return -1
 	}
-	for i := range t.batch.Puts {
-		if p := &t.batch.Puts[i]; p.Ref == ref && p.Msg != nil {
+	for i := range t.Batch.Puts {
+		if p := &t.Batch.Puts[i]; p.Ref == ref && p.Msg != nil {
 			return i
 		}
 	}
@@ -128,38 +128,38 @@ func (t *txn) putIndex(ref store.Ref) int {
 // del removes a stored entry. An entry put by this same txn (a message
 // delivered without ack, or dead-lettered, before its put was written) is
 // simply not put.
-func (t *txn) del(e *entry) {
+func (t *Txn) del(e *Entry) {
 	if !e.stored {
 		return
 	}
 	if i := t.putIndex(e.Ref); i >= 0 {
-		t.batch.Puts[i].Msg = nil // tombstone, compacted in apply
+		t.Batch.Puts[i].Msg = nil // tombstone, compacted in apply
 		t.dropped++
 		if t.putAt != nil {
 			delete(t.putAt, e.Ref)
 		}
 		return
 	}
-	t.batch.Deletes = append(t.batch.Deletes, e.Ref)
+	t.Batch.Deletes = append(t.Batch.Deletes, e.Ref)
 }
 
 // update writes a stored entry's mutable fields.
-func (t *txn) update(e *entry) {
+func (t *Txn) update(e *Entry) {
 	if !e.stored {
 		return
 	}
 	if i := t.putIndex(e.Ref); i >= 0 {
-		p := &t.batch.Puts[i]
+		p := &t.Batch.Puts[i]
 		p.DeliveryCount, p.DeadLetter, p.DeadAt = e.DeliveryCount, e.DeadLetter, e.DeadAt
 		return
 	}
-	t.batch.Updates = append(t.batch.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt})
+	t.Batch.Updates = append(t.Batch.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt})
 }
 
 // apply writes the batch (if it changes anything) and calls done when it
 // is durable; done(nil) at once for an empty batch. Call it with the locks
 // of the queues whose entries changed still held.
-func (t *txn) apply(done func(error)) {
+func (t *Txn) apply(done func(error)) {
 	if !t.write(done) && done != nil {
 		done(nil)
 	}
@@ -170,7 +170,7 @@ func (t *txn) apply(done func(error)) {
 // to the store, unless it changes nothing, and reports whether it did;
 // only then does done (may be nil) run, as the store's completion. The
 // vhost read lock taken by holdVHost is released either way.
-func (t *txn) write(done func(error)) bool {
+func (t *Txn) write(done func(error)) bool {
 	if t.held != nil {
 		defer func() {
 			t.held.RUnlock()
@@ -178,25 +178,25 @@ func (t *txn) write(done func(error)) bool {
 		}()
 	}
 	if t.dropped > 0 {
-		puts := t.batch.Puts[:0]
-		for _, p := range t.batch.Puts {
+		puts := t.Batch.Puts[:0]
+		for _, p := range t.Batch.Puts {
 			if p.Msg != nil {
 				puts = append(puts, p)
 			}
 		}
-		t.batch.Puts = puts
+		t.Batch.Puts = puts
 	}
 	// Messages alone change nothing: they are stored only for the puts
 	// that refer to them.
-	if len(t.batch.Puts) == 0 && len(t.batch.Updates) == 0 && len(t.batch.Deletes) == 0 &&
-		len(t.batch.DropQueues) == 0 && len(t.batch.Meta) == 0 {
+	if len(t.Batch.Puts) == 0 && len(t.Batch.Updates) == 0 && len(t.Batch.Deletes) == 0 &&
+		len(t.Batch.DropQueues) == 0 && len(t.Batch.Meta) == 0 {
 		return false
 	}
 	b := t.env
 	if done == nil {
-		b.store.Apply(&t.batch, b.storeFailedFn)
+		b.Store.Apply(&t.Batch, b.storeFailedFn)
 	} else {
-		b.store.Apply(&t.batch, func(err error) {
+		b.Store.Apply(&t.Batch, func(err error) {
 			b.storeFailed(err)
 			done(err)
 		})
@@ -210,12 +210,12 @@ func (t *txn) write(done func(error)) bool {
 
 // finish inserts dead-lettered copies into their target queues. Call it
 // with no queue lock held, last: t may be reused after it.
-func (t *txn) finish() {
+func (t *Txn) finish() {
 	defer t.recycle()
 	for len(t.inserts) > 0 {
 		// Group by target, keeping order, so each target is locked once.
 		q := t.inserts[0].q
-		var mine []*entry
+		var mine []*Entry
 		rest := t.inserts[:0:0]
 		for _, e := range t.inserts {
 			if e.q == q {
@@ -232,25 +232,25 @@ func (t *txn) finish() {
 // ownMessage returns a copy of m with an id of its own (the body is shared
 // in memory): what goes where m's stored body may not be (spill.go's
 // comment, planDeadLetterLocked).
-func (b *env) ownMessage(m *store.Message) *store.Message {
-	return &store.Message{ID: b.store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
+func (b *Env) ownMessage(m *store.Message) *store.Message {
+	return &store.Message{ID: b.Store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
 }
 
 // storeWrite is a batch handed to the store, whose completion is awaited
 // later. A nil *storeWrite is a write of nothing, complete at once.
-type storeWrite struct {
-	done chan struct{}
-	err  error // set before done is closed
+type StoreWrite struct {
+	Done chan struct{}
+	Err  error // set before done is closed
 }
 
 // waitErr is wait for management operations: the store's error, wrapped.
-func (w *storeWrite) waitErr() error {
+func (w *StoreWrite) WaitErr() error {
 	if w == nil {
 		return nil
 	}
-	<-w.done
-	if w.err != nil {
-		return fmt.Errorf("store failed: %w", w.err)
+	<-w.Done
+	if w.Err != nil {
+		return fmt.Errorf("store failed: %w", w.Err)
 	}
 	return nil
 }
@@ -258,13 +258,13 @@ func (w *storeWrite) waitErr() error {
 // wait blocks until the write is durable. A failure is a connection error
 // (541): the reply that depends on it (declare-ok, delete-ok, ...) promises
 // the change survives a restart.
-func (w *storeWrite) wait() *amqp.Error {
+func (w *StoreWrite) Wait() *amqp.Error {
 	if w == nil {
 		return nil
 	}
-	<-w.done
-	if w.err != nil {
-		return amqp.Errorf(amqp.InternalError, "message store failed: %s", w.err)
+	<-w.Done
+	if w.Err != nil {
+		return amqp.Errorf(amqp.InternalError, "message store failed: %s", w.Err)
 	}
 	return nil
 }
@@ -274,15 +274,15 @@ func (w *storeWrite) wait() *amqp.Error {
 // changed memory still held (the vhost lock; the queue lock too for a
 // queue's deletion), so the store sees them in the order memory did;
 // they wait after releasing it.
-func (b *env) startWrite(batch *store.Batch) *storeWrite {
+func (b *Env) StartWrite(batch *store.Batch) *StoreWrite {
 	if batch.Empty() {
 		return nil
 	}
-	w := &storeWrite{done: make(chan struct{})}
-	b.store.Apply(batch, func(err error) {
+	w := &StoreWrite{Done: make(chan struct{})}
+	b.Store.Apply(batch, func(err error) {
 		b.storeFailed(err)
-		w.err = err
-		close(w.done)
+		w.Err = err
+		close(w.Done)
 	})
 	return w
 }

@@ -16,12 +16,12 @@ func TestTxnBatches(t *testing.T) {
 	for _, n := range []int{1, smallBatch, smallBatch + 1, 5 * smallBatch} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			st := memstore.New()
-			b := &Broker{env: &env{store: st, log: slog.Default()}}
+			b := &Env{Store: st, Log: slog.Default()}
 			msgs := []*store.Message{{ID: 1, Persistent: true}, {ID: 2, Persistent: true}, {ID: 3, Persistent: true}}
-			tx := b.env.newTxn()
-			var entries []*entry
+			tx := b.newTxn()
+			var entries []*Entry
 			for i := 0; i < n; i++ {
-				e := &entry{stored: true}
+				e := &Entry{stored: true}
 				e.Ref = store.Ref{Queue: store.QueueID(1 + i%2), Seq: uint64(i + 1)}
 				e.Msg = msgs[i%len(msgs)] // interleaved: 1,2,3,1,2,3…
 				tx.put(e)
@@ -38,7 +38,7 @@ func TestTxnBatches(t *testing.T) {
 				}
 			}
 			seen := map[*store.Message]int{}
-			for _, m := range tx.batch.Messages {
+			for _, m := range tx.Batch.Messages {
 				seen[m]++
 				if seen[m] > 1 {
 					t.Fatalf("message %d listed twice", m.ID)
@@ -65,7 +65,7 @@ func TestTxnBatches(t *testing.T) {
 			}
 			// A second txn deletes what is stored: the deletes go out as
 			// deletes, not as cancelled puts.
-			tx2 := b.env.newTxn()
+			tx2 := b.newTxn()
 			for i, e := range entries {
 				if i%3 != 2 {
 					tx2.del(e)

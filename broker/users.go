@@ -72,7 +72,7 @@ func (b *Broker) PutUser(spec UserSpec) error {
 	mb.Put(defs.EncodeUser(userDefOf(u)))
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		b.setUserLocked(u.Name(), old)
 		b.mu.Unlock()
@@ -129,7 +129,7 @@ func (b *Broker) DeleteUser(name string) error {
 	}
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		b.users[name] = old
 		for k, p := range oldPerms {

@@ -228,7 +228,7 @@ func (b *Binding) durable() bool {
 type vhostRouter VHost
 
 // vhostOf returns the vhost q lives in.
-func vhostOf(q *Queue) *VHost { return (*VHost)(q.host.Router.(*vhostRouter)) }
+func vhostOf(q *Queue) *VHost { return (*VHost)(q.Host.Router.(*vhostRouter)) }
 
 func (r *vhostRouter) RLock()   { r.mu.RLock() }
 func (r *vhostRouter) RUnlock() { r.mu.RUnlock() }

@@ -59,10 +59,10 @@ func (b *Broker) bootstrap(users []*auth.User) error {
 	b.bootstrapped = true
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		return fmt.Errorf("store bootstrap vhosts and users: %w", err)
 	}
-	b.env.log.Info("fresh data dir: created the bootstrap vhosts and users", "vhosts", b.opts.VHosts, "users", len(users))
+	b.env.Log.Info("fresh data dir: created the bootstrap vhosts and users", "vhosts", b.opts.VHosts, "users", len(users))
 	return nil
 }
 
@@ -128,7 +128,7 @@ func (b *Broker) PutVHost(info VHostInfo) error {
 	mb.Put(defs.EncodeVHost(d))
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		if created {
 			delete(b.vhosts, info.Name)
@@ -180,7 +180,7 @@ func (b *Broker) DeleteVHost(name string) error {
 	}
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		b.vhosts[name] = v
 		for k, p := range oldPerms {
@@ -213,9 +213,9 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 	}
 	v.mu.RUnlock()
 	for _, q := range queues {
-		q.markClosing()
+		q.MarkClosing()
 		_, w := b.deleteQueue(q)
-		if err := w.waitErr(); err != nil {
+		if err := w.WaitErr(); err != nil {
 			return fmt.Errorf("delete queue '%s': %w", q.Name, err)
 		}
 	}
@@ -240,12 +240,12 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 	v.policyMu.Unlock()
 	// Once this write is done, so is every earlier one: the scan below
 	// sees all the vhost's records.
-	if err := w.waitErr(); err != nil {
+	if err := w.WaitErr(); err != nil {
 		return err
 	}
 	var rest defs.Batch
 	for _, kind := range defs.VHostPrefixes() {
-		err := b.env.store.ScanMeta(defs.Key(kind, v.Name), func(key string, _ []byte) bool {
+		err := b.env.Store.ScanMeta(defs.Key(kind, v.Name), func(key string, _ []byte) bool {
 			rest.Delete(key)
 			return true
 		})
@@ -254,7 +254,7 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 		}
 	}
 	if len(rest.Ops) > 0 {
-		b.env.log.Info("deleted vhost: removing records left in the store", "vhost", v.Name, "records", len(rest.Ops))
+		b.env.Log.Info("deleted vhost: removing records left in the store", "vhost", v.Name, "records", len(rest.Ops))
 	}
-	return b.env.startWrite(&store.Batch{Meta: rest.Ops}).waitErr()
+	return b.env.StartWrite(&store.Batch{Meta: rest.Ops}).WaitErr()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/broker/stats"
 )
 
@@ -88,7 +89,7 @@ func (b *Broker) Queues(vhost string) []QueueInfo {
 		qs := slices.Collect(maps.Values(v.queues))
 		v.mu.RUnlock()
 		for _, q := range qs {
-			out = append(out, q.info(unacked))
+			out = append(out, queueInfo(q, unacked))
 		}
 	}
 	slices.SortFunc(out, func(a, b QueueInfo) int {
@@ -110,10 +111,10 @@ func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
 	if q == nil {
 		return QueueInfo{}, notFoundf("no queue '%s' in vhost '%s'", name, vhost)
 	}
-	return q.info(b.unackedBytes()), nil
+	return queueInfo(q, b.unackedBytes()), nil
 }
 
-func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
+func queueInfo(q *queue.Queue, unacked map[*queue.Queue]unackedSize) QueueInfo {
 	u := unacked[q]
 	qi := QueueInfo{
 		VHost: q.Host.Name, Name: q.Name, Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
@@ -133,7 +134,7 @@ func (q *Queue) info(unacked map[*Queue]unackedSize) QueueInfo {
 		qi.DeadLettered[string(r)] = q.Stats.DeadLettered[i].Load()
 	}
 	qi.Damaged = q.Stats.Damaged.Load()
-	qi.MessageStats = q.messageStats()
+	qi.MessageStats = queueMessageStats(q)
 	return qi
 }
 
@@ -143,8 +144,8 @@ type unackedSize struct{ body, resident int64 }
 
 // unackedBytes sums the deliveries not yet settled, by queue, over every
 // connection's channels.
-func (b *Broker) unackedBytes() map[*Queue]unackedSize {
-	out := map[*Queue]unackedSize{}
+func (b *Broker) unackedBytes() map[*queue.Queue]unackedSize {
+	out := map[*queue.Queue]unackedSize{}
 	for _, c := range b.connList() {
 		for _, ch := range c.channelList() {
 			ch.mu.Lock()

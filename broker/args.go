@@ -5,6 +5,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // argScope says which queue types accept an argument.
@@ -127,7 +128,7 @@ func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error 
 			return invalid("x-queue-type", fmt.Sprintf("unknown queue type '%s'", s))
 		}
 	}
-	qtype := TypeOf(m.Arguments)
+	qtype := queue.TypeOf(m.Arguments)
 	if qtype == policy.QueueQuorum {
 		switch {
 		case !m.Durable:
@@ -236,7 +237,7 @@ func checkQueueArg(key string, v any, all amqp.Table) string {
 func intArgValue(v any) (int64, bool) { return amqp.AsInt(v) }
 
 // queueEquivalent checks a redeclare against the existing queue (B64).
-func queueEquivalent(vhost string, q *Queue, m *amqp.QueueDeclare) *amqp.Error {
+func queueEquivalent(vhost string, q *queue.Queue, m *amqp.QueueDeclare) *amqp.Error {
 	if q.Durable != m.Durable {
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'durable' for queue '%s' in vhost '%s': received '%t' but current is '%t'",
 			q.Name, vhost, m.Durable, q.Durable)
@@ -245,8 +246,8 @@ func queueEquivalent(vhost string, q *Queue, m *amqp.QueueDeclare) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'auto_delete' for queue '%s' in vhost '%s': received '%t' but current is '%t'",
 			q.Name, vhost, m.AutoDelete, q.AutoDelete)
 	}
-	qtype := TypeOf(q.Args)
-	if TypeOf(m.Arguments) != qtype {
+	qtype := queue.TypeOf(q.Args)
+	if queue.TypeOf(m.Arguments) != qtype {
 		got, _ := m.Arguments.Get("x-queue-type")
 		cur, _ := q.Args.Get("x-queue-type")
 		return errInequivalent("queue", "x-queue-type", q.Name, vhost, got, cur)

@@ -12,6 +12,7 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/internal/loginlimit"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -106,7 +107,7 @@ type Options struct {
 // lock order is the package's (doc.go).
 type Broker struct {
 	// env is what the queue engine shares with the broker (env.go).
-	env  *Env
+	env  *queue.Env
 	opts Options
 
 	// authMu serializes changes to users, vhosts and permissions, and
@@ -209,8 +210,8 @@ func Open(opts Options) (*Broker, error) {
 		conns:  make(map[*conn]struct{}),
 		quit:   make(chan struct{}),
 	}
-	cfg := Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk}
-	b.env = NewEnv(cfg, opts.Logger, opts.Store, func() { b.SetAlarm(AlarmStore, true) }, func(q *Queue) { b.deleteQueue(q) })
+	cfg := queue.Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk}
+	b.env = queue.NewEnv(cfg, opts.Logger, opts.Store, func() { b.SetAlarm(AlarmStore, true) }, func(q *queue.Queue) { b.deleteQueue(q) })
 	b.SetConsumerTimeout(opts.ConsumerTimeout)
 	b.env.Timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
 	if err := b.recoverDefinitions(); err != nil {
@@ -349,7 +350,7 @@ func (b *Broker) newDurableQueueID() store.QueueID {
 
 // removeConsumer cancels c on its queue and deletes the queue if it is
 // auto-delete and c was its last consumer.
-func (b *Broker) removeConsumer(c *Consumer) {
+func (b *Broker) removeConsumer(c *queue.Consumer) {
 	if c.Queue.RemoveConsumer(c) {
 		b.deleteQueue(c.Queue) // a store failure is recorded by storeFailed
 	}
@@ -364,7 +365,7 @@ func (b *Broker) removeConsumer(c *Consumer) {
 // every change to q's entries) and the vhost lock held (so it comes after
 // every binding to q and before any change made once q is gone from the
 // vhost): lock order Queue.mu → VHost.mu.
-func (b *Broker) deleteQueue(q *Queue) (int, *StoreWrite) {
+func (b *Broker) deleteQueue(q *queue.Queue) (int, *queue.StoreWrite) {
 	n, w, _ := b.deleteQueueFor(q, nil)
 	return n, w
 }
@@ -379,7 +380,7 @@ func (b *Broker) deleteQueue(q *Queue) (int, *StoreWrite) {
 // channel with the delete still waiting for its reply. Consumers on other
 // channels are told at once, as before: RabbitMQ gives them no order
 // against another channel's reply.
-func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *StoreWrite, []*Consumer) {
+func (b *Broker) deleteQueueFor(q *queue.Queue, ch *channel) (int, *queue.StoreWrite, []*queue.Consumer) {
 	v := vhostOf(q)
 	consumers, messages, w, ok := q.Delete(func() ([]store.MetaOp, bool) {
 		v.mu.Lock()
@@ -402,7 +403,7 @@ func (b *Broker) deleteQueueFor(q *Queue, ch *channel) (int, *StoreWrite, []*Con
 	if !ok {
 		return 0, w, nil
 	}
-	var own []*Consumer
+	var own []*queue.Consumer
 	for _, c := range consumers {
 		if ch != nil && c.Ch == ch {
 			own = append(own, c)

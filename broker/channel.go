@@ -5,15 +5,16 @@ import (
 	"sync"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // delivery is one unacknowledged delivery on a channel.
 type delivery struct {
 	tag uint64
-	q   *Queue
-	e   *Entry
-	c   *Consumer // nil for basic.get
-	at  int64     // when it was delivered (broker clock, ms): consumer timeout
+	q   *queue.Queue
+	e   *queue.Entry
+	c   *queue.Consumer // nil for basic.get
+	at  int64           // when it was delivered (broker clock, ms): consumer timeout
 }
 
 // channel is the broker side of an AMQP channel.
@@ -33,7 +34,7 @@ type channel struct {
 	out  amqp.ChannelOut
 
 	committing *pendingCommit // the last tx.commit; reader goroutine only
-	routeBuf   []*Queue       // a publish's route, reused; reader goroutine only
+	routeBuf   []*queue.Queue // a publish's route, reused; reader goroutine only
 	ackBuf     []*delivery    // an ack's deliveries, reused; reader goroutine only
 
 	deliveryStats channelDeliveryStats // for the management API's rates; atomics
@@ -42,7 +43,7 @@ type channel struct {
 	// (conn.bursts): the deliveries in order, and runs of them with one
 	// action. mu.
 	pendingDs   []*delivery
-	pendingActs []SettleRun
+	pendingActs []queue.SettleRun
 
 	deliverMsg amqp.BasicDeliver // the basic.deliver being sent; mu
 
@@ -54,7 +55,7 @@ type channel struct {
 	unacked        []*delivery // ascending tags; settled slots are nil
 	unackedHead    int
 	unackedN       int
-	consumers      map[string]*Consumer
+	consumers      map[string]*queue.Consumer
 	prefetch       int // basic.qos global=false: for consumers created later
 	globalPrefetch int // basic.qos global=true: shared by the channel
 
@@ -75,16 +76,16 @@ type channel struct {
 
 type txAck struct {
 	ds     []*delivery
-	action SettleAction
+	action queue.SettleAction
 }
 
 func newChannel(c *conn, id uint16, out amqp.ChannelOut) *channel {
-	return &channel{id: id, conn: c, out: out, flowActive: true, nextTag: 1, consumers: make(map[string]*Consumer)}
+	return &channel{id: id, conn: c, out: out, flowActive: true, nextTag: 1, consumers: make(map[string]*queue.Consumer)}
 }
 
 // tryDeliver hands e to consumer c if the channel can take it now.
 // Called with q.mu held.
-func (ch *channel) TryDeliver(c *Consumer, q *Queue, e *Entry, props []byte) bool {
+func (ch *channel) TryDeliver(c *queue.Consumer, q *queue.Queue, e *queue.Entry, props []byte) bool {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	if ch.closed || ch.timedOut || !ch.flowActive || ch.consumers[c.Tag] != c {
@@ -125,7 +126,7 @@ func (ch *channel) TryDeliver(c *Consumer, q *Queue, e *Entry, props []byte) boo
 }
 
 // recordGet allocates a delivery tag for basic.get. Called with q.mu held.
-func (ch *channel) RecordGet(q *Queue, e *Entry, noAck bool) uint64 {
+func (ch *channel) RecordGet(q *queue.Queue, e *queue.Entry, noAck bool) uint64 {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	tag := ch.nextTag
@@ -261,8 +262,8 @@ func (ch *channel) flushSettles() {
 
 // settle applies an ack, requeue or reject to deliveries already taken
 // from the unacked list (settleRuns with one run).
-func (ch *channel) settle(ds []*delivery, action SettleAction) {
-	ch.settleRuns(ds, []SettleRun{{N: len(ds), Action: action}})
+func (ch *channel) settle(ds []*delivery, action queue.SettleAction) {
+	ch.settleRuns(ds, []queue.SettleRun{{N: len(ds), Action: action}})
 }
 
 // settleRuns settles deliveries already taken from the unacked list, in
@@ -270,9 +271,9 @@ func (ch *channel) settle(ds []*delivery, action SettleAction) {
 // store operation, in which the queue then delivers into the credit its
 // consumers got back. Only a channel-wide prefetch (basic.qos global)
 // frees credit for the channel's other queues too: they are kicked then.
-func (ch *channel) settleRuns(ds []*delivery, acts []SettleRun) {
-	var buf [32]*Entry
-	var runBuf [8]SettleRun
+func (ch *channel) settleRuns(ds []*delivery, acts []queue.SettleRun) {
+	var buf [32]*queue.Entry
+	var runBuf [8]queue.SettleRun
 	for len(ds) > 0 {
 		q := ds[0].q
 		rest := ds[:0:0]
@@ -290,7 +291,7 @@ func (ch *channel) settleRuns(ds []*delivery, acts []SettleRun) {
 			}
 			i += a.N
 			if n > 0 {
-				runs = append(runs, SettleRun{N: n, Action: a.Action})
+				runs = append(runs, queue.SettleRun{N: n, Action: a.Action})
 			}
 		}
 		q.SettleRuns(es, runs)
@@ -298,7 +299,7 @@ func (ch *channel) settleRuns(ds []*delivery, acts []SettleRun) {
 			break
 		}
 		// The other queues' deliveries, with their runs recounted.
-		var next []SettleRun
+		var next []queue.SettleRun
 		i = 0
 		for _, a := range acts {
 			n := 0
@@ -309,7 +310,7 @@ func (ch *channel) settleRuns(ds []*delivery, acts []SettleRun) {
 			}
 			i += a.N
 			if n > 0 {
-				next = append(next, SettleRun{N: n, Action: a.Action})
+				next = append(next, queue.SettleRun{N: n, Action: a.Action})
 			}
 		}
 		ds, acts = rest, next
@@ -324,10 +325,10 @@ func (ch *channel) settleRuns(ds []*delivery, acts []SettleRun) {
 
 // forEachQueue calls fn for each queue of ds with that queue's entries,
 // in the order of ds.
-func forEachQueue(ds []*delivery, fn func(q *Queue, es []*Entry)) {
+func forEachQueue(ds []*delivery, fn func(q *queue.Queue, es []*queue.Entry)) {
 	for len(ds) > 0 {
 		q := ds[0].q
-		var es []*Entry
+		var es []*queue.Entry
 		rest := ds[:0:0]
 		for _, d := range ds {
 			if d.q == q {
@@ -344,7 +345,7 @@ func forEachQueue(ds []*delivery, fn func(q *Queue, es []*Entry)) {
 // kick lets every queue this channel consumes from deliver.
 func (ch *channel) kick() {
 	ch.mu.Lock()
-	qs := make([]*Queue, 0, len(ch.consumers))
+	qs := make([]*queue.Queue, 0, len(ch.consumers))
 	for _, c := range ch.consumers {
 		qs = append(qs, c.Queue)
 	}
@@ -364,7 +365,7 @@ func (ch *channel) close() {
 		return
 	}
 	ch.closed = true
-	consumers := make([]*Consumer, 0, len(ch.consumers))
+	consumers := make([]*queue.Consumer, 0, len(ch.consumers))
 	for _, c := range ch.consumers {
 		consumers = append(consumers, c)
 	}
@@ -390,7 +391,7 @@ func (ch *channel) close() {
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i].tag < ds[j].tag })
 	if len(ds) > 0 {
-		ch.settle(ds, SettleRequeue)
+		ch.settle(ds, queue.SettleRequeue)
 	}
 	// Only now, with the unacked back at the head: a single active
 	// consumer's successor takes over what is ready.

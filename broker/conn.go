@@ -8,6 +8,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // conn is the broker side of one AMQP connection (an amqp.Session).
@@ -43,7 +44,7 @@ type conn struct {
 	// Direct's exclusive queue).
 	mu        sync.Mutex
 	channels  map[uint16]*channel // mu
-	exclusive []*Queue            // mu
+	exclusive []*queue.Queue      // mu
 
 	// bursts: the connection is a socket whose reader calls EndBurst, so
 	// its channels put off settling acks until the burst ends. unsettled
@@ -115,7 +116,7 @@ func (c *conn) Closed() {
 	for _, ch := range c.channels {
 		chs = append(chs, ch)
 	}
-	qs := append([]*Queue(nil), c.exclusive...)
+	qs := append([]*queue.Queue(nil), c.exclusive...)
 	c.mu.Unlock()
 	for _, ch := range chs {
 		ch.Close()
@@ -129,13 +130,13 @@ func (c *conn) Closed() {
 	}
 }
 
-func (c *conn) addExclusive(q *Queue) {
+func (c *conn) addExclusive(q *queue.Queue) {
 	c.mu.Lock()
 	c.exclusive = append(c.exclusive, q)
 	c.mu.Unlock()
 }
 
-func (c *conn) removeExclusive(q *Queue) {
+func (c *conn) removeExclusive(q *queue.Queue) {
 	c.mu.Lock()
 	c.exclusive = removePtr(c.exclusive, q)
 	c.mu.Unlock()
@@ -143,13 +144,13 @@ func (c *conn) removeExclusive(q *Queue) {
 
 // lookupQueue finds a queue of the connection's vhost that this
 // connection may use.
-func (c *conn) lookupQueue(name string) (*Queue, *amqp.Error) {
+func (c *conn) lookupQueue(name string) (*queue.Queue, *amqp.Error) {
 	v := c.vhost
 	v.mu.RLock()
 	q := v.queues[name]
 	v.mu.RUnlock()
 	if q == nil {
-		return nil, NoQueueError(v.Name, name)
+		return nil, queue.NoQueueError(v.Name, name)
 	}
 	if q.Exclusive && q.Owner != c {
 		return nil, errLocked(v.Name, name)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // Consumer timeout, as RabbitMQ's consumer_timeout (3.12 and later, every
@@ -103,6 +104,6 @@ func (ch *channel) timeOut(ms int64) {
 	ch.out.Close(amqp.Errorf(amqp.PreconditionFailed,
 		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. This timeout value can be configured, see consumers doc guide to learn more", ch.id, ms))
 	if len(ds) > 0 {
-		ch.settle(ds, SettleRequeue)
+		ch.settle(ds, queue.SettleRequeue)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // resolveQueueName expands the empty name to the queue last declared on the
@@ -24,7 +25,7 @@ func (ch *channel) resolveQueueName(name string) (string, *amqp.Error) {
 // readQueue resolves a queue name (empty: the last declared) for an
 // operation that reads the queue (consume, get, purge): read permission,
 // existence, exclusivity.
-func (ch *channel) readQueue(name string) (*Queue, *amqp.Error) {
+func (ch *channel) readQueue(name string) (*queue.Queue, *amqp.Error) {
 	name, err := ch.resolveQueueName(name)
 	if err != nil {
 		return nil, err
@@ -296,7 +297,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := c.checkDLXPerms(name, m.Arguments); err != nil {
 		return err
 	}
-	if defaulted && TypeOf(m.Arguments) == policy.QueueStream {
+	if defaulted && queue.TypeOf(m.Arguments) == policy.QueueStream {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", name, v.Name)
 	}
 	if err := validateQueueDeclare(v.Name, name, m); err != nil {
@@ -306,7 +307,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if m.Durable && !m.Exclusive {
 		id = c.b.newDurableQueueID()
 	}
-	q := New(c.b.env, &v.Host, id, name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
+	q := queue.New(c.b.env, &v.Host, id, name, m.Durable, m.Exclusive, m.AutoDelete, m.Arguments)
 	if m.Exclusive {
 		q.Owner = c
 	}
@@ -345,7 +346,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 // declared remembers q as the channel's last queue and sends declare-ok.
 // A declare that is answered counts as a use of the queue for x-expires
 // (B41: RabbitMQ renews the lease only when nowait is false).
-func (ch *channel) declared(q *Queue, nowait bool) {
+func (ch *channel) declared(q *queue.Queue, nowait bool) {
 	ch.mu.Lock()
 	ch.lastQueue = q.Name
 	ch.mu.Unlock()
@@ -358,14 +359,14 @@ func (ch *channel) declared(q *Queue, nowait bool) {
 }
 
 // queueBind handles queue.bind and queue.unbind.
-func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind, nowait bool) *amqp.Error {
+func (ch *channel) queueBind(qname, exchange, key string, args amqp.Table, bind, nowait bool) *amqp.Error {
 	c := ch.conn
 	v := c.vhost
-	name, err := ch.resolveQueueName(queue)
+	name, err := ch.resolveQueueName(qname)
 	if err != nil {
 		return err
 	}
-	if queue == "" && key == "" {
+	if qname == "" && key == "" {
 		// RabbitMQ's shortcut: both empty bind with the queue's name.
 		key = name
 	}
@@ -385,7 +386,7 @@ func (ch *channel) queueBind(queue, exchange, key string, args amqp.Table, bind,
 	switch {
 	case q == nil:
 		v.mu.Unlock()
-		return NoQueueError(v.Name, name)
+		return queue.NoQueueError(v.Name, name)
 	case x == nil:
 		v.mu.Unlock()
 		return errNoExchange(v.Name, exchange)
@@ -458,7 +459,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 	q := v.queues[name]
 	v.mu.RUnlock()
 	n := 0
-	var own []*Consumer
+	var own []*queue.Consumer
 	if q != nil {
 		if q.Exclusive && q.Owner != c {
 			return errLocked(v.Name, name)
@@ -466,7 +467,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		if err := q.ClaimForDelete(m.IfUnused, m.IfEmpty); err != nil {
 			return err
 		}
-		var w *StoreWrite
+		var w *queue.StoreWrite
 		n, w, own = c.b.deleteQueueFor(q, ch)
 		// delete-ok promises the queue does not come back.
 		if err := w.Wait(); err != nil {
@@ -485,7 +486,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 
 // cancelConsumers tells the client that each of cs, consumers on ch of a
 // queue that is gone, is cancelled.
-func (ch *channel) cancelConsumers(cs []*Consumer) {
+func (ch *channel) cancelConsumers(cs []*queue.Consumer) {
 	for _, c := range cs {
 		ch.ServerCancel(c)
 	}

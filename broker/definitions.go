@@ -6,8 +6,9 @@ import (
 
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
-	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -44,7 +45,7 @@ func policyDefOf(k *policyKind, vhost string, p *Policy) defs.Policy {
 }
 
 // startMeta is startWrite for definitions only.
-func (b *Broker) startMeta(m *defs.Batch) *StoreWrite {
+func (b *Broker) startMeta(m *defs.Batch) *queue.StoreWrite {
 	return b.env.StartWrite(&store.Batch{Meta: m.Ops})
 }
 
@@ -150,7 +151,7 @@ func (b *Broker) recoverDefinitions() error {
 		vh.exchanges[d.Name] = newExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, d.Args)
 		return nil
 	})
-	var queues []*Queue
+	var queues []*queue.Queue
 	scan(defs.PrefixQueue, func(k string, v []byte) error {
 		d, err := defs.DecodeQueue(k, v)
 		if err != nil {
@@ -165,7 +166,7 @@ func (b *Broker) recoverDefinitions() error {
 			dropQueues = append(dropQueues, store.QueueID(d.ID))
 			return nil
 		}
-		q := New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
+		q := queue.New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
 		q.BacklogMarked = d.Backlog
 		q.InitMarks(d.Marks)
 		vh.queues[q.Name] = q

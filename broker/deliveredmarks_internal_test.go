@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store/memstore"
 )
 
@@ -45,7 +46,7 @@ func TestCloseStoresMarksBesideQueueDeletion(t *testing.T) {
 	}
 	d.Close()
 	var deleteErr error
-	exactMarksHook = func(q *Queue) {
+	exactMarksHook = func(q *queue.Queue) {
 		if q.Name == "gone" {
 			_, w := b.deleteQueue(q)
 			deleteErr = w.WaitErr()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // Direct is an in-process AMQP channel for management operations. Its
@@ -154,7 +155,7 @@ func (d *Direct) Close() {
 	d.ch.close()
 	d.c.cancel()
 	d.c.mu.Lock()
-	qs := append([]*Queue(nil), d.c.exclusive...)
+	qs := append([]*queue.Queue(nil), d.c.exclusive...)
 	d.c.mu.Unlock()
 	for _, q := range qs {
 		d.c.b.deleteQueue(q)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // Exchange types.
@@ -51,7 +52,7 @@ type Binding struct {
 	Key    string
 	Args   amqp.Table
 	// Exactly one of queue and exchange is set.
-	queue    *Queue
+	queue    *queue.Queue
 	exchange *Exchange
 }
 
@@ -91,7 +92,7 @@ func (x *Exchange) addBinding(b *Binding) {
 }
 
 // findBinding returns the binding equal to (dest, key, args), if any.
-func (x *Exchange) findBinding(q *Queue, dx *Exchange, key string, args amqp.Table) *Binding {
+func (x *Exchange) findBinding(q *queue.Queue, dx *Exchange, key string, args amqp.Table) *Binding {
 	for _, b := range x.bindings {
 		if b.queue == q && b.exchange == dx && b.Key == key && tablesEqual(b.Args, args) {
 			return b

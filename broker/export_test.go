@@ -5,6 +5,7 @@ package broker
 
 import (
 	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -61,7 +62,7 @@ func (d *DefsForTest) OperatorPolicy(vhost, name, pattern string, def map[string
 // Ops returns the records built so far.
 func (d *DefsForTest) Ops() []store.MetaOp { return d.m.Ops }
 
-func (b *Broker) queueForTest(vhost, queue string) *Queue {
+func (b *Broker) queueForTest(vhost, queue string) *queue.Queue {
 	v := b.VHost(vhost)
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -96,12 +97,24 @@ func (b *Broker) ReadAheadPendingForTest(vhost, queue string) int {
 // SetConsumerAddedHookForTest makes f run once each basic.consume has
 // added its consumer, before the queue dispatches to it; the returned
 // function removes it.
-func SetConsumerAddedHookForTest(f func()) (restore func()) { return SetConsumerAddedHook(f) }
+func SetConsumerAddedHookForTest(f func()) (restore func()) {
+	consumerAddedHook = f
+	return func() { consumerAddedHook = nil }
+}
+
+// PagedOutCapture holds the entries that paged out while it was set.
+type PagedOutCapture = queue.PagedOutCapture
+
+// CapturePagedOutForTest records every entry that pages out from now on
+// (set it before the broker has connections); restore stops it.
+func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
+	return queue.CapturePagedOutForTest()
+}
 
 // FireStaleForTest hands the resident timers of the entries c captured
 // that have a deadline to b's expiry, as the scheduler does when it took
 // them just before they paged out; it returns how many.
-func (b *Broker) FireStaleForTest(c *PagedOutCapture) int { return c.FireStale(b.fireTimers) }
+func (b *Broker) FireStaleForTest(c *queue.PagedOutCapture) int { return c.FireStale(b.fireTimers) }
 
 // EvictionOwedForTest returns how many publishes wait for queue's
 // drop-head eviction (its head is being read back from the store); 0

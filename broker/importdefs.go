@@ -11,6 +11,7 @@ import (
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -163,8 +164,8 @@ type importTarget struct {
 	created  bool
 	policies []*Policy
 	ops      []*Policy
-	queues   []*Queue // created by the import
-	touched  bool     // policies changed: they are applied after
+	queues   []*queue.Queue // created by the import
+	touched  bool           // policies changed: they are applied after
 	xs       map[string]*Exchange
 }
 
@@ -513,7 +514,7 @@ func (t *importTarget) exchange(name string) *Exchange {
 // apply installs the checked contents in the vhosts (locked or new) and
 // hands the whole import to the store in one batch. Caller holds the
 // locks; the write is awaited after they are released.
-func (p *importPlan) apply() *StoreWrite {
+func (p *importPlan) apply() *queue.StoreWrite {
 	b, d := p.b, p.d
 	names := slices.Sorted(maps.Keys(p.targets))
 	var durable int
@@ -558,7 +559,7 @@ func (p *importPlan) apply() *StoreWrite {
 		} else {
 			id = b.newQueueID()
 		}
-		q := New(b.env, &v.Host, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
+		q := queue.New(b.env, &v.Host, id, dq.Name, dq.Durable, false, dq.AutoDelete, p.queueArgs[i])
 		if qp := v.policyForQueueLocked(dq.Name, q.Type); qp != nil {
 			q.InitPolicy(qp)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // Handle executes one method received on the channel (anything but
@@ -91,7 +92,7 @@ func (ch *channel) handle(m amqp.Method) *amqp.Error {
 	case *amqp.BasicGet:
 		return ch.basicGet(m)
 	case *amqp.BasicAck:
-		return ch.ackOrReject(m.DeliveryTag, m.Multiple, SettleAck)
+		return ch.ackOrReject(m.DeliveryTag, m.Multiple, queue.SettleAck)
 	case *amqp.BasicNack:
 		return ch.ackOrReject(m.DeliveryTag, m.Multiple, requeueAction(m.Requeue))
 	case *amqp.BasicReject:
@@ -148,11 +149,11 @@ func (ch *channel) handle(m amqp.Method) *amqp.Error {
 	return amqp.Errorf(amqp.CommandInvalid, "unexpected method %s on a channel", m.Name())
 }
 
-func requeueAction(requeue bool) SettleAction {
+func requeueAction(requeue bool) queue.SettleAction {
 	if requeue {
-		return SettleRequeue
+		return queue.SettleRequeue
 	}
-	return SettleReject
+	return queue.SettleReject
 }
 
 func (ch *channel) basicQos(m *amqp.BasicQos) *amqp.Error {
@@ -208,7 +209,7 @@ func (ch *channel) basicConsume(m *amqp.BasicConsume) *amqp.Error {
 		ch.mu.Unlock()
 		return amqp.Errorf(amqp.NotAllowed, "attempt to reuse consumer tag '%s'", tag)
 	}
-	cons := &Consumer{Tag: tag, Ch: ch, Queue: q, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: priority, Prefetch: ch.prefetch}
+	cons := &queue.Consumer{Tag: tag, Ch: ch, Queue: q, NoAck: m.NoAck, Exclusive: m.Exclusive, Priority: priority, Prefetch: ch.prefetch}
 	ch.consumers[tag] = cons
 	ch.mu.Unlock()
 	// consume-ok goes out as the consumer is added, under the queue's
@@ -259,7 +260,7 @@ func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
 
 // serverCancel tells the client its consumer is gone (queue deleted), if
 // the client supports consumer_cancel_notify.
-func (ch *channel) ServerCancel(c *Consumer) {
+func (ch *channel) ServerCancel(c *queue.Consumer) {
 	ch.mu.Lock()
 	own := ch.consumers[c.Tag] == c
 	if own {
@@ -299,7 +300,7 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	return nil
 }
 
-func (ch *channel) ackOrReject(tag uint64, multiple bool, action SettleAction) *amqp.Error {
+func (ch *channel) ackOrReject(tag uint64, multiple bool, action queue.SettleAction) *amqp.Error {
 	ch.mu.Lock()
 	if !ch.tx && ch.conn.bursts {
 		// Put off to the end of the burst of frames (conn.EndBurst),
@@ -312,13 +313,13 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action SettleAction) *
 		}
 		ch.pendingDs = ds
 		if n := len(ds) - before; n > 0 {
-			if action == SettleAck {
+			if action == queue.SettleAck {
 				ch.deliveryStats.ack.Add(uint64(n))
 			}
 			if k := len(ch.pendingActs); k > 0 && ch.pendingActs[k-1].Action == action {
 				ch.pendingActs[k-1].N += n
 			} else {
-				ch.pendingActs = append(ch.pendingActs, SettleRun{N: n, Action: action})
+				ch.pendingActs = append(ch.pendingActs, queue.SettleRun{N: n, Action: action})
 			}
 		}
 		first, full := before == 0 && len(ds) > 0, len(ds) >= maxPendingSettles
@@ -343,7 +344,7 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action SettleAction) *
 	if !ch.tx {
 		ch.ackBuf = ds[:0]
 	}
-	if action == SettleAck {
+	if action == queue.SettleAck {
 		ch.deliveryStats.ack.Add(uint64(len(ds)))
 	}
 	if ch.tx {
@@ -367,7 +368,7 @@ func (ch *channel) recover(requeue bool) *amqp.Error {
 	ds, _ := ch.takeUnackedLocked(0, true, nil)
 	ch.mu.Unlock()
 	if len(ds) > 0 {
-		ch.settle(ds, SettleRequeue)
+		ch.settle(ds, queue.SettleRequeue)
 	}
 	return nil
 }

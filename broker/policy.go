@@ -8,6 +8,7 @@ import (
 
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // Policy is a vhost-wide rule that sets queue (and exchange) behaviour by
@@ -204,7 +205,7 @@ func (b *Broker) applyPolicies(v *VHost) {
 		x.applyPolicyLocked(ps)
 	}
 	type change struct {
-		q  *Queue
+		q  *queue.Queue
 		qp *policy.QueuePolicies
 	}
 	var changes []change

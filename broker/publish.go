@@ -6,16 +6,17 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 )
 
 // pendingPublish is a validated basic.publish, ready to route.
 type pendingPublish struct {
-	Incoming  // the message as its queues take it
-	exchange  string
-	mandatory bool
-	headers   amqp.Table // decoded headers, for headers exchanges
-	seq       uint64     // confirm number; 0 when not in confirm mode
+	queue.Incoming // the message as its queues take it
+	exchange       string
+	mandatory      bool
+	headers        amqp.Table // decoded headers, for headers exchanges
+	seq            uint64     // confirm number; 0 when not in confirm mode
 }
 
 // publishAlloc is a publish with its message, its (one) routing key and
@@ -27,7 +28,7 @@ type publishAlloc struct {
 	p   pendingPublish
 	msg store.Message
 	key [1]string
-	e   Entry
+	e   queue.Entry
 }
 
 // maxExpiration is RabbitMQ's upper bound for TTL values: ten years in ms.
@@ -98,7 +99,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", m.Exchange, v.Name)
 	}
 	// One allocation for the publish, its message and its routing key.
-	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, Incoming: Incoming{TTL: -1, Prio: props.Priority}}}
+	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, Incoming: queue.Incoming{TTL: -1, Prio: props.Priority}}}
 	p := &a.p
 	p.Entry = &a.e
 	if props.Flags&amqp.FlagExpiration != 0 {
@@ -198,7 +199,7 @@ func (ch *channel) publish(p *pendingPublish) {
 // reply-to message is handed to its consumer at once and an unroutable
 // mandatory one returned; for those, and any other message routed
 // nowhere, it returns none.
-func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
+func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 	c := ch.conn
 	b := c.b
 	h := &p.Msg.Header
@@ -223,7 +224,7 @@ func (ch *channel) route(p *pendingPublish, dst []*Queue) []*Queue {
 	v := c.vhost
 	v.mu.RLock()
 	x := v.exchanges[p.exchange]
-	var qs []*Queue
+	var qs []*queue.Queue
 	if x != nil {
 		qs = v.routeIntoLocked(dst, x, h.RoutingKeys, p.headers)
 	}
@@ -285,11 +286,11 @@ func (ch *channel) confirmDone(seq uint64, ack, inGroup bool) {
 // operation.
 func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(error)) {
 	b := ch.conn.b
-	var rs []TxPublish
-	var qs []*Queue
+	var rs []queue.TxPublish
+	var qs []*queue.Queue
 	for _, p := range pubs {
 		if targets := ch.route(p, nil); len(targets) > 0 {
-			rs = append(rs, TxPublish{&p.Incoming, targets})
+			rs = append(rs, queue.TxPublish{In: &p.Incoming, Queues: targets})
 			qs = append(qs, targets...)
 		}
 	}
@@ -302,9 +303,11 @@ func (ch *channel) commitTx(pubs []*pendingPublish, acks []txAck, done func(erro
 		done(nil)
 		return
 	}
-	var settles []TxSettle
+	var settles []queue.TxSettle
 	for _, a := range acks {
-		forEachQueue(a.ds, func(q *Queue, es []*Entry) { settles = append(settles, TxSettle{q, es, a.action}) })
+		forEachQueue(a.ds, func(q *queue.Queue, es []*queue.Entry) {
+			settles = append(settles, queue.TxSettle{Queue: q, Entries: es, Action: a.action})
+		})
 	}
 	b.env.Commit(qs, rs, settles, done)
 	if len(acks) > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/broker/stats"
 )
 
@@ -92,7 +93,7 @@ func (b *Broker) Counters() Counters {
 	out := Counters{Stats: b.Stats()}
 	for _, v := range b.vhostsNamed("") {
 		v.mu.RLock()
-		qs := make([]*Queue, 0, len(v.queues))
+		qs := make([]*queue.Queue, 0, len(v.queues))
 		for _, q := range v.queues {
 			qs = append(qs, q)
 		}
@@ -105,7 +106,7 @@ func (b *Broker) Counters() Counters {
 			qc := QueueCounters{VHost: v.Name, Name: q.Name, ID: uint64(q.ID)}
 			l := q.Lengths()
 			qc.Ready, qc.Unacked, qc.Backlog = l.Ready, l.Unacked, l.Backlog
-			qc.Stats = q.messageStats()
+			qc.Stats = queueMessageStats(q)
 			out.Queues = append(out.Queues, qc)
 		}
 	}
@@ -127,8 +128,8 @@ func (b *Broker) Counters() Counters {
 	return out
 }
 
-// messageStats reads the queue's message counters.
-func (q *Queue) messageStats() QueueMessageStats {
+// queueMessageStats reads q's message counters.
+func queueMessageStats(q *queue.Queue) QueueMessageStats {
 	st := &q.Stats
 	return QueueMessageStats{
 		Publish: st.Publish.Load(), Deliver: st.Delivered.ConsumeManual.Load(), DeliverNoAck: st.Delivered.ConsumeAuto.Load(),

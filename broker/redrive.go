@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // Redrive moves up to opts.Max ready messages of queue, from the head in
@@ -31,9 +32,9 @@ import (
 // until each move's batch is applied; copies reach their targets after
 // the source lock is released. The error wraps ErrNotFound for an
 // unknown vhost, queue or exchange.
-func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResult, error) {
-	var res RedriveResult
-	q, toX, err := b.redriveSource(RedriveSpec{VHost: vhost, Queue: queue, RedriveOptions: opts})
+func (b *Broker) Redrive(vhost, name string, opts queue.RedriveOptions) (queue.RedriveResult, error) {
+	var res queue.RedriveResult
+	q, toX, err := b.redriveSource(RedriveSpec{VHost: vhost, Queue: name, RedriveOptions: opts})
 	if err != nil {
 		return res, err
 	}
@@ -41,19 +42,19 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 	if want <= 0 {
 		want = int(^uint(0) >> 1)
 	}
-	run := &Redrive{Queue: q, ToX: toX, Opts: opts, UpTo: q.Seq.Load()}
+	run := &queue.Redrive{Queue: q, ToX: toX, Opts: opts, UpTo: q.Seq.Load()}
 	for run.Res.Moved+run.Res.Failed < want {
 		progressed, wait, gone, err := run.Chunk(want - run.Res.Moved - run.Res.Failed)
 		if err != nil {
-			return run.Res, fmt.Errorf("redrive queue '%s' in vhost '%s': %w", queue, vhost, err)
+			return run.Res, fmt.Errorf("redrive queue '%s' in vhost '%s': %w", name, vhost, err)
 		}
 		if gone {
-			return run.Res, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)
+			return run.Res, notFoundf("no queue '%s' in vhost '%s'", name, vhost)
 		}
 		if wait != nil {
 			<-wait.Done // the head is being read back from the store
 			if wait.Err != nil {
-				return run.Res, fmt.Errorf("redrive queue '%s' in vhost '%s': read paged messages: %w", queue, vhost, wait.Err)
+				return run.Res, fmt.Errorf("redrive queue '%s' in vhost '%s': read paged messages: %w", name, vhost, wait.Err)
 			}
 			continue
 		}
@@ -71,7 +72,7 @@ func (b *Broker) Redrive(vhost, queue string, opts RedriveOptions) (RedriveResul
 // access-refused error. The task checks them again as that user at each
 // step, and write on each origin queue (a message whose origin is refused
 // counts as a failure), also after a restart.
-func (d *Direct) StartRedrive(queue string, opts RedriveOptions, rate float64) (string, error) {
+func (d *Direct) StartRedrive(queue string, opts queue.RedriveOptions, rate float64) (string, error) {
 	if aerr := d.c.checkPerm(auth.Read, "queue", queue); aerr != nil {
 		return "", aerr
 	}
@@ -86,3 +87,20 @@ func (d *Direct) StartRedrive(queue string, opts RedriveOptions, rate float64) (
 	}
 	return d.c.b.StartRedrive(RedriveSpec{VHost: d.c.vhost.Name, Queue: queue, User: user, RedriveOptions: opts, Rate: rate})
 }
+
+// RedriveOptions says which ready messages Redrive moves and where
+// (queue.RedriveOptions).
+type RedriveOptions = queue.RedriveOptions
+
+// RedriveFailure is one message a target refused; it stays in the source.
+type RedriveFailure = queue.RedriveFailure
+
+// RedriveResult counts what a Redrive did.
+type RedriveResult = queue.RedriveResult
+
+// NoOriginRecord is the failure of a redrive to origin of a message the
+// broker has no dead-letter record for (queue.NoOriginRecord).
+const NoOriginRecord = queue.NoOriginRecord
+
+// RedrivenCountHeader counts how many times a message was redriven.
+const RedrivenCountHeader = queue.RedrivenCountHeader

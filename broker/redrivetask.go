@@ -14,6 +14,7 @@ import (
 
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -56,7 +57,7 @@ type RedriveSpec struct {
 	// User is whose permissions the task runs with, checked again when
 	// it resumes after a restart; "" is the broker itself.
 	User string
-	RedriveOptions
+	queue.RedriveOptions
 	// Rate is the most messages examined per second (moved or failed);
 	// 0 or less is unpaced.
 	Rate float64
@@ -69,7 +70,7 @@ type RedriveTask struct {
 	State    string
 	Moved    int64
 	Failed   int64
-	Failures []RedriveFailure // the first redriveListedFailures, in order
+	Failures []queue.RedriveFailure // the first redriveListedFailures, in order
 	// FailureReasons counts every failure by its reason.
 	FailureReasons map[string]int64
 	// Remaining is the ready messages in the source queue: now while the
@@ -96,14 +97,14 @@ type redriveTask struct {
 	state      string
 	moved      int64
 	failed     int64
-	failures   []RedriveFailure
+	failures   []queue.RedriveFailure
 	reasons    map[string]int64
 	remaining  int64
 	errText    string
 	created    time.Time
 	ended      time.Time
 	failedSeqs map[uint64]bool // a resumed task's failures: not examined again
-	q          *Queue          // the source, while running
+	q          *queue.Queue    // the source, while running
 	queueID    store.QueueID   // the source's id: a queue of that name made later is another
 	upTo       uint64          // the source's last seq when the task began: its bound
 	// (end of mu's fields)
@@ -267,7 +268,7 @@ func (b *Broker) launchRedrive(t *redriveTask) bool {
 }
 
 // redriveSource finds the task's queue and checks its exchange.
-func (b *Broker) redriveSource(spec RedriveSpec) (*Queue, bool, error) {
+func (b *Broker) redriveSource(spec RedriveSpec) (*queue.Queue, bool, error) {
 	v := b.VHost(spec.VHost)
 	if v == nil {
 		return nil, false, notFoundf("no vhost '%s'", spec.VHost)
@@ -383,11 +384,11 @@ const RedriveMaxFailuresPage = 1000
 // RedriveFailures returns up to count of a task's failures with seq >= from, in seq order, read from their
 // records: every failure, where a task's snapshot lists the first
 // redriveListedFailures. The error wraps ErrNotFound for an unknown id.
-func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFailure, error) {
+func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]queue.RedriveFailure, error) {
 	if _, err := b.redriveTask(id); err != nil {
 		return nil, err
 	}
-	out := []RedriveFailure{}
+	out := []queue.RedriveFailure{}
 	var perr error
 	err := b.env.Store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, id), func(k string, v []byte) bool {
 		if len(out) >= count {
@@ -404,7 +405,7 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 			return false
 		}
 		if seq >= from {
-			out = append(out, RedriveFailure{Seq: seq, Reason: string(v)})
+			out = append(out, queue.RedriveFailure{Seq: seq, Reason: string(v)})
 		}
 		return true
 	})
@@ -418,7 +419,7 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]RedriveFa
 }
 
 // forgetRedrive deletes a task's record and failure records.
-func (b *Broker) forgetRedrive(id string) *StoreWrite {
+func (b *Broker) forgetRedrive(id string) *queue.StoreWrite {
 	ops := []store.MetaOp{{Key: defs.Key(defs.PrefixRedriveTask, id)}}
 	prefix := defs.Key(defs.PrefixRedriveFailure, id)
 	err := b.env.Store.ScanMeta(prefix, func(k string, _ []byte) bool {
@@ -453,7 +454,7 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 			return false
 		}
 		spec := RedriveSpec{VHost: r.VHost, Queue: r.Queue, User: r.User, Rate: r.Rate,
-			RedriveOptions: RedriveOptions{Max: r.Max, ToExchange: r.ToExchange, Exchange: r.Exchange,
+			RedriveOptions: queue.RedriveOptions{Max: r.Max, ToExchange: r.ToExchange, Exchange: r.Exchange,
 				RoutingKey: r.RoutingKey, Reason: r.Reason, SourceQueue: r.SourceQueue,
 				MinAge: time.Duration(r.MinAgeMS) * time.Millisecond}}
 		t := newRedriveTask(parts[0], spec, time.UnixMilli(r.Created))
@@ -493,7 +494,7 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 				err = fmt.Errorf("redrive failure %q: %w: %w", k, defs.ErrCorrupt, perr)
 				return false
 			}
-			f := RedriveFailure{Seq: seq, Reason: string(v)}
+			f := queue.RedriveFailure{Seq: seq, Reason: string(v)}
 			t.reasons[f.Reason]++
 			if len(t.failures) < redriveListedFailures {
 				t.failures = append(t.failures, f)
@@ -574,7 +575,7 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 	t.q = q
 	done := t.moved + t.failed
 	t.mu.Unlock()
-	run := &Redrive{Queue: q, ToX: toX, Opts: t.spec.RedriveOptions, Task: t, Skip: t.failedSeqs, UpTo: t.upTo}
+	run := &queue.Redrive{Queue: q, ToX: toX, Opts: t.spec.RedriveOptions, Task: t, Skip: t.failedSeqs, UpTo: t.upTo}
 	want := int64(t.spec.Max)
 	if want <= 0 {
 		want = 1<<63 - 1
@@ -593,9 +594,9 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 	// start + k/rate; chunks of rate/redrivePaceSlice.
 	start, paced := clock.Now(), int64(0)
 	slice := time.Duration(float64(time.Second) / redrivePaceSlice)
-	chunk := RedriveChunk
+	chunk := queue.RedriveChunk
 	if t.spec.Rate > 0 {
-		chunk = max(1, min(RedriveChunk, int(t.spec.Rate/redrivePaceSlice)))
+		chunk = max(1, min(queue.RedriveChunk, int(t.spec.Rate/redrivePaceSlice)))
 	}
 	for done < want {
 		select {
@@ -669,7 +670,7 @@ func (b *Broker) driveTask(t *redriveTask) (string, string) {
 // permission change or the user's deletion applies at once, as to open
 // connections), and sets run's check of each origin queue; it returns why
 // not, or "".
-func (b *Broker) authorizeRedrive(t *redriveTask, run *Redrive, toX bool) string {
+func (b *Broker) authorizeRedrive(t *redriveTask, run *queue.Redrive, toX bool) string {
 	name, vhost := t.spec.User, t.spec.VHost
 	if name == "" {
 		return ""
@@ -701,7 +702,7 @@ func (b *Broker) authorizeRedrive(t *redriveTask, run *Redrive, toX bool) string
 
 // noteMove counts a move and adds the task's record to the move's
 // batch. Caller holds the source queue's lock; t.mu is taken inside.
-func (t *redriveTask) NoteMove(tx *Txn) {
+func (t *redriveTask) NoteMove(tx *queue.Txn) {
 	t.mu.Lock()
 	t.moved++
 	tx.Batch.Meta = append(tx.Batch.Meta, t.recordLocked())
@@ -709,7 +710,7 @@ func (t *redriveTask) NoteMove(tx *Txn) {
 }
 
 // noteFailure counts a failure and adds its records to tx's batch.
-func (t *redriveTask) NoteFailure(tx *Txn, f RedriveFailure) {
+func (t *redriveTask) NoteFailure(tx *queue.Txn, f queue.RedriveFailure) {
 	t.mu.Lock()
 	t.failed++
 	t.reasons[f.Reason]++

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -46,20 +47,20 @@ func (b *Broker) scanHorizon() {
 	if h.scanned == 0 {
 		from = math.MinInt64 // the first scan: whatever is overdue too
 	}
-	until := b.env.NowMS() + HorizonMS
+	until := b.env.NowMS() + queue.HorizonMS
 	// Publish the new horizon before reading: an entry that pages out
 	// from now on with a deadline up to it is armed as it pages out, and
 	// one that paged out before is in the store for this read.
 	b.env.Horizon.Store(until)
-	byQueue := map[store.QueueID][]PagedRef{}
+	byQueue := map[store.QueueID][]queue.PagedRef{}
 	err := b.env.Store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
-		byQueue[r.Queue] = append(byQueue[r.Queue], PagedRef{d, r})
+		byQueue[r.Queue] = append(byQueue[r.Queue], queue.PagedRef{Deadline: d, Ref: r})
 		return true
 	})
 	if err != nil {
 		// The same range is read again after a pause (readretry.go).
 		b.env.ReadFailed(fmt.Errorf("read deadlines: %w", err))
-		h.timer.Deadline = b.env.NowMS() + ReadRetryDelay.Milliseconds()
+		h.timer.Deadline = b.env.NowMS() + queue.ReadRetryDelay.Milliseconds()
 		b.env.Timers.Add(&h.timer)
 		return
 	}
@@ -69,20 +70,20 @@ func (b *Broker) scanHorizon() {
 			q.ArmPaged(append(byQueue[q.ID], byQueue[q.VolatileID()]...))
 		}
 	}
-	h.timer.Deadline = until - HorizonMS/2
+	h.timer.Deadline = until - queue.HorizonMS/2
 	b.env.Timers.Add(&h.timer)
 }
 
 // queuesByID returns the queues whose store ranges (durable or volatile)
 // are keys of ids.
-func (b *Broker) queuesByID(ids map[store.QueueID][]PagedRef) []*Queue {
+func (b *Broker) queuesByID(ids map[store.QueueID][]queue.PagedRef) []*queue.Queue {
 	b.mu.RLock()
 	vhosts := make([]*VHost, 0, len(b.vhosts))
 	for _, v := range b.vhosts {
 		vhosts = append(vhosts, v)
 	}
 	b.mu.RUnlock()
-	var out []*Queue
+	var out []*queue.Queue
 	for _, v := range vhosts {
 		v.mu.RLock()
 		for _, q := range v.queues {
@@ -124,7 +125,7 @@ func (b *Broker) storeExactMarks() {
 		// it is released: a deletion holds a queue's lock while it takes
 		// the vhost's (lock order, doc.go).
 		v.mu.RLock()
-		qs := make([]*Queue, 0, len(v.queues))
+		qs := make([]*queue.Queue, 0, len(v.queues))
 		for _, q := range v.queues {
 			qs = append(qs, q)
 		}
@@ -169,7 +170,7 @@ func (b *Broker) retryBacklogsIfChanged(v *VHost) {
 	}
 	gen := v.TopoGen.Load()
 	v.mu.RLock()
-	qs := make([]*Queue, 0, len(v.queues))
+	qs := make([]*queue.Queue, 0, len(v.queues))
 	for _, q := range v.queues {
 		qs = append(qs, q)
 	}
@@ -194,7 +195,7 @@ type horizonState struct {
 // fireTimers runs on the scheduler's goroutine: the queues' timers that
 // are due (fireTimers in expiry.go), and the horizon scan's.
 func (b *Broker) fireTimers(due []*ttl.Timer) {
-	FireTimers(due, func(v any) {
+	queue.FireTimers(due, func(v any) {
 		if _, ok := v.(horizonTick); ok {
 			b.kickHorizon()
 		}
@@ -203,4 +204,4 @@ func (b *Broker) fireTimers(due []*ttl.Timer) {
 
 // exactMarksHook, if set (by tests), is called by storeExactMarks with
 // each queue before it takes the queue's lock.
-var exactMarksHook func(q *Queue)
+var exactMarksHook func(q *queue.Queue)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // VHost is a namespace of exchanges and queues. Its lock guards the maps and
@@ -23,7 +24,7 @@ type VHost struct {
 	// Host is what its queues share (its name, fixed; its router, the
 	// vhost itself; the counts of waiting dead letters and topology
 	// changes).
-	Host
+	queue.Host
 	b *Broker
 	// meta is the vhost's description, default queue type and tags;
 	// guarded by Broker.mu.
@@ -45,9 +46,9 @@ type VHost struct {
 	// Queue.mu, policyMu or Broker.authMu, never with Broker.mu.
 	mu        sync.RWMutex
 	exchanges map[string]*Exchange
-	queues    map[string]*Queue
+	queues    map[string]*queue.Queue
 	// queueBindings are the bindings with each queue as destination.
-	queueBindings map[*Queue][]*Binding
+	queueBindings map[*queue.Queue][]*Binding
 	policies      map[string]*Policy
 	// opPolicies are the operator policies (operatorpolicy.go); nil until one
 	// is set.
@@ -56,7 +57,7 @@ type VHost struct {
 }
 
 func newVHost(b *Broker, name string) *VHost {
-	v := &VHost{b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*Queue), queueBindings: make(map[*Queue][]*Binding), policies: make(map[string]*Policy)}
+	v := &VHost{b: b, exchanges: make(map[string]*Exchange), queues: make(map[string]*queue.Queue), queueBindings: make(map[*queue.Queue][]*Binding), policies: make(map[string]*Policy)}
 	v.Host.Name, v.Host.Router = name, (*vhostRouter)(v)
 	v.exchanges[""] = newExchange("", typeDirect, true, false, false, nil)
 	for _, x := range []struct{ name, typ string }{
@@ -71,13 +72,13 @@ func newVHost(b *Broker, name string) *VHost {
 // route returns the queues a message published to x with the given routing
 // keys and headers reaches, following exchange-to-exchange bindings and
 // alternate exchanges, each queue once. Caller holds v.mu (shared).
-func (v *VHost) routeLocked(x *Exchange, keys []string, headers amqp.Table) []*Queue {
+func (v *VHost) routeLocked(x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
 	return v.routeIntoLocked(nil, x, keys, headers)
 }
 
 // routeIntoLocked is routeLocked appending to dst (a publisher's reused
 // buffer): routing a message to one exchange's queues allocates nothing.
-func (v *VHost) routeIntoLocked(dst []*Queue, x *Exchange, keys []string, headers amqp.Table) []*Queue {
+func (v *VHost) routeIntoLocked(dst []*queue.Queue, x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
 	r := router{v: v, queues: dst[:0]}
 	r.route(x, keys, headers)
 	return r.queues
@@ -91,8 +92,8 @@ type router struct {
 	v      *VHost
 	first  *Exchange
 	seenX  map[*Exchange]bool
-	seenQ  map[*Queue]bool
-	queues []*Queue
+	seenQ  map[*queue.Queue]bool
+	queues []*queue.Queue
 }
 
 // visit reports whether x was visited before, and records it.
@@ -110,13 +111,13 @@ func (r *router) visit(x *Exchange) bool {
 	return false
 }
 
-func (r *router) addQueue(q *Queue) {
+func (r *router) addQueue(q *queue.Queue) {
 	if len(r.queues) == 0 {
 		r.queues = append(r.queues, q)
 		return
 	}
 	if r.seenQ == nil {
-		r.seenQ = make(map[*Queue]bool)
+		r.seenQ = make(map[*queue.Queue]bool)
 		for _, e := range r.queues {
 			r.seenQ[e] = true
 		}
@@ -228,14 +229,14 @@ func (b *Binding) durable() bool {
 type vhostRouter VHost
 
 // vhostOf returns the vhost q lives in.
-func vhostOf(q *Queue) *VHost { return (*VHost)(q.Host.Router.(*vhostRouter)) }
+func vhostOf(q *queue.Queue) *VHost { return (*VHost)(q.Host.Router.(*vhostRouter)) }
 
 func (r *vhostRouter) RLock()   { r.mu.RLock() }
 func (r *vhostRouter) RUnlock() { r.mu.RUnlock() }
 
 func (r *vhostRouter) HasExchangeLocked(name string) bool { return r.exchanges[name] != nil }
 
-func (r *vhostRouter) RouteLocked(exchange string, keys []string, headers amqp.Table) []*Queue {
+func (r *vhostRouter) RouteLocked(exchange string, keys []string, headers amqp.Table) []*queue.Queue {
 	x := r.exchanges[exchange]
 	if x == nil {
 		return nil
@@ -243,4 +244,4 @@ func (r *vhostRouter) RouteLocked(exchange string, keys []string, headers amqp.T
 	return (*VHost)(r).routeLocked(x, keys, headers)
 }
 
-func (r *vhostRouter) QueueLocked(name string) *Queue { return r.queues[name] }
+func (r *vhostRouter) QueueLocked(name string) *queue.Queue { return r.queues[name] }

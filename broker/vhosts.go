@@ -9,6 +9,7 @@ import (
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -207,7 +208,7 @@ func (b *Broker) DeleteVHost(name string) error {
 // then every record left under v's prefix of each defs.VHostPrefixes kind.
 func (b *Broker) deleteVHostContents(v *VHost) error {
 	v.mu.RLock()
-	queues := make([]*Queue, 0, len(v.queues))
+	queues := make([]*queue.Queue, 0, len(v.queues))
 	for _, q := range v.queues {
 		queues = append(queues, q)
 	}

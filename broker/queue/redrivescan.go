@@ -1,4 +1,4 @@
-package broker
+package queue
 
 import (
 	"cmp"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
 )
@@ -90,9 +90,9 @@ type RedriveRecorder interface {
 // redriveRun is one redrive's scan of its source queue: a synchronous
 // Redrive's or a task's (then its record rides in each move's batch).
 type Redrive struct {
-	Queue    *Queue
-	ToX  bool
-	Opts RedriveOptions
+	Queue *Queue
+	ToX   bool
+	Opts  RedriveOptions
 	// allow, if set, says whether a message may go to its origin queue
 	// (a task's user's write permission).
 	Allow func(queue string) bool

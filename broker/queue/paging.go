@@ -1,10 +1,10 @@
-package broker
+package queue
 
 import (
 	"cmp"
 	"fmt"
 
-	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/store"
 )
 

@@ -1,7 +1,7 @@
-package broker
+package queue
 
 import (
-	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
 )

@@ -1,4 +1,4 @@
-package broker
+package queue
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/stats"
 	"github.com/brokerd/brokerd/deadletter"
@@ -83,7 +83,7 @@ type Queue struct {
 
 	ID          store.QueueID
 	spilled     bool // transient entries were written to the volatile range (spill.go)
-	Type       string
+	Type        string
 	Env         *Env  // what the engine needs from the broker (env.go)
 	Host        *Host // the vhost it lives in
 	maxPriority uint8 // x-max-priority; 0 = no priorities
@@ -91,10 +91,10 @@ type Queue struct {
 	Owner       any   // exclusive owner (the broker's connection; the engine does not use it); nil otherwise
 
 	cfg     atomic.Pointer[Settings] // effective settings (arguments + policy)
-	Seq     atomic.Uint64               // last assigned sequence number
-	readyN  atomic.Int64                // mirrors ready.len() for lock-free readers
-	readyB  atomic.Int64                // mirrors ready.Bytes()
-	deleted atomic.Bool                 // set under mu
+	Seq     atomic.Uint64            // last assigned sequence number
+	readyN  atomic.Int64             // mirrors ready.len() for lock-free readers
+	readyB  atomic.Int64             // mirrors ready.Bytes()
+	deleted atomic.Bool              // set under mu
 	Stats   stats.Queue
 
 	// Room claimed by dead-lettered copies planned into this queue but
@@ -198,7 +198,7 @@ type Queue struct {
 type Consumer struct {
 	Tag       string
 	Ch        Channel
-	Queue         *Queue
+	Queue     *Queue
 	NoAck     bool
 	Exclusive bool
 	Priority  int64

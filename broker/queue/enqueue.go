@@ -1,4 +1,4 @@
-package broker
+package queue
 
 import (
 	"cmp"
@@ -23,15 +23,15 @@ type Incoming struct {
 
 // txPublish is a transaction's publish, with the queues it was routed to.
 type TxPublish struct {
-	In *Incoming
+	In     *Incoming
 	Queues []*Queue
 }
 
 // txSettle is a transaction's settlement of entries of one queue.
 type TxSettle struct {
-	Queue      *Queue
-	Entries     []*Entry
-	Action SettleAction
+	Queue   *Queue
+	Entries []*Entry
+	Action  SettleAction
 }
 
 // commit performs a transaction's publishes and settlements (tx.commit)

@@ -1,4 +1,4 @@
-package broker
+package queue
 
 // Views of a queue's internals and hooks into it, for tests only (the
 // broker's export_test.go hands them to its external tests): nothing in
@@ -81,13 +81,6 @@ func (q *Queue) MarksForTest() []uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return slices.Clone(q.marks)
-}
-
-// setConsumerAddedHook makes f run once each basic.consume has added its
-// consumer, before the queue dispatches to it; restore removes it.
-func SetConsumerAddedHook(f func()) (restore func()) {
-	consumerAddedHook = f
-	return func() { consumerAddedHook = nil }
 }
 
 // pagedOutCapture holds the entries that paged out while it was set.

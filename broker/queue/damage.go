@@ -1,11 +1,11 @@
-package broker
+package queue
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/broker/engine"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"
 )

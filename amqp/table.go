@@ -488,3 +488,69 @@ func AsFloat(v any) (float64, bool) {
 	}
 	return 0, false
 }
+
+// ValuesEqual compares two field values the way RabbitMQ's headers exchange
+// does: numbers by value (integers of any width are equal when their values
+// are), strings and binaries by content, tables and arrays element-wise.
+func ValuesEqual(a, b any) bool {
+	if ai, ok := AsInt(a); ok {
+		bi, ok := AsInt(b)
+		return ok && ai == bi
+	}
+	if af, ok := AsFloat(a); ok {
+		bf, ok := AsFloat(b)
+		return ok && af == bf
+	}
+	switch av := a.(type) {
+	case string:
+		switch bv := b.(type) {
+		case string:
+			return av == bv
+		case []byte:
+			return av == string(bv)
+		}
+		return false
+	case []byte:
+		switch bv := b.(type) {
+		case string:
+			return string(av) == bv
+		case []byte:
+			return string(av) == string(bv)
+		}
+		return false
+	case bool:
+		bv, ok := b.(bool)
+		return ok && av == bv
+	case Decimal:
+		bv, ok := b.(Decimal)
+		return ok && av == bv
+	case Timestamp:
+		bv, ok := b.(Timestamp)
+		return ok && av == bv
+	case nil:
+		return b == nil
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for i := range av {
+			if !ValuesEqual(av[i], bv[i]) {
+				return false
+			}
+		}
+		return true
+	case Table:
+		bv, ok := b.(Table)
+		if !ok || len(av) != len(bv) {
+			return false
+		}
+		for i := range av {
+			if av[i].Key != bv[i].Key || !ValuesEqual(av[i].Value, bv[i].Value) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}

@@ -86,7 +86,7 @@ func (b *Broker) Queues(vhost string) []QueueInfo {
 	var out []QueueInfo
 	for _, v := range b.vhostsNamed(vhost) {
 		v.mu.RLock()
-		qs := slices.Collect(maps.Values(v.queues))
+		qs := slices.Collect(maps.Values(v.topo.queues))
 		v.mu.RUnlock()
 		for _, q := range qs {
 			out = append(out, queueInfo(q, unacked))
@@ -106,7 +106,7 @@ func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
 		return QueueInfo{}, notFoundf("no vhost '%s'", vhost)
 	}
 	v.mu.RLock()
-	q := v.queues[name]
+	q := v.topo.queues[name]
 	v.mu.RUnlock()
 	if q == nil {
 		return QueueInfo{}, notFoundf("no queue '%s' in vhost '%s'", name, vhost)
@@ -183,7 +183,7 @@ func (b *Broker) Exchanges(vhost string) []ExchangeInfo {
 	for _, v := range b.vhostsNamed(vhost) {
 		v.mu.RLock()
 		ps := policy.Sorted(v.policies)
-		for _, x := range v.exchanges {
+		for _, x := range v.topo.exchanges {
 			out = append(out, x.infoLocked(v, ps))
 		}
 		v.mu.RUnlock()
@@ -203,7 +203,7 @@ func (b *Broker) Exchange(vhost, name string) (ExchangeInfo, error) {
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	x := v.exchanges[name]
+	x := v.topo.exchanges[name]
 	if x == nil {
 		return ExchangeInfo{}, notFoundf("no exchange '%s' in vhost '%s'", name, vhost)
 	}
@@ -293,10 +293,10 @@ func (b *Broker) Bindings(vhost string) []BindingInfo {
 	for _, v := range b.vhostsNamed(vhost) {
 		var implicit, explicit []BindingInfo
 		v.mu.RLock()
-		for _, q := range v.queues {
+		for _, q := range v.topo.queues {
 			implicit = append(implicit, BindingInfo{VHost: v.Name, Destination: q.Name, DestinationType: "queue", RoutingKey: q.Name, Arguments: amqp.Table{}})
 		}
-		for _, x := range v.exchanges {
+		for _, x := range v.topo.exchanges {
 			for _, bd := range x.bindings {
 				bi := BindingInfo{VHost: v.Name, Source: x.Name, Destination: bd.destName(), DestinationType: "queue", RoutingKey: bd.Key, Arguments: bd.Args}
 				if bd.queue == nil {

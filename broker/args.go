@@ -285,7 +285,7 @@ func sameArg(a, b any) bool {
 	if typeClass(a) != typeClass(b) {
 		return false
 	}
-	return valuesEqual(a, b)
+	return amqp.ValuesEqual(a, b)
 }
 
 func typeClass(v any) string {

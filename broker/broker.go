@@ -384,17 +384,17 @@ func (b *Broker) deleteQueueFor(q *queue.Queue, ch *channel) (int, *queue.StoreW
 	v := vhostOf(q)
 	consumers, messages, w, ok := q.Delete(func() ([]store.MetaOp, bool) {
 		v.mu.Lock()
-		if v.queues[q.Name] != q {
+		if v.topo.queues[q.Name] != q {
 			return nil, false // deleted already: wait for that deletion
 		}
-		delete(v.queues, q.Name)
+		delete(v.topo.queues, q.Name)
 		var mb defs.Batch
-		for _, bd := range append([]*Binding(nil), v.queueBindings[q]...) {
-			if src := v.exchanges[bd.Source]; src != nil {
-				v.removeBindingLocked(src, bd, &mb)
+		for _, bd := range append([]*Binding(nil), v.topo.queueBindings[q]...) {
+			if src := v.topo.exchanges[bd.Source]; src != nil {
+				v.topo.removeBindingLocked(src, bd, &mb)
 			}
 		}
-		delete(v.queueBindings, q)
+		delete(v.topo.queueBindings, q)
 		if q.Durable && !q.Exclusive {
 			mb.Delete(defs.QueueKey(v.Name, q.Name))
 		}

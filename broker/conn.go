@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,7 +139,10 @@ func (c *conn) addExclusive(q *queue.Queue) {
 
 func (c *conn) removeExclusive(q *queue.Queue) {
 	c.mu.Lock()
-	c.exclusive = removePtr(c.exclusive, q)
+	if i := slices.Index(c.exclusive, q); i >= 0 {
+		// A new slice: a copy taken under the lock is iterated after it.
+		c.exclusive = slices.Concat(c.exclusive[:i], c.exclusive[i+1:])
+	}
 	c.mu.Unlock()
 }
 
@@ -147,7 +151,7 @@ func (c *conn) removeExclusive(q *queue.Queue) {
 func (c *conn) lookupQueue(name string) (*queue.Queue, *amqp.Error) {
 	v := c.vhost
 	v.mu.RLock()
-	q := v.queues[name]
+	q := v.topo.queues[name]
 	v.mu.RUnlock()
 	if q == nil {
 		return nil, queue.NoQueueError(v.Name, name)

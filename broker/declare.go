@@ -44,7 +44,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 			return errDefaultExchange()
 		}
 		v.mu.RLock()
-		x := v.exchanges[m.Exchange]
+		x := v.topo.exchanges[m.Exchange]
 		v.mu.RUnlock()
 		if x == nil {
 			return errNoExchange(v.Name, m.Exchange)
@@ -64,7 +64,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		return err
 	}
 	v.mu.Lock()
-	x := v.exchanges[m.Exchange]
+	x := v.topo.exchanges[m.Exchange]
 	if x != nil {
 		err := exchangeEquivalent(v.Name, x, m)
 		v.mu.Unlock()
@@ -82,7 +82,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		}
 		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
 		x.applyPolicyLocked(policy.Sorted(v.policies)) // a policy alternate-exchange applies at once
-		v.exchanges[x.Name] = x
+		v.topo.exchanges[x.Name] = x
 		var mb defs.Batch
 		if x.Durable {
 			mb.Put(defs.EncodeExchange(x.def(v.Name)))
@@ -157,7 +157,7 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 		return err
 	}
 	v.mu.Lock()
-	x := v.exchanges[m.Exchange]
+	x := v.topo.exchanges[m.Exchange]
 	var mb defs.Batch
 	if x != nil {
 		// As RabbitMQ, only bindings from x count: being the
@@ -166,7 +166,7 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 			v.mu.Unlock()
 			return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", m.Exchange, v.Name)
 		}
-		v.deleteExchangeLocked(x, &mb)
+		v.topo.deleteExchangeLocked(x, &mb)
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
@@ -195,7 +195,7 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 		return err
 	}
 	v.mu.Lock()
-	src, dst := v.exchanges[source], v.exchanges[dest]
+	src, dst := v.topo.exchanges[source], v.topo.exchanges[dest]
 	switch {
 	case src == nil:
 		v.mu.Unlock()
@@ -220,7 +220,7 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 			mb.Put(defs.EncodeBinding(b.def(v.Name)))
 		}
 	case !bind && existing != nil:
-		v.removeBindingLocked(src, existing, &mb)
+		v.topo.removeBindingLocked(src, existing, &mb)
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
@@ -280,7 +280,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		defaulted = true
 	}
 	v.mu.Lock()
-	if q := v.queues[name]; q != nil {
+	if q := v.topo.queues[name]; q != nil {
 		v.mu.Unlock()
 		if q.Exclusive != m.Exclusive || (q.Exclusive && q.Owner != c) {
 			return errLocked(v.Name, name)
@@ -312,7 +312,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		q.Owner = c
 	}
 	v.mu.Lock()
-	if other := v.queues[name]; other != nil {
+	if other := v.topo.queues[name]; other != nil {
 		// Lost a race with another declare of the same name.
 		v.mu.Unlock()
 		return ch.queueDeclare(m)
@@ -320,7 +320,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if p := v.policyForQueueLocked(name, q.Type); p != nil {
 		q.InitPolicy(p)
 	}
-	v.queues[name] = q
+	v.topo.queues[name] = q
 	var mb defs.Batch
 	if q.Durable && !q.Exclusive {
 		mb.Put(defs.EncodeQueue(q.Def()))
@@ -382,7 +382,7 @@ func (ch *channel) queueBind(qname, exchange, key string, args amqp.Table, bind,
 		return err
 	}
 	v.mu.Lock()
-	q, x := v.queues[name], v.exchanges[exchange]
+	q, x := v.topo.queues[name], v.topo.exchanges[exchange]
 	switch {
 	case q == nil:
 		v.mu.Unlock()
@@ -406,12 +406,12 @@ func (ch *channel) queueBind(qname, exchange, key string, args amqp.Table, bind,
 	case bind && existing == nil:
 		b := &Binding{Source: exchange, Key: key, Args: args, queue: q}
 		x.addBinding(b)
-		v.queueBindings[q] = append(v.queueBindings[q], b)
+		v.topo.queueBindings[q] = append(v.topo.queueBindings[q], b)
 		if x.Durable && q.Durable && !q.Exclusive {
 			mb.Put(defs.EncodeBinding(b.def(v.Name)))
 		}
 	case !bind && existing != nil:
-		v.removeBindingLocked(x, existing, &mb)
+		v.topo.removeBindingLocked(x, existing, &mb)
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
@@ -456,7 +456,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		return err
 	}
 	v.mu.RLock()
-	q := v.queues[name]
+	q := v.topo.queues[name]
 	v.mu.RUnlock()
 	n := 0
 	var own []*queue.Consumer

@@ -6,9 +6,9 @@ import (
 
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
-	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/queue"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -17,16 +17,6 @@ import (
 // (as defs values, under the lock that guards what they read: the codec
 // sees values only), handed to the store (storeWrite) and read back at
 // start (recoverDefinitions).
-
-// def returns x's record in vhost.
-func (x *Exchange) def(vhost string) defs.Exchange {
-	return defs.Exchange{VHost: vhost, Name: x.Name, Type: x.Type, AutoDelete: x.AutoDelete, Internal: x.Internal, Args: x.Args}
-}
-
-// def returns b's record in vhost.
-func (b *Binding) def(vhost string) defs.Binding {
-	return defs.Binding{VHost: vhost, Source: b.Source, Dest: b.destName(), ToExchange: b.exchange != nil, Key: b.Key, Args: b.Args}
-}
 
 // userDefOf returns u's record.
 func userDefOf(u *auth.User) defs.User {
@@ -148,7 +138,7 @@ func (b *Broker) recoverDefinitions() error {
 			dangling(k, "exchange in unknown vhost", "vhost", d.VHost, "exchange", d.Name)
 			return nil
 		}
-		vh.exchanges[d.Name] = newExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, d.Args)
+		vh.topo.exchanges[d.Name] = newExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, d.Args)
 		return nil
 	})
 	var queues []*queue.Queue
@@ -169,7 +159,7 @@ func (b *Broker) recoverDefinitions() error {
 		q := queue.New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
 		q.BacklogMarked = d.Backlog
 		q.InitMarks(d.Marks)
-		vh.queues[q.Name] = q
+		vh.topo.queues[q.Name] = q
 		queues = append(queues, q)
 		return nil
 	})
@@ -183,23 +173,23 @@ func (b *Broker) recoverDefinitions() error {
 			dangling(k, "binding in unknown vhost", "vhost", d.VHost, "source", d.Source, "destination", d.Dest, "routing_key", d.Key)
 			return nil
 		}
-		src := vh.exchanges[d.Source]
+		src := vh.topo.exchanges[d.Source]
 		if src == nil {
 			dangling(k, "binding from unknown exchange", "vhost", d.VHost, "source", d.Source, "destination", d.Dest, "routing_key", d.Key)
 			return nil
 		}
 		bd := &Binding{Source: d.Source, Key: d.Key, Args: d.Args}
 		if d.ToExchange {
-			if bd.exchange = vh.exchanges[d.Dest]; bd.exchange == nil {
+			if bd.exchange = vh.topo.exchanges[d.Dest]; bd.exchange == nil {
 				dangling(k, "binding to unknown exchange", "vhost", d.VHost, "source", d.Source, "exchange", d.Dest, "routing_key", d.Key)
 				return nil
 			}
 		} else {
-			if bd.queue = vh.queues[d.Dest]; bd.queue == nil {
+			if bd.queue = vh.topo.queues[d.Dest]; bd.queue == nil {
 				dangling(k, "binding to unknown queue", "vhost", d.VHost, "source", d.Source, "queue", d.Dest, "routing_key", d.Key)
 				return nil
 			}
-			vh.queueBindings[bd.queue] = append(vh.queueBindings[bd.queue], bd)
+			vh.topo.queueBindings[bd.queue] = append(vh.topo.queueBindings[bd.queue], bd)
 		}
 		src.addBinding(bd)
 		return nil

@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"sync/atomic"
+
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/queue"
 )
 
@@ -176,9 +179,24 @@ func tablesEqual(a, b amqp.Table) bool {
 	}
 	for _, f := range a {
 		v, ok := b.Get(f.Key)
-		if !ok || !valuesEqual(f.Value, v) || amqp.TypeName(f.Value) != amqp.TypeName(v) {
+		if !ok || !amqp.ValuesEqual(f.Value, v) || amqp.TypeName(f.Value) != amqp.TypeName(v) {
 			return false
 		}
 	}
 	return true
 }
+
+// def returns x's record in vhost.
+func (x *Exchange) def(vhost string) defs.Exchange {
+	return defs.Exchange{VHost: vhost, Name: x.Name, Type: x.Type, AutoDelete: x.AutoDelete, Internal: x.Internal, Args: x.Args}
+}
+
+// def returns b's record in vhost.
+func (b *Binding) def(vhost string) defs.Binding {
+	return defs.Binding{VHost: vhost, Source: b.Source, Dest: b.destName(), ToExchange: b.exchange != nil, Key: b.Key, Args: b.Args}
+}
+
+// exchangeStats are an exchange's counters: RabbitMQ's publish_in
+// (messages published into the exchange by clients, routed or not) and
+// publish_out (queue copies the exchange routed them to).
+type exchangeStats struct{ publishIn, publishOut atomic.Uint64 }

@@ -394,7 +394,7 @@ func (p *importPlan) checkContents() {
 			p.problem("%s: %s", what, errDefaultExchange().Text)
 			continue
 		}
-		if x := t.v.exchanges[dx.Name]; x != nil {
+		if x := t.v.topo.exchanges[dx.Name]; x != nil {
 			if err := exchangeEquivalent(dx.VHost, x, m); err != nil {
 				p.problem("%s: %s", what, err.Text)
 			}
@@ -433,7 +433,7 @@ func (p *importPlan) checkContents() {
 			p.problem("%s: a queue in a definitions file needs a name", what)
 			continue
 		}
-		if q := t.v.queues[dq.Name]; q != nil {
+		if q := t.v.topo.queues[dq.Name]; q != nil {
 			if q.Exclusive {
 				p.problem("%s: %s", what, errLocked(dq.VHost, dq.Name).Text)
 			} else if err := queueEquivalent(dq.VHost, q, m); err != nil {
@@ -475,11 +475,11 @@ func (p *importPlan) checkContents() {
 		}
 		switch bd.DestinationType {
 		case "queue":
-			if t.v.queues[bd.Destination] == nil && newQueues[bd.VHost][bd.Destination] == nil {
+			if t.v.topo.queues[bd.Destination] == nil && newQueues[bd.VHost][bd.Destination] == nil {
 				p.problem("%s: no queue '%s' in the vhost or the file", what, bd.Destination)
 				continue
 			}
-			if q := t.v.queues[bd.Destination]; q != nil && q.Exclusive {
+			if q := t.v.topo.queues[bd.Destination]; q != nil && q.Exclusive {
 				p.problem("%s: %s", what, errLocked(bd.VHost, bd.Destination).Text)
 				continue
 			}
@@ -505,7 +505,7 @@ func (p *importPlan) checkContents() {
 // exchange returns the exchange name of t: the vhost's, or one the file
 // declares.
 func (t *importTarget) exchange(name string) *Exchange {
-	if x := t.v.exchanges[name]; x != nil {
+	if x := t.v.topo.exchanges[name]; x != nil {
 		return x
 	}
 	return t.xs[name]
@@ -519,7 +519,7 @@ func (p *importPlan) apply() *queue.StoreWrite {
 	names := slices.Sorted(maps.Keys(p.targets))
 	var durable int
 	for _, dq := range d.Queues {
-		if t := p.targets[dq.VHost]; t != nil && t.v.queues[dq.Name] == nil && dq.Durable {
+		if t := p.targets[dq.VHost]; t != nil && t.v.topo.queues[dq.Name] == nil && dq.Durable {
 			durable++
 		}
 	}
@@ -541,7 +541,7 @@ func (p *importPlan) apply() *queue.StoreWrite {
 		for _, xname := range slices.Sorted(maps.Keys(t.xs)) {
 			x := t.xs[xname]
 			x.applyPolicyLocked(ps)
-			v.exchanges[xname] = x
+			v.topo.exchanges[xname] = x
 			if x.Durable {
 				p.mb.Put(defs.EncodeExchange(x.def(name)))
 			}
@@ -549,7 +549,7 @@ func (p *importPlan) apply() *queue.StoreWrite {
 	}
 	for i, dq := range d.Queues {
 		t := p.targets[dq.VHost]
-		if t == nil || t.v.queues[dq.Name] != nil {
+		if t == nil || t.v.topo.queues[dq.Name] != nil {
 			continue // equivalent, or declared twice (refused)
 		}
 		v := t.v
@@ -563,7 +563,7 @@ func (p *importPlan) apply() *queue.StoreWrite {
 		if qp := v.policyForQueueLocked(dq.Name, q.Type); qp != nil {
 			q.InitPolicy(qp)
 		}
-		v.queues[dq.Name] = q
+		v.topo.queues[dq.Name] = q
 		if q.Durable {
 			p.mb.Put(defs.EncodeQueue(q.Def()))
 		}
@@ -572,19 +572,19 @@ func (p *importPlan) apply() *queue.StoreWrite {
 	for _, bd := range d.Bindings {
 		t := p.targets[bd.VHost]
 		v := t.v
-		src := v.exchanges[bd.Source]
+		src := v.topo.exchanges[bd.Source]
 		bnd := &Binding{Source: bd.Source, Key: bd.RoutingKey, Args: bd.Arguments}
 		durable := src.Durable
 		if bd.DestinationType == "queue" {
-			q := v.queues[bd.Destination]
+			q := v.topo.queues[bd.Destination]
 			if src.findBinding(q, nil, bd.RoutingKey, bd.Arguments) != nil {
 				continue
 			}
 			bnd.queue = q
-			v.queueBindings[q] = append(v.queueBindings[q], bnd)
+			v.topo.queueBindings[q] = append(v.topo.queueBindings[q], bnd)
 			durable = durable && q.Durable
 		} else {
-			dx := v.exchanges[bd.Destination]
+			dx := v.topo.exchanges[bd.Destination]
 			if src.findBinding(nil, dx, bd.RoutingKey, bd.Arguments) != nil {
 				continue
 			}

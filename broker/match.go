@@ -76,7 +76,7 @@ func headersMatch(bindArgs, headers amqp.Table) bool {
 		}
 		considered++
 		hv, present := headers.Get(f.Key)
-		ok := present && (f.Value == nil || valuesEqual(f.Value, hv))
+		ok := present && (f.Value == nil || amqp.ValuesEqual(f.Value, hv))
 		if any && ok {
 			return true
 		}
@@ -86,70 +86,4 @@ func headersMatch(bindArgs, headers amqp.Table) bool {
 	}
 	// any: nothing matched; all: nothing failed.
 	return !any
-}
-
-// valuesEqual compares two field values the way RabbitMQ's headers exchange
-// does: numbers by value (integers of any width are equal when their values
-// are), strings and binaries by content, tables and arrays element-wise.
-func valuesEqual(a, b any) bool {
-	if ai, ok := amqp.AsInt(a); ok {
-		bi, ok := amqp.AsInt(b)
-		return ok && ai == bi
-	}
-	if af, ok := amqp.AsFloat(a); ok {
-		bf, ok := amqp.AsFloat(b)
-		return ok && af == bf
-	}
-	switch av := a.(type) {
-	case string:
-		switch bv := b.(type) {
-		case string:
-			return av == bv
-		case []byte:
-			return av == string(bv)
-		}
-		return false
-	case []byte:
-		switch bv := b.(type) {
-		case string:
-			return string(av) == bv
-		case []byte:
-			return string(av) == string(bv)
-		}
-		return false
-	case bool:
-		bv, ok := b.(bool)
-		return ok && av == bv
-	case amqp.Decimal:
-		bv, ok := b.(amqp.Decimal)
-		return ok && av == bv
-	case amqp.Timestamp:
-		bv, ok := b.(amqp.Timestamp)
-		return ok && av == bv
-	case nil:
-		return b == nil
-	case []any:
-		bv, ok := b.([]any)
-		if !ok || len(av) != len(bv) {
-			return false
-		}
-		for i := range av {
-			if !valuesEqual(av[i], bv[i]) {
-				return false
-			}
-		}
-		return true
-	case amqp.Table:
-		bv, ok := b.(amqp.Table)
-		if !ok || len(av) != len(bv) {
-			return false
-		}
-		for i := range av {
-			if av[i].Key != bv[i].Key || !valuesEqual(av[i].Value, bv[i].Value) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
 }

@@ -178,8 +178,8 @@ func TestValuesEqual(t *testing.T) {
 		{"tables differ in keys", tb, amqp.Table{{Key: "k", Value: int32(1)}, {Key: "t", Value: "v"}}, false},
 		{"nested", []any{tb}, []any{amqp.Table{{Key: "k", Value: uint8(1)}, {Key: "s", Value: []byte("v")}}}, true},
 	} {
-		if got := valuesEqual(c.a, c.b); got != c.want {
-			t.Errorf("%s: valuesEqual(%#v, %#v) = %v, want %v", c.name, c.a, c.b, got, c.want)
+		if got := amqp.ValuesEqual(c.a, c.b); got != c.want {
+			t.Errorf("%s: amqp.ValuesEqual(%#v, %#v) = %v, want %v", c.name, c.a, c.b, got, c.want)
 		}
 	}
 }

@@ -201,7 +201,7 @@ func (x *Exchange) applyPolicyLocked(ps []*Policy) {
 func (b *Broker) applyPolicies(v *VHost) {
 	v.mu.Lock()
 	ps, ops := policy.Sorted(v.policies), policy.Sorted(v.opPolicies)
-	for _, x := range v.exchanges {
+	for _, x := range v.topo.exchanges {
 		x.applyPolicyLocked(ps)
 	}
 	type change struct {
@@ -209,7 +209,7 @@ func (b *Broker) applyPolicies(v *VHost) {
 		qp *policy.QueuePolicies
 	}
 	var changes []change
-	for _, q := range v.queues {
+	for _, q := range v.topo.queues {
 		changes = append(changes, change{q, policy.ForQueue(ps, ops, q.Name, q.Type)})
 	}
 	v.mu.Unlock()

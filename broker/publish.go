@@ -90,7 +90,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 	}
 	v := c.vhost
 	v.mu.RLock()
-	x := v.exchanges[m.Exchange]
+	x := v.topo.exchanges[m.Exchange]
 	v.mu.RUnlock()
 	if x == nil {
 		return nil, errNoExchange(v.Name, m.Exchange)
@@ -223,10 +223,10 @@ func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 	}
 	v := c.vhost
 	v.mu.RLock()
-	x := v.exchanges[p.exchange]
+	x := v.topo.exchanges[p.exchange]
 	var qs []*queue.Queue
 	if x != nil {
-		qs = v.routeIntoLocked(dst, x, h.RoutingKeys, p.headers)
+		qs = v.topo.routeIntoLocked(dst, x, h.RoutingKeys, p.headers)
 	}
 	v.mu.RUnlock()
 	// Routed: the decoded headers are not needed again, and p lives as

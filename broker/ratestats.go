@@ -17,11 +17,6 @@ import (
 // their confirms and their unroutable fates. A queue's counters are its
 // queueStats; a channel's deliveries are its delivery tags.
 
-// exchangeStats are an exchange's counters: RabbitMQ's publish_in
-// (messages published into the exchange by clients, routed or not) and
-// publish_out (queue copies the exchange routed them to).
-type exchangeStats struct{ publishIn, publishOut atomic.Uint64 }
-
 // channelStats are a channel's publish counters, RabbitMQ's channel
 // "fine" stats: publishes, publisher confirms sent (a multiple ack counts
 // every tag it covers), unroutable mandatory publishes returned and
@@ -93,11 +88,11 @@ func (b *Broker) Counters() Counters {
 	out := Counters{Stats: b.Stats()}
 	for _, v := range b.vhostsNamed("") {
 		v.mu.RLock()
-		qs := make([]*queue.Queue, 0, len(v.queues))
-		for _, q := range v.queues {
+		qs := make([]*queue.Queue, 0, len(v.topo.queues))
+		for _, q := range v.topo.queues {
 			qs = append(qs, q)
 		}
-		for _, x := range v.exchanges {
+		for _, x := range v.topo.exchanges {
 			out.Exchanges = append(out.Exchanges, ExchangeCounters{VHost: v.Name, Name: x.Name,
 				PublishIn: x.stats.publishIn.Load(), PublishOut: x.stats.publishOut.Load()})
 		}

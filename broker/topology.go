@@ -1,0 +1,188 @@
+package broker
+
+import (
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/broker/queue"
+)
+
+// Topology is a vhost's routing graph: its exchanges, its queues (by
+// name, for the default exchange) and the bindings between them. It does
+// not lock: its owner's lock (VHost.mu) guards all of it, and the
+// bindings lists of its exchanges; routing holds that lock shared,
+// changes hold it exclusively.
+type Topology struct {
+	name      string // the vhost's, for definition keys
+	exchanges map[string]*Exchange
+	queues    map[string]*queue.Queue
+	// queueBindings are the bindings with each queue as destination.
+	queueBindings map[*queue.Queue][]*Binding
+}
+
+// newTopology returns the topology of a new vhost named name: its
+// default exchange and the amq.* exchanges.
+func newTopology(name string) *Topology {
+	t := &Topology{name: name, exchanges: make(map[string]*Exchange), queues: make(map[string]*queue.Queue), queueBindings: make(map[*queue.Queue][]*Binding)}
+	t.exchanges[""] = newExchange("", typeDirect, true, false, false, nil)
+	for _, x := range []struct{ name, typ string }{
+		{"amq.direct", typeDirect}, {"amq.fanout", typeFanout}, {"amq.topic", typeTopic},
+		{"amq.headers", typeHeaders}, {"amq.match", typeHeaders},
+	} {
+		t.exchanges[x.name] = newExchange(x.name, x.typ, true, false, false, nil)
+	}
+	return t
+}
+
+// route returns the queues a message published to x with the given routing
+// keys and headers reaches, following exchange-to-exchange bindings and
+// alternate exchanges, each queue once. Caller holds the owner's lock (shared).
+func (t *Topology) routeLocked(x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
+	return t.routeIntoLocked(nil, x, keys, headers)
+}
+
+// routeIntoLocked is routeLocked appending to dst (a publisher's reused
+// buffer): routing a message to one exchange's queues allocates nothing.
+func (t *Topology) routeIntoLocked(dst []*queue.Queue, x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
+	r := router{t: t, queues: dst[:0]}
+	r.route(x, keys, headers)
+	return r.queues
+}
+
+// router collects a route's queues. The exchanges it has visited are
+// first, then seenX once it has visited more than one (an exchange-to-
+// exchange binding or an alternate exchange), so the common route makes
+// no map.
+type router struct {
+	t      *Topology
+	first  *Exchange
+	seenX  map[*Exchange]bool
+	seenQ  map[*queue.Queue]bool
+	queues []*queue.Queue
+}
+
+// visit reports whether x was visited before, and records it.
+func (r *router) visit(x *Exchange) bool {
+	switch {
+	case r.first == nil:
+		r.first = x
+		return false
+	case r.first == x || r.seenX[x]:
+		return true
+	case r.seenX == nil:
+		r.seenX = map[*Exchange]bool{}
+	}
+	r.seenX[x] = true
+	return false
+}
+
+func (r *router) addQueue(q *queue.Queue) {
+	if len(r.queues) == 0 {
+		r.queues = append(r.queues, q)
+		return
+	}
+	if r.seenQ == nil {
+		r.seenQ = make(map[*queue.Queue]bool)
+		for _, e := range r.queues {
+			r.seenQ[e] = true
+		}
+	}
+	if !r.seenQ[q] {
+		r.seenQ[q] = true
+		r.queues = append(r.queues, q)
+	}
+}
+
+func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
+	if r.visit(x) {
+		return
+	}
+	found := false
+	visit := func(b *Binding) {
+		found = true
+		if b.queue != nil {
+			r.addQueue(b.queue)
+		} else {
+			r.route(b.exchange, keys, headers)
+		}
+	}
+	switch {
+	case x.Name == "":
+		for _, k := range keys {
+			if q := r.t.queues[k]; q != nil {
+				found = true
+				r.addQueue(q)
+			}
+		}
+	case x.byKey != nil:
+		for _, k := range keys {
+			for _, b := range x.byKey[k] {
+				visit(b)
+			}
+		}
+	default:
+		for _, b := range x.bindings {
+			if x.matches(b, keys, headers) {
+				visit(b)
+			}
+		}
+	}
+	if name, ok := x.alternateExchange(); !found && ok {
+		if ae := r.t.exchanges[name]; ae != nil {
+			r.route(ae, keys, headers)
+		}
+	}
+}
+
+// deleteExchangeLocked removes x and every binding to or from it, then
+// auto-deletes exchanges left without bindings. It returns the store
+// operations for the durable definitions removed.
+func (t *Topology) deleteExchangeLocked(x *Exchange, m *defs.Batch) {
+	delete(t.exchanges, x.Name)
+	if x.Durable {
+		m.Delete(defs.ExchangeKey(t.name, x.Name))
+	}
+	for _, b := range x.bindings {
+		t.unlinkDestLocked(b)
+		if x.Durable && b.durable() {
+			m.Delete(defs.BindingKey(b.def(t.name)))
+		}
+	}
+	x.bindings = nil
+	// Bindings that have x as destination.
+	for _, src := range t.exchanges {
+		for _, b := range append([]*Binding(nil), src.bindings...) {
+			if b.exchange == x {
+				t.removeBindingLocked(src, b, m)
+			}
+		}
+	}
+}
+
+// removeBindingLocked removes b from its source exchange, and auto-deletes
+// the source if that was its last binding.
+func (t *Topology) removeBindingLocked(src *Exchange, b *Binding, m *defs.Batch) {
+	src.removeBinding(b)
+	t.unlinkDestLocked(b)
+	if b.durable() && src.Durable {
+		m.Delete(defs.BindingKey(b.def(t.name)))
+	}
+	if src.AutoDelete && len(src.bindings) == 0 {
+		t.deleteExchangeLocked(src, m)
+	}
+}
+
+func (t *Topology) unlinkDestLocked(b *Binding) {
+	if q := b.queue; q != nil {
+		if t.queueBindings[q] = removePtr(t.queueBindings[q], b); len(t.queueBindings[q]) == 0 {
+			delete(t.queueBindings, q)
+		}
+	}
+}
+
+// durable reports whether the binding is persisted: both ends durable.
+func (b *Binding) durable() bool {
+	if b.queue != nil {
+		return b.queue.Durable
+	}
+	return b.exchange.Durable
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/broker/stats"
+	"github.com/brokerd/brokerd/broker/topology"
 )
 
 // What the management API shows of the broker: snapshots of queues,
@@ -86,7 +87,7 @@ func (b *Broker) Queues(vhost string) []QueueInfo {
 	var out []QueueInfo
 	for _, v := range b.vhostsNamed(vhost) {
 		v.mu.RLock()
-		qs := slices.Collect(maps.Values(v.topo.queues))
+		qs := slices.Collect(maps.Values(v.topo.Queues))
 		v.mu.RUnlock()
 		for _, q := range qs {
 			out = append(out, queueInfo(q, unacked))
@@ -106,7 +107,7 @@ func (b *Broker) Queue(vhost, name string) (QueueInfo, error) {
 		return QueueInfo{}, notFoundf("no vhost '%s'", vhost)
 	}
 	v.mu.RLock()
-	q := v.topo.queues[name]
+	q := v.topo.Queues[name]
 	v.mu.RUnlock()
 	if q == nil {
 		return QueueInfo{}, notFoundf("no queue '%s' in vhost '%s'", name, vhost)
@@ -183,8 +184,8 @@ func (b *Broker) Exchanges(vhost string) []ExchangeInfo {
 	for _, v := range b.vhostsNamed(vhost) {
 		v.mu.RLock()
 		ps := policy.Sorted(v.policies)
-		for _, x := range v.topo.exchanges {
-			out = append(out, x.infoLocked(v, ps))
+		for _, x := range v.topo.Exchanges {
+			out = append(out, exchangeInfoLocked(x, v, ps))
 		}
 		v.mu.RUnlock()
 	}
@@ -203,16 +204,16 @@ func (b *Broker) Exchange(vhost, name string) (ExchangeInfo, error) {
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	x := v.topo.exchanges[name]
+	x := v.topo.Exchanges[name]
 	if x == nil {
 		return ExchangeInfo{}, notFoundf("no exchange '%s' in vhost '%s'", name, vhost)
 	}
-	return x.infoLocked(v, policy.Sorted(v.policies)), nil
+	return exchangeInfoLocked(x, v, policy.Sorted(v.policies)), nil
 }
 
-func (x *Exchange) infoLocked(v *VHost, ps []*Policy) ExchangeInfo {
+func exchangeInfoLocked(x *topology.Exchange, v *VHost, ps []*Policy) ExchangeInfo {
 	xi := ExchangeInfo{VHost: v.Name, Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: x.Args,
-		PublishIn: x.stats.publishIn.Load(), PublishOut: x.stats.publishOut.Load()}
+		PublishIn: x.Stats.PublishIn.Load(), PublishOut: x.Stats.PublishOut.Load()}
 	if x.Name != "" {
 		if p := policy.Best(ps, func(p *Policy) bool { return p.AppliesToExchange(x.Name) }); p != nil {
 			xi.Policy = p.Name
@@ -293,13 +294,13 @@ func (b *Broker) Bindings(vhost string) []BindingInfo {
 	for _, v := range b.vhostsNamed(vhost) {
 		var implicit, explicit []BindingInfo
 		v.mu.RLock()
-		for _, q := range v.topo.queues {
+		for _, q := range v.topo.Queues {
 			implicit = append(implicit, BindingInfo{VHost: v.Name, Destination: q.Name, DestinationType: "queue", RoutingKey: q.Name, Arguments: amqp.Table{}})
 		}
-		for _, x := range v.topo.exchanges {
-			for _, bd := range x.bindings {
-				bi := BindingInfo{VHost: v.Name, Source: x.Name, Destination: bd.destName(), DestinationType: "queue", RoutingKey: bd.Key, Arguments: bd.Args}
-				if bd.queue == nil {
+		for _, x := range v.topo.Exchanges {
+			for _, bd := range x.Bindings {
+				bi := BindingInfo{VHost: v.Name, Source: x.Name, Destination: bd.DestName(), DestinationType: "queue", RoutingKey: bd.Key, Arguments: bd.Args}
+				if bd.Queue == nil {
 					bi.DestinationType = "exchange"
 				}
 				explicit = append(explicit, bi)

@@ -13,6 +13,7 @@ import (
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/queue"
+	"github.com/brokerd/brokerd/broker/topology"
 	"github.com/brokerd/brokerd/internal/loginlimit"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -384,17 +385,17 @@ func (b *Broker) deleteQueueFor(q *queue.Queue, ch *channel) (int, *queue.StoreW
 	v := vhostOf(q)
 	consumers, messages, w, ok := q.Delete(func() ([]store.MetaOp, bool) {
 		v.mu.Lock()
-		if v.topo.queues[q.Name] != q {
+		if v.topo.Queues[q.Name] != q {
 			return nil, false // deleted already: wait for that deletion
 		}
-		delete(v.topo.queues, q.Name)
+		delete(v.topo.Queues, q.Name)
 		var mb defs.Batch
-		for _, bd := range append([]*Binding(nil), v.topo.queueBindings[q]...) {
-			if src := v.topo.exchanges[bd.Source]; src != nil {
-				v.topo.removeBindingLocked(src, bd, &mb)
+		for _, bd := range append([]*topology.Binding(nil), v.topo.QueueBindings[q]...) {
+			if src := v.topo.Exchanges[bd.Source]; src != nil {
+				v.topo.RemoveBinding(src, bd, &mb)
 			}
 		}
-		delete(v.topo.queueBindings, q)
+		delete(v.topo.QueueBindings, q)
 		if q.Durable && !q.Exclusive {
 			mb.Delete(defs.QueueKey(v.Name, q.Name))
 		}

@@ -151,7 +151,7 @@ func (c *conn) removeExclusive(q *queue.Queue) {
 func (c *conn) lookupQueue(name string) (*queue.Queue, *amqp.Error) {
 	v := c.vhost
 	v.mu.RLock()
-	q := v.topo.queues[name]
+	q := v.topo.Queues[name]
 	v.mu.RUnlock()
 	if q == nil {
 		return nil, queue.NoQueueError(v.Name, name)

@@ -157,7 +157,7 @@ func (b *Broker) QueueStats(vhost, name string) (QueueStats, bool) {
 		return QueueStats{}, false
 	}
 	v.mu.RLock()
-	q := v.topo.queues[name]
+	q := v.topo.Queues[name]
 	v.mu.RUnlock()
 	if q == nil {
 		return QueueStats{}, false

@@ -6,6 +6,7 @@ import (
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/queue"
+	"github.com/brokerd/brokerd/broker/topology"
 )
 
 // resolveQueueName expands the empty name to the queue last declared on the
@@ -44,7 +45,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 			return errDefaultExchange()
 		}
 		v.mu.RLock()
-		x := v.topo.exchanges[m.Exchange]
+		x := v.topo.Exchanges[m.Exchange]
 		v.mu.RUnlock()
 		if x == nil {
 			return errNoExchange(v.Name, m.Exchange)
@@ -54,7 +55,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		}
 		return nil
 	}
-	if !validExchangeType(m.Type) {
+	if !topology.ValidExchangeType(m.Type) {
 		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", m.Type)
 	}
 	if m.Exchange == "" {
@@ -64,7 +65,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 		return err
 	}
 	v.mu.Lock()
-	x := v.topo.exchanges[m.Exchange]
+	x := v.topo.Exchanges[m.Exchange]
 	if x != nil {
 		err := exchangeEquivalent(v.Name, x, m)
 		v.mu.Unlock()
@@ -80,12 +81,12 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 			v.mu.Unlock()
 			return err
 		}
-		x = newExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
-		x.applyPolicyLocked(policy.Sorted(v.policies)) // a policy alternate-exchange applies at once
-		v.topo.exchanges[x.Name] = x
+		x = topology.NewExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
+		x.ApplyPolicy(policy.Sorted(v.policies)) // a policy alternate-exchange applies at once
+		v.topo.Exchanges[x.Name] = x
 		var mb defs.Batch
 		if x.Durable {
-			mb.Put(defs.EncodeExchange(x.def(v.Name)))
+			mb.Put(defs.EncodeExchange(x.Def(v.Name)))
 		}
 		w := c.b.startMeta(&mb)
 		v.mu.Unlock()
@@ -100,7 +101,7 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 	return nil
 }
 
-func exchangeEquivalent(vhost string, x *Exchange, m *amqp.ExchangeDeclare) *amqp.Error {
+func exchangeEquivalent(vhost string, x *topology.Exchange, m *amqp.ExchangeDeclare) *amqp.Error {
 	ineq := func(key string, got, cur any) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed,
 			"inequivalent arg '%s' for exchange '%s' in vhost '%s': received '%v' but current is '%v'",
@@ -157,16 +158,16 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 		return err
 	}
 	v.mu.Lock()
-	x := v.topo.exchanges[m.Exchange]
+	x := v.topo.Exchanges[m.Exchange]
 	var mb defs.Batch
 	if x != nil {
 		// As RabbitMQ, only bindings from x count: being the
 		// destination of exchange bindings does not make it used.
-		if m.IfUnused && len(x.bindings) > 0 {
+		if m.IfUnused && len(x.Bindings) > 0 {
 			v.mu.Unlock()
 			return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", m.Exchange, v.Name)
 		}
-		v.topo.deleteExchangeLocked(x, &mb)
+		v.topo.DeleteExchange(x, &mb)
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
@@ -195,7 +196,7 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 		return err
 	}
 	v.mu.Lock()
-	src, dst := v.topo.exchanges[source], v.topo.exchanges[dest]
+	src, dst := v.topo.Exchanges[source], v.topo.Exchanges[dest]
 	switch {
 	case src == nil:
 		v.mu.Unlock()
@@ -205,22 +206,22 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 		return errNoExchange(v.Name, dest)
 	}
 	if bind {
-		if err := validateBinding(src, args); err != nil {
+		if err := topology.ValidateBinding(src, args); err != nil {
 			v.mu.Unlock()
 			return err
 		}
 	}
 	var mb defs.Batch
-	existing := src.findBinding(nil, dst, key, args)
+	existing := src.FindBinding(nil, dst, key, args)
 	switch {
 	case bind && existing == nil:
-		b := &Binding{Source: source, Key: key, Args: args, exchange: dst}
-		src.addBinding(b)
+		b := &topology.Binding{Source: source, Key: key, Args: args, Exchange: dst}
+		src.AddBinding(b)
 		if src.Durable && dst.Durable {
-			mb.Put(defs.EncodeBinding(b.def(v.Name)))
+			mb.Put(defs.EncodeBinding(b.Def(v.Name)))
 		}
 	case !bind && existing != nil:
-		v.topo.removeBindingLocked(src, existing, &mb)
+		v.topo.RemoveBinding(src, existing, &mb)
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
@@ -280,7 +281,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		defaulted = true
 	}
 	v.mu.Lock()
-	if q := v.topo.queues[name]; q != nil {
+	if q := v.topo.Queues[name]; q != nil {
 		v.mu.Unlock()
 		if q.Exclusive != m.Exclusive || (q.Exclusive && q.Owner != c) {
 			return errLocked(v.Name, name)
@@ -312,7 +313,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		q.Owner = c
 	}
 	v.mu.Lock()
-	if other := v.topo.queues[name]; other != nil {
+	if other := v.topo.Queues[name]; other != nil {
 		// Lost a race with another declare of the same name.
 		v.mu.Unlock()
 		return ch.queueDeclare(m)
@@ -320,7 +321,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if p := v.policyForQueueLocked(name, q.Type); p != nil {
 		q.InitPolicy(p)
 	}
-	v.topo.queues[name] = q
+	v.topo.Queues[name] = q
 	var mb defs.Batch
 	if q.Durable && !q.Exclusive {
 		mb.Put(defs.EncodeQueue(q.Def()))
@@ -382,7 +383,7 @@ func (ch *channel) queueBind(qname, exchange, key string, args amqp.Table, bind,
 		return err
 	}
 	v.mu.Lock()
-	q, x := v.topo.queues[name], v.topo.exchanges[exchange]
+	q, x := v.topo.Queues[name], v.topo.Exchanges[exchange]
 	switch {
 	case q == nil:
 		v.mu.Unlock()
@@ -395,23 +396,23 @@ func (ch *channel) queueBind(qname, exchange, key string, args amqp.Table, bind,
 		return errLocked(v.Name, name)
 	}
 	if bind {
-		if err := validateBinding(x, args); err != nil {
+		if err := topology.ValidateBinding(x, args); err != nil {
 			v.mu.Unlock()
 			return err
 		}
 	}
 	var mb defs.Batch
-	existing := x.findBinding(q, nil, key, args)
+	existing := x.FindBinding(q, nil, key, args)
 	switch {
 	case bind && existing == nil:
-		b := &Binding{Source: exchange, Key: key, Args: args, queue: q}
-		x.addBinding(b)
-		v.topo.queueBindings[q] = append(v.topo.queueBindings[q], b)
+		b := &topology.Binding{Source: exchange, Key: key, Args: args, Queue: q}
+		x.AddBinding(b)
+		v.topo.QueueBindings[q] = append(v.topo.QueueBindings[q], b)
 		if x.Durable && q.Durable && !q.Exclusive {
-			mb.Put(defs.EncodeBinding(b.def(v.Name)))
+			mb.Put(defs.EncodeBinding(b.Def(v.Name)))
 		}
 	case !bind && existing != nil:
-		v.topo.removeBindingLocked(x, existing, &mb)
+		v.topo.RemoveBinding(x, existing, &mb)
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
@@ -456,7 +457,7 @@ func (ch *channel) queueDelete(m *amqp.QueueDelete) *amqp.Error {
 		return err
 	}
 	v.mu.RLock()
-	q := v.topo.queues[name]
+	q := v.topo.Queues[name]
 	v.mu.RUnlock()
 	n := 0
 	var own []*queue.Consumer

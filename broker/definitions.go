@@ -9,6 +9,7 @@ import (
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/broker/queue/engine"
+	"github.com/brokerd/brokerd/broker/topology"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -138,7 +139,7 @@ func (b *Broker) recoverDefinitions() error {
 			dangling(k, "exchange in unknown vhost", "vhost", d.VHost, "exchange", d.Name)
 			return nil
 		}
-		vh.topo.exchanges[d.Name] = newExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, d.Args)
+		vh.topo.Exchanges[d.Name] = topology.NewExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, d.Args)
 		return nil
 	})
 	var queues []*queue.Queue
@@ -159,7 +160,7 @@ func (b *Broker) recoverDefinitions() error {
 		q := queue.New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
 		q.BacklogMarked = d.Backlog
 		q.InitMarks(d.Marks)
-		vh.topo.queues[q.Name] = q
+		vh.topo.Queues[q.Name] = q
 		queues = append(queues, q)
 		return nil
 	})
@@ -173,25 +174,25 @@ func (b *Broker) recoverDefinitions() error {
 			dangling(k, "binding in unknown vhost", "vhost", d.VHost, "source", d.Source, "destination", d.Dest, "routing_key", d.Key)
 			return nil
 		}
-		src := vh.topo.exchanges[d.Source]
+		src := vh.topo.Exchanges[d.Source]
 		if src == nil {
 			dangling(k, "binding from unknown exchange", "vhost", d.VHost, "source", d.Source, "destination", d.Dest, "routing_key", d.Key)
 			return nil
 		}
-		bd := &Binding{Source: d.Source, Key: d.Key, Args: d.Args}
+		bd := &topology.Binding{Source: d.Source, Key: d.Key, Args: d.Args}
 		if d.ToExchange {
-			if bd.exchange = vh.topo.exchanges[d.Dest]; bd.exchange == nil {
+			if bd.Exchange = vh.topo.Exchanges[d.Dest]; bd.Exchange == nil {
 				dangling(k, "binding to unknown exchange", "vhost", d.VHost, "source", d.Source, "exchange", d.Dest, "routing_key", d.Key)
 				return nil
 			}
 		} else {
-			if bd.queue = vh.topo.queues[d.Dest]; bd.queue == nil {
+			if bd.Queue = vh.topo.Queues[d.Dest]; bd.Queue == nil {
 				dangling(k, "binding to unknown queue", "vhost", d.VHost, "source", d.Source, "queue", d.Dest, "routing_key", d.Key)
 				return nil
 			}
-			vh.topo.queueBindings[bd.queue] = append(vh.topo.queueBindings[bd.queue], bd)
+			vh.topo.QueueBindings[bd.Queue] = append(vh.topo.QueueBindings[bd.Queue], bd)
 		}
-		src.addBinding(bd)
+		src.AddBinding(bd)
 		return nil
 	})
 	for _, k := range []*policyKind{userPolicies, operatorPolicies} {

@@ -66,7 +66,7 @@ func (b *Broker) queueForTest(vhost, queue string) *queue.Queue {
 	v := b.VHost(vhost)
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	return v.topo.queues[queue]
+	return v.topo.Queues[queue]
 }
 
 // ResidentForTest returns how many of queue's ready entries are in memory

@@ -12,6 +12,7 @@ import (
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/queue"
+	"github.com/brokerd/brokerd/broker/topology"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -166,7 +167,7 @@ type importTarget struct {
 	ops      []*Policy
 	queues   []*queue.Queue // created by the import
 	touched  bool           // policies changed: they are applied after
-	xs       map[string]*Exchange
+	xs       map[string]*topology.Exchange
 }
 
 func (p *importPlan) problem(format string, args ...any) {
@@ -248,9 +249,9 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 		}
 		switch {
 		case p.vhosts[vhost] != nil:
-			p.targets[vhost] = &importTarget{v: p.vhosts[vhost], xs: map[string]*Exchange{}}
+			p.targets[vhost] = &importTarget{v: p.vhosts[vhost], xs: map[string]*topology.Exchange{}}
 		case newVHosts[vhost]:
-			p.targets[vhost] = &importTarget{v: newVHost(b, vhost), created: true, xs: map[string]*Exchange{}}
+			p.targets[vhost] = &importTarget{v: newVHost(b, vhost), created: true, xs: map[string]*topology.Exchange{}}
 		default:
 			p.problem("%s: no vhost '%s' in the broker or the file", what, vhost)
 			return nil
@@ -275,7 +276,7 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 	// A vhost the file creates exists even with nothing in it.
 	for name := range newVHosts {
 		if p.targets[name] == nil {
-			p.targets[name] = &importTarget{v: newVHost(b, name), created: true, xs: map[string]*Exchange{}}
+			p.targets[name] = &importTarget{v: newVHost(b, name), created: true, xs: map[string]*topology.Exchange{}}
 		}
 	}
 	return p
@@ -387,14 +388,14 @@ func (p *importPlan) checkContents() {
 		m := &amqp.ExchangeDeclare{Exchange: dx.Name, Type: dx.Type, Durable: dx.Durable, AutoDelete: dx.AutoDelete,
 			Internal: dx.Internal, Arguments: dx.Arguments}
 		switch {
-		case !validExchangeType(dx.Type):
+		case !topology.ValidExchangeType(dx.Type):
 			p.problem("%s: unknown exchange type '%s'", what, dx.Type)
 			continue
 		case dx.Name == "":
 			p.problem("%s: %s", what, errDefaultExchange().Text)
 			continue
 		}
-		if x := t.v.topo.exchanges[dx.Name]; x != nil {
+		if x := t.v.topo.Exchanges[dx.Name]; x != nil {
 			if err := exchangeEquivalent(dx.VHost, x, m); err != nil {
 				p.problem("%s: %s", what, err.Text)
 			}
@@ -416,7 +417,7 @@ func (p *importPlan) checkContents() {
 				continue
 			}
 		}
-		t.xs[dx.Name] = newExchange(dx.Name, dx.Type, dx.Durable, dx.AutoDelete, dx.Internal, dx.Arguments)
+		t.xs[dx.Name] = topology.NewExchange(dx.Name, dx.Type, dx.Durable, dx.AutoDelete, dx.Internal, dx.Arguments)
 	}
 	newQueues := map[string]map[string]*DefQueue{}
 	p.queueArgs = make([]amqp.Table, len(d.Queues))
@@ -433,7 +434,7 @@ func (p *importPlan) checkContents() {
 			p.problem("%s: a queue in a definitions file needs a name", what)
 			continue
 		}
-		if q := t.v.topo.queues[dq.Name]; q != nil {
+		if q := t.v.topo.Queues[dq.Name]; q != nil {
 			if q.Exclusive {
 				p.problem("%s: %s", what, errLocked(dq.VHost, dq.Name).Text)
 			} else if err := queueEquivalent(dq.VHost, q, m); err != nil {
@@ -475,11 +476,11 @@ func (p *importPlan) checkContents() {
 		}
 		switch bd.DestinationType {
 		case "queue":
-			if t.v.topo.queues[bd.Destination] == nil && newQueues[bd.VHost][bd.Destination] == nil {
+			if t.v.topo.Queues[bd.Destination] == nil && newQueues[bd.VHost][bd.Destination] == nil {
 				p.problem("%s: no queue '%s' in the vhost or the file", what, bd.Destination)
 				continue
 			}
-			if q := t.v.topo.queues[bd.Destination]; q != nil && q.Exclusive {
+			if q := t.v.topo.Queues[bd.Destination]; q != nil && q.Exclusive {
 				p.problem("%s: %s", what, errLocked(bd.VHost, bd.Destination).Text)
 				continue
 			}
@@ -496,7 +497,7 @@ func (p *importPlan) checkContents() {
 			p.problem("%s: destination_type must be queue or exchange", what)
 			continue
 		}
-		if err := validateBinding(src, bd.Arguments); err != nil {
+		if err := topology.ValidateBinding(src, bd.Arguments); err != nil {
 			p.problem("%s: %s", what, err.Text)
 		}
 	}
@@ -504,8 +505,8 @@ func (p *importPlan) checkContents() {
 
 // exchange returns the exchange name of t: the vhost's, or one the file
 // declares.
-func (t *importTarget) exchange(name string) *Exchange {
-	if x := t.v.topo.exchanges[name]; x != nil {
+func (t *importTarget) exchange(name string) *topology.Exchange {
+	if x := t.v.topo.Exchanges[name]; x != nil {
 		return x
 	}
 	return t.xs[name]
@@ -519,7 +520,7 @@ func (p *importPlan) apply() *queue.StoreWrite {
 	names := slices.Sorted(maps.Keys(p.targets))
 	var durable int
 	for _, dq := range d.Queues {
-		if t := p.targets[dq.VHost]; t != nil && t.v.topo.queues[dq.Name] == nil && dq.Durable {
+		if t := p.targets[dq.VHost]; t != nil && t.v.topo.Queues[dq.Name] == nil && dq.Durable {
 			durable++
 		}
 	}
@@ -540,16 +541,16 @@ func (p *importPlan) apply() *queue.StoreWrite {
 		ps := policy.Sorted(v.policies)
 		for _, xname := range slices.Sorted(maps.Keys(t.xs)) {
 			x := t.xs[xname]
-			x.applyPolicyLocked(ps)
-			v.topo.exchanges[xname] = x
+			x.ApplyPolicy(ps)
+			v.topo.Exchanges[xname] = x
 			if x.Durable {
-				p.mb.Put(defs.EncodeExchange(x.def(name)))
+				p.mb.Put(defs.EncodeExchange(x.Def(name)))
 			}
 		}
 	}
 	for i, dq := range d.Queues {
 		t := p.targets[dq.VHost]
-		if t == nil || t.v.topo.queues[dq.Name] != nil {
+		if t == nil || t.v.topo.Queues[dq.Name] != nil {
 			continue // equivalent, or declared twice (refused)
 		}
 		v := t.v
@@ -563,7 +564,7 @@ func (p *importPlan) apply() *queue.StoreWrite {
 		if qp := v.policyForQueueLocked(dq.Name, q.Type); qp != nil {
 			q.InitPolicy(qp)
 		}
-		v.topo.queues[dq.Name] = q
+		v.topo.Queues[dq.Name] = q
 		if q.Durable {
 			p.mb.Put(defs.EncodeQueue(q.Def()))
 		}
@@ -572,28 +573,28 @@ func (p *importPlan) apply() *queue.StoreWrite {
 	for _, bd := range d.Bindings {
 		t := p.targets[bd.VHost]
 		v := t.v
-		src := v.topo.exchanges[bd.Source]
-		bnd := &Binding{Source: bd.Source, Key: bd.RoutingKey, Args: bd.Arguments}
+		src := v.topo.Exchanges[bd.Source]
+		bnd := &topology.Binding{Source: bd.Source, Key: bd.RoutingKey, Args: bd.Arguments}
 		durable := src.Durable
 		if bd.DestinationType == "queue" {
-			q := v.topo.queues[bd.Destination]
-			if src.findBinding(q, nil, bd.RoutingKey, bd.Arguments) != nil {
+			q := v.topo.Queues[bd.Destination]
+			if src.FindBinding(q, nil, bd.RoutingKey, bd.Arguments) != nil {
 				continue
 			}
-			bnd.queue = q
-			v.topo.queueBindings[q] = append(v.topo.queueBindings[q], bnd)
+			bnd.Queue = q
+			v.topo.QueueBindings[q] = append(v.topo.QueueBindings[q], bnd)
 			durable = durable && q.Durable
 		} else {
-			dx := v.topo.exchanges[bd.Destination]
-			if src.findBinding(nil, dx, bd.RoutingKey, bd.Arguments) != nil {
+			dx := v.topo.Exchanges[bd.Destination]
+			if src.FindBinding(nil, dx, bd.RoutingKey, bd.Arguments) != nil {
 				continue
 			}
-			bnd.exchange = dx
+			bnd.Exchange = dx
 			durable = durable && dx.Durable
 		}
-		src.addBinding(bnd)
+		src.AddBinding(bnd)
 		if durable {
-			p.mb.Put(defs.EncodeBinding(bnd.def(v.Name)))
+			p.mb.Put(defs.EncodeBinding(bnd.Def(v.Name)))
 		}
 	}
 	for name, vd := range p.vmeta {

@@ -40,7 +40,7 @@ func (b *Broker) peek(vhost, queue string, level int, from uint64, count int) ([
 		return nil, notFoundf("no vhost '%s'", vhost)
 	}
 	v.mu.RLock()
-	q := v.topo.queues[queue]
+	q := v.topo.Queues[queue]
 	v.mu.RUnlock()
 	if q == nil {
 		return nil, notFoundf("no queue '%s' in vhost '%s'", queue, vhost)

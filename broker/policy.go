@@ -183,33 +183,21 @@ func (v *VHost) policyForQueueLocked(name, qtype string) *policy.QueuePolicies {
 	return policy.ForQueue(policy.Sorted(v.policies), policy.Sorted(v.opPolicies), name, qtype)
 }
 
-// applyPolicyLocked sets x's policy alternate exchange from the policies
-// ps of its vhost (sorted by name). Operator policies hold no exchange
-// key. Caller holds v.mu.
-func (x *Exchange) applyPolicyLocked(ps []*Policy) {
-	x.policyAE, x.hasPolicyAE = "", false
-	if p := policy.Best(ps, func(p *Policy) bool { return p.AppliesToExchange(x.Name) }); p != nil {
-		if ae, ok := p.Definition["alternate-exchange"].(string); ok {
-			x.policyAE, x.hasPolicyAE = ae, true
-		}
-	}
-}
-
 // applyPolicies recomputes every queue's and exchange's effective settings
 // in v and applies the changes. Callers hold v.policyMu (or are alone, at
 // recovery).
 func (b *Broker) applyPolicies(v *VHost) {
 	v.mu.Lock()
 	ps, ops := policy.Sorted(v.policies), policy.Sorted(v.opPolicies)
-	for _, x := range v.topo.exchanges {
-		x.applyPolicyLocked(ps)
+	for _, x := range v.topo.Exchanges {
+		x.ApplyPolicy(ps)
 	}
 	type change struct {
 		q  *queue.Queue
 		qp *policy.QueuePolicies
 	}
 	var changes []change
-	for _, q := range v.topo.queues {
+	for _, q := range v.topo.Queues {
 		changes = append(changes, change{q, policy.ForQueue(ps, ops, q.Name, q.Type)})
 	}
 	v.mu.Unlock()

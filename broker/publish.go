@@ -90,7 +90,7 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 	}
 	v := c.vhost
 	v.mu.RLock()
-	x := v.topo.exchanges[m.Exchange]
+	x := v.topo.Exchanges[m.Exchange]
 	v.mu.RUnlock()
 	if x == nil {
 		return nil, errNoExchange(v.Name, m.Exchange)
@@ -223,10 +223,10 @@ func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 	}
 	v := c.vhost
 	v.mu.RLock()
-	x := v.topo.exchanges[p.exchange]
+	x := v.topo.Exchanges[p.exchange]
 	var qs []*queue.Queue
 	if x != nil {
-		qs = v.topo.routeIntoLocked(dst, x, h.RoutingKeys, p.headers)
+		qs = v.topo.RouteInto(dst, x, h.RoutingKeys, p.headers)
 	}
 	v.mu.RUnlock()
 	// Routed: the decoded headers are not needed again, and p lives as
@@ -236,8 +236,8 @@ func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 	b.env.Counters.Published.Add(1)
 	ch.confirms.stats.publish.Add(1)
 	if x != nil {
-		x.stats.publishIn.Add(1)
-		x.stats.publishOut.Add(uint64(len(qs)))
+		x.Stats.PublishIn.Add(1)
+		x.Stats.PublishOut.Add(uint64(len(qs)))
 	}
 	if len(qs) == 0 {
 		b.env.Counters.Unroutable.Add(1)

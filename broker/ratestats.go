@@ -88,13 +88,13 @@ func (b *Broker) Counters() Counters {
 	out := Counters{Stats: b.Stats()}
 	for _, v := range b.vhostsNamed("") {
 		v.mu.RLock()
-		qs := make([]*queue.Queue, 0, len(v.topo.queues))
-		for _, q := range v.topo.queues {
+		qs := make([]*queue.Queue, 0, len(v.topo.Queues))
+		for _, q := range v.topo.Queues {
 			qs = append(qs, q)
 		}
-		for _, x := range v.topo.exchanges {
+		for _, x := range v.topo.Exchanges {
 			out.Exchanges = append(out.Exchanges, ExchangeCounters{VHost: v.Name, Name: x.Name,
-				PublishIn: x.stats.publishIn.Load(), PublishOut: x.stats.publishOut.Load()})
+				PublishIn: x.Stats.PublishIn.Load(), PublishOut: x.Stats.PublishOut.Load()})
 		}
 		v.mu.RUnlock()
 		for _, q := range qs {

@@ -275,8 +275,8 @@ func (b *Broker) redriveSource(spec RedriveSpec) (*queue.Queue, bool, error) {
 	}
 	toX := spec.ToExchange || spec.Exchange != ""
 	v.mu.RLock()
-	q := v.topo.queues[spec.Queue]
-	_, xok := v.topo.exchanges[spec.Exchange]
+	q := v.topo.Queues[spec.Queue]
+	_, xok := v.topo.Exchanges[spec.Exchange]
 	v.mu.RUnlock()
 	if q == nil {
 		return nil, toX, notFoundf("no queue '%s' in vhost '%s'", spec.Queue, spec.VHost)

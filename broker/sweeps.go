@@ -86,7 +86,7 @@ func (b *Broker) queuesByID(ids map[store.QueueID][]queue.PagedRef) []*queue.Que
 	var out []*queue.Queue
 	for _, v := range vhosts {
 		v.mu.RLock()
-		for _, q := range v.topo.queues {
+		for _, q := range v.topo.Queues {
 			_, durable := ids[q.ID]
 			_, volatile := ids[q.VolatileID()]
 			if durable && q.Durable && !q.Exclusive || volatile {
@@ -125,8 +125,8 @@ func (b *Broker) storeExactMarks() {
 		// it is released: a deletion holds a queue's lock while it takes
 		// the vhost's (lock order, doc.go).
 		v.mu.RLock()
-		qs := make([]*queue.Queue, 0, len(v.topo.queues))
-		for _, q := range v.topo.queues {
+		qs := make([]*queue.Queue, 0, len(v.topo.Queues))
+		for _, q := range v.topo.Queues {
 			qs = append(qs, q)
 		}
 		v.mu.RUnlock()
@@ -170,8 +170,8 @@ func (b *Broker) retryBacklogsIfChanged(v *VHost) {
 	}
 	gen := v.TopoGen.Load()
 	v.mu.RLock()
-	qs := make([]*queue.Queue, 0, len(v.topo.queues))
-	for _, q := range v.topo.queues {
+	qs := make([]*queue.Queue, 0, len(v.topo.Queues))
+	for _, q := range v.topo.Queues {
 		qs = append(qs, q)
 	}
 	v.mu.RUnlock()

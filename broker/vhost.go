@@ -7,6 +7,7 @@ import (
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/queue"
+	"github.com/brokerd/brokerd/broker/topology"
 )
 
 // VHost is a namespace of exchanges and queues. Its lock guards the maps and
@@ -46,7 +47,7 @@ type VHost struct {
 	// Queue.mu, policyMu or Broker.authMu, never with Broker.mu.
 	mu sync.RWMutex
 	// topo is the vhost's exchanges, queues and bindings.
-	topo     *Topology
+	topo     *topology.Topology
 	policies map[string]*Policy
 	// opPolicies are the operator policies (operatorpolicy.go); nil until one
 	// is set.
@@ -55,7 +56,7 @@ type VHost struct {
 }
 
 func newVHost(b *Broker, name string) *VHost {
-	v := &VHost{b: b, topo: newTopology(name), policies: make(map[string]*Policy)}
+	v := &VHost{b: b, topo: topology.New(name), policies: make(map[string]*Policy)}
 	v.Host.Name, v.Host.Router = name, (*vhostRouter)(v)
 	return v
 }
@@ -71,14 +72,14 @@ func vhostOf(q *queue.Queue) *VHost { return (*VHost)(q.Host.Router.(*vhostRoute
 func (r *vhostRouter) RLock()   { r.mu.RLock() }
 func (r *vhostRouter) RUnlock() { r.mu.RUnlock() }
 
-func (r *vhostRouter) HasExchangeLocked(name string) bool { return r.topo.exchanges[name] != nil }
+func (r *vhostRouter) HasExchangeLocked(name string) bool { return r.topo.Exchanges[name] != nil }
 
 func (r *vhostRouter) RouteLocked(exchange string, keys []string, headers amqp.Table) []*queue.Queue {
-	x := r.topo.exchanges[exchange]
+	x := r.topo.Exchanges[exchange]
 	if x == nil {
 		return nil
 	}
-	return r.topo.routeLocked(x, keys, headers)
+	return r.topo.Route(x, keys, headers)
 }
 
-func (r *vhostRouter) QueueLocked(name string) *queue.Queue { return r.topo.queues[name] }
+func (r *vhostRouter) QueueLocked(name string) *queue.Queue { return r.topo.Queues[name] }

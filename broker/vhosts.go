@@ -208,8 +208,8 @@ func (b *Broker) DeleteVHost(name string) error {
 // then every record left under v's prefix of each defs.VHostPrefixes kind.
 func (b *Broker) deleteVHostContents(v *VHost) error {
 	v.mu.RLock()
-	queues := make([]*queue.Queue, 0, len(v.topo.queues))
-	for _, q := range v.topo.queues {
+	queues := make([]*queue.Queue, 0, len(v.topo.Queues))
+	for _, q := range v.topo.Queues {
 		queues = append(queues, q)
 	}
 	v.mu.RUnlock()
@@ -223,9 +223,9 @@ func (b *Broker) deleteVHostContents(v *VHost) error {
 	v.policyMu.Lock()
 	v.mu.Lock()
 	var mb defs.Batch
-	for _, x := range v.topo.exchanges {
-		if v.topo.exchanges[x.Name] == x { // not auto-deleted meanwhile
-			v.topo.deleteExchangeLocked(x, &mb)
+	for _, x := range v.topo.Exchanges {
+		if v.topo.Exchanges[x.Name] == x { // not auto-deleted meanwhile
+			v.topo.DeleteExchange(x, &mb)
 		}
 	}
 	for pname := range v.policies {

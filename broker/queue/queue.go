@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/broker/policy"
+	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/broker/stats"
 	"github.com/brokerd/brokerd/deadletter"
 	"github.com/brokerd/brokerd/store"

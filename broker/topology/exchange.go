@@ -1,10 +1,11 @@
-package broker
+package topology
 
 import (
 	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
+	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/queue"
 )
 
@@ -16,7 +17,7 @@ const (
 	typeHeaders = "headers"
 )
 
-func validExchangeType(t string) bool {
+func ValidExchangeType(t string) bool {
 	switch t {
 	case typeDirect, typeFanout, typeTopic, typeHeaders:
 		return true
@@ -38,15 +39,15 @@ type Exchange struct {
 	hasAE     bool
 	// policyAE is the alternate-exchange of the applied policy; the
 	// argument wins over it. Guarded by the vhost lock.
-	policyAE    string
-	hasPolicyAE bool
+	PolicyAE    string
+	HasPolicyAE bool
 
 	// bindings with this exchange as source, in binding order.
-	bindings []*Binding
+	Bindings []*Binding
 	// byKey indexes direct-exchange bindings by routing key.
 	byKey map[string][]*Binding
 
-	stats exchangeStats // ratestats.go
+	Stats PublishCounters
 }
 
 // Binding routes from a source exchange to a queue or an exchange.
@@ -55,18 +56,18 @@ type Binding struct {
 	Key    string
 	Args   amqp.Table
 	// Exactly one of queue and exchange is set.
-	queue    *queue.Queue
-	exchange *Exchange
+	Queue    *queue.Queue
+	Exchange *Exchange
 }
 
-func (b *Binding) destName() string {
-	if b.queue != nil {
-		return b.queue.Name
+func (b *Binding) DestName() string {
+	if b.Queue != nil {
+		return b.Queue.Name
 	}
-	return b.exchange.Name
+	return b.Exchange.Name
 }
 
-func newExchange(name, typ string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
+func NewExchange(name, typ string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
 	x := &Exchange{Name: name, Type: typ, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args}
 	if v, ok := args.Get("alternate-exchange"); ok {
 		if s, ok := v.(string); ok {
@@ -84,20 +85,20 @@ func (x *Exchange) alternateExchange() (string, bool) {
 	if x.hasAE {
 		return x.alternate, true
 	}
-	return x.policyAE, x.hasPolicyAE
+	return x.PolicyAE, x.HasPolicyAE
 }
 
-func (x *Exchange) addBinding(b *Binding) {
-	x.bindings = append(x.bindings, b)
+func (x *Exchange) AddBinding(b *Binding) {
+	x.Bindings = append(x.Bindings, b)
 	if x.byKey != nil {
 		x.byKey[b.Key] = append(x.byKey[b.Key], b)
 	}
 }
 
 // findBinding returns the binding equal to (dest, key, args), if any.
-func (x *Exchange) findBinding(q *queue.Queue, dx *Exchange, key string, args amqp.Table) *Binding {
-	for _, b := range x.bindings {
-		if b.queue == q && b.exchange == dx && b.Key == key && tablesEqual(b.Args, args) {
+func (x *Exchange) FindBinding(q *queue.Queue, dx *Exchange, key string, args amqp.Table) *Binding {
+	for _, b := range x.Bindings {
+		if b.Queue == q && b.Exchange == dx && b.Key == key && tablesEqual(b.Args, args) {
 			return b
 		}
 	}
@@ -105,7 +106,7 @@ func (x *Exchange) findBinding(q *queue.Queue, dx *Exchange, key string, args am
 }
 
 func (x *Exchange) removeBinding(b *Binding) {
-	x.bindings = removePtr(x.bindings, b)
+	x.Bindings = removePtr(x.Bindings, b)
 	if x.byKey != nil {
 		l := removePtr(x.byKey[b.Key], b)
 		if len(l) == 0 {
@@ -152,7 +153,7 @@ func (x *Exchange) matches(b *Binding, keys []string, headers amqp.Table) bool {
 // validateBinding checks a new binding's arguments for x's type, as
 // RabbitMQ's validate_binding: a headers binding's x-match must be one of
 // the four modes.
-func validateBinding(x *Exchange, args amqp.Table) *amqp.Error {
+func ValidateBinding(x *Exchange, args amqp.Table) *amqp.Error {
 	if x.Type != typeHeaders {
 		return nil
 	}
@@ -187,16 +188,28 @@ func tablesEqual(a, b amqp.Table) bool {
 }
 
 // def returns x's record in vhost.
-func (x *Exchange) def(vhost string) defs.Exchange {
+func (x *Exchange) Def(vhost string) defs.Exchange {
 	return defs.Exchange{VHost: vhost, Name: x.Name, Type: x.Type, AutoDelete: x.AutoDelete, Internal: x.Internal, Args: x.Args}
 }
 
 // def returns b's record in vhost.
-func (b *Binding) def(vhost string) defs.Binding {
-	return defs.Binding{VHost: vhost, Source: b.Source, Dest: b.destName(), ToExchange: b.exchange != nil, Key: b.Key, Args: b.Args}
+func (b *Binding) Def(vhost string) defs.Binding {
+	return defs.Binding{VHost: vhost, Source: b.Source, Dest: b.DestName(), ToExchange: b.Exchange != nil, Key: b.Key, Args: b.Args}
 }
 
-// exchangeStats are an exchange's counters: RabbitMQ's publish_in
+// PublishCounters are an exchange's counters: RabbitMQ's publish_in
 // (messages published into the exchange by clients, routed or not) and
 // publish_out (queue copies the exchange routed them to).
-type exchangeStats struct{ publishIn, publishOut atomic.Uint64 }
+type PublishCounters struct{ PublishIn, PublishOut atomic.Uint64 }
+
+// ApplyPolicy sets x's policy alternate exchange from the policies
+// ps of its vhost (sorted by name). Operator policies hold no exchange
+// key. Caller holds v.mu.
+func (x *Exchange) ApplyPolicy(ps []*policy.Policy) {
+	x.PolicyAE, x.HasPolicyAE = "", false
+	if p := policy.Best(ps, func(p *policy.Policy) bool { return p.AppliesToExchange(x.Name) }); p != nil {
+		if ae, ok := p.Definition["alternate-exchange"].(string); ok {
+			x.PolicyAE, x.HasPolicyAE = ae, true
+		}
+	}
+}

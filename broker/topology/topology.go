@@ -1,4 +1,4 @@
-package broker
+package topology
 
 import (
 	"github.com/brokerd/brokerd/amqp"
@@ -13,22 +13,22 @@ import (
 // changes hold it exclusively.
 type Topology struct {
 	name      string // the vhost's, for definition keys
-	exchanges map[string]*Exchange
-	queues    map[string]*queue.Queue
+	Exchanges map[string]*Exchange
+	Queues    map[string]*queue.Queue
 	// queueBindings are the bindings with each queue as destination.
-	queueBindings map[*queue.Queue][]*Binding
+	QueueBindings map[*queue.Queue][]*Binding
 }
 
 // newTopology returns the topology of a new vhost named name: its
 // default exchange and the amq.* exchanges.
-func newTopology(name string) *Topology {
-	t := &Topology{name: name, exchanges: make(map[string]*Exchange), queues: make(map[string]*queue.Queue), queueBindings: make(map[*queue.Queue][]*Binding)}
-	t.exchanges[""] = newExchange("", typeDirect, true, false, false, nil)
+func New(name string) *Topology {
+	t := &Topology{name: name, Exchanges: make(map[string]*Exchange), Queues: make(map[string]*queue.Queue), QueueBindings: make(map[*queue.Queue][]*Binding)}
+	t.Exchanges[""] = NewExchange("", typeDirect, true, false, false, nil)
 	for _, x := range []struct{ name, typ string }{
 		{"amq.direct", typeDirect}, {"amq.fanout", typeFanout}, {"amq.topic", typeTopic},
 		{"amq.headers", typeHeaders}, {"amq.match", typeHeaders},
 	} {
-		t.exchanges[x.name] = newExchange(x.name, x.typ, true, false, false, nil)
+		t.Exchanges[x.name] = NewExchange(x.name, x.typ, true, false, false, nil)
 	}
 	return t
 }
@@ -36,13 +36,13 @@ func newTopology(name string) *Topology {
 // route returns the queues a message published to x with the given routing
 // keys and headers reaches, following exchange-to-exchange bindings and
 // alternate exchanges, each queue once. Caller holds the owner's lock (shared).
-func (t *Topology) routeLocked(x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
-	return t.routeIntoLocked(nil, x, keys, headers)
+func (t *Topology) Route(x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
+	return t.RouteInto(nil, x, keys, headers)
 }
 
 // routeIntoLocked is routeLocked appending to dst (a publisher's reused
 // buffer): routing a message to one exchange's queues allocates nothing.
-func (t *Topology) routeIntoLocked(dst []*queue.Queue, x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
+func (t *Topology) RouteInto(dst []*queue.Queue, x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
 	r := router{t: t, queues: dst[:0]}
 	r.route(x, keys, headers)
 	return r.queues
@@ -99,16 +99,16 @@ func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
 	found := false
 	visit := func(b *Binding) {
 		found = true
-		if b.queue != nil {
-			r.addQueue(b.queue)
+		if b.Queue != nil {
+			r.addQueue(b.Queue)
 		} else {
-			r.route(b.exchange, keys, headers)
+			r.route(b.Exchange, keys, headers)
 		}
 	}
 	switch {
 	case x.Name == "":
 		for _, k := range keys {
-			if q := r.t.queues[k]; q != nil {
+			if q := r.t.Queues[k]; q != nil {
 				found = true
 				r.addQueue(q)
 			}
@@ -120,14 +120,14 @@ func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
 			}
 		}
 	default:
-		for _, b := range x.bindings {
+		for _, b := range x.Bindings {
 			if x.matches(b, keys, headers) {
 				visit(b)
 			}
 		}
 	}
 	if name, ok := x.alternateExchange(); !found && ok {
-		if ae := r.t.exchanges[name]; ae != nil {
+		if ae := r.t.Exchanges[name]; ae != nil {
 			r.route(ae, keys, headers)
 		}
 	}
@@ -136,23 +136,23 @@ func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
 // deleteExchangeLocked removes x and every binding to or from it, then
 // auto-deletes exchanges left without bindings. It returns the store
 // operations for the durable definitions removed.
-func (t *Topology) deleteExchangeLocked(x *Exchange, m *defs.Batch) {
-	delete(t.exchanges, x.Name)
+func (t *Topology) DeleteExchange(x *Exchange, m *defs.Batch) {
+	delete(t.Exchanges, x.Name)
 	if x.Durable {
 		m.Delete(defs.ExchangeKey(t.name, x.Name))
 	}
-	for _, b := range x.bindings {
+	for _, b := range x.Bindings {
 		t.unlinkDestLocked(b)
 		if x.Durable && b.durable() {
-			m.Delete(defs.BindingKey(b.def(t.name)))
+			m.Delete(defs.BindingKey(b.Def(t.name)))
 		}
 	}
-	x.bindings = nil
+	x.Bindings = nil
 	// Bindings that have x as destination.
-	for _, src := range t.exchanges {
-		for _, b := range append([]*Binding(nil), src.bindings...) {
-			if b.exchange == x {
-				t.removeBindingLocked(src, b, m)
+	for _, src := range t.Exchanges {
+		for _, b := range append([]*Binding(nil), src.Bindings...) {
+			if b.Exchange == x {
+				t.RemoveBinding(src, b, m)
 			}
 		}
 	}
@@ -160,29 +160,29 @@ func (t *Topology) deleteExchangeLocked(x *Exchange, m *defs.Batch) {
 
 // removeBindingLocked removes b from its source exchange, and auto-deletes
 // the source if that was its last binding.
-func (t *Topology) removeBindingLocked(src *Exchange, b *Binding, m *defs.Batch) {
+func (t *Topology) RemoveBinding(src *Exchange, b *Binding, m *defs.Batch) {
 	src.removeBinding(b)
 	t.unlinkDestLocked(b)
 	if b.durable() && src.Durable {
-		m.Delete(defs.BindingKey(b.def(t.name)))
+		m.Delete(defs.BindingKey(b.Def(t.name)))
 	}
-	if src.AutoDelete && len(src.bindings) == 0 {
-		t.deleteExchangeLocked(src, m)
+	if src.AutoDelete && len(src.Bindings) == 0 {
+		t.DeleteExchange(src, m)
 	}
 }
 
 func (t *Topology) unlinkDestLocked(b *Binding) {
-	if q := b.queue; q != nil {
-		if t.queueBindings[q] = removePtr(t.queueBindings[q], b); len(t.queueBindings[q]) == 0 {
-			delete(t.queueBindings, q)
+	if q := b.Queue; q != nil {
+		if t.QueueBindings[q] = removePtr(t.QueueBindings[q], b); len(t.QueueBindings[q]) == 0 {
+			delete(t.QueueBindings, q)
 		}
 	}
 }
 
 // durable reports whether the binding is persisted: both ends durable.
 func (b *Binding) durable() bool {
-	if b.queue != nil {
-		return b.queue.Durable
+	if b.Queue != nil {
+		return b.Queue.Durable
 	}
-	return b.exchange.Durable
+	return b.Exchange.Durable
 }

@@ -1,4 +1,4 @@
-package broker
+package topology
 
 import (
 	"strings"

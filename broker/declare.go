@@ -119,8 +119,8 @@ func exchangeEquivalent(vhost string, x *topology.Exchange, m *amqp.ExchangeDecl
 	}
 	got, _ := m.Arguments.Get("alternate-exchange")
 	cur, _ := x.Args.Get("alternate-exchange")
-	if !sameArg(got, cur) {
-		return errInequivalent("exchange", "alternate-exchange", x.Name, vhost, got, cur)
+	if !queue.SameArg(got, cur) {
+		return queue.InequivalentError("exchange", "alternate-exchange", x.Name, vhost, got, cur)
 	}
 	return nil
 }
@@ -274,7 +274,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	// client had named it: before the equivalence check and validation.
 	dqt := v.defaultQueueType()
 	defaulted := false
-	if args := withDefaultQueueType(m.Arguments, dqt, m.Durable, m.Exclusive, m.AutoDelete); len(args) != len(m.Arguments) {
+	if args := queue.WithDefaultType(m.Arguments, dqt, m.Durable, m.Exclusive, m.AutoDelete); len(args) != len(m.Arguments) {
 		mm := *m
 		mm.Arguments = args
 		m = &mm
@@ -286,7 +286,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		if q.Exclusive != m.Exclusive || (q.Exclusive && q.Owner != c) {
 			return errLocked(v.Name, name)
 		}
-		if err := queueEquivalent(v.Name, q, m); err != nil {
+		if err := queue.Equivalent(v.Name, q, m); err != nil {
 			return err
 		}
 		ch.declared(q, m.Nowait)
@@ -301,7 +301,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if defaulted && queue.TypeOf(m.Arguments) == policy.QueueStream {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg 'x-queue-type' for queue '%s' in vhost '%s': the vhost's default queue type is stream, which brokerd does not support; name x-queue-type classic or quorum, or change the vhost's default", name, v.Name)
 	}
-	if err := validateQueueDeclare(v.Name, name, m); err != nil {
+	if err := queue.ValidateDeclare(v.Name, name, m); err != nil {
 		return err
 	}
 	id := c.b.newQueueID()

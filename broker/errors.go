@@ -1,6 +1,8 @@
 package broker
 
-import "github.com/brokerd/brokerd/amqp"
+import (
+	"github.com/brokerd/brokerd/amqp"
+)
 
 // The texts follow RabbitMQ's word for word where clients or operators are
 // known to match on them.
@@ -17,10 +19,4 @@ func errLocked(vhost, name string) *amqp.Error {
 	return amqp.Errorf(amqp.ResourceLocked,
 		"cannot obtain exclusive access to locked queue '%s' in vhost '%s'. It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.",
 		name, vhost)
-}
-
-func errInequivalent(what, key, name, vhost string, received, current any) *amqp.Error {
-	return amqp.Errorf(amqp.PreconditionFailed,
-		"inequivalent arg '%s' for %s '%s' in vhost '%s': received %s but current is %s",
-		key, what, name, vhost, renderEquiv(received), renderEquiv(current))
 }

@@ -423,7 +423,7 @@ func (p *importPlan) checkContents() {
 	p.queueArgs = make([]amqp.Table, len(d.Queues))
 	for i := range d.Queues {
 		dq := &d.Queues[i]
-		p.queueArgs[i] = withDefaultQueueType(dq.Arguments, p.dqt[dq.VHost], dq.Durable, false, dq.AutoDelete)
+		p.queueArgs[i] = queue.WithDefaultType(dq.Arguments, p.dqt[dq.VHost], dq.Durable, false, dq.AutoDelete)
 		t := p.targets[dq.VHost]
 		if t == nil {
 			continue
@@ -437,7 +437,7 @@ func (p *importPlan) checkContents() {
 		if q := t.v.topo.Queues[dq.Name]; q != nil {
 			if q.Exclusive {
 				p.problem("%s: %s", what, errLocked(dq.VHost, dq.Name).Text)
-			} else if err := queueEquivalent(dq.VHost, q, m); err != nil {
+			} else if err := queue.Equivalent(dq.VHost, q, m); err != nil {
 				p.problem("%s: %s", what, err.Text)
 			}
 			continue
@@ -450,7 +450,7 @@ func (p *importPlan) checkContents() {
 			p.problem("%s: queue name '%s' contains reserved prefix 'amq.*'", what, dq.Name)
 			continue
 		}
-		if err := validateQueueDeclare(dq.VHost, dq.Name, m); err != nil {
+		if err := queue.ValidateDeclare(dq.VHost, dq.Name, m); err != nil {
 			p.problem("%s: %s", what, err.Text)
 			continue
 		}

@@ -31,9 +31,6 @@ type publishAlloc struct {
 	e   queue.Entry
 }
 
-// maxExpiration is RabbitMQ's upper bound for TTL values: ten years in ms.
-const maxExpiration = 315360000000
-
 // parseExpiration validates the expiration property as RabbitMQ does
 // (rabbit_basic:parse_expiration): a decimal integer 0..10 years in ms.
 func parseExpiration(s string) (int64, *amqp.Error) {
@@ -66,7 +63,7 @@ func parseExpiration(s string) (int64, *amqp.Error) {
 	switch {
 	case n < 0:
 		return 0, fail("{value_negative," + strconv.FormatInt(n, 10) + "}")
-	case n > maxExpiration:
+	case n > queue.MaxExpiration:
 		return 0, fail("{value_too_large," + strconv.FormatInt(n, 10) + "}")
 	}
 	return n, nil

@@ -1,11 +1,10 @@
-package broker
+package queue
 
 import (
 	"fmt"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/policy"
-	"github.com/brokerd/brokerd/broker/queue"
 )
 
 // argScope says which queue types accept an argument.
@@ -66,7 +65,7 @@ func argKnownTo(key, qtype string) bool {
 	return false
 }
 
-// withDefaultQueueType returns the arguments a queue.declare has in a
+// WithDefaultType returns the arguments a queue.declare has in a
 // vhost whose default queue type is dqt ("" for none), as RabbitMQ 3.13
 // and 4.x compute them (rabbit_amqqueue:augment_declare_args) before the
 // declare is checked against an existing queue or validated: when the
@@ -83,7 +82,7 @@ func argKnownTo(key, qtype string) bool {
 // into the arguments of a queue declared without one in a vhost without
 // a default; brokerd leaves those arguments as the client sent them, as
 // RabbitMQ 3.13 does.
-func withDefaultQueueType(args amqp.Table, dqt string, durable, exclusive, autoDelete bool) amqp.Table {
+func WithDefaultType(args amqp.Table, dqt string, durable, exclusive, autoDelete bool) amqp.Table {
 	if dqt == "" {
 		return args
 	}
@@ -101,9 +100,9 @@ func withDefaultQueueType(args amqp.Table, dqt string, durable, exclusive, autoD
 	return append(out, amqp.Field{Key: "x-queue-type", Value: qtype})
 }
 
-// validateQueueDeclare checks a new queue's properties and arguments with
+// ValidateDeclare checks a new queue's properties and arguments with
 // RabbitMQ's codes and texts (reference §2).
-func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error {
+func ValidateDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error {
 	rs := fmt.Sprintf("queue '%s' in vhost '%s'", name, vhost)
 	invalid := func(key string, term string) *amqp.Error {
 		return amqp.Errorf(amqp.PreconditionFailed, "invalid arg '%s' for %s: %s", key, rs, term)
@@ -128,7 +127,7 @@ func validateQueueDeclare(vhost, name string, m *amqp.QueueDeclare) *amqp.Error 
 			return invalid("x-queue-type", fmt.Sprintf("unknown queue type '%s'", s))
 		}
 	}
-	qtype := queue.TypeOf(m.Arguments)
+	qtype := TypeOf(m.Arguments)
 	if qtype == policy.QueueQuorum {
 		switch {
 		case !m.Durable:
@@ -179,12 +178,12 @@ func checkQueueArg(key string, v any, all amqp.Table) string {
 		if _, ok := intArgValue(v); !ok {
 			return fmt.Sprintf("expected integer, got %s", amqp.TypeName(v))
 		}
-		return intArg(0, maxExpiration)
+		return intArg(0, MaxExpiration)
 	case "x-expires":
 		if _, ok := intArgValue(v); !ok {
 			return fmt.Sprintf("expected integer, got %s", amqp.TypeName(v))
 		}
-		return intArg(1, maxExpiration)
+		return intArg(1, MaxExpiration)
 	case "x-max-length", "x-max-length-bytes", "x-consumer-timeout":
 		return intArg(0, 0)
 	case "x-overflow":
@@ -236,8 +235,8 @@ func checkQueueArg(key string, v any, all amqp.Table) string {
 // unsigned ones); timestamps, floats, decimals and strings are refused.
 func intArgValue(v any) (int64, bool) { return amqp.AsInt(v) }
 
-// queueEquivalent checks a redeclare against the existing queue (B64).
-func queueEquivalent(vhost string, q *queue.Queue, m *amqp.QueueDeclare) *amqp.Error {
+// Equivalent checks a redeclare against the existing queue (B64).
+func Equivalent(vhost string, q *Queue, m *amqp.QueueDeclare) *amqp.Error {
 	if q.Durable != m.Durable {
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'durable' for queue '%s' in vhost '%s': received '%t' but current is '%t'",
 			q.Name, vhost, m.Durable, q.Durable)
@@ -246,11 +245,11 @@ func queueEquivalent(vhost string, q *queue.Queue, m *amqp.QueueDeclare) *amqp.E
 		return amqp.Errorf(amqp.PreconditionFailed, "inequivalent arg 'auto_delete' for queue '%s' in vhost '%s': received '%t' but current is '%t'",
 			q.Name, vhost, m.AutoDelete, q.AutoDelete)
 	}
-	qtype := queue.TypeOf(q.Args)
-	if queue.TypeOf(m.Arguments) != qtype {
+	qtype := TypeOf(q.Args)
+	if TypeOf(m.Arguments) != qtype {
 		got, _ := m.Arguments.Get("x-queue-type")
 		cur, _ := q.Args.Get("x-queue-type")
-		return errInequivalent("queue", "x-queue-type", q.Name, vhost, got, cur)
+		return InequivalentError("queue", "x-queue-type", q.Name, vhost, got, cur)
 	}
 	keys := map[string]bool{}
 	for _, f := range append(append(amqp.Table(nil), q.Args...), m.Arguments...) {
@@ -258,14 +257,14 @@ func queueEquivalent(vhost string, q *queue.Queue, m *amqp.QueueDeclare) *amqp.E
 			keys[f.Key] = true
 			got, gok := m.Arguments.Get(f.Key)
 			cur, cok := q.Args.Get(f.Key)
-			if gok != cok || !sameArg(got, cur) {
+			if gok != cok || !SameArg(got, cur) {
 				if !gok {
 					got = noneArg{}
 				}
 				if !cok {
 					cur = noneArg{}
 				}
-				return errInequivalent("queue", f.Key, q.Name, vhost, got, cur)
+				return InequivalentError("queue", f.Key, q.Name, vhost, got, cur)
 			}
 		}
 	}
@@ -275,10 +274,10 @@ func queueEquivalent(vhost string, q *queue.Queue, m *amqp.QueueDeclare) *amqp.E
 // noneArg renders an absent argument in an equivalence error.
 type noneArg struct{}
 
-// sameArg compares argument values as RabbitMQ's equivalence check does:
+// SameArg compares argument values as RabbitMQ's equivalence check does:
 // all integer types are one class, float and double another, and values
 // must be equal within the class.
-func sameArg(a, b any) bool {
+func SameArg(a, b any) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
@@ -310,3 +309,15 @@ func renderEquiv(v any) string {
 	}
 	return fmt.Sprintf("the value '%v' of type '%s'", v, amqp.TypeName(v))
 }
+
+// InequivalentError is the precondition-failed error of a declaration
+// whose argument key differs from the existing what (queue or exchange)'s,
+// in RabbitMQ's words.
+func InequivalentError(what, key, name, vhost string, received, current any) *amqp.Error {
+	return amqp.Errorf(amqp.PreconditionFailed,
+		"inequivalent arg '%s' for %s '%s' in vhost '%s': received %s but current is %s",
+		key, what, name, vhost, renderEquiv(received), renderEquiv(current))
+}
+
+// MaxExpiration is RabbitMQ's upper bound for TTL values: ten years in ms.
+const MaxExpiration = 315360000000

@@ -5,10 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -111,38 +109,11 @@ type redriveTask struct {
 	cancelOnce sync.Once
 }
 
-// redriveRecord is a task's stored record (JSON after the version byte).
-// It is rewritten by every move, so it holds counters only: the failures
-// are their own records (defs.PrefixRedriveFailure, seq -> reason), from which
-// recovery rebuilds the list and the counts by reason.
-type redriveRecord struct {
-	VHost       string  `json:"vhost"`
-	Queue       string  `json:"queue"`
-	User        string  `json:"user"`
-	Max         int     `json:"max,omitempty"`
-	ToExchange  bool    `json:"to_exchange,omitempty"`
-	Exchange    string  `json:"exchange,omitempty"`
-	RoutingKey  string  `json:"routing_key,omitempty"`
-	Reason      string  `json:"reason,omitempty"`
-	SourceQueue string  `json:"source_queue,omitempty"`
-	MinAgeMS    int64   `json:"min_age_ms,omitempty"`
-	Rate        float64 `json:"rate,omitempty"`
-	State       string  `json:"state"`
-	Moved       int64   `json:"moved"`
-	Failed      int64   `json:"failed"`
-	Remaining   int64   `json:"remaining"`
-	UpTo        uint64  `json:"upto_seq"`
-	QueueID     uint64  `json:"queue_id"`
-	Error       string  `json:"error,omitempty"`
-	Created     int64   `json:"created_ms"`
-	Ended       int64   `json:"ended_ms,omitempty"`
-}
-
 // recordLocked encodes the task's record. Caller holds t.mu.
 func (t *redriveTask) recordLocked() store.MetaOp {
 	s := t.spec
-	r := redriveRecord{
-		VHost: s.VHost, Queue: s.Queue, User: s.User, Max: s.Max,
+	r := defs.RedriveTask{
+		ID: t.id, VHost: s.VHost, Queue: s.Queue, User: s.User, Max: s.Max,
 		ToExchange: s.ToExchange, Exchange: s.Exchange, RoutingKey: s.RoutingKey,
 		Reason: s.Reason, SourceQueue: s.SourceQueue, MinAgeMS: s.MinAge.Milliseconds(), Rate: s.Rate,
 		State: t.state, Moved: t.moved, Failed: t.failed,
@@ -151,15 +122,7 @@ func (t *redriveTask) recordLocked() store.MetaOp {
 	if !t.ended.IsZero() {
 		r.Ended = t.ended.UnixMilli()
 	}
-	v, err := json.Marshal(r)
-	if err != nil { // a struct of strings, numbers and maps of them
-		panic(fmt.Sprintf("encode redrive task: %v", err))
-	}
-	return store.MetaOp{Key: defs.Key(defs.PrefixRedriveTask, t.id), Value: append([]byte{defs.Version}, v...)}
-}
-
-func failureKey(id string, seq uint64) string {
-	return defs.Key(defs.PrefixRedriveFailure, id, fmt.Sprintf("%016x", seq))
+	return defs.EncodeRedriveTask(r)
 }
 
 // snapshot returns the task as it is now.
@@ -394,18 +357,13 @@ func (b *Broker) RedriveFailures(id string, from uint64, count int) ([]queue.Red
 		if len(out) >= count {
 			return false
 		}
-		parts, err := defs.Parts(k, defs.PrefixRedriveFailure, 2)
+		f, err := defs.DecodeRedriveFailure(k, v)
 		if err != nil {
 			perr = err
 			return false
 		}
-		seq, err := strconv.ParseUint(parts[1], 16, 64)
-		if err != nil {
-			perr = fmt.Errorf("redrive failure %q: %w: %w", k, defs.ErrCorrupt, err)
-			return false
-		}
-		if seq >= from {
-			out = append(out, queue.RedriveFailure{Seq: seq, Reason: string(v)})
+		if f.Seq >= from {
+			out = append(out, queue.RedriveFailure{Seq: f.Seq, Reason: f.Reason})
 		}
 		return true
 	})
@@ -440,24 +398,15 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	var resume, all []*redriveTask
 	var err error
 	serr := b.env.Store.ScanMeta(defs.PrefixRedriveTask, func(k string, v []byte) bool {
-		var parts []string
-		if parts, err = defs.Parts(k, defs.PrefixRedriveTask, 1); err != nil {
-			return false
-		}
-		if len(v) == 0 || v[0] != defs.Version {
-			err = fmt.Errorf("redrive task %q: %w: version", parts[0], defs.ErrCorrupt)
-			return false
-		}
-		var r redriveRecord
-		if jerr := json.Unmarshal(v[1:], &r); jerr != nil {
-			err = fmt.Errorf("redrive task %q: %w: %w", parts[0], defs.ErrCorrupt, jerr)
+		var r defs.RedriveTask
+		if r, err = defs.DecodeRedriveTask(k, v); err != nil {
 			return false
 		}
 		spec := RedriveSpec{VHost: r.VHost, Queue: r.Queue, User: r.User, Rate: r.Rate,
 			RedriveOptions: queue.RedriveOptions{Max: r.Max, ToExchange: r.ToExchange, Exchange: r.Exchange,
 				RoutingKey: r.RoutingKey, Reason: r.Reason, SourceQueue: r.SourceQueue,
 				MinAge: time.Duration(r.MinAgeMS) * time.Millisecond}}
-		t := newRedriveTask(parts[0], spec, time.UnixMilli(r.Created))
+		t := newRedriveTask(r.ID, spec, time.UnixMilli(r.Created))
 		t.state, t.moved, t.failed, t.remaining, t.errText = r.State, r.Moved, r.Failed, r.Remaining, r.Error
 		t.upTo, t.queueID = r.UpTo, store.QueueID(r.QueueID)
 		if r.Ended != 0 {
@@ -484,17 +433,13 @@ func (b *Broker) recoverRedrives() ([]*redriveTask, error) {
 	for _, t := range all {
 		running := t.state == RedriveRunning
 		serr := b.env.Store.ScanMeta(defs.Key(defs.PrefixRedriveFailure, t.id), func(k string, v []byte) bool {
-			parts, perr := defs.Parts(k, defs.PrefixRedriveFailure, 2)
+			d, perr := defs.DecodeRedriveFailure(k, v)
 			if perr != nil {
 				err = perr
 				return false
 			}
-			seq, perr := strconv.ParseUint(parts[1], 16, 64)
-			if perr != nil {
-				err = fmt.Errorf("redrive failure %q: %w: %w", k, defs.ErrCorrupt, perr)
-				return false
-			}
-			f := queue.RedriveFailure{Seq: seq, Reason: string(v)}
+			seq := d.Seq
+			f := queue.RedriveFailure{Seq: seq, Reason: d.Reason}
 			t.reasons[f.Reason]++
 			if len(t.failures) < redriveListedFailures {
 				t.failures = append(t.failures, f)
@@ -717,6 +662,6 @@ func (t *redriveTask) NoteFailure(tx *queue.Txn, f queue.RedriveFailure) {
 	if len(t.failures) < redriveListedFailures {
 		t.failures = append(t.failures, f)
 	}
-	tx.Batch.Meta = append(tx.Batch.Meta, store.MetaOp{Key: failureKey(t.id, f.Seq), Value: []byte(f.Reason)}, t.recordLocked())
+	tx.Batch.Meta = append(tx.Batch.Meta, defs.EncodeRedriveFailure(defs.RedriveFailure{Task: t.id, Seq: f.Seq, Reason: f.Reason}), t.recordLocked())
 	t.mu.Unlock()
 }

@@ -208,3 +208,28 @@ func FuzzVHostRecord(f *testing.F) {
 		roundTrip(t, VHost{Name: name, Description: description, DefaultQueueType: queueType, Tags: []string{t1, t2}[:ntags%3]})
 	})
 }
+
+// A redrive task's record is JSON: its strings are UTF-8 (encoding/json
+// writes others' bytes as U+FFFD) and its rate finite.
+func FuzzRedriveTaskRecord(f *testing.F) {
+	f.Add("r1", "/", "dlq", "guest", 10, true, "x", "k", "expired", "src", int64(60000), 2.5, "running", int64(3), int64(1), int64(7), uint64(99), uint64(4), "", int64(1_700_000_000_000), int64(0))
+	f.Add("", "", "", "", 0, false, "", "", "", "", int64(0), 0.0, "", int64(0), int64(0), int64(0), uint64(0), uint64(0), "e\u2028", int64(-1), int64(1))
+	f.Fuzz(func(t *testing.T, id, vhost, queue, user string, max int, toX bool, x, key, reason, src string, minAge int64, rate float64,
+		state string, moved, failed, remaining int64, upTo, qid uint64, errText string, created, ended int64) {
+		if math.IsInf(rate, 0) || math.IsNaN(rate) {
+			rate = 0 // not JSON
+		}
+		u := func(s string) string { return strings.ToValidUTF8(s, "?") }
+		roundTrip(t, RedriveTask{ID: id, VHost: u(vhost), Queue: u(queue), User: u(user), Max: max, ToExchange: toX, Exchange: u(x),
+			RoutingKey: u(key), Reason: u(reason), SourceQueue: u(src), MinAgeMS: minAge, Rate: rate, State: u(state),
+			Moved: moved, Failed: failed, Remaining: remaining, UpTo: upTo, QueueID: qid, Error: u(errText), Created: created, Ended: ended})
+	})
+}
+
+func FuzzRedriveFailureRecord(f *testing.F) {
+	f.Add("r1", uint64(7), "no queue 'q'")
+	f.Add("\x00", uint64(1<<63), "")
+	f.Fuzz(func(t *testing.T, task string, seq uint64, reason string) {
+		roundTrip(t, RedriveFailure{Task: task, Seq: seq, Reason: reason})
+	})
+}

@@ -98,6 +98,10 @@ func encodeValue(v any) store.MetaOp {
 		return EncodeBinding(v)
 	case Policy:
 		return EncodePolicy(v)
+	case RedriveTask:
+		return EncodeRedriveTask(v)
+	case RedriveFailure:
+		return EncodeRedriveFailure(v)
 	}
 	panic(fmt.Sprintf("no record kind %T", v))
 }
@@ -113,13 +117,16 @@ var decoders = []struct {
 	{"exchange", func(k string, v []byte) (any, error) { return DecodeExchange(k, v) }},
 	{"queue", func(k string, v []byte) (any, error) { return DecodeQueue(k, v) }},
 	{"binding", func(k string, v []byte) (any, error) { return DecodeBinding(k, v) }},
+	{"redrive task", func(k string, v []byte) (any, error) { return DecodeRedriveTask(k, v) }},
+	{"redrive failure", func(k string, v []byte) (any, error) { return DecodeRedriveFailure(k, v) }},
 	{"policy", func(k string, v []byte) (any, error) { return DecodePolicy(k, v) }},
 }
 
 // decodeAs decodes op as the kind of value v.
 func decodeAs(v any, op store.MetaOp) (any, error) {
 	kind := map[string]string{"VHost": "vhost", "User": "user", "Perm": "permission", "Exchange": "exchange",
-		"Queue": "queue", "Binding": "binding", "Policy": "policy"}[reflect.TypeOf(v).Name()]
+		"Queue": "queue", "Binding": "binding", "Policy": "policy",
+		"RedriveTask": "redrive task", "RedriveFailure": "redrive failure"}[reflect.TypeOf(v).Name()]
 	for _, d := range decoders {
 		if d.kind == kind {
 			return d.decode(op.Key, op.Value)

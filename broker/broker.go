@@ -140,11 +140,10 @@ type Broker struct {
 	idMu    sync.Mutex
 	replyTo sync.Map // direct reply-to address → *channel
 
-	alarms      alarmState // guarded by mu
-	horizonScan horizonState
-	quit        chan struct{} // stops the backlog retry and consumer timeout loops
-	wg          sync.WaitGroup
-	redrives    redrives // background redrive tasks
+	alarms   alarmState    // guarded by mu
+	quit     chan struct{} // stops the backlog retry and consumer timeout loops
+	wg       sync.WaitGroup
+	redrives redrives // background redrive tasks
 }
 
 // Open starts a broker over opts.Store, recovering its durable state; on
@@ -214,7 +213,7 @@ func Open(opts Options) (*Broker, error) {
 	cfg := queue.Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk}
 	b.env = queue.NewEnv(cfg, opts.Logger, opts.Store, func() { b.SetAlarm(AlarmStore, true) }, func(q *queue.Queue) { b.deleteQueue(q) })
 	b.SetConsumerTimeout(opts.ConsumerTimeout)
-	b.env.Timers = ttl.NewScheduler(opts.TimerClock, b.fireTimers)
+	b.env.Timers = ttl.NewScheduler(opts.TimerClock, b.env.FireTimers)
 	if err := b.recoverDefinitions(); err != nil {
 		b.env.Timers.Close()
 		return nil, fmt.Errorf("recover definitions: %w", err)
@@ -232,7 +231,7 @@ func Open(opts Options) (*Broker, error) {
 	go b.every(opts.BacklogRetry, b.retryAllBacklogs)
 	go b.every(opts.ConsumerTimeoutCheck, b.checkConsumerTimeouts)
 	if opts.PageWindow > 0 {
-		b.startHorizon()
+		b.env.StartHorizon(b.quit, &b.wg, b.queuesByID)
 	}
 	for _, t := range resume {
 		b.launchRedrive(t)

@@ -114,7 +114,7 @@ func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
 // FireStaleForTest hands the resident timers of the entries c captured
 // that have a deadline to b's expiry, as the scheduler does when it took
 // them just before they paged out; it returns how many.
-func (b *Broker) FireStaleForTest(c *queue.PagedOutCapture) int { return c.FireStale(b.fireTimers) }
+func (b *Broker) FireStaleForTest(c *queue.PagedOutCapture) int { return c.FireStale(b.env.FireTimers) }
 
 // EvictionOwedForTest returns how many publishes wait for queue's
 // drop-head eviction (its head is being read back from the store); 0

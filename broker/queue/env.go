@@ -49,7 +49,8 @@ type Env struct {
 	Timers *ttl.Scheduler // message deadlines and queue leases
 	// horizon is the latest deadline the store's expiry keys have been
 	// scanned to (pagedexpiry.go); the scan, the broker's, stores it.
-	Horizon atomic.Int64
+	Horizon     atomic.Int64
+	horizonScan horizonState // the scan's progress (StartHorizon)
 
 	// async counts background tasks (paging prefetches, read retries,
 	// mark-write completions); asyncMu guards asyncClosed (after which

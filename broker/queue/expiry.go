@@ -50,12 +50,12 @@ func ceilMS(t time.Time) int64 {
 	return ms
 }
 
-// fireTimers runs on the scheduler's goroutine: message deadlines and
+// FireTimers runs on the scheduler's goroutine: message deadlines and
 // queue leases that are due. A message expires where it stands in its
 // queue (not only at the head) and is dead-lettered with reason expired;
-// a queue whose lease ran out is deleted. Timers of the owner's (other
-// values) are passed to other.
-func FireTimers(due []*ttl.Timer, other func(v any)) {
+// a queue whose lease ran out is deleted; the horizon timer starts the
+// next scan of paged deadlines.
+func (b *Env) FireTimers(due []*ttl.Timer) {
 	byQueue := map[*Queue][]*Entry{}
 	var order []*Queue
 	var leases []*Queue
@@ -75,8 +75,8 @@ func FireTimers(due []*ttl.Timer, other func(v any)) {
 			paged[v.q] = append(paged[v.q], v)
 		case *Queue:
 			leases = append(leases, v)
-		default:
-			other(v)
+		case horizonTick:
+			b.kickHorizon()
 		}
 	}
 	for _, q := range order {

@@ -1,6 +1,10 @@
 package queue
 
 import (
+	"fmt"
+	"math"
+	"sync"
+
 	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/ttl"
@@ -178,4 +182,84 @@ func (q *Queue) readPaged(refs []store.Ref) ([]*Entry, error) {
 		out[i] = e
 	}
 	return out, nil
+}
+
+// horizonTick is the Value of the scheduler timer that starts the next
+// scan.
+type horizonTick struct{}
+
+// horizonState is the scan's progress; scanned and the timer are touched
+// only by the scan goroutine.
+type horizonState struct {
+	queues  func(ids map[store.QueueID][]PagedRef) []*Queue // set by StartHorizon
+	scanned int64                                           // deadlines up to this have been scanned
+	kick    chan struct{}                                   // wakes the scan goroutine (cap 1)
+	timer   ttl.Timer
+}
+
+// StartHorizon starts the scan of paged deadlines on a goroutine of its
+// own (wg counts it; it ends when quit is closed), which scans at once:
+// deadlines that passed while the broker was down fire then. queues
+// returns the queues whose store ranges (durable or volatile) are keys of
+// ids.
+func (b *Env) StartHorizon(quit <-chan struct{}, wg *sync.WaitGroup, queues func(ids map[store.QueueID][]PagedRef) []*Queue) {
+	b.horizonScan.queues = queues
+	b.horizonScan.kick = make(chan struct{}, 1)
+	b.horizonScan.timer.Value = horizonTick{}
+	b.horizonScan.kick <- struct{}{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-b.horizonScan.kick:
+				b.scanHorizon()
+			}
+		}
+	}()
+}
+
+// kickHorizon asks for a scan (the horizon timer fired).
+func (b *Env) kickHorizon() {
+	select {
+	case b.horizonScan.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scanHorizon arms the paged timers of the deadlines from the last scan
+// to now + horizonMS, then sets the timer for the next scan.
+func (b *Env) scanHorizon() {
+	h := &b.horizonScan
+	from := h.scanned + 1
+	if h.scanned == 0 {
+		from = math.MinInt64 // the first scan: whatever is overdue too
+	}
+	until := b.NowMS() + HorizonMS
+	// Publish the new horizon before reading: an entry that pages out
+	// from now on with a deadline up to it is armed as it pages out, and
+	// one that paged out before is in the store for this read.
+	b.Horizon.Store(until)
+	byQueue := map[store.QueueID][]PagedRef{}
+	err := b.Store.DeadlineRefs(from, until, func(d int64, r store.Ref) bool {
+		byQueue[r.Queue] = append(byQueue[r.Queue], PagedRef{Deadline: d, Ref: r})
+		return true
+	})
+	if err != nil {
+		// The same range is read again after a pause (readretry.go).
+		b.ReadFailed(fmt.Errorf("read deadlines: %w", err))
+		h.timer.Deadline = b.NowMS() + ReadRetryDelay.Milliseconds()
+		b.Timers.Add(&h.timer)
+		return
+	}
+	h.scanned = until
+	if len(byQueue) > 0 {
+		for _, q := range h.queues(byQueue) {
+			q.ArmPaged(append(byQueue[q.ID], byQueue[q.VolatileID()]...))
+		}
+	}
+	h.timer.Deadline = until - HorizonMS/2
+	b.Timers.Add(&h.timer)
 }

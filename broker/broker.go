@@ -107,7 +107,7 @@ type Options struct {
 // atomics, types that lock for themselves, or say whose they are. The
 // lock order is the package's (doc.go).
 type Broker struct {
-	// env is what the queue engine shares with the broker (env.go).
+	// env is what the queue engine shares with the broker (broker/queue/env.go).
 	env  *queue.Env
 	opts Options
 

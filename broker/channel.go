@@ -83,7 +83,7 @@ func newChannel(c *conn, id uint16, out amqp.ChannelOut) *channel {
 	return &channel{id: id, conn: c, out: out, flowActive: true, nextTag: 1, consumers: make(map[string]*queue.Consumer)}
 }
 
-// tryDeliver hands e to consumer c if the channel can take it now.
+// TryDeliver hands e to consumer c if the channel can take it now.
 // Called with q.mu held.
 func (ch *channel) TryDeliver(c *queue.Consumer, q *queue.Queue, e *queue.Entry, props []byte) bool {
 	ch.mu.Lock()
@@ -125,7 +125,7 @@ func (ch *channel) TryDeliver(c *queue.Consumer, q *queue.Queue, e *queue.Entry,
 	return true
 }
 
-// recordGet allocates a delivery tag for basic.get. Called with q.mu held.
+// RecordGet allocates a delivery tag for basic.get. Called with q.mu held.
 func (ch *channel) RecordGet(q *queue.Queue, e *queue.Entry, noAck bool) uint64 {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()

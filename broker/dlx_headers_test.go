@@ -317,7 +317,7 @@ func TestDLXWireXDeathLayout(t *testing.T) {
 		t.Fatalf("properties %+v\nwant %+v", p2, want)
 	}
 
-	// User headers in their order with their types; CC removed (a
+	// user headers in their order with their types; CC removed (a
 	// dead-letter routing key was set); the x- headers after them.
 	var user amqp.Table
 	xs := map[string]any{}

@@ -258,7 +258,7 @@ func (ch *channel) basicCancel(m *amqp.BasicCancel) *amqp.Error {
 	return nil
 }
 
-// serverCancel tells the client its consumer is gone (queue deleted), if
+// ServerCancel tells the client its consumer is gone (queue deleted), if
 // the client supports consumer_cancel_notify.
 func (ch *channel) ServerCancel(c *queue.Consumer) {
 	ch.mu.Lock()

@@ -645,7 +645,7 @@ func (b *Broker) authorizeRedrive(t *redriveTask, run *queue.Redrive, toX bool) 
 	return ""
 }
 
-// noteMove counts a move and adds the task's record to the move's
+// NoteMove counts a move and adds the task's record to the move's
 // batch. Caller holds the source queue's lock; t.mu is taken inside.
 func (t *redriveTask) NoteMove(tx *queue.Txn) {
 	t.mu.Lock()
@@ -654,7 +654,7 @@ func (t *redriveTask) NoteMove(tx *queue.Txn) {
 	t.mu.Unlock()
 }
 
-// noteFailure counts a failure and adds its records to tx's batch.
+// NoteFailure counts a failure and adds its records to tx's batch.
 func (t *redriveTask) NoteFailure(tx *queue.Txn, f queue.RedriveFailure) {
 	t.mu.Lock()
 	t.failed++

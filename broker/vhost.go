@@ -43,7 +43,7 @@ type VHost struct {
 	// mu guards the maps below, the bindings (and byKey, policyAE) of
 	// every exchange in them and the bindings of every queue in them.
 	// Taken shared to route (under the source queue's lock for dead
-	// letters, txn.holdVHost), exclusively to change them; under
+	// letters, queue.Txn.hold), exclusively to change them; under
 	// Queue.mu, policyMu or Broker.authMu, never with Broker.mu.
 	mu sync.RWMutex
 	// topo is the vhost's exchanges, queues and bindings.

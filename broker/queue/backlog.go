@@ -215,7 +215,7 @@ func (q *Queue) dropStoredBacklogLocked() {
 	q.blGen++
 }
 
-// retryBacklogIfChanged retries q's waiting dead letters if that may
+// RetryBacklogIfChanged retries q's waiting dead letters if that may
 // succeed now: the vhost's topology changed since their last try (gen is
 // its generation now), or a target was full then.
 func (q *Queue) RetryBacklogIfChanged(gen uint64) {

@@ -63,7 +63,7 @@ func (q *Queue) finalMarksLocked() bool {
 	return changed
 }
 
-// initMarks sets q's marks as recovered (nil: none stored).
+// InitMarks sets q's marks as recovered (nil: none stored).
 func (q *Queue) InitMarks(recovered []uint64) {
 	if !q.Durable || q.Exclusive {
 		return
@@ -157,7 +157,7 @@ func (q *Queue) marksWritten(asked []uint64, err error) {
 	}
 }
 
-// deliverDue waits for the mark write that holds back deliveries due now,
+// DeliverDue waits for the mark write that holds back deliveries due now,
 // if one does, and delivers them: a consumer cancelled meanwhile was
 // eligible for them before its cancel, and RabbitMQ would have delivered
 // them before cancel-ok (kombu's priority test saw them left in the
@@ -197,7 +197,7 @@ func (q *Queue) markWaitLocked() chan struct{} {
 	return q.markWake
 }
 
-// storeFinalMarks takes q's exact delivered marks at a clean stop
+// StoreFinalMarks takes q's exact delivered marks at a clean stop
 // (finalMarksLocked) and writes them with its definition record, then
 // done runs with the store's answer. It reports false, and done does not
 // run, when there is nothing to write (q deleted). The record is written

@@ -11,30 +11,30 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
-// incoming is a message on its way into queues: a publish's, routed.
+// Incoming is a message on its way into queues: a publish's, routed.
 type Incoming struct {
 	Msg  *store.Message
 	TTL  int64 // per-message TTL in ms from the expiration property; -1 = none
 	Prio uint8 // priority property
-	// entry, if not nil, is memory for the message's first queue entry,
+	// Entry, if not nil, is memory for the message's first queue entry,
 	// allocated with the publish; enqueueLocked uses it once.
 	Entry *Entry
 }
 
-// txPublish is a transaction's publish, with the queues it was routed to.
+// TxPublish is a transaction's publish, with the queues it was routed to.
 type TxPublish struct {
 	In     *Incoming
 	Queues []*Queue
 }
 
-// txSettle is a transaction's settlement of entries of one queue.
+// TxSettle is a transaction's settlement of entries of one queue.
 type TxSettle struct {
 	Queue   *Queue
 	Entries []*Entry
 	Action  SettleAction
 }
 
-// commit performs a transaction's publishes and settlements (tx.commit)
+// Commit performs a transaction's publishes and settlements (tx.commit)
 // as one store operation, and calls done once that is durable: at once if
 // it needs no store, with the error if the store failed. qs are every
 // queue they touch: locked together in id order, as a publish locks its
@@ -61,7 +61,7 @@ func (b *Env) Commit(qs []*Queue, pubs []TxPublish, settles []TxSettle, done fun
 	}
 }
 
-// enqueue puts a message into every queue of qs as one store operation,
+// Enqueue puts a message into every queue of qs as one store operation,
 // together with what its arrival causes: drop-head evictions and their
 // dead-lettered copies, and the dead-lettered copy of a message a
 // reject-publish-dlx queue refuses. Target queues are locked together, in

@@ -14,13 +14,13 @@ import (
 	"github.com/brokerd/brokerd/ttl"
 )
 
-// env is what the queue engine needs from its owner, gathered in one
+// Env is what the queue engine needs from its owner, gathered in one
 // place: the store and what reports on it, the clock and the timer
 // scheduler, the counters and logs, the background tasks, the consumer
 // timeout in force, and the two calls back up (storeAlarm, expired).
 // A queue reaches it through Queue.env, never through its vhost's
 // broker; the Broker embeds it. It is the seam the queue engine's own
-// package will take as its Env (issue 24): the engine will then import
+// Package will take as its Env (issue 24): the engine will then import
 // nothing of the broker.
 //
 // The fields are set by Open and not changed after, except those whose
@@ -47,7 +47,7 @@ type Env struct {
 	readLog  *ratelog.Limiter                      // store reads retried (readretry.go)
 
 	Timers *ttl.Scheduler // message deadlines and queue leases
-	// horizon is the latest deadline the store's expiry keys have been
+	// Horizon is the latest deadline the store's expiry keys have been
 	// scanned to (pagedexpiry.go); the scan, the broker's, stores it.
 	Horizon     atomic.Int64
 	horizonScan horizonState // the scan's progress (StartHorizon)
@@ -82,7 +82,7 @@ type Config struct {
 	DeliveredMarkChunk int
 }
 
-// newEnv returns an engine environment over st. alarm raises the store
+// NewEnv returns an engine environment over st. alarm raises the store
 // alarm (storeAlarm); expired deletes a queue whose lease ran out. The
 // owner sets timers before any queue is made.
 func NewEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired func(q *Queue)) *Env {
@@ -94,7 +94,7 @@ func NewEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired 
 	return b
 }
 
-// stopAsync waits for the background tasks to end; none starts after.
+// StopAsync waits for the background tasks to end; none starts after.
 func (b *Env) StopAsync() {
 	b.asyncMu.Lock()
 	b.asyncClosed = true
@@ -102,7 +102,7 @@ func (b *Env) StopAsync() {
 	b.async.Wait()
 }
 
-// stopLogs stops the rate-limited logs, each logging what it counted
+// StopLogs stops the rate-limited logs, each logging what it counted
 // since its last line.
 func (b *Env) StopLogs() {
 	for _, l := range b.dropLog {
@@ -113,7 +113,7 @@ func (b *Env) StopLogs() {
 	b.readLog.Stop()
 }
 
-// setConsumerTimeout sets the broker's consumer timeout, ms (-1: none).
+// SetConsumerTimeoutMs sets the broker's consumer timeout, ms (-1: none).
 func (b *Env) SetConsumerTimeoutMs(ms int64) {
 	b.consumerTimeoutMs.Store(ms)
 	if ms >= 0 {
@@ -123,7 +123,7 @@ func (b *Env) SetConsumerTimeoutMs(ms int64) {
 	}
 }
 
-// consumerTimeoutBound is at most every consumer timeout in force (ms):
+// ConsumerTimeoutBound is at most every consumer timeout in force (ms):
 // deliveries younger than it need no check.
 func (b *Env) ConsumerTimeoutBound() int64 { return b.minConsumerTimeout.Load() }
 
@@ -149,7 +149,7 @@ func (b *Env) asyncDone() {
 	b.async.Done()
 }
 
-// waitAsyncIdle waits until no background task runs (for tests: one may
+// WaitAsyncIdle waits until no background task runs (for tests: one may
 // start right after).
 func (b *Env) WaitAsyncIdle() {
 	b.asyncMu.Lock()

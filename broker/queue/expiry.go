@@ -11,7 +11,7 @@ import (
 	"github.com/brokerd/brokerd/ttl"
 )
 
-// now is the broker's clock (Options.Now, for tests that move time).
+// Now is the broker's clock (Options.Now, for tests that move time).
 func (b *Env) Now() time.Time { return b.cfg.Now() }
 
 func (b *Env) NowMS() int64 { return b.cfg.Now().UnixMilli() }
@@ -185,7 +185,7 @@ func (q *Queue) touchLocked() {
 	s.Add(&q.lease)
 }
 
-// touch is touchLocked for callers without the lock.
+// Touch is touchLocked for callers without the lock.
 func (q *Queue) Touch() {
 	q.mu.Lock()
 	q.touchLocked()

@@ -22,7 +22,7 @@ import (
 // kept with a timer at its deadline, and dead-lettered then like any other
 // that expired, so the read's time does not make it late.
 
-// horizonMS is how far ahead of now a scan arms deadlines; scans run every
+// HorizonMS is how far ahead of now a scan arms deadlines; scans run every
 // half of it.
 const HorizonMS = 2000
 
@@ -45,7 +45,7 @@ type PagedRef struct {
 	Ref      store.Ref
 }
 
-// armPaged arms the timers of refs that are in q's middles.
+// ArmPaged arms the timers of refs that are in q's middles.
 func (q *Queue) ArmPaged(refs []PagedRef) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -224,7 +224,7 @@ func (q *Queue) readingLocked() bool {
 	return false
 }
 
-// fillWait is a wait for the reads of a queue's middles under way.
+// FillWait is a wait for the reads of a queue's middles under way.
 type FillWait struct {
 	Done chan struct{} // closed when one completes
 	Err  error         // its error, set before done is closed

@@ -103,7 +103,7 @@ func peeked(e *store.Entry, prio uint8, redelivered bool) PeekedMessage {
 	}
 }
 
-// peek is Broker.Peek (level < 0) and PeekLevel on q. It reports false if
+// Peek is Broker.Peek (level < 0) and PeekLevel on q. It reports false if
 // q was deleted. Resident messages are copied under q's lock; paged ones
 // are read from the store after it is released.
 func (q *Queue) Peek(level int, from uint64, count int) ([]PeekedMessage, bool, error) {

@@ -7,7 +7,7 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
-// def returns q's record. Caller holds q.mu (the backlog flag and the
+// Def returns q's record. Caller holds q.mu (the backlog flag and the
 // marks; Marks aliases q's, so the record is encoded before the lock is
 // released), or q is not reachable yet (declared under the vhost lock
 // that makes it so).
@@ -16,7 +16,7 @@ func (q *Queue) Def() defs.Queue {
 		Backlog: q.BacklogMarked, Args: q.Args, Marks: q.marksLocked()}
 }
 
-// recoverEntries restores durable queue q's stored entries: their counts
+// RecoverEntries restores durable queue q's stored entries: their counts
 // only, where the queue pages and no legacy dead letter waits among its
 // entries (the backlog flag), else by loading every entry; and the count
 // of its stored backlog. Those that may have been delivered before the

@@ -29,13 +29,13 @@ const (
 	stPaged
 )
 
-// entry is a message's place in a queue, with the in-memory state that is
+// Entry is a message's place in a queue, with the in-memory state that is
 // not persisted.
 type Entry struct {
 	store.Entry
 	q     *Queue
 	state entryState
-	// redelivered is set once the entry has been delivered and returned,
+	// Redelivered is set once the entry has been delivered and returned,
 	// or recovered after a restart (it may have been delivered before).
 	Redelivered bool
 	// stored reports whether the entry is in the store (persistent
@@ -68,12 +68,14 @@ func (e *Entry) expiredAt(now int64) bool {
 
 // Queue is a message queue. Definition fields are fixed at declaration.
 //
-// Concurrency: a queue is guarded by its own mutex, mu. Code holding mu may
-// take a vhost lock shared (to route dead letters) or exclusively (to
-// delete the queue), a channel's lock (to hand it a delivery) and a
-// connection's write lock. It never takes another queue's lock, except
-// publish, which locks all its target queues in id order before touching
-// any. No code takes a queue lock while holding a vhost lock.
+// Concurrency: a queue is guarded by its own mutex, mu, which only this
+// package takes (doc.go has the lock order). Code holding mu may take its
+// Router's lock shared (to route dead letters) or, through Delete's
+// unlink, its vhost's exclusively, a Channel's lock (to hand it a
+// delivery) and a connection's write lock. It never takes another queue's
+// lock, except an enqueue or commit, which locks all its queues in id
+// order before touching any. No code takes a queue lock while holding a
+// vhost lock.
 type Queue struct {
 	Name       string
 	Durable    bool
@@ -84,7 +86,7 @@ type Queue struct {
 	ID          store.QueueID
 	spilled     bool // transient entries were written to the volatile range (spill.go)
 	Type        string
-	Env         *Env  // what the engine needs from the broker (env.go)
+	Env         *Env  // what the engine needs from its owner (env.go)
 	Host        *Host // the vhost it lives in
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
@@ -110,15 +112,15 @@ type Queue struct {
 	inflight []uint64
 
 	// mu guards every field after it, and its entries' mutable fields
-	// (state, redelivered, inStore, arriving, their timers). The fields
-	// above resMu are fixed at declaration but bindings (VHost.mu),
-	// spilled (mu) and the atomics. Under mu a queue takes, in doc.go's
-	// order, its vhost's lock shared or exclusively, a channel's lock,
-	// any queue's resMu, a redrive task's lock, the cycle log's,
-	// env.asyncMu, the scheduler's, a connection's and the store's; never
+	// (state, Redelivered, inStore, arriving, their timers). The fields
+	// above resMu are fixed at declaration but spilled (mu) and the
+	// atomics. Under mu a queue takes, in doc.go's order, its Router's
+	// lock shared or its vhost's exclusively, a Channel's lock, any
+	// queue's resMu, a RedriveRecorder's lock, the cycle log's,
+	// Env.asyncMu, the scheduler's, a connection's and the store's; never
 	// another queue's mu except in lockQueues' id order. It is taken
-	// under policyMu and authMu, never under VHost.mu, channel.mu or
-	// Broker.mu.
+	// under the owner's policyMu and authMu, never under its VHost.mu,
+	// channel.mu or Broker.mu.
 	mu          sync.Mutex
 	ready       readyQueue
 	unacked     int
@@ -153,7 +155,7 @@ type Queue struct {
 	// found among entries up to it joins the backlog then (fillLocked).
 	recoveredSeq  uint64
 	backlogUnread bool
-	// backlogMarked mirrors the stored definition's backlog flag: set
+	// BacklogMarked mirrors the stored definition's backlog flag: set
 	// while stored dead letters may wait in the backlog.
 	BacklogMarked bool
 	pageBuf       []store.EntryMeta // fillLocked's read buffer
@@ -194,7 +196,7 @@ type Queue struct {
 	damageLogged map[string]bool
 }
 
-// consumer is a basic.consume subscription.
+// Consumer is a basic.consume subscription.
 type Consumer struct {
 	Tag       string
 	Ch        Channel
@@ -206,7 +208,7 @@ type Consumer struct {
 	Unacked   int // guarded by ch.mu
 }
 
-// consumerChannel is a consumer's channel as the queue sees it: the queue
+// Channel is a consumer's channel as the queue sees it: the queue
 // hands it a delivery (tryDeliver, with q.mu held: it takes the channel's
 // lock, never a queue's) and, when the queue goes, has it cancel the
 // consumer (serverCancel, with no queue lock held). The channel is its
@@ -219,7 +221,7 @@ type Channel interface {
 	RecordGet(q *Queue, e *Entry, noAck bool) uint64
 }
 
-// newQueue builds a queue from its declaration; arguments were validated.
+// New builds a queue from its declaration; arguments were validated.
 func New(env *Env, h *Host, id store.QueueID, name string, durable, exclusive, autoDelete bool, args amqp.Table) *Queue {
 	q := &Queue{Name: name, Durable: durable, Exclusive: exclusive, AutoDelete: autoDelete, Args: args, Host: h, Env: env, ID: id, Type: TypeOf(args)}
 	if x, ok := args.Get("x-max-priority"); ok {
@@ -275,7 +277,7 @@ func (q *Queue) isStoredFor(m *store.Message) bool {
 
 func (q *Queue) isDeleted() bool { return q.deleted.Load() }
 
-// declareCounts returns what queue.declare-ok reports: the messages (the
+// DeclareCounts returns what queue.declare-ok reports: the messages (the
 // ready ones and the dead letters waiting for a route in the backlog,
 // which count as messages though none can be delivered: SPEC §2) and the
 // consumers.
@@ -427,7 +429,7 @@ func (q *Queue) armLocked(e *Entry) {
 	}
 }
 
-// armRecovered starts the timers of recovered entries, once the queue's
+// ArmRecovered starts the timers of recovered entries, once the queue's
 // policy is known (an expiry must use the dead letter exchange the policy
 // sets).
 func (q *Queue) ArmRecovered() {
@@ -650,7 +652,7 @@ func (q *Queue) locked(fn func(t *Txn)) {
 	t.finish()
 }
 
-// dispatch is dispatchLocked for callers without the lock (credit freed by
+// Dispatch is dispatchLocked for callers without the lock (credit freed by
 // an ack, a consumer added, a connection drained).
 func (q *Queue) Dispatch() {
 	q.locked(func(t *Txn) {
@@ -660,7 +662,7 @@ func (q *Queue) Dispatch() {
 	})
 }
 
-// get takes the head for basic.get, skipping (and expiring) entries past
+// Get takes the head for basic.get, skipping (and expiring) entries past
 // their deadline. It returns nil when the queue is empty, or when its head
 // could not be read back from the store.
 func (q *Queue) Get(ch Channel, noAck bool) (e *Entry, tag uint64, props []byte, remaining int) {
@@ -729,7 +731,7 @@ func (q *Queue) tryGet(ch Channel, noAck bool) (e *Entry, tag uint64, props []by
 	return e, tag, props, remaining, mark, fill
 }
 
-// addConsumer subscribes c and calls added under the queue's lock, before
+// AddConsumer subscribes c and calls added under the queue's lock, before
 // any delivery to c can be sent; it fails if an exclusive consumer is
 // present or c is exclusive and others are.
 func (q *Queue) AddConsumer(c *Consumer, added func()) *amqp.Error {
@@ -755,7 +757,7 @@ func (q *Queue) AddConsumer(c *Consumer, added func()) *amqp.Error {
 	return nil
 }
 
-// claimForDelete checks queue.delete's if-unused and if-empty conditions
+// ClaimForDelete checks queue.delete's if-unused and if-empty conditions
 // and, if they hold, marks the queue closing in the same critical section,
 // so no consumer can attach between the check and the delete.
 func (q *Queue) ClaimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
@@ -771,7 +773,7 @@ func (q *Queue) ClaimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 	return nil
 }
 
-// removeConsumer unsubscribes c and reports whether the queue is now an
+// RemoveConsumer unsubscribes c and reports whether the queue is now an
 // auto-delete queue without consumers (and must be deleted).
 func (q *Queue) RemoveConsumer(c *Consumer) (autoDelete bool) {
 	q.mu.Lock()
@@ -788,7 +790,7 @@ func (q *Queue) RemoveConsumer(c *Consumer) (autoDelete bool) {
 	return q.AutoDelete && len(q.consumers) == 0 && !q.isDeleted()
 }
 
-// purge drops every ready entry, and every dead letter waiting for a route
+// Purge drops every ready entry, and every dead letter waiting for a route
 // (as RabbitMQ 4.3 does for quorum queues, B5), but not unacked ones, and
 // returns how many ready entries there were (purge-ok's message count) and
 // the store write of the deletes (purge-ok waits for it). Purged messages
@@ -863,14 +865,14 @@ func (q *Queue) markDeletedLocked() (consumers []*Consumer, messages int) {
 	return consumers, messages
 }
 
-// queueLengths are a queue's lengths read at one instant (lengths).
+// Lengths are a queue's lengths read at one instant (lengths).
 type Lengths struct {
 	Ready, Unacked, Backlog, Consumers int
 	ReadyBytes                         int64 // the ready messages' bodies
 	Resident                           int64 // what the ready list holds in memory
 }
 
-// lengths reads q's lengths under its lock.
+// Lengths reads q's lengths under its lock.
 func (q *Queue) Lengths() Lengths {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -878,7 +880,7 @@ func (q *Queue) Lengths() Lengths {
 		ReadyBytes: q.ready.Bytes(), Resident: q.ready.Resident()}
 }
 
-// markClosing has q take no new consumer: it is about to be deleted.
+// MarkClosing has q take no new consumer: it is about to be deleted.
 func (q *Queue) MarkClosing() {
 	q.mu.Lock()
 	q.closing = true
@@ -889,7 +891,7 @@ func NoQueueError(vhost, name string) *amqp.Error {
 	return amqp.Errorf(amqp.NotFound, "no queue '%s' in vhost '%s'", name, vhost)
 }
 
-// delete deletes q. Under q's lock, unlink takes q out of its vhost and
+// Delete deletes q. Under q's lock, unlink takes q out of its vhost and
 // returns the definition changes to write with the deletion; it reports
 // false if q was deleted already, and delete then returns that deletion's
 // write. unlock releases what unlink took (the vhost's lock), once the
@@ -925,7 +927,7 @@ func (q *Queue) Delete(unlink func() ([]store.MetaOp, bool), unlock func()) (con
 	return consumers, messages, w, true
 }
 
-// readyLen returns the length of q's ready list, and whether q is
+// ReadyLen returns the length of q's ready list, and whether q is
 // deleted.
 func (q *Queue) ReadyLen() (n int, deleted bool) {
 	q.mu.Lock()

@@ -6,7 +6,7 @@ import (
 	"github.com/brokerd/brokerd/overflow"
 )
 
-// queueConfig is a queue's effective dead-letter, TTL, limit and delivery
+// Settings is a queue's effective dead-letter, TTL, limit and delivery
 // limit settings: its arguments combined, key by key (reference P5), with
 // the effective definition of the policies that apply to it (its user
 // policy merged with its operator policy, P4). It is recomputed when
@@ -14,7 +14,7 @@ import (
 type Settings struct {
 	Policy   string // name of the applied user policy, "" if none
 	OpPolicy string // name of the applied operator policy, "" if none
-	// effective is the merged policy definition (RabbitMQ's
+	// Effective is the merged policy definition (RabbitMQ's
 	// effective_policy_definition), nil when no policy applies. Read-only.
 	Effective map[string]any
 
@@ -148,7 +148,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies)
 	return c
 }
 
-// queueType returns the x-queue-type of args, "classic" when absent.
+// TypeOf returns the x-queue-type of args, "classic" when absent.
 func TypeOf(args amqp.Table) string {
 	if v, ok := args.Get("x-queue-type"); ok {
 		if s, ok := v.(string); ok {
@@ -158,7 +158,7 @@ func TypeOf(args amqp.Table) string {
 	return policy.QueueClassic
 }
 
-// consumerTimeout returns q's consumer timeout in ms, -1 for none.
+// ConsumerTimeout returns q's consumer timeout in ms, -1 for none.
 func (q *Queue) ConsumerTimeout() int64 {
 	if ms := q.Settings().consumerTimeout; ms >= 0 {
 		return ms
@@ -166,7 +166,7 @@ func (q *Queue) ConsumerTimeout() int64 {
 	return q.Env.globalConsumerTimeout()
 }
 
-// applyPolicy computes q's effective settings with the policies qp that
+// ApplyPolicy computes q's effective settings with the policies qp that
 // apply to it, installs them and applies what changes at
 // once. Message deadlines already set are not recomputed (B38).
 func (q *Queue) ApplyPolicy(qp *policy.QueuePolicies) {
@@ -185,7 +185,7 @@ func (q *Queue) ApplyPolicy(qp *policy.QueuePolicies) {
 	})
 }
 
-// initPolicy sets q's effective settings from its arguments and the
+// InitPolicy sets q's effective settings from its arguments and the
 // policies qp that apply to it, at its declaration (q is not reachable
 // yet).
 func (q *Queue) InitPolicy(qp *policy.QueuePolicies) {

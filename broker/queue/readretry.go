@@ -19,14 +19,14 @@ import (
 // the store's writes decide that: a failed WAL write or fsync comes back
 // through Apply, and is sticky.
 
-// readRetryDelay is how long a failed read waits before it is made again.
+// ReadRetryDelay is how long a failed read waits before it is made again.
 const ReadRetryDelay = time.Second
 
 func newReadLog(log *slog.Logger) *ratelog.Limiter {
 	return ratelog.New(log, slog.LevelError, "store read failed; retrying in a second", ratelog.Interval)
 }
 
-// readFailed logs a store read that failed and is retried.
+// ReadFailed logs a store read that failed and is retried.
 func (b *Env) ReadFailed(err error) {
 	b.Counters.ReadErrors.Add(1)
 	b.readLog.Event("err", err)

@@ -15,7 +15,7 @@ import (
 // RedrivenCountHeader counts how many times a message was redriven.
 const RedrivenCountHeader = "x-redriven-count"
 
-// redriveChunk bounds the moves made under one hold of the source queue's
+// RedriveChunk bounds the moves made under one hold of the source queue's
 // lock, so publishers and consumers of it are not held off for long.
 const RedriveChunk = 64
 
@@ -80,27 +80,27 @@ func readLatestDeath(h amqp.Table) latestDeath {
 	return d
 }
 
-// redriveRecorder is a redrive task as its scan reports to it: each move
+// RedriveRecorder is a redrive task as its scan reports to it: each move
 // and each failure, recorded within the txn that makes it.
 type RedriveRecorder interface {
 	NoteMove(t *Txn)
 	NoteFailure(t *Txn, f RedriveFailure)
 }
 
-// redriveRun is one redrive's scan of its source queue: a synchronous
+// Redrive is one redrive's scan of its source queue: a synchronous
 // Redrive's or a task's (then its record rides in each move's batch).
 type Redrive struct {
 	Queue *Queue
 	ToX   bool
 	Opts  RedriveOptions
-	// allow, if set, says whether a message may go to its origin queue
+	// Allow, if set, says whether a message may go to its origin queue
 	// (a task's user's write permission).
 	Allow func(queue string) bool
 	Task  RedriveRecorder // nil for Redrive
 	Skip  map[uint64]bool // seqs not to examine (a resumed task's failures)
 	Res   RedriveResult
 
-	// upTo bounds the scan: only messages the queue held when the
+	// UpTo bounds the scan: only messages the queue held when the
 	// redrive began (seq <= upTo) are examined, so one that comes back
 	// (its origin dead-letters it again at once) is not moved again.
 	UpTo uint64
@@ -109,7 +109,7 @@ type Redrive struct {
 	// message returned to the queue behind it (a nack of one delivered
 	// meanwhile) is not examined.
 	after [256]uint64
-	// exhausted is set once the scan has found nothing more to examine.
+	// Exhausted is set once the scan has found nothing more to examine.
 	Exhausted bool
 
 	// idleReads counts the reads of a middle in a row that examined
@@ -121,7 +121,7 @@ type Redrive struct {
 // nothing (the level changed under each) end a scan.
 const redriveIdleReads = 3
 
-// chunk makes up to min(n, redriveChunk) moves under one hold of the
+// Chunk makes up to min(n, redriveChunk) moves under one hold of the
 // source queue's lock (released only while a paged middle is read). It
 // reports whether it examined any message, a read to wait for when one of
 // a middle is under way, and whether the queue is gone.

@@ -6,7 +6,7 @@ import "github.com/brokerd/brokerd/deadletter"
 // a queue. The channel takes the deliveries out of its unacked list and
 // hands their entries here, queue by queue (channel.settleRuns).
 
-// settleAction is what a client's ack, nack or reject asks for.
+// SettleAction is what a client's ack, nack or reject asks for.
 type SettleAction int
 
 const (
@@ -71,13 +71,13 @@ func (q *Queue) settleLocked(t *Txn, es []*Entry, action SettleAction) {
 	}
 }
 
-// settleRun is a run of n deliveries settled with one action.
+// SettleRun is a run of n deliveries settled with one action.
 type SettleRun struct {
 	N      int
 	Action SettleAction
 }
 
-// settleRuns settles es, entries of q a channel's deliveries held, in
+// SettleRuns settles es, entries of q a channel's deliveries held, in
 // runs of one action in order (runs' counts add up to len(es)), under one
 // hold of q's lock and in one store operation, in which q then delivers
 // into the credit its consumers got back.

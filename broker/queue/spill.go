@@ -23,7 +23,7 @@ import (
 // entry goes to the volatile range with a message of its own: a new id,
 // the body shared in memory (written once per queue that pages it).
 
-// volID is the store queue of q's volatile range.
+// VolatileID is the store queue of q's volatile range.
 func (q *Queue) VolatileID() store.QueueID { return q.ranges().VolatileID() }
 
 // durable reports whether e is stored in a range that survives a restart.

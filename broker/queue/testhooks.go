@@ -11,7 +11,7 @@ import (
 	"github.com/brokerd/brokerd/ttl"
 )
 
-// residentForTest returns how many of q's ready entries are in memory
+// ResidentForTest returns how many of q's ready entries are in memory
 // (live or removed but still held) and its ready count, middles included.
 func (q *Queue) ResidentForTest() (resident, ready int) {
 	q.mu.Lock()
@@ -23,7 +23,7 @@ func (q *Queue) ResidentForTest() (resident, ready int) {
 	return resident, q.ready.Len()
 }
 
-// residentBytesForTest returns the resident bytes (bodies and properties)
+// ResidentBytesForTest returns the resident bytes (bodies and properties)
 // of q's ready entries in memory (live or removed but still held).
 func (q *Queue) ResidentBytesForTest() int64 {
 	q.mu.Lock()
@@ -31,7 +31,7 @@ func (q *Queue) ResidentBytesForTest() int64 {
 	return q.ready.Resident()
 }
 
-// backlogResidentForTest returns how many of q's waiting dead letters
+// BacklogResidentForTest returns how many of q's waiting dead letters
 // are held in memory.
 func (q *Queue) BacklogResidentForTest() int {
 	q.mu.Lock()
@@ -39,7 +39,7 @@ func (q *Queue) BacklogResidentForTest() int {
 	return len(q.backlog)
 }
 
-// readAheadPendingForTest returns how many of q's paged entries are due
+// ReadAheadPendingForTest returns how many of q's paged entries are due
 // to be read ahead of their deadline (their read-ahead timer's time has
 // come) and not read yet.
 func (q *Queue) ReadAheadPendingForTest() int {
@@ -54,7 +54,7 @@ func (q *Queue) ReadAheadPendingForTest() int {
 	return n
 }
 
-// evictionOwedForTest returns how many publishes wait for q's drop-head
+// EvictionOwedForTest returns how many publishes wait for q's drop-head
 // eviction (its head is being read back from the store); 0 while q's lock
 // is held (a test that polls must not wait behind a lock held across a
 // read).
@@ -66,7 +66,7 @@ func (q *Queue) EvictionOwedForTest() int {
 	return len(q.evictWaiters)
 }
 
-// getWaitingForTest reports whether a basic.get on q waits for its head
+// GetWaitingForTest reports whether a basic.get on q waits for its head
 // to be read back from the store (false while q's lock is held).
 func (q *Queue) GetWaitingForTest() bool {
 	if !q.mu.TryLock() {
@@ -76,20 +76,20 @@ func (q *Queue) GetWaitingForTest() bool {
 	return q.fillWake != nil
 }
 
-// marksForTest returns q's durable delivered marks, per level.
+// MarksForTest returns q's durable delivered marks, per level.
 func (q *Queue) MarksForTest() []uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return slices.Clone(q.marks)
 }
 
-// pagedOutCapture holds the entries that paged out while it was set.
+// PagedOutCapture holds the entries that paged out while it was set.
 type PagedOutCapture struct {
 	mu sync.Mutex
 	es []*Entry
 }
 
-// capturePagedOutForTest records every entry that pages out from now on
+// CapturePagedOutForTest records every entry that pages out from now on
 // (set it before the broker has connections); restore stops it.
 func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
 	c = &PagedOutCapture{}
@@ -101,7 +101,7 @@ func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
 	return c, func() { pagedOutHook = nil }
 }
 
-// fireStale hands the resident timers of the captured entries that have
+// FireStale hands the resident timers of the captured entries that have
 // a deadline to fire (the owner's timer callback), as the scheduler does
 // when it took them just before they paged out; it returns how many.
 func (c *PagedOutCapture) FireStale(fire func([]*ttl.Timer)) int {

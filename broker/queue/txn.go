@@ -9,7 +9,7 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
-// txn is one store operation under construction. Code that changes queues
+// Txn is one store operation under construction. Code that changes queues
 // collects its store changes in a txn while it holds the queue locks, calls
 // apply before releasing them (so the store sees each queue's changes in
 // the order they were made), and calls finish after releasing them.
@@ -169,7 +169,7 @@ func (t *Txn) apply(done func(error)) {
 // empty batch (publisher confirms: see groupCompleter). It hands the batch
 // to the store, unless it changes nothing, and reports whether it did;
 // only then does done (may be nil) run, as the store's completion. The
-// vhost read lock taken by holdVHost is released either way.
+// Router lock taken by hold is released either way.
 func (t *Txn) write(done func(error)) bool {
 	if t.held != nil {
 		defer func() {
@@ -236,14 +236,14 @@ func (b *Env) ownMessage(m *store.Message) *store.Message {
 	return &store.Message{ID: b.Store.AllocMsgID(), Header: m.Header, Body: m.Body, Persistent: m.Persistent}
 }
 
-// storeWrite is a batch handed to the store, whose completion is awaited
+// StoreWrite is a batch handed to the store, whose completion is awaited
 // later. A nil *storeWrite is a write of nothing, complete at once.
 type StoreWrite struct {
 	Done chan struct{}
 	Err  error // set before done is closed
 }
 
-// waitErr is wait for management operations: the store's error, wrapped.
+// WaitErr is wait for management operations: the store's error, wrapped.
 func (w *StoreWrite) WaitErr() error {
 	if w == nil {
 		return nil
@@ -255,7 +255,7 @@ func (w *StoreWrite) WaitErr() error {
 	return nil
 }
 
-// wait blocks until the write is durable. A failure is a connection error
+// Wait blocks until the write is durable. A failure is a connection error
 // (541): the reply that depends on it (declare-ok, delete-ok, ...) promises
 // the change survives a restart.
 func (w *StoreWrite) Wait() *amqp.Error {
@@ -269,7 +269,7 @@ func (w *StoreWrite) Wait() *amqp.Error {
 	return nil
 }
 
-// startWrite hands batch to the store and returns at once (Apply does not
+// StartWrite hands batch to the store and returns at once (Apply does not
 // block). Definition changes call it with the lock under which they
 // changed memory still held (the vhost lock; the queue lock too for a
 // queue's deletion), so the store sees them in the order memory did;

@@ -37,12 +37,12 @@ type Exchange struct {
 
 	alternate string // alternate-exchange argument, "" if none
 	hasAE     bool
-	// policyAE is the alternate-exchange of the applied policy; the
+	// PolicyAE is the alternate-exchange of the applied policy; the
 	// argument wins over it. Guarded by the vhost lock.
 	PolicyAE    string
 	HasPolicyAE bool
 
-	// bindings with this exchange as source, in binding order.
+	// Bindings with this exchange as source, in binding order.
 	Bindings []*Binding
 	// byKey indexes direct-exchange bindings by routing key.
 	byKey map[string][]*Binding
@@ -95,7 +95,7 @@ func (x *Exchange) AddBinding(b *Binding) {
 	}
 }
 
-// findBinding returns the binding equal to (dest, key, args), if any.
+// FindBinding returns the binding equal to (dest, key, args), if any.
 func (x *Exchange) FindBinding(q *queue.Queue, dx *Exchange, key string, args amqp.Table) *Binding {
 	for _, b := range x.Bindings {
 		if b.Queue == q && b.Exchange == dx && b.Key == key && tablesEqual(b.Args, args) {
@@ -150,7 +150,7 @@ func (x *Exchange) matches(b *Binding, keys []string, headers amqp.Table) bool {
 	return false
 }
 
-// validateBinding checks a new binding's arguments for x's type, as
+// ValidateBinding checks a new binding's arguments for x's type, as
 // RabbitMQ's validate_binding: a headers binding's x-match must be one of
 // the four modes.
 func ValidateBinding(x *Exchange, args amqp.Table) *amqp.Error {
@@ -187,12 +187,12 @@ func tablesEqual(a, b amqp.Table) bool {
 	return true
 }
 
-// def returns x's record in vhost.
+// Def returns x's record in vhost.
 func (x *Exchange) Def(vhost string) defs.Exchange {
 	return defs.Exchange{VHost: vhost, Name: x.Name, Type: x.Type, AutoDelete: x.AutoDelete, Internal: x.Internal, Args: x.Args}
 }
 
-// def returns b's record in vhost.
+// Def returns b's record in vhost.
 func (b *Binding) Def(vhost string) defs.Binding {
 	return defs.Binding{VHost: vhost, Source: b.Source, Dest: b.DestName(), ToExchange: b.Exchange != nil, Key: b.Key, Args: b.Args}
 }

@@ -15,11 +15,11 @@ type Topology struct {
 	name      string // the vhost's, for definition keys
 	Exchanges map[string]*Exchange
 	Queues    map[string]*queue.Queue
-	// queueBindings are the bindings with each queue as destination.
+	// QueueBindings are the bindings with each queue as destination.
 	QueueBindings map[*queue.Queue][]*Binding
 }
 
-// newTopology returns the topology of a new vhost named name: its
+// New returns the topology of a new vhost named name: its
 // default exchange and the amq.* exchanges.
 func New(name string) *Topology {
 	t := &Topology{name: name, Exchanges: make(map[string]*Exchange), Queues: make(map[string]*queue.Queue), QueueBindings: make(map[*queue.Queue][]*Binding)}
@@ -33,14 +33,14 @@ func New(name string) *Topology {
 	return t
 }
 
-// route returns the queues a message published to x with the given routing
+// Route returns the queues a message published to x with the given routing
 // keys and headers reaches, following exchange-to-exchange bindings and
 // alternate exchanges, each queue once. Caller holds the owner's lock (shared).
 func (t *Topology) Route(x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
 	return t.RouteInto(nil, x, keys, headers)
 }
 
-// routeIntoLocked is routeLocked appending to dst (a publisher's reused
+// RouteInto is routeLocked appending to dst (a publisher's reused
 // buffer): routing a message to one exchange's queues allocates nothing.
 func (t *Topology) RouteInto(dst []*queue.Queue, x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
 	r := router{t: t, queues: dst[:0]}
@@ -133,7 +133,7 @@ func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
 	}
 }
 
-// deleteExchangeLocked removes x and every binding to or from it, then
+// DeleteExchange removes x and every binding to or from it, then
 // auto-deletes exchanges left without bindings. It returns the store
 // operations for the durable definitions removed.
 func (t *Topology) DeleteExchange(x *Exchange, m *defs.Batch) {
@@ -158,7 +158,7 @@ func (t *Topology) DeleteExchange(x *Exchange, m *defs.Batch) {
 	}
 }
 
-// removeBindingLocked removes b from its source exchange, and auto-deletes
+// RemoveBinding removes b from its source exchange, and auto-deletes
 // the source if that was its last binding.
 func (t *Topology) RemoveBinding(src *Exchange, b *Binding, m *defs.Batch) {
 	src.removeBinding(b)

@@ -432,11 +432,11 @@ func (b *Broker) Channels(vhost string) []ChannelInfo {
 				Prefetch: ch.prefetch, GlobalPrefetch: ch.globalPrefetch, Confirm: ch.confirm, Tx: ch.tx,
 				NextPublishSeq: ch.publishSeq + 1, Flow: ch.flowActive,
 				Uncommitted: len(ch.txPubs), AcksUncommitted: txAckCount(ch.txAcks),
-				Deliveries: ch.deliveryStats.snapshot(),
+				Deliveries: consumptionStats(&ch.deliveryStats),
 			})
 			ch.mu.Unlock()
 			cs, ci := &ch.confirms.stats, &out[len(out)-1]
-			ci.Published, ci.Confirmed, ci.ReturnUnroutable, ci.DropUnroutable = cs.publish.Load(), cs.confirm.Load(), cs.returned.Load(), cs.dropped.Load()
+			ci.Published, ci.Confirmed, ci.ReturnUnroutable, ci.DropUnroutable = cs.Publish.Load(), cs.Confirm.Load(), cs.Returned.Load(), cs.Dropped.Load()
 		}
 	}
 	slices.SortFunc(out, func(a, b ChannelInfo) int {

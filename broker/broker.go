@@ -146,27 +146,60 @@ type Broker struct {
 	redrives redrives // background redrive tasks
 }
 
+// withDefaults fills in the options left zero (or, for the sizes and
+// periods, negative) with their defaults.
+func (o *Options) withDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if len(o.VHosts) == 0 {
+		o.VHosts = []string{"/"}
+	}
+	if o.Users == nil {
+		o.Users = []UserSpec{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}}
+	}
+	if o.LoopbackUsers == nil {
+		o.LoopbackUsers = []string{"guest"}
+	}
+	if o.LoginLimit == nil {
+		o.LoginLimit = loginlimit.New(loginlimit.Options{})
+	}
+	if o.MaxMessageSize <= 0 {
+		o.MaxMessageSize = 128 << 20
+	}
+	if o.MaxTxBytes <= 0 {
+		o.MaxTxBytes = 512 << 20
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.PageWindow == 0 {
+		o.PageWindow = 2048
+	}
+	if o.PageWindowBytes == 0 {
+		o.PageWindowBytes = 4 << 20
+	}
+	if o.DeliveredMarkChunk <= 0 {
+		o.DeliveredMarkChunk = 2048
+	}
+	if o.BacklogRetry <= 0 {
+		o.BacklogRetry = time.Second
+	}
+	if o.ConsumerTimeout == 0 {
+		o.ConsumerTimeout = 30 * time.Minute
+	}
+	if o.ConsumerTimeoutCheck <= 0 {
+		o.ConsumerTimeoutCheck = time.Second
+	}
+}
+
 // Open starts a broker over opts.Store, recovering its durable state; on
 // a fresh store it first creates Options.VHosts and Options.Users.
 func Open(opts Options) (*Broker, error) {
 	if opts.Store == nil {
 		return nil, errors.New("broker: no store")
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if len(opts.VHosts) == 0 {
-		opts.VHosts = []string{"/"}
-	}
-	if opts.Users == nil {
-		opts.Users = []UserSpec{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}}
-	}
-	if opts.LoopbackUsers == nil {
-		opts.LoopbackUsers = []string{"guest"}
-	}
-	if opts.LoginLimit == nil {
-		opts.LoginLimit = loginlimit.New(loginlimit.Options{})
-	}
+	opts.withDefaults()
 	bootUsers := make([]*auth.User, 0, len(opts.Users))
 	for _, spec := range opts.Users {
 		u, err := auth.NewUser(spec)
@@ -174,33 +207,6 @@ func Open(opts Options) (*Broker, error) {
 			return nil, fmt.Errorf("bootstrap user '%s': %w", spec.Name, err)
 		}
 		bootUsers = append(bootUsers, u)
-	}
-	if opts.MaxMessageSize <= 0 {
-		opts.MaxMessageSize = 128 << 20
-	}
-	if opts.MaxTxBytes <= 0 {
-		opts.MaxTxBytes = 512 << 20
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.PageWindow == 0 {
-		opts.PageWindow = 2048
-	}
-	if opts.PageWindowBytes == 0 {
-		opts.PageWindowBytes = 4 << 20
-	}
-	if opts.DeliveredMarkChunk <= 0 {
-		opts.DeliveredMarkChunk = 2048
-	}
-	if opts.BacklogRetry <= 0 {
-		opts.BacklogRetry = time.Second
-	}
-	if opts.ConsumerTimeout == 0 {
-		opts.ConsumerTimeout = 30 * time.Minute
-	}
-	if opts.ConsumerTimeoutCheck <= 0 {
-		opts.ConsumerTimeoutCheck = time.Second
 	}
 	b := &Broker{
 		opts:   opts,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/queue"
+	"github.com/brokerd/brokerd/broker/stats"
 )
 
 // delivery is one unacknowledged delivery on a channel.
@@ -37,7 +38,7 @@ type channel struct {
 	routeBuf   []*queue.Queue // a publish's route, reused; reader goroutine only
 	ackBuf     []*delivery    // an ack's deliveries, reused; reader goroutine only
 
-	deliveryStats channelDeliveryStats // for the management API's rates; atomics
+	deliveryStats stats.Consumption // for the management API's rates; atomics
 
 	// Acks, nacks and rejects put off to the end of a burst of frames
 	// (conn.bursts): the deliveries in order, and runs of them with one
@@ -110,7 +111,7 @@ func (ch *channel) TryDeliver(c *queue.Consumer, q *queue.Queue, e *queue.Entry,
 	}
 	q.Env.Counters.Delivered.Add(false, c.NoAck, e.Redelivered)
 	q.Stats.Delivered.Add(false, c.NoAck, e.Redelivered)
-	ch.deliveryStats.delivered.Add(false, c.NoAck, e.Redelivered)
+	ch.deliveryStats.Delivered.Add(false, c.NoAck, e.Redelivered)
 	h := e.EffectiveHeader()
 	// The channel's one basic.deliver, rewritten under ch.mu: SendContent
 	// reads its method only during the call.

@@ -72,7 +72,7 @@ type confirmTracker struct {
 	closed bool
 	// stats are the channel's publish counters (ratestats.go); atomic,
 	// not mu's.
-	stats  channelStats
+	stats  stats.Channel
 	queued bool   // a flush is due, on the writer or at the end of the store's group
 	sent   uint64 // every tag <= sent is confirmed to the client
 	// ring holds the result of tag sent+1+i at index (sent+1+i) &
@@ -207,7 +207,7 @@ func (t *confirmTracker) flushLocked() {
 func (t *confirmTracker) sendAcksLocked(from, to uint64) {
 	if to >= from {
 		t.ctr.Confirmed.Add(to - from + 1) // before the frame, as nacked
-		t.stats.confirm.Add(to - from + 1)
+		t.stats.Confirm.Add(to - from + 1)
 		t.out.Send(&amqp.BasicAck{DeliveryTag: to, Multiple: to > from})
 	}
 }

@@ -282,13 +282,13 @@ func (ch *channel) basicGet(m *amqp.BasicGet) *amqp.Error {
 	if e == nil {
 		ch.conn.b.env.Counters.GetEmpty.Add(1)
 		q.Stats.GetEmpty.Add(1)
-		ch.deliveryStats.getEmpty.Add(1)
+		ch.deliveryStats.GetEmpty.Add(1)
 		ch.out.Send(&amqp.BasicGetEmpty{})
 		return nil
 	}
 	ch.conn.b.env.Counters.Delivered.Add(true, m.NoAck, e.Redelivered)
 	q.Stats.Delivered.Add(true, m.NoAck, e.Redelivered)
-	ch.deliveryStats.delivered.Add(true, m.NoAck, e.Redelivered)
+	ch.deliveryStats.Delivered.Add(true, m.NoAck, e.Redelivered)
 	h := e.EffectiveHeader()
 	ch.out.SendContent(&amqp.BasicGetOk{
 		DeliveryTag:  tag,
@@ -314,7 +314,7 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action queue.SettleAct
 		ch.pendingDs = ds
 		if n := len(ds) - before; n > 0 {
 			if action == queue.SettleAck {
-				ch.deliveryStats.ack.Add(uint64(n))
+				ch.deliveryStats.Ack.Add(uint64(n))
 			}
 			if k := len(ch.pendingActs); k > 0 && ch.pendingActs[k-1].Action == action {
 				ch.pendingActs[k-1].N += n
@@ -345,7 +345,7 @@ func (ch *channel) ackOrReject(tag uint64, multiple bool, action queue.SettleAct
 		ch.ackBuf = ds[:0]
 	}
 	if action == queue.SettleAck {
-		ch.deliveryStats.ack.Add(uint64(len(ds)))
+		ch.deliveryStats.Ack.Add(uint64(len(ds)))
 	}
 	if ch.tx {
 		// Settled at commit; until then the deliveries still hold their

@@ -203,18 +203,18 @@ func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 	if p.exchange == "" && strings.HasPrefix(h.RoutingKeys[0], replyToPrefix) {
 		delivered := b.deliverReply(h.RoutingKeys[0], p.Msg)
 		b.env.Counters.Published.Add(1) // RabbitMQ counts these as received too
-		ch.confirms.stats.publish.Add(1)
+		ch.confirms.stats.Publish.Add(1)
 		switch {
 		case delivered:
 			b.env.Counters.Routed.Add(1)
 		case p.mandatory:
 			b.env.Counters.Unroutable.Add(1)
 			b.env.Counters.Returned.Add(1)
-			ch.confirms.stats.returned.Add(1)
+			ch.confirms.stats.Returned.Add(1)
 			ch.sendReturn(p.Msg)
 		default:
 			b.env.Counters.Unroutable.Add(1)
-			ch.confirms.stats.dropped.Add(1)
+			ch.confirms.stats.Dropped.Add(1)
 		}
 		return nil
 	}
@@ -231,7 +231,7 @@ func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 	// double what a resident message with a large header holds.
 	p.headers = nil
 	b.env.Counters.Published.Add(1)
-	ch.confirms.stats.publish.Add(1)
+	ch.confirms.stats.Publish.Add(1)
 	if x != nil {
 		x.Stats.PublishIn.Add(1)
 		x.Stats.PublishOut.Add(uint64(len(qs)))
@@ -240,10 +240,10 @@ func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 		b.env.Counters.Unroutable.Add(1)
 		if p.mandatory {
 			b.env.Counters.Returned.Add(1)
-			ch.confirms.stats.returned.Add(1)
+			ch.confirms.stats.Returned.Add(1)
 			ch.sendReturn(p.Msg)
 		} else {
-			ch.confirms.stats.dropped.Add(1)
+			ch.confirms.stats.Dropped.Add(1)
 		}
 	} else {
 		b.env.Counters.Routed.Add(1)

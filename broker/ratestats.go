@@ -2,7 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/broker/stats"
@@ -15,29 +14,14 @@ import (
 // counted already (no lock, no allocation): per exchange the publishes
 // into it and the copies it routed to queues, per channel its publishes,
 // their confirms and their unroutable fates. A queue's counters are its
-// queueStats; a channel's deliveries are its delivery tags.
+// stats.Queue; a channel's deliveries are its delivery tags.
 
-// channelStats are a channel's publish counters, RabbitMQ's channel
-// "fine" stats: publishes, publisher confirms sent (a multiple ack counts
-// every tag it covers), unroutable mandatory publishes returned and
-// unroutable others dropped. They live in the channel's confirmTracker,
-// its publish-side state.
-type channelStats struct{ publish, confirm, returned, dropped atomic.Uint64 }
-
-// channelDeliveryStats are a channel's delivery counters, RabbitMQ's
-// channel message_stats deliver, deliver_no_ack, get, get_no_ack,
-// redeliver (deliveries), get_empty and ack (delivery tags acknowledged;
-// in a transaction, when the ack arrives).
-type channelDeliveryStats struct {
-	delivered     stats.Deliveries
-	getEmpty, ack atomic.Uint64
-}
-
-func (s *channelDeliveryStats) snapshot() QueueMessageStats {
+// consumptionStats reads c into a QueueMessageStats.
+func consumptionStats(c *stats.Consumption) QueueMessageStats {
 	return QueueMessageStats{
-		Deliver: s.delivered.ConsumeManual.Load(), DeliverNoAck: s.delivered.ConsumeAuto.Load(),
-		Get: s.delivered.GetManual.Load(), GetNoAck: s.delivered.GetAuto.Load(), GetEmpty: s.getEmpty.Load(),
-		Redeliver: s.delivered.Redelivered.Load(), Ack: s.ack.Load(),
+		Deliver: c.Delivered.ConsumeManual.Load(), DeliverNoAck: c.Delivered.ConsumeAuto.Load(),
+		Get: c.Delivered.GetManual.Load(), GetNoAck: c.Delivered.GetAuto.Load(), GetEmpty: c.GetEmpty.Load(),
+		Redeliver: c.Delivered.Redelivered.Load(), Ack: c.Ack.Load(),
 	}
 }
 
@@ -115,8 +99,8 @@ func (b *Broker) Counters() Counters {
 		for _, ch := range c.channelList() {
 			cs := &ch.confirms.stats
 			chc := ChannelCounters{Name: fmt.Sprintf("%s (%d)", name, ch.id), VHost: c.vhost.Name,
-				Publish: cs.publish.Load(), Confirm: cs.confirm.Load(), Returned: cs.returned.Load(), Dropped: cs.dropped.Load()}
-			chc.Deliveries = ch.deliveryStats.snapshot()
+				Publish: cs.Publish.Load(), Confirm: cs.Confirm.Load(), Returned: cs.Returned.Load(), Dropped: cs.Dropped.Load()}
+			chc.Deliveries = consumptionStats(&ch.deliveryStats)
 			out.Channels = append(out.Channels, chc)
 		}
 	}
@@ -125,10 +109,7 @@ func (b *Broker) Counters() Counters {
 
 // queueMessageStats reads q's message counters.
 func queueMessageStats(q *queue.Queue) QueueMessageStats {
-	st := &q.Stats
-	return QueueMessageStats{
-		Publish: st.Publish.Load(), Deliver: st.Delivered.ConsumeManual.Load(), DeliverNoAck: st.Delivered.ConsumeAuto.Load(),
-		Get: st.Delivered.GetManual.Load(), GetNoAck: st.Delivered.GetAuto.Load(), GetEmpty: st.GetEmpty.Load(),
-		Redeliver: st.Delivered.Redelivered.Load(), Ack: st.Ack.Load(),
-	}
+	ms := consumptionStats(&q.Stats.Consumption)
+	ms.Publish = q.Stats.Publish.Load()
+	return ms
 }

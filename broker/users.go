@@ -19,11 +19,6 @@ const (
 	HashMD5    = auth.HashMD5
 )
 
-// HashPassword returns a RabbitMQ-compatible SHA-256 password hash of
-// password with a fresh random salt, in base64 as RabbitMQ's definitions
-// files and `rabbitmqctl hash_password` carry it (auth.HashPassword).
-func HashPassword(password string) string { return auth.HashPassword(password) }
-
 // UserInfo describes a user as RabbitMQ's HTTP API and definitions show
 // it (auth.UserInfo).
 type UserInfo = auth.UserInfo

@@ -164,12 +164,25 @@ type Queue struct {
 	// Publish counts messages a publish put into the queue (not those
 	// it refused for a length limit).
 	Publish atomic.Uint64
-	// Delivered counts deliveries by how the client took them; GetEmpty
-	// the basic.gets answered get-empty; Ack the deliveries settled by
-	// basic.ack.
+	Consumption
+}
+
+// Consumption counts how a queue's or a channel's messages were taken:
+// Delivered the deliveries by how the client took them, GetEmpty the
+// basic.gets answered get-empty, Ack the deliveries settled by basic.ack
+// (a channel's in a transaction when the ack arrives). RabbitMQ's
+// message_stats deliver, deliver_no_ack, get, get_no_ack, redeliver,
+// get_empty and ack.
+type Consumption struct {
 	Delivered     Deliveries
 	GetEmpty, Ack atomic.Uint64
 }
+
+// Channel are a channel's publish counters, RabbitMQ's channel "fine"
+// stats: publishes, publisher confirms sent (a multiple ack counts every
+// tag it covers), unroutable mandatory publishes returned and unroutable
+// others dropped.
+type Channel struct{ Publish, Confirm, Returned, Dropped atomic.Uint64 }
 
 // How a message was delivered: the keys of Snapshot.Delivered (RabbitMQ's
 // messages_delivered_<how>_total).

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/broker/stats"
@@ -72,10 +74,7 @@ func (b *Broker) Counters() Counters {
 	out := Counters{Stats: b.Stats()}
 	for _, v := range b.vhostsNamed("") {
 		v.mu.RLock()
-		qs := make([]*queue.Queue, 0, len(v.topo.Queues))
-		for _, q := range v.topo.Queues {
-			qs = append(qs, q)
-		}
+		qs := slices.Collect(maps.Values(v.topo.Queues))
 		for _, x := range v.topo.Exchanges {
 			out.Exchanges = append(out.Exchanges, ExchangeCounters{VHost: v.Name, Name: x.Name,
 				PublishIn: x.Stats.PublishIn.Load(), PublishOut: x.Stats.PublishOut.Load()})

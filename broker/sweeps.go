@@ -11,12 +11,7 @@ import (
 // queuesByID returns the queues whose store ranges (durable or volatile)
 // are keys of ids.
 func (b *Broker) queuesByID(ids map[store.QueueID][]queue.PagedRef) []*queue.Queue {
-	b.mu.RLock()
-	vhosts := make([]*VHost, 0, len(b.vhosts))
-	for _, v := range b.vhosts {
-		vhosts = append(vhosts, v)
-	}
-	b.mu.RUnlock()
+	vhosts := b.vhostsNamed("")
 	var out []*queue.Queue
 	for _, v := range vhosts {
 		v.mu.RLock()
@@ -43,28 +38,14 @@ func (b *Broker) storeExactMarks() {
 	if b.env.StoreErr.Load() != nil {
 		return
 	}
-	b.mu.RLock()
-	vhosts := make([]*VHost, 0, len(b.vhosts))
-	for _, v := range b.vhosts {
-		vhosts = append(vhosts, v)
-	}
-	b.mu.RUnlock()
+	vhosts := b.vhostsNamed("")
 	var (
 		wg    sync.WaitGroup
 		errMu sync.Mutex
 		first error
 	)
 	for _, v := range vhosts {
-		// The queues are listed under the vhost's lock and locked after
-		// it is released: a deletion holds a queue's lock while it takes
-		// the vhost's (lock order, doc.go).
-		v.mu.RLock()
-		qs := make([]*queue.Queue, 0, len(v.topo.Queues))
-		for _, q := range v.topo.Queues {
-			qs = append(qs, q)
-		}
-		v.mu.RUnlock()
-		for _, q := range qs {
+		for _, q := range v.queueList() {
 			if exactMarksHook != nil {
 				exactMarksHook(q)
 			}
@@ -103,13 +84,7 @@ func (b *Broker) retryBacklogsIfChanged(v *VHost) {
 		return
 	}
 	gen := v.TopoGen.Load()
-	v.mu.RLock()
-	qs := make([]*queue.Queue, 0, len(v.topo.Queues))
-	for _, q := range v.topo.Queues {
-		qs = append(qs, q)
-	}
-	v.mu.RUnlock()
-	for _, q := range qs {
+	for _, q := range v.queueList() {
 		q.RetryBacklogIfChanged(gen)
 	}
 }

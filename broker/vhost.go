@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -62,6 +64,15 @@ func newVHost(b *Broker, name string) *VHost {
 }
 
 func reservedName(name string) bool { return strings.HasPrefix(name, "amq.") }
+
+// queueList returns v's queues, listed under its lock, for the caller to
+// work on each after it is released: a deletion holds a queue's lock
+// while it takes the vhost's (lock order, doc.go).
+func (v *VHost) queueList() []*queue.Queue {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return slices.Collect(maps.Values(v.topo.Queues))
+}
 
 // vhostRouter is a VHost as its queues route through it (Router).
 type vhostRouter VHost

@@ -9,7 +9,6 @@ import (
 	"github.com/brokerd/brokerd/broker/auth"
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
-	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
 )
 
@@ -207,13 +206,7 @@ func (b *Broker) DeleteVHost(name string) error {
 // exchanges, bindings and policies of v, which is no longer reachable,
 // then every record left under v's prefix of each defs.VHostPrefixes kind.
 func (b *Broker) deleteVHostContents(v *VHost) error {
-	v.mu.RLock()
-	queues := make([]*queue.Queue, 0, len(v.topo.Queues))
-	for _, q := range v.topo.Queues {
-		queues = append(queues, q)
-	}
-	v.mu.RUnlock()
-	for _, q := range queues {
+	for _, q := range v.queueList() {
 		q.MarkClosing()
 		_, w := b.deleteQueue(q)
 		if err := w.WaitErr(); err != nil {

@@ -146,9 +146,9 @@ type Broker struct {
 	redrives redrives // background redrive tasks
 }
 
-// withDefaults fills in the options left zero (or, for the sizes and
-// periods, negative) with their defaults.
-func (o *Options) withDefaults() {
+// withDefaults returns o with the options left zero (or, for the sizes
+// and periods, negative) set to their defaults.
+func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -191,6 +191,7 @@ func (o *Options) withDefaults() {
 	if o.ConsumerTimeoutCheck <= 0 {
 		o.ConsumerTimeoutCheck = time.Second
 	}
+	return o
 }
 
 // Open starts a broker over opts.Store, recovering its durable state; on
@@ -199,7 +200,7 @@ func Open(opts Options) (*Broker, error) {
 	if opts.Store == nil {
 		return nil, errors.New("broker: no store")
 	}
-	opts.withDefaults()
+	opts = opts.withDefaults()
 	bootUsers := make([]*auth.User, 0, len(opts.Users))
 	for _, spec := range opts.Users {
 		u, err := auth.NewUser(spec)

@@ -187,3 +187,37 @@ func (b *Broker) CheckAccess(user, vhost, access, kind, name string) *amqp.Error
 	}
 	return amqp.Errorf(amqp.AccessRefused, "%s access to %s '%s' in vhost '%s' refused for user '%s'", k, kind, name, vhost, user)
 }
+
+// revokeLocked is a user's or a vhost's deletion's change to permissions:
+// it takes the permissions whose key matches out of b.perms, adding their
+// deletions to mb, and stops the connections stop matches (their cached
+// permission cleared: until they are closed they may do nothing). It
+// returns the permissions taken, for unrevokeLocked should the store
+// refuse the change, and the connections. Caller holds authMu and mu.
+func (b *Broker) revokeLocked(key func(permKey) bool, stop func(*conn) bool, mb *defs.Batch) (map[permKey]*auth.Permission, []*conn) {
+	old := map[permKey]*auth.Permission{}
+	for k, p := range b.perms {
+		if key(k) {
+			old[k] = p
+			delete(b.perms, k)
+			mb.Delete(defs.PermKey(k.vhost, k.user))
+		}
+	}
+	var conns []*conn
+	for c := range b.conns {
+		if stop(c) {
+			c.perm.Store(nil)
+			conns = append(conns, c)
+		}
+	}
+	return old, conns
+}
+
+// unrevokeLocked puts back the permissions revokeLocked took and gives
+// the connections stopped matches theirs again. Caller holds authMu and mu.
+func (b *Broker) unrevokeLocked(old map[permKey]*auth.Permission, stopped func(*conn) bool) {
+	for k, p := range old {
+		b.perms[k] = p
+	}
+	b.refreshConnPermsLocked(stopped)
+}

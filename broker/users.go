@@ -106,31 +106,14 @@ func (b *Broker) DeleteUser(name string) error {
 	delete(b.users, name)
 	var mb defs.Batch
 	mb.Delete(defs.UserKey(name))
-	oldPerms := map[permKey]*auth.Permission{}
-	for k, p := range b.perms {
-		if k.user == name {
-			oldPerms[k] = p
-			delete(b.perms, k)
-			mb.Delete(defs.PermKey(k.vhost, k.user))
-		}
-	}
-	// Until they are gone its connections may do nothing.
-	var conns []*conn
-	for c := range b.conns {
-		if c.userName == name {
-			c.perm.Store(nil)
-			conns = append(conns, c)
-		}
-	}
+	mine := func(c *conn) bool { return c.userName == name }
+	oldPerms, conns := b.revokeLocked(func(k permKey) bool { return k.user == name }, mine, &mb)
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
 	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		b.users[name] = old
-		for k, p := range oldPerms {
-			b.perms[k] = p
-		}
-		b.refreshConnPermsLocked(func(c *conn) bool { return c.userName == name })
+		b.unrevokeLocked(oldPerms, mine)
 		b.mu.Unlock()
 		return fmt.Errorf("delete user '%s': %w", name, err)
 	}

@@ -163,30 +163,14 @@ func (b *Broker) DeleteVHost(name string) error {
 	delete(b.vhosts, name)
 	var mb defs.Batch
 	mb.Delete(defs.VHostKey(name))
-	oldPerms := map[permKey]*auth.Permission{}
-	for k, p := range b.perms {
-		if k.vhost == name {
-			oldPerms[k] = p
-			delete(b.perms, k)
-			mb.Delete(defs.PermKey(k.vhost, k.user))
-		}
-	}
-	var conns []*conn
-	for c := range b.conns {
-		if c.vhost == v {
-			c.perm.Store(nil) // until it is gone it may do nothing
-			conns = append(conns, c)
-		}
-	}
+	in := func(c *conn) bool { return c.vhost == v }
+	oldPerms, conns := b.revokeLocked(func(k permKey) bool { return k.vhost == name }, in, &mb)
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
 	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		b.vhosts[name] = v
-		for k, p := range oldPerms {
-			b.perms[k] = p
-		}
-		b.refreshConnPermsLocked(func(c *conn) bool { return c.vhost == v })
+		b.unrevokeLocked(oldPerms, in)
 		b.mu.Unlock()
 		return fmt.Errorf("delete vhost '%s': %w", name, err)
 	}

@@ -142,6 +142,15 @@ func (b *Broker) recoverDefinitions() error {
 		vh.topo.Exchanges[d.Name] = topology.NewExchange(d.Name, d.Type, true, d.AutoDelete, d.Internal, d.Args)
 		return nil
 	})
+	qstates := map[uint64]defs.QueueState{}
+	scan(defs.PrefixQueueState, func(k string, v []byte) error {
+		d, err := defs.DecodeQueueState(k, v)
+		if err != nil {
+			return err
+		}
+		qstates[d.ID] = d
+		return nil
+	})
 	var queues []*queue.Queue
 	scan(defs.PrefixQueue, func(k string, v []byte) error {
 		d, err := defs.DecodeQueue(k, v)
@@ -158,8 +167,14 @@ func (b *Broker) recoverDefinitions() error {
 			return nil
 		}
 		q := queue.New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
-		q.BacklogMarked = d.Backlog
-		q.InitMarks(d.Marks)
+		// A queue written before its state had a record of its own keeps
+		// it in its definition; once a state record is stored, it wins.
+		if st, ok := qstates[d.ID]; ok {
+			q.InitState(st.Backlog, st.Marks)
+			delete(qstates, d.ID)
+		} else {
+			q.InitState(d.Backlog, d.Marks)
+		}
 		vh.topo.Queues[q.Name] = q
 		queues = append(queues, q)
 		return nil
@@ -216,6 +231,9 @@ func (b *Broker) recoverDefinitions() error {
 	}
 	if err != nil {
 		return err
+	}
+	for id := range qstates { // no queue has it: its deletion's record went first
+		dangling(defs.QueueStateKey(id), "state of unknown queue", "queue_id", id)
 	}
 	if w := b.env.StartWrite(&store.Batch{Meta: drop.Ops, DropQueues: dropQueues}); w != nil {
 		<-w.Done

@@ -1,7 +1,8 @@
 // Package defs is the durable form of brokerd's definitions: the records
-// of vhosts, users, permissions, exchanges, queues, bindings, policies and
-// operator policies in the store's meta space (store.MetaOp,
-// Store.ScanMeta), and the few marks beside them.
+// of vhosts, users, permissions, exchanges, queues (and their state),
+// bindings, policies, operator policies and redrive tasks in the store's
+// meta space (store.MetaOp, Store.ScanMeta), and the few marks beside
+// them.
 //
 // It holds the key layout and a codec per record kind over plain value
 // structs (VHost, User, Perm, Exchange, Queue, Binding, Policy), never the
@@ -36,6 +37,7 @@
 //	u/ <user>                       PrefixUser
 //	t/ <task>                       PrefixRedriveTask (the broker's redrive tasks)
 //	f/ <task> <seq: %016x>          PrefixRedriveFailure
+//	s/ <queue id: %016x>            PrefixQueueState: a queue's mutable state
 //	n/queue-id                      KeyQueueIDMark (no parts)
 //	n/bootstrapped                  KeyBootstrapMark (no parts)
 //
@@ -64,6 +66,10 @@
 //	exchange  bytes(type) flags(1: bit 0 auto-delete, bit 1 internal) bytes(args)
 //	queue     uvarint(queue id) flags(1: bit 0 auto-delete, bit 1 backlog) bytes(args)
 //	          [uvarint(n) uvarint(mark)*n]  delivered marks by priority level
+//	          (written before state records: the broker now writes neither
+//	          the backlog flag nor marks here, and reads them only for a
+//	          queue that has no state record)
+//	state     flags(1: bit 1 backlog) [uvarint(n) uvarint(mark)*n]
 //	binding   (nothing: the key says it all)
 //	policy    the JSON document {"pattern","apply-to","priority","definition"}
 //	          (operator policies alike)

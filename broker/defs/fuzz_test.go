@@ -150,6 +150,31 @@ func FuzzQueueRecord(f *testing.F) {
 	})
 }
 
+func FuzzQueueStateRecord(f *testing.F) {
+	f.Add(uint64(7), false, []byte(nil))
+	f.Add(uint64(1<<63), true, []byte{5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff})
+	f.Fuzz(func(t *testing.T, id uint64, backlog bool, marks []byte) {
+		d := QueueState{ID: id, Backlog: backlog}
+		for len(marks) > 0 && len(d.Marks) < maxMarks {
+			var m uint64
+			if len(marks) >= 8 {
+				m, marks = binary.LittleEndian.Uint64(marks), marks[8:]
+			} else {
+				m, marks = uint64(marks[0]), marks[1:]
+			}
+			d.Marks = append(d.Marks, m)
+		}
+		if id == 0 { // never given: ids start at 1
+			op := EncodeQueueState(d)
+			if _, err := DecodeQueueState(op.Key, op.Value); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("queue state of id 0 decodes: %v", err)
+			}
+			return
+		}
+		roundTrip(t, d)
+	})
+}
+
 func FuzzExchangeRecord(f *testing.F) {
 	f.Add("/", "orders", "topic", uint8(3), int64(2), "alternate-exchange", "ae")
 	f.Add("", "", "", uint8(0), int64(0), "", "")

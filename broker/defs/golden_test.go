@@ -35,6 +35,7 @@ func goldens() []golden {
 	qu := func(k string, v []byte) (any, error) { return DecodeQueue(k, v) }
 	bi := func(k string, v []byte) (any, error) { return DecodeBinding(k, v) }
 	po := func(k string, v []byte) (any, error) { return DecodePolicy(k, v) }
+	st := func(k string, v []byte) (any, error) { return DecodeQueueState(k, v) }
 
 	prod := VHost{Name: "prod", Description: "Production", DefaultQueueType: "quorum", Tags: []string{"a", "b"}}
 	guest := User{Name: "guest", Algorithm: "rabbit_password_hashing_sha256", Hash: []byte{1, 2, 3, 4, 0xaa, 0xbb}, Tags: []string{"administrator"}}
@@ -55,6 +56,10 @@ func goldens() []golden {
 	nopwBack.Hash = []byte{}
 	plainQBack := plainQ
 	plainQBack.Marks = nil
+	qs := QueueState{ID: 1 << 33, Backlog: true, Marks: []uint64{0, 5, 1 << 20}}
+	plainQS := QueueState{ID: 7, Marks: []uint64{0, 0}}
+	plainQSBack := plainQS
+	plainQSBack.Marks = nil
 	polBack := pol
 	polBack.Definition = map[string]any{"max-length": json.Number("10"), "overflow": "reject-publish"}
 
@@ -77,6 +82,10 @@ func goldens() []golden {
 			"q//\x00\x01q\x00\xff\xff\x00\x01", "0180808080200316000000120c782d6d61782d6c656e6774684900000003030005808040"},
 		{"queue without marks", EncodeQueue(plainQ), qu, plainQBack,
 			"q//\x00\x01plain\x00\x01", "0107000400000000"},
+		{"queue state", EncodeQueueState(qs), st, qs,
+			"s/0000000200000000\x00\x01", "0102030005808040"},
+		{"queue state without marks", EncodeQueueState(plainQS), st, plainQSBack,
+			"s/0000000000000007\x00\x01", "0100"},
 		{"binding to a queue", EncodeBinding(toQ), bi, toQ,
 			"b//\x00\x01amq.direct\x00\x01q\x00\x01q\x00\x01k\x00\xff\x00\x01\x00\xff\x00\xff\x00\xff\x00\xff\x00\x01", "01"},
 		{"binding to an exchange", EncodeBinding(toX), bi, toX,

@@ -37,6 +37,9 @@ func equalValues(a, b any) bool {
 		b := b.(Queue)
 		return a.VHost == b.VHost && a.Name == b.Name && a.ID == b.ID && a.AutoDelete == b.AutoDelete &&
 			a.Backlog == b.Backlog && equalArgs(a.Args, b.Args) && slices.Equal(liveMarks(a.Marks), liveMarks(b.Marks))
+	case QueueState:
+		b := b.(QueueState)
+		return a.ID == b.ID && a.Backlog == b.Backlog && slices.Equal(liveMarks(a.Marks), liveMarks(b.Marks))
 	case Binding:
 		b := b.(Binding)
 		return a.VHost == b.VHost && a.Source == b.Source && a.Dest == b.Dest && a.ToExchange == b.ToExchange &&
@@ -98,6 +101,8 @@ func encodeValue(v any) store.MetaOp {
 		return EncodeBinding(v)
 	case Policy:
 		return EncodePolicy(v)
+	case QueueState:
+		return EncodeQueueState(v)
 	case RedriveTask:
 		return EncodeRedriveTask(v)
 	case RedriveFailure:
@@ -117,6 +122,7 @@ var decoders = []struct {
 	{"exchange", func(k string, v []byte) (any, error) { return DecodeExchange(k, v) }},
 	{"queue", func(k string, v []byte) (any, error) { return DecodeQueue(k, v) }},
 	{"binding", func(k string, v []byte) (any, error) { return DecodeBinding(k, v) }},
+	{"queue state", func(k string, v []byte) (any, error) { return DecodeQueueState(k, v) }},
 	{"redrive task", func(k string, v []byte) (any, error) { return DecodeRedriveTask(k, v) }},
 	{"redrive failure", func(k string, v []byte) (any, error) { return DecodeRedriveFailure(k, v) }},
 	{"policy", func(k string, v []byte) (any, error) { return DecodePolicy(k, v) }},
@@ -126,7 +132,7 @@ var decoders = []struct {
 func decodeAs(v any, op store.MetaOp) (any, error) {
 	kind := map[string]string{"VHost": "vhost", "User": "user", "Perm": "permission", "Exchange": "exchange",
 		"Queue": "queue", "Binding": "binding", "Policy": "policy",
-		"RedriveTask": "redrive task", "RedriveFailure": "redrive failure"}[reflect.TypeOf(v).Name()]
+		"QueueState": "queue state", "RedriveTask": "redrive task", "RedriveFailure": "redrive failure"}[reflect.TypeOf(v).Name()]
 	for _, d := range decoders {
 		if d.kind == kind {
 			return d.decode(op.Key, op.Value)

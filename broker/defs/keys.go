@@ -21,6 +21,9 @@ const (
 	// redrive tasks and their failures; it encodes their values itself.
 	PrefixRedriveTask    = "t/" // on-disk format; never renumber
 	PrefixRedriveFailure = "f/" // on-disk format; never renumber
+	// PrefixQueueState holds each durable queue's mutable state
+	// (QueueState), keyed by the queue's id.
+	PrefixQueueState = "s/" // on-disk format; never renumber
 
 	// KeyQueueIDMark holds the highest queue id ever given to a durable
 	// queue, so ids are never reused after a restart even when that queue

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/brokerd/brokerd/amqp"
@@ -351,4 +352,74 @@ func DecodeBootstrapMark(key string, v []byte) error {
 		return err
 	}
 	return newRecReader(v).err
+}
+
+// QueueState is a durable queue's mutable state, which the queue engine
+// rewrites as it runs: its delivered marks and the backlog flag of an
+// older layout. It is kept apart from the queue's definition (Queue),
+// which changes only by declaration, so that the two can be written by
+// different owners (a replicated queue's state travels with its data,
+// its definition with the other definitions). Keyed by the queue's id,
+// never reused.
+//
+// A queue written before this record existed keeps both in its Queue
+// record; once a QueueState is stored for it, the QueueState wins.
+type QueueState struct {
+	ID uint64 // the queue's store.QueueID; never 0
+	// Backlog is Queue.Backlog's flag, as the engine last wrote it.
+	Backlog bool
+	// Marks are the delivered marks by priority level (none written
+	// unless one is above 0, as in Queue).
+	Marks []uint64
+}
+
+// QueueStateKey is the key of queue id's state.
+func QueueStateKey(id uint64) string { return Key(PrefixQueueState, fmt.Sprintf("%016x", id)) }
+
+// EncodeQueueState returns the record of d.
+func EncodeQueueState(d QueueState) store.MetaOp {
+	var flags byte
+	if d.Backlog {
+		flags |= flagBacklog
+	}
+	v := append([]byte{Version}, flags)
+	if slices.ContainsFunc(d.Marks, func(m uint64) bool { return m > 0 }) {
+		v = binary.AppendUvarint(v, uint64(len(d.Marks)))
+		for _, m := range d.Marks {
+			v = binary.AppendUvarint(v, m)
+		}
+	}
+	return store.MetaOp{Key: QueueStateKey(d.ID), Value: v}
+}
+
+// DecodeQueueState decodes a record EncodeQueueState wrote.
+func DecodeQueueState(key string, v []byte) (QueueState, error) {
+	p, err := Parts(key, PrefixQueueState, 1)
+	if err != nil {
+		return QueueState{}, err
+	}
+	id, err := strconv.ParseUint(p[0], 16, 64)
+	if err != nil || len(p[0]) != 16 || id == 0 {
+		return QueueState{}, fmt.Errorf("%w: queue state key %q", ErrCorrupt, key)
+	}
+	r := newRecReader(v)
+	d := QueueState{ID: id}
+	flags := r.byte()
+	if r.err == nil && len(r.b) > 0 {
+		n := r.uvarint()
+		if n > maxMarks {
+			return QueueState{}, fmt.Errorf("%w: %d delivered marks", ErrCorrupt, n)
+		}
+		for range n {
+			d.Marks = append(d.Marks, r.uvarint())
+		}
+	}
+	if r.err != nil {
+		return QueueState{}, r.err
+	}
+	if len(r.b) > 0 {
+		return QueueState{}, fmt.Errorf("%w: %d bytes after a queue state", ErrCorrupt, len(r.b))
+	}
+	d.Backlog = flags&flagBacklog != 0
+	return d, nil
 }

@@ -10,7 +10,7 @@ import (
 // Delivered marks: so that a restart tells a message that may have been
 // delivered before (redelivered=true) from one that never was (false),
 // each priority level of a durable queue keeps a mark in the queue's
-// stored definition — every entry of the level with a higher seq has
+// stored state record — every entry of the level with a higher seq has
 // never been delivered. A level delivers in seq order (a requeued entry
 // goes back below the mark it was delivered under), so one number per
 // level suffices. The mark is written ahead of deliveries by a chunk
@@ -24,7 +24,7 @@ import (
 // highest seq delivered since the start, or the recovered mark if higher,
 // so that after it only what was delivered comes back redelivered=true.
 
-// marksLocked returns the marks to store with q's definition: the highest
+// marksLocked returns the marks to store in q's state record: the highest
 // asked for, nil for a queue without them.
 func (q *Queue) marksLocked() []uint64 { return q.markAsked }
 
@@ -43,7 +43,7 @@ func (q *Queue) deliveringLocked(e *Entry) {
 // (entries up to it may have been delivered before the start), where that
 // is below the mark asked for. It stops q's deliveries (markReadyLocked):
 // a delivery after the exact marks are taken could go unmarked. It
-// reports whether a mark changed, so that the definition is written.
+// reports whether a mark changed, so that the state record is written.
 func (q *Queue) finalMarksLocked() bool {
 	if q.marks == nil || q.isDeleted() {
 		return false
@@ -111,7 +111,7 @@ func (q *Queue) markReadyLocked(e *Entry) bool {
 }
 
 // writeMarksLocked raises level lv's asked mark to v and writes the
-// definition with the asked marks; they become durable marks when the
+// state record with the asked marks; they become durable marks when the
 // write completes.
 func (q *Queue) writeMarksLocked(lv int, v uint64) {
 	if q.isDeleted() {
@@ -121,7 +121,7 @@ func (q *Queue) writeMarksLocked(lv int, v uint64) {
 	q.markPending++
 	asked := slices.Clone(q.markAsked)
 	b := q.Env
-	batch := &store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.Def())}}
+	batch := &store.Batch{Meta: []store.MetaOp{defs.EncodeQueueState(q.stateLocked())}}
 	b.Store.Apply(batch, func(err error) {
 		if err != nil {
 			b.storeFailed(err)
@@ -198,10 +198,10 @@ func (q *Queue) markWaitLocked() chan struct{} {
 }
 
 // StoreFinalMarks takes q's exact delivered marks at a clean stop
-// (finalMarksLocked) and writes them with its definition record, then
+// (finalMarksLocked) and writes them in its state record, then
 // done runs with the store's answer. It reports false, and done does not
 // run, when there is nothing to write (q deleted). The record is written
-// under q's lock, as every change to its definition is: a deletion after
+// under q's lock, as every change to its state is: a deletion after
 // it reaches the store after it.
 func (q *Queue) StoreFinalMarks(done func(error)) bool {
 	q.mu.Lock()
@@ -209,6 +209,6 @@ func (q *Queue) StoreFinalMarks(done func(error)) bool {
 	if !q.finalMarksLocked() {
 		return false
 	}
-	q.Env.Store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueue(q.Def())}}, done)
+	q.Env.Store.Apply(&store.Batch{Meta: []store.MetaOp{defs.EncodeQueueState(q.stateLocked())}}, done)
 	return true
 }

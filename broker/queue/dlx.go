@@ -254,7 +254,7 @@ func (q *Queue) toBacklogLocked(t *Txn, e *Entry, reason deadletter.Reason, nowM
 	q.storeBacklogLocked(t, e, reason, nowMS)
 }
 
-// clearBacklogFlagLocked clears the backlog flag of q's stored definition, in
+// clearBacklogFlagLocked clears the backlog flag of q's stored state, in
 // t: a layout before the stored backlog (backlog.go) kept waiting dead
 // letters among the queue's entries and set it, and a restart reads every
 // entry of a queue whose flag is set. Nothing sets it any more.
@@ -263,7 +263,7 @@ func (q *Queue) clearBacklogFlagLocked(t *Txn) {
 		return
 	}
 	q.BacklogMarked = false
-	t.Batch.Meta = append(t.Batch.Meta, defs.EncodeQueue(q.Def()))
+	t.Batch.Meta = append(t.Batch.Meta, defs.EncodeQueueState(q.stateLocked()))
 }
 
 // retryBacklogLocked tries again to forward q's waiting dead letters, in

@@ -7,13 +7,24 @@ import (
 	"github.com/brokerd/brokerd/store"
 )
 
-// Def returns q's record. Caller holds q.mu (the backlog flag and the
-// marks; Marks aliases q's, so the record is encoded before the lock is
-// released), or q is not reachable yet (declared under the vhost lock
-// that makes it so).
+// Def returns q's definition record: what its declaration fixed. Its
+// mutable state is its own record (stateLocked).
 func (q *Queue) Def() defs.Queue {
-	return defs.Queue{VHost: q.Host.Name, Name: q.Name, ID: uint64(q.ID), AutoDelete: q.AutoDelete,
-		Backlog: q.BacklogMarked, Args: q.Args, Marks: q.marksLocked()}
+	return defs.Queue{VHost: q.Host.Name, Name: q.Name, ID: uint64(q.ID), AutoDelete: q.AutoDelete, Args: q.Args}
+}
+
+// stateLocked returns q's state record: the backlog flag and the delivered
+// marks. Caller holds q.mu (Marks aliases q's, so the record is encoded
+// before the lock is released).
+func (q *Queue) stateLocked() defs.QueueState {
+	return defs.QueueState{ID: uint64(q.ID), Backlog: q.BacklogMarked, Marks: q.marksLocked()}
+}
+
+// InitState sets q's backlog flag and delivered marks as recovered (nil
+// marks: none stored), before q is reachable.
+func (q *Queue) InitState(backlog bool, marks []uint64) {
+	q.BacklogMarked = backlog
+	q.InitMarks(marks)
 }
 
 // RecoverEntries restores durable queue q's stored entries: their counts

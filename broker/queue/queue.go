@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/policy"
 	"github.com/brokerd/brokerd/broker/queue/engine"
 	"github.com/brokerd/brokerd/broker/stats"
@@ -910,6 +911,7 @@ func (q *Queue) Delete(unlink func() ([]store.MetaOp, bool), unlock func()) (con
 	}
 	batch := &store.Batch{Meta: meta}
 	if q.Durable && !q.Exclusive {
+		batch.Meta = append(batch.Meta, store.MetaOp{Key: defs.QueueStateKey(uint64(q.ID))})
 		batch.DropQueues = []store.QueueID{q.ID, q.backlogID()}
 	}
 	if q.spilled {

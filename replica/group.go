@@ -1,0 +1,281 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrNotLeader is Propose's error on a node that does not lead its group.
+var ErrNotLeader = errors.New("replica: not the group's leader")
+
+// ErrLeadershipLost is a proposal's done error when its node stopped
+// leading (or its term passed) before the proposal applied: it may or may
+// not commit later, under another leader.
+var ErrLeadershipLost = errors.New("replica: leadership lost before the proposal applied")
+
+// LogStorage is a group's Raft log as this node keeps it: etcd raft's
+// Storage (what raft reads back) and Save, which makes a Ready's hard
+// state and entries durable. Save appends entries after discarding every
+// stored entry whose index is at or above the first new one (Raft's
+// suffix rule), and returns once all of it is durable: messages that
+// depend on it are sent only after.
+type LogStorage interface {
+	raft.Storage
+	Save(hs *pb.HardState, entries []*pb.Entry) error
+}
+
+// Transport sends a group's messages to its peers. Send must not block on
+// the network and may drop messages (Raft retransmits).
+type Transport interface {
+	Send(msgs []*pb.Message)
+}
+
+// Config configures a Group.
+type Config struct {
+	// ID is this member's Raft id (never 0, never reused); Peers are every
+	// member's, this one's included, for a group started empty.
+	ID    uint64
+	Peers []uint64
+	// ElectionTick and HeartbeatTick are in Ticks (etcd raft's meaning).
+	ElectionTick, HeartbeatTick int
+	Storage                     LogStorage
+	Transport                   Transport
+	// Apply applies a committed proposal's payload, in log order, once
+	// per member. It must not keep payload after it returns.
+	Apply func(index uint64, payload []byte)
+	// Logger receives etcd raft's log lines; nil discards them.
+	Logger raft.Logger
+}
+
+// Stats count what a group did.
+type Stats struct {
+	Proposed, Confirmed, Failed uint64 // this member's proposals
+	Applied                         uint64 // entries applied (proposals of any member)
+	Fenced                          uint64 // applied entries dropped for a sequence gap
+}
+
+// Group is one member of a Raft group. Its methods are called from one
+// goroutine (see the package doc); it takes no lock.
+type Group struct {
+	cfg Config
+	rn  *raft.RawNode
+
+	lead, term uint64 // as last seen in a Ready
+	// seq is the last sequence number this member gave a proposal in
+	// term propTerm; pending are those not applied yet.
+	propTerm, seq uint64
+	pending       map[uint64]func(error)
+	// The fencing of applied entries: the term of the last applied
+	// proposal and its sequence number.
+	appliedTerm, appliedSeq uint64
+	stats                   Stats
+}
+
+// NewGroup starts a member whose storage is empty: the group is created
+// with cfg.Peers as its voters. (A member restarting from what its
+// storage holds is for the WAL-backed storage to come.)
+func NewGroup(cfg Config) (*Group, error) {
+	if cfg.Apply == nil || cfg.Storage == nil || cfg.Transport == nil {
+		return nil, errors.New("replica: a group needs Storage, Transport and Apply")
+	}
+	rc := &raft.Config{
+		ID:              cfg.ID,
+		ElectionTick:    cfg.ElectionTick,
+		HeartbeatTick:   cfg.HeartbeatTick,
+		Storage:         cfg.Storage,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		CheckQuorum:     true,
+		PreVote:         true,
+		Logger:          cfg.Logger,
+	}
+	if rc.Logger == nil {
+		rc.Logger = discardLogger{}
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("replica: start group member %d: %w", cfg.ID, err)
+	}
+	peers := make([]raft.Peer, len(cfg.Peers))
+	for i, id := range cfg.Peers {
+		peers[i] = raft.Peer{ID: id}
+	}
+	if err := rn.Bootstrap(peers); err != nil {
+		return nil, fmt.Errorf("replica: bootstrap group member %d: %w", cfg.ID, err)
+	}
+	return &Group{cfg: cfg, rn: rn, pending: map[uint64]func(error){}}, nil
+}
+
+// Tick advances the group's logical clock by one tick.
+func (g *Group) Tick() { g.rn.Tick() }
+
+// Campaign makes this member start an election now.
+func (g *Group) Campaign() error { return g.rn.Campaign() }
+
+// Step hands the group a message from a peer.
+func (g *Group) Step(m *pb.Message) error { return g.rn.Step(m) }
+
+// Leader returns the member the group last knew as leader (0: none) and
+// the term.
+func (g *Group) Leader() (lead, term uint64) { return g.lead, g.term }
+
+// Stats returns the group's counters.
+func (g *Group) Stats() Stats { return g.stats }
+
+// Propose proposes payload (copied) and arranges for done to run once it
+// has applied here (nil) or its confirmation became impossible
+// (ErrLeadershipLost). It fails at once with ErrNotLeader on a member that
+// does not lead the group, and with raft's error if raft refused the
+// proposal (then done never runs).
+func (g *Group) Propose(payload []byte, done func(error)) error {
+	st := g.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader {
+		return ErrNotLeader
+	}
+	if term := st.HardState.GetTerm(); term != g.propTerm {
+		g.propTerm, g.seq = term, 0
+	}
+	data := appendProposal(nil, g.propTerm, g.seq+1, payload)
+	if err := g.rn.Propose(data); err != nil {
+		return fmt.Errorf("replica: propose: %w", err)
+	}
+	g.seq++
+	g.pending[g.seq] = done
+	g.stats.Proposed++
+	return nil
+}
+
+// Process handles what the group has ready, if anything, and reports
+// whether it did: it saves, sends, applies and advances.
+func (g *Group) Process() (bool, error) {
+	if !g.rn.HasReady() {
+		return false, nil
+	}
+	rd := g.rn.Ready()
+	if rd.SoftState != nil {
+		g.lead = rd.SoftState.Lead
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		g.term = rd.HardState.GetTerm()
+	}
+	// Leadership lost, or a new term: what this member proposed before can
+	// no longer be confirmed by it.
+	if len(g.pending) > 0 && (g.lead != g.cfg.ID || g.term != g.propTerm) {
+		g.failPending()
+	}
+	var hs *pb.HardState
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		hs = rd.HardState
+	}
+	if hs != nil || len(rd.Entries) > 0 {
+		if err := g.cfg.Storage.Save(hs, rd.Entries); err != nil {
+			return true, fmt.Errorf("replica: save group member %d's log: %w", g.cfg.ID, err)
+		}
+	}
+	if len(rd.Messages) > 0 {
+		g.cfg.Transport.Send(rd.Messages)
+	}
+	for _, e := range rd.CommittedEntries {
+		if err := g.apply(e); err != nil {
+			return true, err
+		}
+	}
+	g.rn.Advance(rd)
+	return true, nil
+}
+
+// apply applies one committed entry.
+func (g *Group) apply(e *pb.Entry) error {
+	switch e.GetType() {
+	case pb.EntryConfChange:
+		var cc pb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return fmt.Errorf("replica: entry %d: membership change: %w", e.GetIndex(), err)
+		}
+		g.rn.ApplyConfChange(&cc)
+		return nil
+	case pb.EntryConfChangeV2:
+		var cc pb.ConfChangeV2
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return fmt.Errorf("replica: entry %d: membership change: %w", e.GetIndex(), err)
+		}
+		g.rn.ApplyConfChange(&cc)
+		return nil
+	}
+	if len(e.GetData()) == 0 {
+		return nil // a new leader's empty entry
+	}
+	term, seq, payload, err := decodeProposal(e.GetData())
+	if err != nil {
+		return fmt.Errorf("replica: entry %d: %w", e.GetIndex(), err)
+	}
+	if term != g.appliedTerm {
+		g.appliedTerm, g.appliedSeq = term, 0
+	}
+	if seq != g.appliedSeq+1 {
+		// A gap: see the package doc. Nothing of this term applies
+		// after it; its proposer's waiter learns it.
+		g.stats.Fenced++
+		g.settle(term, seq, ErrLeadershipLost)
+		return nil
+	}
+	g.appliedSeq = seq
+	g.cfg.Apply(e.GetIndex(), payload)
+	g.stats.Applied++
+	g.settle(term, seq, nil)
+	return nil
+}
+
+// settle runs the waiter of this member's proposal (term, seq), if any.
+func (g *Group) settle(term, seq uint64, err error) {
+	if term != g.propTerm {
+		return
+	}
+	done, ok := g.pending[seq]
+	if !ok {
+		return
+	}
+	delete(g.pending, seq)
+	if err != nil {
+		g.stats.Failed++
+	} else {
+		g.stats.Confirmed++
+	}
+	if done != nil {
+		done(err)
+	}
+}
+
+// failPending fails every proposal not applied yet.
+func (g *Group) failPending() {
+	pending := g.pending
+	g.pending = map[uint64]func(error){}
+	for _, done := range pending {
+		g.stats.Failed++
+		if done != nil {
+			done(ErrLeadershipLost)
+		}
+	}
+}
+
+// discardLogger drops etcd raft's log lines.
+type discardLogger struct{}
+
+func (discardLogger) Debug(...any)            {}
+func (discardLogger) Debugf(string, ...any)   {}
+func (discardLogger) Error(...any)            {}
+func (discardLogger) Errorf(string, ...any)   {}
+func (discardLogger) Info(...any)             {}
+func (discardLogger) Infof(string, ...any)    {}
+func (discardLogger) Warning(...any)          {}
+func (discardLogger) Warningf(string, ...any) {}
+func (discardLogger) Fatal(v ...any)          { panic(fmt.Sprint(v...)) }
+func (discardLogger) Fatalf(f string, v ...any) {
+	panic(fmt.Sprintf(f, v...))
+}
+func (discardLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (discardLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }

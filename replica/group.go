@@ -54,8 +54,8 @@ type Config struct {
 // Stats count what a group did.
 type Stats struct {
 	Proposed, Confirmed, Failed uint64 // this member's proposals
-	Applied                         uint64 // entries applied (proposals of any member)
-	Fenced                          uint64 // applied entries dropped for a sequence gap
+	Applied                     uint64 // entries applied (proposals of any member)
+	Fenced                      uint64 // applied entries dropped for a sequence gap
 }
 
 // Group is one member of a Raft group. Its methods are called from one

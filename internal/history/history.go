@@ -1,0 +1,203 @@
+// Package history records what clients saw of a broker during a test —
+// publishes, confirms, nacks, deliveries — and checks it against what
+// the broker promises, whatever happened to the broker meanwhile (a kill,
+// a partition, a failover):
+//
+//   - no loss: every confirmed message is delivered at least once by the
+//     end (the final drain included);
+//   - no phantom: nothing is delivered that was never published;
+//   - no silent duplicate: a message is delivered more than once from one
+//     queue only with redelivered=true after its first delivery;
+//   - dead letters exactly once: a message that died reaches exactly one
+//     dead-letter queue, once (its copy may be redelivered there, flagged);
+//   - order: in a queue fed by one publisher and read by one consumer
+//     without requeues, first deliveries come in publish order.
+//
+// A Recorder is safe for concurrent use: publisher and consumer goroutines
+// record into one. Message ids are the test's (a message-id property, or a
+// body it can parse); the broker never makes them up.
+package history
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Recorder collects a test's events.
+type Recorder struct {
+	mu        sync.Mutex
+	published map[string]published
+	nextSeq   int
+	confirmed map[string]bool
+	nacked    map[string]bool
+	// deliveries by queue, in arrival order per queue.
+	deliveries map[string][]Delivery
+}
+
+type published struct {
+	seq int // order among all publishes
+}
+
+// Delivery is one delivery a consumer got.
+type Delivery struct {
+	ID          string
+	Redelivered bool
+}
+
+// New returns an empty Recorder.
+func New() *Recorder {
+	return &Recorder{published: map[string]published{}, confirmed: map[string]bool{}, nacked: map[string]bool{},
+		deliveries: map[string][]Delivery{}}
+}
+
+// Published records that a publish of id was attempted (call it before
+// the publish is sent: a publish whose connection died may still have
+// reached the broker).
+func (r *Recorder) Published(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextSeq++
+	r.published[id] = published{seq: r.nextSeq}
+}
+
+// Confirmed records the broker's basic.ack of id's publish.
+func (r *Recorder) Confirmed(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.confirmed[id] = true
+}
+
+// Nacked records the broker's basic.nack of id's publish.
+func (r *Recorder) Nacked(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nacked[id] = true
+}
+
+// Delivered records a delivery of id from queue.
+func (r *Recorder) Delivered(queue, id string, redelivered bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deliveries[queue] = append(r.deliveries[queue], Delivery{ID: id, Redelivered: redelivered})
+}
+
+// Checks says what a history is checked against.
+type Checks struct {
+	// DeadLetterQueues are the queues dead letters go to; a message
+	// delivered from one of them died (its other deliveries are from
+	// where it was published).
+	DeadLetterQueues []string
+	// MustDie are the ids that must each reach exactly one dead-letter
+	// queue (those the test rejected or let expire, and were confirmed).
+	MustDie []string
+	// Ordered are the queues fed by one publisher and read by one consumer
+	// without requeues: first deliveries must follow publish order.
+	Ordered []string
+}
+
+// Report is the outcome of Check.
+type Report struct {
+	Published, Confirmed, Nacked, Delivered int
+	// Violations, one line each; none when the history is sound.
+	Violations []string
+}
+
+// OK reports whether the history broke no rule.
+func (rep Report) OK() bool { return len(rep.Violations) == 0 }
+
+func (rep Report) String() string {
+	s := fmt.Sprintf("%d published, %d confirmed, %d nacked, %d deliveries: ", rep.Published, rep.Confirmed, rep.Nacked, rep.Delivered)
+	if rep.OK() {
+		return s + "0 lost, 0 phantom, 0 silent duplicates, 0 duplicate dead letters, order kept"
+	}
+	const most = 20
+	v := rep.Violations
+	more := ""
+	if len(v) > most {
+		v, more = v[:most], fmt.Sprintf("\n… and %d more", len(rep.Violations)-most)
+	}
+	return s + fmt.Sprintf("%d violations:\n", len(rep.Violations)) + strings.Join(v, "\n") + more
+}
+
+// Check checks the history recorded so far against c.
+func (r *Recorder) Check(c Checks) Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := Report{Published: len(r.published), Confirmed: len(r.confirmed), Nacked: len(r.nacked)}
+	dlq := map[string]bool{}
+	for _, q := range c.DeadLetterQueues {
+		dlq[q] = true
+	}
+	seen := map[string]bool{}             // delivered anywhere
+	deadIn := map[string]map[string]int{} // id -> dead-letter queue -> first deliveries
+	queues := make([]string, 0, len(r.deliveries))
+	for q := range r.deliveries {
+		queues = append(queues, q)
+	}
+	sort.Strings(queues)
+	for _, q := range queues {
+		ds := r.deliveries[q]
+		rep.Delivered += len(ds)
+		got := map[string]bool{} // delivered from q before
+		for _, d := range ds {
+			if _, ok := r.published[d.ID]; !ok {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("phantom: %q delivered from %q, never published", d.ID, q))
+				continue
+			}
+			seen[d.ID] = true
+			if got[d.ID] && !d.Redelivered {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered", d.ID, q))
+			}
+			if !got[d.ID] && dlq[q] {
+				if deadIn[d.ID] == nil {
+					deadIn[d.ID] = map[string]int{}
+				}
+				deadIn[d.ID][q]++
+			}
+			got[d.ID] = true
+		}
+	}
+	for _, id := range sortedKeys(r.confirmed) {
+		if !seen[id] {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("lost: %q confirmed, never delivered", id))
+		}
+	}
+	for _, id := range sortedKeys(deadIn) {
+		if n := len(deadIn[id]); n > 1 {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("duplicate dead letter: %q reached %d dead-letter queues %v", id, n, sortedKeys(deadIn[id])))
+		}
+	}
+	for _, id := range c.MustDie {
+		if len(deadIn[id]) == 0 {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("dead letter lost: %q reached no dead-letter queue", id))
+		}
+	}
+	for _, q := range c.Ordered {
+		last, lastID := 0, ""
+		got := map[string]bool{}
+		for _, d := range r.deliveries[q] {
+			p, ok := r.published[d.ID]
+			if !ok || got[d.ID] {
+				continue
+			}
+			got[d.ID] = true
+			if p.seq < last {
+				rep.Violations = append(rep.Violations, fmt.Sprintf("order: %q delivered from %q after %q, published before it", d.ID, q, lastID))
+			}
+			last, lastID = p.seq, d.ID
+		}
+	}
+	return rep
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

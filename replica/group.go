@@ -18,14 +18,17 @@ var ErrNotLeader = errors.New("replica: not the group's leader")
 var ErrLeadershipLost = errors.New("replica: leadership lost before the proposal applied")
 
 // LogStorage is a group's Raft log as this node keeps it: etcd raft's
-// Storage (what raft reads back) and Save, which makes a Ready's hard
-// state and entries durable. Save appends entries after discarding every
+// Storage (what raft reads back) and two writes. Save makes a Ready's hard
+// state and entries durable: it appends entries after discarding every
 // stored entry whose index is at or above the first new one (Raft's
-// suffix rule), and returns once all of it is durable: messages that
-// depend on it are sent only after.
+// suffix rule), and returns once all of it is durable, for messages that
+// depend on it are sent only after. SaveConfState records the membership
+// an applied change left, which InitialState returns after a restart
+// (with Config.Applied, raft does not hand applied changes back).
 type LogStorage interface {
 	raft.Storage
 	Save(hs *pb.HardState, entries []*pb.Entry) error
+	SaveConfState(cs *pb.ConfState) error
 }
 
 // Transport sends a group's messages to its peers. Send must not block on
@@ -76,13 +79,61 @@ type Group struct {
 }
 
 // NewGroup starts a member whose storage is empty: the group is created
-// with cfg.Peers as its voters. (A member restarting from what its
-// storage holds is for the WAL-backed storage to come.)
+// with cfg.Peers as its voters.
 func NewGroup(cfg Config) (*Group, error) {
+	rn, err := newRawNode(cfg, 0)
+	if err != nil {
+		return nil, err
+	}
+	peers := make([]raft.Peer, len(cfg.Peers))
+	for i, id := range cfg.Peers {
+		peers[i] = raft.Peer{ID: id}
+	}
+	if err := rn.Bootstrap(peers); err != nil {
+		return nil, fmt.Errorf("replica: bootstrap group member %d: %w", cfg.ID, err)
+	}
+	return &Group{cfg: cfg, rn: rn, pending: map[uint64]func(error){}}, nil
+}
+
+// RestartGroup starts a member again from what its storage holds (its
+// hard state, membership and log) after a stop or a crash. applied is the
+// index of the last entry its state machine applied: the committed
+// entries after it are applied again, in order. The fencing of applied
+// entries continues from the proposal at applied, read back from the log.
+func RestartGroup(cfg Config, applied uint64) (*Group, error) {
+	rn, err := newRawNode(cfg, applied)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{cfg: cfg, rn: rn, pending: map[uint64]func(error){}}
+	// The fencing state: the last applied proposal's (term, seq), or the
+	// latest proposal before it (a leader's empty entry or a membership
+	// change carries none).
+	first, err := cfg.Storage.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("replica: restart group member %d: %w", cfg.ID, err)
+	}
+	for i := applied; i >= first && i > 0; i-- {
+		ents, err := cfg.Storage.Entries(i, i+1, 1<<30)
+		if err != nil {
+			return nil, fmt.Errorf("replica: restart group member %d: entry %d: %w", cfg.ID, i, err)
+		}
+		if e := ents[0]; e.GetType() == pb.EntryNormal && len(e.GetData()) > 0 {
+			if g.appliedTerm, g.appliedSeq, _, err = decodeProposal(e.GetData()); err != nil {
+				return nil, fmt.Errorf("replica: restart group member %d: entry %d: %w", cfg.ID, i, err)
+			}
+			break
+		}
+	}
+	return g, nil
+}
+
+func newRawNode(cfg Config, applied uint64) (*raft.RawNode, error) {
 	if cfg.Apply == nil || cfg.Storage == nil || cfg.Transport == nil {
 		return nil, errors.New("replica: a group needs Storage, Transport and Apply")
 	}
 	rc := &raft.Config{
+		Applied:         applied,
 		ID:              cfg.ID,
 		ElectionTick:    cfg.ElectionTick,
 		HeartbeatTick:   cfg.HeartbeatTick,
@@ -100,14 +151,7 @@ func NewGroup(cfg Config) (*Group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: start group member %d: %w", cfg.ID, err)
 	}
-	peers := make([]raft.Peer, len(cfg.Peers))
-	for i, id := range cfg.Peers {
-		peers[i] = raft.Peer{ID: id}
-	}
-	if err := rn.Bootstrap(peers); err != nil {
-		return nil, fmt.Errorf("replica: bootstrap group member %d: %w", cfg.ID, err)
-	}
-	return &Group{cfg: cfg, rn: rn, pending: map[uint64]func(error){}}, nil
+	return rn, nil
 }
 
 // Tick advances the group's logical clock by one tick.
@@ -196,15 +240,13 @@ func (g *Group) apply(e *pb.Entry) error {
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: entry %d: membership change: %w", e.GetIndex(), err)
 		}
-		g.rn.ApplyConfChange(&cc)
-		return nil
+		return g.saveConfState(e, g.rn.ApplyConfChange(&cc))
 	case pb.EntryConfChangeV2:
 		var cc pb.ConfChangeV2
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: entry %d: membership change: %w", e.GetIndex(), err)
 		}
-		g.rn.ApplyConfChange(&cc)
-		return nil
+		return g.saveConfState(e, g.rn.ApplyConfChange(&cc))
 	}
 	if len(e.GetData()) == 0 {
 		return nil // a new leader's empty entry
@@ -227,6 +269,13 @@ func (g *Group) apply(e *pb.Entry) error {
 	g.cfg.Apply(e.GetIndex(), payload)
 	g.stats.Applied++
 	g.settle(term, seq, nil)
+	return nil
+}
+
+func (g *Group) saveConfState(e *pb.Entry, cs *pb.ConfState) error {
+	if err := g.cfg.Storage.SaveConfState(cs); err != nil {
+		return fmt.Errorf("replica: entry %d: save membership: %w", e.GetIndex(), err)
+	}
 	return nil
 }
 

@@ -14,11 +14,29 @@ import (
 )
 
 // memLog is a LogStorage in memory: etcd raft's MemoryStorage, whose
-// Append already discards a conflicting suffix. Save "is durable" at once:
-// the crash behaviour of a real log is for the WAL-backed storage's tests.
-type memLog struct{ *raft.MemoryStorage }
+// Append already discards a conflicting suffix, and the membership. Save
+// "is durable" at once: the crash behaviour of a real log is for the
+// WAL-backed storage's tests; a member's crash here loses what the Group
+// held in memory only.
+type memLog struct {
+	*raft.MemoryStorage
+	cs *pb.ConfState
+}
 
-func (l memLog) Save(hs *pb.HardState, ents []*pb.Entry) error {
+func (l *memLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	hs, cs, err := l.MemoryStorage.InitialState()
+	if l.cs != nil {
+		cs = l.cs
+	}
+	return hs, cs, err
+}
+
+func (l *memLog) SaveConfState(cs *pb.ConfState) error {
+	l.cs = cs
+	return nil
+}
+
+func (l *memLog) Save(hs *pb.HardState, ents []*pb.Entry) error {
 	if hs != nil {
 		if err := l.SetHardState(hs); err != nil {
 			return err
@@ -46,11 +64,35 @@ type simMsg struct {
 	m  *pb.Message
 }
 
+// simMember is a member and its durable state: its log and its state
+// machine (what it applied, and at which index).
 type simMember struct {
-	id      uint64
-	g       *Group
-	log     memLog
-	applied [][]byte
+	id         uint64
+	cfg        Config
+	g          *Group
+	log        *memLog
+	applied    [][]byte
+	appliedIdx []uint64
+}
+
+// crash drops what the member held in memory and starts it again from
+// its log; its state machine loses the last back entries it applied
+// (back may be 0), which then apply again.
+func (m *simMember) crash(t *testing.T, back int) {
+	t.Helper()
+	back = min(back, len(m.applied))
+	m.applied, m.appliedIdx = m.applied[:len(m.applied)-back], m.appliedIdx[:len(m.appliedIdx)-back]
+	applied := uint64(0)
+	if len(m.appliedIdx) > 0 {
+		applied = m.appliedIdx[len(m.appliedIdx)-1]
+	}
+	// Entries that applied nothing (membership changes, a leader's empty
+	// entry) after it come back too: raft's own, they apply again alike.
+	g, err := RestartGroup(m.cfg, applied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.g = g
 }
 
 type simTransport struct {
@@ -76,12 +118,16 @@ func newSimNet(t *testing.T, seed uint64, ids ...uint64) *simNet {
 	t.Helper()
 	n := &simNet{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), members: map[uint64]*simMember{}, cut: map[uint64]map[uint64]bool{}}
 	for _, id := range ids {
-		m := &simMember{id: id, log: memLog{raft.NewMemoryStorage()}}
-		g, err := NewGroup(Config{
+		m := &simMember{id: id, log: &memLog{MemoryStorage: raft.NewMemoryStorage()}}
+		m.cfg = Config{
 			ID: id, Peers: ids, ElectionTick: 10, HeartbeatTick: 1,
 			Storage: m.log, Transport: simTransport{n, id},
-			Apply: func(_ uint64, payload []byte) { m.applied = append(m.applied, slices.Clone(payload)) },
-		})
+			Apply: func(index uint64, payload []byte) {
+				m.applied = append(m.applied, slices.Clone(payload))
+				m.appliedIdx = append(m.appliedIdx, index)
+			},
+		}
+		g, err := NewGroup(m.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,9 +292,11 @@ func (n *simNet) caughtUp(count int) bool {
 	return true
 }
 
-// Seeded fault schedules: lost, delayed and reordered messages, and
-// members cut off for a while (a 2|1 partition, the old leader's side
-// often the minority), with proposals to whoever leads. Checked: a
+// Seeded fault schedules: lost, delayed and reordered messages, members
+// cut off for a while (a 2|1 partition, the old leader's side often the
+// minority), and members crashing and restarting from their logs (their
+// state machines sometimes behind, so entries apply again), with
+// proposals to whoever leads. Checked: a
 // proposal is confirmed only once a majority's logs hold it; after the
 // faults heal every member applied the same sequence; every confirmed
 // value is in it exactly once, no value twice, none never proposed; and
@@ -280,6 +328,7 @@ func runFaultSchedule(t *testing.T, seed uint64) {
 	confirmed := map[string]bool{}
 	next := 0
 	isolated := uint64(0)
+	crashes := 0
 	for range 3000 {
 		switch r := n.rng.IntN(1000); {
 		case r < 6 && isolated == 0: // cut a member off; often the leader
@@ -291,6 +340,9 @@ func runFaultSchedule(t *testing.T, seed uint64) {
 		case r < 12 && isolated != 0:
 			n.heal()
 			isolated = 0
+		case r < 16: // a member crashes and restarts, maybe its state machine behind its log
+			n.members[uint64(1+n.rng.IntN(3))].crash(t, n.rng.IntN(3))
+			crashes++
 		case r < 400:
 			id := n.leader()
 			if id == 0 {
@@ -377,6 +429,7 @@ func runFaultSchedule(t *testing.T, seed uint64) {
 	if len(confirmed) == 0 {
 		t.Errorf("nothing confirmed in 3000 ticks (drop rate %.2f)", n.dropRate)
 	}
+	t.Logf("%d proposed, %d confirmed, %d applied, %d crashes", len(proposed), len(confirmed), len(seen), crashes)
 }
 
 // sameApplied reports whether every member applied the same sequence.

@@ -18,16 +18,19 @@ var ErrNotLeader = errors.New("replica: not the group's leader")
 var ErrLeadershipLost = errors.New("replica: leadership lost before the proposal applied")
 
 // LogStorage is a group's Raft log as this node keeps it: etcd raft's
-// Storage (what raft reads back) and two writes. Save makes a Ready's hard
-// state and entries durable: it appends entries after discarding every
+// Storage (what raft reads back) and its writes. Save writes a Ready's
+// hard state and entries: it appends entries after discarding every
 // stored entry whose index is at or above the first new one (Raft's
-// suffix rule), and returns once all of it is durable, for messages that
-// depend on it are sent only after. SaveConfState records the membership
-// an applied change left, which InitialState returns after a restart
-// (with Config.Applied, raft does not hand applied changes back).
+// suffix rule); they are durable once Sync returns, and messages that
+// depend on them are sent only after. Several groups' storages may share
+// one log, whose one Sync covers them all (a Node syncs once per cycle).
+// SaveConfState records the membership an applied change left, which
+// InitialState returns after a restart (with Config.Applied, raft does not
+// hand applied changes back).
 type LogStorage interface {
 	raft.Storage
 	Save(hs *pb.HardState, entries []*pb.Entry) error
+	Sync() error
 	SaveConfState(cs *pb.ConfState) error
 }
 
@@ -196,8 +199,21 @@ func (g *Group) Propose(payload []byte, done func(error)) error {
 // Process handles what the group has ready, if anything, and reports
 // whether it did: it saves, sends, applies and advances.
 func (g *Group) Process() (bool, error) {
+	rd, ok, err := g.save()
+	if !ok || err != nil {
+		return ok, err
+	}
+	if err := g.cfg.Storage.Sync(); err != nil {
+		return true, fmt.Errorf("replica: sync group member %d's log: %w", g.cfg.ID, err)
+	}
+	return true, g.finish(rd)
+}
+
+// save takes what the group has ready, if anything, and writes its hard
+// state and entries (Save); they are durable once the storage syncs.
+func (g *Group) save() (raft.Ready, bool, error) {
 	if !g.rn.HasReady() {
-		return false, nil
+		return raft.Ready{}, false, nil
 	}
 	rd := g.rn.Ready()
 	if rd.SoftState != nil {
@@ -217,19 +233,25 @@ func (g *Group) Process() (bool, error) {
 	}
 	if hs != nil || len(rd.Entries) > 0 {
 		if err := g.cfg.Storage.Save(hs, rd.Entries); err != nil {
-			return true, fmt.Errorf("replica: save group member %d's log: %w", g.cfg.ID, err)
+			return rd, true, fmt.Errorf("replica: save group member %d's log: %w", g.cfg.ID, err)
 		}
 	}
+	return rd, true, nil
+}
+
+// finish does the rest of a Ready once its writes are durable: it sends
+// the messages, applies the committed entries and advances.
+func (g *Group) finish(rd raft.Ready) error {
 	if len(rd.Messages) > 0 {
 		g.cfg.Transport.Send(rd.Messages)
 	}
 	for _, e := range rd.CommittedEntries {
 		if err := g.apply(e); err != nil {
-			return true, err
+			return err
 		}
 	}
 	g.rn.Advance(rd)
-	return true, nil
+	return nil
 }
 
 // apply applies one committed entry.
@@ -300,13 +322,15 @@ func (g *Group) settle(term, seq uint64, err error) {
 }
 
 // failPending fails every proposal not applied yet.
-func (g *Group) failPending() {
+func (g *Group) failPending() { g.failPendingWith(ErrLeadershipLost) }
+
+func (g *Group) failPendingWith(err error) {
 	pending := g.pending
 	g.pending = map[uint64]func(error){}
 	for _, done := range pending {
 		g.stats.Failed++
 		if done != nil {
-			done(ErrLeadershipLost)
+			done(err)
 		}
 	}
 }

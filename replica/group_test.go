@@ -31,6 +31,8 @@ func (l *memLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return hs, cs, err
 }
 
+func (l *memLog) Sync() error { return nil }
+
 func (l *memLog) SaveConfState(cs *pb.ConfState) error {
 	l.cs = cs
 	return nil

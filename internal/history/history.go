@@ -13,6 +13,10 @@
 //   - order: in a queue fed by one publisher and read by one consumer
 //     without requeues, first deliveries come in publish order.
 //
+// Definitions (defs.go) records queue declarations, checks and deletions
+// and checks them for linearizability with porcupine: every answer
+// explained by one queue table serving the operations one at a time.
+//
 // A Recorder is safe for concurrent use: publisher and consumer goroutines
 // record into one. Message ids are the test's (a message-id property, or a
 // body it can parse); the broker never makes them up.

@@ -36,8 +36,8 @@ import (
 // from), which needs version 2; replay reads both, so a WAL written before
 // origins existed replays as it did.
 //
-// Version 3 is a kind byte, then the kind's body (for the WAL records of
-// replication):
+// Version 3 is a kind byte, then the kind's body (the WAL records of
+// replication, doc.go "Record kinds"):
 //
 //	record    = version(1)=3 | kind(1) | body
 //	local     = batch                                                   kind 1
@@ -394,16 +394,6 @@ func decodeBlob(b []byte) (*store.Message, error) {
 	}
 	m.Stored.Store(true)
 	return m, nil
-}
-
-// decodeRecord decodes a version 1 or 2 WAL record into a batch.
-func decodeRecord(rec []byte) (*store.Batch, error) {
-	d := decoder{b: rec}
-	b := d.batch()
-	if err := d.end("record"); err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // walRecord is a decoded WAL record of any version: kind says which of

@@ -7,13 +7,15 @@ import (
 
 	"github.com/brokerd/brokerd/index"
 	"github.com/brokerd/brokerd/store"
+	"github.com/brokerd/brokerd/wal"
 )
 
 // Record and blob encodings. Both are self-contained: a WAL record names
 // messages by id and queues by id, never by file position, so the log can
 // be shipped elsewhere (DESIGN.md, "Scale beyond one machine").
 //
-// A WAL record is one Batch:
+// A WAL record is a version byte, then what the version says. Versions 1
+// and 2 are one Batch:
 //
 //	record  = version(1) | msgs | puts | updates | deletes | drops | meta
 //	msgs    = uvarint(n) { uvarint(id) flags(1) header bytes(body) }
@@ -34,6 +36,23 @@ import (
 // from), which needs version 2; replay reads both, so a WAL written before
 // origins existed replays as it did.
 //
+// Version 3 is a kind byte, then the kind's body (the WAL records of
+// replication, doc.go "Record kinds"):
+//
+//	record    = version(1)=3 | kind(1) | body
+//	local     = batch                                                   kind 1
+//	volatile  = batch                                                   kind 2
+//	entry     = uvarint(group) uvarint(term) uvarint(index) type(1) bytes(data)   kind 3
+//	hardstate = uvarint(group) uvarint(term) uvarint(vote) uvarint(commit)        kind 4
+//	batch     = a version 1 or 2 record, as above (its own version byte first)
+//
+// A version 1 or 2 record is a local batch (or a volatile one, in a
+// Volatile WAL record): Apply writes every batch that way, so a single
+// node's records are byte for byte what they were before kinds existed,
+// and version 3 appears only in records that need a kind. A local record
+// is in a Durable WAL record, a volatile one in a Volatile WAL record,
+// entries and hard states in Durable ones (walRecord.checkClass).
+//
 // A message blob, as the segment files hold it, is
 //
 //	blob = version(1)=1 | uvarint(id) flags(1) header bytes(body)
@@ -42,6 +61,7 @@ import (
 const (
 	recordVersion       = 1 // on-disk format; never renumber
 	recordVersionOrigin = 2 // on-disk format; never renumber: puts carry hasOrigin
+	recordVersionKind   = 3 // on-disk format; never renumber: a kind byte, then its body
 	blobVersion         = 1 // on-disk format; never renumber
 
 	flagPersistent = 1 << 0 // on-disk format; never renumber
@@ -49,6 +69,29 @@ const (
 	metaPut    = 1 // on-disk format; never renumber
 	metaDelete = 2 // on-disk format; never renumber
 )
+
+// The kinds of a version-3 record.
+const (
+	kindLocal     = 1 // on-disk format; never renumber: a batch applied at append
+	kindVolatile  = 2 // on-disk format; never renumber: a batch of volatile queues
+	kindEntry     = 3 // on-disk format; never renumber: a replication group's log entry
+	kindHardState = 4 // on-disk format; never renumber: a replication group's HardState
+)
+
+// kindName names a record kind in errors and logs.
+func kindName(kind byte) string {
+	switch kind {
+	case kindLocal:
+		return "local"
+	case kindVolatile:
+		return "volatile"
+	case kindEntry:
+		return "entry"
+	case kindHardState:
+		return "hardstate"
+	}
+	return fmt.Sprintf("kind %d", kind)
+}
 
 // errCorrupt is wrapped by every decoding error: a record that passed the
 // WAL's CRC but does not decode means a bug or a foreign file.
@@ -163,6 +206,33 @@ func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
 		}
 	}
 	return dst
+}
+
+// encodeBatchRecord appends b's WAL record as a version-3 record of kind
+// (kindLocal or kindVolatile): the version and kind bytes, then
+// encodeRecord's. Apply does not use it (doc.go, "Record kinds").
+func encodeBatchRecord(dst []byte, kind byte, b *store.Batch, msgs []*store.Message) []byte {
+	dst = append(dst, recordVersionKind, kind)
+	return encodeRecord(dst, b, msgs)
+}
+
+// encodeEntry appends e's WAL record.
+func encodeEntry(dst []byte, e *LogEntry) []byte {
+	dst = append(dst, recordVersionKind, kindEntry)
+	dst = binary.AppendUvarint(dst, e.Group)
+	dst = binary.AppendUvarint(dst, e.Term)
+	dst = binary.AppendUvarint(dst, e.Index)
+	dst = append(dst, e.Type)
+	return appendBytes(dst, e.Data)
+}
+
+// encodeHardState appends hs's WAL record.
+func encodeHardState(dst []byte, hs *HardState) []byte {
+	dst = append(dst, recordVersionKind, kindHardState)
+	dst = binary.AppendUvarint(dst, hs.Group)
+	dst = binary.AppendUvarint(dst, hs.Term)
+	dst = binary.AppendUvarint(dst, hs.Vote)
+	return binary.AppendUvarint(dst, hs.Commit)
 }
 
 // originToIndex and originFromIndex convert an entry's origin to and from
@@ -326,11 +396,71 @@ func decodeBlob(b []byte) (*store.Message, error) {
 	return m, nil
 }
 
-// decodeRecord decodes a WAL record into a batch. A put whose message is
-// not in the record refers to one stored earlier: its Msg is a stub with
-// only the id (Body nil).
-func decodeRecord(rec []byte) (*store.Batch, error) {
+// walRecord is a decoded WAL record of any version: kind says which of
+// its fields is set.
+type walRecord struct {
+	// kinded is set for a version-3 record: its kind is on disk, and
+	// must agree with the WAL record's class.
+	kinded    bool
+	kind      byte         // kindLocal for a version 1 or 2 record
+	batch     *store.Batch // kindLocal, kindVolatile
+	entry     LogEntry     // kindEntry
+	hardState HardState    // kindHardState
+}
+
+// decodeWALRecord decodes a WAL record of any version. Decoded values are
+// copies: they outlive rec. Every error wraps errCorrupt.
+func decodeWALRecord(rec []byte) (walRecord, error) {
 	d := decoder{b: rec}
+	var r walRecord
+	if len(rec) == 0 || rec[0] != recordVersionKind {
+		r.kind = kindLocal
+		r.batch = d.batch()
+	} else {
+		d.off = 1
+		r.kinded = true
+		r.kind = d.byte1("record kind")
+		switch r.kind {
+		case kindLocal, kindVolatile:
+			r.batch = d.batch()
+		case kindEntry:
+			e := &r.entry
+			e.Group = d.uvarint("group")
+			e.Term = d.uvarint("term")
+			e.Index = d.uvarint("index")
+			e.Type = d.byte1("entry type")
+			e.Data = d.bytes("entry data")
+		case kindHardState:
+			hs := &r.hardState
+			hs.Group = d.uvarint("group")
+			hs.Term = d.uvarint("term")
+			hs.Vote = d.uvarint("vote")
+			hs.Commit = d.uvarint("commit")
+		default:
+			d.fail(fmt.Sprintf("record kind %d", r.kind))
+		}
+	}
+	if err := d.end(kindName(r.kind) + " record"); err != nil {
+		return walRecord{}, err
+	}
+	return r, nil
+}
+
+// checkClass reports an error wrapping errCorrupt if r is a version-3
+// record whose kind contradicts the class of the WAL record holding it: a
+// volatile batch is a Volatile record, every other kind a Durable one. (A
+// version 1 or 2 record's class is what makes it local or volatile.)
+func (r *walRecord) checkClass(class wal.Class) error {
+	if !r.kinded || (r.kind == kindVolatile) == (class == wal.Volatile) {
+		return nil
+	}
+	return fmt.Errorf("%w: a %s record in a %s WAL record", errCorrupt, kindName(r.kind), class)
+}
+
+// batch reads a version 1 or 2 record. A put whose message is not in the
+// record refers to one stored earlier: its Msg is a stub with only the id
+// (Body nil).
+func (d *decoder) batch() *store.Batch {
 	version := d.byte1("record version")
 	if d.err == nil && version != recordVersion && version != recordVersionOrigin {
 		d.fail(fmt.Sprintf("record version %d", version))
@@ -408,8 +538,5 @@ func decodeRecord(rec []byte) (*store.Batch, error) {
 			}
 		}
 	}
-	if err := d.end("record"); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return b
 }

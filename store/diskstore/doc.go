@@ -42,6 +42,40 @@
 // record changes in volatile queues. Checkpoints move volatile entries into
 // the index like any other; the broker drops those queues at recovery.
 //
+// # Record kinds
+//
+// The WAL is also meant to hold the Raft logs of replication groups (one
+// WAL, one fsync per group commit for every group), so a record has a
+// kind (codec.go has the bytes; kinds are never renumbered):
+//
+//   - local: a store batch, applied to the active overlay when it is
+//     appended and replayed at recovery — every record a single node
+//     writes. Apply writes it as a record of version 1 or 2, as before
+//     kinds existed (no byte more per record); a version-3 local record
+//     replays the same way.
+//   - volatile: a batch that changes only volatile queues, in a Volatile
+//     WAL record; replay reads only its message ids, as above.
+//   - entry(group, term, index, type, data): a Raft log entry of a
+//     replication group; data is opaque to the store.
+//   - hardstate(group, term, vote, commit): a group's Raft HardState.
+//
+// A version-3 record's kind must agree with its WAL class (volatile in a
+// Volatile record, the others in Durable ones), or Open fails naming the
+// LSN. The store writes no entry or hard state itself and does not apply
+// them: Open hands those after the checkpoint LSN, in LSN order, to
+// Options.ReplicaLog, interleaved with its replay of the batches. Without
+// one (a single node), such a record makes Open fail with ErrNoReplicaLog,
+// naming the LSN: a store must not skip replicated data it cannot apply.
+//
+// A group's log is rebuilt from its records by the receiver, with etcd
+// raft's rule for entries written again after a leader change (logical
+// suffix truncation): an entry(g, i) discards every entry of g with index
+// ≥ i that an earlier record held; the last hardstate of g is its
+// HardState. (Not yet done: checkpoints still remove WAL files up to the
+// checkpoint LSN whatever entries they hold; keeping them until their
+// group has applied them — a per-group applied index — comes with the
+// replica layer.)
+//
 // # Reads
 //
 // A read sees the active overlay over the frozen one (during a checkpoint)

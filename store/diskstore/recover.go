@@ -79,7 +79,7 @@ func (s *Store) recover(dir string) error {
 		// done.
 		return fmt.Errorf("open wal: it ends at record %d but the index was checkpointed through %d: WAL files are missing", w.LastLSN(), st.CheckpointLSN)
 	}
-	replayed, skipped := 0, 0
+	replayed, skipped, replicated := 0, 0, 0
 	progress := newReplayProgress(o.RecoveryProgress, uint64(st.CheckpointLSN), uint64(w.LastLSN()))
 	var gaps []lsnRange // records a repair of damage dropped (skip records)
 	prev := wal.LSN(st.CheckpointLSN)
@@ -89,7 +89,7 @@ func (s *Store) recover(dir string) error {
 		}
 		prev = lsn
 		progress.at(uint64(lsn))
-		b, err := decodeRecord(rec)
+		r, err := decodeWALRecord(rec)
 		if err != nil {
 			if class == wal.Volatile {
 				// Nothing of it is recovered anyway.
@@ -99,6 +99,16 @@ func (s *Store) recover(dir string) error {
 			}
 			return fmt.Errorf("wal record %d: %w", lsn, err)
 		}
+		if err := r.checkClass(class); err != nil {
+			// A record that contradicts itself is a bug or a foreign
+			// file, whatever its class: nothing of it is guessed.
+			return fmt.Errorf("wal record %d: %w", lsn, err)
+		}
+		if r.batch == nil { // an entry or a hard state
+			replicated++
+			return s.replayReplica(lsn, &r)
+		}
+		b := r.batch
 		for _, m := range b.Messages {
 			if uint64(m.ID) > s.nextID.Load() {
 				s.nextID.Store(uint64(m.ID))
@@ -133,7 +143,8 @@ func (s *Store) recover(dir string) error {
 	}
 	progress.end()
 	s.log.Info("store recovered", "dir", dir, "checkpoint_lsn", st.CheckpointLSN,
-		"wal_records_replayed", replayed, "volatile_records_skipped", skipped, "segments", len(s.cp.segs))
+		"wal_records_replayed", replayed, "volatile_records_skipped", skipped,
+		"replica_records_replayed", replicated, "segments", len(s.cp.segs))
 	return nil
 }
 

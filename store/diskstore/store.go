@@ -81,6 +81,11 @@ type Options struct {
 	// goroutine that called Open (brokerd reports it to systemd as
 	// STATUS=).
 	RecoveryProgress func(done, total uint64)
+	// ReplicaLog, if set, receives the replication groups' records (Raft
+	// entries and hard states) Open finds in the WAL; see ReplicaLog. If
+	// nil (a single node), such a record makes Open fail with
+	// ErrNoReplicaLog.
+	ReplicaLog ReplicaLog
 }
 
 // withDefaults returns o with defaults filled in. Unlike wal's and

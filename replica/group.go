@@ -48,6 +48,13 @@ type Config struct {
 	Peers []uint64
 	// ElectionTick and HeartbeatTick are in Ticks (etcd raft's meaning).
 	ElectionTick, HeartbeatTick int
+	// DisableCheckQuorum turns off etcd raft's CheckQuorum (a leader
+	// steps down when it has not heard from a quorum for an election
+	// timeout, and a member that heard from a leader refuses votes
+	// meanwhile). Only for a simulation that runs elections itself with
+	// Campaign, raft's election timeouts being drawn from crypto/rand
+	// (see group_test.go); a cluster keeps it on.
+	DisableCheckQuorum bool
 	Storage                     LogStorage
 	Transport                   Transport
 	// Apply applies a committed proposal's payload, in log order, once
@@ -143,7 +150,7 @@ func newRawNode(cfg Config, applied uint64) (*raft.RawNode, error) {
 		Storage:         cfg.Storage,
 		MaxSizePerMsg:   1 << 20,
 		MaxInflightMsgs: 256,
-		CheckQuorum:     true,
+		CheckQuorum:     !cfg.DisableCheckQuorum,
 		PreVote:         true,
 		Logger:          cfg.Logger,
 	}

@@ -54,6 +54,12 @@ type simNet struct {
 	rng     *rand.Rand
 	now     int
 	members map[uint64]*simMember
+	// elections: the simulation, not raft, decides when members campaign
+	// (election timeouts drawn from rng), so a seed replays exactly.
+	elections bool
+	// trace hashes what happened, in order (a seed's run must give the
+	// same trace every time it runs).
+	trace uint64
 	queue   []simMsg
 	// cut[a][b]: messages from a to b are dropped.
 	cut      map[uint64]map[uint64]bool
@@ -70,6 +76,9 @@ type simMsg struct {
 // machine (what it applied, and at which index).
 type simMember struct {
 	id         uint64
+	// electAt is the tick at which it campaigns unless it hears from a
+	// leader first (elections only).
+	electAt int
 	cfg        Config
 	g          *Group
 	log        *memLog
@@ -117,17 +126,32 @@ func (t simTransport) Send(msgs []*pb.Message) {
 }
 
 func newSimNet(t *testing.T, seed uint64, ids ...uint64) *simNet {
+	return newSimNetElections(t, seed, false, ids...)
+}
+
+// newSimNetElections is newSimNet where, with elections, the simulation
+// runs the elections: raft's own timeouts never fire (an ElectionTick
+// beyond any run, CheckQuorum off) and a member campaigns when a timeout
+// drawn from the seed passes without a message from a leader.
+func newSimNetElections(t *testing.T, seed uint64, elections bool, ids ...uint64) *simNet {
 	t.Helper()
-	n := &simNet{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), members: map[uint64]*simMember{}, cut: map[uint64]map[uint64]bool{}}
+	n := &simNet{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), members: map[uint64]*simMember{}, cut: map[uint64]map[uint64]bool{},
+		elections: elections}
 	for _, id := range ids {
 		m := &simMember{id: id, log: &memLog{MemoryStorage: raft.NewMemoryStorage()}}
 		m.cfg = Config{
 			ID: id, Peers: ids, ElectionTick: 10, HeartbeatTick: 1,
+			DisableCheckQuorum: elections,
 			Storage: m.log, Transport: simTransport{n, id},
 			Apply: func(index uint64, payload []byte) {
 				m.applied = append(m.applied, slices.Clone(payload))
 				m.appliedIdx = append(m.appliedIdx, index)
+				n.note(id, index, payload)
 			},
+		}
+		if elections {
+			m.cfg.ElectionTick = 1 << 30
+			m.electAt = n.electionTimeout()
 		}
 		g, err := NewGroup(m.cfg)
 		if err != nil {
@@ -140,13 +164,33 @@ func newSimNet(t *testing.T, seed uint64, ids ...uint64) *simNet {
 	return n
 }
 
+// electionTimeout returns the tick of a member's next election: 10 to 19
+// ticks from now, as raft's own ElectionTick 10 draws them.
+func (n *simNet) electionTimeout() int { return n.now + 10 + n.rng.IntN(10) }
+
+// note adds an applied entry to the trace.
+func (n *simNet) note(member, index uint64, payload []byte) {
+	h := n.trace ^ member<<48 ^ index
+	for _, b := range payload {
+		h = h*1099511628211 ^ uint64(b)
+	}
+	n.trace = h * 1099511628211
+}
+
 // step advances the network by one tick: every member ticks, due messages
 // are delivered, and every member processes what it has ready.
 func (n *simNet) step(t *testing.T) {
 	t.Helper()
 	n.now++
 	for _, id := range n.ids() {
-		n.members[id].g.Tick()
+		m := n.members[id]
+		m.g.Tick()
+		if n.elections && n.now >= m.electAt {
+			m.electAt = n.electionTimeout()
+			if lead, _ := m.g.Leader(); lead != id {
+				_ = m.g.Campaign()
+			}
+		}
 	}
 	due := n.queue[:0:0]
 	var later []simMsg
@@ -161,6 +205,10 @@ func (n *simNet) step(t *testing.T) {
 	for _, sm := range due {
 		if m := n.members[sm.m.GetTo()]; m != nil {
 			_ = m.g.Step(sm.m) // a stale or unexpected message is raft's to refuse
+			// A leader's message puts the member's election off.
+			if lead, _ := m.g.Leader(); n.elections && lead != 0 && sm.m.GetFrom() == lead {
+				m.electAt = n.electionTimeout()
+			}
 		}
 	}
 	n.processAll(t)
@@ -304,26 +352,52 @@ func (n *simNet) caughtUp(count int) bool {
 // value is in it exactly once, no value twice, none never proposed; and
 // one leader's proposals of a term apply in the order it proposed them.
 //
-// BROKERD_REPLICA_SEEDS sets how many seeds run (default 40). etcd raft
-// draws its election timeouts from crypto/rand, so a seed fixes the
-// network's faults and the proposals but not who wins each election: a
-// failing seed is rerun with -run and the seed, and fails with the same
-// faults, not necessarily the same interleaving.
+// The simulation runs the elections (newSimNetElections): etcd raft draws
+// its election timeouts from crypto/rand, so with its own a seed would fix
+// the faults but not who wins each election. A failing seed therefore
+// replays exactly: rerun it with -run 'TestGroupFaultSchedules/seed=N$'.
+// BROKERD_REPLICA_SEEDS sets how many seeds run (default 40).
 func TestGroupFaultSchedules(t *testing.T) {
-	seeds := 40
-	if s := os.Getenv("BROKERD_REPLICA_SEEDS"); s != "" {
-		var err error
-		if seeds, err = strconv.Atoi(s); err != nil {
-			t.Fatalf("BROKERD_REPLICA_SEEDS: %v", err)
-		}
-	}
-	for seed := range uint64(seeds) {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { runFaultSchedule(t, seed) })
+	for seed := range uint64(replicaSeeds(t, 40)) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { runFaultSchedule(t, seed, true) })
 	}
 }
 
-func runFaultSchedule(t *testing.T, seed uint64) {
-	n := newSimNet(t, seed, 1, 2, 3)
+// The same schedules with raft's own election timeouts and CheckQuorum,
+// as a cluster runs: the same checks hold, but a seed does not replay
+// exactly. BROKERD_REPLICA_SEEDS/4 seeds (default 10).
+func TestGroupFaultSchedulesRaftElections(t *testing.T) {
+	for seed := range uint64(max(replicaSeeds(t, 40)/4, 1)) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) { runFaultSchedule(t, seed, false) })
+	}
+}
+
+// A seed's run replays exactly: the same entries applied at the same
+// indexes by the same members in the same order.
+func TestGroupFaultScheduleReplays(t *testing.T) {
+	for seed := range uint64(5) {
+		a, b := runFaultSchedule(t, seed, true), runFaultSchedule(t, seed, true)
+		if a != b {
+			t.Fatalf("seed %d: two runs traced %x and %x", seed, a, b)
+		}
+	}
+}
+
+func replicaSeeds(t *testing.T, def int) int {
+	s := os.Getenv("BROKERD_REPLICA_SEEDS")
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("BROKERD_REPLICA_SEEDS: %v", err)
+	}
+	return n
+}
+
+// runFaultSchedule runs seed's schedule and returns its trace.
+func runFaultSchedule(t *testing.T, seed uint64, elections bool) uint64 {
+	n := newSimNetElections(t, seed, elections, 1, 2, 3)
 	n.dropRate = 0.05 + 0.15*n.rng.Float64()
 	n.maxDelay = 1 + n.rng.IntN(4)
 	proposed := map[string]bool{}
@@ -432,6 +506,7 @@ func runFaultSchedule(t *testing.T, seed uint64) {
 		t.Errorf("nothing confirmed in 3000 ticks (drop rate %.2f)", n.dropRate)
 	}
 	t.Logf("%d proposed, %d confirmed, %d applied, %d crashes", len(proposed), len(confirmed), len(seen), crashes)
+	return n.trace
 }
 
 // sameApplied reports whether every member applied the same sequence.

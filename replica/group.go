@@ -55,8 +55,8 @@ type Config struct {
 	// Campaign, raft's election timeouts being drawn from crypto/rand
 	// (see group_test.go); a cluster keeps it on.
 	DisableCheckQuorum bool
-	Storage                     LogStorage
-	Transport                   Transport
+	Storage            LogStorage
+	Transport          Transport
 	// Apply applies a committed proposal's payload, in log order, once
 	// per member. It must not keep payload after it returns.
 	Apply func(index uint64, payload []byte)

@@ -60,7 +60,7 @@ type simNet struct {
 	// trace hashes what happened, in order (a seed's run must give the
 	// same trace every time it runs).
 	trace uint64
-	queue   []simMsg
+	queue []simMsg
 	// cut[a][b]: messages from a to b are dropped.
 	cut      map[uint64]map[uint64]bool
 	dropRate float64
@@ -75,10 +75,10 @@ type simMsg struct {
 // simMember is a member and its durable state: its log and its state
 // machine (what it applied, and at which index).
 type simMember struct {
-	id         uint64
+	id uint64
 	// electAt is the tick at which it campaigns unless it hears from a
 	// leader first (elections only).
-	electAt int
+	electAt    int
 	cfg        Config
 	g          *Group
 	log        *memLog
@@ -142,7 +142,7 @@ func newSimNetElections(t *testing.T, seed uint64, elections bool, ids ...uint64
 		m.cfg = Config{
 			ID: id, Peers: ids, ElectionTick: 10, HeartbeatTick: 1,
 			DisableCheckQuorum: elections,
-			Storage: m.log, Transport: simTransport{n, id},
+			Storage:            m.log, Transport: simTransport{n, id},
 			Apply: func(index uint64, payload []byte) {
 				m.applied = append(m.applied, slices.Clone(payload))
 				m.appliedIdx = append(m.appliedIdx, index)

@@ -12,7 +12,8 @@ import (
 
 // Record and blob encodings. Both are self-contained: a WAL record names
 // messages by id and queues by id, never by file position, so the log can
-// be shipped elsewhere (DESIGN.md, "Scale beyond one machine").
+// be shipped elsewhere: a replication group's Raft entries carry records
+// (version 3, "entry" kind; doc.go, "Record kinds").
 //
 // A WAL record is a version byte, then what the version says. Versions 1
 // and 2 are one Batch:

@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -68,4 +69,63 @@ func benchAppend(b *testing.B, policy SyncPolicy, size int) {
 	st := w.Stats()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(st.Syncs-base.Syncs)/float64(b.N), "fsyncs/op")
+}
+
+// BenchmarkReadAt reads records by LSN from a log on a real disk (in the
+// page cache). hot: the records of one file, whose handle ReadAt keeps
+// open; cold: each read from another of more files than ReadAt keeps
+// open, so every read opens and closes its file. Random LSNs, so each read
+// walks from its index entry.
+func BenchmarkReadAt(b *testing.B) {
+	for _, mode := range []string{"hot", "cold"} {
+		for _, size := range []int{128, 1 << 10, 16 << 10} {
+			b.Run(fmt.Sprintf("%s/%s", mode, sizeName(size)), func(b *testing.B) {
+				benchReadAt(b, mode == "cold", size)
+			})
+		}
+	}
+}
+
+func benchReadAt(b *testing.B, cold bool, size int) {
+	const seg = 4 << 20
+	w, err := Open(b.TempDir(), Options{Sync: SyncNone, SegmentSize: seg, Logger: discardLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	files := 1
+	if cold {
+		files = readHandles + 2
+	}
+	perFile := (seg - fileHeaderSize) / encodedSize(size)
+	rec := make([]byte, size)
+	errs := make(chan error, 1)
+	for range perFile*files - 1 {
+		w.Append(rec, Durable, nil)
+	}
+	w.Append(rec, Durable, func(_ LSN, err error) { errs <- err })
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	if got := w.Stats().Files; got < files {
+		b.Fatalf("%d files, want %d", got, files)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	var dst []byte
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		// Cold: file i%files, a record in it; hot: file 0.
+		f := 0
+		if cold {
+			f = i % files
+		}
+		lsn := LSN(f*perFile + rng.IntN(perFile) + 1)
+		var err error
+		if dst, _, err = w.ReadAt(lsn, dst[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
 }

@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// ErrClosed is returned by Sync, Reserve, Replay and RemoveBefore after
-// Close has started, and given to the done of an Append made after it.
+// ErrClosed is returned by Sync, Reserve, Replay, ReadAt and RemoveBefore
+// after Close has started, and given to the done of an Append made after
+// it.
 var ErrClosed = errors.New("wal: closed")
 
 // ErrReplayAfterAppend is returned by Replay once Append has been called:
@@ -14,9 +15,16 @@ var ErrClosed = errors.New("wal: closed")
 var ErrReplayAfterAppend = errors.New("wal: replay after append")
 
 // ErrRemoved is returned (wrapped) by Replay when it is asked to start
-// below the first LSN still on disk: RemoveBefore deleted those records, so
-// whoever asked for them has lost the state that covered them.
+// below the first LSN still on disk, and by ReadAt for a record below it:
+// RemoveBefore deleted those records, so whoever asked for them has lost
+// the state that covered them (a Raft follower that needs them gets a
+// snapshot instead).
 var ErrRemoved = errors.New("wal: records removed")
+
+// ErrNotWritten is returned (wrapped) by ReadAt for an LSN beyond the
+// records written: not appended yet, or appended and not yet written to
+// its file.
+var ErrNotWritten = errors.New("wal: record not written yet")
 
 // CorruptError reports damage in a log file: what Open refuses (anything
 // but a torn tail of the last file, unless Options.Covered covers it) and

@@ -104,7 +104,17 @@ func (w *WAL) RemoveBefore(lsn LSN) error {
 	w.filesMu.Unlock()
 
 	removed := 0
-	for _, fm := range doomed {
+	for i, fm := range doomed {
+		// ReadAt stops reading the file before it goes: a reader
+		// still in it finds the floor above its LSN when it is done,
+		// and a recycled file's new life is never taken for the old.
+		w.filesMu.Lock()
+		w.rd.floor = w.files[i+1].first
+		drop := w.uncacheLocked(fm.first)
+		w.filesMu.Unlock()
+		if drop != nil {
+			closeRead(drop)
+		}
 		var kept bool
 		if kept, err = w.recycle(fm); err != nil {
 			break
@@ -123,6 +133,7 @@ func (w *WAL) RemoveBefore(lsn LSN) error {
 	// Only RemoveBefore (serialised by removeMu) shortens files; the writer
 	// only appends to it.
 	w.filesMu.Lock()
+	clear(w.files[:removed]) // their indexes go with them
 	w.files = w.files[removed:]
 	w.filesMu.Unlock()
 	if removed > 0 {

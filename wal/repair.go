@@ -12,12 +12,16 @@ import (
 type fileMeta struct {
 	first LSN    // LSN of its first record (its name)
 	path  string // full path
-	size  int64  // header + records; for the file being written, see WAL.activeOff
+	// size is its header and records: for the file being written, those
+	// whose write returned (noteWritten; Stats reads WAL.activeOff).
+	size int64
 	// holes is damage in it Open stepped over (every record lost in it
 	// is covered, Options.Covered); badHeader, a damaged header Open
 	// let be for the same reason. Replay reads past both.
 	holes     []hole
 	badHeader bool
+	// index is where some of its records start, for ReadAt (index.go).
+	index []indexEntry
 }
 
 // recovery is what Open found on disk.

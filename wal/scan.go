@@ -106,7 +106,9 @@ func (sc *logScan) scanFile(fs vfs.FS, path string, first, nextFirst LSN, covere
 	}
 	defer r.close()
 	chain := hdr != nil // counting the records after a damaged header
+	jumped := false     // the next record is the first after damage: it gets an index entry
 	for {
+		off := r.off
 		h, _, err := r.next()
 		if err == io.EOF {
 			break
@@ -115,6 +117,8 @@ func (sc *logScan) scanFile(fs vfs.FS, path string, first, nextFirst LSN, covere
 			if err != nil {
 				return err
 			}
+			fm.index = addIndex(fm.index, h.lsn, off, jumped)
+			jumped = false
 			if h.class != classSkip {
 				sc.records++
 				if chain {
@@ -135,6 +139,7 @@ func (sc *logScan) scanFile(fs vfs.FS, path string, first, nextFirst LSN, covere
 		}
 		fm.holes = append(fm.holes, hole{off: d.Offset, end: d.End, next: d.NextLSN})
 		r.jump(d.End, d.NextLSN)
+		jumped = true
 	}
 	fm.size = r.off
 	sc.files = append(sc.files, fm)

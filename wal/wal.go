@@ -32,6 +32,9 @@ type WAL struct {
 	appended  bool          // Append was called: Replay is over
 	closing   bool
 	err       error // sticky
+	// down is set with err or closing, so that ReadAt, which does not
+	// take mu unless it is set, sees them.
+	down atomic.Bool
 
 	lastLSN atomic.Uint64
 
@@ -50,6 +53,7 @@ type WAL struct {
 
 	filesMu  sync.Mutex
 	files    []fileMeta // on disk, oldest first; the last is being written
+	rd       readers    // ReadAt's floor, written LSN and open files; under filesMu
 	removeMu sync.Mutex // serialises RemoveBefore
 
 	spare spare // a finished file kept for the next rotation (spare.go)
@@ -163,6 +167,7 @@ func (w *WAL) recover() error {
 	if rec.create {
 		a.f, a.path, err = w.createFile(last.first, w.opts.SegmentSize)
 		a.off = fileHeaderSize
+		last.index = newIndex(w.opts.SegmentSize)
 	} else {
 		a.path, a.off, a.recycled = last.path, rec.tailOff, rec.tailStale
 		a.f, err = w.fs.OpenReadWrite(last.path, vfs.WriteCategoryUnspecified)
@@ -175,6 +180,7 @@ func (w *WAL) recover() error {
 	}
 	w.wr.act = a
 	w.files = rec.files
+	w.rd = readers{floor: rec.files[0].first, written: rec.next - 1}
 	w.nextLSN = rec.next
 	w.lastLSN.Store(uint64(rec.next - 1))
 	w.activeOff.Store(a.off)
@@ -312,6 +318,7 @@ func (w *WAL) fail(err error) {
 	w.mu.Lock()
 	if w.err == nil {
 		w.err = err
+		w.down.Store(true)
 		w.log.Error("wal: failed; no further records are written", "dir", w.dir, "err", err)
 	}
 	w.signalSpaceLocked()
@@ -401,11 +408,13 @@ func (w *WAL) Close() error {
 	w.closed = true
 	w.mu.Lock()
 	w.closing = true
+	w.down.Store(true)
 	w.signalSpaceLocked()
 	w.mu.Unlock()
 	close(w.closingCh)
 	w.wake()
 	<-w.stopped
+	w.closeReaders()
 	if err := w.lock.Close(); err != nil && w.closeErr == nil {
 		w.closeErr = fmt.Errorf("unlock %s: %w", w.dir, err)
 	}

@@ -261,6 +261,7 @@ func (wr *writer) write(g *group) error {
 		if err := wr.writeAt(g.buf[wr.doneOff : wr.doneOff+n]); err != nil {
 			return err
 		}
+		wr.w.noteWritten(g.recs[wr.done:j], a.off-int64(n))
 		wr.done, wr.doneOff = j, wr.doneOff+n
 	}
 	return nil
@@ -324,7 +325,7 @@ func (wr *writer) start(first LSN, capacity int64) error {
 	}
 	w.filesMu.Lock()
 	w.files[len(w.files)-1].size = a.off
-	w.files = append(w.files, fileMeta{first: first, path: path})
+	w.files = append(w.files, fileMeta{first: first, path: path, index: newIndex(capacity)})
 	wr.act = active{f: f, path: path, first: first, off: fileHeaderSize, cap: capacity, recycled: recycled}
 	w.activeOff.Store(fileHeaderSize)
 	w.filesMu.Unlock()

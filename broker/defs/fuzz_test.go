@@ -130,15 +130,7 @@ func FuzzQueueRecord(f *testing.F) {
 	f.Add("", "", uint64(0), uint8(255), int64(-1), "k", "\x00", []byte{0xff})
 	f.Fuzz(func(t *testing.T, vhost, name string, id uint64, flags uint8, n int64, k, s string, marks []byte) {
 		d := Queue{VHost: vhost, Name: name, ID: id, AutoDelete: flags&1 != 0, Backlog: flags&2 != 0, Args: fuzzArgs(n, k, s)}
-		for len(marks) > 0 && len(d.Marks) < maxMarks {
-			var m uint64
-			if len(marks) >= 8 {
-				m, marks = binary.LittleEndian.Uint64(marks), marks[8:]
-			} else {
-				m, marks = uint64(marks[0]), marks[1:]
-			}
-			d.Marks = append(d.Marks, m)
-		}
+		d.Marks = fuzzMarks(marks)
 		if id == 0 { // never given: ids start at 1
 			op := EncodeQueue(d)
 			if _, err := DecodeQueue(op.Key, op.Value); !errors.Is(err, ErrCorrupt) {
@@ -155,15 +147,7 @@ func FuzzQueueStateRecord(f *testing.F) {
 	f.Add(uint64(1<<63), true, []byte{5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff})
 	f.Fuzz(func(t *testing.T, id uint64, backlog bool, marks []byte) {
 		d := QueueState{ID: id, Backlog: backlog}
-		for len(marks) > 0 && len(d.Marks) < maxMarks {
-			var m uint64
-			if len(marks) >= 8 {
-				m, marks = binary.LittleEndian.Uint64(marks), marks[8:]
-			} else {
-				m, marks = uint64(marks[0]), marks[1:]
-			}
-			d.Marks = append(d.Marks, m)
-		}
+		d.Marks = fuzzMarks(marks)
 		if id == 0 { // never given: ids start at 1
 			op := EncodeQueueState(d)
 			if _, err := DecodeQueueState(op.Key, op.Value); !errors.Is(err, ErrCorrupt) {
@@ -257,4 +241,20 @@ func FuzzRedriveFailureRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, task string, seq uint64, reason string) {
 		roundTrip(t, RedriveFailure{Task: task, Seq: seq, Reason: reason})
 	})
+}
+
+// fuzzMarks turns fuzzed bytes into at most maxMarks marks: 8 bytes a
+// mark, a shorter tail a byte each.
+func fuzzMarks(b []byte) []uint64 {
+	var marks []uint64
+	for len(b) > 0 && len(marks) < maxMarks {
+		var m uint64
+		if len(b) >= 8 {
+			m, b = binary.LittleEndian.Uint64(b), b[8:]
+		} else {
+			m, b = uint64(b[0]), b[1:]
+		}
+		marks = append(marks, m)
+	}
+	return marks
 }

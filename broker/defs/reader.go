@@ -139,3 +139,21 @@ func (r *recReader) strings() []string {
 	}
 	return out
 }
+
+// marks reads the delivered marks appendMarks wrote, if the value has
+// more bytes (none: nil).
+func (r *recReader) marks() []uint64 {
+	if r.err != nil || len(r.b) == 0 {
+		return nil
+	}
+	n := r.uvarint()
+	if n > maxMarks {
+		r.err = fmt.Errorf("%w: %d delivered marks", ErrCorrupt, n)
+		return nil
+	}
+	var marks []uint64
+	for range n {
+		marks = append(marks, r.uvarint())
+	}
+	return marks
+}

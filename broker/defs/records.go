@@ -189,12 +189,7 @@ func EncodeQueue(d Queue) store.MetaOp {
 	v := binary.AppendUvarint([]byte{Version}, d.ID)
 	v = append(v, flags)
 	v = appendBytes(v, EncodeArgs(d.Args))
-	if slices.ContainsFunc(d.Marks, func(m uint64) bool { return m > 0 }) {
-		v = binary.AppendUvarint(v, uint64(len(d.Marks)))
-		for _, m := range d.Marks {
-			v = binary.AppendUvarint(v, m)
-		}
-	}
+	v = appendMarks(v, d.Marks)
 	return store.MetaOp{Key: QueueKey(d.VHost, d.Name), Value: v}
 }
 
@@ -208,15 +203,7 @@ func DecodeQueue(key string, v []byte) (Queue, error) {
 	d := Queue{VHost: p[0], Name: p[1], ID: r.uvarint()}
 	flags := r.byte()
 	args := r.bytes()
-	if r.err == nil && len(r.b) > 0 {
-		n := r.uvarint()
-		if n > maxMarks {
-			return Queue{}, fmt.Errorf("%w: %d delivered marks", ErrCorrupt, n)
-		}
-		for range n {
-			d.Marks = append(d.Marks, r.uvarint())
-		}
-	}
+	d.Marks = r.marks()
 	if r.err != nil {
 		return Queue{}, r.err
 	}
@@ -383,12 +370,7 @@ func EncodeQueueState(d QueueState) store.MetaOp {
 		flags |= flagBacklog
 	}
 	v := append([]byte{Version}, flags)
-	if slices.ContainsFunc(d.Marks, func(m uint64) bool { return m > 0 }) {
-		v = binary.AppendUvarint(v, uint64(len(d.Marks)))
-		for _, m := range d.Marks {
-			v = binary.AppendUvarint(v, m)
-		}
-	}
+	v = appendMarks(v, d.Marks)
 	return store.MetaOp{Key: QueueStateKey(d.ID), Value: v}
 }
 
@@ -405,15 +387,7 @@ func DecodeQueueState(key string, v []byte) (QueueState, error) {
 	r := newRecReader(v)
 	d := QueueState{ID: id}
 	flags := r.byte()
-	if r.err == nil && len(r.b) > 0 {
-		n := r.uvarint()
-		if n > maxMarks {
-			return QueueState{}, fmt.Errorf("%w: %d delivered marks", ErrCorrupt, n)
-		}
-		for range n {
-			d.Marks = append(d.Marks, r.uvarint())
-		}
-	}
+	d.Marks = r.marks()
 	if r.err != nil {
 		return QueueState{}, r.err
 	}
@@ -422,4 +396,17 @@ func DecodeQueueState(key string, v []byte) (QueueState, error) {
 	}
 	d.Backlog = flags&flagBacklog != 0
 	return d, nil
+}
+
+// appendMarks appends delivered marks as a queue's records keep them:
+// nothing unless one is above 0, else their count and each one.
+func appendMarks(v []byte, marks []uint64) []byte {
+	if !slices.ContainsFunc(marks, func(m uint64) bool { return m > 0 }) {
+		return v
+	}
+	v = binary.AppendUvarint(v, uint64(len(marks)))
+	for _, m := range marks {
+		v = binary.AppendUvarint(v, m)
+	}
+	return v
 }

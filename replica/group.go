@@ -173,6 +173,20 @@ func (g *Group) Campaign() error { return g.rn.Campaign() }
 // Step hands the group a message from a peer.
 func (g *Group) Step(m *pb.Message) error { return g.rn.Step(m) }
 
+// ReportUnreachable tells raft that a message to member id could not be
+// delivered (the transport's report), so it probes that member rather
+// than stream appends to it.
+func (g *Group) ReportUnreachable(id uint64) { g.rn.ReportUnreachable(id) }
+
+// ReportSnapshot tells raft how sending a snapshot to member id ended.
+func (g *Group) ReportSnapshot(id uint64, delivered bool) {
+	status := raft.SnapshotFinish
+	if !delivered {
+		status = raft.SnapshotFailure
+	}
+	g.rn.ReportSnapshot(id, status)
+}
+
 // Leader returns the member the group last knew as leader (0: none) and
 // the term.
 func (g *Group) Leader() (lead, term uint64) { return g.lead, g.term }

@@ -9,43 +9,9 @@ import (
 	"strconv"
 	"testing"
 
-	"go.etcd.io/raft/v3"
+	"github.com/brokerd/brokerd/replica/replicatest"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
-
-// memLog is a LogStorage in memory: etcd raft's MemoryStorage, whose
-// Append already discards a conflicting suffix, and the membership. Save
-// "is durable" at once: the crash behaviour of a real log is for the
-// WAL-backed storage's tests; a member's crash here loses what the Group
-// held in memory only.
-type memLog struct {
-	*raft.MemoryStorage
-	cs *pb.ConfState
-}
-
-func (l *memLog) InitialState() (*pb.HardState, *pb.ConfState, error) {
-	hs, cs, err := l.MemoryStorage.InitialState()
-	if l.cs != nil {
-		cs = l.cs
-	}
-	return hs, cs, err
-}
-
-func (l *memLog) Sync() error { return nil }
-
-func (l *memLog) SaveConfState(cs *pb.ConfState) error {
-	l.cs = cs
-	return nil
-}
-
-func (l *memLog) Save(hs *pb.HardState, ents []*pb.Entry) error {
-	if hs != nil {
-		if err := l.SetHardState(hs); err != nil {
-			return err
-		}
-	}
-	return l.Append(ents)
-}
 
 // simNet is a network of group members driven by one loop: messages wait
 // in a queue, each delivered after a seeded delay or dropped, and members
@@ -81,7 +47,7 @@ type simMember struct {
 	electAt    int
 	cfg        Config
 	g          *Group
-	log        *memLog
+	log        *replicatest.MemLog
 	applied    [][]byte
 	appliedIdx []uint64
 }
@@ -138,7 +104,7 @@ func newSimNetElections(t *testing.T, seed uint64, elections bool, ids ...uint64
 	n := &simNet{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), members: map[uint64]*simMember{}, cut: map[uint64]map[uint64]bool{},
 		elections: elections}
 	for _, id := range ids {
-		m := &simMember{id: id, log: &memLog{MemoryStorage: raft.NewMemoryStorage()}}
+		m := &simMember{id: id, log: replicatest.NewMemLog()}
 		m.cfg = Config{
 			ID: id, Peers: ids, ElectionTick: 10, HeartbeatTick: 1,
 			DisableCheckQuorum: elections,

@@ -104,6 +104,26 @@ func (n *Node) Propose(group uint64, payload []byte, done func(error)) {
 	}
 }
 
+// ReportUnreachable passes the transport's report that a message to
+// member id of group was not delivered (Group.ReportUnreachable).
+func (n *Node) ReportUnreachable(group, id uint64) {
+	n.enqueue(func() {
+		if g := n.groups[group]; g != nil {
+			g.ReportUnreachable(id)
+		}
+	})
+}
+
+// ReportSnapshot passes how sending a snapshot to member id of group
+// ended (Group.ReportSnapshot).
+func (n *Node) ReportSnapshot(group, id uint64, delivered bool) {
+	n.enqueue(func() {
+		if g := n.groups[group]; g != nil {
+			g.ReportSnapshot(id, delivered)
+		}
+	})
+}
+
 // Campaign makes group's member start an election.
 func (n *Node) Campaign(group uint64) {
 	n.enqueue(func() {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3"
+	"github.com/brokerd/brokerd/replica/replicatest"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -56,7 +56,7 @@ func newMesh(t *testing.T, nodes, groups int) *mesh {
 			key := [2]uint64{id, group}
 			g, err := NewGroup(Config{
 				ID: id, Peers: ids, ElectionTick: 10, HeartbeatTick: 1,
-				Storage:   &memLog{MemoryStorage: raft.NewMemoryStorage()},
+				Storage:   replicatest.NewMemLog(),
 				Transport: meshTransport{m, id, group},
 				Apply: func(_ uint64, payload []byte) {
 					m.mu.Lock()

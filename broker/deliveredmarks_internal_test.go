@@ -22,14 +22,7 @@ import (
 func TestCloseStoresMarksBesideQueueDeletion(t *testing.T) {
 	st := memstore.New()
 	opts := Options{Store: st, Logger: slog.New(slog.DiscardHandler)}
-	b, err := Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := b.OpenDirect("guest", "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, d := openDirect(t, opts)
 	persistent := amqp.Properties{Flags: amqp.FlagDeliveryMode, DeliveryMode: 2}
 	for _, name := range []string{"gone", "kept"} {
 		if _, aerr := d.Do(&amqp.QueueDeclare{Queue: name, Durable: true}); aerr != nil {
@@ -69,7 +62,7 @@ func TestCloseStoresMarksBesideQueueDeletion(t *testing.T) {
 		t.Fatalf("delete during Close: %v", deleteErr)
 	}
 
-	b, err = Open(opts)
+	b, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,14 +101,7 @@ func metaOf(t *testing.T, st store.Store, key string) []byte {
 func TestQueueStateRecordApartFromDefinition(t *testing.T) {
 	st := memstore.New()
 	opts := Options{Store: st, Logger: slog.New(slog.DiscardHandler)}
-	b, err := Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := b.OpenDirect("guest", "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, d := openDirect(t, opts)
 	if _, aerr := d.Do(&amqp.QueueDeclare{Queue: "q", Durable: true}); aerr != nil {
 		t.Fatal(aerr)
 	}
@@ -213,4 +199,18 @@ func TestQueueStateFromOlderLayout(t *testing.T) {
 	if m := marks(); len(m) == 0 || m[0] != 9 {
 		t.Fatalf("marks %v with a state record, want [9 …]: the state record wins over the definition", m)
 	}
+}
+
+// openDirect opens a broker over opts and a Direct of guest in "/".
+func openDirect(t *testing.T, opts Options) (*Broker, *Direct) {
+	t.Helper()
+	b, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.OpenDirect("guest", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, d
 }

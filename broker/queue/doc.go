@@ -131,8 +131,8 @@
 // (Queue.newCopyEntry).
 //
 // Deadlines of paged entries stay in the store's expiry keys; the timer
-// wheel holds only those within a short horizon, armed by the owner's
-// periodic scans of those keys (ArmPaged, pagedexpiry.go). Recovery
+// wheel holds only those within a short horizon, armed by periodic scans
+// of those keys (Env.StartHorizon, pagedexpiry.go). Recovery
 // restores a queue from the store's counters (store.Queues) without
 // reading its entries. Dead letters waiting for a route (at-least-once)
 // wait in store ranges of their own (transient ones in a volatile one),

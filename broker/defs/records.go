@@ -381,7 +381,7 @@ func DecodeQueueState(key string, v []byte) (QueueState, error) {
 		return QueueState{}, err
 	}
 	id, err := strconv.ParseUint(p[0], 16, 64)
-	if err != nil || len(p[0]) != 16 || id == 0 {
+	if err != nil || id == 0 || fmt.Sprintf("%016x", id) != p[0] { // only the key QueueStateKey writes
 		return QueueState{}, fmt.Errorf("%w: queue state key %q", ErrCorrupt, key)
 	}
 	r := newRecReader(v)

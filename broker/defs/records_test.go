@@ -154,3 +154,22 @@ func TestVHostPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// A key holding a number decodes only as the encoder writes it (16
+// lower-case hex digits): another spelling of the same number would decode
+// to a value whose record has a different key (FuzzDecode found one).
+func TestNumberKeysCanonical(t *testing.T) {
+	for _, key := range []string{
+		Key(PrefixQueueState, "00000000A0000000"), Key(PrefixQueueState, "a0000000"), Key(PrefixQueueState, "+0000000a0000000"),
+	} {
+		if _, err := DecodeQueueState(key, []byte{Version, 0}); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("queue state key %q: %v, want ErrCorrupt", key, err)
+		}
+	}
+	for _, seq := range []string{"000000000000000A", "a", "+00000000000000a"} {
+		key := Key(PrefixRedriveFailure, "task", seq)
+		if _, err := DecodeRedriveFailure(key, []byte("why")); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("redrive failure key %q: %v, want ErrCorrupt", key, err)
+		}
+	}
+}

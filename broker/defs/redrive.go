@@ -92,7 +92,7 @@ func DecodeRedriveFailure(key string, v []byte) (RedriveFailure, error) {
 		return RedriveFailure{}, err
 	}
 	seq, err := strconv.ParseUint(p[1], 16, 64)
-	if err != nil || len(p[1]) != 16 {
+	if err != nil || fmt.Sprintf("%016x", seq) != p[1] { // only the key RedriveFailureKey writes
 		return RedriveFailure{}, fmt.Errorf("redrive failure %q: %w: seq %q", key, ErrCorrupt, p[1])
 	}
 	return RedriveFailure{Task: p[0], Seq: seq, Reason: string(v)}, nil

@@ -240,17 +240,15 @@ func (g *Group) save() (raft.Ready, bool, error) {
 	if rd.SoftState != nil {
 		g.lead = rd.SoftState.Lead
 	}
+	var hs *pb.HardState // to save: nil when unchanged
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-		g.term = rd.HardState.GetTerm()
+		hs = rd.HardState
+		g.term = hs.GetTerm()
 	}
 	// Leadership lost, or a new term: what this member proposed before can
 	// no longer be confirmed by it.
 	if len(g.pending) > 0 && (g.lead != g.cfg.ID || g.term != g.propTerm) {
 		g.failPending()
-	}
-	var hs *pb.HardState
-	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
-		hs = rd.HardState
 	}
 	if hs != nil || len(rd.Entries) > 0 {
 		if err := g.cfg.Storage.Save(hs, rd.Entries); err != nil {

@@ -44,7 +44,7 @@ type Node struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	groups map[uint64]*Group // guarded by mu for Add; read by the loop
+	groups map[uint64]*Group // the loop goroutine's only (Add queues its change)
 	inbox  []func()          // queued work, guarded by mu
 	closed bool
 	err    error // the failure that stopped the node, guarded by mu

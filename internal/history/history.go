@@ -33,16 +33,12 @@ import (
 // Recorder collects a test's events.
 type Recorder struct {
 	mu        sync.Mutex
-	published map[string]published
+	published map[string]int // id -> order among all publishes, from 1
 	nextSeq   int
 	confirmed map[string]bool
 	nacked    map[string]bool
 	// deliveries by queue, in arrival order per queue.
 	deliveries map[string][]Delivery
-}
-
-type published struct {
-	seq int // order among all publishes
 }
 
 // Delivery is one delivery a consumer got.
@@ -53,7 +49,7 @@ type Delivery struct {
 
 // New returns an empty Recorder.
 func New() *Recorder {
-	return &Recorder{published: map[string]published{}, confirmed: map[string]bool{}, nacked: map[string]bool{},
+	return &Recorder{published: map[string]int{}, confirmed: map[string]bool{}, nacked: map[string]bool{},
 		deliveries: map[string][]Delivery{}}
 }
 
@@ -64,7 +60,7 @@ func (r *Recorder) Published(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nextSeq++
-	r.published[id] = published{seq: r.nextSeq}
+	r.published[id] = r.nextSeq
 }
 
 // Confirmed records the broker's basic.ack of id's publish.
@@ -183,15 +179,15 @@ func (r *Recorder) Check(c Checks) Report {
 		last, lastID := 0, ""
 		got := map[string]bool{}
 		for _, d := range r.deliveries[q] {
-			p, ok := r.published[d.ID]
+			seq, ok := r.published[d.ID]
 			if !ok || got[d.ID] {
 				continue
 			}
 			got[d.ID] = true
-			if p.seq < last {
+			if seq < last {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("order: %q delivered from %q after %q, published before it", d.ID, q, lastID))
 			}
-			last, lastID = p.seq, d.ID
+			last, lastID = seq, d.ID
 		}
 	}
 	return rep

@@ -29,11 +29,52 @@ const waitFor = 20 * time.Second
 type logRec struct {
 	mu      sync.Mutex
 	lines   []string
-	changed chan struct{} // closed and replaced on every line
+	changed signal // on every line
 	t       testing.TB
 }
 
-func newLogRec(t testing.TB) *logRec { return &logRec{changed: make(chan struct{}), t: t} }
+func newLogRec(t testing.TB) *logRec { return &logRec{t: t} }
+
+// signal wakes the tests that wait on a state: it is fired, under the
+// state's lock, at every change (its channel closed and replaced).
+type signal struct{ ch chan struct{} }
+
+func (s *signal) fire() {
+	if s.ch != nil {
+		close(s.ch)
+	}
+	s.ch = make(chan struct{})
+}
+
+// next returns the channel the next fire closes. Caller holds the state's
+// lock.
+func (s *signal) next() <-chan struct{} {
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// awaitUnder waits until cond, evaluated with mu held, holds, waking at
+// every fire of sig; after d it fails the test with failure's text.
+func awaitUnder(t testing.TB, mu *sync.Mutex, sig *signal, d time.Duration, cond func() bool, failure func() string) {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		mu.Lock()
+		ok := cond()
+		changed := sig.next()
+		mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal(failure())
+		}
+	}
+}
 
 func (l *logRec) Enabled(context.Context, slog.Level) bool { return true }
 func (l *logRec) WithAttrs([]slog.Attr) slog.Handler       { return l }
@@ -44,8 +85,7 @@ func (l *logRec) Handle(_ context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s=%q", a.Key, a.Value.String()); return true })
 	l.mu.Lock()
 	l.lines = append(l.lines, sb.String())
-	close(l.changed)
-	l.changed = make(chan struct{})
+	l.changed.fire()
 	l.mu.Unlock()
 	return nil
 }
@@ -60,26 +100,23 @@ func (l *logRec) await(t testing.TB, parts ...string) string {
 // it.
 func (l *logRec) awaitN(t testing.TB, n int, parts ...string) string {
 	t.Helper()
-	deadline := time.After(waitFor)
-	for {
-		l.mu.Lock()
-		seen := 0
+	var line string
+	seen := 0
+	awaitUnder(t, &l.mu, &l.changed, waitFor, func() bool {
+		seen = 0
 		for _, ln := range l.lines {
 			if containsAll(ln, parts) {
 				if seen++; seen == n {
-					l.mu.Unlock()
-					return ln
+					line = ln
+					return true
 				}
 			}
 		}
-		changed := l.changed
-		l.mu.Unlock()
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("%d lines with %q logged in %v, want %d; lines:\n%s", seen, parts, waitFor, n, strings.Join(l.all(), "\n"))
-		}
-	}
+		return false
+	}, func() string {
+		return fmt.Sprintf("%d lines with %q logged in %v, want %d; lines:\n%s", seen, parts, waitFor, n, strings.Join(l.all(), "\n"))
+	})
+	return line
 }
 
 func (l *logRec) all() []string {
@@ -119,14 +156,11 @@ type node struct {
 	up      map[string]bool        // PeerState
 	ups     map[string]int         // PeerState calls with up
 	snaps   map[[2]uint64][]bool   // (group, peer) → ReportSnapshot's oks
-	changed chan struct{}          // closed and replaced on every event
+	changed signal                 // on every event
 	onRecv  func(recv) (keep bool) // optional filter run first, on the reader goroutine
 }
 
-func (n *node) event() {
-	close(n.changed)
-	n.changed = make(chan struct{})
-}
+func (n *node) event() { n.changed.fire() }
 
 func (n *node) handler(group uint64, m *pb.Message) {
 	r := recv{group: group, m: m, at: time.Now()}
@@ -142,21 +176,9 @@ func (n *node) handler(group uint64, m *pb.Message) {
 // await waits until cond, evaluated under the node's lock, holds.
 func (n *node) await(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(waitFor)
-	for {
-		n.mu.Lock()
-		ok := cond()
-		changed := n.changed
-		n.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("%s: %s did not happen in %v", n.name, what, waitFor)
-		}
-	}
+	awaitUnder(t, &n.mu, &n.changed, waitFor, cond, func() string {
+		return fmt.Sprintf("%s: %s did not happen in %v", n.name, what, waitFor)
+	})
 }
 
 // received returns the messages of group whose Commit is marker.
@@ -292,7 +314,7 @@ func (c *cluster) start(t testing.TB, n *node) {
 	n.mu.Lock()
 	n.got, n.unreach, n.up, n.ups = nil, map[[2]uint64]int{}, map[string]bool{}, map[string]int{}
 	n.snaps = map[[2]uint64][]bool{}
-	n.changed = make(chan struct{})
+	n.changed = signal{}
 	n.mu.Unlock()
 	tr, err := New(c.config(n))
 	if err != nil {

@@ -39,26 +39,12 @@ type member struct {
 // any change, so a wait can look at several members.
 type raftState struct {
 	mu      sync.Mutex
-	changed chan struct{}
+	changed signal
 }
 
 func (s *raftState) await(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(2 * waitFor)
-	for {
-		s.mu.Lock()
-		ok := cond()
-		changed := s.changed
-		s.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("%s did not happen in %v", what, 2*waitFor)
-		}
-	}
+	awaitUnder(t, &s.mu, &s.changed, 2*waitFor, cond, func() string { return fmt.Sprintf("%s did not happen in %v", what, 2*waitFor) })
 }
 
 const raftGroup = 9
@@ -122,8 +108,7 @@ func (m *member) loop(t *testing.T, tick time.Duration) {
 		lead, _ := m.g.Leader()
 		m.st.mu.Lock()
 		m.lead = lead
-		close(m.st.changed)
-		m.st.changed = make(chan struct{})
+		m.st.changed.fire()
 		m.st.mu.Unlock()
 	}
 }
@@ -144,11 +129,11 @@ type proposals struct {
 	confirmed map[string]bool
 	failed    map[string]int // failures (the value was proposed again)
 	pending   map[string]bool
-	changed   chan struct{}
+	changed   signal
 }
 
 func newProposals() *proposals {
-	return &proposals{confirmed: map[string]bool{}, failed: map[string]int{}, pending: map[string]bool{}, changed: make(chan struct{})}
+	return &proposals{confirmed: map[string]bool{}, failed: map[string]int{}, pending: map[string]bool{}}
 }
 
 func (p *proposals) done(v []byte) func(error) {
@@ -161,8 +146,7 @@ func (p *proposals) done(v []byte) func(error) {
 		} else {
 			p.failed[string(v)]++
 		}
-		close(p.changed)
-		p.changed = make(chan struct{})
+		p.changed.fire()
 	}
 }
 
@@ -184,7 +168,7 @@ func (p *proposals) proposeAll(t *testing.T, ms []*member, vals [][]byte) {
 		for _, v := range vals {
 			all = all && p.confirmed[string(v)]
 		}
-		changed := p.changed
+		changed := p.changed.next()
 		p.mu.Unlock()
 		if all {
 			return
@@ -246,7 +230,7 @@ func TestRaftGroupOverTransport(t *testing.T) {
 	c.connected(t)
 	ids := []uint64{1, 2, 3}
 	ms := make([]*member, 3)
-	st := &raftState{changed: make(chan struct{})}
+	st := &raftState{}
 	for i, n := range c.nodes {
 		ms[i] = startMember(t, st, n, ids, 20*time.Millisecond)
 	}

@@ -236,15 +236,14 @@ func (p *Proxy) accept() {
 		}
 		p.mu.Lock()
 		p.stats.Accepted++
-		p.statsChangedLocked()
 		mode := p.mode
+		if mode == Cut {
+			p.stats.Reset++ // before the reset, which the dialer may see at once
+		}
+		p.statsChangedLocked()
 		p.mu.Unlock()
 		switch {
 		case mode == Cut:
-			p.mu.Lock()
-			p.stats.Reset++ // before the reset, which the dialer may see at once
-			p.statsChangedLocked()
-			p.mu.Unlock()
 			reset(client)
 			continue
 		case mode.silences(Forward):
@@ -268,6 +267,12 @@ func (p *Proxy) start(c *pconn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done || p.mode == Cut {
+		if !p.done {
+			// Registered after a Cut that could not see it: it counts
+			// as one the Cut reset.
+			p.stats.Reset++
+			p.statsChangedLocked()
+		}
 		reset(c.client)
 		if c.server != nil {
 			c.server.Close()

@@ -24,6 +24,7 @@
 //	0x06    entry         queue u64, prio u8, seq u64    EntryValue
 //	0x07    expiry        deadline i64*, queue u64,      empty
 //	                      prio u8, seq u64
+//	0x08    group state   group u64                      GroupState
 //
 //	* stored as uint64(deadline) XOR 1<<63, big-endian
 //

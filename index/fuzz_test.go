@@ -279,7 +279,9 @@ func FuzzStateValues(f *testing.F) {
 			AppendQueueState(nil, &QueueState{LastSeq: u, Levels: fuzzLevels(x, -x, x/7)}),
 			{formatQueueStateV1, byte(u & 0x7f)}, // an older build's value
 			AppendSegmentState(nil, &SegmentState{x, -x, x / 7}),
-			AppendStoreState(nil, &StoreState{u, ^u}),
+			AppendStoreState(nil, &StoreState{CheckpointLSN: u, NextMsgID: ^u}),
+			AppendStoreState(nil, &StoreState{CheckpointLSN: u, NextMsgID: ^u, Position: u | 1}),
+			AppendGroupState(nil, &GroupState{Applied: u, AppliedTerm: u / 3, Compacted: u / 2, ConfState: []byte{byte(u)}}),
 		} {
 			addDamaged(b, func(raw []byte) { f.Add(raw, x, -x, x/7) })
 		}
@@ -287,7 +289,7 @@ func FuzzStateValues(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, a, b, c int64) {
 		qs := QueueState{LastSeq: uint64(a), Levels: fuzzLevels(a, b, c)}
 		ss := SegmentState{a, b, c}
-		st := StoreState{uint64(a), uint64(b)}
+		st := StoreState{CheckpointLSN: uint64(a), NextMsgID: uint64(b), Position: uint64(c)}
 		var gq QueueState
 		var gs SegmentState
 		var gt StoreState
@@ -325,5 +327,7 @@ func FuzzStateValues(f *testing.F) {
 		}
 		check(DecodeSegmentState(raw, &gs), func() []byte { return AppendSegmentState(nil, &gs) })
 		check(DecodeStoreState(raw, &gt), func() []byte { return AppendStoreState(nil, &gt) })
+		var gg GroupState
+		check(DecodeGroupState(raw, &gg), func() []byte { return AppendGroupState(nil, &gg) })
 	})
 }

@@ -17,6 +17,7 @@ const (
 	prefixMsg        byte = 0x05 // on-disk format; never renumber
 	prefixEntry      byte = 0x06 // on-disk format; never renumber
 	prefixExpiry     byte = 0x07 // on-disk format; never renumber
+	prefixGroupState byte = 0x08 // on-disk format; never renumber
 )
 
 // Key lengths, prefix byte included.
@@ -26,6 +27,7 @@ const (
 	MsgKeyLen        = 1 + 8             // prefix, msg id
 	QueueStateKeyLen = 1 + 8             // prefix, queue id
 	SegmentKeyLen    = 1 + 4             // prefix, segment id
+	GroupStateKeyLen = 1 + 8             // prefix, group id
 )
 
 // deadlineBias flips the sign bit so that big-endian byte order of the
@@ -169,6 +171,21 @@ func SegmentBounds() (lower, upper []byte) {
 	return []byte{prefixSegment}, []byte{prefixSegment + 1}
 }
 
+// GroupStateKey appends the key of replication group g's state
+// (GroupState) to dst and returns the extended slice.
+func GroupStateKey(dst []byte, g uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, prefixGroupState), g)
+}
+
+// DecodeGroupStateKey parses a key made by GroupStateKey. It returns an
+// error matching ErrCorrupt if k is not exactly such a key.
+func DecodeGroupStateKey(k []byte) (uint64, error) {
+	if err := checkKey(k, prefixGroupState, GroupStateKeyLen, "group state key"); err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(k[1:]), nil
+}
+
 // ---- Definitions ----
 
 // MetaKey appends the meta key for the opaque definition key to dst and
@@ -252,6 +269,8 @@ func keyLen(prefix byte) int {
 		return QueueStateKeyLen
 	case prefixSegment:
 		return SegmentKeyLen
+	case prefixGroupState:
+		return GroupStateKeyLen
 	}
 	return -1
 }

@@ -208,7 +208,7 @@ func TestPebble(t *testing.T) {
 		return bytes.Clone(v)
 	}
 	var st StoreState
-	if err := DecodeStoreState(get(StateKey()), &st); err != nil || st != (StoreState{99, 4}) {
+	if err := DecodeStoreState(get(StateKey()), &st); err != nil || st != (StoreState{CheckpointLSN: 99, NextMsgID: 4}) {
 		t.Fatalf("store state %+v, %v", st, err)
 	}
 	var ev EntryValue

@@ -17,6 +17,8 @@ const (
 	formatQueueStateV2   byte = 0x32 // on-disk format; never renumber
 	formatSegmentStateV1 byte = 0x41 // on-disk format; never renumber
 	formatStoreStateV1   byte = 0x51 // on-disk format; never renumber
+	formatStoreStateV2   byte = 0x52 // on-disk format; never renumber
+	formatGroupStateV1   byte = 0x61 // on-disk format; never renumber
 )
 
 // Entry value flags: which optional fields follow. A flag is set exactly
@@ -368,22 +370,83 @@ func DecodeSegmentState(b []byte, v *SegmentState) error {
 type StoreState struct {
 	CheckpointLSN uint64 // WAL position the index reflects
 	NextMsgID     uint64 // the highest message id given out
+	// Position is a replicated store's own count of the changes its
+	// overlays applied, as of the checkpoint (its records are not all in
+	// the WAL, so an LSN cannot say it); 0 in a single node's store, whose
+	// state is then written in version 1.
+	Position uint64
 }
 
 // AppendStoreState appends the encoding of v to dst and returns the extended
 // slice.
 func AppendStoreState(dst []byte, v *StoreState) []byte {
-	dst = append(dst, formatStoreStateV1)
+	if v.Position == 0 {
+		dst = append(dst, formatStoreStateV1)
+		dst = binary.AppendUvarint(dst, v.CheckpointLSN)
+		return binary.AppendUvarint(dst, v.NextMsgID)
+	}
+	dst = append(dst, formatStoreStateV2)
 	dst = binary.AppendUvarint(dst, v.CheckpointLSN)
-	return binary.AppendUvarint(dst, v.NextMsgID)
+	dst = binary.AppendUvarint(dst, v.NextMsgID)
+	return binary.AppendUvarint(dst, v.Position)
 }
 
 // DecodeStoreState decodes b into v, overwriting every field.
 func DecodeStoreState(b []byte, v *StoreState) error {
 	d := decoder{b: b, what: "store state"}
-	d.format(formatStoreStateV1)
+	v2 := len(b) > 0 && b[0] == formatStoreStateV2
+	if v2 {
+		d.format(formatStoreStateV2)
+	} else {
+		d.format(formatStoreStateV1)
+	}
 	v.CheckpointLSN = d.uvarint("checkpoint lsn")
 	v.NextMsgID = d.uvarint("next message id")
+	v.Position = 0
+	if v2 {
+		v.Position = d.uvarint("position")
+		d.nonZero(0, v.Position == 0, "position")
+	}
+	return d.finish()
+}
+
+// GroupState is the value of GroupStateKey: a replication group's state
+// as the index holds it, written by each checkpoint of a replicated
+// store. Applied is the last Raft entry whose changes the index holds
+// (AppliedTerm its term); the group's log may drop the entries up to
+// Compacted (CompactedTerm its term) — every member that needed them has
+// them. ConfState is the membership as of Applied, etcd raft's
+// raftpb.ConfState encoding, opaque here.
+type GroupState struct {
+	Applied, AppliedTerm     uint64
+	Compacted, CompactedTerm uint64
+	ConfState                []byte
+}
+
+// AppendGroupState appends the encoding of v to dst and returns the
+// extended slice.
+func AppendGroupState(dst []byte, v *GroupState) []byte {
+	dst = append(dst, formatGroupStateV1)
+	dst = binary.AppendUvarint(dst, v.Applied)
+	dst = binary.AppendUvarint(dst, v.AppliedTerm)
+	dst = binary.AppendUvarint(dst, v.Compacted)
+	dst = binary.AppendUvarint(dst, v.CompactedTerm)
+	return appendBytes(dst, v.ConfState)
+}
+
+// DecodeGroupState decodes b into v, overwriting every field. ConfState
+// aliases b.
+func DecodeGroupState(b []byte, v *GroupState) error {
+	d := decoder{b: b, what: "group state"}
+	d.format(formatGroupStateV1)
+	v.Applied = d.uvarint("applied")
+	v.AppliedTerm = d.uvarint("applied term")
+	v.Compacted = d.uvarint("compacted")
+	v.CompactedTerm = d.uvarint("compacted term")
+	v.ConfState = d.bytes("conf state")
+	if d.err == nil && v.Compacted > v.Applied {
+		d.failf("compacted index %d above the applied %d", v.Compacted, v.Applied)
+	}
 	return d.finish()
 }
 

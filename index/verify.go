@@ -175,6 +175,10 @@ func DescribeKey(k []byte) string {
 		if s, err := DecodeSegmentKey(k); err == nil {
 			return fmt.Sprintf("segment %d accounting", s)
 		}
+	case prefixGroupState:
+		if g, err := DecodeGroupStateKey(k); err == nil {
+			return fmt.Sprintf("group %d state", g)
+		}
 	case prefixMsg:
 		if m, err := DecodeMsgKey(k); err == nil {
 			return fmt.Sprintf("message %d", m)

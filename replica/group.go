@@ -60,6 +60,14 @@ type Config struct {
 	// Apply applies a committed proposal's payload, in log order, once
 	// per member. It must not keep payload after it returns.
 	Apply func(index uint64, payload []byte)
+	// Applied, if set, is called instead of Apply for every committed
+	// entry, in log order, with its index and term: payload is the
+	// proposal's (nil for an entry that carries none: a new leader's
+	// empty entry, a membership change, a fenced proposal), and own says
+	// it is one this member proposed and is still waiting for (its done
+	// runs right after). A state machine that applied its own proposals
+	// ahead of the log (a leader's memory) applies only the others.
+	Applied func(index, term uint64, payload []byte, own bool)
 	// Logger receives etcd raft's log lines; nil discards them.
 	Logger raft.Logger
 }
@@ -139,8 +147,8 @@ func RestartGroup(cfg Config, applied uint64) (*Group, error) {
 }
 
 func newRawNode(cfg Config, applied uint64) (*raft.RawNode, error) {
-	if cfg.Apply == nil || cfg.Storage == nil || cfg.Transport == nil {
-		return nil, errors.New("replica: a group needs Storage, Transport and Apply")
+	if cfg.Apply == nil && cfg.Applied == nil || cfg.Storage == nil || cfg.Transport == nil {
+		return nil, errors.New("replica: a group needs Storage, Transport and Apply (or Applied)")
 	}
 	rc := &raft.Config{
 		Applied:         applied,
@@ -190,6 +198,13 @@ func (g *Group) ReportSnapshot(id uint64, delivered bool) {
 // Leader returns the member the group last knew as leader (0: none) and
 // the term.
 func (g *Group) Leader() (lead, term uint64) { return g.lead, g.term }
+
+// Status returns etcd raft's view of the group: its state, indexes and,
+// on a leader, each member's progress.
+func (g *Group) Status() raft.Status { return g.rn.Status() }
+
+// ID returns this member's Raft id.
+func (g *Group) ID() uint64 { return g.cfg.ID }
 
 // Stats returns the group's counters.
 func (g *Group) Stats() Stats { return g.stats }
@@ -281,16 +296,25 @@ func (g *Group) apply(e *pb.Entry) error {
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: entry %d: membership change: %w", e.GetIndex(), err)
 		}
-		return g.saveConfState(e, g.rn.ApplyConfChange(&cc))
+		if err := g.saveConfState(e, g.rn.ApplyConfChange(&cc)); err != nil {
+			return err
+		}
+		g.skipped(e)
+		return nil
 	case pb.EntryConfChangeV2:
 		var cc pb.ConfChangeV2
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 			return fmt.Errorf("replica: entry %d: membership change: %w", e.GetIndex(), err)
 		}
-		return g.saveConfState(e, g.rn.ApplyConfChange(&cc))
+		if err := g.saveConfState(e, g.rn.ApplyConfChange(&cc)); err != nil {
+			return err
+		}
+		g.skipped(e)
+		return nil
 	}
 	if len(e.GetData()) == 0 {
-		return nil // a new leader's empty entry
+		g.skipped(e) // a new leader's empty entry
+		return nil
 	}
 	term, seq, payload, err := decodeProposal(e.GetData())
 	if err != nil {
@@ -303,14 +327,28 @@ func (g *Group) apply(e *pb.Entry) error {
 		// A gap: see the package doc. Nothing of this term applies
 		// after it; its proposer's waiter learns it.
 		g.stats.Fenced++
+		g.skipped(e)
 		g.settle(term, seq, ErrLeadershipLost)
 		return nil
 	}
 	g.appliedSeq = seq
-	g.cfg.Apply(e.GetIndex(), payload)
+	if g.cfg.Applied != nil {
+		_, own := g.pending[seq]
+		g.cfg.Applied(e.GetIndex(), e.GetTerm(), payload, own && term == g.propTerm)
+	} else {
+		g.cfg.Apply(e.GetIndex(), payload)
+	}
 	g.stats.Applied++
 	g.settle(term, seq, nil)
 	return nil
+}
+
+// skipped tells Config.Applied of an entry that carries no proposal to
+// apply.
+func (g *Group) skipped(e *pb.Entry) {
+	if g.cfg.Applied != nil {
+		g.cfg.Applied(e.GetIndex(), e.GetTerm(), nil, false)
+	}
 }
 
 func (g *Group) saveConfState(e *pb.Entry, cs *pb.ConfState) error {

@@ -26,6 +26,9 @@ type NodeConfig struct {
 	Sync func() error
 	// Log receives the node's failures; nil logs to slog.Default.
 	Log *slog.Logger
+	// AfterCycle, if set, runs on the node's goroutine after each cycle
+	// that had work (its commits applied, its messages sent).
+	AfterCycle func()
 }
 
 // Node hosts the groups this node is a member of and drives them from one
@@ -103,6 +106,11 @@ func (n *Node) Propose(group uint64, payload []byte, done func(error)) {
 		done(ErrClosed)
 	}
 }
+
+// Run runs f on the node's goroutine, between cycles, and reports whether
+// it was queued (false once the node is closed). f may call the groups the
+// node hosts.
+func (n *Node) Run(f func()) bool { return n.enqueue(f) }
 
 // ReportUnreachable passes the transport's report that a message to
 // member id of group was not delivered (Group.ReportUnreachable).
@@ -256,6 +264,9 @@ func (n *Node) cycle() error {
 			}
 		}
 		if len(ready) == 0 {
+			if n.cfg.AfterCycle != nil {
+				n.cfg.AfterCycle()
+			}
 			return nil
 		}
 		if err := n.sync(); err != nil {

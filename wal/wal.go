@@ -360,6 +360,15 @@ func (w *WAL) setStall(err error) {
 // found on disk by Open.
 func (w *WAL) LastLSN() LSN { return LSN(w.lastLSN.Load()) }
 
+// FirstLSN returns the first LSN of the oldest file still on disk: the
+// lowest record Replay or ReadAt may find (it may have been removed by a
+// repair, or not been written yet in a new log). Safe for concurrent use.
+func (w *WAL) FirstLSN() LSN {
+	w.filesMu.Lock()
+	defer w.filesMu.Unlock()
+	return w.files[0].first
+}
+
 // Err returns the sticky error, or nil.
 func (w *WAL) Err() error {
 	w.mu.Lock()

@@ -459,6 +459,9 @@ func TestRemoveBefore(t *testing.T) {
 	if got := walFiles(t, fs); len(got) != len(files)-2 || got[0] != files[2] {
 		t.Fatalf("after RemoveBefore(%d): %v, want %v", cut, got, files[2:])
 	}
+	if w.FirstLSN() != firsts[2] {
+		t.Fatalf("FirstLSN %d after the removal, want file 2's first, %d", w.FirstLSN(), firsts[2])
+	}
 	// The first LSN of file 3 removes file 2: all its records are below.
 	if err := w.RemoveBefore(firsts[3]); err != nil {
 		t.Fatal(err)
@@ -482,6 +485,9 @@ func TestRemoveBefore(t *testing.T) {
 	defer mustClose(t, w)
 	lastFirst := firsts[len(firsts)-1]
 	checkSeq(t, replayAll(t, w, lastFirst), int(lastFirst), 120)
+	if w.FirstLSN() != lastFirst {
+		t.Fatalf("FirstLSN %d after a reopen, want %d", w.FirstLSN(), lastFirst)
+	}
 	if err := w.Replay(1, func(LSN, []byte) error { return nil }); !errors.Is(err, ErrRemoved) {
 		t.Fatalf("Replay from a removed LSN = %v, want ErrRemoved", err)
 	}

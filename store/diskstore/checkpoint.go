@@ -36,6 +36,9 @@ type checkpointer struct {
 	// damaged holds the segments a compaction found a damaged block in,
 	// with the damage: never compacted again (compact.go).
 	damaged map[segment.ID]string
+	// keep is a replicated store's lowest WAL record its group's log
+	// still needs, as the last checkpoint's Retain said (0: none).
+	keep wal.LSN
 	// afterFreeze and afterCommit, when set (by tests, under cpMu), run in
 	// checkpoint with only cpMu held: once the active overlay is frozen,
 	// and once the index batch committed but before the frozen overlay
@@ -226,9 +229,21 @@ func (s *Store) checkpoint() (err error) {
 		s.active = newOverlay()
 		s.active.below = f
 		s.frozen = f
+		if s.rep != nil {
+			// The frozen overlay ends at a proposal's end: its last
+			// proposal takes no batch of the new active one.
+			s.rep.sealLocked()
+			f.walLast = uint64(s.wal.LastLSN())
+			s.active.applied, s.active.appliedTerm, s.active.conf = f.applied, f.appliedTerm, f.conf
+		}
 	}
 	nextID := s.nextID.Load()
 	s.mu.Unlock()
+	if s.rep != nil && !s.awaitCommitted(f.lastProp) {
+		// Its proposals will never commit here: the store failed (and
+		// is abandoned), or closes.
+		return nil
+	}
 	defer func() {
 		if err == nil {
 			s.cpDuration.Observe(time.Since(start).Seconds())
@@ -258,7 +273,14 @@ func (s *Store) checkpoint() (err error) {
 	// failure costs disk space until a later checkpoint, never data.
 	s.cp.orphans = append(s.cp.orphans, dead...)
 	s.removeOrphans()
-	if err := s.wal.RemoveBefore(wal.LSN(f.last + 1)); err != nil && s.wal.Err() == nil && s.failLog.allow() {
+	removeBefore := wal.LSN(f.last + 1)
+	if s.rep != nil {
+		removeBefore = wal.LSN(f.walLast + 1)
+		if s.cp.keep != 0 {
+			removeBefore = min(removeBefore, s.cp.keep)
+		}
+	}
+	if err := s.wal.RemoveBefore(removeBefore); err != nil && s.wal.Err() == nil && s.failLog.allow() {
 		s.log.Warn("could not remove checkpointed WAL files; retried after the next checkpoint", "err", err)
 	}
 	return nil
@@ -540,7 +562,22 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) (dead []segment.ID, e
 			return nil, err
 		}
 	}
-	c.val = index.AppendStoreState(c.val[:0], &index.StoreState{CheckpointLSN: f.last, NextMsgID: nextID})
+	state := index.StoreState{CheckpointLSN: f.last, NextMsgID: nextID}
+	if s.rep != nil {
+		state = index.StoreState{CheckpointLSN: f.walLast, NextMsgID: nextID, Position: max(f.last, 1)}
+		gs := index.GroupState{Applied: f.applied, AppliedTerm: f.appliedTerm, ConfState: f.conf}
+		var keep wal.LSN
+		gs.Compacted, gs.CompactedTerm, keep = s.opts.Replication.Log.Retain(f.applied, f.appliedTerm)
+		if gs.Compacted > gs.Applied {
+			return nil, fmt.Errorf("the group's log compacted to %d, above the applied %d", gs.Compacted, gs.Applied)
+		}
+		s.cp.keep = keep
+		c.val = index.AppendGroupState(c.val[:0], &gs)
+		if err := c.b.Set(index.GroupStateKey(nil, s.opts.Replication.Group), c.val, nil); err != nil {
+			return nil, err
+		}
+	}
+	c.val = index.AppendStoreState(c.val[:0], &state)
 	if err := c.b.Set(index.StateKey(), c.val, nil); err != nil {
 		return nil, err
 	}

@@ -15,7 +15,16 @@ import (
 // active one; a frozen one is read-only, except for its levels' seq
 // indexes, which window reads may sort, under the mutex (seqIndex).
 type overlay struct {
-	last uint64 // LSN of the last record applied; 0 before any
+	last uint64 // LSN of the last record applied; 0 before any (a replicated store: its position)
+
+	// A replicated store's (replicated.go): the last proposal whose
+	// batches the overlay holds (0: none), the WAL's last LSN when it was
+	// frozen, the last entry of the group (and its term) whose changes it
+	// and the overlays before it hold, and the membership as of then.
+	lastProp             uint64
+	walLast              uint64
+	applied, appliedTerm uint64
+	conf                 []byte
 
 	// msgs holds the messages whose bodies arrived in this overlay, with
 	// how many of its live entries refer to each. A message leaves when

@@ -257,7 +257,11 @@ func (v *snapView) settle() error {
 	if err != nil {
 		return fmt.Errorf("read store state: %w", err)
 	}
-	if st.CheckpointLSN >= v.frozen.last {
+	pos := st.CheckpointLSN
+	if st.Position != 0 {
+		pos = st.Position // a replicated store's
+	}
+	if pos >= v.frozen.last {
 		v.frozen = nil
 	}
 	return nil

@@ -48,6 +48,11 @@ func (s *Store) recover(dir string) error {
 		}
 	}
 	s.nextID.Store(st.NextMsgID)
+	if s.rep != nil {
+		if err := s.recoverGroupState(&st); err != nil {
+			return err
+		}
+	}
 	if err := s.upgradeQueueStates(); err != nil {
 		return err
 	}
@@ -56,7 +61,7 @@ func (s *Store) recover(dir string) error {
 		return err
 	}
 
-	w, err := wal.Open(subdir(dir, "wal"), wal.Options{
+	wo := wal.Options{
 		FS:           o.FS,
 		SegmentSize:  o.WALSegmentSize,
 		Sync:         o.Sync,
@@ -67,7 +72,13 @@ func (s *Store) recover(dir string) error {
 		// Damage in records the index holds already costs nothing:
 		// the WAL steps over it instead of refusing to open.
 		Covered: wal.LSN(st.CheckpointLSN),
-	})
+	}
+	if s.rep != nil {
+		// The records under the checkpoint hold the group's log too:
+		// damage in them is not stepped over.
+		wo.Covered = 0
+	}
+	w, err := wal.Open(subdir(dir, "wal"), wo)
 	if err != nil {
 		return fmt.Errorf("open wal: %w", err)
 	}
@@ -82,8 +93,13 @@ func (s *Store) recover(dir string) error {
 	replayed, skipped, replicated := 0, 0, 0
 	progress := newReplayProgress(o.RecoveryProgress, uint64(st.CheckpointLSN), uint64(w.LastLSN()))
 	var gaps []lsnRange // records a repair of damage dropped (skip records)
-	prev := wal.LSN(st.CheckpointLSN)
-	err = w.ReplayClasses(wal.LSN(st.CheckpointLSN+1), func(lsn wal.LSN, class wal.Class, rec []byte) error {
+	from := wal.LSN(st.CheckpointLSN + 1)
+	if s.rep != nil {
+		// A replicated store's group log starts where the WAL does.
+		from = min(from, w.FirstLSN())
+	}
+	prev := from - 1
+	err = w.ReplayClasses(from, func(lsn wal.LSN, class wal.Class, rec []byte) error {
 		if lsn != prev+1 {
 			gaps = append(gaps, lsnRange{prev + 1, lsn - 1})
 		}
@@ -109,21 +125,15 @@ func (s *Store) recover(dir string) error {
 			return s.replayReplica(lsn, &r)
 		}
 		b := r.batch
-		for _, m := range b.Messages {
-			if uint64(m.ID) > s.nextID.Load() {
-				s.nextID.Store(uint64(m.ID))
-			}
-		}
-		for i := range b.Puts {
-			if id := uint64(b.Puts[i].Msg.ID); id > s.nextID.Load() {
-				s.nextID.Store(id)
-			}
-		}
+		s.noteIDs(b)
 		// The ids above are never handed out again; a Volatile
 		// record's changes are not recovered (store.VolatileQueue).
-		if class == wal.Volatile {
+		if class == wal.Volatile || s.rep != nil && uint64(lsn) <= st.CheckpointLSN {
 			skipped++
 			return nil
+		}
+		if s.rep != nil {
+			return fmt.Errorf("wal record %d: a single node's batch in a replicated store's WAL", lsn)
 		}
 		withoutVolatile(b)
 		s.active.apply(b, b.Messages, uint64(lsn))
@@ -136,6 +146,9 @@ func (s *Store) recover(dir string) error {
 	if w.LastLSN() > prev {
 		gaps = append(gaps, lsnRange{prev + 1, w.LastLSN()})
 	}
+	if len(gaps) > 0 && s.rep != nil {
+		return fmt.Errorf("replay wal: records %d to %d are missing (dropped as damaged): the group's log has a hole", gaps[0].first, gaps[0].last)
+	}
 	if len(gaps) > 0 {
 		if err := s.dropDangling(gaps); err != nil {
 			return err
@@ -146,6 +159,50 @@ func (s *Store) recover(dir string) error {
 		"wal_records_replayed", replayed, "volatile_records_skipped", skipped,
 		"replica_records_replayed", replicated, "segments", len(s.cp.segs))
 	return nil
+}
+
+// recoverGroupState reads a replicated store's state from the index: its
+// position, its group's applied entry and membership, and the start of
+// its message ids (the group in their high bits).
+func (s *Store) recoverGroupState(st *index.StoreState) error {
+	r := s.rep
+	r.pos = st.Position
+	if base := s.opts.Replication.Group << idGroupShift; s.nextID.Load() < base {
+		s.nextID.Store(base)
+	}
+	gs, err := s.GroupState()
+	if err != nil {
+		return err
+	}
+	r.applied, r.appliedT, r.conf = gs.Applied, gs.AppliedTerm, gs.ConfState
+	s.active.applied, s.active.appliedTerm, s.active.conf = gs.Applied, gs.AppliedTerm, gs.ConfState
+	return nil
+}
+
+// dropVolatile drops every volatile queue a replicated store holds, and
+// checkpoints: what this node held only for itself (as the leader) is gone
+// before it applies another leader's entries, whose message ids may be
+// ones it gave its own volatile messages.
+func (s *Store) dropVolatile() error {
+	var b store.Batch
+	err := s.Queues(func(q store.QueueID, _ store.QueueState) bool {
+		if q.Volatile() {
+			b.DropQueues = append(b.DropQueues, q)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if len(b.DropQueues) == 0 {
+		return nil
+	}
+	done := make(chan error, 1)
+	s.Apply(&b, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		return fmt.Errorf("drop volatile queues: %w", err)
+	}
+	return s.Checkpoint()
 }
 
 // pebbleMinOpenFiles is the fewest descriptors Pebble keeps open: its

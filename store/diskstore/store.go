@@ -86,6 +86,10 @@ type Options struct {
 	// nil (a single node), such a record makes Open fail with
 	// ErrNoReplicaLog.
 	ReplicaLog ReplicaLog
+	// Replication, if set, makes the store replicated: the state machine
+	// of one Raft group, whose log is kept in the WAL (replicated.go;
+	// doc.go, "Replicated mode"). Its Log replaces ReplicaLog.
+	Replication *Replication
 }
 
 // withDefaults returns o with defaults filled in. Unlike wal's and
@@ -147,6 +151,8 @@ type Store struct {
 	segs *segment.Store
 
 	nextID atomic.Uint64 // last message id given out
+
+	rep *replState // a replicated store's own state; nil for a single node's
 
 	// mu orders Apply: a batch's WAL append and its overlay change happen
 	// together under it, so the overlay is the WAL in LSN order.
@@ -227,6 +233,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		cpDuration: histogram.New(CheckpointDurationBounds...),
 	}
 	s.walDone = s.completeRecord
+	if r := opts.Replication; r != nil {
+		if r.Group == 0 || r.Group >= 1<<16 || r.Log == nil {
+			return nil, fmt.Errorf("diskstore: a replicated store needs a group in 1..65535 and a log (group %d)", r.Group)
+		}
+		s.opts.ReplicaLog = r.Log
+		s.rep = &replState{commits: make(chan struct{})}
+	}
 	start := time.Now()
 	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
@@ -244,6 +257,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.space.limit.Store(opts.DiskFreeLimit)
 	go s.checkpointLoop()
 	go s.spaceLoop()
+	if s.rep != nil {
+		if err := s.dropVolatile(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -312,26 +331,50 @@ func (s *Store) Apply(b *store.Batch, done func(error)) {
 		return
 	}
 	fresh := s.freshLocked(b)
+	volatile := volatileOnly(b)
+	if s.rep != nil && !volatile {
+		s.applyReplicatedLocked(b, fresh, done)
+		full := s.active.bytes >= s.opts.CheckpointBytes
+		s.releaseFreshLocked(fresh)
+		s.mu.Unlock()
+		if w := s.opts.Replication.Wake; w != nil {
+			w()
+		}
+		if full {
+			s.wake()
+		}
+		return
+	}
 	s.encBuf = encodeRecord(s.encBuf[:0], b, fresh)
 	class := wal.Durable
-	if volatileOnly(b) {
+	if volatile {
 		class = wal.Volatile
 	}
 	s.dones.push(done) // before Append: the WAL may complete the record at once
 	lsn := s.wal.Append(s.encBuf, class, s.walDone)
-	s.active.apply(b, fresh, uint64(lsn))
+	pos := uint64(lsn)
+	if s.rep != nil {
+		s.rep.pos++
+		pos = s.rep.pos
+	}
+	s.active.apply(b, fresh, pos)
 	s.spaceAppended(len(s.encBuf))
 	full := s.active.bytes >= s.opts.CheckpointBytes
 	if cap(s.encBuf) > 1<<20 {
 		s.encBuf = nil // don't pin a huge buffer after one big message
 	}
-	if cap(fresh) <= 1024 { // reused under s.mu: nothing keeps the slice
-		clear(fresh)
-		s.fresh = fresh[:0]
-	}
+	s.releaseFreshLocked(fresh)
 	s.mu.Unlock()
 	if full {
 		s.wake()
+	}
+}
+
+// releaseFreshLocked keeps freshLocked's slice for the next Apply.
+func (s *Store) releaseFreshLocked(fresh []*store.Message) {
+	if cap(fresh) <= 1024 { // reused under s.mu: nothing keeps the slice
+		clear(fresh)
+		s.fresh = fresh[:0]
 	}
 }
 
@@ -592,16 +635,38 @@ func (s *Store) Dir() string { return s.dir }
 // Call it only from inside a done callback that reported success. The
 // broker uses it to send one coalesced publisher confirm per channel per
 // fsync instead of one per message.
-func (s *Store) AfterGroup(fn func()) { s.afterGroup = append(s.afterGroup, fn) }
+func (s *Store) AfterGroup(fn func()) {
+	if s.rep != nil {
+		// Completions run on the WAL's goroutine and the Raft loop's.
+		s.rep.afterMu.Lock()
+		defer s.rep.afterMu.Unlock()
+	}
+	s.afterGroup = append(s.afterGroup, fn)
+}
 
-// runAfterGroup is the WAL's AfterGroup hook.
+// runAfterGroup is the WAL's AfterGroup hook, and a replicated store's
+// EndGroup.
 func (s *Store) runAfterGroup() {
+	if s.rep != nil {
+		s.rep.afterMu.Lock()
+		fns := s.afterGroup
+		s.afterGroup = nil
+		s.rep.afterMu.Unlock()
+		for _, fn := range fns {
+			fn()
+		}
+		return
+	}
 	for i, fn := range s.afterGroup {
 		fn()
 		s.afterGroup[i] = nil
 	}
 	s.afterGroup = s.afterGroup[:0]
 }
+
+// EndGroup runs the AfterGroup hooks the completions Committed ran have
+// left: the Raft loop calls it once per cycle, after its commits.
+func (s *Store) EndGroup() { s.runAfterGroup() }
 
 // Reserve implements store.Store. It waits while the WAL has more than its
 // bound queued for writing (a disk slower than the publishers), and while

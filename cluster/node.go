@@ -1,0 +1,489 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/brokerd/brokerd/replica"
+	"github.com/brokerd/brokerd/replica/transport"
+	"github.com/brokerd/brokerd/store/diskstore"
+)
+
+// DataGroup is the replication group every durable queue and definition
+// belongs to in phase 1 (designs/replication.md 4.11): one group, whose
+// leader runs the broker.
+const DataGroup = 1
+
+// Peer is a node of the cluster.
+type Peer struct {
+	Name string // [cluster] node name
+	Addr string // its [cluster] listen address
+}
+
+// Config configures a Node.
+type Config struct {
+	Cluster string // the cluster's name; nodes of another are refused
+	Name    string // this node's, one of Peers
+	Peers   []Peer // every node, this one included
+	// Listen is the inter-node address; Listener, if set, is used
+	// instead (the Node owns it).
+	Listen   string
+	Listener net.Listener
+	TLS      *tls.Config
+	// Dir is the store's directory; Store its options (Replication is
+	// the Node's).
+	Dir   string
+	Store diskstore.Options
+	// Tick is a Raft tick (default 100 ms); ElectionTicks (default 10)
+	// and HeartbeatTicks (default 1) count them.
+	Tick                          time.Duration
+	ElectionTicks, HeartbeatTicks int
+	Logger                        *slog.Logger
+	// Serve runs the broker over st while this node leads the group:
+	// the Node calls it once the node leads and has applied every entry
+	// of the terms before its own, and cancels ctx when it stops leading
+	// (or closes). Serve returns once nothing it started uses st any
+	// more; the Node then reopens the store from what the group
+	// committed.
+	Serve func(ctx context.Context, st *diskstore.Store)
+	// OnConn, if set, receives the client connections another node
+	// forwards to this one (transport.Config.OnConn).
+	OnConn func(service string, c net.Conn)
+}
+
+// RaftID returns the Raft id of node name in cluster: a hash of both,
+// never 0, the same on every node (so a static cluster bootstraps
+// without exchanging ids).
+func RaftID(cluster, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(cluster))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// Node is this process's member of the cluster: the transport, the
+// group's member over the replicated store, and the broker while it
+// leads. See the package doc.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	id  uint64
+	tr  *transport.Transport
+
+	// cur is the running incarnation: store, log, group and its loop.
+	// A leadership loss replaces it (the store reopened).
+	mu  sync.Mutex
+	cur *incarnation
+
+	events chan event
+	quit   chan struct{}
+	done   chan struct{}
+	err    atomic.Pointer[error]
+
+	status atomic.Pointer[Status]
+}
+
+// Status is what the node last knew of the group.
+type Status struct {
+	ID, Leader, Term  uint64
+	Commit, Applied   uint64
+	Serving           bool
+	Progress          map[uint64]uint64 // on the leader: each member's match index
+	LeaderName, State string
+}
+
+type event struct {
+	ready bool   // this node may serve from term
+	term  uint64 // the term it leads (ready) or the loss happened in
+}
+
+// incarnation is one opening of the store and the group over it.
+type incarnation struct {
+	st    *diskstore.Store
+	rlog  *raftLog
+	g     *replica.Group
+	n     *replica.Node
+	woken atomic.Bool // a proposal pump is queued on n
+
+	// Loop goroutine only:
+	serving, lostSent bool
+	term              uint64
+	lastStatus        time.Time
+	needIdx           atomic.Uint64
+}
+
+// Open starts the node: it opens the store (recovering the group's log
+// from its WAL), joins the group (bootstrapping it with every peer when
+// the store is new) and starts the transport.
+func Open(cfg Config) (*Node, error) {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = 10
+	}
+	if cfg.HeartbeatTicks <= 0 {
+		cfg.HeartbeatTicks = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	found := false
+	for _, p := range cfg.Peers {
+		found = found || p.Name == cfg.Name
+	}
+	if !found {
+		return nil, fmt.Errorf("cluster: node %q is not among the peers", cfg.Name)
+	}
+	c := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), id: RaftID(cfg.Cluster, cfg.Name),
+		events: make(chan event, 16), quit: make(chan struct{}), done: make(chan struct{})}
+	c.status.Store(&Status{ID: c.id})
+	inc, err := c.open()
+	if err != nil {
+		return nil, err
+	}
+	c.cur = inc
+	var peers []transport.Peer
+	for _, p := range cfg.Peers {
+		if p.Name != cfg.Name {
+			peers = append(peers, transport.Peer{Name: p.Name, Addr: p.Addr, ID: RaftID(cfg.Cluster, p.Name)})
+		}
+	}
+	tr, err := transport.New(transport.Config{
+		Cluster: cfg.Cluster, Name: cfg.Name, ID: c.id, Listen: cfg.Listen, Listener: cfg.Listener,
+		Peers: peers, TLS: cfg.TLS, Logger: c.log,
+		Handler: func(group uint64, m *pb.Message) {
+			if n := c.replicaNode(); n != nil {
+				n.Step(group, m)
+			}
+		},
+		ReportUnreachable: func(group, peer uint64) {
+			if n := c.replicaNode(); n != nil {
+				n.ReportUnreachable(group, peer)
+			}
+		},
+		ReportSnapshot: func(group, peer uint64, ok bool) {
+			if n := c.replicaNode(); n != nil {
+				n.ReportSnapshot(group, peer, ok)
+			}
+		},
+	})
+	if err != nil {
+		c.closeIncarnation(inc, false)
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.tr = tr
+	c.start(inc)
+	go c.supervise()
+	return c, nil
+}
+
+// Transport returns the node's transport (to forward client connections
+// with DialConn).
+func (c *Node) Transport() *transport.Transport { return c.tr }
+
+// ID returns this node's Raft id.
+func (c *Node) ID() uint64 { return c.id }
+
+// Status returns what the node last knew of the group (refreshed every
+// tick or so).
+func (c *Node) Status() Status { return *c.status.Load() }
+
+// LeaderName returns the name of the node this one last knew as leader,
+// "" if none.
+func (c *Node) LeaderName() string { return c.status.Load().LeaderName }
+
+func (c *Node) replicaNode() *replica.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return nil
+	}
+	return c.cur.n
+}
+
+func (c *Node) nameOf(id uint64) string {
+	for _, p := range c.cfg.Peers {
+		if RaftID(c.cfg.Cluster, p.Name) == id {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// open opens the store and the group's member over it (not started).
+func (c *Node) open() (*incarnation, error) {
+	inc := &incarnation{rlog: newRaftLog(DataGroup)}
+	opts := c.cfg.Store
+	opts.Replication = &diskstore.Replication{Group: DataGroup, Log: inc.rlog, Wake: func() { c.pump(inc) }}
+	st, err := diskstore.Open(c.cfg.Dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: open store: %w", err)
+	}
+	inc.st = st
+	applied, err := inc.rlog.attach(st)
+	if err != nil {
+		st.Abandon()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	inc.rlog.need = func() uint64 { return inc.needIdx.Load() }
+	gcfg := replica.Config{
+		ID: c.id, ElectionTick: c.cfg.ElectionTicks, HeartbeatTick: c.cfg.HeartbeatTicks,
+		Storage: inc.rlog, Transport: sender{c}, Logger: raftLogger{c.log},
+		Applied: func(index, term uint64, payload []byte, own bool) { c.applied(inc, index, term, payload, own) },
+	}
+	hs, _, _ := inc.rlog.InitialState()
+	last, _ := inc.rlog.LastIndex()
+	if last == 0 && raft.IsEmptyHardState(hs) {
+		for _, p := range c.cfg.Peers {
+			gcfg.Peers = append(gcfg.Peers, RaftID(c.cfg.Cluster, p.Name))
+		}
+		inc.g, err = replica.NewGroup(gcfg)
+	} else {
+		inc.g, err = replica.RestartGroup(gcfg, applied)
+	}
+	if err != nil {
+		st.Abandon()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return inc, nil
+}
+
+// start runs inc's loop.
+func (c *Node) start(inc *incarnation) {
+	inc.n = replica.NewNode(replica.NodeConfig{Tick: c.cfg.Tick, Sync: inc.st.SyncReplica, Log: c.log,
+		AfterCycle: func() { c.afterCycle(inc) }})
+	inc.n.Add(DataGroup, inc.g)
+	c.mu.Lock()
+	c.cur = inc
+	c.mu.Unlock()
+}
+
+type sender struct{ c *Node }
+
+func (s sender) Send(msgs []*pb.Message) {
+	if s.c.tr != nil {
+		s.c.tr.Send(DataGroup, msgs)
+	}
+}
+
+// pump is the store's Wake: it queues, once, the taking of the store's
+// proposals on the loop.
+func (c *Node) pump(inc *incarnation) {
+	if inc.woken.Swap(true) || inc.n == nil {
+		return
+	}
+	inc.n.Run(func() {
+		inc.woken.Store(false)
+		for _, p := range inc.st.TakeProposals(nil) {
+			if err := inc.g.Propose(p.Data(), func(err error) {
+				if err != nil {
+					inc.st.Failed(err)
+				}
+			}); err != nil {
+				inc.st.Failed(err)
+				return
+			}
+		}
+	})
+}
+
+// applied is the group's Applied: committed entries, in order, on the
+// loop.
+func (c *Node) applied(inc *incarnation, index, term uint64, payload []byte, own bool) {
+	var err error
+	switch {
+	case own:
+		err = inc.st.Committed(index, term)
+	case payload != nil:
+		err = inc.st.ApplyEntry(index, term, payload)
+	default:
+		inc.st.MarkApplied(index, term)
+	}
+	if err != nil && !inc.lostSent {
+		// The store failed: it is reopened once the loss is seen.
+		c.log.Error("cluster: apply a committed entry", "index", index, "err", err)
+	}
+	if lead, lt := inc.g.Leader(); lead == c.id && term == lt && !inc.serving && !inc.lostSent {
+		// An entry of this node's own term applied: every entry before
+		// it did too, so the store holds everything committed.
+		inc.serving, inc.term = true, lt
+		c.events <- event{ready: true, term: lt}
+	}
+}
+
+// afterCycle runs after each of the loop's cycles: the commits'
+// AfterGroup hooks, leadership changes, and the status.
+func (c *Node) afterCycle(inc *incarnation) {
+	inc.st.EndGroup()
+	lead, term := inc.g.Leader()
+	if inc.serving && !inc.lostSent && (lead != c.id || term != inc.term) {
+		inc.lostSent = true
+		inc.st.Failed(replica.ErrLeadershipLost)
+		c.events <- event{term: inc.term}
+	}
+	if now := time.Now(); now.Sub(inc.lastStatus) >= c.cfg.Tick {
+		inc.lastStatus = now
+		rs := inc.g.Status()
+		st := &Status{ID: c.id, Leader: rs.Lead, Term: rs.GetTerm(), Commit: rs.GetCommit(), Applied: rs.Applied,
+			Serving: inc.serving && !inc.lostSent, LeaderName: c.nameOf(rs.Lead), State: rs.RaftState.String()}
+		var need uint64
+		if rs.RaftState == raft.StateLeader {
+			st.Progress = make(map[uint64]uint64, len(rs.Progress))
+			for id, pr := range rs.Progress {
+				st.Progress[id] = pr.Match
+				if id != c.id && (need == 0 || pr.Match+1 < need) {
+					need = pr.Match + 1
+				}
+			}
+		}
+		inc.needIdx.Store(need)
+		c.status.Store(st)
+	}
+}
+
+// supervise serves while the node leads and reopens the store when it
+// stops leading.
+func (c *Node) supervise() {
+	defer close(c.done)
+	var sv serving
+	defer sv.stop()
+	for {
+		select {
+		case <-c.quit:
+			return
+		case ev := <-c.events:
+			c.mu.Lock()
+			inc := c.cur
+			c.mu.Unlock()
+			if ev.ready {
+				if sv.running() || inc == nil {
+					continue
+				}
+				c.log.Info("cluster: leading; serving", "term", ev.term)
+				sv.start(func(ctx context.Context) { c.cfg.Serve(ctx, inc.st) })
+				continue
+			}
+			c.log.Info("cluster: leadership lost; reopening the store from what the group committed", "term", ev.term)
+			sv.stop()
+			if err := c.reopen(); err != nil {
+				c.log.Error("cluster: reopen the store", "err", err)
+				c.err.Store(&err)
+				return
+			}
+		}
+	}
+}
+
+// serving is Config.Serve running: supervise's only.
+type serving struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *serving) running() bool { return s.cancel != nil }
+
+func (s *serving) start(serve func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.cancel, s.done = cancel, done
+	go func() {
+		defer close(done)
+		serve(ctx)
+	}()
+}
+
+// stop cancels Serve and waits for it to return.
+func (s *serving) stop() {
+	if s.cancel != nil {
+		s.cancel()
+		<-s.done
+		s.cancel = nil
+	}
+}
+
+// reopen replaces the current incarnation with a new opening of the store.
+func (c *Node) reopen() error {
+	c.mu.Lock()
+	old := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	c.closeIncarnation(old, false)
+	// Events the old loop sent after the loss are stale.
+	for len(c.events) > 0 {
+		<-c.events
+	}
+	inc, err := c.open()
+	if err != nil {
+		return err
+	}
+	c.start(inc)
+	return nil
+}
+
+func (c *Node) closeIncarnation(inc *incarnation, clean bool) {
+	if inc == nil {
+		return
+	}
+	if inc.n != nil {
+		inc.n.Close()
+	}
+	if clean {
+		inc.st.Close()
+	} else {
+		inc.st.Abandon()
+	}
+}
+
+// Err returns the failure that stopped the node, nil while it runs.
+func (c *Node) Err() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close stops serving, the loop and the transport, and closes the store.
+func (c *Node) Close() error {
+	select {
+	case <-c.quit:
+	default:
+		close(c.quit)
+	}
+	<-c.done
+	c.mu.Lock()
+	inc := c.cur
+	c.cur = nil
+	c.mu.Unlock()
+	var err error
+	if c.tr != nil {
+		err = c.tr.Close()
+	}
+	c.closeIncarnation(inc, false)
+	return err
+}
+
+// Store returns the store the node runs now (it changes when the node
+// reopens it); nil while it reopens.
+func (c *Node) Store() *diskstore.Store {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return nil
+	}
+	return c.cur.st
+}

@@ -344,6 +344,11 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 func TestSpliceHalfClose(t *testing.T) {
 	client, in := tcpPair(t)
 	out, server := tcpPair(t)
+	for _, c := range []net.Conn{client, server} {
+		if err := c.SetDeadline(time.Now().Add(waitFor)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- Splice(in, out) }()
 
@@ -386,6 +391,9 @@ func TestSpliceReset(t *testing.T) {
 	}
 	b := make([]byte, 5)
 	if _, err := io.ReadFull(server, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.SetDeadline(time.Now().Add(waitFor)); err != nil {
 		t.Fatal(err)
 	}
 	_ = client.(*net.TCPConn).SetLinger(0) // Close sends a reset

@@ -28,7 +28,7 @@ import (
 // nil there, another cluster, ...), are errors.
 func (t *Transport) DialConn(ctx context.Context, peer string, service string, client net.Addr) (net.Conn, error) {
 	wrap := func(err error) error {
-		return fmt.Errorf("transport: open a %s client stream to peer %s: %w", service, peer, err)
+		return fmt.Errorf("transport: open a client stream (%s) to peer %s: %w", service, peer, err)
 	}
 	p := t.peers[peer]
 	switch {

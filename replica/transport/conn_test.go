@@ -62,6 +62,12 @@ func pattern(n int, seed byte) []byte {
 // half-closed still reads.
 func roundTrip(t *testing.T, dialled, acc net.Conn, up, down []byte) {
 	t.Helper()
+	// A bound, so that a lost end fails rather than hangs.
+	for _, c := range []net.Conn{dialled, acc} {
+		if err := c.SetDeadline(time.Now().Add(waitFor)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	got := make(chan []byte, 1)
 	errc := make(chan error, 2)
 	go func() {
@@ -284,6 +290,11 @@ func TestCloseEndsConnStreams(t *testing.T) {
 
 	// n2 closes: the stream it accepted and the one it dialled end, on
 	// its side (reads fail) and on n1's (reads see the end).
+	for _, conn := range []net.Conn{toB, atB.conn, toA, atA.conn} {
+		if err := conn.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	b.tr.Close()
 	for name, conn := range map[string]net.Conn{"accepted by n2": atB.conn, "dialled by n2": toA} {
 		if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {

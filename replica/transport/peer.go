@@ -276,14 +276,12 @@ func (t *Transport) dial(ctx context.Context, p *peer, h hello, track func(net.C
 		}
 		return nil, nil, err
 	}
-	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	if err := nc.SetDeadline(deadline); err != nil {
+	if err := nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout)); err != nil {
 		return fail(fmt.Errorf("set handshake deadline: %w", err))
 	}
-	// ctx's end ends the handshake's reads and writes too.
+	// ctx's end (its deadline too: not copied to the connection, so that
+	// a failure it causes is always told by stop below) ends the
+	// handshake's reads and writes.
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	conn = nc
 	if t.cfg.TLS != nil {

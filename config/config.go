@@ -19,6 +19,7 @@ type Config struct {
 	Metrics Metrics `toml:"metrics"`
 	Auth    Auth    `toml:"auth"`
 	Daemon  Daemon  `toml:"daemon"`
+	Cluster Cluster `toml:"cluster"`
 	Users   []User  `toml:"users"`
 	Vhosts  []Vhost `toml:"vhosts"`
 
@@ -253,6 +254,13 @@ func Default() Config {
 			FailedLoginInterval: Duration(time.Second),
 		},
 		Daemon: Daemon{ShutdownTimeout: Duration(30 * time.Second)},
+		Cluster: Cluster{
+			Peers:          []string{},
+			Name:           "brokerd",
+			Tick:           Duration(100 * time.Millisecond),
+			ElectionTicks:  10,
+			HeartbeatTicks: 1,
+		},
 		Users:  []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
 		Vhosts: []Vhost{{Name: "/"}},
 	}

@@ -185,6 +185,30 @@
 //	                                         interval (1ms..1h); past that a login is refused
 //	                                         unchecked. 0: no limit.
 //
+// [cluster] — a cluster of nodes (replica, replica/transport). Absent, or
+// with node_name and peers empty (Cluster.Enabled false), brokerd is a
+// single node and the rest of the table is unused; cluster.listen alone is
+// an error.
+//
+//	cluster.node_name        ""              This node, one of peers: A-Z a-z 0-9 . _ - (at most 255).
+//	cluster.listen           ""              host:port of Raft and every inter-node connection (proxied
+//	                                         clients too); required in a cluster.
+//	cluster.peers            []              Every node, this one included, "name=host:port", names
+//	                                         unique; the same list on every node.
+//	cluster.name             "brokerd"       The cluster's name; a node configured with another is
+//	                                         refused at the handshake.
+//	cluster.tick             "100ms"         Raft's tick, above 0s and at most 10s.
+//	cluster.election_ticks   10              Election timeout in ticks (randomised up to 2x); more
+//	                                         than heartbeat_ticks.
+//	cluster.heartbeat_ticks  1               A leader's heartbeat interval in ticks, at least 1.
+//
+// [cluster.tls] — mutual TLS between nodes; off while cert_file is empty.
+//
+//	cluster.tls.cert_file    ""              PEM certificate, presented as server and as client.
+//	cluster.tls.key_file     ""              PEM private key; required with cert_file.
+//	cluster.tls.ca_file      ""              PEM CAs signing every node's certificate; required
+//	                                         with cert_file.
+//
 // [[users]] — users created on a fresh data dir, with full permissions on the
 // [[vhosts]], as RabbitMQ's default_user; later starts leave users as they
 // are (a deleted user stays deleted). Default: one user guest, password

@@ -89,6 +89,7 @@ func (c *Config) Validate() error {
 	c.validateAMQP(k)
 	c.validateMgmt(k)
 	c.validateListeners(k)
+	c.validateCluster(k)
 	if d := time.Duration(c.Daemon.ShutdownTimeout); d < time.Second || d > time.Hour {
 		k.addf("daemon.shutdown_timeout", "must be between 1s and 1h, got %s", d)
 	}
@@ -282,6 +283,9 @@ func (c *Config) validateListeners(k *checker) {
 		{"amqp.tls.listen", c.AMQP.TLS.Listen},
 		{"mgmt.listen", c.Mgmt.Listen},
 		{"mgmt.tls.listen", c.Mgmt.TLS.Listen},
+	}
+	if c.Cluster.Enabled() {
+		ls = append(ls, struct{ key, addr string }{"cluster.listen", c.Cluster.Listen})
 	}
 	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
 	for i := range ls {

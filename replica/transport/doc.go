@@ -22,6 +22,25 @@
 // order, it rejects them and the leader falls back to probing); Raft
 // tolerates the reordering between the two streams.
 //
+// # Client connection streams
+//
+// A third kind of connection carries one proxied client connection (in
+// cluster mode a follower hands its AMQP and HTTP clients' connections
+// whole to the leader): DialConn dials the peer on demand and makes the
+// same handshake — TLS, hello, welcome or refuse, the same cluster, name
+// and id checks — with stream 3 in the hello, which adds the service
+// ("amqp", "http": 1 to 32 bytes) and the original client's address (at
+// most 256 bytes; empty if unknown). After the welcome the connection
+// carries the client's raw bytes both ways: no frames, no bound on their
+// size, no pings or pongs (the client's protocol has its own heartbeats),
+// no deadline but the ones its owner sets. Half-closes pass through
+// (CloseWrite: TCP's FIN, or TLS's close_notify). The acceptor hands the
+// connection to Config.OnConn, whose RemoteAddr is the original client's
+// address, so the serving node logs and lists the real client; a node
+// without OnConn refuses such streams. Each stream is one TCP
+// connection, opened per client connection and closed with it; Close
+// closes every one still open, dialled or accepted.
+//
 // # Frames
 //
 // Every frame, both ways:
@@ -38,12 +57,14 @@
 //
 // # Handshake
 //
-// The dialer's first frame is a hello: protocol version, stream, its Raft
+// The dialer's first frame is a hello: protocol version, stream (1 small,
+// 2 bulk, 3 client connection; wire format, never renumbered), its Raft
 // id, the cluster id, its node name, and the name of the node it meant to
-// call. The acceptor answers welcome (its id and name) or refuse with a
+// call; a client connection stream's adds its service and client address. The acceptor answers welcome (its id and name) or refuse with a
 // reason and closes: another cluster id, a name not among its peers, a
 // call meant for another node (a misconfigured address), an unsupported
-// version, or a Raft id that is another node's. Refusals are logged on
+// version, a Raft id that is another node's, or a client connection
+// stream to a node without OnConn or with a bad service name. Refusals are logged on
 // both sides. A node's Raft id is the same in every group; the transport
 // learns each peer's from its handshakes (Peer.ID may fix it instead), and
 // Send routes a message by its To.
@@ -77,6 +98,8 @@
 //
 // Per peer: two stream goroutines (dial, write) and a watcher of each
 // connection's pongs; per accepted connection: a reader, which calls the
-// Handler, and a pong beacon; one accept loop. Close stops them all and
-// waits.
+// Handler, and a pong beacon, or, for a client connection stream, the
+// goroutine that calls OnConn (the connection is OnConn's after); one
+// accept loop. Close stops them all and waits. DialConn runs on its
+// caller's goroutine and starts none.
 package transport

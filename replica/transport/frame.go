@@ -26,6 +26,13 @@ const protocolVersion = 1
 const (
 	streamSmall byte = 1 // heartbeats, votes, responses: everything small
 	streamBulk  byte = 2 // MsgApp, MsgSnap, MsgProp: what carries entries
+	streamConn  byte = 3 // one proxied client connection's raw bytes (DialConn)
+)
+
+// Bounds of a client connection stream's hello fields.
+const (
+	maxServiceName = 32  // "amqp", "http"
+	maxClientAddr  = 256 // an address's text: "[ipv6%zone]:port" fits
 )
 
 // headerSize is a frame's header: length(4) | type(1) | group(8).
@@ -115,9 +122,11 @@ func (fr *frameReader) read(max int, beforeChunk func()) (typ byte, group uint64
 
 // hello is the first frame a dialer sends: the protocol version, the
 // stream, the cluster, who calls (name and Raft id) and whom it believes
-// it called. Body:
+// it called; a client connection stream's adds the service it is for and
+// the address of the client it carries. Body:
 //
 //	version(1) | stream(1) | uvarint(id) | str(cluster) | str(from) | str(to)
+//	[ | str(service) | str(client) ]   stream 3 (streamConn) only
 //
 // where str is uvarint(length) | bytes.
 type hello struct {
@@ -127,6 +136,8 @@ type hello struct {
 	cluster string
 	from    string
 	to      string
+	service string // streamConn: "amqp", "http"
+	client  string // streamConn: the proxied client's address
 }
 
 func (h hello) append(dst []byte) []byte {
@@ -134,7 +145,12 @@ func (h hello) append(dst []byte) []byte {
 	dst = binary.AppendUvarint(dst, h.id)
 	dst = appendString(dst, h.cluster)
 	dst = appendString(dst, h.from)
-	return appendString(dst, h.to)
+	dst = appendString(dst, h.to)
+	if h.stream == streamConn {
+		dst = appendString(dst, h.service)
+		dst = appendString(dst, h.client)
+	}
+	return dst
 }
 
 func decodeHello(b []byte) (hello, error) {
@@ -152,6 +168,10 @@ func decodeHello(b []byte) (hello, error) {
 	h.cluster = d.string()
 	h.from = d.string()
 	h.to = d.string()
+	if h.stream == streamConn {
+		h.service = d.string()
+		h.client = d.string()
+	}
 	if err := d.finish("hello"); err != nil {
 		return hello{}, err
 	}

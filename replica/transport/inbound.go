@@ -50,7 +50,11 @@ func (t *Transport) acceptLoop() {
 // messages until it fails or Close.
 func (t *Transport) serveInbound(nc net.Conn) {
 	defer t.wg.Done()
+	handedOff := false // a client stream is OnConn's
 	defer func() {
+		if handedOff {
+			return
+		}
 		nc.Close()
 		t.inMu.Lock()
 		delete(t.conns, nc)
@@ -61,6 +65,11 @@ func (t *Transport) serveInbound(nc net.Conn) {
 	if err != nil {
 		t.stats.refused.Add(1)
 		t.refusedLog.Event("remote", remote, "err", err)
+		return
+	}
+	if h.stream == streamConn {
+		handedOff = true
+		t.serveConn(nc, conn, fr, p, h)
 		return
 	}
 	key := inboundKey{p.name, h.stream}
@@ -169,7 +178,18 @@ func (t *Transport) check(h hello) (*peer, string) {
 	if p == nil {
 		return nil, fmt.Sprintf("node name %q is not one of this node's peers", h.from)
 	}
-	if h.stream != streamSmall && h.stream != streamBulk {
+	switch h.stream {
+	case streamSmall, streamBulk:
+	case streamConn:
+		switch {
+		case t.cfg.OnConn == nil:
+			return nil, "this node takes no client connection streams"
+		case h.service == "" || len(h.service) > maxServiceName:
+			return nil, fmt.Sprintf("service name %q: want 1 to %d bytes", h.service, maxServiceName)
+		case len(h.client) > maxClientAddr:
+			return nil, fmt.Sprintf("client address of %d bytes: the bound is %d", len(h.client), maxClientAddr)
+		}
+	default:
 		return nil, fmt.Sprintf("unknown stream kind %d", h.stream)
 	}
 	if err := t.learnID(p, h.id); err != nil {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -227,59 +228,91 @@ func (s *stream) setUp(up bool) {
 // hello.
 var errRefused = errors.New("refused by the peer")
 
-// connect dials the peer and makes the handshake: TLS if configured,
-// then hello → welcome. It returns the connection to use and the TCP one
-// under it (the same without TLS), which is what is closed: closing a TLS
-// connection sends an alert, which can wait on a full send buffer. The
+// connect dials the peer and makes the handshake (Transport.dial). The
 // TCP connection is registered for Close as soon as it is dialled.
 func (s *stream) connect() (conn, raw net.Conn, err error) {
 	t := s.p.t
-	d := net.Dialer{Timeout: t.cfg.DialTimeout}
-	nc, err := d.DialContext(t.ctx, "tcp", s.p.addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("dial: %w", err)
+	h := hello{version: protocolVersion, stream: s.kind, id: t.cfg.ID, cluster: t.cfg.Cluster, from: t.cfg.Name, to: s.p.name}
+	track := func(nc net.Conn) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if t.closed() {
+			return false
+		}
+		s.conn = nc
+		return true
 	}
-	s.mu.Lock()
-	if t.closed() {
-		s.mu.Unlock()
-		nc.Close()
-		return nil, nil, net.ErrClosed
-	}
-	s.conn = nc
-	s.mu.Unlock()
-	fail := func(err error) (net.Conn, net.Conn, error) {
-		nc.Close()
+	untrack := func(net.Conn) {
 		s.mu.Lock()
 		s.conn = nil
 		s.mu.Unlock()
+	}
+	return t.dial(t.ctx, s.p, h, track, untrack)
+}
+
+// dial dials peer p and makes the handshake: TLS if configured, then
+// hello h → welcome. It returns the connection to use and the TCP one
+// under it (the same without TLS), which is what is closed: closing a TLS
+// connection sends an alert, which can wait on a full send buffer. track
+// is given the TCP connection as soon as it is dialled, so that Close can
+// end the handshake (false: the transport is closing, give up); untrack
+// is told if the handshake fails after. ctx, and HandshakeTimeout, bound
+// the handshake.
+func (t *Transport) dial(ctx context.Context, p *peer, h hello, track func(net.Conn) bool, untrack func(net.Conn)) (conn, raw net.Conn, err error) {
+	d := net.Dialer{Timeout: t.cfg.DialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial: %w", err)
+	}
+	if !track(nc) {
+		nc.Close()
+		return nil, nil, net.ErrClosed
+	}
+	fail := func(err error) (net.Conn, net.Conn, error) {
+		nc.Close()
+		untrack(nc)
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			err = fmt.Errorf("%w (%w)", err, cerr)
+		}
 		return nil, nil, err
 	}
 	if err := nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout)); err != nil {
 		return fail(fmt.Errorf("set handshake deadline: %w", err))
 	}
+	// ctx's end (its deadline too: not copied to the connection, so that
+	// a failure it causes is always told by stop below) ends the
+	// handshake's reads and writes.
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	conn = nc
 	if t.cfg.TLS != nil {
 		c := t.cfg.TLS.Clone()
 		if c.ServerName == "" {
-			if host, _, err := net.SplitHostPort(s.p.addr); err == nil {
+			if host, _, err := net.SplitHostPort(p.addr); err == nil {
 				c.ServerName = host
 			}
 		}
 		tc := tls.Client(nc, c)
-		if err := tc.HandshakeContext(t.ctx); err != nil {
+		if err := tc.HandshakeContext(ctx); err != nil {
+			stop()
 			return fail(fmt.Errorf("TLS handshake: %w", err))
 		}
 		conn = tc
 	}
-	h := hello{version: protocolVersion, stream: s.kind, id: t.cfg.ID, cluster: t.cfg.Cluster, from: t.cfg.Name, to: s.p.name}
 	frame := appendHeader(nil, frameHello, 0, 0)
 	frame = h.append(frame)
 	putLength(frame)
 	if _, err := conn.Write(frame); err != nil {
+		stop()
 		return fail(fmt.Errorf("send hello: %w", err))
 	}
+	// Unbuffered: after a client stream's welcome come the client's bytes,
+	// which are not this reader's.
 	fr := frameReader{r: conn}
 	typ, _, body, err := fr.read(maxHandshakeFrame, nil)
+	if !stop() {
+		// ctx ended during the handshake: its deadline may be set now.
+		return fail(fmt.Errorf("handshake: %w", context.Cause(ctx)))
+	}
 	if err != nil {
 		return fail(fmt.Errorf("read the hello's answer: %w", err))
 	}
@@ -294,11 +327,11 @@ func (s *stream) connect() (conn, raw net.Conn, err error) {
 	if err != nil {
 		return fail(err)
 	}
-	if w.name != s.p.name {
-		return fail(fmt.Errorf("the node at %s is %q, not %q", s.p.addr, w.name, s.p.name))
+	if w.name != p.name {
+		return fail(fmt.Errorf("the node at %s is %q, not %q", p.addr, w.name, p.name))
 	}
-	if err := t.learnID(s.p, w.id); err != nil {
-		return fail(fmt.Errorf("node %s: %w", s.p.name, err))
+	if err := t.learnID(p, w.id); err != nil {
+		return fail(fmt.Errorf("node %s: %w", p.name, err))
 	}
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fail(fmt.Errorf("clear handshake deadline: %w", err))

@@ -33,6 +33,9 @@ type Stats struct {
 	// ProtocolErrors those closed later for a malformed or oversized
 	// frame.
 	Refused, ProtocolErrors uint64
+	// ConnsDialled and ConnsAccepted count client connection streams
+	// opened by DialConn and handed to OnConn.
+	ConnsDialled, ConnsAccepted uint64
 }
 
 type counters struct {
@@ -40,6 +43,7 @@ type counters struct {
 	dropped, unroutable, tooLarge, rejected  atomic.Uint64
 	connects, disconnects                    atomic.Uint64
 	refused, protocolErrors                  atomic.Uint64
+	connsDialled, connsAccepted              atomic.Uint64
 }
 
 // Stats returns the transport's counters. Safe for concurrent use.
@@ -52,6 +56,7 @@ func (t *Transport) Stats() Stats {
 		TooLarge: c.tooLarge.Load(), Rejected: c.rejected.Load(),
 		Connects: c.connects.Load(), Disconnects: c.disconnects.Load(),
 		Refused: c.refused.Load(), ProtocolErrors: c.protocolErrors.Load(),
+		ConnsDialled: c.connsDialled.Load(), ConnsAccepted: c.connsAccepted.Load(),
 	}
 }
 

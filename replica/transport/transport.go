@@ -95,6 +95,15 @@ type Config struct {
 	// with the Raft id it presented. It runs on a transport goroutine,
 	// one call at a time for a peer, and must not block.
 	PeerState func(name string, id uint64, up bool)
+	// OnConn, if not nil, is given every client connection stream a peer
+	// opens (Transport.DialConn) once its handshake is made: service is
+	// the dialler's ("amqp", "http"), conn carries the client's raw
+	// bytes, and conn.RemoteAddr() is the original client's address as
+	// the dialler sent it (network "tcp"). It runs on the stream's own
+	// goroutine, which Close waits for; conn is OnConn's to serve or hand
+	// on, and Close closes it if it is still open. nil: such streams are
+	// refused.
+	OnConn func(service string, conn net.Conn)
 	// Logger receives connection events; slog.Default() if nil.
 	Logger *slog.Logger
 
@@ -175,7 +184,7 @@ type Transport struct {
 	idMu sync.Mutex
 
 	inMu    sync.Mutex
-	conns   map[net.Conn]struct{} // every accepted connection, for Close
+	conns   map[net.Conn]struct{} // every accepted connection and open client stream, for Close
 	inbound map[inboundKey]net.Conn
 
 	// reported is when ReportUnreachable last ran for a (group, peer).
@@ -257,8 +266,9 @@ func New(cfg Config) (*Transport, error) {
 // Addr is the address the transport listens on.
 func (t *Transport) Addr() net.Addr { return t.ln.Addr() }
 
-// Close stops listening, closes every connection and waits for the
-// transport's goroutines; no hook runs after it returns. Messages queued
+// Close stops listening, closes every connection (client connection
+// streams too, both ways) and waits for the transport's goroutines; no
+// hook runs after it returns. Messages queued
 // are dropped. Idempotent.
 func (t *Transport) Close() error {
 	t.closing.Do(func() {

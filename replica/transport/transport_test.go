@@ -455,10 +455,15 @@ func TestNewRefusesBadConfig(t *testing.T) {
 // A hello and a welcome round-trip; bytes that are neither fail to decode
 // without a panic.
 func FuzzHandshake(f *testing.F) {
-	f.Add(uint64(1), "c", "n1", "n2", []byte{})
-	f.Add(uint64(1<<63), "", strings.Repeat("n", 300), "x", []byte{1, 2})
-	f.Fuzz(func(t *testing.T, id uint64, cluster, from, to string, junk []byte) {
+	f.Add(uint64(1), "c", "n1", "n2", "", "", []byte{})
+	f.Add(uint64(1<<63), "", strings.Repeat("n", 300), "x", "", "", []byte{1, 2})
+	f.Add(uint64(2), "c", "n1", "n2", "amqp", "192.0.2.1:5672", []byte{1, 3, 2, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, id uint64, cluster, from, to, service, client string, junk []byte) {
 		h := hello{version: protocolVersion, stream: streamBulk, id: id, cluster: cluster, from: from, to: to}
+		if service != "" {
+			// A client connection stream's hello carries two more fields.
+			h.stream, h.service, h.client = streamConn, service, client
+		}
 		got, err := decodeHello(h.append(nil))
 		if err != nil || got != h {
 			t.Fatalf("%+v decodes to %+v, %v", h, got, err)

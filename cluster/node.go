@@ -95,6 +95,9 @@ type Node struct {
 	err    atomic.Pointer[error]
 
 	status atomic.Pointer[Status]
+	// joined is closed once the node first knows a leader.
+	joined     chan struct{}
+	joinedOnce sync.Once
 }
 
 // Status is what the node last knew of the group.
@@ -150,7 +153,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: node %q is not among the peers", cfg.Name)
 	}
 	c := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), id: RaftID(cfg.Cluster, cfg.Name),
-		events: make(chan event, 16), quit: make(chan struct{}), done: make(chan struct{})}
+		events: make(chan event, 16), quit: make(chan struct{}), done: make(chan struct{}), joined: make(chan struct{})}
 	c.status.Store(&Status{ID: c.id})
 	inc, err := c.open()
 	if err != nil {
@@ -181,6 +184,7 @@ func Open(cfg Config) (*Node, error) {
 				n.ReportSnapshot(group, peer, ok)
 			}
 		},
+		OnConn: cfg.OnConn,
 	})
 	if err != nil {
 		c.closeIncarnation(inc, false)
@@ -195,6 +199,10 @@ func Open(cfg Config) (*Node, error) {
 // Transport returns the node's transport (to forward client connections
 // with DialConn).
 func (c *Node) Transport() *transport.Transport { return c.tr }
+
+// Joined is closed once the node first knows the group's leader: it is
+// part of the cluster (sd_notify READY waits for it).
+func (c *Node) Joined() <-chan struct{} { return c.joined }
 
 // ID returns this node's Raft id.
 func (c *Node) ID() uint64 { return c.id }
@@ -353,6 +361,9 @@ func (c *Node) afterCycle(inc *incarnation) {
 		}
 		inc.needIdx.Store(need)
 		c.status.Store(st)
+		if rs.Lead != 0 {
+			c.joinedOnce.Do(func() { close(c.joined) })
+		}
 	}
 }
 

@@ -176,6 +176,9 @@ func serve(cfg config.Config, lv *live) error {
 		return err
 	}
 	res.add(func() { dir.Close() })
+	if cfg.Cluster.Enabled() {
+		return serveCluster(cfg, lv, dir.Path, sigs, &res)
+	}
 
 	fds := descriptorBudget(log)
 	status := &recoveryStatus{log: log}
@@ -190,26 +193,7 @@ func serve(cfg config.Config, lv *live) error {
 		}
 	})
 
-	var users []broker.UserSpec
-	for _, u := range cfg.Users {
-		users = append(users, broker.UserSpec{Name: u.Name, Password: u.Password, PasswordHash: u.PasswordHash, Tags: u.Tags})
-	}
-	// A file's loopback_users = [] means none: nil would mean the default.
-	loopback := append([]string{}, cfg.Auth.LoopbackUsers...)
-	var vhosts []string
-	for _, v := range cfg.Vhosts {
-		vhosts = append(vhosts, v.Name)
-	}
-	b, err := broker.Open(broker.Options{
-		Store: st, Logger: log, VHosts: vhosts, Users: users, LoopbackUsers: loopback,
-		MaxMessageSize:     int(cfg.AMQP.MaxMessageSize),
-		PageWindow:         pageWindow(cfg.Storage),
-		PageWindowBytes:    int64(cfg.Storage.PageWindowBytes),
-		DeliveredMarkChunk: cfg.Storage.DeliveredMarkChunk,
-		ConsumerTimeout:    consumerTimeout(cfg.AMQP.ConsumerTimeout),
-		RecoveryProgress:   status.queues,
-		LoginLimit:         loginlimit.New(loginLimit(cfg.Auth)),
-	})
+	b, err := broker.Open(brokerOptions(cfg, st, log, status.queues))
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)
 	}
@@ -238,20 +222,7 @@ func serve(cfg config.Config, lv *live) error {
 	res.add(mon.Close)
 	lv.mon = mon
 
-	srv := amqp.NewServer(amqp.ServerConfig{
-		Handler:           b,
-		Logger:            log,
-		Heartbeat:         time.Duration(cfg.AMQP.Heartbeat),
-		FrameMax:          uint32(cfg.AMQP.FrameMax),
-		ChannelMax:        uint16(cfg.AMQP.ChannelMax),
-		HandshakeTimeout:  time.Duration(cfg.AMQP.HandshakeTimeout),
-		MaxMessageSize:    uint64(cfg.AMQP.MaxMessageSize),
-		MaxConnections:    maxConnections(cfg.Limits, fds, log),
-		LoginFailureDelay: loginFailureDelay(cfg.Auth),
-		Version:           version.String(),
-
-		MaxUnfinishedContentTotal: unfinishedContentLimit(cfg.AMQP, memLimit),
-	})
+	srv := amqp.NewServer(amqpServerConfig(cfg, b, log, fds, memLimit))
 	lv.srv, lv.fds = srv, fds
 	// Started before anything listens: a failed start closes every
 	// listener opened so far.
@@ -300,17 +271,7 @@ func serve(cfg config.Config, lv *live) error {
 			l = tls.NewListener(l, tlsCfg)
 		}
 		if api == nil {
-			api = mgmt.New(mgmt.Options{Broker: b, Logger: log, Version: version.String(), Listeners: listeners,
-				MaxBody: int64(cfg.Mgmt.MaxBodySize), MaxDefinitionsBody: int64(cfg.Mgmt.MaxDefinitionsSize),
-				BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
-				MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
-				FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
-				Metrics:   metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
-				Daemon:    lv.daemon.info,
-				RatesMode: cfg.Mgmt.RatesMode, SampleInterval: time.Duration(cfg.Mgmt.SampleInterval),
-				Node: mgmt.NodeOptions{DataDir: dir.Path, AMQP: srv, Started: started,
-					MemoryLimit:   func() uint64 { mem, _ := mon.Limits(); return mem },
-					DiskFreeLimit: diskFreeLimit(mon, st)}})
+			api = mgmt.New(mgmtOptions(cfg, lv, b, st, srv, mon, listeners, dir.Path, started))
 			res.add(func() { api.Shutdown(context.Background()) })
 		}
 		log.Info("serving management "+what+" API", "addr", l.Addr().String(), "ui", uiURL(l.Addr(), tlsCfg != nil))
@@ -360,6 +321,64 @@ func serve(cfg config.Config, lv *live) error {
 			return shutdown(s, sigs, lv, srv, api, b, res.take(), log)
 		}
 	}
+}
+
+// brokerOptions are the broker's options over st. progress, if set,
+// receives the queues' recovery progress.
+func brokerOptions(cfg config.Config, st store.Store, log *slog.Logger, progress func(done, total int)) broker.Options {
+	var users []broker.UserSpec
+	for _, u := range cfg.Users {
+		users = append(users, broker.UserSpec{Name: u.Name, Password: u.Password, PasswordHash: u.PasswordHash, Tags: u.Tags})
+	}
+	// A file's loopback_users = [] means none: nil would mean the default.
+	loopback := append([]string{}, cfg.Auth.LoopbackUsers...)
+	var vhosts []string
+	for _, v := range cfg.Vhosts {
+		vhosts = append(vhosts, v.Name)
+	}
+	return broker.Options{
+		Store: st, Logger: log, VHosts: vhosts, Users: users, LoopbackUsers: loopback,
+		MaxMessageSize:     int(cfg.AMQP.MaxMessageSize),
+		PageWindow:         pageWindow(cfg.Storage),
+		PageWindowBytes:    int64(cfg.Storage.PageWindowBytes),
+		DeliveredMarkChunk: cfg.Storage.DeliveredMarkChunk,
+		ConsumerTimeout:    consumerTimeout(cfg.AMQP.ConsumerTimeout),
+		RecoveryProgress:   progress,
+		LoginLimit:         loginlimit.New(loginLimit(cfg.Auth)),
+	}
+}
+
+// amqpServerConfig is the AMQP server's configuration, serving b.
+func amqpServerConfig(cfg config.Config, b *broker.Broker, log *slog.Logger, fds fdbudget.Budget, memLimit uint64) amqp.ServerConfig {
+	return amqp.ServerConfig{
+		Handler:           b,
+		Logger:            log,
+		Heartbeat:         time.Duration(cfg.AMQP.Heartbeat),
+		FrameMax:          uint32(cfg.AMQP.FrameMax),
+		ChannelMax:        uint16(cfg.AMQP.ChannelMax),
+		HandshakeTimeout:  time.Duration(cfg.AMQP.HandshakeTimeout),
+		MaxMessageSize:    uint64(cfg.AMQP.MaxMessageSize),
+		MaxConnections:    maxConnections(cfg.Limits, fds, log),
+		LoginFailureDelay: loginFailureDelay(cfg.Auth),
+		Version:           version.String(),
+
+		MaxUnfinishedContentTotal: unfinishedContentLimit(cfg.AMQP, memLimit),
+	}
+}
+
+// mgmtOptions are the management API's options, over b and st.
+func mgmtOptions(cfg config.Config, lv *live, b *broker.Broker, st store.Store, srv *amqp.Server, mon *alarm.Monitor, listeners []mgmt.Listener, dataDir string, started time.Time) mgmt.Options {
+	return mgmt.Options{Broker: b, Logger: lv.log, Version: version.String(), Listeners: listeners,
+		MaxBody: int64(cfg.Mgmt.MaxBodySize), MaxDefinitionsBody: int64(cfg.Mgmt.MaxDefinitionsSize),
+		BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
+		MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
+		FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
+		Metrics:   metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
+		Daemon:    lv.daemon.info,
+		RatesMode: cfg.Mgmt.RatesMode, SampleInterval: time.Duration(cfg.Mgmt.SampleInterval),
+		Node: mgmt.NodeOptions{DataDir: dataDir, AMQP: srv, Started: started,
+			MemoryLimit:   func() uint64 { mem, _ := mon.Limits(); return mem },
+			DiskFreeLimit: diskFreeLimit(mon, st)}}
 }
 
 // take hands the resources over to the caller: the deferred run then
@@ -497,11 +516,24 @@ func openStore(c config.Storage, limits config.Limits, dir string, log *slog.Log
 		log.Warn("message store is in memory: messages and definitions do not survive a restart", "data_dir", dir)
 		return memstore.New(), nil
 	}
-	sync, err := wal.ParseSyncPolicy(string(c.Sync))
+	opts, err := diskOptions(c, limits, log, progress, alarm, maxOpenFiles)
 	if err != nil {
 		return nil, err
 	}
-	st, err := diskstore.Open(dir, diskstore.Options{
+	st, err := diskstore.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", dir, err)
+	}
+	return st, nil
+}
+
+// diskOptions are the disk store's options from [storage] and [limits].
+func diskOptions(c config.Storage, limits config.Limits, log *slog.Logger, progress func(done, total uint64), alarm func(string, bool), maxOpenFiles int) (diskstore.Options, error) {
+	sync, err := wal.ParseSyncPolicy(string(c.Sync))
+	if err != nil {
+		return diskstore.Options{}, err
+	}
+	return diskstore.Options{
 		Sync:               sync,
 		SyncInterval:       time.Duration(c.SyncInterval),
 		CheckpointBytes:    int64(c.CheckpointBytes),
@@ -514,11 +546,7 @@ func openStore(c config.Storage, limits config.Limits, dir string, log *slog.Log
 		DiskFreeLimit:      uint64(limits.DiskFreeLimit),
 		MaxOpenFiles:       maxOpenFiles,
 		FreeDescriptors:    fdbudget.Free,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open store in %s: %w", dir, err)
-	}
-	return st, nil
+	}, nil
 }
 
 // descriptorBudget divides the process's file descriptors between the

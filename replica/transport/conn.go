@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 )
@@ -86,7 +87,13 @@ func (t *Transport) untrackConn(nc net.Conn) {
 func (t *Transport) serveConn(nc, conn net.Conn, fr *frameReader, p *peer, h hello) {
 	c := &clientConn{Conn: conn, raw: nc, t: t}
 	if h.client != "" {
-		c.remote = clientAddr(h.client)
+		// A TCP address where it parses as one: code that looks at a
+		// client's address (a loopback-only user) asserts *net.TCPAddr.
+		if ap, err := netip.ParseAddrPort(h.client); err == nil {
+			c.remote = net.TCPAddrFromAddrPort(ap)
+		} else {
+			c.remote = clientAddr(h.client)
+		}
 	}
 	// The dialer sends nothing before the welcome, but bytes the
 	// handshake's reader took beyond the hello are the client's.

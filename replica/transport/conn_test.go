@@ -122,6 +122,9 @@ func TestConnStreamRoundTrip(t *testing.T) {
 	if acc.service != "amqp" {
 		t.Errorf("service %q, want amqp", acc.service)
 	}
+	if _, ok := acc.conn.RemoteAddr().(*net.TCPAddr); !ok {
+		t.Errorf("RemoteAddr is a %T, want *net.TCPAddr (a loopback-only user's check asserts it)", acc.conn.RemoteAddr())
+	}
 	if ra := acc.conn.RemoteAddr(); ra.String() != "203.0.113.7:4242" || ra.Network() != "tcp" {
 		t.Errorf("the acceptor's RemoteAddr is %s %q, want the client's", ra.Network(), ra)
 	}

@@ -239,11 +239,6 @@ func (s *Store) checkpoint() (err error) {
 	}
 	nextID := s.nextID.Load()
 	s.mu.Unlock()
-	if s.rep != nil && !s.awaitCommitted(f.lastProp) {
-		// Its proposals will never commit here: the store failed (and
-		// is abandoned), or closes.
-		return nil
-	}
 	defer func() {
 		if err == nil {
 			s.cpDuration.Observe(time.Since(start).Seconds())
@@ -251,6 +246,11 @@ func (s *Store) checkpoint() (err error) {
 	}()
 	if s.cp.afterFreeze != nil {
 		s.cp.afterFreeze()
+	}
+	if s.rep != nil && !s.awaitCommitted(f.lastProp) {
+		// Its proposals will never commit here: the store failed (and
+		// is abandoned), or closes.
+		return nil
 	}
 
 	// Everything the index is about to hold must be durable in the WAL

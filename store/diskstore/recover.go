@@ -166,6 +166,9 @@ func (s *Store) recover(dir string) error {
 // its message ids (the group in their high bits).
 func (s *Store) recoverGroupState(st *index.StoreState) error {
 	r := s.rep
+	if st.Position == 0 && st.CheckpointLSN != 0 {
+		return errors.New("the directory holds a single node's store: a cluster node starts with an empty one (or its own)")
+	}
 	r.pos = st.Position
 	if base := s.opts.Replication.Group << idGroupShift; s.nextID.Load() < base {
 		s.nextID.Store(base)

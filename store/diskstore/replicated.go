@@ -192,8 +192,15 @@ func (s *Store) Committed(index, term uint64) error {
 // and their completions run with err. The owner then abandons the store
 // and opens it again (Abandon).
 func (s *Store) Failed(err error) {
-	s.fail(err)
 	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+		if !errors.Is(err, store.ErrClosed) {
+			s.log.Warn("store: proposals failed; no further changes are accepted until it is opened again", "err", err)
+		}
+		close(s.cpDone)
+		s.cpDone = make(chan struct{})
+	}
 	r := s.rep
 	r.sealLocked()
 	ps := append(r.inflight, r.sealed...)

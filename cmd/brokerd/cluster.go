@@ -1,0 +1,295 @@
+package main
+
+// Cluster mode ([cluster] set): this process is a node of a brokerd
+// cluster (package cluster). The node's listeners are gates: while it
+// leads the group and serves, they hand connections to its broker's
+// servers; otherwise they forward each one, whole, to the leader over the
+// inter-node port (designs/replication.md 4.7, phase 1).
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/cluster"
+	"github.com/brokerd/brokerd/cluster/gate"
+	"github.com/brokerd/brokerd/config"
+	"github.com/brokerd/brokerd/internal/alarm"
+	"github.com/brokerd/brokerd/internal/fdbudget"
+	"github.com/brokerd/brokerd/internal/sdnotify"
+	"github.com/brokerd/brokerd/mgmt"
+	"github.com/brokerd/brokerd/store/diskstore"
+)
+
+// The services a node's gates carry (transport client streams name them).
+const (
+	svcAMQP  = "amqp"
+	svcAMQPS = "amqps"
+	svcHTTP  = "http"
+	svcHTTPS = "https"
+)
+
+// clusterServer is a node's serving side: its gates, and the broker with
+// its servers while the node leads.
+type clusterServer struct {
+	cfg     config.Config
+	lv      *live
+	log     *slog.Logger
+	dataDir string
+	started time.Time
+	fds     fdbudget.Budget
+	mon     *alarm.Monitor
+	node    *cluster.Node
+
+	gates     map[string]*gate.Gate // by service
+	tls       map[string]*tlsSource // amqps, https
+	listeners []mgmt.Listener
+
+	alarms clusterAlarms
+}
+
+// serveCluster is serve for a cluster node: it runs until a signal stops
+// it. dir is the locked data directory.
+func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal, res *closers) error {
+	log := lv.log
+	if cfg.Storage.Engine == config.EngineMemory {
+		return errors.New("cluster: storage.engine = \"memory\" cannot be replicated; use the disk engine")
+	}
+	peers, err := cfg.Cluster.PeerList()
+	if err != nil {
+		return err
+	}
+	cs := &clusterServer{cfg: cfg, lv: lv, log: log, dataDir: dir, started: time.Now(),
+		gates: map[string]*gate.Gate{}, tls: map[string]*tlsSource{}}
+	cs.fds = descriptorBudget(log)
+	memLimit := memoryLimit(cfg.Limits, log)
+	lv.daemon.set(cfg, memLimit)
+	alarm.SetGoMemoryLimit(memLimit)
+	cs.mon = alarm.Start(alarm.Options{MemoryLimit: memLimit, DiskPath: dir, DiskFreeLimit: lv.monitorDiskLimit(cfg.Limits),
+		OnChange: cs.alarms.set, Logger: log})
+	res.add(cs.mon.Close)
+	lv.mon = cs.mon
+
+	// The listeners first: a port taken fails the start before the node
+	// joins anything.
+	listen := func(service, addr string, t *config.TLS) error {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen %s on %s: %w", service, addr, err)
+		}
+		if t != nil {
+			src, err := newTLSSource(*t)
+			if err != nil {
+				l.Close()
+				return fmt.Errorf("%s: %w", service, err)
+			}
+			cs.tls[service] = src
+		}
+		g := gate.New(l, func(c net.Conn) { cs.forward(service, c) })
+		cs.gates[service] = g
+		res.add(func() { g.Close() })
+		proto := map[string]string{svcAMQP: "amqp", svcAMQPS: "amqp/ssl", svcHTTP: "http", svcHTTPS: "https"}[service]
+		cs.listeners = append(cs.listeners, mgmt.Listener{Protocol: proto, Addr: l.Addr()})
+		log.Info("listening", "service", service, "addr", l.Addr().String())
+		return nil
+	}
+	if !config.Disabled(cfg.AMQP.Listen) {
+		if err := listen(svcAMQP, cfg.AMQP.Listen, nil); err != nil {
+			return err
+		}
+	}
+	if t := cfg.AMQP.TLS; !config.Disabled(t.Listen) {
+		if err := listen(svcAMQPS, t.Listen, &t); err != nil {
+			return err
+		}
+	}
+	if !config.Disabled(cfg.Mgmt.Listen) {
+		if err := listen(svcHTTP, cfg.Mgmt.Listen, nil); err != nil {
+			return err
+		}
+	}
+	if t := cfg.Mgmt.TLS; !config.Disabled(t.Listen) {
+		if err := listen(svcHTTPS, t.Listen, &t); err != nil {
+			return err
+		}
+	}
+
+	var interTLS *tls.Config
+	if t := cfg.Cluster.TLS; t.CertFile != "" {
+		if interTLS, err = loadTLS(config.TLS{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile, VerifyPeer: true}); err != nil {
+			return fmt.Errorf("cluster.tls: %w", err)
+		}
+		interTLS.RootCAs = interTLS.ClientCAs
+	}
+	opts, err := diskOptions(cfg.Storage, cfg.Limits, log, nil, cs.alarms.set, cs.fds.Store)
+	if err != nil {
+		return err
+	}
+	var cpeers []cluster.Peer
+	for _, p := range peers {
+		cpeers = append(cpeers, cluster.Peer{Name: p.Name, Addr: p.Addr})
+	}
+	node, err := cluster.Open(cluster.Config{
+		Cluster: cfg.Cluster.Name, Name: cfg.Cluster.NodeName, Peers: cpeers, Listen: cfg.Cluster.Listen, TLS: interTLS,
+		Dir: dir, Store: opts, Logger: log,
+		Tick: time.Duration(cfg.Cluster.Tick), ElectionTicks: cfg.Cluster.ElectionTicks, HeartbeatTicks: cfg.Cluster.HeartbeatTicks,
+		Serve: cs.serve,
+		OnConn: func(service string, c net.Conn) {
+			if g := cs.gates[service]; g != nil {
+				g.Inject(c)
+				return
+			}
+			c.Close()
+		},
+	})
+	if err != nil {
+		return err
+	}
+	cs.node = node
+	res.add(func() {
+		if err := node.Close(); err != nil {
+			log.Warn("cluster: close the node", "err", err)
+		}
+	})
+	log.Info("cluster: node started", "node", cfg.Cluster.NodeName, "listen", cfg.Cluster.Listen, "peers", len(peers))
+
+	joined := node.Joined()
+	for {
+		select {
+		case <-joined:
+			joined = nil
+			log.Info("cluster: joined", "leader", node.LeaderName())
+			if err := sdnotify.Notify("READY=1\nSTATUS=serving as a cluster node"); err != nil {
+				log.Warn("sd_notify failed", "err", err)
+			}
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				log.Warn("cluster: a reload is not supported on a cluster node yet; restart it to apply changes")
+				continue
+			}
+			log.Info("shutting down", "signal", s.String())
+			if err := sdnotify.Notify("STOPPING=1\nSTATUS=shutting down"); err != nil {
+				log.Warn("sd_notify failed", "err", err)
+			}
+			res.run()
+			log.Info("stopped")
+			return nil
+		}
+	}
+}
+
+// forward hands c, accepted while this node does not serve, to the
+// leader's node over the inter-node port; with no leader known (an
+// election) it closes c, and the client connects again.
+func (cs *clusterServer) forward(service string, c net.Conn) {
+	leader := cs.node.LeaderName()
+	if leader == "" || leader == cs.cfg.Cluster.NodeName {
+		c.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	remote, err := cs.node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
+	cancel()
+	if err != nil {
+		cs.log.Warn("cluster: could not forward a client connection to the leader", "service", service, "leader", leader, "err", err)
+		c.Close()
+		return
+	}
+	if err := gate.Splice(c, remote); err != nil {
+		cs.log.Debug("cluster: a forwarded connection failed", "service", service, "err", err)
+	}
+}
+
+// serve is the node's Config.Serve: the broker over st, with its AMQP
+// server and management API on the gates, until ctx ends.
+func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store) {
+	cfg, log := cs.cfg, cs.log
+	b, err := broker.Open(brokerOptions(cfg, st, log, nil))
+	if err != nil {
+		log.Error("cluster: open the broker", "err", err)
+		<-ctx.Done()
+		return
+	}
+	cs.alarms.attach(b.SetAlarm)
+	memLimit, _ := cs.mon.Limits()
+	srv := amqp.NewServer(amqpServerConfig(cfg, b, log, cs.fds, memLimit))
+	api := mgmt.New(mgmtOptions(cfg, cs.lv, b, st, srv, cs.mon, cs.listeners, cs.dataDir, cs.started))
+	var wg sync.WaitGroup
+	for service, g := range cs.gates {
+		l, err := g.Open()
+		if err != nil {
+			log.Error("cluster: serve a listener", "service", service, "err", err)
+			continue
+		}
+		if src := cs.tls[service]; src != nil {
+			l = tls.NewListener(l, src.config())
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if service == svcAMQP || service == svcAMQPS {
+				srv.Serve(l)
+			} else {
+				api.Serve(l)
+			}
+		}()
+	}
+	log.Info("cluster: serving clients")
+	<-ctx.Done()
+	log.Info("cluster: stopped leading; closing client connections")
+	sctx, cancel := context.WithTimeout(context.Background(), cs.lv.timeout())
+	defer cancel()
+	if err := api.Shutdown(sctx); err != nil {
+		log.Warn("management HTTP requests did not finish in time", "err", err)
+	}
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("connections did not close in time", "err", err)
+	}
+	wg.Wait()
+	cs.alarms.attach(nil)
+	b.Close()
+}
+
+// clusterAlarms keeps the alarms raised (by the store, the monitor) and
+// passes them to the broker serving now, if any.
+type clusterAlarms struct {
+	mu     sync.Mutex
+	to     func(resource string, raised bool)
+	raised map[string]bool
+}
+
+func (a *clusterAlarms) set(resource string, raised bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.raised == nil {
+		a.raised = map[string]bool{}
+	}
+	a.raised[resource] = raised
+	if a.to != nil {
+		a.to(resource, raised)
+	}
+}
+
+// attach makes to the broker the alarms go to (nil: none), telling it
+// those raised now.
+func (a *clusterAlarms) attach(to func(resource string, raised bool)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.to = to
+	if to != nil {
+		for r, raised := range a.raised {
+			if raised {
+				to(r, true)
+			}
+		}
+	}
+}

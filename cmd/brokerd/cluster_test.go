@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/brokerd/brokerd/internal/history"
+)
+
+// testNodes is a 3-node cluster of brokerd processes on 127.0.0.1.
+type testNodes struct {
+	t       *testing.T
+	names   []string
+	amqp    []string // AMQP addresses
+	configs []string
+	procs   []*daemon
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startTestNodes(t *testing.T) *testNodes {
+	tn := &testNodes{t: t, names: []string{"n1", "n2", "n3"}}
+	var raft []string
+	for range tn.names {
+		tn.amqp = append(tn.amqp, freeAddr(t))
+		raft = append(raft, freeAddr(t))
+	}
+	var peers []string
+	for i, n := range tn.names {
+		peers = append(peers, fmt.Sprintf("%q", n+"="+raft[i]))
+	}
+	base := t.TempDir()
+	for i, n := range tn.names {
+		cfg := fmt.Sprintf(`[storage]
+data_dir = %q
+[amqp]
+listen = %q
+[mgmt]
+listen = "off"
+[cluster]
+node_name = %q
+listen = %q
+peers = [%s]
+`, filepath.Join(base, n), tn.amqp[i], n, raft[i], strings.Join(peers, ", "))
+		path := filepath.Join(base, n+".toml")
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tn.configs = append(tn.configs, path)
+	}
+	tn.procs = make([]*daemon, len(tn.names))
+	for i := range tn.names {
+		tn.start(i)
+	}
+	return tn
+}
+
+func (tn *testNodes) start(i int) {
+	tn.procs[i] = startDaemon(tn.t, "", "-config", tn.configs[i])
+}
+
+// leader waits until a running node other than those in not logs that it
+// serves clients, and returns its index.
+func (tn *testNodes) leader(not ...int) int {
+	tn.t.Helper()
+	deadline := time.Now().Add(daemonStartTimeout)
+	for time.Now().Before(deadline) {
+		for i, d := range tn.procs {
+			if d == nil || contains(not, i) {
+				continue
+			}
+			select {
+			case <-d.done:
+				continue
+			default:
+			}
+			if d.count("cluster: serving clients") > 0 {
+				return i
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polls the nodes' logs
+	}
+	tn.t.Fatal("no node serves clients")
+	return -1
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (tn *testNodes) url(i int) string { return "amqp://guest:guest@" + tn.amqp[i] + "/" }
+
+// clusterPublisher publishes numbered persistent messages with confirms to
+// queue q, through the nodes in turn, reconnecting to the next one when
+// its connection fails, and records everything in rec. confirmed gets the
+// count after each confirm.
+type clusterPublisher struct {
+	tn    *testNodes
+	rec   *history.Recorder
+	q     string
+	next  int          // the next id
+	count atomic.Int64 // confirms
+	// lastConfirm is when the last confirm came.
+	lastConfirm time.Time
+}
+
+// run publishes until stop is closed or until want confirms, trying
+// nodes from first on.
+func (p *clusterPublisher) run(ctx context.Context, first int, want int) error {
+	node := first
+	for p.count.Load() < int64(want) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		err := p.session(ctx, node, want)
+		if err == nil {
+			return nil
+		}
+		node = (node + 1) % len(p.tn.names)
+	}
+	return nil
+}
+
+func (p *clusterPublisher) session(ctx context.Context, node int, want int) error {
+	conn, err := amqp091.DialConfig(p.tn.url(node), amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclare(p.q, true, false, false, false, amqp091.Table{"x-queue-type": "quorum"}); err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	type pending struct {
+		id string
+		dc *amqp091.DeferredConfirmation
+	}
+	var window []pending
+	settle := func(all bool) error {
+		for len(window) > 0 && (all || len(window) >= 64) {
+			w := window[0]
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			ok, err := w.dc.WaitContext(wctx)
+			cancel()
+			if err != nil {
+				return err // unknown: neither confirmed nor nacked
+			}
+			window = window[1:]
+			if ok {
+				p.rec.Confirmed(w.id)
+				p.lastConfirm = time.Now()
+				p.count.Add(1)
+			} else {
+				p.rec.Nacked(w.id)
+			}
+		}
+		return nil
+	}
+	for p.count.Load()+int64(len(window)) < int64(want) {
+		id := fmt.Sprintf("m%06d", p.next)
+		p.next++
+		p.rec.Published(id)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", p.q, false, false,
+			amqp091.Publishing{DeliveryMode: amqp091.Persistent, MessageId: id, Body: []byte(id)})
+		if err != nil {
+			return err
+		}
+		window = append(window, pending{id, dc})
+		if err := settle(false); err != nil {
+			return err
+		}
+	}
+	return settle(true)
+}
+
+// drain consumes q through node until it holds nothing more and returns
+// the count delivered.
+func drainCluster(t *testing.T, url string, q string, rec *history.Recorder) {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, ok, err := ch.Get(q, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return
+		}
+		rec.Delivered(q, m.MessageId, m.Redelivered)
+		if err := m.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A 3-node cluster keeps every confirmed message through a kill -9 of its
+// leader: a publisher connected to a follower (whose connection is
+// forwarded to the leader) loses its connection with the leader, connects
+// to another node, and has confirms again once a new leader serves; the
+// killed node restarts and rejoins; a drain through it finds every
+// confirmed message, and nothing never published.
+func TestClusterKill9Leader(t *testing.T) {
+	tn := startTestNodes(t)
+	l := tn.leader()
+	rec := history.New()
+	p := &clusterPublisher{tn: tn, rec: rec, q: "work"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	follower := (l + 1) % 3
+	if err := p.run(ctx, follower, 2000); err != nil {
+		t.Fatal(err)
+	}
+
+	// Kill the leader while the publisher is under way.
+	var wg sync.WaitGroup
+	var runErr error
+	wg.Add(1)
+	before := p.count.Load()
+	go func() {
+		defer wg.Done()
+		runErr = p.run(ctx, follower, 6000)
+	}()
+	for p.count.Load() < before+500 {
+		time.Sleep(time.Millisecond) // paces the kill: some confirms in
+	}
+	killedAt := time.Now()
+	if err := tn.procs[l].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-tn.procs[l].done
+	wg.Wait()
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	l2 := tn.leader(l)
+	t.Logf("leader %s killed; %s leads; publisher's last confirm %v after the kill", tn.names[l], tn.names[l2], p.lastConfirm.Sub(killedAt))
+
+	tn.start(l)
+	tn.procs[l].awaitLine("cluster: joined")
+	drainCluster(t, tn.url(l), "work", rec)
+	rep := rec.Check(history.Checks{})
+	t.Log(rep)
+	if !rep.OK() {
+		t.Fatal(rep)
+	}
+	if rep.Confirmed < 6000 {
+		t.Fatalf("%d confirmed", rep.Confirmed)
+	}
+}

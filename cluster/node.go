@@ -323,8 +323,15 @@ func (c *Node) applied(inc *incarnation, index, term uint64, payload []byte, own
 		inc.st.MarkApplied(index, term)
 	}
 	if err != nil && !inc.lostSent {
-		// The store failed: it is reopened once the loss is seen.
-		c.log.Error("cluster: apply a committed entry", "index", index, "err", err)
+		// The store cannot apply what the group committed (it failed):
+		// this incarnation stops serving and the store is opened again,
+		// which recovers it from its index and the log, or fails the
+		// node.
+		c.log.Error("cluster: apply a committed entry; reopening the store", "index", index, "err", err)
+		inc.lostSent = true
+		inc.st.Failed(err)
+		c.events <- event{term: term}
+		return
 	}
 	if lead, lt := inc.g.Leader(); lead == c.id && term == lt && !inc.serving && !inc.lostSent {
 		// An entry of this node's own term applied: every entry before

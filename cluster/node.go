@@ -83,6 +83,11 @@ type Node struct {
 	log *slog.Logger
 	id  uint64
 	tr  *transport.Transport
+	// send, when set (the simulation), replaces the transport's Send.
+	send func(group uint64, msgs []*pb.Message)
+	// simElections (the simulation) leaves elections to the caller:
+	// raft's own timeouts never fire and CheckQuorum is off.
+	simElections bool
 
 	// cur is the running incarnation: store, log, group and its loop.
 	// A leadership loss replaces it (the store reopened).
@@ -254,6 +259,9 @@ func (c *Node) open() (*incarnation, error) {
 		Storage: inc.rlog, Transport: sender{c}, Logger: raftLogger{c.log},
 		Applied: func(index, term uint64, payload []byte, own bool) { c.applied(inc, index, term, payload, own) },
 	}
+	if c.simElections {
+		gcfg.ElectionTick, gcfg.DisableCheckQuorum = 1<<30, true
+	}
 	hs, _, _ := inc.rlog.InitialState()
 	last, _ := inc.rlog.LastIndex()
 	if last == 0 && raft.IsEmptyHardState(hs) {
@@ -284,7 +292,10 @@ func (c *Node) start(inc *incarnation) {
 type sender struct{ c *Node }
 
 func (s sender) Send(msgs []*pb.Message) {
-	if s.c.tr != nil {
+	switch {
+	case s.c.send != nil:
+		s.c.send(DataGroup, msgs)
+	case s.c.tr != nil:
 		s.c.tr.Send(DataGroup, msgs)
 	}
 }
@@ -295,19 +306,38 @@ func (c *Node) pump(inc *incarnation) {
 	if inc.woken.Swap(true) || inc.n == nil {
 		return
 	}
-	inc.n.Run(func() {
-		inc.woken.Store(false)
-		for _, p := range inc.st.TakeProposals(nil) {
-			if err := inc.g.Propose(p.Data(), func(err error) {
-				if err != nil {
-					inc.st.Failed(err)
-				}
-			}); err != nil {
-				inc.st.Failed(err)
-				return
+	inc.n.Run(func() { c.take(inc) })
+}
+
+// take proposes the store's queued proposals, in order; on the loop. A
+// proposal that fails (refused, or its confirmation became impossible)
+// ends the incarnation: the store's memory holds its batches.
+func (c *Node) take(inc *incarnation) {
+	inc.woken.Store(false)
+	for _, p := range inc.st.TakeProposals(nil) {
+		if err := inc.g.Propose(p.Data(), func(err error) {
+			if err != nil {
+				c.lose(inc, err)
 			}
+		}); err != nil {
+			c.lose(inc, err)
+			return
 		}
-	})
+	}
+}
+
+// lose ends inc's serving, once: its store fails with err (what it has not
+// committed never will be by it) and the supervisor reopens it. On the
+// loop.
+func (c *Node) lose(inc *incarnation, err error) {
+	if inc.lostSent {
+		inc.st.Failed(err)
+		return
+	}
+	inc.lostSent = true
+	inc.st.Failed(err)
+	_, term := inc.g.Leader()
+	c.events <- event{term: term}
 }
 
 // applied is the group's Applied: committed entries, in order, on the
@@ -328,9 +358,7 @@ func (c *Node) applied(inc *incarnation, index, term uint64, payload []byte, own
 		// which recovers it from its index and the log, or fails the
 		// node.
 		c.log.Error("cluster: apply a committed entry; reopening the store", "index", index, "err", err)
-		inc.lostSent = true
-		inc.st.Failed(err)
-		c.events <- event{term: term}
+		c.lose(inc, err)
 		return
 	}
 	if lead, lt := inc.g.Leader(); lead == c.id && term == lt && !inc.serving && !inc.lostSent {
@@ -347,9 +375,7 @@ func (c *Node) afterCycle(inc *incarnation) {
 	inc.st.EndGroup()
 	lead, term := inc.g.Leader()
 	if inc.serving && !inc.lostSent && (lead != c.id || term != inc.term) {
-		inc.lostSent = true
-		inc.st.Failed(replica.ErrLeadershipLost)
-		c.events <- event{term: inc.term}
+		c.lose(inc, replica.ErrLeadershipLost)
 	}
 	if now := time.Now(); now.Sub(inc.lastStatus) >= c.cfg.Tick {
 		inc.lastStatus = now

@@ -115,7 +115,7 @@ func (tc *testCluster) leader(not ...string) servingNode {
 
 func quiet() *slog.Logger {
 	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

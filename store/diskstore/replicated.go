@@ -319,8 +319,11 @@ func (s *Store) GroupState() (index.GroupState, error) {
 func (s *Store) AppendReplica(ents []LogEntry, hs *HardState) (lsns []wal.LSN, hsLSN wal.LSN, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.usableLocked(); err != nil {
-		return nil, 0, err
+	// Only a closed store refuses: one that failed because its proposals
+	// did (Failed) keeps its group's log going until it is reopened; a
+	// WAL failure fails the WAL's own Sync.
+	if s.closed {
+		return nil, 0, store.ErrClosed
 	}
 	for i := range ents {
 		s.encBuf = encodeEntry(s.encBuf[:0], &ents[i])

@@ -48,7 +48,7 @@ type simCluster struct {
 	// unreachable are (from, to) pairs whose message was dropped, to
 	// report to from's group.
 	unreachable [][2]uint64
-	delay int
+	delay       int
 
 	nextSeq   uint64
 	published map[uint64]bool // seqs whose publish was attempted

@@ -71,10 +71,41 @@
 // raft's rule for entries written again after a leader change (logical
 // suffix truncation): an entry(g, i) discards every entry of g with index
 // ≥ i that an earlier record held; the last hardstate of g is its
-// HardState. (Not yet done: checkpoints still remove WAL files up to the
-// checkpoint LSN whatever entries they hold; keeping them until their
-// group has applied them — a per-group applied index — comes with the
-// replica layer.)
+// HardState.
+//
+// # Replicated mode
+//
+// With Options.Replication the store is the state machine of one Raft
+// group (replicated.go; package cluster drives it), and its WAL is the
+// group's log as well:
+//
+//	leader: Apply ──▶ active overlay (at once, as on a single node)
+//	          └──▶ the open proposal (the batch's record, length-prefixed)
+//	        TakeProposals ──▶ one Raft entry per proposal ──▶ AppendReplica: entry records
+//	        Committed(index) ──▶ the proposal's dones (a confirm is a majority's fsync)
+//	follower: AppendReplica ──▶ entry records;  ApplyEntry(committed) ──▶ active overlay
+//
+// The leader's overlay runs ahead of the log, as a single node's runs
+// ahead of the fsync, so a checkpoint freezes at a proposal's end and waits
+// until every proposal in the frozen overlay is committed before it writes
+// anything: the index never holds a change the group did not commit. Its
+// one index batch also writes the group's state (index key 0x08:
+// GroupState — the applied entry and its term, the membership, and the
+// compaction point the log's Retain chose) and a version-2 StoreState
+// whose position (the overlays' own count of changes, as their records are
+// not all in the WAL) replaces the LSN for reads that settle a frozen
+// overlay. WAL files go once no record in them is needed: below the
+// checkpoint and below the first record the group's log keeps.
+//
+// When the leader loses its leadership (or a proposal fails) its overlay
+// may hold batches that will never commit: Failed fails the store, and its
+// owner abandons it (Abandon: no checkpoint) and opens it again. Open
+// recovers the index as of the last checkpoint and hands the WAL's entries
+// and hard states to the log; the group then applies again the committed
+// entries after the applied index (ApplyEntry). Volatile queues are dropped
+// at Open: they were the node's own, as a leader, and their message ids
+// could be ones another leader hands out. Message ids carry the group in
+// their high 16 bits. A single node's store is refused in replicated mode.
 //
 // # Reads
 //

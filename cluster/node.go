@@ -189,7 +189,8 @@ func Open(cfg Config) (*Node, error) {
 				n.ReportSnapshot(group, peer, ok)
 			}
 		},
-		OnConn: cfg.OnConn,
+		OnConn:    cfg.OnConn,
+		PeerState: c.peerState,
 	})
 	if err != nil {
 		c.closeIncarnation(inc, false)
@@ -199,6 +200,34 @@ func Open(cfg Config) (*Node, error) {
 	c.start(inc)
 	go c.supervise()
 	return c, nil
+}
+
+// peerState is the transport's PeerState: when the connections to the
+// node this one follows break (a killed process resets them), the
+// follower runs its election clock forward by the election timeout's
+// fixed part, so it campaigns within the random part, and no longer holds
+// the leader's lease against the other followers' votes. A leader merely
+// slow to reconnect loses nothing: pre-vote fails while the others still
+// hear it.
+func (c *Node) peerState(name string, id uint64, up bool) {
+	if up {
+		return
+	}
+	c.mu.Lock()
+	inc := c.cur
+	c.mu.Unlock()
+	if inc == nil || inc.n == nil {
+		return
+	}
+	inc.n.Run(func() {
+		if lead, _ := inc.g.Leader(); lead != id || lead == c.id {
+			return
+		}
+		c.log.Info("cluster: lost the connections to the leader; campaigning early", "leader", name)
+		for range c.cfg.ElectionTicks - 1 {
+			inc.g.Tick()
+		}
+	})
 }
 
 // Transport returns the node's transport (to forward client connections

@@ -271,6 +271,17 @@ func TestClusterKill9Leader(t *testing.T) {
 		t.Fatal(runErr)
 	}
 	l2 := tn.leader(l)
+	// The survivors saw the leader's connections reset: they ran their
+	// election clocks forward rather than wait out the leader's lease.
+	early := 0
+	for i, d := range tn.procs {
+		if i != l {
+			early += d.count("campaigning early")
+		}
+	}
+	if early == 0 {
+		t.Error("no survivor campaigned early on the killed leader's reset connections")
+	}
 	t.Logf("leader %s killed; %s leads; publisher's last confirm %v after the kill", tn.names[l], tn.names[l2], p.lastConfirm.Sub(killedAt))
 
 	tn.start(l)

@@ -2,7 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,6 +30,7 @@ type testNodes struct {
 	t       *testing.T
 	names   []string
 	amqp    []string // AMQP addresses
+	raft    []string // inter-node addresses
 	configs []string
 	procs   []*daemon
 }
@@ -37,13 +46,17 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startTestNodes(t *testing.T) *testNodes {
+func startTestNodes(t *testing.T) *testNodes { return startTestNodesWith(t, "") }
+
+// startTestNodesWith starts the nodes with extra appended to each one's
+// configuration file.
+func startTestNodesWith(t *testing.T, extra string) *testNodes {
 	tn := &testNodes{t: t, names: []string{"n1", "n2", "n3"}}
-	var raft []string
 	for range tn.names {
 		tn.amqp = append(tn.amqp, freeAddr(t))
-		raft = append(raft, freeAddr(t))
+		tn.raft = append(tn.raft, freeAddr(t))
 	}
+	raft := tn.raft
 	var peers []string
 	for i, n := range tn.names {
 		peers = append(peers, fmt.Sprintf("%q", n+"="+raft[i]))
@@ -60,7 +73,7 @@ listen = "off"
 node_name = %q
 listen = %q
 peers = [%s]
-`, filepath.Join(base, n), tn.amqp[i], n, raft[i], strings.Join(peers, ", "))
+%s`, filepath.Join(base, n), tn.amqp[i], n, raft[i], strings.Join(peers, ", "), extra)
 		path := filepath.Join(base, n+".toml")
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
@@ -101,6 +114,20 @@ func (tn *testNodes) leader(not ...int) int {
 	}
 	tn.t.Fatal("no node serves clients")
 	return -1
+}
+
+// awaitJoined waits until node i logs that it knows a leader: a client
+// connecting to it is forwarded from then on (before, it is refused and
+// connects again, as RabbitMQ clients do).
+func (tn *testNodes) awaitJoined(i int) {
+	tn.t.Helper()
+	deadline := time.Now().Add(daemonStartTimeout)
+	for tn.procs[i].count("cluster: joined") == 0 {
+		if time.Now().After(deadline) {
+			tn.t.Fatalf("%s did not join", tn.names[i])
+		}
+		time.Sleep(10 * time.Millisecond) // polls the node's log
+	}
 }
 
 func contains(s []int, v int) bool {
@@ -285,7 +312,7 @@ func TestClusterKill9Leader(t *testing.T) {
 	t.Logf("leader %s killed; %s leads; publisher's last confirm %v after the kill", tn.names[l], tn.names[l2], p.lastConfirm.Sub(killedAt))
 
 	tn.start(l)
-	tn.procs[l].awaitLine("cluster: joined")
+	tn.awaitJoined(l)
 	drainCluster(t, tn.url(l), "work", rec)
 	rep := rec.Check(history.Checks{})
 	t.Log(rep)
@@ -294,5 +321,72 @@ func TestClusterKill9Leader(t *testing.T) {
 	}
 	if rep.Confirmed < 6000 {
 		t.Fatalf("%d confirmed", rep.Confirmed)
+	}
+}
+
+// writeClusterCert writes a self-signed certificate for 127.0.0.1 good for
+// both ends of a mutual TLS connection, its own CA.
+func writeClusterCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "brokerd cluster test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cluster.pem"), filepath.Join(dir, "cluster-key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// With [cluster.tls] the nodes talk mutual TLS: they form the cluster,
+// a publisher through a follower (its connection forwarded over TLS) gets
+// its confirms, and a drain through the third node finds every message.
+func TestClusterTLS(t *testing.T) {
+	cert, key := writeClusterCert(t, t.TempDir())
+	tn := startTestNodesWith(t, fmt.Sprintf("[cluster.tls]\ncert_file = %q\nkey_file = %q\nca_file = %q\n", cert, key, cert))
+	l := tn.leader()
+	rec := history.New()
+	p := &clusterPublisher{tn: tn, rec: rec, q: "tls"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := p.run(ctx, (l+1)%3, 500); err != nil {
+		t.Fatal(err)
+	}
+	// The inter-node port speaks TLS, and wants this certificate.
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(pair.Leaf)
+	tc, err := tls.Dial("tcp", tn.raft[l], &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})
+	if err != nil {
+		t.Fatalf("a TLS handshake with the leader's inter-node port: %v", err)
+	}
+	tc.Close()
+	tn.awaitJoined((l + 2) % 3)
+	drainCluster(t, tn.url((l+2)%3), "tls", rec)
+	if rep := rec.Check(history.Checks{}); !rep.OK() || rep.Confirmed != 500 || rep.Delivered != 500 {
+		t.Fatal(rep)
 	}
 }

@@ -103,6 +103,9 @@ type Node struct {
 	// joined is closed once the node first knows a leader.
 	joined     chan struct{}
 	joinedOnce sync.Once
+	// changed is closed (and replaced) when the status's leader or
+	// serving changes; under mu.
+	changed chan struct{}
 }
 
 // Status is what the node last knew of the group.
@@ -158,7 +161,8 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: node %q is not among the peers", cfg.Name)
 	}
 	c := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), id: RaftID(cfg.Cluster, cfg.Name),
-		events: make(chan event, 16), quit: make(chan struct{}), done: make(chan struct{}), joined: make(chan struct{})}
+		events: make(chan event, 16), quit: make(chan struct{}), done: make(chan struct{}), joined: make(chan struct{}),
+		changed: make(chan struct{})}
 	c.status.Store(&Status{ID: c.id})
 	inc, err := c.open()
 	if err != nil {
@@ -233,6 +237,33 @@ func (c *Node) peerState(name string, id uint64, up bool) {
 // Transport returns the node's transport (to forward client connections
 // with DialConn).
 func (c *Node) Transport() *transport.Transport { return c.tr }
+
+// AwaitLeader waits until the node knows a leader that serves (another
+// node, or this one once it serves) and returns its name, or ctx's error.
+func (c *Node) AwaitLeader(ctx context.Context) (string, error) {
+	for {
+		c.mu.Lock()
+		ch := c.changed
+		c.mu.Unlock()
+		st := c.status.Load()
+		if st.LeaderName != "" && (st.Leader != c.id || st.Serving) {
+			return st.LeaderName, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+// Changed returns a channel closed at the next change of the leader the
+// node knows, or of its serving.
+func (c *Node) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
 
 // Joined is closed once the node first knows the group's leader: it is
 // part of the cluster (sd_notify READY waits for it).
@@ -422,7 +453,14 @@ func (c *Node) afterCycle(inc *incarnation) {
 			}
 		}
 		inc.needIdx.Store(need)
-		c.status.Store(st)
+		if old := c.status.Swap(st); old == nil || old.Leader != st.Leader || old.Serving != st.Serving {
+			c.mu.Lock()
+			if c.changed != nil {
+				close(c.changed)
+				c.changed = make(chan struct{})
+			}
+			c.mu.Unlock()
+		}
 		if rs.Lead != 0 {
 			c.joinedOnce.Do(func() { close(c.joined) })
 		}

@@ -188,26 +188,52 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 }
 
 // forward hands c, accepted while this node does not serve, to the
-// leader's node over the inter-node port; with no leader known (an
-// election) it closes c, and the client connects again.
+// leader's node over the inter-node port. During an election it waits for
+// a leader (up to forwardWait): the client sees a slow connect, not a
+// reset; when the leader is this node, c goes to its own servers once
+// they serve.
 func (cs *clusterServer) forward(service string, c net.Conn) {
-	leader := cs.node.LeaderName()
-	if leader == "" || leader == cs.cfg.Cluster.NodeName {
-		c.Close()
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	remote, err := cs.node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
-	cancel()
-	if err != nil {
-		cs.log.Warn("cluster: could not forward a client connection to the leader", "service", service, "leader", leader, "err", err)
-		c.Close()
-		return
-	}
-	if err := gate.Splice(c, remote); err != nil {
-		cs.log.Debug("cluster: a forwarded connection failed", "service", service, "err", err)
+	ctx, cancel := context.WithTimeout(context.Background(), forwardWait)
+	defer cancel()
+	for {
+		changed := cs.node.Changed()
+		leader, err := cs.node.AwaitLeader(ctx)
+		if err != nil {
+			cs.log.Warn("cluster: no leader to forward a client connection to", "service", service, "client", c.RemoteAddr().String(), "waited", forwardWait)
+			c.Close()
+			return
+		}
+		if leader == cs.cfg.Cluster.NodeName {
+			// This node serves, or is about to open its servers.
+			g := cs.gates[service]
+			for !g.Serving() && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond) // the servers open within milliseconds
+			}
+			g.Inject(c)
+			return
+		}
+		remote, err := cs.node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
+		if err == nil {
+			if err := gate.Splice(c, remote); err != nil {
+				cs.log.Debug("cluster: a forwarded connection failed", "service", service, "err", err)
+			}
+			return
+		}
+		// The leader this node knew is gone (killed, say): wait for
+		// the next one.
+		cs.log.Info("cluster: could not reach the leader to forward a client connection; waiting for the next", "service", service, "leader", leader, "err", err)
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			c.Close()
+			return
+		}
 	}
 }
+
+// forwardWait bounds how long a connection waits for a leader to serve
+// it: an election takes a second or two.
+const forwardWait = 10 * time.Second
 
 // serve is the node's Config.Serve: the broker over st, with its AMQP
 // server and management API on the gates, until ctx ends.

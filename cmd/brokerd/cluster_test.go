@@ -293,6 +293,21 @@ func TestClusterKill9Leader(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-tn.procs[l].done
+	// A client connecting to a survivor during the election is held
+	// until a leader serves it, not refused.
+	survivor := (l + 1) % 3
+	conn, err := amqp091.Dial(tn.url(survivor))
+	if err != nil {
+		t.Fatalf("connect to %s during the election: %v", tn.names[survivor], err)
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		_, err = ch.QueueDeclarePassive("work", true, false, false, false, nil)
+	}
+	conn.Close()
+	if err != nil {
+		t.Fatalf("a client of %s during the election: %v", tn.names[survivor], err)
+	}
 	wg.Wait()
 	if runErr != nil {
 		t.Fatal(runErr)

@@ -86,6 +86,7 @@ type Group struct {
 	rn  *raft.RawNode
 
 	lead, term uint64 // as last seen in a Ready
+	vote       uint64 // the hard state's, as last saved
 	// seq is the last sequence number this member gave a proposal in
 	// term propTerm; pending are those not applied yet.
 	propTerm, seq uint64
@@ -124,6 +125,9 @@ func RestartGroup(cfg Config, applied uint64) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{cfg: cfg, rn: rn, pending: map[uint64]func(error){}}
+	if hs, _, err := cfg.Storage.InitialState(); err == nil {
+		g.term, g.vote = hs.GetTerm(), hs.GetVote()
+	}
 	// The fencing state: the last applied proposal's (term, seq), or the
 	// latest proposal before it (a leader's empty entry or a membership
 	// change carries none).
@@ -256,9 +260,10 @@ func (g *Group) save() (raft.Ready, bool, error) {
 		g.lead = rd.SoftState.Lead
 	}
 	var hs *pb.HardState // to save: nil when unchanged
+	prevTerm, prevVote := g.term, g.vote
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		hs = rd.HardState
-		g.term = hs.GetTerm()
+		g.term, g.vote = hs.GetTerm(), hs.GetVote()
 	}
 	// Leadership lost, or a new term: what this member proposed before can
 	// no longer be confirmed by it.
@@ -269,6 +274,15 @@ func (g *Group) save() (raft.Ready, bool, error) {
 		if err := g.cfg.Storage.Save(hs, rd.Entries); err != nil {
 			return rd, true, fmt.Errorf("replica: save group member %d's log: %w", g.cfg.ID, err)
 		}
+	}
+	// A leader sends its appends while its own write of the same entries
+	// is under way (the Raft thesis, 10.2.1; etcd does the same): its own
+	// acknowledgement counts toward the commit only after the sync (raft
+	// delivers it at Advance). Not when its term or vote changed in this
+	// Ready: no message goes out before those are durable.
+	if g.lead == g.cfg.ID && len(rd.Messages) > 0 && g.term == prevTerm && g.vote == prevVote {
+		g.cfg.Transport.Send(rd.Messages)
+		rd.Messages = nil
 	}
 	return rd, true, nil
 }

@@ -222,7 +222,7 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store) {
 	cs.alarms.attach(b.SetAlarm)
 	memLimit, _ := cs.mon.Limits()
 	srv := amqp.NewServer(amqpServerConfig(cfg, b, log, cs.fds, memLimit))
-	api := mgmt.New(mgmtOptions(cfg, cs.lv, b, st, srv, cs.mon, cs.listeners, cs.dataDir, cs.started))
+	api := mgmt.New(cs.mgmtOptions(b, st, srv))
 	var wg sync.WaitGroup
 	for service, g := range cs.gates {
 		l, err := g.Open()

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,7 +49,9 @@ type clusterServer struct {
 	started time.Time
 	fds     fdbudget.Budget
 	mon     *alarm.Monitor
-	node    *cluster.Node
+	// node is set once cluster.Open returns; the gates forward (and the
+	// node may serve) before that, from their own goroutines.
+	node atomic.Pointer[cluster.Node]
 
 	gates     map[string]*gate.Gate // by service
 	tls       map[string]*tlsSource // amqps, https
@@ -154,7 +157,7 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 	if err != nil {
 		return err
 	}
-	cs.node = node
+	cs.node.Store(node)
 	res.add(func() {
 		if err := node.Close(); err != nil {
 			log.Warn("cluster: close the node", "err", err)
@@ -191,13 +194,18 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 // leader's node over the inter-node port; with no leader known (an
 // election) it closes c, and the client connects again.
 func (cs *clusterServer) forward(service string, c net.Conn) {
-	leader := cs.node.LeaderName()
+	node := cs.node.Load()
+	if node == nil { // still starting
+		c.Close()
+		return
+	}
+	leader := node.LeaderName()
 	if leader == "" || leader == cs.cfg.Cluster.NodeName {
 		c.Close()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	remote, err := cs.node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
+	remote, err := node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
 	cancel()
 	if err != nil {
 		cs.log.Warn("cluster: could not forward a client connection to the leader", "service", service, "leader", leader, "err", err)

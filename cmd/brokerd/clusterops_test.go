@@ -276,6 +276,11 @@ func TestClusterOperations(t *testing.T) {
 	if n["running"] != false {
 		t.Errorf("/api/nodes/%s: running %v", tn.names[dead], n["running"])
 	}
+	for i, d := range tn.procs {
+		if strings.Contains(d.log(), "WARNING: DATA RACE") {
+			t.Errorf("%s reported a data race", tn.names[i])
+		}
+	}
 }
 
 func deleteAt(s []string, i int) []string {

@@ -25,7 +25,16 @@ type opsNodes struct {
 }
 
 // startOpsNodes is startTestNodes with a management listener on each node.
-func startOpsNodes(t *testing.T, env ...string) *opsNodes {
+func startOpsNodes(t *testing.T) *opsNodes {
+	tn := newOpsNodes(t)
+	for i := range tn.names {
+		tn.start(i)
+	}
+	return tn
+}
+
+// newOpsNodes writes the three nodes' configurations and starts none.
+func newOpsNodes(t *testing.T) *opsNodes {
 	tn := &opsNodes{testNodes: &testNodes{t: t, names: []string{"n1", "n2", "n3"}}}
 	var raft []string
 	for range tn.names {
@@ -57,9 +66,6 @@ peers = [%s]
 		tn.configs = append(tn.configs, path)
 	}
 	tn.procs = make([]*daemon, len(tn.names))
-	for i := range tn.names {
-		tn.procs[i] = startDaemonEnv(t, "", env, "-config", tn.configs[i])
-	}
 	return tn
 }
 
@@ -286,4 +292,28 @@ func TestClusterOperations(t *testing.T) {
 func deleteAt(s []string, i int) []string {
 	out := append([]string(nil), s[:i]...)
 	return append(out, s[i+1:]...)
+}
+
+// A cluster node tells systemd READY=1 only once it has joined the
+// cluster (it knows a leader): a node started alone campaigns without
+// one and stays unready; once a second node makes a majority, it joins
+// and READY=1 follows its "cluster: joined".
+func TestClusterReadyOnceJoined(t *testing.T) {
+	tn := newOpsNodes(t)
+	sock := newNotifySocket(t)
+	tn.procs[0] = startDaemonEnv(t, "", []string{"NOTIFY_SOCKET=" + sock.path}, "-config", tn.configs[0])
+	// A campaign comes after an election timeout without a leader: the
+	// node is up, has found none, and would have sent READY=1 by then if
+	// it sent it at start.
+	tn.procs[0].awaitLine("is starting a new election")
+	select {
+	case m := <-sock.msgs:
+		t.Fatalf("a node without a leader sent %q", m)
+	default:
+	}
+	tn.start(1)
+	if m := sock.next(); !strings.HasPrefix(m, "READY=1") {
+		t.Fatalf("first sd_notify message %q, want READY=1", m)
+	}
+	tn.procs[0].awaitLine("cluster: joined")
 }

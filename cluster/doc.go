@@ -30,6 +30,18 @@
 // what was committed (an incarnation per opening). Proposals fail with
 // replica.ErrLeadershipLost meanwhile.
 //
+// # Status
+//
+// Node.Status is what the node knows of the group, for the management
+// API, brokerctl cluster_status and the Raft metrics (status.go): the
+// term, the leader, the commit, applied and last index, every member
+// (reachable: its transport streams connected and a Raft message heard
+// within an election timeout; its last contact; on the leader, its match
+// index and lag behind the leader's last index), and counters (elections
+// seen won, this node's proposals committed and their propose-to-commit
+// latency). Only the leader knows its followers' progress; right after an
+// election it has confirmed nothing of a member it has not heard from.
+//
 // # Ids
 //
 // A node's Raft id is a hash of the cluster's and the node's names

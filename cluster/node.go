@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	hist "github.com/brokerd/brokerd/internal/histogram"
 	"github.com/brokerd/brokerd/replica"
 	"github.com/brokerd/brokerd/replica/transport"
 	"github.com/brokerd/brokerd/store/diskstore"
@@ -106,6 +107,8 @@ type Node struct {
 	// changed is closed (and replaced) when the status's leader or
 	// serving changes; under mu.
 	changed chan struct{}
+
+	ops ops // counters and contacts for Status (status.go)
 }
 
 // Status is what the node last knew of the group.
@@ -115,6 +118,17 @@ type Status struct {
 	Serving           bool
 	Progress          map[uint64]uint64 // on the leader: each member's match index
 	LeaderName, State string
+
+	// The rest is status.go's: the cluster's and this node's names, the
+	// last index of this node's log, every member as this node sees it
+	// (in the Peers' order), and this node's counters.
+	Cluster, Name      string
+	LastIndex          uint64
+	Members            []Member
+	LeaderChanges      uint64        // elections seen won (a leader known in a later term)
+	ProposalsCommitted uint64        // this node's proposals committed, while it led
+	CommitLatency      hist.Snapshot // theirs, proposed to committed (CommitLatencyBounds)
+	progress           map[uint64]memberProgress
 }
 
 type event struct {
@@ -164,6 +178,7 @@ func Open(cfg Config) (*Node, error) {
 		events: make(chan event, 16), quit: make(chan struct{}), done: make(chan struct{}), joined: make(chan struct{}),
 		changed: make(chan struct{})}
 	c.status.Store(&Status{ID: c.id})
+	c.ops.init(cfg.Cluster, cfg.Peers)
 	inc, err := c.open()
 	if err != nil {
 		return nil, err
@@ -179,6 +194,7 @@ func Open(cfg Config) (*Node, error) {
 		Cluster: cfg.Cluster, Name: cfg.Name, ID: c.id, Listen: cfg.Listen, Listener: cfg.Listener,
 		Peers: peers, TLS: cfg.TLS, Logger: c.log,
 		Handler: func(group uint64, m *pb.Message) {
+			c.ops.heard(m.GetFrom())
 			if n := c.replicaNode(); n != nil {
 				n.Step(group, m)
 			}
@@ -274,7 +290,7 @@ func (c *Node) ID() uint64 { return c.id }
 
 // Status returns what the node last knew of the group (refreshed every
 // tick or so).
-func (c *Node) Status() Status { return *c.status.Load() }
+func (c *Node) Status() Status { return c.withLive(*c.status.Load()) }
 
 // LeaderName returns the name of the node this one last knew as leader,
 // "" if none.
@@ -375,7 +391,9 @@ func (c *Node) pump(inc *incarnation) {
 func (c *Node) take(inc *incarnation) {
 	inc.woken.Store(false)
 	for _, p := range inc.st.TakeProposals(nil) {
+		counted := c.ops.proposed()
 		if err := inc.g.Propose(p.Data(), func(err error) {
+			counted(err)
 			if err != nil {
 				c.lose(inc, err)
 			}
@@ -434,6 +452,7 @@ func (c *Node) applied(inc *incarnation, index, term uint64, payload []byte, own
 func (c *Node) afterCycle(inc *incarnation) {
 	inc.st.EndGroup()
 	lead, term := inc.g.Leader()
+	c.ops.sawLeader(lead, term)
 	if inc.serving && !inc.lostSent && (lead != c.id || term != inc.term) {
 		c.lose(inc, replica.ErrLeadershipLost)
 	}
@@ -442,6 +461,7 @@ func (c *Node) afterCycle(inc *incarnation) {
 		rs := inc.g.Status()
 		st := &Status{ID: c.id, Leader: rs.Lead, Term: rs.GetTerm(), Commit: rs.GetCommit(), Applied: rs.Applied,
 			Serving: inc.serving && !inc.lostSent, LeaderName: c.nameOf(rs.Lead), State: rs.RaftState.String()}
+		c.recordProgress(inc, rs, st)
 		var need uint64
 		if rs.RaftState == raft.StateLeader {
 			st.Progress = make(map[uint64]uint64, len(rs.Progress))

@@ -63,6 +63,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			collectStore(ch, st)
 		}
 	}
+	if c.opts.Cluster != nil {
+		collectRaft(ch, c.opts.Cluster())
+	}
 	alarms := b.Alarms()
 	gauge(ch, "alarms_memory_used_watermark", "1 while the memory alarm is raised (publishers blocked), else 0",
 		bool01(slices.Contains(alarms, broker.AlarmMemory)))

@@ -1,7 +1,8 @@
 // Package metrics exports the broker's counters and gauges in the
 // Prometheus format: a prometheus.Collector that reads, at scrape time, the
 // broker's atomic counters (broker.Stats), its queue and connection
-// snapshots, its alarms and the store's statistics, plus the Go runtime and
+// snapshots, its alarms, the store's statistics and, on a cluster node,
+// its view of the Raft group (raft.go), plus the Go runtime and
 // process collectors. Nothing here runs on the per-message path: the broker
 // only adds to atomics, and a scrape turns them into metrics.
 //
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/cluster"
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/store/diskstore"
 )
@@ -38,6 +40,9 @@ type Options struct {
 	// recovery); false: the store has none (memory), so no store metrics.
 	// DiskStats makes one from a store.
 	StoreStats func() (diskstore.Stats, bool)
+	// Cluster, if set, returns the cluster node's status at each scrape
+	// (the brokerd_raft_* metrics, raft.go); nil on a single node.
+	Cluster func() cluster.Status
 }
 
 // DiskStats returns a StoreStats function for st: the disk store's Stats,

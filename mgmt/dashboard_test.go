@@ -329,10 +329,10 @@ func TestPromQLMetricNames(t *testing.T) {
 }
 
 // TestMetricsDocumented checks that README.md's metric table lists every
-// brokerd_ metric a real scrape (disk store, one queue) returns, and
-// nothing else.
+// brokerd_ metric a real scrape (disk store, one queue, a cluster node's
+// status) returns, and nothing else.
 func TestMetricsDocumented(t *testing.T) {
-	a := startMetricsAPI(t, brokertest.Disk(), 1000)
+	a := startMetricsAPI(t, brokertest.Disk(), 1000, withCluster(leaderStatus))
 	conn, ch := a.Channel(t)
 	defer conn.Close()
 	if _, err := ch.QueueDeclare("q", true, false, false, false, nil); err != nil {

@@ -83,7 +83,11 @@
 //	GET    /api/connections[/{name}], /api/channels[/{name}], /api/consumers
 //	DELETE /api/connections/{name}              320 CONNECTION_FORCED, X-Reason header as text
 //	GET    /api/definitions[/{vhost}]            POST imports
-//	GET    /api/nodes[/{node}]                   the one node, measured (nodes.go); monitoring
+//	GET    /api/nodes[/{node}]                   the one node, measured (nodes.go); monitoring;
+//	                                             on a cluster node every member (cluster.go)
+//	GET    /api/cluster                         brokerd's own, cluster node only: the Raft group as the
+//	                                             leader sees it (brokerctl cluster_status); monitoring
+//	GET    /api/cluster-name                    cluster node only: {"name": [cluster] name}
 //	GET    /api/parameters[/{component}[/{vhost}]], /api/global-parameters, /api/vhost-limits[/{vhost}],
 //	       /api/user-limits[/{user}], /api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
 //	       /api/users/{user}/topic-permissions   [] (brokerd has none; absent.go), one of them 404

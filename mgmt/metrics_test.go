@@ -19,15 +19,19 @@ import (
 )
 
 // startMetricsAPI starts a broker on backend be with its management API
-// serving /metrics with perQueueLimit.
-func startMetricsAPI(t *testing.T, be brokertest.Backend, perQueueLimit int) *api {
+// serving /metrics with perQueueLimit, and the options set changes.
+func startMetricsAPI(t *testing.T, be brokertest.Backend, perQueueLimit int, set ...func(*metrics.Options)) *api {
 	t.Helper()
 	a := &api{t: t, Instance: brokertest.Start(t, brokertest.Config{Backend: be})}
-	a.opts = mgmt.Options{Metrics: metrics.Handler(metrics.Options{
+	mo := metrics.Options{
 		Broker:        a.Broker,
 		PerQueueLimit: perQueueLimit,
 		StoreStats:    metrics.DiskStats(a.Store),
-	})}
+	}
+	for _, f := range set {
+		f(&mo)
+	}
+	a.opts = mgmt.Options{Metrics: metrics.Handler(mo)}
 	a.serve()
 	t.Cleanup(a.stopAPI)
 	return a

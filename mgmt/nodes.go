@@ -77,6 +77,9 @@ func (s *Server) nodeRoutes() {
 }
 
 func (s *Server) listNodes(u *broker.UserInfo, r *http.Request) (any, error) {
+	if st, ok := s.clusterStatus(); ok {
+		return s.clusterNodes(st, r)
+	}
 	n, err := s.nodeJSON(r)
 	if err != nil {
 		return nil, err
@@ -85,6 +88,18 @@ func (s *Server) listNodes(u *broker.UserInfo, r *http.Request) (any, error) {
 }
 
 func (s *Server) getNode(u *broker.UserInfo, r *http.Request) (any, error) {
+	if st, ok := s.clusterStatus(); ok {
+		nodes, err := s.clusterNodes(st, r)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			if n["name"] == r.PathValue("node") {
+				return n, nil
+			}
+		}
+		return nil, notFound()
+	}
 	if r.PathValue("node") != s.node() {
 		return nil, notFound()
 	}

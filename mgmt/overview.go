@@ -25,6 +25,7 @@ func (s *Server) routes() {
 	s.accessRoutes()
 	s.definitionRoutes()
 	s.nodeRoutes()
+	s.clusterRoutes()
 	s.absentRoutes()
 	s.uiRoutes()
 	if h := s.opts.Metrics; h != nil {
@@ -36,8 +37,23 @@ func (s *Server) routes() {
 // are kept (Options.RatesMode).
 func (s *Server) ratesMode() string { return s.opts.RatesMode }
 
-// node is the node name shown where RabbitMQ shows one.
-func (s *Server) node() string { return node() }
+// node is the node name shown where RabbitMQ shows one: a cluster
+// node's [cluster] node_name, else brokerd@<host name>.
+func (s *Server) node() string {
+	if st, ok := s.clusterStatus(); ok {
+		return st.Name
+	}
+	return node()
+}
+
+// clusterName is the overview's cluster_name: the [cluster] name, else
+// the node's name (as RabbitMQ names a cluster by its first node).
+func (s *Server) clusterName() string {
+	if st, ok := s.clusterStatus(); ok {
+		return st.Cluster
+	}
+	return node()
+}
 
 func node() string {
 	host, err := os.Hostname()
@@ -108,7 +124,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 	ov := map[string]any{
 		"management_version": s.opts.Version, "product_name": "brokerd", "product_version": s.opts.Version,
 		"rabbitmq_version": s.opts.Version, "rates_mode": s.ratesMode(),
-		"node": s.node(), "cluster_name": s.node(),
+		"node": s.node(), "cluster_name": s.clusterName(),
 		"exchange_types": []map[string]any{
 			{"name": "direct", "enabled": true}, {"name": "fanout", "enabled": true},
 			{"name": "topic", "enabled": true}, {"name": "headers", "enabled": true},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/cluster"
 	"github.com/brokerd/brokerd/internal/ratelog"
 )
 
@@ -75,6 +76,12 @@ type Options struct {
 	Daemon func() DaemonInfo
 	// Node is what /api/nodes reports of the process (nodes.go).
 	Node NodeOptions
+	// Cluster, if set, returns what this cluster node knows of the
+	// cluster (package cluster): the node and cluster names, and every
+	// member for /api/nodes and /api/cluster (cluster.go). It is called
+	// for each request that shows it, from any goroutine. nil: a single
+	// node.
+	Cluster func() cluster.Status
 	// RatesMode is RabbitMQ's management.rates_mode: "basic" (the
 	// default) samples every object's counters every SampleInterval and
 	// shows message rates (rates.go); "none" keeps no samples and shows

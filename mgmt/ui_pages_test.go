@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/brokerd/brokerd/broker"
+	"github.com/brokerd/brokerd/mgmt"
 	"github.com/chromedp/chromedp"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -427,4 +428,55 @@ func TestUIPolicyEdit(t *testing.T) {
 		t.Errorf("%d policies after the edit, want 1", n)
 	}
 	poll(t, ctx, "list shows the edit", `document.querySelector('tr[data-policy="edit-me"] pre')?.textContent.includes('"max-length":5')`)
+}
+
+// The overview shows the nodes to a monitoring user: on a cluster each
+// node with its role, whether the leader reaches it, its lag and last
+// contact, and the answering node's uptime and memory; the page passes
+// the accessibility check. A user without the monitoring tag sees the
+// overview without the table (asking would be refused, and log out).
+func TestUIOverviewNodes(t *testing.T) {
+	ctx := browser(t)
+	a := startAPIWith(t, mgmt.Options{Cluster: leaderStatus, Node: mgmt.NodeOptions{DataDir: t.TempDir()}})
+	root := strings.TrimSuffix(a.base, "/api")
+	uiLogin(t, ctx, root, "guest", "guest")
+	poll(t, ctx, "node table", `document.querySelectorAll("#nodes tbody tr").length === 3`)
+	var rows []map[string]string
+	until(t, ctx, "rows", chromedp.Evaluate(`[...document.querySelectorAll("#nodes tbody tr")].map(r => ({
+		name: r.dataset.node, running: r.dataset.running,
+		cells: [...r.children].map(c => c.textContent.trim()).join("|")}))`, &rows))
+	want := []struct{ name, running, prefix, lag string }{
+		{"n1", "true", "n1|leader|running|", "|0|"},
+		{"n2", "true", "n2|follower|running|||", "|0|"},
+		{"n3", "false", "n3|follower|not running|||", "|40|"},
+	}
+	for i, w := range want {
+		r := rows[i]
+		if r["name"] != w.name || r["running"] != w.running || !strings.HasPrefix(r["cells"], w.prefix) || !strings.Contains(r["cells"], w.lag) {
+			t.Errorf("row %d: %v, want %s running=%s starting %q with lag %q", i, r, w.name, w.running, w.prefix, w.lag)
+		}
+	}
+	if cells := rows[0]["cells"]; !strings.Contains(cells, "iB|") || !strings.HasSuffix(cells, "|0|") {
+		t.Errorf("the leader's row %q: no memory or disk figure, or a last contact with itself", cells)
+	}
+	if !strings.HasSuffix(rows[2]["cells"], " ms ago") {
+		t.Errorf("n3's row %q has no last contact", rows[2]["cells"])
+	}
+	if got := text(t, ctx, "#ov-node"); !strings.Contains(got, "on n1, cluster brokerd") {
+		t.Errorf("node line %q", got)
+	}
+	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))
+	axeCheck(t, ctx, "overview-nodes")
+	screenshot(t, ctx, "overview-nodes")
+
+	a.must(201, "PUT", "/users/plain", map[string]any{"password": "pw", "tags": "management"})
+	a.must(201, "PUT", "/permissions/%2F/plain", map[string]any{"configure": ".*", "write": ".*", "read": ".*"})
+	until(t, ctx, "log out", chromedp.Click("#logout", chromedp.ByQuery))
+	uiLogin(t, ctx, root, "plain", "pw")
+	poll(t, ctx, "overview drawn", `document.querySelector("#ov-node") !== null`)
+	var n int
+	until(t, ctx, "node table", chromedp.Evaluate(`document.querySelectorAll("#nodes").length`, &n))
+	if n != 0 {
+		t.Error("a management user sees the node table")
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,7 +49,9 @@ type clusterServer struct {
 	started time.Time
 	fds     fdbudget.Budget
 	mon     *alarm.Monitor
-	node    *cluster.Node
+	// node is set once cluster.Open returns; the gates forward (and the
+	// node may serve) before that, from their own goroutines.
+	node atomic.Pointer[cluster.Node]
 
 	gates     map[string]*gate.Gate // by service
 	tls       map[string]*tlsSource // amqps, https
@@ -154,7 +157,7 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 	if err != nil {
 		return err
 	}
-	cs.node = node
+	cs.node.Store(node)
 	res.add(func() {
 		if err := node.Close(); err != nil {
 			log.Warn("cluster: close the node", "err", err)
@@ -193,11 +196,18 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 // reset; when the leader is this node, c goes to its own servers once
 // they serve.
 func (cs *clusterServer) forward(service string, c net.Conn) {
+	node := cs.node.Load()
+	if node == nil {
+		// Accepted while the node still opens its store: the client
+		// connects again.
+		c.Close()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), forwardWait)
 	defer cancel()
 	for {
-		changed := cs.node.Changed()
-		leader, err := cs.node.AwaitLeader(ctx)
+		changed := node.Changed()
+		leader, err := node.AwaitLeader(ctx)
 		if err != nil {
 			cs.log.Warn("cluster: no leader to forward a client connection to", "service", service, "client", c.RemoteAddr().String(), "waited", forwardWait)
 			c.Close()
@@ -212,7 +222,7 @@ func (cs *clusterServer) forward(service string, c net.Conn) {
 			g.Inject(c)
 			return
 		}
-		remote, err := cs.node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
+		remote, err := node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
 		if err == nil {
 			if err := gate.Splice(c, remote); err != nil {
 				cs.log.Debug("cluster: a forwarded connection failed", "service", service, "err", err)
@@ -248,7 +258,7 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store) {
 	cs.alarms.attach(b.SetAlarm)
 	memLimit, _ := cs.mon.Limits()
 	srv := amqp.NewServer(amqpServerConfig(cfg, b, log, cs.fds, memLimit))
-	api := mgmt.New(mgmtOptions(cfg, cs.lv, b, st, srv, cs.mon, cs.listeners, cs.dataDir, cs.started))
+	api := mgmt.New(cs.mgmtOptions(b, st, srv))
 	var wg sync.WaitGroup
 	for service, g := range cs.gates {
 		l, err := g.Open()

@@ -214,6 +214,8 @@ var verbs = []*verb{
 	{name: "status", run: status,
 		args: "[--unit <bytes | kb | mb | gb | tb>]",
 		desc: "Displays status of the broker: version, process, data directory, memory and disk use against their limits, alarms, object and message totals, listeners."},
+	{name: "cluster_status", run: clusterStatus,
+		args: "", desc: "Displays all the nodes in the cluster: those running, who leads and how far each follower lags (brokerd), alarms, versions and listeners of the node answering."},
 	{name: "ping", run: ping,
 		args: "", desc: "Checks that the broker's management API answers and takes the credentials."},
 	{name: "await_startup", run: awaitStartup,

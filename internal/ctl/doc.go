@@ -76,6 +76,7 @@
 //	list_redrives [column ...], cancel_redrive ID, forget_redrive ID   (brokerd's own: redrive tasks)
 //	delete_queue [-p V] QUEUE [--if-empty|-e] [--if-unused|-u]
 //	status [--unit bytes|kb|mb|gb|tb]
+//	cluster_status
 //	ping
 //	await_startup                      (-t: default 300 seconds, as rabbitmqctl)
 //	environment
@@ -114,6 +115,20 @@
 // /api/nodes/{node} (RabbitMQ's); both need the monitoring or
 // administrator tag, and without them status leaves those lines out. brokerd's AMQP
 // listener is "AMQP 0-9-1" (RabbitMQ's is "AMQP 0-9-1 and AMQP 1.0").
+//
+// cluster_status prints rabbitmqctl cluster_status's sections in its
+// words: Basics (cluster name), Disk Nodes, Running Nodes, Versions,
+// Maintenance status, Alarms, Network Partitions and Listeners, then, on a
+// brokerd cluster, brokerd's Raft section: the leader, the term, the
+// commit and last index, and each node's role, whether the leader reaches
+// it, its match index and lag in entries, and its last contact. It reads
+// brokerd's /api/cluster (a cluster node's, answered by the leader), else
+// /api/nodes (a single brokerd, RabbitMQ). The management API tells the
+// version, listeners and alarms of the node answering only: another
+// node's version is printed as unknown, and the alarms section says whose
+// alarms are not known. With --formatter json it prints rabbitmqctl's keys
+// (cluster_name, disk_nodes, running_nodes, ...), brokerd's
+// alarms_unknown and, on a cluster, raft.
 //
 // ping asks the API who the user is: it proves the API answers and takes
 // the credentials. await_startup asks the same until it answers (retrying

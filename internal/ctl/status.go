@@ -13,6 +13,7 @@ import (
 // overview is what status reads of /api/overview.
 type overview struct {
 	Node           string                 `json:"node"`
+	ClusterName    string                 `json:"cluster_name"`
 	ProductName    string                 `json:"product_name"`
 	ProductVersion string                 `json:"product_version"`
 	RabbitVersion  string                 `json:"rabbitmq_version"`

@@ -122,11 +122,60 @@ function alarmView(alarms) {
     h("p", {}, "Publishing connections are blocked until every alarm clears; consumers keep draining."));
 }
 
-// overviewPage shows totals, alarms and message rates. Rates are computed
+// mayMonitor tells whether the user may read /api/nodes (monitoring or
+// administrator tag): asking without would answer 401, which logs out.
+async function mayMonitor() {
+  const me = await api("GET", "/whoami");
+  return (me.tags || []).some(t => t === "monitoring" || t === "administrator");
+}
+
+function bytes(n) {
+  if (typeof n !== "number") return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+}
+
+function duration(ms) {
+  if (typeof ms !== "number") return "";
+  const s = Math.floor(ms / 1000), d = Math.floor(s / 86400), hh = Math.floor(s % 86400 / 3600), mm = Math.floor(s % 3600 / 60);
+  return d ? `${d}d ${hh}h` : hh ? `${hh}h ${mm}m` : mm ? `${mm}m ${s % 60}s` : `${s}s`;
+}
+
+// nodesView is the overview's node table (/api/nodes): on a cluster every
+// node, its role and, as the leader knows them, whether it runs, its lag
+// in log entries and when the leader last heard from it; the node
+// answering (the leader) with its uptime, memory and free disk. A value
+// the answering node does not know is left empty.
+function nodesView(nodes) {
+  const cluster = nodes.some(n => n.raft);
+  return h("div", { class: "table-wrap" }, h("table", { id: "nodes" },
+    h("thead", {}, h("tr", {}, colHead("Name"), cluster ? colHead("Role") : null, colHead("Running"), colHead("Uptime", "num"),
+      colHead("Memory used", "num"), colHead("Disk free", "num"),
+      cluster ? [colHead("Lag (entries)", "num"), colHead("Last contact", "num")] : null)),
+    h("tbody", {}, nodes.map(n => {
+      const r = n.raft || {};
+      return h("tr", { dataset: { node: n.name, running: String(n.running) } },
+        h("th", { scope: "row" }, n.name),
+        cluster ? h("td", { class: "role" }, r.leader ? "leader" : "follower") : null,
+        h("td", { class: n.running ? "ok" : "down" }, n.running ? "running" : "not running"),
+        h("td", { class: "num" }, duration(n.uptime)),
+        h("td", { class: "num" }, bytes(n.mem_used)),
+        h("td", { class: "num" }, bytes(n.disk_free)),
+        cluster ? [h("td", { class: "num lag" }, r.lag ?? ""),
+          h("td", { class: "num" }, r.self ? "" : typeof r.last_contact === "number" ? `${fmt(r.last_contact)} ms ago` : "never")] : null);
+    }))));
+}
+
+// overviewPage shows totals, alarms, message rates and, to monitoring
+// users, the nodes. Rates are computed
 // here from the growth of the overview's counters between two polls, 5 s
 // apart (the API keeps no rate samples), so they show after the second.
 async function overviewPage() {
-  let [ov, alarms] = await Promise.all([api("GET", "/overview"), alarmsNow()]);
+  const monitor = await mayMonitor();
+  const nodesNow = () => monitor ? api("GET", "/nodes") : Promise.resolve(null);
+  let [ov, alarms, nodes] = await Promise.all([api("GET", "/overview"), alarmsNow(), nodesNow()]);
   let prev = { at: performance.now(), stats: ov.message_stats || {} }, samples = 1, shownAlarms = JSON.stringify(alarms);
   const card = (label, id, value) => h("div", {}, h("dt", {}, label), h("dd", { id }, value));
   const alarmBox = h("section", { "aria-labelledby": "alarms-h", id: "alarms" }, h("h2", { id: "alarms-h" }, "Alarms"), alarmView(alarms));
@@ -142,14 +191,19 @@ async function overviewPage() {
       h("dl", { class: "cards" }, totals(ov).map(([label, id, v]) => card(label, "ov-" + id, fmt(v ?? 0))))),
     h("section", { "aria-labelledby": "rates-h" }, h("h2", { id: "rates-h" }, "Message rates (per second, over the last 5 s)"),
       h("dl", { class: "cards", id: "rates" }, RATES.map(([k, label]) => card(label, "rate-" + k, "—")))),
-    h("section", { "aria-labelledby": "node-h" },
-      h("h2", { id: "node-h" }, "Node"),
-      h("p", {}, `${ov.product_name || "brokerd"} ${ov.product_version || ""} on ${ov.node || ""}`)));
+    h("section", { "aria-labelledby": "node-h", id: "node" },
+      h("h2", { id: "node-h" }, nodes && nodes.length > 1 ? "Nodes" : "Node"),
+      h("p", { id: "ov-node" }, `${ov.product_name || "brokerd"} ${ov.product_version || ""} on ${ov.node || ""}`,
+        ov.cluster_name && ov.cluster_name !== ov.node ? `, cluster ${ov.cluster_name}` : ""),
+      nodes ? nodesView(nodes) : null));
+  const nodeBox = document.getElementById("node");
   main.dataset.samples = samples;
   every(5000, async () => {
     try {
-      [ov, alarms] = await Promise.all([api("GET", "/overview"), alarmsNow()]);
+      [ov, alarms, nodes] = await Promise.all([api("GET", "/overview"), alarmsNow(), nodesNow()]);
     } catch (e) { shownAlarms = ""; alarmBox.replaceChildren(alarmBox.firstChild, errorBox(e)); return; }
+    if (nodes) document.getElementById("nodes")?.replaceWith(nodesView(nodes).firstChild);
+    nodeBox.dataset.polls = (Number(nodeBox.dataset.polls) || 0) + 1;
     const now = performance.now(), secs = (now - prev.at) / 1000, stats = ov.message_stats || {};
     for (const [k] of RATES) {
       const el = document.getElementById("rate-" + k);

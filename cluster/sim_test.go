@@ -87,6 +87,7 @@ func newSimCluster(t *testing.T, seed uint64) *simCluster {
 			Tick: time.Hour, Logger: quiet(),
 			Store: diskstore.Options{FS: n.fs, Logger: quiet(), CheckpointInterval: time.Hour, CheckpointBytes: 1 << 30}}
 		c.status.Store(&Status{})
+		c.ops.init(c.cfg.Cluster, c.cfg.Peers)
 		from := c.id
 		c.send = func(_ uint64, msgs []*pb.Message) { sc.send(from, msgs) }
 		n.c = c

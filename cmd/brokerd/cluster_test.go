@@ -37,7 +37,11 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startTestNodes(t *testing.T) *testNodes {
+func startTestNodes(t *testing.T) *testNodes { return startTestNodesWith(t, "") }
+
+// startTestNodesWith starts the nodes with clusterExtra added to each
+// one's [cluster] table.
+func startTestNodesWith(t *testing.T, clusterExtra string) *testNodes {
 	tn := &testNodes{t: t, names: []string{"n1", "n2", "n3"}}
 	var raft []string
 	for range tn.names {
@@ -60,7 +64,8 @@ listen = "off"
 node_name = %q
 listen = %q
 peers = [%s]
-`, filepath.Join(base, n), tn.amqp[i], n, raft[i], strings.Join(peers, ", "))
+%s
+`, filepath.Join(base, n), tn.amqp[i], n, raft[i], strings.Join(peers, ", "), clusterExtra)
 		path := filepath.Join(base, n+".toml")
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)

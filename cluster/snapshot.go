@@ -154,6 +154,7 @@ type snapshots struct {
 	installing atomic.Bool
 
 	created, sent, sendFailed, installed, installFailed, bytesSent atomic.Uint64
+	lastFetch, lastInstall                                         atomic.Int64 // nanoseconds
 }
 
 // Stats are a Node's snapshot counters since Open.
@@ -166,6 +167,10 @@ type Stats struct {
 	// place of its store; SnapshotInstallFailures the fetches or
 	// installs that failed (the leader sends it again).
 	SnapshotsInstalled, SnapshotInstallFailures uint64
+	// LastSnapshotFetch and LastSnapshotInstall are how long the last
+	// snapshot installed took to fetch, and in all (fetch, the store
+	// replaced and opened again).
+	LastSnapshotFetch, LastSnapshotInstall time.Duration
 }
 
 // Stats returns the node's snapshot counters. Safe for concurrent use.
@@ -174,6 +179,7 @@ func (c *Node) Stats() Stats {
 	return Stats{
 		SnapshotsCreated: sn.created.Load(), SnapshotsSent: sn.sent.Load(), SnapshotSendFailures: sn.sendFailed.Load(),
 		SnapshotBytesSent: sn.bytesSent.Load(), SnapshotsInstalled: sn.installed.Load(), SnapshotInstallFailures: sn.installFailed.Load(),
+		LastSnapshotFetch: time.Duration(sn.lastFetch.Load()), LastSnapshotInstall: time.Duration(sn.lastInstall.Load()),
 	}
 }
 
@@ -244,6 +250,13 @@ func (c *Node) makeSnapshot(inc *incarnation, seq uint64) {
 	start := time.Now()
 	tmp := filepath.Join(sn.dir, fmt.Sprintf("tmp-%d", seq))
 	m, err := c.createSnapshot(inc, tmp)
+	var stale []string
+	defer func() {
+		// Outside mu: raft's Snapshot calls wait on it.
+		for _, name := range stale {
+			sn.fs.RemoveAll(filepath.Join(sn.dir, name))
+		}
+	}()
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
 	sn.making = false
@@ -252,7 +265,7 @@ func (c *Node) makeSnapshot(inc *incarnation, seq uint64) {
 		sn.made = nil
 	}
 	if err != nil {
-		sn.fs.RemoveAll(tmp)
+		stale = append(stale, filepath.Base(tmp))
 		if !errors.Is(err, store.ErrClosed) && !errors.Is(err, replica.ErrLeadershipLost) {
 			c.log.Warn("cluster: make a snapshot", "err", err)
 		}
@@ -263,11 +276,12 @@ func (c *Node) makeSnapshot(inc *incarnation, seq uint64) {
 	}
 	sn.created.Add(1)
 	c.log.Info("cluster: snapshot made", "id", m.id, "index", m.index, "bytes", m.bytes, "duration", time.Since(start))
-	// Older ones go, unless being sent (the next snapshot's prune takes them).
+	// Older ones go, unless being sent (the next snapshot's prune takes
+	// them): none is served once neither latest nor prev.
 	names, _ := sn.fs.List(sn.dir)
 	for _, name := range names {
 		if name != sn.latest.id && (sn.prev == nil || name != sn.prev.id) && sn.inUse[name] == 0 && !strings.HasPrefix(name, "tmp-") {
-			sn.fs.RemoveAll(filepath.Join(sn.dir, name))
+			stale = append(stale, name)
 		}
 	}
 }
@@ -708,6 +722,9 @@ func (c *Node) installSnapshot(m *pb.Message, sv *serving) error {
 	old := c.cur
 	c.cur = nil
 	c.mu.Unlock()
+	if old == nil {
+		return nil
+	}
 	c.closeIncarnation(old, false)
 	for len(c.events) > 0 {
 		<-c.events
@@ -743,6 +760,8 @@ func (c *Node) installSnapshot(m *pb.Message, sv *serving) error {
 	}
 	c.start(inc)
 	if installed {
+		sn.lastFetch.Store(int64(fetched))
+		sn.lastInstall.Store(int64(time.Since(start)))
 		sn.installed.Add(1)
 		c.log.Info("cluster: snapshot installed", "id", meta.id, "index", meta.index, "bytes", n, "fetch", fetched, "total", time.Since(start))
 	}

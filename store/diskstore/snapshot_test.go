@@ -342,6 +342,11 @@ func TestSnapshotUnderLoad(t *testing.T) {
 	}
 	close(stop)
 	<-done
+	// Besides the snapshots' own, the background ran checkpoints while
+	// they were made.
+	if n := src.Stats().CheckpointDuration.Count; n < 3+3 {
+		t.Fatalf("%d checkpoints under the load, want more than the snapshots' 3", n)
+	}
 	for i, gs := range snaps {
 		live := map[int64]bool{}
 		mu.Lock()

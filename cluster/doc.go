@@ -45,8 +45,9 @@
 //     one is made in the background: diskstore's CreateSnapshot (a
 //     checkpoint, then the index copied and the segment files linked)
 //     into Dir/snapshots/<term>-<index>, with a meta file holding the log's
-//     entry at that index and the term before it. The latest two are kept;
-//     Open removes them all (they are caches).
+//     entry at that index and the term before it. The latest two are kept
+//     until no member needs them for a minute (their links hold segment
+//     files the store removed since); Open removes them all (caches).
 //   - Transfer. The follower fetches the files over a client connection
 //     stream of service "snapshot" (transport.DialConn; the node's OnConn
 //     serves it and hands other services to Config.OnConn): its request

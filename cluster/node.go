@@ -407,6 +407,7 @@ func (c *Node) afterCycle(inc *incarnation) {
 			}
 		}
 		inc.needIdx.Store(need)
+		c.dropSnapshots(rs.RaftState == raft.StateLeader, need-1)
 		c.status.Store(st)
 		if rs.Lead != 0 {
 			c.joinedOnce.Do(func() { close(c.joined) })

@@ -74,7 +74,12 @@ type snapMeta struct {
 	entryData   []byte
 	conf        []byte // raftpb.ConfState, encoded
 	bytes       int64  // the files' total size
+	made        time.Time
 }
+
+// snapLinger is how long a snapshot no member needs is kept: its links
+// hold segment files the store has since removed. (A variable for tests.)
+var snapLinger = time.Minute
 
 // encode returns the meta file's bytes:
 //
@@ -244,6 +249,40 @@ func (c *Node) snapshotAtLeast(min uint64) (string, error) {
 	return "", fmt.Errorf("no snapshot at or after entry %d could be made", min)
 }
 
+// dropSnapshots removes the node's snapshots once none is needed: made
+// over snapLinger ago, not being made or sent, and every follower at or
+// past the latest (behind is the lowest match of the followers, as the
+// leader sees it; 0 on a node that does not lead, which needs none). On
+// the loop (afterCycle): the removal runs in the background.
+func (c *Node) dropSnapshots(leading bool, lowest uint64) {
+	sn := &c.snaps
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	m := sn.latest
+	if m == nil || sn.making || time.Since(m.made) < snapLinger || leading && lowest < m.index {
+		return
+	}
+	for _, n := range sn.inUse {
+		if n > 0 {
+			return
+		}
+	}
+	var ids []string
+	for _, x := range []*snapMeta{sn.latest, sn.prev} {
+		if x != nil {
+			ids = append(ids, x.id)
+		}
+	}
+	sn.latest, sn.prev = nil, nil
+	sn.wg.Add(1)
+	go func() {
+		defer sn.wg.Done()
+		for _, id := range ids {
+			sn.fs.RemoveAll(filepath.Join(sn.dir, id))
+		}
+	}()
+}
+
 // makeSnapshot makes a snapshot of inc's store, the latest from then on.
 func (c *Node) makeSnapshot(inc *incarnation, seq uint64) {
 	sn := &c.snaps
@@ -311,7 +350,7 @@ func (c *Node) createSnapshot(inc *incarnation, tmp string) (*snapMeta, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.id = fmt.Sprintf("%016x-%016x", m.term, m.index)
+	m.id, m.made = fmt.Sprintf("%016x-%016x", m.term, m.index), time.Now()
 	files, err := snapshotFiles(sn.fs, tmp)
 	if err != nil {
 		return nil, err

@@ -50,6 +50,8 @@ func (c *Node) logBounds() (first, last uint64) {
 // made, sent and installed), and then from the log: its store reads every
 // batch.
 func TestClusterSnapshotCatchUp(t *testing.T) {
+	snapLinger = 0
+	t.Cleanup(func() { snapLinger = time.Minute })
 	tc := newTestClusterKeeping(t, snapKeep)
 	const q = store.QueueID(3)
 	l := tc.leader()
@@ -69,6 +71,22 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	ls, fs := tc.nodes[tc.index(l.name)].Stats(), tc.nodes[f].Stats()
 	if ls.SnapshotsCreated == 0 || ls.SnapshotsSent == 0 || fs.SnapshotsInstalled != 1 {
 		t.Fatalf("leader %+v, follower %+v: want a snapshot made, sent and installed once", ls, fs)
+	}
+	// No member needs the snapshots any more: they go (their links hold
+	// segment files the store removed).
+	dir := filepath.Join(tc.dirs[tc.index(l.name)], snapDirName)
+	for deadline := time.Now().Add(waitFor); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's snapshots are still there")
+		}
+		names, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polls the leader's directory
 	}
 	// Restarted once more, it needs nothing but its own store.
 	tc.nodes[f].Close()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,4 +245,58 @@ func TestSnapshotFigures(t *testing.T) {
 	}
 	t.Logf("%d messages of 1 KiB: snapshot %.1f MiB; made again in %v; fetched in %v, installed in %v (restart to caught up %v)",
 		msgs, float64(ls.SnapshotBytesSent)/(1<<20), time.Since(cs), fs.LastSnapshotFetch, fs.LastSnapshotInstall, caughtUp)
+}
+
+// A snapshot's meta file decodes to what was encoded; damaged or foreign
+// bytes are an error, never a panic.
+func FuzzSnapMeta(f *testing.F) {
+	m := &snapMeta{index: 42, term: 3, prevTerm: 2, entryType: 0, entryData: []byte("entry"), conf: []byte{8, 1}}
+	f.Add(m.encode())
+	f.Add([]byte("brkdsnap"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeSnapMeta(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeSnapMeta(got.encode())
+		if err != nil || again.index != got.index || again.term != got.term || again.prevTerm != got.prevTerm ||
+			again.entryType != got.entryType || string(again.entryData) != string(got.entryData) || string(again.conf) != string(got.conf) {
+			t.Fatalf("%+v re-encoded decodes to %+v, %v", got, again, err)
+		}
+	})
+}
+
+func TestSnapMetaRoundTrip(t *testing.T) {
+	m := &snapMeta{index: 42, term: 3, prevTerm: 2, entryType: 1, entryData: []byte("entry"), conf: []byte{8, 1}}
+	b := m.encode()
+	got, err := decodeSnapMeta(b)
+	if err != nil || got.index != 42 || got.term != 3 || got.prevTerm != 2 || got.entryType != 1 || string(got.entryData) != "entry" || string(got.conf) != "\x08\x01" {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	b[len(b)-6] ^= 1
+	if _, err := decodeSnapMeta(b); err == nil || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("a flipped bit: %v", err)
+	}
+}
+
+// A request for a snapshot the node does not have is refused with the
+// reason; file names a snapshot cannot hold are refused on receipt.
+func TestSnapshotRequestRefused(t *testing.T) {
+	tc := newTestCluster(t)
+	l := tc.leader()
+	f := tc.nodes[(tc.index(l.name)+1)%3]
+	_, _, err := f.fetchSnapshot(context.Background(), l.name, "0000000000000001-0000000000000001", 0, filepath.Join(t.TempDir(), "recv"))
+	if err == nil || !strings.Contains(err.Error(), "has no snapshot") {
+		t.Fatalf("fetch of an unknown snapshot: %v", err)
+	}
+	for _, name := range []string{"../x", "index/../../x", "wal/000001.log", "index/", "index/a/b", "segments/..", "/etc/passwd", "meta2"} {
+		if validSnapName(name) {
+			t.Errorf("%q taken as a snapshot's file", name)
+		}
+	}
+	for _, name := range []string{"meta", "index/000005.sst", "index/MANIFEST-000006", "segments/00000001.seg"} {
+		if !validSnapName(name) {
+			t.Errorf("%q refused", name)
+		}
+	}
 }

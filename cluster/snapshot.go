@@ -155,8 +155,11 @@ type snapshots struct {
 	seq          uint64
 	wg           sync.WaitGroup // the maker
 
-	// installing is set while a MsgSnap is handed to supervise.
+	// installing is set while a MsgSnap is handed to supervise;
+	// retryAt (unix nanoseconds) holds the next one off after a failed
+	// fetch.
 	installing atomic.Bool
+	retryAt    atomic.Int64
 
 	created, sent, sendFailed, installed, installFailed, bytesSent atomic.Uint64
 	lastFetch, lastInstall                                         atomic.Int64 // nanoseconds
@@ -680,16 +683,26 @@ func (c *Node) offerSnapshot(m *pb.Message) bool {
 	if m.GetSnapshot().GetMetadata().GetIndex() <= hs.GetCommit() {
 		return false
 	}
-	if !c.snaps.installing.CompareAndSwap(false, true) {
-		return true
+	c.handOver(m)
+	return true
+}
+
+// handOver hands m to supervise to install from, unless an install is
+// under way or a failed fetch is too recent (the leader offers again).
+func (c *Node) handOver(m *pb.Message) {
+	sn := &c.snaps
+	if time.Now().UnixNano() < sn.retryAt.Load() || !sn.installing.CompareAndSwap(false, true) {
+		return
 	}
 	select {
 	case c.snapReq <- m:
 	default:
-		c.snaps.installing.Store(false)
+		sn.installing.Store(false)
 	}
-	return true
 }
+
+// fetchRetry is how long after a failed fetch no other is started.
+const fetchRetry = time.Second
 
 // lostLog is the transport handler's look at a heartbeat for the data
 // group: one whose commit is past this member's last entry comes from a
@@ -708,13 +721,7 @@ func (c *Node) lostLog(m *pb.Message) bool {
 	if last, _ := inc.rlog.LastIndex(); m.GetCommit() <= last {
 		return false
 	}
-	if c.snaps.installing.CompareAndSwap(false, true) {
-		select {
-		case c.snapReq <- m:
-		default:
-			c.snaps.installing.Store(false)
-		}
-	}
+	c.handOver(m)
 	return true
 }
 
@@ -751,6 +758,7 @@ func (c *Node) installSnapshot(m *pb.Message, sv *serving) error {
 	}
 	if err != nil {
 		sn.installFailed.Add(1)
+		sn.retryAt.Store(time.Now().Add(fetchRetry).UnixNano())
 		if c.ctx.Err() == nil {
 			c.log.Warn("cluster: fetch a snapshot", "leader", leader, "id", id, "err", err)
 		}

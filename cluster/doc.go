@@ -42,6 +42,51 @@
 // latency). Only the leader knows its followers' progress; right after an
 // election it has confirmed nothing of a member it has not heard from.
 //
+// # Snapshots
+//
+// The log keeps Config.LogKeepBytes of entries behind the applied one,
+// and what members behind still need up to four times that. A member
+// further behind — down longer than that, or restarted with an empty data
+// directory under its name (a replaced disk) — catches up from a snapshot
+// of the store (snapshot.go), without stopping the others:
+//
+//   - Leader. raft asks the log for a snapshot (raftLog.Snapshot, on the
+//     loop, never blocking): it gets the latest one at or after the
+//     compaction point — its entry, term and membership, and its id as
+//     the data — or, while none is, ErrSnapshotTemporarilyUnavailable and
+//     one is made in the background: diskstore's CreateSnapshot (a
+//     checkpoint, then the index copied and the segment files linked)
+//     into Dir/snapshots/<term>-<index>, with a meta file holding the log's
+//     entry at that index and the term before it. The latest two are kept
+//     until no member needs them for a minute (their links hold segment
+//     files the store removed since); Open removes them all (caches).
+//   - Transfer. The follower fetches the files over a client connection
+//     stream of service "snapshot" (transport.DialConn; the node's OnConn
+//     serves it and hands other services to Config.OnConn): its request
+//     names the snapshot, the answer streams each file with its size and
+//     CRC-32C, checked on receipt. raft is told the MsgSnap was sent once
+//     the transport wrote it (ReportSnapshot), and probes the follower
+//     until it answers from the snapshot's entry on.
+//   - Follower. The transport handler takes a MsgSnap for entries the
+//     member has not committed before raft sees it (replica.Group has no
+//     snapshot handling) and hands it to supervise, one at a time: the
+//     files are fetched into Dir/snapshot.recv while the member runs on,
+//     then the incarnation stops, diskstore's IngestSnapshot replaces the
+//     store (crash-safe: the old store or the new one), its log starting
+//     with the snapshot's entry (so the group's fencing knows the last
+//     applied proposal) and its hard state keeping the member's term and
+//     vote with the commit at the snapshot's entry, and the store is
+//     opened again. A fetch that fails leaves the old store running; the
+//     leader sends the snapshot again.
+//   - Replaced disk. A member that bootstrapped an empty log gets
+//     heartbeats from a leader that believes it holds what it acknowledged
+//     before (raft would panic on their commit). The handler takes such a
+//     heartbeat as the sign: the member asks the leader for a snapshot at
+//     or after that commit (made for it if need be) and installs it the
+//     same way, taking its vote in the leader's term as the leader's (its
+//     votes before the wipe are lost: voting again for that term's leader
+//     never elects a second one).
+//
 // # Ids
 //
 // A node's Raft id is a hash of the cluster's and the node's names

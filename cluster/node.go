@@ -7,10 +7,12 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -57,6 +59,12 @@ type Config struct {
 	// more; the Node then reopens the store from what the group
 	// committed.
 	Serve func(ctx context.Context, st *diskstore.Store)
+	// LogKeepBytes is how much of the group's log (entry bytes) is kept
+	// behind the applied entry (default DefaultLogKeepBytes, 256 MiB):
+	// a member that restarts finds there what it missed. What members
+	// behind still need is kept up to 4 × LogKeepBytes; a member further
+	// behind catches up from a snapshot of the store.
+	LogKeepBytes int64
 	// OnConn, if set, receives the client connections another node
 	// forwards to this one (transport.Config.OnConn).
 	OnConn func(service string, c net.Conn)
@@ -99,6 +107,13 @@ type Node struct {
 	quit   chan struct{}
 	done   chan struct{}
 	err    atomic.Pointer[error]
+
+	// snaps: the snapshots this node makes, sends and installs;
+	// snapReq hands supervise a MsgSnap to install. ctx ends at Close.
+	snaps   snapshots
+	snapReq chan *pb.Message
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	status atomic.Pointer[Status]
 	// joined is closed once the node first knows a leader.
@@ -167,6 +182,9 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.LogKeepBytes <= 0 {
+		cfg.LogKeepBytes = DefaultLogKeepBytes
+	}
 	found := false
 	for _, p := range cfg.Peers {
 		found = found || p.Name == cfg.Name
@@ -179,8 +197,22 @@ func Open(cfg Config) (*Node, error) {
 		changed: make(chan struct{})}
 	c.status.Store(&Status{ID: c.id})
 	c.ops.init(cfg.Cluster, cfg.Peers)
+	c.snapReq = make(chan *pb.Message, 1)
+	c.snaps.fs = cfg.Store.FS
+	if c.snaps.fs == nil {
+		c.snaps.fs = vfs.Default
+	}
+	c.snaps.dir = filepath.Join(cfg.Dir, snapDirName)
+	// Snapshots made or received before are caches of another time.
+	for _, d := range []string{c.snaps.dir, filepath.Join(cfg.Dir, recvDirName)} {
+		if err := c.snaps.fs.RemoveAll(d); err != nil {
+			return nil, fmt.Errorf("cluster: remove old snapshots: %w", err)
+		}
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	inc, err := c.open()
 	if err != nil {
+		c.cancel()
 		return nil, err
 	}
 	c.cur = inc
@@ -195,6 +227,9 @@ func Open(cfg Config) (*Node, error) {
 		Peers: peers, TLS: cfg.TLS, Logger: c.log,
 		Handler: func(group uint64, m *pb.Message) {
 			c.ops.heard(m.GetFrom())
+			if group == DataGroup && (m.GetType() == pb.MsgSnap && c.offerSnapshot(m) || m.GetType() == pb.MsgHeartbeat && c.lostLog(m)) {
+				return
+			}
 			if n := c.replicaNode(); n != nil {
 				n.Step(group, m)
 			}
@@ -209,10 +244,20 @@ func Open(cfg Config) (*Node, error) {
 				n.ReportSnapshot(group, peer, ok)
 			}
 		},
-		OnConn:    cfg.OnConn,
+		OnConn: func(service string, conn net.Conn) {
+			switch {
+			case service == snapService:
+				c.serveSnapshot(conn)
+			case cfg.OnConn != nil:
+				cfg.OnConn(service, conn)
+			default:
+				conn.Close()
+			}
+		},
 		PeerState: c.peerState,
 	})
 	if err != nil {
+		c.cancel()
 		c.closeIncarnation(inc, false)
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -330,6 +375,8 @@ func (c *Node) open() (*incarnation, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	inc.rlog.need = func() uint64 { return inc.needIdx.Load() }
+	inc.rlog.keepBytes = c.cfg.LogKeepBytes
+	inc.rlog.snapshot = func(point uint64) (*pb.Snapshot, error) { return c.snapshotFor(inc, point) }
 	gcfg := replica.Config{
 		ID: c.id, ElectionTick: c.cfg.ElectionTicks, HeartbeatTick: c.cfg.HeartbeatTicks,
 		Storage: inc.rlog, Transport: sender{c}, Logger: raftLogger{c.log},
@@ -473,6 +520,7 @@ func (c *Node) afterCycle(inc *incarnation) {
 			}
 		}
 		inc.needIdx.Store(need)
+		c.dropSnapshots(rs.RaftState == raft.StateLeader, need-1)
 		if old := c.status.Swap(st); old == nil || old.Leader != st.Leader || old.Serving != st.Serving {
 			c.mu.Lock()
 			if c.changed != nil {
@@ -497,6 +545,12 @@ func (c *Node) supervise() {
 		select {
 		case <-c.quit:
 			return
+		case m := <-c.snapReq:
+			if err := c.installSnapshot(m, &sv); err != nil {
+				c.log.Error("cluster: reopen the store after a snapshot", "err", err)
+				c.err.Store(&err)
+				return
+			}
 		case ev := <-c.events:
 			c.mu.Lock()
 			inc := c.cur
@@ -595,6 +649,9 @@ func (c *Node) Close() error {
 	default:
 		close(c.quit)
 	}
+	if c.cancel != nil {
+		c.cancel() // a snapshot fetch
+	}
 	<-c.done
 	c.mu.Lock()
 	inc := c.cur
@@ -605,6 +662,7 @@ func (c *Node) Close() error {
 		err = c.tr.Close()
 	}
 	c.closeIncarnation(inc, false)
+	c.snaps.wg.Wait() // a snapshot being made ends with the store
 	return err
 }
 

@@ -33,6 +33,7 @@ type testCluster struct {
 	dirs    []string
 	nodes   []*Node
 	serving chan servingNode
+	keep    int64 // Config.LogKeepBytes (0: the default)
 }
 
 type servingNode struct {
@@ -40,8 +41,12 @@ type servingNode struct {
 	st   *diskstore.Store
 }
 
-func newTestCluster(t *testing.T) *testCluster {
-	tc := &testCluster{t: t, names: []string{"n1", "n2", "n3"}, serving: make(chan servingNode, 16)}
+func newTestCluster(t *testing.T) *testCluster { return newTestClusterKeeping(t, 0) }
+
+// newTestClusterKeeping starts a test cluster whose nodes keep keep bytes
+// of the log (Config.LogKeepBytes).
+func newTestClusterKeeping(t *testing.T, keep int64) *testCluster {
+	tc := &testCluster{t: t, names: []string{"n1", "n2", "n3"}, serving: make(chan servingNode, 16), keep: keep}
 	for range tc.names {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -75,7 +80,7 @@ func (tc *testCluster) start(i int) {
 	n, err := Open(Config{
 		Cluster: "test", Name: name, Peers: peers, Listen: tc.addrs[i], Dir: tc.dirs[i],
 		Store: diskstore.Options{CheckpointBytes: 64 << 10, WALSegmentSize: 256 << 10, Logger: quiet()},
-		Tick:  20 * time.Millisecond, Logger: quiet(),
+		Tick:  20 * time.Millisecond, Logger: quiet(), LogKeepBytes: tc.keep,
 		Serve: func(ctx context.Context, st *diskstore.Store) {
 			tc.serving <- servingNode{name, st}
 			<-ctx.Done()

@@ -41,15 +41,27 @@ type raftLog struct {
 	maxCache int64
 	// need, if set, returns the lowest index a member still needs from
 	// this log (a follower behind, as the leader sees it), 0 if none:
-	// Retain keeps it, up to maxKeep entries behind the applied index.
-	// Besides, Retain always keeps keepBytes of entry data behind the
-	// applied index: a follower that restarts, or a member that becomes
-	// leader, finds there the entries the others lack (until snapshots
-	// can be sent, nothing else catches a member up).
+	// Retain keeps it, up to maxKeep entries and needFactor × keepBytes
+	// of entry data behind the applied index (a member further behind
+	// catches up from a snapshot). Besides, Retain always keeps
+	// keepBytes of entry data behind the applied index (at least the
+	// applied entry): a follower that restarts, or a member that becomes
+	// leader, finds there the entries the others lack.
 	need      func() uint64
 	maxKeep   uint64
 	keepBytes int64
+	// snapshot, if set, is Snapshot's: the latest snapshot at or after
+	// index (the compaction point), or ErrSnapshotTemporarilyUnavailable
+	// while one is made. It must not block.
+	snapshot func(index uint64) (*pb.Snapshot, error)
 }
+
+// needFactor bounds what Retain keeps for members behind: needFactor ×
+// keepBytes of entries behind the applied index.
+const needFactor = 4
+
+// DefaultLogKeepBytes is Config.LogKeepBytes's default.
+const DefaultLogKeepBytes = 256 << 20
 
 type logEnt struct {
 	term uint64
@@ -60,7 +72,7 @@ type logEnt struct {
 }
 
 func newRaftLog(group uint64) *raftLog {
-	return &raftLog{group: group, first: 1, maxCache: 64 << 20, maxKeep: 1 << 20, keepBytes: 256 << 20, hs: &pb.HardState{}, cs: &pb.ConfState{}}
+	return &raftLog{group: group, first: 1, maxCache: 64 << 20, maxKeep: 1 << 20, keepBytes: DefaultLogKeepBytes, hs: &pb.HardState{}, cs: &pb.ConfState{}}
 }
 
 // ReplayEntry implements diskstore.ReplicaLog: etcd raft's suffix rule.
@@ -122,6 +134,11 @@ func (l *raftLog) attach(st *diskstore.Store) (applied uint64, err error) {
 			return 0, fmt.Errorf("group %d's log starts at entry %d, after its compaction point %d", l.group, l.first, gs.Compacted)
 		}
 		l.compactLocked(gs.Compacted, gs.CompactedTerm)
+		if l.first == gs.Compacted+1 {
+			// The log starts right after the compaction point (an
+			// ingested snapshot's does): Term answers for it.
+			l.snapTerm = gs.CompactedTerm
+		}
 	}
 	last := l.first + uint64(len(l.ents)) - 1
 	if commit := l.hs.GetCommit(); gs.Applied > last || gs.Applied > commit && gs.Applied > gs.Compacted {
@@ -251,11 +268,31 @@ func (l *raftLog) FirstIndex() (uint64, error) {
 	return l.first, nil
 }
 
-// Snapshot implements raft.Storage. A follower behind the compaction
-// point cannot be sent the store yet: raft is told to try again later
-// (the log keeps what followers still need, up to maxKeep entries).
+// Snapshot implements raft.Storage: for a follower behind the compaction
+// point, the latest snapshot of the store at or after it (snapshot.go);
+// while none is ready raft is told to try again later.
 func (l *raftLog) Snapshot() (*pb.Snapshot, error) {
-	return nil, raft.ErrSnapshotTemporarilyUnavailable
+	l.mu.Lock()
+	point, snap := l.first-1, l.snapshot
+	l.mu.Unlock()
+	if snap == nil {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return snap(point)
+}
+
+// entryAt returns entry i and the term of the one before it, as the log
+// holds them (for a snapshot at i).
+func (l *raftLog) entryAt(i uint64) (*pb.Entry, uint64, error) {
+	ents, err := l.Entries(i, i+1, 1<<62)
+	if err != nil {
+		return nil, 0, err
+	}
+	prev, err := l.Term(i - 1)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ents[0], prev, nil
 }
 
 // Save implements replica.LogStorage: the records go to the WAL now and
@@ -325,16 +362,20 @@ func (l *raftLog) Retain(applied, appliedTerm uint64) (uint64, uint64, wal.LSN) 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	// Keep keepBytes of entries at and below the applied one.
+	// Keep keepBytes of entries at and below the applied one, and what
+	// members behind need up to needFactor × keepBytes.
 	var kept int64
 	for i := min(applied, l.lastLocked()); i >= l.first && i > 0; i-- {
-		if kept >= l.keepBytes {
+		if kept >= l.keepBytes && i <= cut {
+			break
+		}
+		if kept < l.keepBytes {
+			cut = min(cut, i-1)
+		} else if kept+int64(l.ents[i-l.first].size)+16 > needFactor*l.keepBytes {
+			cut = max(cut, i) // entry i and those before it: too far behind
 			break
 		}
 		kept += int64(l.ents[i-l.first].size) + 16
-		if i-1 < cut {
-			cut = i - 1
-		}
 	}
 	if cut >= l.first {
 		if cut > l.lastLocked() {

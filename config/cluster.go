@@ -26,10 +26,15 @@ type Cluster struct {
 	// Tick is Raft's tick; an election times out after ElectionTicks
 	// ticks (randomised up to twice that), a leader sends heartbeats every
 	// HeartbeatTicks.
-	Tick           Duration   `toml:"tick"`
-	ElectionTicks  int        `toml:"election_ticks"`
-	HeartbeatTicks int        `toml:"heartbeat_ticks"`
-	TLS            ClusterTLS `toml:"tls"`
+	Tick           Duration `toml:"tick"`
+	ElectionTicks  int      `toml:"election_ticks"`
+	HeartbeatTicks int      `toml:"heartbeat_ticks"`
+	// LogKeepBytes is how much of the Raft log a node keeps behind the
+	// entries it applied (default 256 MiB): a node that was down catches
+	// up from it; one further behind (up to four times this is kept for
+	// it) is sent a snapshot of the store instead.
+	LogKeepBytes ByteSize   `toml:"log_keep_bytes"`
+	TLS          ClusterTLS `toml:"tls"`
 }
 
 // ClusterTLS is the [cluster.tls] table: mutual TLS between nodes, off
@@ -117,6 +122,9 @@ func (c *Config) validateCluster(k *checker) {
 	}
 	if cl.HeartbeatTicks < 1 {
 		k.addf("cluster.heartbeat_ticks", "must be at least 1, got %d", cl.HeartbeatTicks)
+	}
+	if cl.LogKeepBytes <= 0 {
+		k.addf("cluster.log_keep_bytes", "must be above 0, got %d", cl.LogKeepBytes)
 	}
 	if cl.ElectionTicks <= cl.HeartbeatTicks {
 		k.addf("cluster.election_ticks", "must be more than heartbeat_ticks (%d), got %d", cl.HeartbeatTicks, cl.ElectionTicks)

@@ -39,6 +39,7 @@ name = "prod"
 tick = "50ms"
 election_ticks = 20
 heartbeat_ticks = 2
+log_keep_bytes = "64MiB"
 
 [cluster.tls]
 cert_file = "/etc/brokerd/node.pem"
@@ -53,7 +54,7 @@ ca_file = "/etc/brokerd/ca.pem"
 	want.Cluster = Cluster{
 		NodeName: "n2", Listen: "0.0.0.0:25682",
 		Peers: []string{"n1=127.0.0.1:25681", "n2=127.0.0.1:25682", "node-3.b_c=[::1]:25683"},
-		Name:  "prod", Tick: Duration(50 * time.Millisecond), ElectionTicks: 20, HeartbeatTicks: 2,
+		Name:  "prod", Tick: Duration(50 * time.Millisecond), ElectionTicks: 20, HeartbeatTicks: 2, LogKeepBytes: 64 * MiB,
 		TLS: ClusterTLS{CertFile: "/etc/brokerd/node.pem", KeyFile: "/etc/brokerd/node.key", CAFile: "/etc/brokerd/ca.pem"},
 	}
 	if got := stripOrigin(c); !reflect.DeepEqual(got, want) {
@@ -112,6 +113,7 @@ func TestClusterProblems(t *testing.T) {
 		{"long tick", ok + "tick = \"11s\"\n", `5: cluster.tick: must be above 0s and at most 10s, got 11s`},
 		{"election not above heartbeat", ok + "election_ticks = 2\nheartbeat_ticks = 2\n", `5: cluster.election_ticks: must be more than heartbeat_ticks (2), got 2`},
 		{"zero heartbeat", ok + "heartbeat_ticks = 0\n", `5: cluster.heartbeat_ticks: must be at least 1, got 0`},
+		{"zero log keep", ok + "log_keep_bytes = 0\n", `5: cluster.log_keep_bytes: must be above 0, got 0`},
 		{"cert without key", ok + "[cluster.tls]\ncert_file = \"c\"\nca_file = \"ca\"\n", `6: cluster.tls.key_file: required when cluster.tls.cert_file is set`},
 		{"key without cert", ok + "[cluster.tls]\nkey_file = \"k\"\nca_file = \"ca\"\n", `6: cluster.tls.cert_file: required when cluster.tls.key_file is set`},
 		{"tls without ca", ok + "[cluster.tls]\ncert_file = \"c\"\nkey_file = \"k\"\n", `6: cluster.tls.ca_file: required when cluster.tls.cert_file is set: the CA that signs every node's certificate`},

@@ -260,6 +260,7 @@ func Default() Config {
 			Tick:           Duration(100 * time.Millisecond),
 			ElectionTicks:  10,
 			HeartbeatTicks: 1,
+			LogKeepBytes:   256 * MiB,
 		},
 		Users:  []User{{Name: "guest", Password: "guest", Tags: []string{"administrator"}}},
 		Vhosts: []Vhost{{Name: "/"}},

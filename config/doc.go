@@ -201,6 +201,8 @@
 //	cluster.election_ticks   10              Election timeout in ticks (randomised up to 2x); more
 //	                                         than heartbeat_ticks.
 //	cluster.heartbeat_ticks  1               A leader's heartbeat interval in ticks, at least 1.
+//	cluster.log_keep_bytes   "256MiB"        Raft log kept behind the applied entry (above 0); a
+//	                                         node further behind gets a snapshot of the store.
 //
 // [cluster.tls] — mutual TLS between nodes; off while cert_file is empty.
 //

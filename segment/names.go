@@ -16,6 +16,10 @@ const fileSuffix = ".seg"
 // digits and ".seg", so that names sort as IDs do.
 func fileName(id ID) string { return fmt.Sprintf("%08x%s", uint32(id), fileSuffix) }
 
+// FileName returns the name of segment id's file in its store's
+// directory (a snapshot of the store links or copies it by that name).
+func FileName(id ID) string { return fileName(id) }
+
 // parseFileName returns the ID a segment file name stands for, or false if
 // name is not one fileName makes.
 func parseFileName(name string) (ID, bool) {

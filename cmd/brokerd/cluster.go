@@ -145,7 +145,8 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 		Cluster: cfg.Cluster.Name, Name: cfg.Cluster.NodeName, Peers: cpeers, Listen: cfg.Cluster.Listen, TLS: interTLS,
 		Dir: dir, Store: opts, Logger: log,
 		Tick: time.Duration(cfg.Cluster.Tick), ElectionTicks: cfg.Cluster.ElectionTicks, HeartbeatTicks: cfg.Cluster.HeartbeatTicks,
-		Serve: cs.serve,
+		LogKeepBytes: int64(cfg.Cluster.LogKeepBytes),
+		Serve:        cs.serve,
 		OnConn: func(service string, c net.Conn) {
 			if g := cs.gates[service]; g != nil {
 				g.Inject(c)

@@ -48,8 +48,9 @@ func freeAddr(t *testing.T) string {
 
 func startTestNodes(t *testing.T) *testNodes { return startTestNodesWith(t, "") }
 
-// startTestNodesWith starts the nodes with extra appended to each one's
-// configuration file.
+// startTestNodesWith starts the nodes with extra added to each one's
+// configuration file, right after its [cluster] table's keys (more keys
+// of it, or tables of its own such as [cluster.tls]).
 func startTestNodesWith(t *testing.T, extra string) *testNodes {
 	tn := &testNodes{t: t, names: []string{"n1", "n2", "n3"}}
 	for range tn.names {
@@ -73,7 +74,8 @@ listen = "off"
 node_name = %q
 listen = %q
 peers = [%s]
-%s`, filepath.Join(base, n), tn.amqp[i], n, raft[i], strings.Join(peers, ", "), extra)
+%s
+`, filepath.Join(base, n), tn.amqp[i], n, raft[i], strings.Join(peers, ", "), extra)
 		path := filepath.Join(base, n+".toml")
 		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)

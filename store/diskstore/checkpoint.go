@@ -204,9 +204,14 @@ func (s *Store) Checkpoint() error {
 // (the segment files it wrote are removed) and the attempt can be made
 // again; one after it (removing files the checkpoint made dead) is
 // logged and left to the next checkpoint.
-func (s *Store) checkpoint() (err error) {
+func (s *Store) checkpoint() error {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
+	return s.checkpointLocked()
+}
+
+// checkpointLocked is checkpoint with cpMu held.
+func (s *Store) checkpointLocked() (err error) {
 	defer s.checkpointEnded() // also on failure: waiters then see the error
 	start := time.Now()
 	s.mu.Lock()

@@ -232,9 +232,30 @@
 //     again, and removes what it wrote; a checkpoint removes the segment
 //     once no live message is left in it.
 //
+// # Snapshots
+//
+// A replicated store's member too far behind its group's log is sent the
+// store instead (snapshot.go). CreateSnapshot checkpoints and then, holding
+// cpMu (no checkpoint or compaction changes the index or removes a
+// segment meanwhile), copies the index with Pebble's checkpoint and
+// hard-links the segment files the index refers to (segment files are
+// never written once finished); the copy is the group's state as of the
+// GroupState it holds. Close and Abandon wait for a snapshot being made.
+//
+// IngestSnapshot replaces a closed store with one: it builds the new store
+// in DIR/ingest.tmp (the snapshot's index, its store state's checkpoint
+// LSN reset to 0 — the new WAL starts afresh — and its group's log
+// compacted to just before the entries given; its segments; a new WAL
+// holding those entries and the member's hard state), fsyncs it, renames
+// it to DIR/ingest (the commit point) and moves its parts over the old
+// ones. Open finishes a committed ingest a crash interrupted (idempotently:
+// a part already moved is not moved again) and removes an uncommitted one,
+// so a crash leaves the old store or the new one, never a mix.
+//
 // # Layout of the data directory
 //
 //	DIR/wal/        WAL files (package wal)
 //	DIR/segments/   segment files (package segment)
 //	DIR/index/      the Pebble database (package index's keyspace)
+//	DIR/ingest.tmp/, DIR/ingest/   a snapshot being ingested (see above)
 package diskstore

@@ -433,6 +433,9 @@ func (s *Store) Abandon() error {
 	<-s.space.stopped
 	s.wal.Close()
 	<-s.stopped
+	// cpMu: a snapshot being made (CreateSnapshot) finishes first.
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
 	s.closeErr = errors.Join(s.segs.Close(), s.db.Close())
 	return s.closeErr
 }

@@ -249,6 +249,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := fsutil.SyncDir(opts.FS, filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
+	// An ingest a crash interrupted is finished (it committed) or dropped.
+	if err := finishIngest(opts.FS, dir); err != nil {
+		return nil, fmt.Errorf("diskstore: finish a snapshot's ingest: %w", err)
+	}
 	if err := s.recover(dir); err != nil {
 		s.closeFiles()
 		return nil, err
@@ -589,8 +593,11 @@ func (s *Store) Close() error {
 		}
 	}
 	var errs []error
+	// cpMu: a snapshot being made (CreateSnapshot) finishes first.
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
 	if s.err == nil && s.wal.Err() == nil {
-		if err := s.checkpoint(); err != nil {
+		if err := s.checkpointLocked(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/brokerd/brokerd/internal/history"
+)
+
+// awaitCount waits until d has logged s more than n times.
+func (d *daemon) awaitCount(s string, n int) {
+	d.t.Helper()
+	deadline := time.Now().Add(daemonStartTimeout)
+	for d.count(s) <= n {
+		if time.Now().After(deadline) {
+			d.t.Fatalf("no new log line containing %q:\n%s", s, d.log())
+		}
+		select {
+		case <-d.done:
+			d.t.Fatalf("brokerd exited with %d:\n%s", d.code, d.log())
+		case <-time.After(20 * time.Millisecond): // polls the log
+		}
+	}
+}
+
+// A node whose data dir is wiped while it is down (a replaced disk)
+// restarts under its name with an empty one and catches up from a
+// snapshot of the leader's store, then from the log. That it holds
+// everything is then shown by making it indispensable: the other follower
+// is killed (the leader's confirms now need it), then the leader; the
+// other follower restarts, and the wiped node, the only one holding the
+// last confirms, leads. A drain through it finds every confirmed message.
+func TestClusterWipedDataDir(t *testing.T) {
+	tn := startTestNodesWith(t, `log_keep_bytes = "64KiB"`)
+	l := tn.leader()
+	v, o := (l+1)%3, (l+2)%3 // the wiped node, the other follower
+	rec := history.New()
+	p := &clusterPublisher{tn: tn, rec: rec, q: "work"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := p.run(ctx, o, 1000); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := tn.procs[v].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-tn.procs[v].done
+	dir := filepath.Join(filepath.Dir(tn.configs[v]), tn.names[v])
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.run(ctx, o, 3000); err != nil {
+		t.Fatal(err)
+	}
+	tn.start(v)
+	tn.procs[v].awaitCount("cluster: snapshot installed", 0)
+	if err := p.run(ctx, v, 4000); err != nil { // through the wiped node
+		t.Fatal(err)
+	}
+
+	if err := tn.procs[o].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-tn.procs[o].done
+	if err := p.run(ctx, l, 4500); err != nil { // confirmed by l and v only
+		t.Fatal(err)
+	}
+	if err := tn.procs[l].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-tn.procs[l].done
+	tn.start(o)
+	tn.procs[v].awaitCount("cluster: serving clients", 0)
+	drainCluster(t, tn.url(v), "work", rec)
+	rep := rec.Check(history.Checks{})
+	t.Log(rep)
+	if !rep.OK() {
+		t.Fatal(rep)
+	}
+	if rep.Confirmed < 4500 {
+		t.Fatalf("%d confirmed", rep.Confirmed)
+	}
+}

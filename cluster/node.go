@@ -143,6 +143,8 @@ type Status struct {
 	LeaderChanges      uint64        // elections seen won (a leader known in a later term)
 	ProposalsCommitted uint64        // this node's proposals committed, while it led
 	CommitLatency      hist.Snapshot // theirs, proposed to committed (CommitLatencyBounds)
+	// Snapshots are the node's snapshot counters (Node.Stats).
+	Snapshots Stats
 	progress           map[uint64]memberProgress
 }
 

@@ -115,6 +115,7 @@ func (c *Node) withLive(st Status) Status {
 	st.LeaderChanges = c.ops.leaderChanges.Load()
 	st.ProposalsCommitted = c.ops.committed.Load()
 	st.CommitLatency = c.ops.commitLatency.Snapshot()
+	st.Snapshots = c.Stats()
 	up := map[string]bool{}
 	if c.tr != nil {
 		for _, p := range c.tr.Peers() {

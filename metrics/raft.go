@@ -24,6 +24,8 @@ func collectRaft(ch chan<- prometheus.Metric, st cluster.Status) {
 	counter(ch, "raft_leader_changes_total", "Elections the node has seen won (a leader known in a later term) since it started", st.LeaderChanges)
 	counter(ch, "raft_proposals_committed_total", "Entries the node proposed as leader and saw committed, since it started", st.ProposalsCommitted)
 	histogram(ch, "raft_entry_commit_latency_seconds", "Time from proposing an entry on the leader to its commit (durable on a majority) and apply there", st.CommitLatency)
+	counter(ch, "raft_snapshots_sent_total", "Snapshots of this node's store a follower fetched whole from it (as leader)", st.Snapshots.SnapshotsSent)
+	counter(ch, "raft_snapshots_installed_total", "Snapshots this node installed in place of its store (it was behind the leader's log)", st.Snapshots.SnapshotsInstalled)
 	reach := prometheus.NewDesc("brokerd_raft_member_reachable", "1 while the member is reachable from this node (inter-node connections up, heard from within an election timeout; always 1 for the node itself), by member", []string{"node"}, nil)
 	lag := prometheus.NewDesc("brokerd_raft_follower_lag_entries", "On the leader: entries of its log a member does not have yet (the leader's last index less the member's match index), by member; absent on a follower", []string{"node"}, nil)
 	for _, m := range st.Members {

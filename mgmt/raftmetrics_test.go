@@ -23,6 +23,7 @@ func leaderStatus() cluster.Status {
 		ID: cluster.RaftID("brokerd", "n1"), Leader: cluster.RaftID("brokerd", "n1"), Term: 7, Commit: 140, Applied: 139,
 		Serving: true, LeaderName: "n1", State: "StateLeader", Cluster: "brokerd", Name: "n1", LastIndex: 141,
 		LeaderChanges: 3, ProposalsCommitted: 120, CommitLatency: h.Snapshot(),
+		Snapshots: cluster.Stats{SnapshotsSent: 2, SnapshotsInstalled: 1},
 		Members: []cluster.Member{
 			{Name: "n1", ID: cluster.RaftID("brokerd", "n1"), Addr: "127.0.0.1:7001", Self: true, Leader: true, Reachable: true, Tracked: true, Match: 141, ProgressState: "StateReplicate"},
 			{Name: "n2", ID: cluster.RaftID("brokerd", "n2"), Addr: "127.0.0.1:7002", Reachable: true, LastContact: now.Add(-50 * time.Millisecond), Tracked: true, Match: 141, ProgressState: "StateReplicate"},
@@ -51,6 +52,8 @@ func TestRaftMetrics(t *testing.T) {
 		"brokerd_raft_serving":                       1,
 		"brokerd_raft_leader_changes_total":          3,
 		"brokerd_raft_proposals_committed_total":     120,
+		"brokerd_raft_snapshots_sent_total":          2,
+		"brokerd_raft_snapshots_installed_total":     1,
 		"brokerd_raft_follower_lag_entries{node=n1}": 0,
 		"brokerd_raft_follower_lag_entries{node=n2}": 0,
 		"brokerd_raft_follower_lag_entries{node=n3}": 40,

@@ -145,7 +145,7 @@ type Status struct {
 	CommitLatency      hist.Snapshot // theirs, proposed to committed (CommitLatencyBounds)
 	// Snapshots are the node's snapshot counters (Node.Stats).
 	Snapshots Stats
-	progress           map[uint64]memberProgress
+	progress  map[uint64]memberProgress
 }
 
 type event struct {

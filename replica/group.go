@@ -256,6 +256,12 @@ func (g *Group) save() (raft.Ready, bool, error) {
 		return raft.Ready{}, false, nil
 	}
 	rd := g.rn.Ready()
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		// Snapshots are installed out of band, by the owner, before raft
+		// sees them (package cluster): one raft took itself would move
+		// the log past a state machine that has none of it.
+		return rd, true, fmt.Errorf("replica: group member %d: raft took a snapshot (index %d) its owner did not install", g.cfg.ID, rd.Snapshot.GetMetadata().GetIndex())
+	}
 	if rd.SoftState != nil {
 		g.lead = rd.SoftState.Lead
 	}

@@ -14,6 +14,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/internal/faultproxy"
 	"github.com/brokerd/brokerd/internal/history"
 )
 
@@ -24,6 +25,12 @@ type testNodes struct {
 	amqp    []string // AMQP addresses
 	configs []string
 	procs   []*daemon
+	// proxies[a][b], with startProxiedNodes, is the fault proxy on the
+	// link a → b: node a's [cluster] peers list gives it as b's address
+	// (nil for a == b, whose entry is a's real listen).
+	proxies [][]*faultproxy.Proxy
+	// paused[i] says node i was stopped with SIGSTOP.
+	paused []bool
 }
 
 // freeAddr returns a loopback address with a port free right now.
@@ -37,19 +44,45 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startTestNodes(t *testing.T) *testNodes {
+func startTestNodes(t *testing.T) *testNodes { return startNodes(t, false) }
+
+// startProxiedNodes is startTestNodes with a fault proxy on every
+// directed inter-node link (testNodes.proxies), so that a test can cut,
+// black-hole, silence one way or delay any of them.
+func startProxiedNodes(t *testing.T) *testNodes { return startNodes(t, true) }
+
+func startNodes(t *testing.T, proxied bool) *testNodes {
 	tn := &testNodes{t: t, names: []string{"n1", "n2", "n3"}}
 	var raft []string
 	for range tn.names {
 		tn.amqp = append(tn.amqp, freeAddr(t))
 		raft = append(raft, freeAddr(t))
 	}
-	var peers []string
-	for i, n := range tn.names {
-		peers = append(peers, fmt.Sprintf("%q", n+"="+raft[i]))
+	tn.proxies = make([][]*faultproxy.Proxy, len(tn.names))
+	for a := range tn.names {
+		tn.proxies[a] = make([]*faultproxy.Proxy, len(tn.names))
+		for b := range tn.names {
+			if a == b || !proxied {
+				continue
+			}
+			p, err := faultproxy.New(raft[b])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			tn.proxies[a][b] = p
+		}
 	}
 	base := t.TempDir()
 	for i, n := range tn.names {
+		var peers []string
+		for j, m := range tn.names {
+			addr := raft[j]
+			if p := tn.proxies[i][j]; p != nil {
+				addr = p.Addr()
+			}
+			peers = append(peers, fmt.Sprintf("%q", m+"="+addr))
+		}
 		cfg := fmt.Sprintf(`[storage]
 data_dir = %q
 [amqp]
@@ -68,6 +101,7 @@ peers = [%s]
 		tn.configs = append(tn.configs, path)
 	}
 	tn.procs = make([]*daemon, len(tn.names))
+	tn.paused = make([]bool, len(tn.names))
 	for i := range tn.names {
 		tn.start(i)
 	}
@@ -76,24 +110,17 @@ peers = [%s]
 
 func (tn *testNodes) start(i int) {
 	tn.procs[i] = startDaemon(tn.t, "", "-config", tn.configs[i])
+	tn.paused[i] = false
 }
 
-// leader waits until a running node other than those in not logs that it
-// serves clients, and returns its index.
+// leader waits until a running node other than those in not serves
+// clients, and returns its index.
 func (tn *testNodes) leader(not ...int) int {
 	tn.t.Helper()
 	deadline := time.Now().Add(daemonStartTimeout)
 	for time.Now().Before(deadline) {
-		for i, d := range tn.procs {
-			if d == nil || contains(not, i) {
-				continue
-			}
-			select {
-			case <-d.done:
-				continue
-			default:
-			}
-			if d.count("cluster: serving clients") > 0 {
+		for i := range tn.procs {
+			if !contains(not, i) && tn.serving(i) {
 				return i
 			}
 		}
@@ -101,6 +128,41 @@ func (tn *testNodes) leader(not ...int) int {
 	}
 	tn.t.Fatal("no node serves clients")
 	return -1
+}
+
+// alive reports whether node i's process runs (paused or not).
+func (tn *testNodes) alive(i int) bool {
+	d := tn.procs[i]
+	if d == nil {
+		return false
+	}
+	select {
+	case <-d.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// serving reports whether node i runs, is not paused, and its log says it
+// serves clients now: its last "serving clients" line is after its last
+// "stopped leading" one.
+func (tn *testNodes) serving(i int) bool {
+	if !tn.alive(i) || tn.paused[i] {
+		return false
+	}
+	d := tn.procs[i]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for j := len(d.stderr) - 1; j >= 0; j-- {
+		switch l := d.stderr[j]; {
+		case strings.Contains(l, "cluster: serving clients"):
+			return true
+		case strings.Contains(l, "cluster: stopped leading"):
+			return false
+		}
+	}
+	return false
 }
 
 func contains(s []int, v int) bool {
@@ -116,23 +178,37 @@ func (tn *testNodes) url(i int) string { return "amqp://guest:guest@" + tn.amqp[
 
 // clusterPublisher publishes numbered persistent messages with confirms to
 // queue q, through the nodes in turn, reconnecting to the next one when
-// its connection fails, and records everything in rec. confirmed gets the
-// count after each confirm.
+// its connection fails, and records everything in rec. Its fields other
+// than tn, rec and q are optional.
 type clusterPublisher struct {
 	tn    *testNodes
 	rec   *history.Recorder
 	q     string
-	next  int          // the next id
-	count atomic.Int64 // confirms
+	args  amqp091.Table // q's arguments (default: a quorum queue)
+	id    string        // prefix of the message ids (several publishers)
+	next  int           // the next id
+	count atomic.Int64  // confirms
+	// confirmTimeout is how long the publisher waits for its oldest
+	// confirm before it gives the connection up (default 10 s).
+	confirmTimeout time.Duration
+	// pace, if set, is the least time between two publishes: it keeps a
+	// fault schedule's backlog small.
+	pace time.Duration
+	// onConfirm, if set, is called with each confirm's id and the node
+	// the publisher's connection goes to.
+	onConfirm func(id string, node int)
+
+	mu sync.Mutex
 	// lastConfirm is when the last confirm came.
 	lastConfirm time.Time
+	confirmed   []string // ids, in confirm order
 }
 
-// run publishes until stop is closed or until want confirms, trying
-// nodes from first on.
+// run publishes until ctx ends (returning its error) or until want
+// confirms (0: no bound), trying nodes from first on.
 func (p *clusterPublisher) run(ctx context.Context, first int, want int) error {
 	node := first
-	for p.count.Load() < int64(want) {
+	for want == 0 || p.count.Load() < int64(want) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -145,21 +221,47 @@ func (p *clusterPublisher) run(ctx context.Context, first int, want int) error {
 	return nil
 }
 
-func (p *clusterPublisher) session(ctx context.Context, node int, want int) error {
-	conn, err := amqp091.DialConfig(p.tn.url(node), amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
+// confirmedIDs returns the ids confirmed so far.
+func (p *clusterPublisher) confirmedIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.confirmed...)
+}
+
+func (p *clusterPublisher) last() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastConfirm
+}
+
+func (p *clusterPublisher) session(ctx context.Context, node int, want int) (err error) {
+	conn, raw, err := dialNode(p.tn, node)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() {
+		if err != nil {
+			raw.Close() // a connection given up on: no close handshake to wait for
+		}
+		conn.Close()
+	}()
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
-	if _, err := ch.QueueDeclare(p.q, true, false, false, false, amqp091.Table{"x-queue-type": "quorum"}); err != nil {
+	args := p.args
+	if args == nil {
+		args = amqp091.Table{"x-queue-type": "quorum"}
+	}
+	if _, err := ch.QueueDeclare(p.q, true, false, false, false, args); err != nil {
 		return err
 	}
 	if err := ch.Confirm(false); err != nil {
 		return err
+	}
+	timeout := p.confirmTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
 	}
 	type pending struct {
 		id string
@@ -169,7 +271,7 @@ func (p *clusterPublisher) session(ctx context.Context, node int, want int) erro
 	settle := func(all bool) error {
 		for len(window) > 0 && (all || len(window) >= 64) {
 			w := window[0]
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, timeout)
 			ok, err := w.dc.WaitContext(wctx)
 			cancel()
 			if err != nil {
@@ -178,16 +280,29 @@ func (p *clusterPublisher) session(ctx context.Context, node int, want int) erro
 			window = window[1:]
 			if ok {
 				p.rec.Confirmed(w.id)
+				p.mu.Lock()
 				p.lastConfirm = time.Now()
+				p.confirmed = append(p.confirmed, w.id)
+				p.mu.Unlock()
 				p.count.Add(1)
+				if p.onConfirm != nil {
+					p.onConfirm(w.id, node)
+				}
 			} else {
 				p.rec.Nacked(w.id)
 			}
 		}
 		return nil
 	}
-	for p.count.Load()+int64(len(window)) < int64(want) {
-		id := fmt.Sprintf("m%06d", p.next)
+	for want == 0 || p.count.Load()+int64(len(window)) < int64(want) {
+		if p.pace > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(p.pace): // paces the load (time is the point)
+			}
+		}
+		id := fmt.Sprintf("%sm%06d", p.id, p.next)
 		p.next++
 		p.rec.Published(id)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", p.q, false, false,
@@ -201,6 +316,25 @@ func (p *clusterPublisher) session(ctx context.Context, node int, want int) erro
 		}
 	}
 	return settle(true)
+}
+
+// dialNode connects to node i's AMQP port (its connection may be
+// forwarded to the leader), returning the client connection and the
+// network connection under it, which a client gives up on by closing.
+func dialNode(tn *testNodes, i int) (*amqp091.Connection, net.Conn, error) {
+	var raw net.Conn
+	conn, err := amqp091.DialConfig(tn.url(i), amqp091.Config{Dial: func(network, addr string) (net.Conn, error) {
+		c, err := amqp091.DefaultDial(2*time.Second)(network, addr)
+		raw = c
+		return c, err
+	}})
+	if err != nil {
+		if raw != nil {
+			raw.Close()
+		}
+		return nil, nil, err
+	}
+	return conn, raw, nil
 }
 
 // drain consumes q through node until it holds nothing more and returns
@@ -271,7 +405,7 @@ func TestClusterKill9Leader(t *testing.T) {
 		t.Fatal(runErr)
 	}
 	l2 := tn.leader(l)
-	t.Logf("leader %s killed; %s leads; publisher's last confirm %v after the kill", tn.names[l], tn.names[l2], p.lastConfirm.Sub(killedAt))
+	t.Logf("leader %s killed; %s leads; publisher's last confirm %v after the kill", tn.names[l], tn.names[l2], p.last().Sub(killedAt))
 
 	tn.start(l)
 	tn.procs[l].awaitLine("cluster: joined")

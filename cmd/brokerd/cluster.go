@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,7 +49,9 @@ type clusterServer struct {
 	started time.Time
 	fds     fdbudget.Budget
 	mon     *alarm.Monitor
-	node    *cluster.Node
+	// node is set once the node is open; the gates accept (and forward)
+	// before that, while the store recovers.
+	node atomic.Pointer[cluster.Node]
 
 	gates     map[string]*gate.Gate // by service
 	tls       map[string]*tlsSource // amqps, https
@@ -154,7 +157,7 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 	if err != nil {
 		return err
 	}
-	cs.node = node
+	cs.node.Store(node)
 	res.add(func() {
 		if err := node.Close(); err != nil {
 			log.Warn("cluster: close the node", "err", err)
@@ -189,15 +192,21 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 
 // forward hands c, accepted while this node does not serve, to the
 // leader's node over the inter-node port; with no leader known (an
-// election) it closes c, and the client connects again.
+// election, or the node still opening its store) it closes c, and the
+// client connects again.
 func (cs *clusterServer) forward(service string, c net.Conn) {
-	leader := cs.node.LeaderName()
+	node := cs.node.Load()
+	if node == nil {
+		c.Close()
+		return
+	}
+	leader := node.LeaderName()
 	if leader == "" || leader == cs.cfg.Cluster.NodeName {
 		c.Close()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	remote, err := cs.node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
+	remote, err := node.Transport().DialConn(ctx, leader, service, c.RemoteAddr())
 	cancel()
 	if err != nil {
 		cs.log.Warn("cluster: could not forward a client connection to the leader", "service", service, "leader", leader, "err", err)

@@ -198,6 +198,9 @@ type clusterPublisher struct {
 	// the publisher's connection goes to.
 	onConfirm func(id string, node int)
 
+	// sessions counts the connections made.
+	sessions atomic.Int64
+
 	mu sync.Mutex
 	// lastConfirm is when the last confirm came.
 	lastConfirm time.Time
@@ -235,6 +238,7 @@ func (p *clusterPublisher) last() time.Time {
 }
 
 func (p *clusterPublisher) session(ctx context.Context, node int, want int) (err error) {
+	p.sessions.Add(1)
 	conn, raw, err := dialNode(p.tn, node)
 	if err != nil {
 		return err

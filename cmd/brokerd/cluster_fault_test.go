@@ -422,7 +422,9 @@ func clusterSeeds(t *testing.T) []int64 {
 // replaced needs snapshots, not on this branch yet.
 //
 // BROKERD_CLUSTER_SEEDS=N runs N seeds (default 3); BROKERD_CLUSTER_SEED=x
-// replays seed x.
+// replays seed x: the same faults, holds and nodes (a fault aimed at
+// "the leader" hits whichever node leads then); the processes' own timing
+// is not replayed, so a failure may take a few replays.
 func TestClusterRandomSchedules(t *testing.T) {
 	seeds := clusterSeeds(t)
 	t.Logf("seeds %d..%d (%d)", seeds[0], seeds[len(seeds)-1], len(seeds))

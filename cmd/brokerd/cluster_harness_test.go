@@ -124,12 +124,14 @@ func rejectsToDeath(id string) bool {
 // names, nacks a share of the others with requeue, acks the rest, and
 // records every delivery in rec.
 type clusterConsumer struct {
-	tn    *testNodes
-	rec   *history.Recorder
-	q     string
-	args  amqp091.Table
-	rng   *rand.Rand // owned by run
-	count atomic.Int64
+	tn   *testNodes
+	rec  *history.Recorder
+	q    string
+	args amqp091.Table
+	rng  *rand.Rand // owned by run
+	// ackAll makes it ack every delivery (no rejects, no requeues).
+	ackAll bool
+	count  atomic.Int64
 }
 
 func (c *clusterConsumer) run(ctx context.Context, first int) {
@@ -172,6 +174,8 @@ func (c *clusterConsumer) session(ctx context.Context, node int) {
 			c.rec.Delivered(c.q, d.MessageId, d.Redelivered)
 			c.count.Add(1)
 			switch {
+			case c.ackAll:
+				err = d.Ack(false)
 			case rejectsToDeath(d.MessageId):
 				err = d.Reject(false)
 			case c.rng.Intn(20) == 0:
@@ -262,15 +266,19 @@ func drainQueues(t *testing.T, tn *testNodes, rec *history.Recorder, reject func
 }
 
 // workload is publishers and consumers running on a cluster while a test
-// breaks it: work is a quorum queue whose rejected messages go to dead.
+// breaks it: work is a quorum queue whose rejected messages go to dead;
+// ordered has one publisher and one consumer that never requeues.
 type workload struct {
 	tn     *testNodes
 	rec    *history.Recorder
-	pubs   []*clusterPublisher
+	pubs   []*clusterPublisher // on work
+	opub   *clusterPublisher   // on ordered
 	cons   []*clusterConsumer
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+var orderedArgs = amqp091.Table{"x-queue-type": "quorum"}
 
 var workArgs = amqp091.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
 
@@ -282,11 +290,28 @@ func startWorkload(t *testing.T, tn *testNodes, seed int64, publishers, consumer
 		if _, err := ch.QueueDeclare("dead", true, false, false, false, amqp091.Table{"x-queue-type": "quorum"}); err != nil {
 			return err
 		}
+		if _, err := ch.QueueDeclare("ordered", true, false, false, false, orderedArgs); err != nil {
+			return err
+		}
 		_, err := ch.QueueDeclare("work", true, false, false, false, workArgs)
 		return err
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &workload{tn: tn, rec: history.New(), cancel: cancel}
+	// One publisher and one consumer that acks everything on "ordered":
+	// first deliveries must come in publish order.
+	w.opub = &clusterPublisher{tn: tn, rec: w.rec, q: "ordered", args: orderedArgs, id: "o-",
+		confirmTimeout: 3 * time.Second, pace: 5 * time.Millisecond}
+	ocons := &clusterConsumer{tn: tn, rec: w.rec, q: "ordered", args: orderedArgs, ackAll: true}
+	w.wg.Add(2)
+	go func() {
+		defer w.wg.Done()
+		w.opub.run(ctx, 2, 0)
+	}()
+	go func() {
+		defer w.wg.Done()
+		ocons.run(ctx, 1)
+	}()
 	for i := range publishers {
 		p := &clusterPublisher{tn: tn, rec: w.rec, q: "work", args: workArgs, id: fmt.Sprintf("p%d-", i),
 			confirmTimeout: 3 * time.Second, pace: 2 * time.Millisecond}
@@ -333,16 +358,18 @@ func (w *workload) awaitProgress(t *testing.T, n int64, what string) time.Durati
 	return time.Since(start)
 }
 
-// finish stops the clients, drains both queues and checks the history:
+// finish stops the clients, drains the queues and checks the history:
 // every confirmed message delivered, nothing phantom, no silent
 // duplicate, every confirmed message the consumers reject in exactly one
-// dead-letter queue, once.
+// dead-letter queue, once, and ordered's first deliveries in publish
+// order.
 func (w *workload) finish(t *testing.T) (rep history.Report, mustDie int) {
 	t.Helper()
 	w.cancel()
 	w.wg.Wait()
 	w.tn.restore()
 	drainQueues(t, w.tn, w.rec, rejectsToDeath, "work", "dead")
+	drainQueues(t, w.tn, w.rec, nil, "ordered")
 	var die []string
 	for _, p := range w.pubs {
 		for _, id := range p.confirmedIDs() {
@@ -351,9 +378,12 @@ func (w *workload) finish(t *testing.T) (rep history.Report, mustDie int) {
 			}
 		}
 	}
-	rep = w.rec.Check(history.Checks{DeadLetterQueues: []string{"dead"}, MustDie: die})
+	rep = w.rec.Check(history.Checks{DeadLetterQueues: []string{"dead"}, MustDie: die, Ordered: []string{"ordered"}})
 	if !rep.OK() {
 		t.Fatal(rep)
+	}
+	if n := w.opub.count.Load(); n == 0 {
+		t.Fatal("nothing confirmed on ordered: its order is not checked")
 	}
 	if rep.Confirmed == 0 || len(die) == 0 {
 		t.Fatalf("%d confirmed, %d of them rejected to the dead-letter queue: too few to check", rep.Confirmed, len(die))

@@ -57,6 +57,9 @@ func (tn *testNodes) term(i int) {
 // pause stops node i with SIGSTOP; resume continues it.
 func (tn *testNodes) pause(i int) {
 	tn.t.Helper()
+	if !tn.alive(i) {
+		tn.t.Fatalf("%s exited with %d:\n%s", tn.names[i], tn.procs[i].code, tn.procs[i].log())
+	}
 	if err := tn.procs[i].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		tn.t.Fatal(err)
 	}

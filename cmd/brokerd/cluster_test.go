@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +46,35 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// rebindableAddr returns a loopback address with a port free right now
+// and outside the kernel's ephemeral range, so that a node restarted on
+// it does not find it taken by some connection's local end meanwhile (a
+// port from freeAddr is ephemeral: a restart failed with "address
+// already in use" once in about 400).
+func rebindableAddr(t *testing.T) string {
+	t.Helper()
+	low := 32768 // Linux's default start of the range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const from = 10000
+	if low-from < 1000 {
+		return freeAddr(t)
+	}
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", from+rand.Intn(low-from))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	return freeAddr(t)
+}
+
 func startTestNodes(t *testing.T) *testNodes { return startNodes(t, false) }
 
 // startProxiedNodes is startTestNodes with a fault proxy on every
@@ -55,8 +86,8 @@ func startNodes(t *testing.T, proxied bool) *testNodes {
 	tn := &testNodes{t: t, names: []string{"n1", "n2", "n3"}}
 	var raft []string
 	for range tn.names {
-		tn.amqp = append(tn.amqp, freeAddr(t))
-		raft = append(raft, freeAddr(t))
+		tn.amqp = append(tn.amqp, rebindableAddr(t))
+		raft = append(raft, rebindableAddr(t))
 	}
 	tn.proxies = make([][]*faultproxy.Proxy, len(tn.names))
 	for a := range tn.names {

@@ -334,6 +334,9 @@ func startWorkload(t *testing.T, tn *testNodes, seed int64, publishers, consumer
 			c.run(ctx, (i+1)%len(tn.names))
 		}()
 	}
+	// Some confirms on ordered before any fault, or a short run under
+	// faults may end with none and its order unchecked.
+	w.opub.awaitCount(t, 10)
 	return w
 }
 

@@ -151,6 +151,7 @@ type Status struct {
 type event struct {
 	ready bool   // this node may serve from term
 	term  uint64 // the term it leads (ready) or the loss happened in
+	inc   *incarnation
 }
 
 // incarnation is one opening of the store and the group over it.
@@ -407,7 +408,11 @@ func (c *Node) open() (*incarnation, error) {
 // start runs inc's loop.
 func (c *Node) start(inc *incarnation) {
 	inc.n = replica.NewNode(replica.NodeConfig{Tick: c.cfg.Tick, Sync: inc.st.SyncReplica, Log: c.log,
-		AfterCycle: func() { c.afterCycle(inc) }})
+		AfterCycle: func() { c.afterCycle(inc) },
+		// The loop stopped on a failure (its log could not be written):
+		// this incarnation ends as a lost leadership does, and the store
+		// is opened again (or the node fails), never left serving.
+		OnStop: func(err error) { c.lose(inc, err) }})
 	inc.n.Add(DataGroup, inc.g)
 	c.mu.Lock()
 	c.cur = inc
@@ -464,7 +469,7 @@ func (c *Node) lose(inc *incarnation, err error) {
 	inc.lostSent = true
 	inc.st.Failed(err)
 	_, term := inc.g.Leader()
-	c.events <- event{term: term}
+	c.events <- event{term: term, inc: inc}
 }
 
 // applied is the group's Applied: committed entries, in order, on the
@@ -492,7 +497,7 @@ func (c *Node) applied(inc *incarnation, index, term uint64, payload []byte, own
 		// An entry of this node's own term applied: every entry before
 		// it did too, so the store holds everything committed.
 		inc.serving, inc.term = true, lt
-		c.events <- event{ready: true, term: lt}
+		c.events <- event{ready: true, term: lt, inc: inc}
 	}
 }
 
@@ -557,6 +562,9 @@ func (c *Node) supervise() {
 			c.mu.Lock()
 			inc := c.cur
 			c.mu.Unlock()
+			if ev.inc != inc {
+				continue // from an incarnation already replaced
+			}
 			if ev.ready {
 				if sv.running() || inc == nil {
 					continue

@@ -29,6 +29,9 @@ type NodeConfig struct {
 	// AfterCycle, if set, runs on the node's goroutine after each cycle
 	// that had work (its commits applied, its messages sent).
 	AfterCycle func()
+	// OnStop, if set, is told of the failure that stopped the node (Err),
+	// on the node's goroutine, before its pending proposals fail.
+	OnStop func(err error)
 }
 
 // Node hosts the groups this node is a member of and drives them from one
@@ -244,6 +247,9 @@ func (n *Node) run() {
 			n.err, n.closed = err, true
 			n.mu.Unlock()
 			n.log.Error("replica: node stopped", "err", err)
+			if n.cfg.OnStop != nil {
+				n.cfg.OnStop(err)
+			}
 			return
 		}
 	}

@@ -194,3 +194,43 @@ func TestNodeLeaderLoss(t *testing.T) {
 		return len(a) == 100 && slices.EqualFunc(a, b, slices.Equal)
 	})
 }
+
+// failingLog is a MemLog whose Save fails once fail is set.
+type failingLog struct {
+	*replicatest.MemLog
+	fail bool
+}
+
+func (l *failingLog) Save(hs *pb.HardState, ents []*pb.Entry) error {
+	if l.fail {
+		return fmt.Errorf("disk gone")
+	}
+	return l.MemLog.Save(hs, ents)
+}
+
+// A node whose group's log cannot be written stops, tells OnStop the
+// failure (before its pending proposals fail), and says it in Err.
+func TestNodeOnStop(t *testing.T) {
+	stopped := make(chan error, 1)
+	n := NewNode(NodeConfig{Tick: time.Millisecond, OnStop: func(err error) { stopped <- err }})
+	defer n.Close()
+	log := &failingLog{MemLog: replicatest.NewMemLog()}
+	g, err := NewGroup(Config{ID: 1, Peers: []uint64{1}, ElectionTick: 10, HeartbeatTick: 1, Storage: log,
+		Transport: meshTransport{m: &mesh{nodes: map[uint64]*Node{}, down: map[uint64]bool{1: true}}, from: 1, group: 1},
+		Apply:     func(uint64, []byte) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Add(1, g)
+	n.Campaign(1)
+	done := make(chan error, 1)
+	n.Run(func() { log.fail = true })
+	n.Propose(1, []byte("x"), func(err error) { done <- err })
+	err = <-stopped
+	if err == nil || n.Err() == nil {
+		t.Fatalf("OnStop got %v, Err %v", err, n.Err())
+	}
+	if perr := <-done; perr == nil {
+		t.Fatal("a proposal of a stopped node succeeded")
+	}
+}

@@ -11,9 +11,11 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	mrand "math/rand"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/internal/faultproxy"
 	"github.com/brokerd/brokerd/internal/history"
 )
 
@@ -33,6 +36,12 @@ type testNodes struct {
 	raft    []string // inter-node addresses
 	configs []string
 	procs   []*daemon
+	// proxies[a][b], with startProxiedNodes, is the fault proxy on the
+	// link a → b: node a's [cluster] peers list gives it as b's address
+	// (nil for a == b, whose entry is a's real listen).
+	proxies [][]*faultproxy.Proxy
+	// paused[i] says node i was stopped with SIGSTOP.
+	paused []bool
 }
 
 // freeAddr returns a loopback address with a port free right now.
@@ -46,24 +55,79 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startTestNodes(t *testing.T) *testNodes { return startTestNodesWith(t, "") }
+// rebindableAddr returns a loopback address with a port free right now
+// and outside the kernel's ephemeral range, so that a node restarted on
+// it does not find it taken by some connection's local end meanwhile (a
+// port from freeAddr is ephemeral: a restart failed with "address
+// already in use" once in about 400).
+func rebindableAddr(t *testing.T) string {
+	t.Helper()
+	low := 32768 // Linux's default start of the range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const from = 10000
+	if low-from < 1000 {
+		return freeAddr(t)
+	}
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", from+mrand.Intn(low-from))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	return freeAddr(t)
+}
+
+func startTestNodes(t *testing.T) *testNodes { return startNodes(t, false, "") }
 
 // startTestNodesWith starts the nodes with extra added to each one's
 // configuration file, right after its [cluster] table's keys (more keys
 // of it, or tables of its own such as [cluster.tls]).
-func startTestNodesWith(t *testing.T, extra string) *testNodes {
+func startTestNodesWith(t *testing.T, extra string) *testNodes { return startNodes(t, false, extra) }
+
+// startProxiedNodes is startTestNodes with a fault proxy on every
+// directed inter-node link (testNodes.proxies), so that a test can cut,
+// black-hole, silence one way or delay any of them.
+func startProxiedNodes(t *testing.T) *testNodes { return startNodes(t, true, "") }
+
+func startNodes(t *testing.T, proxied bool, extra string) *testNodes {
 	tn := &testNodes{t: t, names: []string{"n1", "n2", "n3"}}
 	for range tn.names {
-		tn.amqp = append(tn.amqp, freeAddr(t))
-		tn.raft = append(tn.raft, freeAddr(t))
+		tn.amqp = append(tn.amqp, rebindableAddr(t))
+		tn.raft = append(tn.raft, rebindableAddr(t))
 	}
 	raft := tn.raft
-	var peers []string
-	for i, n := range tn.names {
-		peers = append(peers, fmt.Sprintf("%q", n+"="+raft[i]))
+	tn.proxies = make([][]*faultproxy.Proxy, len(tn.names))
+	for a := range tn.names {
+		tn.proxies[a] = make([]*faultproxy.Proxy, len(tn.names))
+		for b := range tn.names {
+			if a == b || !proxied {
+				continue
+			}
+			p, err := faultproxy.New(raft[b])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			tn.proxies[a][b] = p
+		}
 	}
 	base := t.TempDir()
 	for i, n := range tn.names {
+		var peers []string
+		for j, m := range tn.names {
+			addr := raft[j]
+			if p := tn.proxies[i][j]; p != nil {
+				addr = p.Addr()
+			}
+			peers = append(peers, fmt.Sprintf("%q", m+"="+addr))
+		}
 		cfg := fmt.Sprintf(`[storage]
 data_dir = %q
 [amqp]
@@ -83,6 +147,7 @@ peers = [%s]
 		tn.configs = append(tn.configs, path)
 	}
 	tn.procs = make([]*daemon, len(tn.names))
+	tn.paused = make([]bool, len(tn.names))
 	for i := range tn.names {
 		tn.start(i)
 	}
@@ -91,24 +156,17 @@ peers = [%s]
 
 func (tn *testNodes) start(i int) {
 	tn.procs[i] = startDaemon(tn.t, "", "-config", tn.configs[i])
+	tn.paused[i] = false
 }
 
-// leader waits until a running node other than those in not logs that it
-// serves clients, and returns its index.
+// leader waits until a running node other than those in not serves
+// clients, and returns its index.
 func (tn *testNodes) leader(not ...int) int {
 	tn.t.Helper()
 	deadline := time.Now().Add(daemonStartTimeout)
 	for time.Now().Before(deadline) {
-		for i, d := range tn.procs {
-			if d == nil || contains(not, i) {
-				continue
-			}
-			select {
-			case <-d.done:
-				continue
-			default:
-			}
-			if d.count("cluster: serving clients") > 0 {
+		for i := range tn.procs {
+			if !contains(not, i) && tn.serving(i) {
 				return i
 			}
 		}
@@ -132,6 +190,41 @@ func (tn *testNodes) awaitJoined(i int) {
 	}
 }
 
+// alive reports whether node i's process runs (paused or not).
+func (tn *testNodes) alive(i int) bool {
+	d := tn.procs[i]
+	if d == nil {
+		return false
+	}
+	select {
+	case <-d.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// serving reports whether node i runs, is not paused, and its log says it
+// serves clients now: its last "serving clients" line is after its last
+// "stopped leading" one.
+func (tn *testNodes) serving(i int) bool {
+	if !tn.alive(i) || tn.paused[i] {
+		return false
+	}
+	d := tn.procs[i]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for j := len(d.stderr) - 1; j >= 0; j-- {
+		switch l := d.stderr[j]; {
+		case strings.Contains(l, "cluster: serving clients"):
+			return true
+		case strings.Contains(l, "cluster: stopped leading"):
+			return false
+		}
+	}
+	return false
+}
+
 func contains(s []int, v int) bool {
 	for _, x := range s {
 		if x == v {
@@ -145,23 +238,40 @@ func (tn *testNodes) url(i int) string { return "amqp://guest:guest@" + tn.amqp[
 
 // clusterPublisher publishes numbered persistent messages with confirms to
 // queue q, through the nodes in turn, reconnecting to the next one when
-// its connection fails, and records everything in rec. confirmed gets the
-// count after each confirm.
+// its connection fails, and records everything in rec. Its fields other
+// than tn, rec and q are optional.
 type clusterPublisher struct {
 	tn    *testNodes
 	rec   *history.Recorder
 	q     string
-	next  int          // the next id
-	count atomic.Int64 // confirms
+	args  amqp091.Table // q's arguments (default: a quorum queue)
+	id    string        // prefix of the message ids (several publishers)
+	next  int           // the next id
+	count atomic.Int64  // confirms
+	// confirmTimeout is how long the publisher waits for its oldest
+	// confirm before it gives the connection up (default 10 s).
+	confirmTimeout time.Duration
+	// pace, if set, is the least time between two publishes: it keeps a
+	// fault schedule's backlog small.
+	pace time.Duration
+	// onConfirm, if set, is called with each confirm's id and the node
+	// the publisher's connection goes to.
+	onConfirm func(id string, node int)
+
+	// sessions counts the connections made.
+	sessions atomic.Int64
+
+	mu sync.Mutex
 	// lastConfirm is when the last confirm came.
 	lastConfirm time.Time
+	confirmed   []string // ids, in confirm order
 }
 
-// run publishes until stop is closed or until want confirms, trying
-// nodes from first on.
+// run publishes until ctx ends (returning its error) or until want
+// confirms (0: no bound), trying nodes from first on.
 func (p *clusterPublisher) run(ctx context.Context, first int, want int) error {
 	node := first
-	for p.count.Load() < int64(want) {
+	for want == 0 || p.count.Load() < int64(want) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -174,21 +284,48 @@ func (p *clusterPublisher) run(ctx context.Context, first int, want int) error {
 	return nil
 }
 
-func (p *clusterPublisher) session(ctx context.Context, node int, want int) error {
-	conn, err := amqp091.DialConfig(p.tn.url(node), amqp091.Config{Dial: amqp091.DefaultDial(2 * time.Second)})
+// confirmedIDs returns the ids confirmed so far.
+func (p *clusterPublisher) confirmedIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.confirmed...)
+}
+
+func (p *clusterPublisher) last() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastConfirm
+}
+
+func (p *clusterPublisher) session(ctx context.Context, node int, want int) (err error) {
+	p.sessions.Add(1)
+	conn, raw, err := dialNode(p.tn, node)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() {
+		if err != nil {
+			raw.Close() // a connection given up on: no close handshake to wait for
+		}
+		conn.Close()
+	}()
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
 	}
-	if _, err := ch.QueueDeclare(p.q, true, false, false, false, amqp091.Table{"x-queue-type": "quorum"}); err != nil {
+	args := p.args
+	if args == nil {
+		args = amqp091.Table{"x-queue-type": "quorum"}
+	}
+	if _, err := ch.QueueDeclare(p.q, true, false, false, false, args); err != nil {
 		return err
 	}
 	if err := ch.Confirm(false); err != nil {
 		return err
+	}
+	timeout := p.confirmTimeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
 	}
 	type pending struct {
 		id string
@@ -198,7 +335,7 @@ func (p *clusterPublisher) session(ctx context.Context, node int, want int) erro
 	settle := func(all bool) error {
 		for len(window) > 0 && (all || len(window) >= 64) {
 			w := window[0]
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, timeout)
 			ok, err := w.dc.WaitContext(wctx)
 			cancel()
 			if err != nil {
@@ -207,16 +344,29 @@ func (p *clusterPublisher) session(ctx context.Context, node int, want int) erro
 			window = window[1:]
 			if ok {
 				p.rec.Confirmed(w.id)
+				p.mu.Lock()
 				p.lastConfirm = time.Now()
+				p.confirmed = append(p.confirmed, w.id)
+				p.mu.Unlock()
 				p.count.Add(1)
+				if p.onConfirm != nil {
+					p.onConfirm(w.id, node)
+				}
 			} else {
 				p.rec.Nacked(w.id)
 			}
 		}
 		return nil
 	}
-	for p.count.Load()+int64(len(window)) < int64(want) {
-		id := fmt.Sprintf("m%06d", p.next)
+	for want == 0 || p.count.Load()+int64(len(window)) < int64(want) {
+		if p.pace > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(p.pace): // paces the load (time is the point)
+			}
+		}
+		id := fmt.Sprintf("%sm%06d", p.id, p.next)
 		p.next++
 		p.rec.Published(id)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", p.q, false, false,
@@ -230,6 +380,25 @@ func (p *clusterPublisher) session(ctx context.Context, node int, want int) erro
 		}
 	}
 	return settle(true)
+}
+
+// dialNode connects to node i's AMQP port (its connection may be
+// forwarded to the leader), returning the client connection and the
+// network connection under it, which a client gives up on by closing.
+func dialNode(tn *testNodes, i int) (*amqp091.Connection, net.Conn, error) {
+	var raw net.Conn
+	conn, err := amqp091.DialConfig(tn.url(i), amqp091.Config{Dial: func(network, addr string) (net.Conn, error) {
+		c, err := amqp091.DefaultDial(2*time.Second)(network, addr)
+		raw = c
+		return c, err
+	}})
+	if err != nil {
+		if raw != nil {
+			raw.Close()
+		}
+		return nil, nil, err
+	}
+	return conn, raw, nil
 }
 
 // drain consumes q through node until it holds nothing more and returns
@@ -326,7 +495,7 @@ func TestClusterKill9Leader(t *testing.T) {
 	if early == 0 {
 		t.Error("no survivor campaigned early on the killed leader's reset connections")
 	}
-	t.Logf("leader %s killed; %s leads; publisher's last confirm %v after the kill", tn.names[l], tn.names[l2], p.lastConfirm.Sub(killedAt))
+	t.Logf("leader %s killed; %s leads; publisher's last confirm %v after the kill", tn.names[l], tn.names[l2], p.last().Sub(killedAt))
 
 	tn.start(l)
 	tn.awaitJoined(l)

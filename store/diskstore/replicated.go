@@ -244,8 +244,8 @@ func (s *Store) ApplyEntry(index, term uint64, data []byte) error {
 		data = data[k+int(n):]
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.usableLocked(); err != nil {
+		s.mu.Unlock()
 		return err
 	}
 	for _, b := range batches {
@@ -255,6 +255,14 @@ func (s *Store) ApplyEntry(index, term uint64, data []byte) error {
 		s.active.apply(b, b.Messages, s.rep.pos)
 	}
 	s.markAppliedLocked(index, term)
+	full := s.active.bytes >= s.opts.CheckpointBytes
+	s.mu.Unlock()
+	if full {
+		// A follower's overlay fills as a leader's does: checkpoint it,
+		// or it holds the whole stream in memory and a restart applies
+		// it all again.
+		s.wake()
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/brokerd/brokerd/store"
 	"github.com/brokerd/brokerd/wal"
@@ -196,5 +197,41 @@ func TestReplicatedRefusesSingleNodeStore(t *testing.T) {
 	}
 	if _, err := Open(dir, replicatedOpts(&memRetain{})); err == nil || !strings.Contains(err.Error(), "single node") {
 		t.Fatalf("Open = %v, want a refusal naming a single node's store", err)
+	}
+}
+
+// A follower's store checkpoints by itself once the entries it applies
+// fill its overlay, as Apply makes a leader's do.
+func TestReplicatedFollowerCheckpoints(t *testing.T) {
+	o := replicatedOpts(&memRetain{})
+	o.CheckpointBytes = 64 << 10
+	leader := openDir(t, t.TempDir(), replicatedOpts(&memRetain{}))
+	defer leader.Close()
+	f := openDir(t, t.TempDir(), o)
+	defer f.Close()
+	body := strings.Repeat("x", 4096)
+	for i := range 64 {
+		leader.Apply(putBatch(leader, 9, uint64(i+1), body), nil)
+		p := leader.TakeProposals(nil)[0]
+		if err := f.ApplyEntry(uint64(i+1), 1, p.Data()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 256 KiB applied, four times the bound: the checkpointer was woken
+	// and writes the group's state. Waiting for it is waiting for an
+	// event of the store's own loop.
+	deadline := time.Now().Add(10 * time.Second) // the interval's checkpoint comes at 30 s
+	for {
+		gs, err := f.GroupState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gs.Applied > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a follower's full overlay was never checkpointed")
+		}
+		time.Sleep(5 * time.Millisecond) // polls the index for the checkpoint's write
 	}
 }

@@ -66,6 +66,7 @@ peers = [%s]
 		tn.configs = append(tn.configs, path)
 	}
 	tn.procs = make([]*daemon, len(tn.names))
+	tn.paused = make([]bool, len(tn.names))
 	return tn
 }
 

@@ -24,6 +24,14 @@ import (
 // dir and returns their paths and a pool trusting the certificate.
 func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
+	return writeCert(t, dir, "cert", x509.ExtKeyUsageServerAuth)
+}
+
+// writeCert writes name.pem and name-key.pem (key.pem for "cert") in dir:
+// a self-signed certificate for 127.0.0.1 with the given usages, its own
+// CA, and returns a pool holding it.
+func writeCert(t *testing.T, dir, name string, usages ...x509.ExtKeyUsage) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +43,7 @@ func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *
 		NotAfter:              time.Now().Add(time.Hour),
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:           usages,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
@@ -47,7 +55,10 @@ func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *
 	if err != nil {
 		t.Fatal(err)
 	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	if name == "cert" {
+		keyFile = filepath.Join(dir, "key.pem")
+	}
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -146,6 +146,9 @@ func runSchedule(t *testing.T, seed int64) (history.Report, int, []fault) {
 		}
 		// How long the fault lasts: time is the point (an election
 		// timeout is 1 s).
+		// How long the fault lasts: time is the point of these sleeps
+		// (a partition or a pause held while the workload runs), not a
+		// wait for an event.
 		hold := time.Duration(200+rng.Intn(2500)) * time.Millisecond
 		desc := fmt.Sprintf("%s %s for %v", f, tn.names[node], hold)
 		switch f {

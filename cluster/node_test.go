@@ -184,7 +184,7 @@ func (tc *testCluster) awaitApplied(i int, q store.QueueID, n int) {
 		}
 		// Polling a store another goroutine applies to: no event says
 		// "caught up" from outside.
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polls the store
 	}
 }
 

@@ -426,13 +426,9 @@ func (s *Store) awaitCommitted(num uint64) bool {
 func (s *Store) Abandon() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.beginClose() {
 		return s.closeErr
 	}
-	s.closed = true
-	s.mu.Unlock()
 	if s.rep != nil {
 		s.Failed(store.ErrClosed)
 	}

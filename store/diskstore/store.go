@@ -562,19 +562,28 @@ func (s *Store) queueState(q store.QueueID) (index.QueueState, error) {
 	return st, nil
 }
 
+// beginClose marks the store closed and reports whether it was open: the
+// first Close or Abandon does the closing, later ones return its result.
+// Under closeMu.
+func (s *Store) beginClose() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.closed = true
+	return true
+}
+
 // Close implements store.Store: it checkpoints what the WAL holds (so the
 // next start replays little), then closes the WAL, segments and index.
 // Idempotent.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.beginClose() {
 		return s.closeErr
 	}
-	s.closed = true
-	s.mu.Unlock()
 	s.checkpointEnded() // Reserve calls waiting for a checkpoint see the store closed
 	close(s.stop)
 	// A checkpoint under way waits for the WAL; a stalled WAL (it cannot

@@ -85,7 +85,11 @@
 //     or after that commit (made for it if need be) and installs it the
 //     same way, taking its vote in the leader's term as the leader's (its
 //     votes before the wipe are lost: voting again for that term's leader
-//     never elects a second one).
+//     never elects a second one). Until a leader's log or snapshot reaches
+//     it, such a member withholds its vote from any candidate whose log
+//     holds more than the bootstrap entries (withholdVote): it may have
+//     acknowledged entries counted in their commit, and with a member
+//     that is behind it would otherwise elect a leader lacking them.
 //
 // # Ids
 //

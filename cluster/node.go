@@ -115,6 +115,9 @@ type Node struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
+	// lastWithheld is when withholdVote last logged (unix nanoseconds).
+	lastWithheld atomic.Int64
+
 	status atomic.Pointer[Status]
 	// joined is closed once the node first knows a leader.
 	joined     chan struct{}
@@ -230,7 +233,7 @@ func Open(cfg Config) (*Node, error) {
 		Peers: peers, TLS: cfg.TLS, Logger: c.log,
 		Handler: func(group uint64, m *pb.Message) {
 			c.ops.heard(m.GetFrom())
-			if group == DataGroup && (m.GetType() == pb.MsgSnap && c.offerSnapshot(m) || m.GetType() == pb.MsgHeartbeat && c.lostLog(m)) {
+			if group == DataGroup && (m.GetType() == pb.MsgSnap && c.offerSnapshot(m) || m.GetType() == pb.MsgHeartbeat && c.lostLog(m) || c.withholdVote(m)) {
 				return
 			}
 			if n := c.replicaNode(); n != nil {

@@ -85,11 +85,30 @@
 //     or after that commit (made for it if need be) and installs it the
 //     same way, taking its vote in the leader's term as the leader's (its
 //     votes before the wipe are lost: voting again for that term's leader
-//     never elects a second one). Until a leader's log or snapshot reaches
-//     it, such a member withholds its vote from any candidate whose log
-//     holds more than the bootstrap entries (withholdVote): it may have
-//     acknowledged entries counted in their commit, and with a member
-//     that is behind it would otherwise elect a leader lacking them.
+//     never elects a second one).
+//   - Catching up (rejoin.go). A member that started with an empty log
+//     votes only for candidates holding nothing but the bootstrap entries
+//     until its commit reaches the one the leader first told it: with the
+//     acknowledgements of its lost disk counted in commits, it and a
+//     member that is behind would otherwise elect a leader lacking them.
+//
+// # One group, for now
+//
+// The design brief's phase 1 has a metadata group for definitions beside
+// the data group. Here both are one group (DataGroup): with every member
+// in both and a whole client connection proxied to one node, two groups
+// would add a second election whose leader could differ from the data
+// group's, and the broker would need in-broker forwarding (phase 2) to
+// serve a declare on one node and its queue's publishes on another;
+// ordering between a definition and the messages after it (declare then
+// publish, a queue deleted with its messages) would span two logs. One
+// log gives that order, one leader to proxy to and one fsync per cycle.
+// The seams for more groups are kept: entries name their group, message
+// ids carry it, the store keeps each group's applied state under its own
+// key (index.GroupState), and queue state is kept apart from queue
+// definitions (defs' queue-state record). A single node (no [cluster])
+// does not go through a group at all: the store applies at once, as
+// before replication, which is what keeps its figures where they were.
 //
 // # Ids
 //

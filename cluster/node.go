@@ -115,8 +115,8 @@ type Node struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
-	// lastWithheld is when withholdVote last logged (unix nanoseconds).
-	lastWithheld atomic.Int64
+	// catchUp: after starting with an empty log (rejoin.go).
+	catchUp catchUp
 
 	status atomic.Pointer[Status]
 	// joined is closed once the node first knows a leader.
@@ -233,7 +233,7 @@ func Open(cfg Config) (*Node, error) {
 		Peers: peers, TLS: cfg.TLS, Logger: c.log,
 		Handler: func(group uint64, m *pb.Message) {
 			c.ops.heard(m.GetFrom())
-			if group == DataGroup && (m.GetType() == pb.MsgSnap && c.offerSnapshot(m) || m.GetType() == pb.MsgHeartbeat && c.lostLog(m) || c.withholdVote(m)) {
+			if group == DataGroup && (c.heardLeader(m) || m.GetType() == pb.MsgSnap && c.offerSnapshot(m) || m.GetType() == pb.MsgHeartbeat && c.lostLog(m) || c.withholdVote(m)) {
 				return
 			}
 			if n := c.replicaNode(); n != nil {
@@ -394,12 +394,19 @@ func (c *Node) open() (*incarnation, error) {
 	hs, _, _ := inc.rlog.InitialState()
 	last, _ := inc.rlog.LastIndex()
 	if last == 0 && raft.IsEmptyHardState(hs) {
+		if err := c.markCatchingUp(); err != nil {
+			st.Abandon()
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 		for _, p := range c.cfg.Peers {
 			gcfg.Peers = append(gcfg.Peers, RaftID(c.cfg.Cluster, p.Name))
 		}
 		inc.g, err = replica.NewGroup(gcfg)
 	} else {
-		inc.g, err = replica.RestartGroup(gcfg, applied)
+		if err = c.loadCatchingUp(); err == nil {
+			c.checkCaughtUp(inc)
+			inc.g, err = replica.RestartGroup(gcfg, applied)
+		}
 	}
 	if err != nil {
 		st.Abandon()
@@ -508,6 +515,7 @@ func (c *Node) applied(inc *incarnation, index, term uint64, payload []byte, own
 // AfterGroup hooks, leadership changes, and the status.
 func (c *Node) afterCycle(inc *incarnation) {
 	inc.st.EndGroup()
+	c.checkCaughtUp(inc)
 	lead, term := inc.g.Leader()
 	c.ops.sawLeader(lead, term)
 	if inc.serving && !inc.lostSent && (lead != c.id || term != inc.term) {

@@ -725,40 +725,6 @@ func (c *Node) lostLog(m *pb.Message) bool {
 	return true
 }
 
-// withholdVote is the transport handler's look at a vote request (and a
-// pre-vote) for the data group: a member whose log holds nothing past the
-// group's bootstrap entries votes only for a candidate whose log holds
-// nothing more either. Such a member either never joined a running group
-// or had its data directory replaced; in the second case it may have
-// acknowledged entries, counted in their commit, and voted in the current
-// term, and now holds neither. Granting its vote to a candidate the group
-// has moved past could elect a leader lacking committed entries (the
-// wiped member and a behind one make a majority) or a second leader of a
-// term. It waits instead until a leader's log or snapshot reaches it; the
-// price is that a group with one member down and another not yet caught
-// up elects no leader until either is back. It reports whether it took
-// (dropped) the message.
-func (c *Node) withholdVote(m *pb.Message) bool {
-	if t := m.GetType(); t != pb.MsgVote && t != pb.MsgPreVote {
-		return false
-	}
-	c.mu.Lock()
-	inc := c.cur
-	c.mu.Unlock()
-	if inc == nil {
-		return true // reopening: no vote now
-	}
-	boot := uint64(len(c.cfg.Peers))
-	if last, _ := inc.rlog.LastIndex(); last > boot || m.GetIndex() <= boot {
-		return false
-	}
-	now := time.Now().UnixNano()
-	if prev := c.lastWithheld.Load(); now-prev > int64(time.Second) && c.lastWithheld.CompareAndSwap(prev, now) {
-		c.log.Warn("cluster: vote withheld: this node's log is empty (a new node, or its data directory was replaced) and the candidate's is not; waiting for the leader's log or snapshot", "candidate", c.nameOf(m.GetFrom()), "candidate_last_index", m.GetIndex())
-	}
-	return true
-}
-
 // installSnapshot fetches the snapshot m names from its sender and
 // installs it in place of the store: the incarnation stops, the store is
 // replaced (diskstore.IngestSnapshot: the member's term and vote kept, its

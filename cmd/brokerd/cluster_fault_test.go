@@ -35,11 +35,12 @@ const (
 	faultPause
 	faultFullRestart
 	faultOneWay
+	faultWipe
 	nFaults
 )
 
 func (f fault) String() string {
-	return [...]string{"kill -9", "partition 2|1", "partition 1|1|1", "pause", "full restart", "one-way"}[f]
+	return [...]string{"kill -9", "partition 2|1", "partition 1|1|1", "pause", "full restart", "one-way", "wiped data dir"}[f]
 }
 
 // clusterSeeds returns the seeds TestClusterRandomSchedules runs:
@@ -71,14 +72,17 @@ func clusterSeeds(t *testing.T) []int64 {
 // Randomized fault schedules on three processes with a fault proxy on
 // every link: each seed picks a sequence of faults — kill -9 of a node,
 // 2|1 and 1|1|1 partitions (cut or black-holed), one-way links, pauses,
-// full restarts — held for a random while, each followed by recovery and
+// full restarts, a wiped data dir — held for a random while, each followed by recovery and
 // progress (more confirms); two publishers (confirms, reconnecting to any
 // node) and two consumers (acks, nacks with requeue, rejects to a
 // dead-letter queue) run throughout. At the end the cluster is healed and
 // drained and the history must hold: 0 confirmed messages lost, 0
 // phantom, 0 silent duplicates, every rejected confirmed message dead
-// once. A wiped data dir is not among the faults: a node whose disk was
-// replaced needs snapshots, not on this branch yet.
+// once. A wiped data dir (kill -9, the node's directory removed, a start
+// under the same name) counts as one fault until the node has caught up
+// with the leader's log (from the log or a snapshot): the next fault waits
+// for it, as losing a second copy before the first is rebuilt is two
+// faults at once.
 //
 // BROKERD_CLUSTER_SEEDS=N runs N seeds (default 3); BROKERD_CLUSTER_SEED=x
 // replays seed x: the same faults, holds and nodes (a fault aimed at
@@ -191,6 +195,12 @@ func runSchedule(t *testing.T, seed int64) (history.Report, int, []fault) {
 			}
 			time.Sleep(hold)
 			tn.heal()
+		case faultWipe:
+			tn.kill(node)
+			tn.wipe(node)
+			time.Sleep(hold)
+			tn.start(node)
+			tn.procs[node].awaitCount("cluster: caught up", 0)
 		}
 		t.Logf("%s: %s done", time.Now().Format("15:04:05.000"), desc)
 		took := w.awaitProgress(t, 50, desc)

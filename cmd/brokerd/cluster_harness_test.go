@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,6 +38,14 @@ func (tn *testNodes) kill(i int) {
 		tn.t.Fatal(err)
 	}
 	<-tn.procs[i].done
+}
+
+// wipe removes node i's data dir (the node is down: a replaced disk).
+func (tn *testNodes) wipe(i int) {
+	tn.t.Helper()
+	if err := os.RemoveAll(filepath.Join(filepath.Dir(tn.configs[i]), tn.names[i])); err != nil {
+		tn.t.Fatal(err)
+	}
 }
 
 // term stops node i with SIGTERM and waits for it to exit cleanly.

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -49,10 +47,7 @@ func TestClusterWipedDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-tn.procs[v].done
-	dir := filepath.Join(filepath.Dir(tn.configs[v]), tn.names[v])
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	tn.wipe(v)
 	if err := p.run(ctx, o, 3000); err != nil {
 		t.Fatal(err)
 	}
@@ -111,9 +106,7 @@ func TestClusterWipedNodeWithholdsVote(t *testing.T) {
 	}
 	tn.kill(v)
 	tn.kill(l)
-	if err := os.RemoveAll(filepath.Join(filepath.Dir(tn.configs[v]), tn.names[v])); err != nil {
-		t.Fatal(err)
-	}
+	tn.wipe(v)
 	tn.start(v)
 	tn.start(o)
 	tn.procs[v].awaitCount("cluster: vote withheld", 0)

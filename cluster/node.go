@@ -663,6 +663,36 @@ func (c *Node) Err() error {
 	return nil
 }
 
+// Check is the node's liveness check (the systemd watchdog's): nil once
+// the Raft loop has run a function queued on it, the node's failure if it
+// failed, ctx's error if the loop did not get to it in time. A store being
+// opened again (no loop for a moment) passes.
+func (c *Node) Check(ctx context.Context) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	n := c.replicaNode()
+	if n == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	if !n.Run(func() { close(done) }) {
+		return nil // stopping: the store is opened again, or the node closes
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		if err := c.Err(); err != nil {
+			return err
+		}
+		if c.replicaNode() != n {
+			return nil // replaced meanwhile
+		}
+		return fmt.Errorf("cluster: the Raft loop did not answer: %w", ctx.Err())
+	}
+}
+
 // Close stops serving, the loop and the transport, and closes the store.
 func (c *Node) Close() error {
 	select {

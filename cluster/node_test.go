@@ -239,3 +239,29 @@ func TestClusterReplicatesAndFailsOver(t *testing.T) {
 		tc.awaitApplied(i, q, 400)
 	}
 }
+
+// Check passes while a node's Raft loop runs what is queued on it, and
+// fails, within its deadline, while the loop is stuck.
+func TestNodeCheck(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.leader()
+	for i, n := range tc.nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		if err := n.Check(ctx); err != nil {
+			t.Fatalf("%s: %v", tc.names[i], err)
+		}
+		cancel()
+	}
+	release, stuck := make(chan struct{}), make(chan struct{})
+	if !tc.nodes[0].replicaNode().Run(func() { close(stuck); <-release }) {
+		t.Fatal("the loop does not run")
+	}
+	<-stuck
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := tc.nodes[0].Check(ctx)
+	close(release)
+	if err == nil || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("a stuck loop: %v", err)
+	}
+}

@@ -80,7 +80,7 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 	cs.mon = alarm.Start(alarm.Options{MemoryLimit: memLimit, DiskPath: dir, DiskFreeLimit: lv.monitorDiskLimit(cfg.Limits),
 		OnChange: cs.alarms.set, Logger: log})
 	res.add(cs.mon.Close)
-	lv.mon = cs.mon
+	lv.mon, lv.fds = cs.mon, cs.fds
 
 	// The listeners first: a port taken fails the start before the node
 	// joins anything.
@@ -126,6 +126,8 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 		}
 	}
 
+	lv.amqpTLS, lv.mgmtTLS = cs.tls[svcAMQPS], cs.tls[svcHTTPS]
+
 	var interTLS *tls.Config
 	if t := cfg.Cluster.TLS; t.CertFile != "" {
 		if interTLS, err = loadTLS(config.TLS{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile, VerifyPeer: true}); err != nil {
@@ -165,6 +167,19 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 		}
 	})
 	log.Info("cluster: node started", "node", cfg.Cluster.NodeName, "listen", cfg.Cluster.Listen, "peers", len(peers))
+	// The watchdog runs from the start, leader or not: a node waiting for
+	// its peers is alive. Its check is the Raft loop's.
+	if iv, err := sdnotify.WatchdogInterval(); err != nil {
+		log.Warn("systemd watchdog off", "err", err)
+	} else if iv > 0 {
+		log.Info("systemd watchdog on", "interval", iv)
+		wd := startWatchdog(iv/2, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), iv/2)
+			defer cancel()
+			return node.Check(ctx)
+		}, log)
+		res.add(wd.stop)
+	}
 
 	joined := node.Joined()
 	for {
@@ -177,7 +192,7 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 			}
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
-				log.Warn("cluster: a reload is not supported on a cluster node yet; restart it to apply changes")
+				lv.reload()
 				continue
 			}
 			log.Info("shutting down", "signal", s.String())
@@ -260,6 +275,8 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store) {
 	memLimit, _ := cs.mon.Limits()
 	srv := amqp.NewServer(amqpServerConfig(cfg, b, log, cs.fds, memLimit))
 	api := mgmt.New(cs.mgmtOptions(b, st, srv))
+	detach := cs.lv.attach(b, srv)
+	defer detach()
 	var wg sync.WaitGroup
 	for service, g := range cs.gates {
 		l, err := g.Open()

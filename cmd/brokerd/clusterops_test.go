@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/brokerd/brokerd/internal/ctl"
 	"github.com/brokerd/brokerd/internal/history"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // opsNodes is a 3-node cluster (testNodes) whose nodes serve the
@@ -317,4 +319,62 @@ func TestClusterReadyOnceJoined(t *testing.T) {
 		t.Fatalf("first sd_notify message %q, want READY=1", m)
 	}
 	tn.procs[0].awaitLine("cluster: joined")
+}
+
+// Under systemd's watchdog (the dist unit sets WatchdogSec), a cluster
+// node tells systemd WATCHDOG=1 while its Raft loop runs, whether it has
+// joined or not: alone, without a leader, it is alive (and not ready);
+// once joined, READY=1 comes and the watchdog goes on.
+func TestClusterWatchdog(t *testing.T) {
+	tn := newOpsNodes(t)
+	sock := newNotifySocket(t)
+	tn.procs[0] = startDaemonEnv(t, "", []string{"NOTIFY_SOCKET=" + sock.path, "WATCHDOG_USEC=400000"}, "-config", tn.configs[0])
+	if other := sock.awaitWatchdog(); len(other) > 0 {
+		t.Fatalf("a node without a leader sent %q", other)
+	}
+	tn.start(1)
+	if m := sock.next(); !strings.HasPrefix(m, "READY=1") {
+		t.Fatalf("sd_notify message %q, want READY=1", m)
+	}
+	if other := sock.awaitWatchdog(); len(other) > 0 {
+		t.Fatalf("unexpected %q", other)
+	}
+}
+
+// SIGHUP reloads a cluster node's configuration as it does a single
+// node's: the leader applies limits.max_connections at once; followers
+// keep what they reloaded and apply it when they come to lead.
+func TestClusterReload(t *testing.T) {
+	tn := startTestNodes(t)
+	l := tn.leader()
+	for i := range tn.names {
+		f, err := os.OpenFile(tn.configs[i], os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString("[limits]\nmax_connections = 1\n"); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		tn.procs[i].cmd.Process.Signal(syscall.SIGHUP)
+		tn.procs[i].awaitLine("configuration reloaded")
+		if !strings.Contains(tn.procs[i].log(), `msg="reload: setting changed" key=limits.max_connections old=0 new=1`) {
+			t.Fatalf("%s: no log line for the change:\n%s", tn.names[i], tn.procs[i].log())
+		}
+	}
+	oneConnection := func(i int) {
+		t.Helper()
+		c1, err := amqp091.Dial(tn.url(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c1.Close()
+		if c2, err := amqp091.Dial(tn.url(i)); err == nil {
+			c2.Close()
+			t.Fatalf("a second connection through %s was accepted with max_connections = 1", tn.names[i])
+		}
+	}
+	oneConnection(l)
+	tn.kill(l)
+	oneConnection(tn.leader(l))
 }

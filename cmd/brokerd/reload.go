@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 
 // live holds what a SIGHUP reload can change in a running broker. Its
 // methods run on serve's goroutine only, except shutdownTimeout, read
-// by the shutdown.
+// by the shutdown, and attach (a cluster node's serving side), which mu
+// orders with reload.
 type live struct {
+	mu   sync.Mutex
 	path string
 	o    config.Overrides
 	// start is the configuration brokerd started with, which settings
@@ -29,9 +32,11 @@ type live struct {
 
 	level *slog.LevelVar
 	logs  *logSwitch
-	srv   *amqp.Server
-	fds   fdbudget.Budget // the file descriptors' division, fixed at start
-	b     *broker.Broker
+	// srv and b are the AMQP server and the broker: for good on a single
+	// node, while it leads on a cluster node (attach); nil otherwise.
+	srv *amqp.Server
+	fds fdbudget.Budget // the file descriptors' division, fixed at start
+	b   *broker.Broker
 	// storeDisk sets the disk store's disk_free_limit; nil on the memory
 	// store, whose disk alarm the monitor raises.
 	storeDisk func(uint64)
@@ -67,6 +72,8 @@ var bootstrapOnly = map[string]bool{"users": true, "vhosts": true}
 // CA files are read again even if their names did not change (a renewed
 // certificate). systemd is told RELOADING=1 before and READY=1 after.
 func (l *live) reload() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err := sdnotify.Notify(sdnotify.Reloading()); err != nil {
 		l.log.Warn("sd_notify failed", "err", err)
 	}
@@ -114,8 +121,12 @@ func (l *live) reload() {
 		}
 	}
 
-	l.srv.SetMaxConnections(maxConnections(cfg.Limits, l.fds, l.log))
-	l.b.SetConsumerTimeout(consumerTimeout(cfg.AMQP.ConsumerTimeout))
+	if l.srv != nil {
+		l.srv.SetMaxConnections(maxConnections(cfg.Limits, l.fds, l.log))
+	}
+	if l.b != nil {
+		l.b.SetConsumerTimeout(consumerTimeout(cfg.AMQP.ConsumerTimeout))
+	}
 	l.shutdownTimeout.Store(int64(cfg.Daemon.ShutdownTimeout))
 	if cfg.Limits != l.cfg.Limits || cfg.AMQP.UnfinishedContentLimit != l.cfg.AMQP.UnfinishedContentLimit {
 		mem := memoryLimit(cfg.Limits, l.log)
@@ -124,7 +135,9 @@ func (l *live) reload() {
 		if l.storeDisk != nil {
 			l.storeDisk(uint64(cfg.Limits.DiskFreeLimit))
 		}
-		l.srv.SetMaxUnfinishedContentTotal(unfinishedContentLimit(cfg.AMQP, mem))
+		if l.srv != nil {
+			l.srv.SetMaxUnfinishedContentTotal(unfinishedContentLimit(cfg.AMQP, mem))
+		}
 	}
 	for _, t := range []struct {
 		name string
@@ -143,6 +156,25 @@ func (l *live) reload() {
 	l.cfg = cfg
 	l.daemon.set(cfg, memoryLimit(cfg.Limits, l.log))
 	l.log.Info("configuration reloaded", "log_level", lvl.String(), "changed", len(changed))
+}
+
+// attach gives a reload a cluster node's broker and AMQP server while the
+// node leads, and applies to them what reloads changed since the start;
+// detach takes them back when it stops.
+func (l *live) attach(b *broker.Broker, srv *amqp.Server) (detach func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b, l.srv = b, srv
+	srv.SetMaxConnections(maxConnections(l.cfg.Limits, l.fds, l.log))
+	b.SetConsumerTimeout(consumerTimeout(l.cfg.AMQP.ConsumerTimeout))
+	srv.SetMaxUnfinishedContentTotal(unfinishedContentLimit(l.cfg.AMQP, memoryLimit(l.cfg.Limits, l.log)))
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.b == b {
+			l.b, l.srv = nil, nil
+		}
+	}
 }
 
 // monitorDiskLimit is the disk limit the resource monitor watches: none

@@ -110,9 +110,15 @@ type Daemon struct {
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
 }
 
-// Metrics is the [metrics] table: what /metrics (on the management
-// listener) exports.
+// Metrics is the [metrics] table: what /metrics exports, and where
+// besides the management listener.
 type Metrics struct {
+	// Listen is an address serving GET /metrics alone, in plain HTTP, with
+	// this node's own metrics: on a cluster node it is never forwarded to
+	// the leader (the management listener is), as Prometheus scrapes every
+	// node (RabbitMQ's prometheus plugin listens on 15692). "" or "off":
+	// none.
+	Listen string `toml:"listen"`
 	// PerQueueLimit is the most queues exported with their own label set
 	// (vhost, queue); with more queues than that, and at 0, the queue
 	// metrics are exported only as aggregates over every queue, so a
@@ -246,7 +252,7 @@ func Default() Config {
 			DiskFreeLimit:       50 * MB,
 		},
 		Log:     Log{Level: LevelInfo, Format: FormatText},
-		Metrics: Metrics{PerQueueLimit: 1000},
+		Metrics: Metrics{Listen: "off", PerQueueLimit: 1000},
 		Auth: Auth{
 			LoopbackUsers:       []string{"guest"},
 			LoginFailureDelay:   Duration(time.Second),

@@ -168,8 +168,11 @@
 //	                                         or at a second SIGTERM, brokerd exits at once without
 //	                                         losing a confirmed message.
 //
-// [metrics] — what /metrics exports (see package mgmt's metric table).
+// [metrics] — what /metrics exports (see package mgmt's metric table), and where.
 //
+//	metrics.listen           "off"           An address serving GET /metrics alone (plain HTTP),
+//	                                         with this node's own metrics: never forwarded to a
+//	                                         cluster's leader (RabbitMQ's plugin: 15692).
 //	metrics.per_queue_limit  1000            Queues exported with their own label set (vhost,
 //	                                         queue); beyond it, and at 0, queue metrics are
 //	                                         aggregates over every queue only.

@@ -94,6 +94,7 @@ func (c *Config) Validate() error {
 		k.addf("daemon.shutdown_timeout", "must be between 1s and 1h, got %s", d)
 	}
 
+	k.listen("metrics.listen", c.Metrics.Listen)
 	if c.Metrics.PerQueueLimit < 0 {
 		k.addf("metrics.per_queue_limit", "must be 0 or more, got %d", c.Metrics.PerQueueLimit)
 	}
@@ -283,6 +284,7 @@ func (c *Config) validateListeners(k *checker) {
 		{"amqp.tls.listen", c.AMQP.TLS.Listen},
 		{"mgmt.listen", c.Mgmt.Listen},
 		{"mgmt.tls.listen", c.Mgmt.TLS.Listen},
+		{"metrics.listen", c.Metrics.Listen},
 	}
 	if c.Cluster.Enabled() {
 		ls = append(ls, struct{ key, addr string }{"cluster.listen", c.Cluster.Listen})

@@ -48,7 +48,26 @@ func (c *collector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	if c.opts.StoreStats != nil {
+		if st, ok := c.opts.StoreStats(); ok {
+			collectStore(ch, st)
+		}
+	}
+	if c.opts.Cluster != nil {
+		collectRaft(ch, c.opts.Cluster())
+	}
 	b := c.opts.Broker
+	if c.opts.Current != nil {
+		b = c.opts.Current()
+	}
+	if b != nil {
+		c.collectBroker(ch, b)
+	}
+}
+
+// collectBroker exports the broker's counters, queues, connections and
+// alarms.
+func (c *collector) collectBroker(ch chan<- prometheus.Metric, b *broker.Broker) {
 	c.collectGlobal(ch, b.Stats())
 	c.collectQueues(ch, b.Queues(""))
 	conns := b.Connections("")
@@ -58,14 +77,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(ch, "connections", "Connections currently open", float64(len(conns)))
 	gauge(ch, "channels", "Channels currently open", float64(channels))
-	if c.opts.StoreStats != nil {
-		if st, ok := c.opts.StoreStats(); ok {
-			collectStore(ch, st)
-		}
-	}
-	if c.opts.Cluster != nil {
-		collectRaft(ch, c.opts.Cluster())
-	}
 	alarms := b.Alarms()
 	gauge(ch, "alarms_memory_used_watermark", "1 while the memory alarm is raised (publishers blocked), else 0",
 		bool01(slices.Contains(alarms, broker.AlarmMemory)))

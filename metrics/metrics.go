@@ -27,8 +27,12 @@ import (
 
 // Options configure the exported metrics.
 type Options struct {
-	// Broker is the broker whose metrics are exported. Required.
-	Broker *broker.Broker
+	// Broker is the broker whose metrics are exported; Current, if set,
+	// returns it at each scrape instead (a cluster node's, while it
+	// leads). Without a broker only the store's, the cluster's and the
+	// process's metrics are exported.
+	Broker  *broker.Broker
+	Current func() *broker.Broker
 	// PerQueueLimit is the most queues exported with their own label set
 	// (vhost, queue). With more queues, or when it is 0, the queue
 	// metrics are exported without labels, summed over every queue (as

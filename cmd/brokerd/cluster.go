@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 	"github.com/brokerd/brokerd/internal/alarm"
 	"github.com/brokerd/brokerd/internal/fdbudget"
 	"github.com/brokerd/brokerd/internal/sdnotify"
+	"github.com/brokerd/brokerd/metrics"
 	"github.com/brokerd/brokerd/mgmt"
 	"github.com/brokerd/brokerd/store/diskstore"
 )
@@ -58,6 +60,8 @@ type clusterServer struct {
 	listeners []mgmt.Listener
 
 	alarms clusterAlarms
+	// broker is the broker while the node serves (the metrics port's).
+	broker atomic.Pointer[broker.Broker]
 }
 
 // serveCluster is serve for a cluster node: it runs until a signal stops
@@ -127,6 +131,16 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 	}
 
 	lv.amqpTLS, lv.mgmtTLS = cs.tls[svcAMQPS], cs.tls[svcHTTPS]
+	// The metrics port is this node's own, never forwarded: its store's
+	// and Raft's metrics always, the broker's while it leads.
+	var serveMetricsPort func() error
+	if !config.Disabled(cfg.Metrics.Listen) {
+		serveMetricsPort, err = serveMetrics(cfg, metrics.Options{Current: cs.broker.Load, PerQueueLimit: cfg.Metrics.PerQueueLimit,
+			StoreStats: cs.storeStats, Cluster: cs.clusterStatus}, log, res.add)
+		if err != nil {
+			return err
+		}
+	}
 
 	var interTLS *tls.Config
 	if t := cfg.Cluster.TLS; t.CertFile != "" {
@@ -161,6 +175,13 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 		return err
 	}
 	cs.node.Store(node)
+	if serveMetricsPort != nil {
+		go func() {
+			if err := serveMetricsPort(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics port failed", "err", err)
+			}
+		}()
+	}
 	res.add(func() {
 		if err := node.Close(); err != nil {
 			log.Warn("cluster: close the node", "err", err)
@@ -277,6 +298,7 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store) {
 	api := mgmt.New(cs.mgmtOptions(b, st, srv))
 	detach := cs.lv.attach(b, srv)
 	defer detach()
+	cs.broker.Store(b)
 	var wg sync.WaitGroup
 	for service, g := range cs.gates {
 		l, err := g.Open()
@@ -299,6 +321,7 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store) {
 	}
 	log.Info("cluster: serving clients")
 	<-ctx.Done()
+	cs.broker.CompareAndSwap(b, nil)
 	log.Info("cluster: stopped leading; closing client connections")
 	sctx, cancel := context.WithTimeout(context.Background(), cs.lv.timeout())
 	defer cancel()

@@ -29,3 +29,14 @@ func (cs *clusterServer) clusterStatus() cluster.Status {
 	}
 	return cluster.Status{Cluster: cs.cfg.Cluster.Name, Name: cs.cfg.Cluster.NodeName}
 }
+
+// storeStats is the node's store's statistics (none while it is opened
+// again).
+func (cs *clusterServer) storeStats() (diskstore.Stats, bool) {
+	if n := cs.node.Load(); n != nil {
+		if st := n.Store(); st != nil {
+			return st.Stats(), true
+		}
+	}
+	return diskstore.Stats{}, false
+}

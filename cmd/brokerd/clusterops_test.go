@@ -378,3 +378,44 @@ func TestClusterReload(t *testing.T) {
 	tn.kill(l)
 	oneConnection(tn.leader(l))
 }
+
+// Each node's metrics port serves that node's own metrics, not the
+// leader's (its management port is forwarded): every node its store's
+// and its Raft metrics, with brokerd_raft_is_leader 1 on the leader
+// only, and the broker's (queues, connections) on the leader only.
+func TestClusterMetricsPort(t *testing.T) {
+	tn := newOpsNodes(t)
+	var ports []string
+	for i := range tn.names {
+		ports = append(ports, freeAddr(t))
+		f, err := os.OpenFile(tn.configs[i], os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "[metrics]\nlisten = %q\n", ports[i])
+		f.Close()
+	}
+	for i := range tn.names {
+		tn.start(i)
+	}
+	l := tn.leader()
+	for i := range tn.names {
+		tn.awaitJoined(i)
+	}
+	for i := range tn.names {
+		fams := scrape(t, "http://"+ports[i]+"/metrics")
+		f := fams["brokerd_raft_is_leader"]
+		if f == nil {
+			t.Fatalf("%s: no brokerd_raft_is_leader", tn.names[i])
+		}
+		if got, want := f.Metric[0].GetGauge().GetValue(), map[bool]float64{true: 1}[i == l]; got != want {
+			t.Errorf("%s: brokerd_raft_is_leader %v, want %v", tn.names[i], got, want)
+		}
+		if fams["brokerd_wal_records_total"] == nil || fams["brokerd_raft_log_commit_index"] == nil {
+			t.Errorf("%s: no store or Raft metrics", tn.names[i])
+		}
+		if (fams["brokerd_queues"] != nil) != (i == l) {
+			t.Errorf("%s (leader %s): brokerd_queues present: %v", tn.names[i], tn.names[l], fams["brokerd_queues"] != nil)
+		}
+	}
+}

@@ -227,7 +227,7 @@ func serve(cfg config.Config, lv *live) error {
 	// Started before anything listens: a failed start closes every
 	// listener opened so far.
 	res.add(func() { srv.Shutdown(context.Background()) })
-	errc := make(chan error, 4)
+	errc := make(chan error, 8) // one per listener, never more
 	var listeners []mgmt.Listener
 	listen := func(name, addr string, tlsCfg *tls.Config) error {
 		l, err := net.Listen("tcp", addr)
@@ -292,6 +292,13 @@ func serve(cfg config.Config, lv *live) error {
 		if err := serveAPI("HTTPS", t.Listen, src.config()); err != nil {
 			return err
 		}
+	}
+	if !config.Disabled(cfg.Metrics.Listen) {
+		ms, err := serveMetrics(cfg, metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}, log, res.add)
+		if err != nil {
+			return err
+		}
+		go func() { errc <- ms() }()
 	}
 	// Every listener is bound (the kernel queues connections from now on)
 	// and recovery is over.
@@ -364,6 +371,20 @@ func amqpServerConfig(cfg config.Config, b *broker.Broker, log *slog.Logger, fds
 
 		MaxUnfinishedContentTotal: unfinishedContentLimit(cfg.AMQP, memLimit),
 	}
+}
+
+// serveMetrics listens on [metrics] listen for a server of opts' metrics
+// (mgmt.MetricsServer), adds its shutdown to closers (add), and returns
+// its serve.
+func serveMetrics(cfg config.Config, opts metrics.Options, log *slog.Logger, add func(func())) (serve func() error, err error) {
+	l, err := net.Listen("tcp", cfg.Metrics.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen metrics on %s: %w", cfg.Metrics.Listen, err)
+	}
+	ms := mgmt.NewMetricsServer(metrics.Handler(opts), log, cfg.Mgmt.MaxConnections)
+	add(func() { ms.Shutdown(context.Background()) })
+	log.Info("serving Prometheus metrics", "addr", l.Addr().String(), "path", "/metrics")
+	return func() error { return ms.Serve(l) }, nil
 }
 
 // mgmtOptions are the management API's options, over b and st.

@@ -70,15 +70,7 @@ func TestClusterWipedDataDir(t *testing.T) {
 	<-tn.procs[l].done
 	tn.start(o)
 	tn.procs[v].awaitCount("cluster: serving clients", 0)
-	drainCluster(t, tn.url(v), "work", rec)
-	rep := rec.Check(history.Checks{})
-	t.Log(rep)
-	if !rep.OK() {
-		t.Fatal(rep)
-	}
-	if rep.Confirmed < 4500 {
-		t.Fatalf("%d confirmed", rep.Confirmed)
-	}
+	drainAndCheck(t, tn.url(v), "work", rec, 4500)
 }
 
 // A node whose data dir is wiped may have acknowledged entries counted in
@@ -114,13 +106,5 @@ func TestClusterWipedNodeWithholdsVote(t *testing.T) {
 		t.Fatal("a leader was elected without the old leader")
 	}
 	tn.start(l)
-	drainCluster(t, tn.url(tn.leader()), "work", rec)
-	rep := rec.Check(history.Checks{})
-	t.Log(rep)
-	if !rep.OK() {
-		t.Fatal(rep)
-	}
-	if rep.Confirmed < 1000 {
-		t.Fatalf("%d confirmed", rep.Confirmed)
-	}
+	drainAndCheck(t, tn.url(tn.leader()), "work", rec, 1000)
 }

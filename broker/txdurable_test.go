@@ -4,6 +4,7 @@ package broker_test
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/store"
 )
@@ -203,4 +205,52 @@ func TestStoreFailureBlocksPublishers(t *testing.T) {
 	// A blocked connection is not read from, so the client's close
 	// handshake would wait forever: stop the broker, which closes it.
 	b.Stop()
+}
+
+// TestStoreFailureStopsDeliveriesPastTheMark: once the store has failed, no
+// delivered mark can be written, so nothing past the durable mark is
+// delivered (a restart, or the next leader of a cluster, would hand it out
+// again marked as never delivered); basic.get answers get-empty there
+// rather than wait for a write that never comes.
+func TestStoreFailureStopsDeliveriesPastTheMark(t *testing.T) {
+	const chunk, n = 4, 10
+	h := newHeldStore()
+	b := brokertest.Start(t, brokertest.Config{WrapStore: h.wrap, Broker: broker.Options{DeliveredMarkChunk: chunk}})
+	ch := b.Session(t, brokertest.Persistent)
+	if _, err := ch.QueueDeclare("sm", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		ch.Publish("", "sm", amqp091.Publishing{Body: fmt.Appendf(nil, "m%d", i)})
+	}
+	if _, ok, err := ch.Channel.Get("sm", false); err != nil || !ok {
+		t.Fatalf("get before the failure: %v %v", ok, err)
+	}
+	h.mu.Lock()
+	h.failErr = errors.New("disk on fire")
+	h.mu.Unlock()
+	h.start(t)
+	acked := make(chan bool, 1)
+	go func() { acked <- ch.PublishAck("", "sm", amqp091.Publishing{Body: []byte("fails")}) }()
+	h.waitHeld(t, 1)
+	h.release()
+	if <-acked {
+		t.Fatal("publish acked although the store failed")
+	}
+	got := 0
+	for {
+		_, ok, err := ch.Channel.Get("sm", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if got++; got >= n {
+			t.Fatal("every message delivered after the store failed")
+		}
+	}
+	if got > chunk {
+		t.Fatalf("%d delivered after the store failed, more than the mark chunk (%d) covers", got, chunk)
+	}
 }

@@ -90,11 +90,19 @@ func (q *Queue) deliveredBefore(prio uint8, seq uint64, deliveryCount uint32) bo
 // for a mark write and the caller waits for it (markWaitLocked). It also
 // writes the mark ahead while deliveries approach it.
 func (q *Queue) markReadyLocked(e *Entry) bool {
-	if q.marks == nil || !e.durable() || q.Env.StoreErr.Load() != nil {
-		return true // nothing to mark, or nothing durable any more
+	if q.marks == nil || !e.durable() {
+		return true // nothing to mark
 	}
 	if q.marksFinal {
 		return false // stopping: the exact marks are taken
+	}
+	if q.Env.StoreErr.Load() != nil {
+		// The store failed (on a cluster node: it lost the leadership):
+		// no mark can be written, so only what the durable mark covers is
+		// delivered. A delivery past it would come back, after a restart
+		// or on the next leader, marked as never delivered.
+		lv := min(int(e.Prio), len(q.marks)-1)
+		return e.Seq <= q.marks[lv]
 	}
 	lv := min(int(e.Prio), len(q.marks)-1)
 	chunk := uint64(q.Env.cfg.DeliveredMarkChunk)

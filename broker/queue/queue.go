@@ -696,8 +696,10 @@ func (q *Queue) tryGet(ch Channel, noAck bool) (e *Entry, tag uint64, props []by
 		for {
 			f := q.ready.Front()
 			if f != nil && !f.expiredAt(now) && !q.markReadyLocked(f) {
-				e = nil            // an entry expired in an earlier turn is not the one got
-				if !q.marksFinal { // stopping: nothing more is delivered
+				e = nil // an entry expired in an earlier turn is not the one got
+				// Stopping, or the store failed: no mark write comes,
+				// nothing more is delivered.
+				if !q.marksFinal && q.Env.StoreErr.Load() == nil {
 					mark = q.markWaitLocked()
 				}
 				break

@@ -175,6 +175,11 @@ type ExchangeInfo struct {
 	// (RabbitMQ's publish_in and publish_out), since it was declared or
 	// recovered.
 	PublishIn, PublishOut uint64
+	// Delayed is set for a delayed exchange (x-delayed-message);
+	// MessagesDelayed counts the messages it holds until they are due
+	// (the plugin's messages_delayed).
+	Delayed         bool
+	MessagesDelayed int64
 }
 
 // Exchanges describes the exchanges of vhost ("" for every vhost), sorted
@@ -214,6 +219,9 @@ func (b *Broker) Exchange(vhost, name string) (ExchangeInfo, error) {
 func exchangeInfoLocked(x *topology.Exchange, v *VHost, ps []*Policy) ExchangeInfo {
 	xi := ExchangeInfo{VHost: v.Name, Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete, Internal: x.Internal, Arguments: x.Args,
 		PublishIn: x.Stats.PublishIn.Load(), PublishOut: x.Stats.PublishOut.Load()}
+	if x.Hold != nil {
+		xi.Delayed, xi.MessagesDelayed = true, x.Hold.Held()
+	}
 	if x.Name != "" {
 		if p := policy.Best(ps, func(p *Policy) bool { return p.AppliesToExchange(x.Name) }); p != nil {
 			xi.Policy = p.Name

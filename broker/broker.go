@@ -410,6 +410,7 @@ func (b *Broker) deleteQueueFor(q *queue.Queue, ch *channel) (int, *queue.StoreW
 	if !ok {
 		return 0, w, nil
 	}
+	b.deleteUnheld(v) // auto-delete delayed exchanges q was bound to
 	var own []*queue.Consumer
 	for _, c := range consumers {
 		if ch != nil && c.Ch == ch {

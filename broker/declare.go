@@ -81,12 +81,26 @@ func (ch *channel) exchangeDeclare(m *amqp.ExchangeDeclare) *amqp.Error {
 			v.mu.Unlock()
 			return err
 		}
+		delayed := m.Type == topology.TypeDelayed
+		if delayed {
+			// As the plugin's validate/1, called for a new exchange only.
+			if err := topology.ValidateDelayed(m.Arguments); err != nil {
+				v.mu.Unlock()
+				return err
+			}
+		}
 		x = topology.NewExchange(m.Exchange, m.Type, m.Durable, m.AutoDelete, m.Internal, m.Arguments)
 		x.ApplyPolicy(policy.Sorted(v.policies)) // a policy alternate-exchange applies at once
+		if delayed {
+			c.b.newHold(v, x, c.b.holdID(x.Durable))
+		}
 		v.topo.Exchanges[x.Name] = x
 		var mb defs.Batch
 		if x.Durable {
 			mb.Put(defs.EncodeExchange(x.Def(v.Name)))
+			if delayed {
+				mb.Put(holdRecord(x)) // with its exchange's, in one batch
+			}
 		}
 		w := c.b.startMeta(&mb)
 		v.mu.Unlock()
@@ -117,10 +131,18 @@ func exchangeEquivalent(vhost string, x *topology.Exchange, m *amqp.ExchangeDecl
 	case x.Internal != m.Internal:
 		return ineq("internal", m.Internal, x.Internal)
 	}
-	got, _ := m.Arguments.Get("alternate-exchange")
-	cur, _ := x.Args.Get("alternate-exchange")
-	if !queue.SameArg(got, cur) {
-		return queue.InequivalentError("exchange", "alternate-exchange", x.Name, vhost, got, cur)
+	keys := []string{"alternate-exchange"}
+	if x.Type == topology.TypeDelayed {
+		// Beyond the plugin, which delegates to the underlying type's
+		// check and so takes any x-delayed-type on a redeclare.
+		keys = append(keys, "x-delayed-type")
+	}
+	for _, k := range keys {
+		got, _ := m.Arguments.Get(k)
+		cur, _ := x.Args.Get(k)
+		if !queue.SameArg(got, cur) {
+			return queue.InequivalentError("exchange", k, x.Name, vhost, got, cur)
+		}
 	}
 	return nil
 }
@@ -157,8 +179,37 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 	if err := c.checkPerm(auth.Configure, "exchange", m.Exchange); err != nil {
 		return err
 	}
-	v.mu.Lock()
+	v.mu.RLock()
 	x := v.topo.Exchanges[m.Exchange]
+	v.mu.RUnlock()
+	if x != nil && x.Hold != nil {
+		// With its holding queue, whose lock comes before the vhost's.
+		inUse := false
+		deleted, w := c.b.deleteDelayed(v, x, func() bool {
+			inUse = m.IfUnused && len(x.Bindings) > 0
+			return !inUse
+		})
+		if inUse {
+			return amqp.Errorf(amqp.PreconditionFailed, "exchange '%s' in vhost '%s' in use", m.Exchange, v.Name)
+		}
+		if !deleted && w == nil {
+			// Replaced since it was looked up: delete what is there now.
+			return ch.exchangeDelete(m)
+		}
+		if err := w.Wait(); err != nil {
+			return err
+		}
+		if !m.Nowait {
+			ch.out.Send(&amqp.ExchangeDeleteOk{})
+		}
+		return nil
+	}
+	v.mu.Lock()
+	x = v.topo.Exchanges[m.Exchange]
+	if x != nil && x.Hold != nil {
+		v.mu.Unlock()
+		return ch.exchangeDelete(m) // became a delayed exchange meanwhile
+	}
 	var mb defs.Batch
 	if x != nil {
 		// As RabbitMQ, only bindings from x count: being the
@@ -171,6 +222,7 @@ func (ch *channel) exchangeDelete(m *amqp.ExchangeDelete) *amqp.Error {
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
+	c.b.deleteUnheld(v)
 	if err := w.Wait(); err != nil {
 		return err
 	}
@@ -225,6 +277,9 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
+	if !bind {
+		c.b.deleteUnheld(v)
+	}
 	if err := w.Wait(); err != nil {
 		return err
 	}
@@ -416,6 +471,9 @@ func (ch *channel) queueBind(qname, exchange, key string, args amqp.Table, bind,
 	}
 	w := c.b.startMeta(&mb)
 	v.mu.Unlock()
+	if !bind {
+		c.b.deleteUnheld(v)
+	}
 	if err := w.Wait(); err != nil {
 		return err
 	}

@@ -166,7 +166,21 @@ func (b *Broker) recoverDefinitions() error {
 			dropQueues = append(dropQueues, store.QueueID(d.ID))
 			return nil
 		}
-		q := queue.New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
+		var q *queue.Queue
+		if xname, ok := queue.HoldExchange(d.Name); ok {
+			// A delayed exchange's holding queue (delayed.go): its
+			// exchange's, in no queue map.
+			x := vh.topo.Exchanges[xname]
+			if x == nil || x.Type != topology.TypeDelayed || x.Hold != nil {
+				dangling(k, "the held messages of an unknown delayed exchange", "vhost", d.VHost, "exchange", xname)
+				dropQueues = append(dropQueues, store.QueueID(d.ID))
+				return nil
+			}
+			q = queue.NewHold(b.env, &vh.Host, store.QueueID(d.ID), xname, true)
+			x.Hold = q
+		} else {
+			q = queue.New(b.env, &vh.Host, store.QueueID(d.ID), d.Name, true, false, d.AutoDelete, d.Args)
+		}
 		// A queue written before its state had a record of its own keeps
 		// it in its definition; once a state record is stored, it wins.
 		if st, ok := qstates[d.ID]; ok {
@@ -175,7 +189,9 @@ func (b *Broker) recoverDefinitions() error {
 		} else {
 			q.InitState(d.Backlog, d.Marks)
 		}
-		vh.topo.Queues[q.Name] = q
+		if !q.IsHold() {
+			vh.topo.Queues[q.Name] = q
+		}
 		queues = append(queues, q)
 		return nil
 	})
@@ -246,6 +262,9 @@ func (b *Broker) recoverDefinitions() error {
 		return err
 	}
 	if err := b.dropVolatileQueues(states); err != nil {
+		return err
+	}
+	if err := b.recoverMissingHolds(); err != nil {
 		return err
 	}
 	progress := b.opts.RecoveryProgress
@@ -326,6 +345,9 @@ func QueueNames(records map[string][]byte) map[store.QueueID]string {
 			continue
 		}
 		name := fmt.Sprintf("queue '%s' in vhost '%s'", d.Name, d.VHost)
+		if x, ok := queue.HoldExchange(d.Name); ok {
+			name = fmt.Sprintf("the held messages of delayed exchange '%s' in vhost '%s'", x, d.VHost)
+		}
 		id := store.QueueID(d.ID)
 		r := engine.Ranges{ID: id}
 		out[id] = name

@@ -105,8 +105,12 @@
 //
 // [4] A queue's deletion takes its Queue.mu, then VHost.mu exclusively
 // (Queue.Delete with the vhost's unlink), so the deletion follows every
-// change to the queue's entries and every binding to it; dead letters are
-// routed under the source's Queue.mu with VHost.mu shared. Hence no code
+// change to the queue's entries and every binding to it; so does a delayed
+// exchange's, with its holding queue's lock (delayed.go), which is why an
+// auto-delete delayed exchange left without bindings under VHost.mu is
+// deleted after it is released (topology.Topology.Unheld); dead letters,
+// and delayed messages at their release, are routed under the source's
+// Queue.mu with VHost.mu shared. Hence no code
 // takes a queue lock while it holds VHost.mu: declarations change the
 // topology under VHost.mu and work on queues after releasing it.
 // Broker.mu and VHost.mu are never held together.

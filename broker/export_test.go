@@ -69,6 +69,23 @@ func (b *Broker) queueForTest(vhost, queue string) *queue.Queue {
 	return v.topo.Queues[queue]
 }
 
+// holdForTest returns the holding queue of delayed exchange exchange.
+func (b *Broker) holdForTest(vhost, exchange string) *queue.Queue {
+	v := b.VHost(vhost)
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.topo.Exchanges[exchange].Hold
+}
+
+// HeldResidentForTest returns how many of the messages delayed exchange
+// exchange holds are in memory, how many it holds, and how many of those
+// in the store only have a timer (a read ahead of their due time armed).
+func (b *Broker) HeldResidentForTest(vhost, exchange string) (resident, held, armed int) {
+	q := b.holdForTest(vhost, exchange)
+	resident, held = q.ResidentForTest()
+	return resident, held, q.PagedTimersForTest()
+}
+
 // ResidentForTest returns how many of queue's ready entries are in memory
 // (live or removed but still held) and its ready count, middles included.
 func (b *Broker) ResidentForTest(vhost, queue string) (resident, ready int) {

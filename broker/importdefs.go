@@ -417,6 +417,12 @@ func (p *importPlan) checkContents() {
 				continue
 			}
 		}
+		if dx.Type == topology.TypeDelayed {
+			if err := topology.ValidateDelayed(dx.Arguments); err != nil {
+				p.problem("%s: %s", what, err.Text)
+				continue
+			}
+		}
 		t.xs[dx.Name] = topology.NewExchange(dx.Name, dx.Type, dx.Durable, dx.AutoDelete, dx.Internal, dx.Arguments)
 	}
 	newQueues := map[string]map[string]*DefQueue{}
@@ -524,6 +530,13 @@ func (p *importPlan) apply() *queue.StoreWrite {
 			durable++
 		}
 	}
+	for _, t := range p.targets {
+		for _, x := range t.xs {
+			if x.Type == topology.TypeDelayed && x.Durable {
+				durable++ // its holding queue
+			}
+		}
+	}
 	ids := b.newDurableQueueIDs(durable)
 	for _, name := range names {
 		t := p.targets[name]
@@ -542,9 +555,19 @@ func (p *importPlan) apply() *queue.StoreWrite {
 		for _, xname := range slices.Sorted(maps.Keys(t.xs)) {
 			x := t.xs[xname]
 			x.ApplyPolicy(ps)
+			if x.Type == topology.TypeDelayed {
+				id := b.newQueueID()
+				if x.Durable {
+					id, ids = ids[0], ids[1:]
+				}
+				b.newHold(v, x, id)
+			}
 			v.topo.Exchanges[xname] = x
 			if x.Durable {
 				p.mb.Put(defs.EncodeExchange(x.Def(name)))
+				if x.Hold != nil {
+					p.mb.Put(holdRecord(x))
+				}
 			}
 		}
 	}

@@ -223,7 +223,17 @@ func (ch *channel) route(p *pendingPublish, dst []*queue.Queue) []*queue.Queue {
 	x := v.topo.Exchanges[p.exchange]
 	var qs []*queue.Queue
 	if x != nil {
-		qs = v.topo.RouteInto(dst, x, h.RoutingKeys, p.headers)
+		var held bool
+		p.Due, held = queue.DueAt(p.headers, b.env.ArrivalMS)
+		switch {
+		case !held:
+			qs = v.topo.RouteInto(dst, x, h.RoutingKeys, p.headers)
+		case p.mandatory && len(v.topo.RouteInto(dst, x, h.RoutingKeys, p.headers)) == 0:
+			// A delayed exchange holds a mandatory message only if it
+			// would reach a queue now: what can be known at publish.
+		default:
+			qs = v.topo.RouteHeldInto(dst, x, h.RoutingKeys, p.headers)
+		}
 	}
 	v.mu.RUnlock()
 	// Routed: the decoded headers are not needed again, and p lives as

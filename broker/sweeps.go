@@ -22,6 +22,15 @@ func (b *Broker) queuesByID(ids map[store.QueueID][]queue.PagedRef) []*queue.Que
 				out = append(out, q)
 			}
 		}
+		for _, x := range v.topo.Exchanges {
+			if q := x.Hold; q != nil {
+				_, durable := ids[q.ID]
+				_, volatile := ids[q.VolatileID()]
+				if durable && q.Durable || volatile {
+					out = append(out, q)
+				}
+			}
+		}
 		v.mu.RUnlock()
 	}
 	return out

@@ -190,6 +190,12 @@ func (b *Broker) DeleteVHost(name string) error {
 // exchanges, bindings and policies of v, which is no longer reachable,
 // then every record left under v's prefix of each defs.VHostPrefixes kind.
 func (b *Broker) deleteVHostContents(v *VHost) error {
+	for _, x := range v.delayedExchanges() {
+		_, w := b.deleteDelayed(v, x, nil) // with their holding queues
+		if err := w.WaitErr(); err != nil {
+			return fmt.Errorf("delete exchange '%s': %w", x.Name, err)
+		}
+	}
 	for _, q := range v.queueList() {
 		q.MarkClosing()
 		_, w := b.deleteQueue(q)

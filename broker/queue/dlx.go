@@ -236,7 +236,7 @@ func (q *Queue) planDeadLetterLocked(t *Txn, cfg *Settings, e *Entry, reason dea
 		// target's own message TTL applies.
 		// The message's priority, not e's level: the target may have
 		// other levels than q.
-		ne := tq.newCopyEntry(msg, header, m.prio, &at)
+		ne := tq.newCopyEntry(msg, header, m.prio, -1, &at)
 		ne.Origin = m.origin
 		if ne.stored {
 			t.put(ne)

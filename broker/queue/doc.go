@@ -2,7 +2,10 @@
 // Txn that turns one operation into one store batch, enqueue, settle and
 // dispatch, length limits, paging and spill, TTL and paged expiry,
 // delivered marks, dead-letter planning and its backlog, damage, peek and
-// the redrive scan, and the rules for a declaration's queue arguments.
+// the redrive scan, the holding queues of delayed exchanges (scheduled
+// delivery: a held message is an entry whose deadline is its due time, and
+// is released through its exchange, delayed.go), and the rules for a
+// declaration's queue arguments.
 // Its storage side (a level's resident head, stored middle and tail) is
 // the engine package below it.
 //
@@ -61,9 +64,10 @@
 // memory after the source lock is released (Txn.finish), and settling
 // takes its queues one at a time.
 //
-// [2] Dead letters are routed with the source's Queue.mu held and the
-// Router's lock taken shared (Txn.hold), which is kept until the batch
-// that puts the copies is applied: no target can be deleted between
+// [2] Dead letters, and delayed messages at their release (delayed.go),
+// are routed with the source's Queue.mu held and the Router's lock taken
+// shared (Txn.hold), which is kept until the batch that puts the copies is
+// applied: no target can be deleted between
 // routing to it and that put, because a deletion (Queue.Delete) takes the
 // queue's lock, then the vhost's exclusively, so it also follows every
 // change to the queue's entries and every binding to it. Hence the owner
@@ -152,7 +156,8 @@
 // A limit, a kind of expiry or a dead-letter rule goes in this package's
 // files (queue.go, settle.go, dlx.go, backlog.go, expiry.go,
 // pagedexpiry.go, paging.go, spill.go, deliveredmarks.go, txn.go, peek.go,
-// damage.go), its argument in args.go and its policy key in broker/policy.
+// damage.go, delayed.go), its argument in args.go and its policy key in
+// broker/policy.
 // What it needs from outside goes into Env, Host or Router; what the
 // broker needs from it is an exported operation that takes the queue's
 // lock itself (Lengths, Purge, Delete, SettleRuns), never the lock taken

@@ -16,6 +16,10 @@ type Incoming struct {
 	Msg  *store.Message
 	TTL  int64 // per-message TTL in ms from the expiration property; -1 = none
 	Prio uint8 // priority property
+	// Due is when a delayed exchange on its route releases it (Unix ms;
+	// queue.DueAt): the Deadline of its entry in that exchange's holding
+	// queue. 0 when it is not held.
+	Due int64
 	// Entry, if not nil, is memory for the message's first queue entry,
 	// allocated with the publish; enqueueLocked uses it once.
 	Entry *Entry
@@ -189,6 +193,12 @@ func (b *Env) enqueueLocked(t *Txn, qs []*Queue, p *Incoming, at *arrival) (refu
 			e = new(Entry)
 		}
 		q.initEntry(e, msg, nil, p.Prio, p.TTL, at)
+		if q.holdFor != "" {
+			// Held until it is due, whatever its TTL: that counts from
+			// its release into its queues.
+			e.Deadline, e.zeroTTL = cmp.Or(p.Due, at.get()), false
+			b.Counters.Delayed.Add(1)
+		}
 		if e.stored {
 			t.put(e)
 		}

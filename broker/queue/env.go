@@ -45,6 +45,9 @@ type Env struct {
 	cycles   cycleLog
 	dropLog  [stats.NumDropCauses]*ratelog.Limiter // nil for stats.DropNoDLX; see newDropLogs
 	readLog  *ratelog.Limiter                      // store reads retried (readretry.go)
+	// releaseLog warns of delayed messages that found no queue at their
+	// due time (delayed.go).
+	releaseLog *ratelog.Limiter
 
 	Timers *ttl.Scheduler // message deadlines and queue leases
 	// Horizon is the latest deadline the store's expiry keys have been
@@ -90,6 +93,7 @@ func NewEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired 
 	b.storeFailedFn = b.storeFailed
 	b.dropLog = newDropLogs(log)
 	b.readLog = newReadLog(log)
+	b.releaseLog = newReleaseLog(log)
 	b.minConsumerTimeout.Store(math.MaxInt64)
 	return b
 }
@@ -111,6 +115,7 @@ func (b *Env) StopLogs() {
 		}
 	}
 	b.readLog.Stop()
+	b.releaseLog.Stop()
 }
 
 // SetConsumerTimeoutMs sets the broker's consumer timeout, ms (-1: none).
@@ -217,6 +222,10 @@ type Router interface {
 	RouteLocked(exchange string, keys []string, headers amqp.Table) []*Queue
 	// QueueLocked returns the queue named name, nil if there is none.
 	QueueLocked(name string) *Queue
+	// IsHoldLocked reports whether hold is the holding queue of the
+	// delayed exchange named exchange (delayed.go): false once the
+	// exchange is deleted, or replaced.
+	IsHoldLocked(exchange string, hold *Queue) bool
 }
 
 // noteConsumerTimeout lowers the bound below which deliveries are not

@@ -22,6 +22,10 @@ func (b *Env) NowMS() int64 { return b.cfg.Now().UnixMilli() }
 // rounding the arrival up makes that never earlier than arrival + TTL.
 func (b *Env) arrivalMS() int64 { return ceilMS(b.cfg.Now()) }
 
+// ArrivalMS is arrivalMS, for the broker's publishes: the time a delayed
+// message's x-delay counts from (DueAt).
+func (b *Env) ArrivalMS() int64 { return b.arrivalMS() }
+
 // arrival is the arrival time of a publish (arrivalMS), read from the
 // clock when a deadline first needs it and then kept, so a message with
 // no TTL costs no clock read and every queue of one publish counts from
@@ -162,6 +166,10 @@ func (q *Queue) expireLocked(t *Txn, es []*Entry, paged []*Entry) {
 			// the scheduler's reading and ours): wait again.
 			q.armLocked(e)
 		}
+	}
+	if q.holdFor != "" {
+		q.releaseLocked(t, expired) // due: routed now (delayed.go)
+		return
 	}
 	if len(paged) > 0 {
 		slices.SortFunc(expired, func(a, b *Entry) int {

@@ -92,6 +92,9 @@ type Queue struct {
 	maxPriority uint8 // x-max-priority; 0 = no priorities
 	sac         bool  // x-single-active-consumer
 	Owner       any   // exclusive owner (the broker's connection; the engine does not use it); nil otherwise
+	// holdFor names the delayed exchange whose messages q holds until
+	// they are due (delayed.go); "" for every other queue.
+	holdFor string
 
 	cfg     atomic.Pointer[Settings] // effective settings (arguments + policy)
 	Seq     atomic.Uint64            // last assigned sequence number
@@ -313,13 +316,14 @@ func (q *Queue) initEntry(e *Entry, msg *store.Message, h *store.Header, prio ui
 	return e
 }
 
-// newCopyEntry is newEntry for a dead-lettered copy, which reaches q
+// newCopyEntry is newEntry for a dead-lettered copy or a released
+// delayed message (msgTTL: its expiration, -1 for none), which reaches q
 // (insertDeadLetters) after its put reached the store: its seq is
 // recorded as in flight until then.
-func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, at *arrival) *Entry {
+func (q *Queue) newCopyEntry(msg *store.Message, h *store.Header, prio uint8, msgTTL int64, at *arrival) *Entry {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
-	e := q.newEntry(msg, h, prio, -1, at)
+	e := q.newEntry(msg, h, prio, msgTTL, at)
 	q.inflight = append(q.inflight, e.Seq)
 	return e
 }

@@ -446,7 +446,7 @@ func (q *Queue) planRedriveLocked(t *Txn, e *Entry, props amqp.Properties, d lat
 			}
 			msg = clone
 		}
-		ne := tq.newCopyEntry(msg, header, props.Priority, &arrival{env: b})
+		ne := tq.newCopyEntry(msg, header, props.Priority, -1, &arrival{env: b})
 		if ne.stored {
 			t.put(ne)
 		}

@@ -39,6 +39,14 @@ func (q *Queue) BacklogResidentForTest() int {
 	return len(q.backlog)
 }
 
+// PagedTimersForTest returns how many of q's paged entries have a timer
+// (pagedexpiry.go: their deadline is within the horizon scanned).
+func (q *Queue) PagedTimersForTest() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.paged)
+}
+
 // ReadAheadPendingForTest returns how many of q's paged entries are due
 // to be read ahead of their deadline (their read-ahead timer's time has
 // come) and not read yet.

@@ -106,6 +106,10 @@ type Counters struct {
 	Cycles                atomic.Uint64 // targets skipped because of a cycle
 	Overflowed            atomic.Uint64 // evicted by drop-head or refused by reject-publish(-dlx)
 	Backlogged            atomic.Uint64 // dead letters that had to wait for a route
+	// Delayed counts messages a delayed exchange took to hold until their
+	// due time; DelayedReleased those of them routed at their due time to
+	// at least one queue, DelayedDropped those that then reached none.
+	Delayed, DelayedReleased, DelayedDropped atomic.Uint64
 }
 
 // Discarded counts n messages removed for reason with no dead letter
@@ -241,6 +245,10 @@ type Snapshot struct {
 	// Backlogged counts dead letters that waited for a route
 	// (at-least-once).
 	Backlogged uint64
+	// Delayed counts messages held by delayed exchanges (x-delayed-message)
+	// until their due time; DelayedReleased those routed at their due time
+	// to at least one queue; DelayedDropped those that reached none then.
+	Delayed, DelayedReleased, DelayedDropped uint64
 	// Damaged counts messages lost to damaged data on disk (a segment
 	// block that fails its checksum): taken out of their queues, and
 	// dead-lettered with reason damaged where that was possible.
@@ -287,6 +295,9 @@ func (c *Counters) Snapshot() Snapshot {
 		Cycles:                c.Cycles.Load(),
 		Overflowed:            c.Overflowed.Load(),
 		Backlogged:            c.Backlogged.Load(),
+		Delayed:               c.Delayed.Load(),
+		DelayedReleased:       c.DelayedReleased.Load(),
+		DelayedDropped:        c.DelayedDropped.Load(),
 		Damaged:               c.Damaged.Load(),
 		StoreReadErrors:       c.ReadErrors.Load(),
 	}

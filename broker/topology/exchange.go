@@ -15,14 +15,40 @@ const (
 	typeFanout  = "fanout"
 	typeTopic   = "topic"
 	typeHeaders = "headers"
+	// TypeDelayed is the delayed-message exchange (the
+	// rabbitmq-delayed-message-exchange plugin's type): it routes as the
+	// type its x-delayed-type argument names, and holds a message that is
+	// due later in its holding queue (Exchange.Hold) until then.
+	TypeDelayed = "x-delayed-message"
 )
 
+// ValidExchangeType reports whether t is an exchange type brokerd has.
 func ValidExchangeType(t string) bool {
 	switch t {
-	case typeDirect, typeFanout, typeTopic, typeHeaders:
+	case typeDirect, typeFanout, typeTopic, typeHeaders, TypeDelayed:
 		return true
 	}
 	return false
+}
+
+// ValidateDelayed checks the arguments of a new delayed exchange as the
+// plugin's validate/1 does: x-delayed-type must name an existing exchange
+// type, other than x-delayed-message itself. A type that is not a string
+// is refused with 406 as a missing one; an unknown name is 503
+// COMMAND_INVALID, as exchange.declare's own type (rabbit_exchange:
+// check_type, which the plugin calls).
+func ValidateDelayed(args amqp.Table) *amqp.Error {
+	v, _ := args.Get("x-delayed-type")
+	s, ok := v.(string)
+	switch {
+	case !ok:
+		return amqp.Errorf(amqp.PreconditionFailed, "Invalid argument, 'x-delayed-type' must be an existing exchange type")
+	case s == TypeDelayed:
+		return amqp.Errorf(amqp.PreconditionFailed, "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'")
+	case !ValidExchangeType(s):
+		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", s)
+	}
+	return nil
 }
 
 // Exchange is a routing node. Its fields other than bindings are fixed at
@@ -34,6 +60,15 @@ type Exchange struct {
 	AutoDelete bool
 	Internal   bool
 	Args       amqp.Table
+
+	// kind is the type it routes as: Type, or a delayed exchange's
+	// x-delayed-type.
+	kind string
+	// Hold is a delayed exchange's holding queue (its messages not due
+	// yet), set by its owner before the exchange is reachable; nil for
+	// other types. It is no queue of the topology's: no binding, no name
+	// a client can use.
+	Hold *queue.Queue
 
 	alternate string // alternate-exchange argument, "" if none
 	hasAE     bool
@@ -68,13 +103,17 @@ func (b *Binding) DestName() string {
 }
 
 func NewExchange(name, typ string, durable, autoDelete, internal bool, args amqp.Table) *Exchange {
-	x := &Exchange{Name: name, Type: typ, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args}
+	x := &Exchange{Name: name, Type: typ, Durable: durable, AutoDelete: autoDelete, Internal: internal, Args: args, kind: typ}
 	if v, ok := args.Get("alternate-exchange"); ok {
 		if s, ok := v.(string); ok {
 			x.alternate, x.hasAE = s, true
 		}
 	}
-	if typ == typeDirect {
+	if typ == TypeDelayed {
+		v, _ := args.Get("x-delayed-type")
+		x.kind, _ = v.(string) // validated: ValidateDelayed
+	}
+	if x.kind == typeDirect {
 		x.byKey = make(map[string][]*Binding)
 	}
 	return x
@@ -129,7 +168,7 @@ func removePtr[T comparable](s []T, v T) []T {
 // matches reports whether binding b of exchange x takes a message with the
 // given routing keys and headers.
 func (x *Exchange) matches(b *Binding, keys []string, headers amqp.Table) bool {
-	switch x.Type {
+	switch x.kind {
 	case typeFanout:
 		return true
 	case typeDirect:
@@ -154,7 +193,7 @@ func (x *Exchange) matches(b *Binding, keys []string, headers amqp.Table) bool {
 // RabbitMQ's validate_binding: a headers binding's x-match must be one of
 // the four modes.
 func ValidateBinding(x *Exchange, args amqp.Table) *amqp.Error {
-	if x.Type != typeHeaders {
+	if x.kind != typeHeaders {
 		return nil
 	}
 	v, ok := args.Get("x-match")

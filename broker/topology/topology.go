@@ -17,6 +17,10 @@ type Topology struct {
 	Queues    map[string]*queue.Queue
 	// QueueBindings are the bindings with each queue as destination.
 	QueueBindings map[*queue.Queue][]*Binding
+	// Unheld are auto-delete delayed exchanges left without bindings:
+	// their owner deletes each with its holding queue, whose lock it
+	// cannot take while it holds the topology's (TakeUnheld).
+	Unheld []*Exchange
 }
 
 // New returns the topology of a new vhost named name: its
@@ -35,15 +39,26 @@ func New(name string) *Topology {
 
 // Route returns the queues a message published to x with the given routing
 // keys and headers reaches, following exchange-to-exchange bindings and
-// alternate exchanges, each queue once. Caller holds the owner's lock (shared).
+// alternate exchanges, each queue once. A delayed exchange routes it now,
+// as its underlying type. Caller holds the owner's lock (shared).
 func (t *Topology) Route(x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
 	return t.RouteInto(nil, x, keys, headers)
 }
 
-// RouteInto is routeLocked appending to dst (a publisher's reused
-// buffer): routing a message to one exchange's queues allocates nothing.
+// RouteInto is Route appending to dst (a publisher's reused buffer):
+// routing a message to one exchange's queues allocates nothing.
 func (t *Topology) RouteInto(dst []*queue.Queue, x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
 	r := router{t: t, queues: dst[:0]}
+	r.route(x, keys, headers)
+	return r.queues
+}
+
+// RouteHeldInto is RouteInto for a message due later (queue.DueAt): a
+// delayed exchange on its route takes it into its holding queue, which is
+// then among the queues returned, instead of routing it through its
+// bindings or its alternate exchange, which it does at the due time.
+func (t *Topology) RouteHeldInto(dst []*queue.Queue, x *Exchange, keys []string, headers amqp.Table) []*queue.Queue {
+	r := router{t: t, queues: dst[:0], held: true}
 	r.route(x, keys, headers)
 	return r.queues
 }
@@ -58,6 +73,7 @@ type router struct {
 	seenX  map[*Exchange]bool
 	seenQ  map[*queue.Queue]bool
 	queues []*queue.Queue
+	held   bool // the message is due later: delayed exchanges hold it
 }
 
 // visit reports whether x was visited before, and records it.
@@ -94,6 +110,10 @@ func (r *router) addQueue(q *queue.Queue) {
 
 func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
 	if r.visit(x) {
+		return
+	}
+	if r.held && x.Hold != nil {
+		r.addQueue(x.Hold)
 		return
 	}
 	found := false
@@ -135,7 +155,10 @@ func (r *router) route(x *Exchange, keys []string, headers amqp.Table) {
 
 // DeleteExchange removes x and every binding to or from it, then
 // auto-deletes exchanges left without bindings. It returns the store
-// operations for the durable definitions removed.
+// operations for the durable definitions removed. The caller deletes a
+// delayed exchange's holding queue with it (the owner's deletion holds
+// that queue's lock around this call), and the delayed exchanges this
+// leaves to auto-delete (Unheld) after.
 func (t *Topology) DeleteExchange(x *Exchange, m *defs.Batch) {
 	delete(t.Exchanges, x.Name)
 	if x.Durable {
@@ -159,7 +182,8 @@ func (t *Topology) DeleteExchange(x *Exchange, m *defs.Batch) {
 }
 
 // RemoveBinding removes b from its source exchange, and auto-deletes
-// the source if that was its last binding.
+// the source if that was its last binding: at once, or, for a delayed
+// exchange, by its owner (Unheld).
 func (t *Topology) RemoveBinding(src *Exchange, b *Binding, m *defs.Batch) {
 	src.removeBinding(b)
 	t.unlinkDestLocked(b)
@@ -167,8 +191,20 @@ func (t *Topology) RemoveBinding(src *Exchange, b *Binding, m *defs.Batch) {
 		m.Delete(defs.BindingKey(b.Def(t.name)))
 	}
 	if src.AutoDelete && len(src.Bindings) == 0 {
-		t.DeleteExchange(src, m)
+		if src.Hold != nil {
+			t.Unheld = append(t.Unheld, src)
+		} else {
+			t.DeleteExchange(src, m)
+		}
 	}
+}
+
+// TakeUnheld returns and forgets the delayed exchanges left to
+// auto-delete (Unheld).
+func (t *Topology) TakeUnheld() []*Exchange {
+	xs := t.Unheld
+	t.Unheld = nil
+	return xs
 }
 
 func (t *Topology) unlinkDestLocked(b *Binding) {

@@ -88,6 +88,11 @@ type importQueue struct {
 	Arguments  json.RawMessage `json:"arguments"`
 }
 
+// lavinDelayedType is the type LavinMQ exports its delayed exchanges
+// under (with x-delayed-type among their arguments, as the plugin's), and
+// imports as x-delayed-message: so does brokerd.
+const lavinDelayedType = "x-delayed-exchange"
+
 type importExchange struct {
 	Name       string          `json:"name"`
 	VHost      string          `json:"vhost"`
@@ -342,6 +347,9 @@ func (s *Server) importDefs(im *imported, into string) error {
 	}
 	for _, x := range im.exchanges {
 		what := fmt.Sprintf("exchange '%s' in vhost '%s'", x.Name, vhostOf(x.VHost))
+		if x.Type == lavinDelayedType {
+			x.Type = "x-delayed-message"
+		}
 		a, err := args(x.Arguments)
 		if err == nil {
 			err = s.checkMethod(&amqp.ExchangeDeclare{Exchange: x.Name, Type: x.Type, Arguments: a})

@@ -207,5 +207,7 @@ func exchangeTypes() []map[string]any {
 		{"name": "fanout", "description": "AMQP fanout exchange, as per the AMQP specification", "enabled": true},
 		{"name": "headers", "description": "AMQP headers exchange, as per the AMQP specification", "enabled": true},
 		{"name": "topic", "description": "AMQP topic exchange, as per the AMQP specification", "enabled": true},
+		// As the delayed-message plugin registers it (its description/0).
+		{"name": "x-delayed-message", "description": "Delayed Message Exchange.", "enabled": true},
 	}
 }

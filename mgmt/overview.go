@@ -128,6 +128,7 @@ func (s *Server) overview(u *broker.UserInfo, r *http.Request) (any, error) {
 		"exchange_types": []map[string]any{
 			{"name": "direct", "enabled": true}, {"name": "fanout", "enabled": true},
 			{"name": "topic", "enabled": true}, {"name": "headers", "enabled": true},
+			{"name": "x-delayed-message", "enabled": true},
 		},
 		"object_totals": map[string]any{
 			"connections": len(conns), "channels": nch, "exchanges": nx, "queues": nq, "consumers": ncons,

@@ -375,6 +375,9 @@ func exchangeJSON(xi broker.ExchangeInfo) map[string]any {
 	if xi.Policy != "" {
 		m["policy"] = xi.Policy
 	}
+	if xi.Delayed {
+		m["messages_delayed"] = xi.MessagesDelayed // the plugin's info item
+	}
 	return m
 }
 

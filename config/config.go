@@ -122,7 +122,8 @@ type Metrics struct {
 	// PerQueueLimit is the most queues exported with their own label set
 	// (vhost, queue); with more queues than that, and at 0, the queue
 	// metrics are exported only as aggregates over every queue, so a
-	// broker with many queues does not flood Prometheus with series.
+	// broker with many queues does not flood Prometheus with series. The
+	// same bound applies to delayed exchanges.
 	PerQueueLimit int `toml:"per_queue_limit"`
 }
 

@@ -175,7 +175,8 @@
 //	                                         cluster's leader (RabbitMQ's plugin: 15692).
 //	metrics.per_queue_limit  1000            Queues exported with their own label set (vhost,
 //	                                         queue); beyond it, and at 0, queue metrics are
-//	                                         aggregates over every queue only.
+//	                                         aggregates over every queue only. Delayed
+//	                                         exchanges' messages_delayed likewise.
 //
 // [auth]
 //

@@ -70,6 +70,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 func (c *collector) collectBroker(ch chan<- prometheus.Metric, b *broker.Broker) {
 	c.collectGlobal(ch, b.Stats())
 	c.collectQueues(ch, b.Queues(""))
+	c.collectDelayed(ch, b.Exchanges(""))
 	conns := b.Connections("")
 	channels := 0
 	for _, ci := range conns {
@@ -130,6 +131,9 @@ func (c *collector) collectGlobal(ch chan<- prometheus.Metric, st broker.Stats) 
 	counter(ch, "dead_letters_backlogged_total", "Dead letters of at-least-once queues that had to wait for a route", st.Backlogged)
 	counter(ch, "global_messages_overflowed_total", "Messages evicted (drop-head) or refused (reject-publish) by a queue length limit", st.Overflowed)
 	counter(ch, "global_messages_damaged_total", "Messages lost to damaged data on disk, taken out of their queues (dead-lettered with reason damaged where possible)", st.Damaged)
+	counter(ch, "delayed_messages_total", "Messages delayed exchanges (x-delayed-message) held to route at their due time", st.Delayed)
+	counter(ch, "delayed_messages_released_total", "Held messages routed at their due time to at least one queue", st.DelayedReleased)
+	counter(ch, "delayed_messages_dropped_total", "Held messages that reached no queue at their due time (no binding, no alternate exchange), dropped", st.DelayedDropped)
 	counter(ch, "store_read_errors_total", "Store reads that failed for a reason other than damage (out of file descriptors, an I/O error) and were made again after a second", st.StoreReadErrors)
 }
 
@@ -212,6 +216,27 @@ func (c *collector) collectQueues(ch chan<- prometheus.Metric, qs []broker.Queue
 		damaged += qs[i].Damaged
 	}
 	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(damagedName, damagedHelp+", summed over every queue", nil, nil), prometheus.CounterValue, float64(damaged))
+}
+
+// collectDelayed exports what each delayed exchange holds (the plugin's
+// messages_delayed), per exchange (labels vhost, exchange) while there
+// are at most PerQueueLimit delayed exchanges, else summed without those
+// labels, as the queue gauges.
+func (c *collector) collectDelayed(ch chan<- prometheus.Metric, xs []broker.ExchangeInfo) {
+	const name, help = "brokerd_exchange_messages_delayed", "Messages a delayed exchange (x-delayed-message) holds until their due time"
+	xs = slices.DeleteFunc(xs, func(x broker.ExchangeInfo) bool { return !x.Delayed })
+	if len(xs) > 0 && len(xs) <= c.opts.PerQueueLimit {
+		d := prometheus.NewDesc(name, help, []string{"vhost", "exchange"}, nil)
+		for _, x := range xs {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(x.MessagesDelayed), x.VHost, x.Name)
+		}
+		return
+	}
+	var sum int64
+	for _, x := range xs {
+		sum += x.MessagesDelayed
+	}
+	ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help+", summed over every delayed exchange", nil, nil), prometheus.GaugeValue, float64(sum))
 }
 
 // collectStore exports the disk store's statistics.

@@ -37,7 +37,9 @@ type Options struct {
 	// (vhost, queue). With more queues, or when it is 0, the queue
 	// metrics are exported without labels, summed over every queue (as
 	// RabbitMQ's prometheus plugin does unless per-object metrics are on),
-	// so sum(...) over them gives the same in both modes.
+	// so sum(...) over them gives the same in both modes. The same bound,
+	// and the same rule, apply to delayed exchanges and their
+	// brokerd_exchange_messages_delayed (labels vhost, exchange).
 	PerQueueLimit int
 	// StoreStats, if set, returns the message store's statistics at each
 	// scrape (WAL, fsync latency, group commits, segments, checkpoints,

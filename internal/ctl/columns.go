@@ -148,6 +148,8 @@ var (
 		all: []column{
 			field("name"), field("type"), field("durable"), field("auto_delete"),
 			field("internal"), table("arguments"), field("policy"),
+			// brokerd's own (a delayed exchange's; blank for others).
+			field("messages_delayed"),
 		},
 	}
 	bindingColumns = listing{

@@ -93,6 +93,30 @@ func TestListQueuesEmptyVhost(t *testing.T) {
 	})
 }
 
+// A delayed exchange's messages_delayed is a column of list_exchanges,
+// blank for the other exchanges.
+func TestListExchangesMessagesDelayed(t *testing.T) {
+	forEachServer(t, func(t *testing.T, e *env) {
+		ch := e.channel()
+		if err := ch.ExchangeDeclare("later", "x-delayed-message", true, false, false, false, amqp091.Table{"x-delayed-type": "direct"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			dc, err := ch.PublishWithDeferredConfirm("later", "k", false, false, amqp091.Publishing{Headers: amqp091.Table{"x-delay": int64(600_000)}})
+			if err != nil || !dc.Wait() {
+				t.Fatalf("publish: %v", err)
+			}
+		}
+		out := e.ok("-s", "list_exchanges", "-p", e.vhost, "name", "type", "messages_delayed")
+		if !hasLine(out, "later\tx-delayed-message\t2") || !hasLine(out, "amq.direct\tdirect\t") {
+			t.Errorf("list_exchanges name type messages_delayed printed:\n%s", out)
+		}
+	})
+}
+
 func TestListExchangesAndBindings(t *testing.T) {
 	forEachServer(t, func(t *testing.T, e *env) {
 		ch := e.channel()

@@ -19,7 +19,8 @@ func TestValidateDelayed(t *testing.T) {
 		{amqp.Table{{Key: "x-delayed-type", Value: "fanout"}}, 0},
 		{amqp.Table{{Key: "x-delayed-type", Value: "headers"}}, 0},
 		{nil, amqp.PreconditionFailed},
-		{amqp.Table{{Key: "x-delayed-type", Value: []byte("direct")}}, amqp.PreconditionFailed},
+		{amqp.Table{{Key: "x-delayed-type", Value: []byte("direct")}}, 0},
+		{amqp.Table{{Key: "x-delayed-type", Value: int32(1)}}, amqp.PreconditionFailed},
 		{amqp.Table{{Key: "x-delayed-type", Value: "x-delayed-message"}}, amqp.PreconditionFailed},
 		{amqp.Table{{Key: "x-delayed-type", Value: "x-consistent-hash"}}, amqp.CommandInvalid},
 		{amqp.Table{{Key: "x-delayed-type", Value: ""}}, amqp.CommandInvalid},
@@ -90,6 +91,11 @@ func TestRouteDelayed(t *testing.T) {
 	}
 	if err := ValidateBinding(dx, amqp.Table{{Key: "x-match", Value: "bad"}}); err != nil {
 		t.Errorf("a topic-typed delayed exchange checked x-match: %v", err)
+	}
+	bx := NewExchange("bx", TypeDelayed, false, false, false, amqp.Table{{Key: "x-delayed-type", Value: []byte("fanout")}})
+	bx.AddBinding(&Binding{Source: "bx", Key: "ignored", Queue: qa})
+	if got := names(top.RouteInto(nil, bx, []string{"any"}, nil)); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("a delayed exchange of x-delayed-type fanout (a byte array) routed to %v, want [a]", got)
 	}
 	hx := NewExchange("hx", TypeDelayed, false, false, false, amqp.Table{{Key: "x-delayed-type", Value: "headers"}})
 	if err := ValidateBinding(hx, amqp.Table{{Key: "x-match", Value: "bad"}}); err == nil {

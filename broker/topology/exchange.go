@@ -34,12 +34,12 @@ func ValidExchangeType(t string) bool {
 // ValidateDelayed checks the arguments of a new delayed exchange as the
 // plugin's validate/1 does: x-delayed-type must name an existing exchange
 // type, other than x-delayed-message itself. A type that is not a string
-// is refused with 406 as a missing one; an unknown name is 503
-// COMMAND_INVALID, as exchange.declare's own type (rabbit_exchange:
-// check_type, which the plugin calls).
+// (a longstr or byte array: Erlang binaries both) is refused with 406 as a
+// missing one; an unknown name is 503 COMMAND_INVALID, as
+// exchange.declare's own type (rabbit_exchange:check_type, which the
+// plugin calls).
 func ValidateDelayed(args amqp.Table) *amqp.Error {
-	v, _ := args.Get("x-delayed-type")
-	s, ok := v.(string)
+	s, ok := delayedType(args)
 	switch {
 	case !ok:
 		return amqp.Errorf(amqp.PreconditionFailed, "Invalid argument, 'x-delayed-type' must be an existing exchange type")
@@ -49,6 +49,18 @@ func ValidateDelayed(args amqp.Table) *amqp.Error {
 		return amqp.Errorf(amqp.CommandInvalid, "unknown exchange type '%s'", s)
 	}
 	return nil
+}
+
+// delayedType returns a delayed exchange's x-delayed-type argument, if it
+// is a string.
+func delayedType(args amqp.Table) (string, bool) {
+	switch v, _ := args.Get("x-delayed-type"); s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
 }
 
 // Exchange is a routing node. Its fields other than bindings are fixed at
@@ -110,8 +122,7 @@ func NewExchange(name, typ string, durable, autoDelete, internal bool, args amqp
 		}
 	}
 	if typ == TypeDelayed {
-		v, _ := args.Get("x-delayed-type")
-		x.kind, _ = v.(string) // validated: ValidateDelayed
+		x.kind, _ = delayedType(args) // validated: ValidateDelayed
 	}
 	if x.kind == typeDirect {
 		x.byKey = make(map[string][]*Binding)

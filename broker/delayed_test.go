@@ -295,6 +295,48 @@ func TestDelayedMandatory(t *testing.T) {
 	if st := b.Broker.Stats(); st.Returned != 1 {
 		t.Fatalf("returned count %d, want 1", st.Returned)
 	}
+
+	// An alternate exchange that would take it now counts as a route: held.
+	ch.DeclareExchange("ae", "fanout", nil)
+	ch.Declare("aeq", nil)
+	ch.Bind("aeq", "", "ae", nil)
+	sdDeclare(t, ch, "dae", "direct", amqp091.Table{"alternate-exchange": "ae"})
+	ch.Publish("dae", "nowhere", sdPub("to-ae", sdDelay(1000)), brokertest.Mandatory)
+	sdWantHeld(t, b, "dae", 1)
+	ch.WantReady("aeq", 0)
+	clk.Advance(time.Second)
+	tlSettleTimers(b)
+	tlEventuallyReady(t, b, "aeq", 1)
+	ch.WantDrain("aeq", "to-ae")
+	select {
+	case r := <-returns:
+		t.Fatalf("returned %q (%d), want no return", r.Body, r.ReplyCode)
+	default:
+	}
+}
+
+// In real time, with the broker's own scheduler: each message comes no
+// earlier than its delay after it was published, in due-time order.
+func TestDelayedWallClock(t *testing.T) {
+	t.Parallel()
+	b := brokertest.Start(t, brokertest.Config{})
+	ch := b.Session(t, brokertest.Persistent)
+	sdDeclare(t, ch, "dx", "direct", nil, brokertest.Durable)
+	ch.Declare("q", nil, brokertest.Durable)
+	ch.Bind("q", "k", "dx", nil)
+	sub := b.Session(t, brokertest.NoConfirm)
+	msgs := dvConsume(t, sub, "q", "", true, nil)
+	start := time.Now()
+	for _, d := range []int64{300, 100, 200} {
+		ch.Publish("dx", "k", sdPub(fmt.Sprint(d), sdDelay(d)))
+	}
+	for _, want := range []int64{100, 200, 300} {
+		d := dvRecv(t, msgs)
+		tlNotBefore(t, "message delayed "+string(d.Body)+" ms", start, time.Duration(want)*time.Millisecond)
+		if string(d.Body) != fmt.Sprint(want) {
+			t.Fatalf("got %q, want %d", d.Body, want)
+		}
+	}
 }
 
 // Routing is the underlying type's, at release: the exchange's bindings

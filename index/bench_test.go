@@ -53,6 +53,7 @@ func BenchmarkEntryValue(b *testing.B) {
 		{"plain", EntryValue{Msg: 1 << 30, Size: 1500}},
 		{"ttl", EntryValue{Msg: 1 << 30, Size: 1500, Deadline: 1767225600000, DeliveryCount: 1}},
 		{"deadlettered", samples[5]},
+		{"retry", EntryValue{Msg: 1 << 30, Size: 1500, DeliveryCount: 2, AcquiredCount: 3, ReadyAt: 1767225600000}},
 	} {
 		enc := AppendEntryValue(nil, &c.v)
 		buf := make([]byte, 0, 256)

@@ -81,11 +81,11 @@
 // (signed, as encoding/binary's AppendVarint); byte strings are a uvarint
 // length and then the bytes.
 //
-//	entry value, format 0x11 (version 1) or 0x12 (version 2)
-//	+-----------+-------+----------------+--------------+- - - - - - - - - - -+
-//	| 0x11/0x12 | flags | msg id uvarint | size uvarint | optional fields ... |
-//	+-----------+-------+----------------+--------------+- - - - - - - - - - -+
-//	0           1       2
+//	entry value, format 0x11 (version 1), 0x12 (version 2) or 0x13 (version 3)
+//	+----------------+-------+----------------+--------------+- - - - - - - - - - -+
+//	| 0x11/0x12/0x13 | flags | msg id uvarint | size uvarint | optional fields ... |
+//	+----------------+-------+----------------+--------------+- - - - - - - - - - -+
+//	0                1       2
 //
 //	optional fields, in this order, each present iff its flag bit is set:
 //	  0x01  deadline        varint (unix ms)
@@ -93,7 +93,10 @@
 //	  0x04  dead-letter     bytes (the reason)
 //	  0x08  dead-at         varint (unix ms)
 //	  0x10  header          see below
-//	  0x20  origin          see below; version 2 only, and always in it
+//	  0x20  origin          see below; versions 2 and 3; always in version 2
+//	  0x40  ready-at        varint (unix ms): not delivered before; version 3 only
+//	  0x80  acquired count  uvarint; version 3 only
+//	  (version 3 has at least one of 0x40 and 0x80)
 //
 //	header: exchange bytes, uvarint count, count × routing key bytes, props bytes
 //	origin: queue bytes (non-empty), reason bytes, time varint (unix ms): the
@@ -102,7 +105,10 @@
 // Version 2 is written for an entry with an origin and only for it, so
 // an entry without one keeps its version 1 encoding: a store that never
 // held an origin stays readable by a build that knows version 1 only, and
-// every value has exactly one encoding.
+// every value has exactly one encoding. Version 3 likewise is written for
+// an entry with a ready-at time or an acquired count (an entry of a queue
+// with delayed retry that came back) and only for it, whether or not it
+// has an origin; every other entry keeps its version 1 or 2 encoding.
 //
 //	message value, format 0x21:        refs uvarint, size uvarint, location bytes
 //	queue state, format 0x32:          last seq uvarint, uvarint n, n × level
@@ -134,7 +140,8 @@
 // # Versions
 //
 // A value kind gains a field by getting a new format byte (0x12 for the
-// entry value's second version, which added the origin): the encoder
+// entry value's second version, which added the origin; 0x13 for its
+// third, which added the ready-at time and the acquired count): the encoder
 // writes the newest (the entry value: the newest its fields need), the
 // decoder accepts every version it has known. Decoders do not skip unknown trailing
 // fields: a build that ignored a newer build's fields would silently drop

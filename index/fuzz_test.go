@@ -131,14 +131,14 @@ func FuzzEntryValue(f *testing.F) {
 		}
 		addDamaged(AppendEntryValue(nil, &v), func(raw []byte) {
 			f.Add(raw, v.Msg, v.Size, v.Deadline, v.DeliveryCount, v.DeadLetter, v.DeadAt,
-				v.Header != nil, exch, rks, props, oq, or, oat)
+				v.Header != nil, exch, rks, props, oq, or, oat, v.ReadyAt, v.AcquiredCount)
 		})
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, msg uint64, size uint32, deadline int64, dc uint32,
 		reason []byte, deadAt int64, hasHeader bool, exch, rks, props []byte,
-		originQueue, originReason []byte, originAt int64) {
+		originQueue, originReason []byte, originAt int64, readyAt int64, acquired uint32) {
 		v := EntryValue{Msg: msg, Size: size, Deadline: deadline, DeliveryCount: dc,
-			DeadLetter: reason, DeadAt: deadAt}
+			DeadLetter: reason, DeadAt: deadAt, ReadyAt: readyAt, AcquiredCount: acquired}
 		if hasHeader {
 			v.Header = &Header{Exchange: exch, RoutingKeys: splitKeys(rks), Props: props}
 		}

@@ -46,7 +46,8 @@ func headerEqual(a, b *Header) bool {
 // are equal, a nil and a non-nil Header are not.
 func entryValueEqual(a, b *EntryValue) bool {
 	return a.Msg == b.Msg && a.Size == b.Size && a.Deadline == b.Deadline &&
-		a.DeliveryCount == b.DeliveryCount && bytes.Equal(a.DeadLetter, b.DeadLetter) &&
+		a.DeliveryCount == b.DeliveryCount && a.AcquiredCount == b.AcquiredCount && a.ReadyAt == b.ReadyAt &&
+		bytes.Equal(a.DeadLetter, b.DeadLetter) &&
 		a.DeadAt == b.DeadAt && headerEqual(a.Header, b.Header) && originEqual(a.Origin, b.Origin)
 }
 
@@ -91,6 +92,17 @@ func sampleEntryValues() []EntryValue {
 		},
 		{Msg: 101, Origin: &Origin{Queue: []byte("q")}},
 		{Msg: 102, Deadline: 5, DeliveryCount: 2, Origin: &Origin{Queue: []byte("\xff\x00"), Reason: []byte("maxlen"), At: -1}},
+		// Version 3: entries of a queue with delayed retry that came back.
+		{Msg: 200, Size: 1500, DeliveryCount: 1, AcquiredCount: 2, ReadyAt: 1767225600000},
+		{Msg: 201, ReadyAt: -1},
+		{Msg: 202, Size: 3, AcquiredCount: 1},
+		{
+			Msg: 203, Size: 9, Deadline: 1767225699999, DeliveryCount: 20, AcquiredCount: 31, ReadyAt: 1767225601500,
+			Header: &Header{Exchange: []byte("dlx"), RoutingKeys: [][]byte{[]byte("dlq")}},
+			Origin: &Origin{Queue: []byte("orders"), Reason: []byte("delivery_limit"), At: 1767225600999},
+		},
+		{Msg: math.MaxUint64, AcquiredCount: math.MaxUint32, ReadyAt: math.MinInt64},
+		{Msg: 204, DeadLetter: []byte("rejected"), DeadAt: 9, ReadyAt: math.MaxInt64},
 	}
 }
 

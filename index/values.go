@@ -12,6 +12,7 @@ import (
 const (
 	formatEntryV1        byte = 0x11 // on-disk format; never renumber
 	formatEntryV2        byte = 0x12 // on-disk format; never renumber
+	formatEntryV3        byte = 0x13 // on-disk format; never renumber
 	formatMsgV1          byte = 0x21 // on-disk format; never renumber
 	formatQueueStateV1   byte = 0x31 // on-disk format; never renumber
 	formatQueueStateV2   byte = 0x32 // on-disk format; never renumber
@@ -30,11 +31,16 @@ const (
 	entryHasDeadLetter    byte = 1 << 2 // on-disk format; never renumber
 	entryHasDeadAt        byte = 1 << 3 // on-disk format; never renumber
 	entryHasHeader        byte = 1 << 4 // on-disk format; never renumber
-	entryHasOrigin        byte = 1 << 5 // on-disk format (version 2 only); never renumber
+	entryHasOrigin        byte = 1 << 5 // on-disk format (version 2 and 3); never renumber
+	entryHasReadyAt       byte = 1 << 6 // on-disk format (version 3 only); never renumber
+	entryHasAcquiredCount byte = 1 << 7 // on-disk format (version 3 only); never renumber
 
 	entryKnownFlagsV1 = entryHasDeadline | entryHasDeliveryCount | entryHasDeadLetter |
 		entryHasDeadAt | entryHasHeader
 	entryKnownFlagsV2 = entryKnownFlagsV1 | entryHasOrigin
+	entryKnownFlagsV3 = entryKnownFlagsV2 | entryHasReadyAt | entryHasAcquiredCount
+	// entryRetryFlags are the fields that make an entry version 3.
+	entryRetryFlags = entryHasReadyAt | entryHasAcquiredCount
 )
 
 // Header is a header rewritten by dead-lettering, stored with the entry that
@@ -64,11 +70,18 @@ type Origin struct {
 // stay version 1, readable by builds that know no other, and each value
 // still has one encoding. A build that knows version 1 only refuses a
 // version 2 value with ErrUnknownVersion.
+//
+// Version 3 (format 0x13) is version 2 with ReadyAt and AcquiredCount, the
+// origin optional: it is written for an entry with either non-zero and
+// only then (an entry of a queue with delayed retry that came back), so
+// every other entry keeps its version 1 or 2 encoding.
 type EntryValue struct {
 	Msg           uint64 // message id
 	Size          uint32 // body size (feeds byte limits without loading bodies)
 	Deadline      int64  // unix ms, 0 = none
 	DeliveryCount uint32
+	AcquiredCount uint32  // returns for any reason, where kept apart (version 3)
+	ReadyAt       int64   // unix ms, 0 = ready: not delivered before (version 3)
 	DeadLetter    []byte  // non-empty: waiting in the dead-letter backlog, the reason
 	DeadAt        int64   // unix ms
 	Header        *Header // nil: the message's own header applies
@@ -106,6 +119,16 @@ func AppendEntryValue(dst []byte, v *EntryValue) []byte {
 		format = formatEntryV2
 		n += 2*binary.MaxVarintLen32 + binary.MaxVarintLen64 + len(o.Queue) + len(o.Reason)
 	}
+	if v.ReadyAt != 0 {
+		flags |= entryHasReadyAt
+	}
+	if v.AcquiredCount != 0 {
+		flags |= entryHasAcquiredCount
+	}
+	if flags&entryRetryFlags != 0 {
+		format = formatEntryV3
+		n += binary.MaxVarintLen64 + binary.MaxVarintLen32
+	}
 	dst = slices.Grow(dst, n)
 
 	dst = append(dst, format, flags)
@@ -136,10 +159,16 @@ func AppendEntryValue(dst []byte, v *EntryValue) []byte {
 		dst = appendBytes(dst, o.Reason)
 		dst = binary.AppendVarint(dst, o.At)
 	}
+	if flags&entryHasReadyAt != 0 {
+		dst = binary.AppendVarint(dst, v.ReadyAt)
+	}
+	if flags&entryHasAcquiredCount != 0 {
+		dst = binary.AppendUvarint(dst, uint64(v.AcquiredCount))
+	}
 	return dst
 }
 
-// DecodeEntryValue decodes b, of either version, into v, overwriting every
+// DecodeEntryValue decodes b, of any version, into v, overwriting every
 // field of v. v's byte slices (DeadLetter, the Header's and the Origin's)
 // alias b: copy them if b is about to be reused, as a Pebble iterator's
 // value is on the next step. A non-nil Header and its RoutingKeys, and a
@@ -149,10 +178,14 @@ func AppendEntryValue(dst []byte, v *EntryValue) []byte {
 func DecodeEntryValue(b []byte, v *EntryValue) error {
 	d := decoder{b: b, what: "entry value"}
 	known := entryKnownFlagsV1
-	if len(b) > 0 && b[0] == formatEntryV2 {
+	switch {
+	case len(b) > 0 && b[0] == formatEntryV2:
 		d.format(formatEntryV2)
 		known = entryKnownFlagsV2
-	} else {
+	case len(b) > 0 && b[0] == formatEntryV3:
+		d.format(formatEntryV3)
+		known = entryKnownFlagsV3
+	default:
 		d.format(formatEntryV1)
 	}
 	flags := d.byte("flags")
@@ -164,6 +197,9 @@ func DecodeEntryValue(b []byte, v *EntryValue) error {
 	case known == entryKnownFlagsV2 && flags&entryHasOrigin == 0:
 		d.off--
 		d.fail("version 2 without an origin")
+	case known == entryKnownFlagsV3 && flags&entryRetryFlags == 0:
+		d.off--
+		d.fail("version 3 without a ready-at time or an acquired count")
 	}
 	*v = EntryValue{}
 	v.Msg = d.uvarint("message id")
@@ -204,6 +240,12 @@ func DecodeEntryValue(b []byte, v *EntryValue) error {
 		o.Reason = d.bytes("origin reason")
 		o.At = d.varint("origin time")
 		v.Origin = o
+	}
+	if flags&entryHasReadyAt != 0 {
+		v.ReadyAt = d.flaggedVarint("ready-at time")
+	}
+	if flags&entryHasAcquiredCount != 0 {
+		v.AcquiredCount = d.flaggedUint32("acquired count")
 	}
 	return d.finish()
 }

@@ -37,14 +37,23 @@ func TestEntryValueCompact(t *testing.T) {
 	}
 }
 
-// Only an entry with an origin is written as version 2; every other
-// stays version 1 (what builds before origins read), and a version 1
-// value as such builds wrote it decodes, without an origin.
+// Only an entry with a ready-at time or an acquired count is written as
+// version 3; of the others, only one with an origin as version 2, every
+// other as version 1 (what builds before origins read). Values as older
+// builds wrote them decode, with the fields they did not have zero.
 func TestEntryValueVersions(t *testing.T) {
 	for i, v := range sampleEntryValues() {
 		b := AppendEntryValue(nil, &v)
-		if want := map[bool]byte{false: formatEntryV1, true: formatEntryV2}[v.Origin != nil]; b[0] != want {
-			t.Errorf("value %d (origin %v): format %#x, want %#x", i, v.Origin != nil, b[0], want)
+		want := formatEntryV1
+		switch {
+		case v.ReadyAt != 0 || v.AcquiredCount != 0:
+			want = formatEntryV3
+		case v.Origin != nil:
+			want = formatEntryV2
+		}
+		if b[0] != want {
+			t.Errorf("value %d (origin %v, ready at %d, acquired %d): format %#x, want %#x",
+				i, v.Origin != nil, v.ReadyAt, v.AcquiredCount, b[0], want)
 		}
 	}
 	// An entry value written before origins existed: a dead-lettered
@@ -62,6 +71,29 @@ func TestEntryValueVersions(t *testing.T) {
 	}
 	if again := AppendEntryValue(nil, &got); !bytes.Equal(again, old) {
 		t.Fatalf("version 1 value re-encodes as %x, want %x", again, old)
+	}
+
+	// A version 2 value as builds before version 3 wrote it: a
+	// dead-lettered copy with a deadline, a delivery count and its origin.
+	old2 := []byte{0x12, entryHasDeadline | entryHasDeliveryCount | entryHasOrigin, 102, 0, 10, 2,
+		1, 'q', 6, 'm', 'a', 'x', 'l', 'e', 'n', 1}
+	if err := DecodeEntryValue(old2, &got); err != nil {
+		t.Fatal(err)
+	}
+	want = EntryValue{Msg: 102, Deadline: 5, DeliveryCount: 2, Origin: &Origin{Queue: []byte("q"), Reason: []byte("maxlen"), At: -1}}
+	if !entryValueEqual(&got, &want) {
+		t.Fatalf("version 2 value decoded as %+v, want %+v", got, want)
+	}
+	if again := AppendEntryValue(nil, &got); !bytes.Equal(again, old2) {
+		t.Fatalf("version 2 value re-encodes as %x, want %x", again, old2)
+	}
+
+	// Version 3 pinned: the retry fields follow the others, in flag order.
+	v3 := EntryValue{Msg: 7, Size: 3, DeliveryCount: 2, AcquiredCount: 5, ReadyAt: 1767225600000}
+	wantV3 := []byte{0x13, entryHasDeliveryCount | entryHasReadyAt | entryHasAcquiredCount, 7, 3, 2,
+		0x80, 0xa0, 0xd5, 0xed, 0xee, 0x66, 5}
+	if b := AppendEntryValue(nil, &v3); !bytes.Equal(b, wantV3) {
+		t.Fatalf("version 3 value %+v encodes as %x, want %x", v3, b, wantV3)
 	}
 }
 
@@ -170,7 +202,15 @@ func TestDecodeValueErrors(t *testing.T) {
 		reason  string // substring of the error
 	}{
 		{"empty", nil, decEntryValue, false, "empty value"},
-		{"future version", append([]byte{0x13}, plain[1:]...), decEntryValue, true, "format byte 0x13"},
+		{"future version", append([]byte{0x14}, plain[1:]...), decEntryValue, true, "format byte 0x14"},
+		{"version 3 without retry fields", append([]byte{formatEntryV3}, plain[1:]...), decEntryValue, false, "version 3 without a ready-at time or an acquired count"},
+		{"version 3 with only an origin", []byte{formatEntryV3, entryHasOrigin, 1, 1, 1, 'q', 0, 0}, decEntryValue, false, "version 3 without"},
+		{"version 2 with a ready-at time", []byte{formatEntryV2, entryHasOrigin | entryHasReadyAt, 1, 1, 1, 'q', 0, 0, 2}, decEntryValue, false, "unknown flags 0x40"},
+		{"version 1 with an acquired count", []byte{formatEntryV1, entryHasAcquiredCount, 1, 1, 1}, decEntryValue, false, "unknown flags 0x80"},
+		{"flagged zero ready-at", []byte{formatEntryV3, entryHasReadyAt, 1, 1, 0}, decEntryValue, false, "ready-at time flagged but zero"},
+		{"flagged zero acquired count", []byte{formatEntryV3, entryHasAcquiredCount, 1, 1, 0}, decEntryValue, false, "acquired count flagged but zero"},
+		{"acquired count overflows uint32", []byte{formatEntryV3, entryHasAcquiredCount, 1, 1, 0x80, 0x80, 0x80, 0x80, 0x10}, decEntryValue, false, "acquired count 4294967296 overflows 32 bits"},
+		{"truncated ready-at", []byte{formatEntryV3, entryHasReadyAt | entryHasAcquiredCount, 1, 1, 0x80}, decEntryValue, false, "truncated ready-at time"},
 		{"version 2 without an origin", append([]byte{formatEntryV2}, plain[1:]...), decEntryValue, false, "version 2 without an origin"},
 		{"version 1 with an origin", []byte{formatEntryV1, entryHasOrigin, 1, 1, 1, 'q', 0, 0}, decEntryValue, false, "unknown flags 0x20"},
 		{"empty origin queue", []byte{formatEntryV2, entryHasOrigin, 1, 1, 0, 0, 0}, decEntryValue, false, "origin queue flagged but zero"},

@@ -31,9 +31,11 @@
 //     entries are ordered by Seq. An entry may carry its own Header
 //     (dead-lettering rewrites exchange, routing keys and properties
 //     without copying the body), a Deadline (unix milliseconds; 0 = none),
-//     a DeliveryCount and an Origin: the broker's own record of the queue a
-//     dead-lettered copy came from, which x-death (a header any publisher
-//     can write) is not.
+//     a DeliveryCount, an AcquiredCount and a ReadyAt (a delayed retry's
+//     due time: the counts and the time are the broker's to give meaning,
+//     the store only keeps them) and an Origin: the broker's own record of
+//     the queue a dead-lettered copy came from, which x-death (a header
+//     any publisher can write) is not.
 //   - Meta is a small ordered key/value space for definitions, written in
 //     the same Batch mechanism so that, e.g., deleting a queue and all its
 //     entries is one atomic step. Keys and values are arbitrary bytes (the

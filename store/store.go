@@ -86,9 +86,24 @@ type Entry struct {
 	Header *Header
 	// Deadline is the expiry time in unix milliseconds; 0 means none.
 	Deadline int64
-	// DeliveryCount is how many times the entry was returned to its queue
-	// after a delivery (nack/reject with requeue, channel close, recover).
+	// DeliveryCount counts the entry's returns to its queue after a
+	// delivery. Which returns it counts is the broker's choice, per
+	// queue: in a queue without delayed retry, every return (nack/reject
+	// with requeue, channel close, recover); in a queue with delayed
+	// retry, the failed ones only (RabbitMQ 4.3's delivery-count: reject
+	// with requeue, channel or connection loss), which its backoff and
+	// delivery limit use. The store keeps it and gives it no meaning.
 	DeliveryCount uint32
+	// AcquiredCount is how many times the entry came back to its queue
+	// after a delivery, for any reason (RabbitMQ 4.3's acquired-count),
+	// where the broker keeps it apart from DeliveryCount (queues with
+	// delayed retry); 0 where it does not. The store gives it no meaning.
+	AcquiredCount uint32
+	// ReadyAt, when non-zero, is the time (unix milliseconds) before
+	// which the entry must not be delivered: a requeued message waiting
+	// out its retry delay. 0 means ready. The store keeps it and does
+	// not act on it; the broker does (a restart keeps the due time).
+	ReadyAt int64
 	// DeadLetter is non-empty while the entry waits in its queue's
 	// dead-letter backlog (at-least-once dead-lettering found no route):
 	// the reason it is being dead-lettered for. Such an entry is not
@@ -137,6 +152,8 @@ type EntryMeta struct {
 	Size          uint32
 	Deadline      int64
 	DeliveryCount uint32
+	AcquiredCount uint32
+	ReadyAt       int64
 	DeadLetter    string
 	DeadAt        int64
 	// Header is the entry's own (dead-lettered) header, nil if it has
@@ -166,12 +183,49 @@ type QueueState struct {
 	Levels []LevelState
 }
 
-// Update sets the mutable fields of an existing entry.
+// Update sets the mutable fields of an existing entry: every one of them,
+// so a field the update leaves zero becomes zero (an update that changes
+// the delivery count of an entry waiting out a retry delay carries its
+// ReadyAt too). The fields mean what Entry's do.
 type Update struct {
 	Ref
 	DeliveryCount uint32
+	AcquiredCount uint32
+	ReadyAt       int64
 	DeadLetter    string
 	DeadAt        int64
+}
+
+// SetFrom sets e's mutable fields to u's; u names e (the caller checks).
+// Stores apply updates with it, so a field added to Update is applied
+// everywhere.
+func (e *Entry) SetFrom(u *Update) {
+	e.DeliveryCount, e.AcquiredCount, e.ReadyAt = u.DeliveryCount, u.AcquiredCount, u.ReadyAt
+	e.DeadLetter, e.DeadAt = u.DeadLetter, u.DeadAt
+}
+
+// SetFrom sets m's mutable fields to u's, as Entry.SetFrom does.
+func (m *EntryMeta) SetFrom(u *Update) {
+	m.DeliveryCount, m.AcquiredCount, m.ReadyAt = u.DeliveryCount, u.AcquiredCount, u.ReadyAt
+	m.DeadLetter, m.DeadAt = u.DeadLetter, u.DeadAt
+}
+
+// Meta returns e's metadata, with size its body size. Header and Origin
+// are shared with e.
+func (e *Entry) Meta(size uint32) EntryMeta {
+	return EntryMeta{
+		Ref:           e.Ref,
+		Msg:           e.Msg.ID,
+		Size:          size,
+		Deadline:      e.Deadline,
+		DeliveryCount: e.DeliveryCount,
+		AcquiredCount: e.AcquiredCount,
+		ReadyAt:       e.ReadyAt,
+		DeadLetter:    e.DeadLetter,
+		DeadAt:        e.DeadAt,
+		Header:        e.Header,
+		Origin:        e.Origin,
+	}
 }
 
 // MetaOp puts (Value non-nil) or deletes (Value nil) one definition.

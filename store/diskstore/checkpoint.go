@@ -391,6 +391,8 @@ func (c *cpBatch) putEntry(e *store.Entry, size uint32) error {
 		Size:          size,
 		Deadline:      e.Deadline,
 		DeliveryCount: e.DeliveryCount,
+		AcquiredCount: e.AcquiredCount,
+		ReadyAt:       e.ReadyAt,
 		DeadLetter:    []byte(e.DeadLetter),
 		DeadAt:        e.DeadAt,
 		Origin:        originToIndex(e.Origin),
@@ -501,7 +503,8 @@ func (s *Store) writeCheckpoint(f *overlay, nextID uint64) (dead []segment.ID, e
 				s.log.Warn("checkpoint: update of an entry the index does not have", "queue", q, "prio", u.Prio, "seq", seq)
 				continue
 			}
-			ev.DeliveryCount, ev.DeadLetter, ev.DeadAt = u.DeliveryCount, []byte(u.DeadLetter), u.DeadAt
+			ev.DeliveryCount, ev.AcquiredCount, ev.ReadyAt = u.DeliveryCount, u.AcquiredCount, u.ReadyAt
+			ev.DeadLetter, ev.DeadAt = []byte(u.DeadLetter), u.DeadAt
 			c.key = index.EntryKey(c.key[:0], uint64(q), u.Prio, seq)
 			c.val = index.AppendEntryValue(c.val[:0], &ev)
 			if err := c.b.Set(c.key, c.val, nil); err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/brokerd/brokerd/index"
 	"github.com/brokerd/brokerd/store"
@@ -15,15 +16,17 @@ import (
 // be shipped elsewhere: a replication group's Raft entries carry records
 // (version 3, "entry" kind; doc.go, "Record kinds").
 //
-// A WAL record is a version byte, then what the version says. Versions 1
-// and 2 are one Batch:
+// A WAL record is a version byte, then what the version says. Versions 1,
+// 2 and 4 are one Batch:
 //
 //	record  = version(1) | msgs | puts | updates | deletes | drops | meta
 //	msgs    = uvarint(n) { uvarint(id) flags(1) header bytes(body) }
 //	puts    = uvarint(n) { ref uvarint(msg) varint(deadline) uvarint(dc)
 //	                       bytes(deadLetter) varint(deadAt) hasHeader(1) [header]
-//	                       [hasOrigin(1) [origin]] }       hasOrigin in version 2 only
-//	updates = uvarint(n) { ref uvarint(dc) bytes(deadLetter) varint(deadAt) }
+//	                       [hasOrigin(1) [origin]]          versions 2 and 4
+//	                       [varint(readyAt) uvarint(ac)] }  version 4 only
+//	updates = uvarint(n) { ref uvarint(dc) bytes(deadLetter) varint(deadAt)
+//	                       [varint(readyAt) uvarint(ac)] }  version 4 only
 //	deletes = uvarint(n) { ref }
 //	drops   = uvarint(n) { uvarint(queue) }
 //	meta    = uvarint(n) { bytes(key) op(1) [bytes(value)] }   op: 1 put, 2 delete
@@ -34,8 +37,13 @@ import (
 //
 // A record is written as version 1 unless one of its puts carries an
 // origin (store.Origin: a dead-lettered copy's record of where it came
-// from), which needs version 2; replay reads both, so a WAL written before
-// origins existed replays as it did.
+// from), which needs version 2, or one of its puts or updates carries a
+// ready-at time or an acquired count (ac; an entry of a queue with delayed
+// retry that came back), which needs version 4 (version 2 with both fields
+// on every put and update; version 3 is taken by kinds, below). Replay
+// reads every version, so a WAL written before origins or retries existed
+// replays as it did, and a batch without the new fields is written byte
+// for byte as before.
 //
 // Version 3 is a kind byte, then the kind's body (the WAL records of
 // replication, doc.go "Record kinds"):
@@ -45,9 +53,9 @@ import (
 //	volatile  = batch                                                   kind 2
 //	entry     = uvarint(group) uvarint(term) uvarint(index) type(1) bytes(data)   kind 3
 //	hardstate = uvarint(group) uvarint(term) uvarint(vote) uvarint(commit)        kind 4
-//	batch     = a version 1 or 2 record, as above (its own version byte first)
+//	batch     = a version 1, 2 or 4 record, as above (its own version byte first)
 //
-// A version 1 or 2 record is a local batch (or a volatile one, in a
+// A version 1, 2 or 4 record is a local batch (or a volatile one, in a
 // Volatile WAL record): Apply writes every batch that way, so a single
 // node's records are byte for byte what they were before kinds existed,
 // and version 3 appears only in records that need a kind. A local record
@@ -63,6 +71,7 @@ const (
 	recordVersion       = 1 // on-disk format; never renumber
 	recordVersionOrigin = 2 // on-disk format; never renumber: puts carry hasOrigin
 	recordVersionKind   = 3 // on-disk format; never renumber: a kind byte, then its body
+	recordVersionRetry  = 4 // on-disk format; never renumber: puts and updates carry readyAt and ac
 	blobVersion         = 1 // on-disk format; never renumber
 
 	flagPersistent = 1 << 0 // on-disk format; never renumber
@@ -143,13 +152,8 @@ func encodeBlob(dst []byte, m *store.Message) []byte {
 // encodeRecord appends b's WAL record. Only the messages in msgs are
 // written with their bodies (the caller drops those already stored).
 func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
-	version := byte(recordVersion)
-	for i := range b.Puts {
-		if b.Puts[i].Origin != nil {
-			version = recordVersionOrigin
-			break
-		}
-	}
+	version := recordVersionOf(b)
+	retry := version == recordVersionRetry
 	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(msgs)))
 	for _, m := range msgs {
@@ -170,7 +174,7 @@ func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
 		} else {
 			dst = append(dst, 0)
 		}
-		if version == recordVersionOrigin {
+		if version != recordVersion {
 			if o := e.Origin; o != nil {
 				dst = append(dst, 1)
 				dst = appendString(dst, o.Queue)
@@ -180,13 +184,22 @@ func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
 				dst = append(dst, 0)
 			}
 		}
+		if retry {
+			dst = binary.AppendVarint(dst, e.ReadyAt)
+			dst = binary.AppendUvarint(dst, uint64(e.AcquiredCount))
+		}
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(b.Updates)))
-	for _, u := range b.Updates {
+	for i := range b.Updates {
+		u := &b.Updates[i]
 		dst = appendRef(dst, u.Ref)
 		dst = binary.AppendUvarint(dst, uint64(u.DeliveryCount))
 		dst = appendString(dst, u.DeadLetter)
 		dst = binary.AppendVarint(dst, u.DeadAt)
+		if retry {
+			dst = binary.AppendVarint(dst, u.ReadyAt)
+			dst = binary.AppendUvarint(dst, uint64(u.AcquiredCount))
+		}
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(b.Deletes)))
 	for _, r := range b.Deletes {
@@ -207,6 +220,27 @@ func encodeRecord(dst []byte, b *store.Batch, msgs []*store.Message) []byte {
 		}
 	}
 	return dst
+}
+
+// recordVersionOf is the version b's record is written in: the oldest
+// that holds every field b uses.
+func recordVersionOf(b *store.Batch) byte {
+	version := byte(recordVersion)
+	for i := range b.Puts {
+		e := &b.Puts[i]
+		if e.ReadyAt != 0 || e.AcquiredCount != 0 {
+			return recordVersionRetry
+		}
+		if e.Origin != nil {
+			version = recordVersionOrigin
+		}
+	}
+	for i := range b.Updates {
+		if u := &b.Updates[i]; u.ReadyAt != 0 || u.AcquiredCount != 0 {
+			return recordVersionRetry
+		}
+	}
+	return version
 }
 
 // encodeBatchRecord appends b's WAL record as a version-3 record of kind
@@ -301,6 +335,16 @@ func (d *decoder) varint(what string) int64 {
 	}
 	d.off += n
 	return v
+}
+
+// uint32 reads a uvarint that must fit in 32 bits.
+func (d *decoder) uint32(what string) uint32 {
+	v := d.uvarint(what)
+	if v > math.MaxUint32 {
+		d.fail(what + " overflows 32 bits")
+		return 0
+	}
+	return uint32(v)
 }
 
 // count reads an element count, refusing one that cannot fit in the
@@ -403,7 +447,7 @@ type walRecord struct {
 	// kinded is set for a version-3 record: its kind is on disk, and
 	// must agree with the WAL record's class.
 	kinded    bool
-	kind      byte         // kindLocal for a version 1 or 2 record
+	kind      byte         // kindLocal for a version 1, 2 or 4 record
 	batch     *store.Batch // kindLocal, kindVolatile
 	entry     LogEntry     // kindEntry
 	hardState HardState    // kindHardState
@@ -450,7 +494,7 @@ func decodeWALRecord(rec []byte) (walRecord, error) {
 // checkClass reports an error wrapping errCorrupt if r is a version-3
 // record whose kind contradicts the class of the WAL record holding it: a
 // volatile batch is a Volatile record, every other kind a Durable one. (A
-// version 1 or 2 record's class is what makes it local or volatile.)
+// version 1, 2 or 4 record's class is what makes it local or volatile.)
 func (r *walRecord) checkClass(class wal.Class) error {
 	if !r.kinded || (r.kind == kindVolatile) == (class == wal.Volatile) {
 		return nil
@@ -458,14 +502,15 @@ func (r *walRecord) checkClass(class wal.Class) error {
 	return fmt.Errorf("%w: a %s record in a %s WAL record", errCorrupt, kindName(r.kind), class)
 }
 
-// batch reads a version 1 or 2 record. A put whose message is not in the
-// record refers to one stored earlier: its Msg is a stub with only the id
-// (Body nil).
+// batch reads a version 1, 2 or 4 record. A put whose message is not in
+// the record refers to one stored earlier: its Msg is a stub with only the
+// id (Body nil).
 func (d *decoder) batch() *store.Batch {
 	version := d.byte1("record version")
-	if d.err == nil && version != recordVersion && version != recordVersionOrigin {
+	if d.err == nil && version != recordVersion && version != recordVersionOrigin && version != recordVersionRetry {
 		d.fail(fmt.Sprintf("record version %d", version))
 	}
+	retry := version == recordVersionRetry
 	b := &store.Batch{}
 	if n := d.count("messages", 4); n > 0 {
 		b.Messages = make([]*store.Message, n)
@@ -495,8 +540,12 @@ func (d *decoder) batch() *store.Batch {
 				e.Header = &store.Header{}
 				d.header(e.Header)
 			}
-			if version == recordVersionOrigin && d.byte1("has origin") == 1 {
+			if version != recordVersion && d.byte1("has origin") == 1 {
 				e.Origin = &store.Origin{Queue: d.string("origin queue"), Reason: d.string("origin reason"), At: d.varint("origin time")}
+			}
+			if retry {
+				e.ReadyAt = d.varint("ready at")
+				e.AcquiredCount = d.uint32("acquired count")
 			}
 		}
 	}
@@ -508,6 +557,10 @@ func (d *decoder) batch() *store.Batch {
 			u.DeliveryCount = uint32(d.uvarint("delivery count"))
 			u.DeadLetter = d.string("dead letter")
 			u.DeadAt = d.varint("dead at")
+			if retry {
+				u.ReadyAt = d.varint("ready at")
+				u.AcquiredCount = d.uint32("acquired count")
+			}
 		}
 	}
 	if n := d.count("deletes", 3); n > 0 {

@@ -20,7 +20,10 @@ import (
 //   - every batch is all there or not at all: a publish to two queues is in
 //     both or neither, a dead-letter move (delete + put) is in exactly one
 //     place;
-//   - nothing is there that was never applied.
+//   - nothing is there that was never applied;
+//   - entries come back with their fields (the q2 entries carry a retry's
+//     ready-at time and acquired count: version-4 records, version-3
+//     index values).
 func TestCrashDuringWrites(t *testing.T) {
 	rounds := 6
 	if testing.Short() {
@@ -61,7 +64,8 @@ func crashDuringWrites(t *testing.T, seed uint64) {
 					Header: store.Header{Exchange: "x", RoutingKeys: []string{"k"}}}
 				// Publish to q1 and q2.
 				b := &store.Batch{Messages: []*store.Message{m}, Puts: []store.Entry{
-					{Ref: store.Ref{Queue: q1, Seq: i}, Msg: m}, {Ref: store.Ref{Queue: q2, Seq: i}, Msg: m},
+					{Ref: store.Ref{Queue: q1, Seq: i}, Msg: m},
+					{Ref: store.Ref{Queue: q2, Seq: i}, Msg: m, ReadyAt: int64(i), AcquiredCount: uint32(w + 1)},
 				}}
 				key := fmt.Sprintf("%d/%d/pub", w, i)
 				done := func(key string) func(error) {
@@ -102,7 +106,14 @@ func crashDuringWrites(t *testing.T, seed uint64) {
 		q1, q2, q3 := store.QueueID(10+w), store.QueueID(20+w), store.QueueID(30+w)
 		got := func(q store.QueueID) map[uint64]string {
 			m := map[uint64]string{}
-			if err := r.ScanQueue(q, 0, func(e *store.Entry) bool { m[e.Seq] = string(e.Msg.Body); return true }); err != nil {
+			err := r.ScanQueue(q, 0, func(e *store.Entry) bool {
+				m[e.Seq] = string(e.Msg.Body)
+				if q == q2 && (e.ReadyAt != int64(e.Seq) || e.AcquiredCount != uint32(w+1)) {
+					t.Fatalf("queue %d seq %d: ready at %d, acquired %d; want %d, %d", q, e.Seq, e.ReadyAt, e.AcquiredCount, e.Seq, w+1)
+				}
+				return true
+			})
+			if err != nil {
 				t.Fatalf("scan %d: %v", q, err)
 			}
 			return m

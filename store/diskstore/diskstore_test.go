@@ -151,7 +151,11 @@ func (p *pair) step() {
 			if p.rng.IntN(3) == 0 {
 				dl = int64(1000 + p.rng.IntN(1000))
 			}
-			b.Puts = append(b.Puts, store.Entry{Ref: r, Msg: m, Deadline: dl})
+			e := store.Entry{Ref: r, Msg: m, Deadline: dl}
+			if p.rng.IntN(4) == 0 { // a waiting retry, paged out
+				e.DeliveryCount, e.AcquiredCount, e.ReadyAt = 1, uint32(1+p.rng.IntN(3)), int64(2000+p.rng.IntN(1000))
+			}
+			b.Puts = append(b.Puts, e)
 			p.live[r] = m
 		}
 		p.apply(b)
@@ -175,7 +179,11 @@ func (p *pair) step() {
 		}
 	case op < 9: // update
 		if r, ok := p.someLive(); ok {
-			p.apply(&store.Batch{Updates: []store.Update{{Ref: r, DeliveryCount: uint32(p.rng.IntN(9)), DeadLetter: []string{"", "rejected"}[p.rng.IntN(2)], DeadAt: int64(p.rng.IntN(1e6))}}})
+			u := store.Update{Ref: r, DeliveryCount: uint32(p.rng.IntN(9)), DeadLetter: []string{"", "rejected"}[p.rng.IntN(2)], DeadAt: int64(p.rng.IntN(1e6))}
+			if p.rng.IntN(2) == 0 { // a requeue into a retry delay
+				u.AcquiredCount, u.ReadyAt = uint32(p.rng.IntN(9)), int64(p.rng.IntN(1e6))
+			}
+			p.apply(&store.Batch{Updates: []store.Update{u}})
 		}
 	default: // definitions
 		k := fmt.Sprintf("q/%d\x00name\xff", p.rng.IntN(5))
@@ -217,9 +225,9 @@ func snapshot(t *testing.T, s interface {
 		fmt.Fprintf(&sb, "queue %d last %d\n", q, last)
 		err = s.ScanQueue(q, 0, func(e *store.Entry) bool {
 			h := e.EffectiveHeader()
-			fmt.Fprintf(&sb, "  %d/%d msg %d body %d:%x dl %d dc %d %q@%d hdr %q %q %x persistent %v\n",
-				e.Prio, e.Seq, e.Msg.ID, len(e.Msg.Body), hash(e.Msg.Body), e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt,
-				h.Exchange, h.RoutingKeys, h.Props, e.Msg.Persistent)
+			fmt.Fprintf(&sb, "  %d/%d msg %d body %d:%x dl %d dc %d ac %d ready %d %q@%d hdr %q %q %x persistent %v\n",
+				e.Prio, e.Seq, e.Msg.ID, len(e.Msg.Body), hash(e.Msg.Body), e.Deadline, e.DeliveryCount, e.AcquiredCount, e.ReadyAt,
+				e.DeadLetter, e.DeadAt, h.Exchange, h.RoutingKeys, h.Props, e.Msg.Persistent)
 			return true
 		})
 		if err != nil {
@@ -263,6 +271,7 @@ func pagingSnapshot(t *testing.T, s store.Store, queues []store.QueueID, sb *str
 		t.Fatalf("queues: %v", err)
 	}
 	var ids []store.MsgID
+	var refs []store.Ref
 	for _, q := range queues {
 		for prio := range uint8(3) {
 			var count, bytes int64
@@ -277,9 +286,10 @@ func pagingSnapshot(t *testing.T, s store.Store, queues []store.QueueID, sb *str
 					if m.Header != nil {
 						hdr = fmt.Sprintf("%q %q %x", m.Header.Exchange, m.Header.RoutingKeys, m.Header.Props)
 					}
-					fmt.Fprintf(sb, "  window %d/%d/%d msg %d size %d dl %d dc %d %q@%d hdr %s\n",
-						m.Queue, m.Prio, m.Seq, m.Msg, m.Size, m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt, hdr)
+					fmt.Fprintf(sb, "  window %d/%d/%d msg %d size %d dl %d dc %d ac %d ready %d %q@%d hdr %s\n",
+						m.Queue, m.Prio, m.Seq, m.Msg, m.Size, m.Deadline, m.DeliveryCount, m.AcquiredCount, m.ReadyAt, m.DeadLetter, m.DeadAt, hdr)
 					ids = append(ids, m.Msg)
+					refs = append(refs, m.Ref)
 					count++
 					bytes += int64(m.Size)
 					from = m.Seq + 1
@@ -295,7 +305,7 @@ func pagingSnapshot(t *testing.T, s store.Store, queues []store.QueueID, sb *str
 				t.Fatalf("read entries %d/%d from %d: %v", q, prio, mid, err)
 			}
 			for _, m := range ms {
-				fmt.Fprintf(sb, "  from %d: %d/%d/%d size %d dc %d\n", mid, m.Queue, m.Prio, m.Seq, m.Size, m.DeliveryCount)
+				fmt.Fprintf(sb, "  from %d: %d/%d/%d size %d dc %d ac %d ready %d\n", mid, m.Queue, m.Prio, m.Seq, m.Size, m.DeliveryCount, m.AcquiredCount, m.ReadyAt)
 			}
 			var want store.LevelState
 			for _, l := range states[q].Levels {
@@ -307,6 +317,17 @@ func pagingSnapshot(t *testing.T, s store.Store, queues []store.QueueID, sb *str
 				t.Fatalf("%T: queue %d level %d counts %d entries / %d bytes, its entries %d / %d", s, q, prio, want.Count, want.Bytes, count, bytes)
 			}
 		}
+	}
+	// The same entries by ref, newest first (ReadRefs reads in any
+	// order it is given).
+	slices.Reverse(refs)
+	byRef, err := s.ReadRefs(refs, nil)
+	if err != nil {
+		t.Fatalf("read refs: %v", err)
+	}
+	for _, m := range byRef {
+		fmt.Fprintf(sb, "  ref %d/%d/%d msg %d size %d dl %d dc %d ac %d ready %d %q@%d origin %v\n",
+			m.Queue, m.Prio, m.Seq, m.Msg, m.Size, m.Deadline, m.DeliveryCount, m.AcquiredCount, m.ReadyAt, m.DeadLetter, m.DeadAt, m.Origin)
 	}
 	loaded := make([]*store.Message, len(ids))
 	err = s.LoadMessages(ids, func(i int, m *store.Message) { loaded[i] = m })

@@ -51,7 +51,8 @@
 //   - local: a store batch, applied to the active overlay when it is
 //     appended and replayed at recovery — every record a single node
 //     writes. Apply writes it as a record of version 1 or 2, as before
-//     kinds existed (no byte more per record); a version-3 local record
+//     kinds existed (no byte more per record), or 4 when an entry carries
+//     a retry's ready-at time or acquired count; a version-3 local record
 //     replays the same way.
 //   - volatile: a batch that changes only volatile queues, in a Volatile
 //     WAL record; replay reads only its message ids, as above.

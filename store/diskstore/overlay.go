@@ -200,7 +200,7 @@ func (o *overlay) apply(b *store.Batch, fresh []*store.Message, lsn uint64) {
 	for _, u := range b.Updates {
 		oq := o.queue(u.Queue)
 		if e := oq.entries[u.Seq]; e != nil {
-			e.DeliveryCount, e.DeadLetter, e.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+			e.SetFrom(&u)
 			continue
 		}
 		if oq.upds == nil {

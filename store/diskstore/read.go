@@ -109,7 +109,7 @@ func (s *Store) ScanQueue(q store.QueueID, from uint64, fn func(*store.Entry) bo
 		}
 		for seq, u := range l.upds {
 			if e := byseq[seq]; e != nil {
-				e.DeliveryCount, e.DeadLetter, e.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+				e.SetFrom(&u)
 			}
 		}
 		for i := range l.entries {
@@ -145,6 +145,8 @@ func entryFromIndex(q store.QueueID, prio uint8, seq uint64, raw []byte) (*store
 		Msg:           &store.Message{ID: store.MsgID(ev.Msg)},
 		Deadline:      ev.Deadline,
 		DeliveryCount: ev.DeliveryCount,
+		AcquiredCount: ev.AcquiredCount,
+		ReadyAt:       ev.ReadyAt,
 		DeadLetter:    string(ev.DeadLetter),
 		DeadAt:        ev.DeadAt,
 		Origin:        originFromIndex(ev.Origin),

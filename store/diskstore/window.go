@@ -113,7 +113,7 @@ func (o *overlay) levelLayer(q store.QueueID, prio uint8, from uint64, max int, 
 				continue
 			}
 			if u, ok := later.upds[seq]; ok && u.Prio == prio {
-				c.DeliveryCount, c.DeadLetter, c.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+				c.SetFrom(&u)
 			}
 		}
 		l.puts = append(l.puts, c)
@@ -222,7 +222,7 @@ func (s *Store) ReadEntries(q store.QueueID, prio uint8, from uint64, max int, d
 		m := metaFromIndex(store.Ref{Queue: q, Prio: prio, Seq: seq}, &ev)
 		for _, l := range layers {
 			if u, ok := l.update(seq); ok {
-				m.DeliveryCount, m.DeadLetter, m.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+				m.SetFrom(&u)
 			}
 		}
 		dst = append(dst, m)
@@ -325,7 +325,7 @@ func (s *Store) ReadRefs(refs []store.Ref, dst []store.EntryMeta) ([]store.Entry
 			continue
 		}
 		if u := rr.upd; u != nil {
-			rr.meta.DeliveryCount, rr.meta.DeadLetter, rr.meta.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+			rr.meta.SetFrom(u)
 		}
 		dst = append(dst, rr.meta)
 	}
@@ -341,17 +341,7 @@ func (v *snapView) putMeta(e *ovEntry) (store.EntryMeta, error) {
 			return store.EntryMeta{}, err
 		}
 	}
-	return store.EntryMeta{
-		Ref:           e.Ref,
-		Msg:           e.Msg.ID,
-		Size:          size,
-		Deadline:      e.Deadline,
-		DeliveryCount: e.DeliveryCount,
-		DeadLetter:    e.DeadLetter,
-		DeadAt:        e.DeadAt,
-		Header:        e.Header,
-		Origin:        e.Origin,
-	}, nil
+	return e.Meta(size), nil
 }
 
 // metaFromIndex is an index entry's metadata; it copies what ev aliases.
@@ -362,6 +352,8 @@ func metaFromIndex(r store.Ref, ev *index.EntryValue) store.EntryMeta {
 		Size:          ev.Size,
 		Deadline:      ev.Deadline,
 		DeliveryCount: ev.DeliveryCount,
+		AcquiredCount: ev.AcquiredCount,
+		ReadyAt:       ev.ReadyAt,
 		DeadLetter:    string(ev.DeadLetter),
 		DeadAt:        ev.DeadAt,
 		Origin:        originFromIndex(ev.Origin),

@@ -107,8 +107,7 @@ func (s *Store) apply(b *store.Batch) error {
 		s.last[e.Queue] = max(s.last[e.Queue], e.Seq)
 	}
 	for _, u := range b.Updates {
-		e := s.queues[u.Queue].entries[u.Seq]
-		e.DeliveryCount, e.DeadLetter, e.DeadAt = u.DeliveryCount, u.DeadLetter, u.DeadAt
+		s.queues[u.Queue].entries[u.Seq].SetFrom(&u)
 	}
 	for _, r := range b.Deletes {
 		q := s.queues[r.Queue]

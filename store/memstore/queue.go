@@ -112,17 +112,7 @@ func (q *queue) read(prio uint8, from uint64, max int, dst []store.EntryMeta) []
 			continue
 		}
 		e := q.entries[seq]
-		dst = append(dst, store.EntryMeta{
-			Ref:           e.Ref,
-			Msg:           e.Msg.ID,
-			Size:          uint32(len(e.Msg.Body)),
-			Deadline:      e.Deadline,
-			DeliveryCount: e.DeliveryCount,
-			DeadLetter:    e.DeadLetter,
-			DeadAt:        e.DeadAt,
-			Header:        e.Header,
-			Origin:        e.Origin,
-		})
+		dst = append(dst, e.Meta(uint32(len(e.Msg.Body))))
 		max--
 	}
 	return dst
@@ -199,11 +189,7 @@ func (s *Store) ReadRefs(refs []store.Ref, dst []store.EntryMeta) ([]store.Entry
 			continue
 		}
 		if e := mq.entries[r.Seq]; e != nil && e.Prio == r.Prio {
-			dst = append(dst, store.EntryMeta{
-				Ref: e.Ref, Msg: e.Msg.ID, Size: uint32(len(e.Msg.Body)), Deadline: e.Deadline,
-				DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt, Header: e.Header,
-				Origin: e.Origin,
-			})
+			dst = append(dst, e.Meta(uint32(len(e.Msg.Body))))
 		}
 	}
 	return dst, nil

@@ -40,6 +40,7 @@ func Run(t *testing.T, open Opener, reopen Reopener) {
 		{"DeadLetterMove", testDeadLetterMove},
 		{"InvalidBatchChangesNothing", testInvalidBatch},
 		{"UpdateDeliveryCount", testUpdate},
+		{"RetryFields", testRetryFields},
 		{"DropQueues", testDropQueues},
 		{"ScanDeadlines", testScanDeadlines},
 		{"DeadlineRefs", testDeadlineRefs},
@@ -223,6 +224,99 @@ func testUpdate(t *testing.T, open Opener, reopen Reopener) {
 	_ = s.ScanQueue(1, 0, func(e *store.Entry) bool { got = *e; return true })
 	if got.DeliveryCount != 3 || got.DeadLetter != "rejected" || got.DeadAt != 1234 {
 		t.Fatalf("after update: delivery count %d, dead letter %q at %d; want 3, rejected at 1234", got.DeliveryCount, got.DeadLetter, got.DeadAt)
+	}
+}
+
+// retryState is an entry's retry fields as every read gives them:
+// "seq:dc/ac@readyAt".
+func retryState(seq uint64, dc, ac uint32, readyAt int64) string {
+	return fmt.Sprintf("%d:%d/%d@%d", seq, dc, ac, readyAt)
+}
+
+// retryStates reads q's level 0 every way a store reads entries
+// (ScanQueue, ReadEntries, ReadRefs) and fails t unless they agree; it
+// returns what they read.
+func retryStates(t *testing.T, s store.Store, q store.QueueID) []string {
+	t.Helper()
+	var scanned, windowed, byRef []string
+	var refs []store.Ref
+	err := s.ScanQueue(q, 0, func(e *store.Entry) bool {
+		scanned = append(scanned, retryState(e.Seq, e.DeliveryCount, e.AcquiredCount, e.ReadyAt))
+		refs = append(refs, e.Ref)
+		return true
+	})
+	if err != nil {
+		t.Fatalf("scan queue %d: %v", q, err)
+	}
+	ms, err := s.ReadEntries(q, 0, 0, 100, nil)
+	if err != nil {
+		t.Fatalf("read entries of %d: %v", q, err)
+	}
+	for _, m := range ms {
+		windowed = append(windowed, retryState(m.Seq, m.DeliveryCount, m.AcquiredCount, m.ReadyAt))
+	}
+	ms, err = s.ReadRefs(refs, nil)
+	if err != nil {
+		t.Fatalf("read refs of %d: %v", q, err)
+	}
+	for _, m := range ms {
+		byRef = append(byRef, retryState(m.Seq, m.DeliveryCount, m.AcquiredCount, m.ReadyAt))
+	}
+	expect(t, "ReadEntries", windowed, scanned)
+	expect(t, "ReadRefs", byRef, scanned)
+	return scanned
+}
+
+// testRetryFields: an entry's ready-at time and acquired count (a
+// delayed retry's due time and its count of every return) are kept as
+// put, changed by an update (which sets every mutable field: what it
+// leaves zero becomes zero), read back by every read, and survive a
+// restart; entries without them read them as 0.
+func testRetryFields(t *testing.T, open Opener, reopen Reopener) {
+	s := open(t)
+	const q = store.QueueID(12)
+	var b store.Batch
+	for seq := uint64(1); seq <= 4; seq++ {
+		m := newMsg(s, fmt.Sprint("r", seq))
+		b.Messages = append(b.Messages, m)
+		b.Puts = append(b.Puts, store.Entry{Ref: store.Ref{Queue: q, Seq: seq}, Msg: m})
+	}
+	b.Puts[0].DeliveryCount, b.Puts[0].AcquiredCount, b.Puts[0].ReadyAt = 1, 2, 1767225601500
+	b.Puts[2].AcquiredCount = 7
+	b.Puts[3].ReadyAt, b.Puts[3].DeadLetter, b.Puts[3].DeadAt = -3, "rejected", 99
+	b.Puts[3].Origin = &store.Origin{Queue: "src", Reason: "rejected", At: 98}
+	Apply(t, s, &b)
+	want := []string{retryState(1, 1, 2, 1767225601500), retryState(2, 0, 0, 0), retryState(3, 0, 7, 0), retryState(4, 0, 0, -3)}
+	expect(t, "as put", retryStates(t, s, q), want)
+
+	Apply(t, s, &store.Batch{Updates: []store.Update{
+		{Ref: store.Ref{Queue: q, Seq: 1}, DeliveryCount: 2, AcquiredCount: 3, ReadyAt: 1767225603000},
+		{Ref: store.Ref{Queue: q, Seq: 2}, AcquiredCount: 1, ReadyAt: 1767225600100},
+		{Ref: store.Ref{Queue: q, Seq: 3}, DeliveryCount: 4}, // the acquired count goes back to 0
+	}})
+	want = []string{retryState(1, 2, 3, 1767225603000), retryState(2, 0, 1, 1767225600100), retryState(3, 4, 0, 0), retryState(4, 0, 0, -3)}
+	expect(t, "updated", retryStates(t, s, q), want)
+	s = reopen(t, s)
+	expect(t, "updated, after reopen", retryStates(t, s, q), want)
+
+	// An update of entries stored before the last restart, then another
+	// restart: its fields come back, and the fields it does not name are
+	// kept.
+	Apply(t, s, &store.Batch{Updates: []store.Update{
+		{Ref: store.Ref{Queue: q, Seq: 1}, DeliveryCount: 3, AcquiredCount: 4},
+		{Ref: store.Ref{Queue: q, Seq: 4}, AcquiredCount: 1, ReadyAt: 5, DeadLetter: "rejected", DeadAt: 99},
+	}})
+	want = []string{retryState(1, 3, 4, 0), retryState(2, 0, 1, 1767225600100), retryState(3, 4, 0, 0), retryState(4, 0, 1, 5)}
+	expect(t, "updated again", retryStates(t, s, q), want)
+	s = reopen(t, s)
+	defer s.Close()
+	expect(t, "updated again, after reopen", retryStates(t, s, q), want)
+	ms, err := s.ReadEntries(q, 0, 4, 1, nil)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("read entry 4: %v, %v", ms, err)
+	}
+	if m := ms[0]; m.DeadLetter != "rejected" || m.DeadAt != 99 || m.Origin == nil || m.Origin.Queue != "src" {
+		t.Fatalf("entry 4 after its updates: dead letter %q at %d, origin %v; want rejected at 99 from src", m.DeadLetter, m.DeadAt, m.Origin)
 	}
 }
 

@@ -19,7 +19,10 @@
 //
 // A Recorder is safe for concurrent use: publisher and consumer goroutines
 // record into one. Message ids are the test's (a message-id property, or a
-// body it can parse); the broker never makes them up.
+// body it can parse); the broker never makes them up. Each event is
+// recorded with its time, and a delivery with what the test says of the
+// consumer that got it (DeliveredVia): a violation about one message
+// lists its history, to be read against the brokers' logs.
 package history
 
 import (
@@ -28,6 +31,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Recorder collects a test's events.
@@ -37,6 +41,8 @@ type Recorder struct {
 	nextSeq   int
 	confirmed map[string]bool
 	nacked    map[string]bool
+	// When each id was published, confirmed or nacked (the last time).
+	publishedAt, confirmedAt, nackedAt map[string]time.Time
 	// deliveries by queue, in arrival order per queue.
 	deliveries map[string][]Delivery
 }
@@ -45,11 +51,16 @@ type Recorder struct {
 type Delivery struct {
 	ID          string
 	Redelivered bool
+	// At is when it was recorded; Via what the test said of the consumer
+	// (DeliveredVia), "" if nothing.
+	At  time.Time
+	Via string
 }
 
 // New returns an empty Recorder.
 func New() *Recorder {
 	return &Recorder{published: map[string]int{}, confirmed: map[string]bool{}, nacked: map[string]bool{},
+		publishedAt: map[string]time.Time{}, confirmedAt: map[string]time.Time{}, nackedAt: map[string]time.Time{},
 		deliveries: map[string][]Delivery{}}
 }
 
@@ -61,6 +72,7 @@ func (r *Recorder) Published(id string) {
 	defer r.mu.Unlock()
 	r.nextSeq++
 	r.published[id] = r.nextSeq
+	r.publishedAt[id] = time.Now()
 }
 
 // Confirmed records the broker's basic.ack of id's publish.
@@ -68,6 +80,7 @@ func (r *Recorder) Confirmed(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.confirmed[id] = true
+	r.confirmedAt[id] = time.Now()
 }
 
 // Nacked records the broker's basic.nack of id's publish.
@@ -75,13 +88,22 @@ func (r *Recorder) Nacked(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nacked[id] = true
+	r.nackedAt[id] = time.Now()
 }
 
 // Delivered records a delivery of id from queue.
 func (r *Recorder) Delivered(queue, id string, redelivered bool) {
+	r.DeliveredVia(queue, id, redelivered, "")
+}
+
+// DeliveredVia records a delivery of id from queue, with via saying which
+// consumer got it (say its name, session, the node it is connected to,
+// the delivery tag and what it did with it): a violation about id shows
+// it.
+func (r *Recorder) DeliveredVia(queue, id string, redelivered bool, via string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.deliveries[queue] = append(r.deliveries[queue], Delivery{ID: id, Redelivered: redelivered})
+	r.deliveries[queue] = append(r.deliveries[queue], Delivery{ID: id, Redelivered: redelivered, At: time.Now(), Via: via})
 }
 
 // Checks says what a history is checked against.
@@ -149,7 +171,8 @@ func (r *Recorder) Check(c Checks) Report {
 			}
 			seen[d.ID] = true
 			if got[d.ID] && !d.Redelivered {
-				rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered", d.ID, q))
+				rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered; %s",
+					d.ID, q, r.storyLocked(q, d.ID)))
 			}
 			if !got[d.ID] && dlq[q] {
 				if deadIn[d.ID] == nil {
@@ -191,6 +214,43 @@ func (r *Recorder) Check(c Checks) Report {
 		}
 	}
 	return rep
+}
+
+// storyLocked tells what the history holds of id: when it was published,
+// confirmed or nacked, and each delivery of it from q, in order, with its
+// redelivered flag, time and consumer.
+func (r *Recorder) storyLocked(q, id string) string {
+	var b strings.Builder
+	b.WriteString("published " + clock(r.publishedAt[id]))
+	if at, ok := r.confirmedAt[id]; ok {
+		b.WriteString(", confirmed " + clock(at))
+	}
+	if at, ok := r.nackedAt[id]; ok {
+		b.WriteString(", nacked " + clock(at))
+	}
+	fmt.Fprintf(&b, "; deliveries from %q:", q)
+	n := 0
+	for _, d := range r.deliveries[q] {
+		if d.ID != id {
+			continue
+		}
+		n++
+		fmt.Fprintf(&b, " #%d %s redelivered=%t", n, clock(d.At), d.Redelivered)
+		if d.Via != "" {
+			b.WriteString(" (" + d.Via + ")")
+		}
+		b.WriteString(";")
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
+// clock formats t as a time of day to the millisecond, as the brokers'
+// logs do ("-" for none).
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("15:04:05.000")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

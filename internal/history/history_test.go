@@ -1,6 +1,7 @@
 package history
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -95,5 +96,29 @@ func TestReportString(t *testing.T) {
 	r.Delivered("q", "a", false)
 	if got := r.Check(Checks{}).String(); !strings.HasPrefix(got, "1 published, 1 confirmed, 0 nacked, 1 deliveries: 0 lost") {
 		t.Fatalf("report %q", got)
+	}
+}
+
+// A silent duplicate's violation tells the message's story: its publish
+// and confirm, and each of its deliveries from that queue in order, with
+// its flag, time and what the test said of the consumer.
+func TestSilentDuplicateStory(t *testing.T) {
+	r := New()
+	r.Published("a")
+	r.Confirmed("a")
+	r.DeliveredVia("q", "a", false, "c0 s1 n2 tag 7 nack-requeue")
+	r.Delivered("other", "a", false)
+	r.DeliveredVia("q", "a", true, "c1 s1 n1 tag 3 ack")
+	r.DeliveredVia("q", "a", false, "drain n3")
+	rep := r.Check(Checks{})
+	if len(rep.Violations) != 1 {
+		t.Fatalf("violations %q, want one", rep.Violations)
+	}
+	tm := `\d\d:\d\d:\d\d\.\d\d\d`
+	want := `^silent duplicate: "a" delivered again from "q" without redelivered; published ` + tm + `, confirmed ` + tm +
+		`; deliveries from "q": #1 ` + tm + ` redelivered=false \(c0 s1 n2 tag 7 nack-requeue\); #2 ` + tm +
+		` redelivered=true \(c1 s1 n1 tag 3 ack\); #3 ` + tm + ` redelivered=false \(drain n3\)$`
+	if !regexp.MustCompile(want).MatchString(rep.Violations[0]) {
+		t.Fatalf("violation %q\ndoes not match %s", rep.Violations[0], want)
 	}
 }

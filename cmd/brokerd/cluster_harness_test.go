@@ -178,6 +178,8 @@ func (c *clusterConsumer) session(ctx context.Context, node int) {
 	if err := ch.Qos(50, 0, false); err != nil {
 		return
 	}
+	// No delivery of this session can be sent before its basic.consume.
+	asked := time.Now()
 	ds, err := ch.ConsumeWithContext(ctx, c.q, "", false, false, false, false, nil)
 	if err != nil {
 		return
@@ -198,8 +200,8 @@ func (c *clusterConsumer) session(ctx context.Context, node int) {
 			case c.rng.Intn(20) == 0:
 				act = "requeue"
 			}
-			c.rec.DeliveredVia(c.q, d.MessageId, d.Redelivered,
-				fmt.Sprintf("%s session %d via %s tag %d %s", c.name, c.sessions, c.tn.names[node], d.DeliveryTag, act))
+			c.rec.RecordDelivery(c.q, history.Delivery{ID: d.MessageId, Redelivered: d.Redelivered, NotBefore: asked,
+				Via: fmt.Sprintf("%s session %d via %s tag %d %s", c.name, c.sessions, c.tn.names[node], d.DeliveryTag, act)})
 			c.count.Add(1)
 			switch act {
 			case "reject":
@@ -279,13 +281,14 @@ func drainQueues(t *testing.T, tn *testNodes, rec *history.Recorder, reject func
 		}
 		onAnyNodeN(t, tn, func(node int, ch *amqp091.Channel) error {
 			for {
+				asked := time.Now()
 				m, ok, err := ch.Get(q, false)
 				if err != nil || !ok {
 					return err
 				}
 				rejected := reject != nil && reject(m.MessageId)
-				rec.DeliveredVia(q, m.MessageId, m.Redelivered,
-					fmt.Sprintf("drain via %s tag %d %s", tn.names[node], m.DeliveryTag, map[bool]string{false: "ack", true: "reject"}[rejected]))
+				rec.RecordDelivery(q, history.Delivery{ID: m.MessageId, Redelivered: m.Redelivered, NotBefore: asked,
+					Via: fmt.Sprintf("drain via %s tag %d %s", tn.names[node], m.DeliveryTag, map[bool]string{false: "ack", true: "reject"}[rejected])})
 				if rejected {
 					err = m.Reject(false)
 				} else {

@@ -7,7 +7,8 @@
 //     end (the final drain included);
 //   - no phantom: nothing is delivered that was never published;
 //   - no silent duplicate: a message is delivered more than once from one
-//     queue only with redelivered=true after its first delivery;
+//     queue only with redelivered=true after its first delivery, in the
+//     order the broker sent them (see below);
 //   - dead letters exactly once: a message that died reaches exactly one
 //     dead-letter queue, once (its copy may be redelivered there, flagged);
 //   - order: in a queue fed by one publisher and read by one consumer
@@ -17,11 +18,29 @@
 // and checks them for linearizability with porcupine: every answer
 // explained by one queue table serving the operations one at a time.
 //
+// # The order of deliveries
+//
+// The recorder sees deliveries in the order consumers record them, which
+// across consumers need not be the order the broker sent them: when the
+// broker loses a consumer's connection (a partition cuts a connection a
+// cluster node forwards), it requeues the consumer's unacknowledged
+// deliveries and redelivers them at once, flagged, to another consumer,
+// while the first consumer's client may still hand the test a delivery
+// the broker sent before the loss — recorded after its redelivery. So the
+// silent duplicate rule is checked against what receipt times prove of
+// the sending order: a delivery with redelivered=false is a violation if
+// another delivery of the message from the queue had redelivered=false
+// too (one of the two was sent second), or if another was received before
+// the broker could have sent it (Delivery.NotBefore: when the consumer's
+// basic.consume or the basic.get went out). A delivery recorded without
+// NotBefore counts as sent when it was received: any earlier delivery of
+// the message then makes it a violation.
+//
 // A Recorder is safe for concurrent use: publisher and consumer goroutines
 // record into one. Message ids are the test's (a message-id property, or a
 // body it can parse); the broker never makes them up. Each event is
 // recorded with its time, and a delivery with what the test says of the
-// consumer that got it (DeliveredVia): a violation about one message
+// consumer that got it (RecordDelivery): a violation about one message
 // lists its history, to be read against the brokers' logs.
 package history
 
@@ -51,10 +70,15 @@ type Recorder struct {
 type Delivery struct {
 	ID          string
 	Redelivered bool
-	// At is when it was recorded; Via what the test said of the consumer
-	// (DeliveredVia), "" if nothing.
-	At  time.Time
+	// At is when it was received (RecordDelivery sets it).
+	At time.Time
+	// Via labels it in a violation: which consumer, its connection, the
+	// delivery tag, what the consumer did with it; "" for nothing.
 	Via string
+	// NotBefore is the earliest the broker can have sent it: when the
+	// consumer's basic.consume, or the basic.get, went out. Zero: when it
+	// was received (see the package doc).
+	NotBefore time.Time
 }
 
 // New returns an empty Recorder.
@@ -91,19 +115,19 @@ func (r *Recorder) Nacked(id string) {
 	r.nackedAt[id] = time.Now()
 }
 
-// Delivered records a delivery of id from queue.
+// Delivered records a delivery of id from queue, received now.
 func (r *Recorder) Delivered(queue, id string, redelivered bool) {
-	r.DeliveredVia(queue, id, redelivered, "")
+	r.RecordDelivery(queue, Delivery{ID: id, Redelivered: redelivered})
 }
 
-// DeliveredVia records a delivery of id from queue, with via saying which
-// consumer got it (say its name, session, the node it is connected to,
-// the delivery tag and what it did with it): a violation about id shows
-// it.
-func (r *Recorder) DeliveredVia(queue, id string, redelivered bool, via string) {
+// RecordDelivery records delivery d from queue, received now (d.At is
+// set): Delivered with what the test knows of it, its label and the
+// earliest the broker can have sent it.
+func (r *Recorder) RecordDelivery(queue string, d Delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.deliveries[queue] = append(r.deliveries[queue], Delivery{ID: id, Redelivered: redelivered, At: time.Now(), Via: via})
+	d.At = time.Now()
+	r.deliveries[queue] = append(r.deliveries[queue], d)
 }
 
 // Checks says what a history is checked against.
@@ -163,7 +187,9 @@ func (r *Recorder) Check(c Checks) Report {
 	for _, q := range queues {
 		ds := r.deliveries[q]
 		rep.Delivered += len(ds)
-		got := map[string]bool{} // delivered from q before
+		got := map[string]bool{}          // delivered from q before
+		firstAt := map[string]time.Time{} // when it was first received from q
+		unflagged := map[string]bool{}    // delivered from q with redelivered=false before
 		for _, d := range ds {
 			if _, ok := r.published[d.ID]; !ok {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("phantom: %q delivered from %q, never published", d.ID, q))
@@ -171,8 +197,27 @@ func (r *Recorder) Check(c Checks) Report {
 			}
 			seen[d.ID] = true
 			if got[d.ID] && !d.Redelivered {
-				rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered; %s",
-					d.ID, q, r.storyLocked(q, d.ID)))
+				// The package doc: what receipt times prove of the order
+				// the broker sent the deliveries in.
+				why := ""
+				switch {
+				case unflagged[d.ID]:
+					why = "a second time"
+				case d.NotBefore.IsZero():
+					why = "after it was received"
+				case firstAt[d.ID].Before(d.NotBefore):
+					why = "to a consumer that asked after it was received"
+				}
+				if why != "" {
+					rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered (%s); %s",
+						d.ID, q, why, r.storyLocked(q, d.ID)))
+				}
+			}
+			if !got[d.ID] {
+				firstAt[d.ID] = d.At
+			}
+			if !d.Redelivered {
+				unflagged[d.ID] = true
 			}
 			if !got[d.ID] && dlq[q] {
 				if deadIn[d.ID] == nil {
@@ -236,8 +281,15 @@ func (r *Recorder) storyLocked(q, id string) string {
 		}
 		n++
 		fmt.Fprintf(&b, " #%d %s redelivered=%t", n, clock(d.At), d.Redelivered)
+		var about []string
 		if d.Via != "" {
-			b.WriteString(" (" + d.Via + ")")
+			about = append(about, d.Via)
+		}
+		if !d.NotBefore.IsZero() {
+			about = append(about, "asked "+clock(d.NotBefore))
+		}
+		if len(about) > 0 {
+			b.WriteString(" (" + strings.Join(about, ", ") + ")")
 		}
 		b.WriteString(";")
 	}

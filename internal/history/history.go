@@ -253,7 +253,8 @@ func (r *Recorder) Check(c Checks) Report {
 			}
 			got[d.ID] = true
 			if seq < last {
-				rep.Violations = append(rep.Violations, fmt.Sprintf("order: %q delivered from %q after %q, published before it", d.ID, q, lastID))
+				rep.Violations = append(rep.Violations, fmt.Sprintf("order: %q delivered from %q after %q, published before it; %s; %q: %s",
+					d.ID, q, lastID, r.storyLocked(q, d.ID), lastID, r.storyLocked(q, lastID)))
 			}
 			last, lastID = seq, d.ID
 		}

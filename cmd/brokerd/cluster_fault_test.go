@@ -103,6 +103,7 @@ func TestClusterRandomSchedules(t *testing.T) {
 			total.Confirmed += rep.Confirmed
 			total.Nacked += rep.Nacked
 			total.Delivered += rep.Delivered
+			total.Overtaken += rep.Overtaken
 			for _, f := range faults {
 				faultsRun[f]++
 			}
@@ -859,7 +860,101 @@ func TestClusterCutConsumerOvertaken(t *testing.T) {
 	}
 	rec.RecordDelivery(q, history.Delivery{ID: dB.MessageId, Redelivered: dB.Redelivered, NotBefore: askedB, Via: "B on the leader"})
 	rec.RecordDelivery(q, history.Delivery{ID: dA.MessageId, Redelivered: dA.Redelivered, NotBefore: askedA, Via: "A through the follower, its connection cut"})
-	if rep := rec.Check(history.Checks{}); !rep.OK() || rep.Confirmed != 1 || rep.Delivered != 2 {
+	if rep := rec.Check(history.Checks{}); !rep.OK() || rep.Confirmed != 1 || rep.Delivered != 2 || rep.Overtaken != 1 {
 		t.Fatal(rep)
+	}
+}
+
+// A leader stopped (SIGSTOP) while the others elect a new one is, once
+// continued, still serving until it hears of the new term, and a
+// delivery needs no commit when the delivered mark covers it: it answers
+// a basic.get its client sent after the new leader had delivered the same
+// message, with redelivered=false — a silent duplicate (deliveries are
+// not replicated; the new leader flags what the mark covers, the deposed
+// one does not know). KNOWN BUG, not fixed on this branch: a fix needs the
+// broker to deliver only while the node's leadership is confirmed (a
+// leader lease that the followers' early campaign on a broken connection
+// also ends), so the test runs only with BROKERD_KNOWN_BUGS=1. It fails
+// in most runs today (the deposed leader answers before it steps down).
+func TestClusterDeposedLeaderDelivers(t *testing.T) {
+	if os.Getenv("BROKERD_KNOWN_BUGS") == "" {
+		t.Skip("a known bug (see the comment): BROKERD_KNOWN_BUGS=1 runs it")
+	}
+	tn := startTestNodes(t)
+	l := tn.leader()
+	const q = "deposed"
+	rec := history.New()
+	p := &clusterPublisher{tn: tn, rec: rec, q: q, id: "d-"}
+	if err := p.run(context.Background(), l, 20); err != nil {
+		t.Fatal(err)
+	}
+	connA, _, err := dialNode(tn, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer connA.Close()
+	chA, err := connA.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(ch *amqp091.Channel, via string) (amqp091.Delivery, bool, error) {
+		asked := time.Now()
+		m, ok, err := ch.Get(q, false)
+		if err == nil && ok {
+			rec.RecordDelivery(q, history.Delivery{ID: m.MessageId, Redelivered: m.Redelivered, NotBefore: asked, Via: via})
+		}
+		return m, ok, err
+	}
+	m, ok, err := get(chA, "A on the leader")
+	if err != nil || !ok {
+		t.Fatalf("get on the leader: %v %v", ok, err)
+	}
+	if err := m.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	// The ack is committed once a publish after it on the same channel
+	// is confirmed (one log, in order): the new leader does not hand out
+	// the acked message again.
+	if err := chA.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	rec.Published("d-last")
+	dc, err := chA.PublishWithDeferredConfirm("", q, false, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, MessageId: "d-last"})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish after the ack: %v", err)
+	}
+	rec.Confirmed("d-last")
+	tn.pause(l)
+	l2 := tn.leader(l)
+	connB, _, err := dialNode(tn, l2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer connB.Close()
+	chB, err := connB.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := get(chB, "B on the new leader"); err != nil || !ok {
+		t.Fatalf("get on the new leader: %v %v", ok, err)
+	}
+	// A asks the deposed leader, after B's delivery, while it is stopped
+	// or just continued: it must not answer with what B got, unflagged.
+	res := make(chan error, 1)
+	go func() {
+		_, _, err := get(chA, "A on the deposed leader")
+		res <- err
+	}()
+	tn.resume(l)
+	err = <-res
+	t.Logf("the deposed leader's answer: %v", err)
+	var silent []string
+	for _, v := range rec.Check(history.Checks{}).Violations {
+		if strings.HasPrefix(v, "silent duplicate") {
+			silent = append(silent, v)
+		}
+	}
+	if len(silent) > 0 {
+		t.Fatal(strings.Join(silent, "\n"))
 	}
 }

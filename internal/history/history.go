@@ -147,6 +147,10 @@ type Checks struct {
 // Report is the outcome of Check.
 type Report struct {
 	Published, Confirmed, Nacked, Delivered int
+	// Overtaken counts the deliveries with redelivered=false recorded
+	// after another delivery of their message from the queue, which the
+	// broker may have sent first (the package doc): no violation.
+	Overtaken int
 	// Violations, one line each; none when the history is sound.
 	Violations []string
 }
@@ -157,7 +161,7 @@ func (rep Report) OK() bool { return len(rep.Violations) == 0 }
 func (rep Report) String() string {
 	s := fmt.Sprintf("%d published, %d confirmed, %d nacked, %d deliveries: ", rep.Published, rep.Confirmed, rep.Nacked, rep.Delivered)
 	if rep.OK() {
-		return s + "0 lost, 0 phantom, 0 silent duplicates, 0 duplicate dead letters, order kept"
+		return s + fmt.Sprintf("0 lost, 0 phantom, 0 silent duplicates (%d overtaken), 0 duplicate dead letters, order kept", rep.Overtaken)
 	}
 	const most = 20
 	v := rep.Violations
@@ -211,6 +215,8 @@ func (r *Recorder) Check(c Checks) Report {
 				if why != "" {
 					rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered (%s); %s",
 						d.ID, q, why, r.storyLocked(q, d.ID)))
+				} else {
+					rep.Overtaken++
 				}
 			}
 			if !got[d.ID] {

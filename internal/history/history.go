@@ -34,7 +34,10 @@
 // the broker could have sent it (Delivery.NotBefore: when the consumer's
 // basic.consume or the basic.get went out). A delivery recorded without
 // NotBefore counts as sent when it was received: any earlier delivery of
-// the message then makes it a violation.
+// the message then makes it a violation. The price: an unflagged delivery
+// sent after another consumer received the message, to a consumer that
+// had subscribed before, looks overtaken (Report.Overtaken counts them);
+// a test after such a fault asks with basic.get, whose NotBefore is tight.
 //
 // A Recorder is safe for concurrent use: publisher and consumer goroutines
 // record into one. Message ids are the test's (a message-id property, or a

@@ -103,6 +103,7 @@ func TestClusterRandomSchedules(t *testing.T) {
 			total.Confirmed += rep.Confirmed
 			total.Nacked += rep.Nacked
 			total.Delivered += rep.Delivered
+			total.Overtaken += rep.Overtaken
 			for _, f := range faults {
 				faultsRun[f]++
 			}
@@ -781,4 +782,179 @@ func TestClusterFailoverTiming(t *testing.T) {
 	t.Logf("failover over %d trials, kill -9 to the first confirm: median %v, p99 %v, max %v",
 		trials, pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 	checkDrained(t, tn, rec, "work")
+}
+
+// A consumer whose connection the leader loses — a cut link breaks the
+// connection a follower forwards — may still hand its client a delivery
+// the leader sent before the loss after the leader has requeued it and
+// redelivered it, flagged, to another consumer: the order consumers
+// receive deliveries in is not the order the broker sent them. Consumer
+// A, through a follower, holds the one message (prefetch 1) unflagged;
+// B, on the leader, waits; the link follower → leader is cut; B gets the
+// message with redelivered=true, then A's delivery is recorded. Told when
+// each consumer asked (history.Delivery.NotBefore), the history finds no
+// silent duplicate in that order: the random fault schedules recorded it
+// so after cut partitions and reported one (seed 186013035, and three
+// seeds in a hundred with the consumers' labels).
+func TestClusterCutConsumerOvertaken(t *testing.T) {
+	tn := startProxiedNodes(t)
+	l := tn.leader()
+	f := (l + 1) % 3
+	tn.awaitJoined(f)
+	const q = "overtaken"
+	args := amqp091.Table{"x-queue-type": "quorum"}
+	consume := func(node int, tag string) (<-chan amqp091.Delivery, time.Time) {
+		conn, _, err := dialNode(tn, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Qos(1, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		asked := time.Now()
+		ds, err := ch.Consume(q, tag, false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds, asked
+	}
+	next := func(ds <-chan amqp091.Delivery, who string) amqp091.Delivery {
+		select {
+		case d, ok := <-ds:
+			if !ok {
+				t.Fatalf("%s: the consumer ended without a delivery", who)
+			}
+			return d
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: no delivery in a minute", who)
+		}
+		return amqp091.Delivery{}
+	}
+	rec := history.New()
+	dsA, askedA := consume(f, "A")
+	p := &clusterPublisher{tn: tn, rec: rec, q: q, id: "x-"}
+	if err := p.run(context.Background(), l, 1); err != nil {
+		t.Fatal(err)
+	}
+	dA := next(dsA, "A")
+	if dA.Redelivered {
+		t.Fatalf("A's delivery of %s flagged redelivered: it is the first", dA.MessageId)
+	}
+	dsB, askedB := consume(l, "B")
+	tn.link(f, l).Cut()
+	dB := next(dsB, "B")
+	tn.heal()
+	if dB.MessageId != dA.MessageId || !dB.Redelivered {
+		t.Fatalf("B got %s redelivered=%t after A's connection was cut, want %s redelivered=true", dB.MessageId, dB.Redelivered, dA.MessageId)
+	}
+	if err := dB.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	rec.RecordDelivery(q, history.Delivery{ID: dB.MessageId, Redelivered: dB.Redelivered, NotBefore: askedB, Via: "B on the leader"})
+	rec.RecordDelivery(q, history.Delivery{ID: dA.MessageId, Redelivered: dA.Redelivered, NotBefore: askedA, Via: "A through the follower, its connection cut"})
+	if rep := rec.Check(history.Checks{}); !rep.OK() || rep.Confirmed != 1 || rep.Delivered != 2 || rep.Overtaken != 1 {
+		t.Fatal(rep)
+	}
+}
+
+// A leader stopped (SIGSTOP) while the others elect a new one is, once
+// continued, still serving until it hears of the new term, and a
+// delivery needs no commit when the delivered mark covers it: it answers
+// a basic.get its client sent after the new leader had delivered the same
+// message, with redelivered=false — a silent duplicate (deliveries are
+// not replicated; the new leader flags what the mark covers, the deposed
+// one does not know). KNOWN BUG, not fixed on this branch: a fix needs the
+// broker to deliver only while the node's leadership is confirmed (a
+// leader lease that the followers' early campaign on a broken connection
+// also ends), so the test runs only with BROKERD_KNOWN_BUGS=1. It fails
+// in most runs today (the deposed leader answers before it steps down).
+func TestClusterDeposedLeaderDelivers(t *testing.T) {
+	if os.Getenv("BROKERD_KNOWN_BUGS") == "" {
+		t.Skip("a known bug (see the comment): BROKERD_KNOWN_BUGS=1 runs it")
+	}
+	tn := startTestNodes(t)
+	l := tn.leader()
+	const q = "deposed"
+	rec := history.New()
+	p := &clusterPublisher{tn: tn, rec: rec, q: q, id: "d-"}
+	if err := p.run(context.Background(), l, 20); err != nil {
+		t.Fatal(err)
+	}
+	connA, _, err := dialNode(tn, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer connA.Close()
+	chA, err := connA.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(ch *amqp091.Channel, via string) (amqp091.Delivery, bool, error) {
+		asked := time.Now()
+		m, ok, err := ch.Get(q, false)
+		if err == nil && ok {
+			rec.RecordDelivery(q, history.Delivery{ID: m.MessageId, Redelivered: m.Redelivered, NotBefore: asked, Via: via})
+		}
+		return m, ok, err
+	}
+	m, ok, err := get(chA, "A on the leader")
+	if err != nil || !ok {
+		t.Fatalf("get on the leader: %v %v", ok, err)
+	}
+	if err := m.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	// The ack is committed once a publish after it on the same channel
+	// is confirmed (one log, in order): the new leader does not hand out
+	// the acked message again.
+	if err := chA.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	rec.Published("d-last")
+	dc, err := chA.PublishWithDeferredConfirm("", q, false, false, amqp091.Publishing{DeliveryMode: amqp091.Persistent, MessageId: "d-last"})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish after the ack: %v", err)
+	}
+	rec.Confirmed("d-last")
+	tn.pause(l)
+	l2 := tn.leader(l)
+	connB, _, err := dialNode(tn, l2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer connB.Close()
+	chB, err := connB.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := get(chB, "B on the new leader"); err != nil || !ok {
+		t.Fatalf("get on the new leader: %v %v", ok, err)
+	}
+	// A asks the deposed leader, after B's delivery, while it is stopped
+	// or just continued: it must not answer with what B got, unflagged.
+	res := make(chan error, 1)
+	go func() {
+		_, _, err := get(chA, "A on the deposed leader")
+		res <- err
+	}()
+	tn.resume(l)
+	err = <-res
+	t.Logf("the deposed leader's answer: %v", err)
+	var silent []string
+	for _, v := range rec.Check(history.Checks{}).Violations {
+		if strings.HasPrefix(v, "silent duplicate") {
+			silent = append(silent, v)
+		}
+	}
+	if len(silent) > 0 {
+		t.Fatal(strings.Join(silent, "\n"))
+	}
 }

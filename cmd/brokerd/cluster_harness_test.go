@@ -145,11 +145,17 @@ type clusterConsumer struct {
 	// ackAll makes it ack every delivery (no rejects, no requeues).
 	ackAll bool
 	count  atomic.Int64
+	// name labels its deliveries in the history, with the session (a
+	// count of its connections, from 1), the node it dialed, the
+	// delivery tag and what it did.
+	name     string
+	sessions int // owned by run
 }
 
 func (c *clusterConsumer) run(ctx context.Context, first int) {
 	node := first
 	for ctx.Err() == nil {
+		c.sessions++
 		c.session(ctx, node)
 		node = (node + 1) % len(c.tn.names)
 	}
@@ -172,6 +178,8 @@ func (c *clusterConsumer) session(ctx context.Context, node int) {
 	if err := ch.Qos(50, 0, false); err != nil {
 		return
 	}
+	// No delivery of this session can be sent before its basic.consume.
+	asked := time.Now()
 	ds, err := ch.ConsumeWithContext(ctx, c.q, "", false, false, false, false, nil)
 	if err != nil {
 		return
@@ -184,14 +192,21 @@ func (c *clusterConsumer) session(ctx context.Context, node int) {
 			if !ok {
 				return
 			}
-			c.rec.Delivered(c.q, d.MessageId, d.Redelivered)
-			c.count.Add(1)
+			act := "ack"
 			switch {
 			case c.ackAll:
-				err = d.Ack(false)
 			case rejectsToDeath(d.MessageId):
-				err = d.Reject(false)
+				act = "reject"
 			case c.rng.Intn(20) == 0:
+				act = "requeue"
+			}
+			c.rec.RecordDelivery(c.q, history.Delivery{ID: d.MessageId, Redelivered: d.Redelivered, NotBefore: asked,
+				Via: fmt.Sprintf("%s session %d via %s tag %d %s", c.name, c.sessions, c.tn.names[node], d.DeliveryTag, act)})
+			c.count.Add(1)
+			switch act {
+			case "reject":
+				err = d.Reject(false)
+			case "requeue":
 				err = d.Nack(false, true)
 			default:
 				err = d.Ack(false)
@@ -206,6 +221,12 @@ func (c *clusterConsumer) session(ctx context.Context, node int) {
 // onAnyNode runs f on a channel of a connection to one node after
 // another until it succeeds, or fails the test after a minute.
 func onAnyNode(t *testing.T, tn *testNodes, f func(ch *amqp091.Channel) error) {
+	t.Helper()
+	onAnyNodeN(t, tn, func(_ int, ch *amqp091.Channel) error { return f(ch) })
+}
+
+// onAnyNodeN is onAnyNode telling f which node it dialed.
+func onAnyNodeN(t *testing.T, tn *testNodes, f func(node int, ch *amqp091.Channel) error) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var last error
@@ -222,7 +243,7 @@ func onAnyNode(t *testing.T, tn *testNodes, f func(ch *amqp091.Channel) error) {
 		}
 		ch, err := conn.Channel()
 		if err == nil {
-			err = f(ch)
+			err = f(node, ch)
 		}
 		if err == nil {
 			conn.Close()
@@ -258,14 +279,17 @@ func drainQueues(t *testing.T, tn *testNodes, rec *history.Recorder, reject func
 			}
 			time.Sleep(20 * time.Millisecond) // polls the consumer count
 		}
-		onAnyNode(t, tn, func(ch *amqp091.Channel) error {
+		onAnyNodeN(t, tn, func(node int, ch *amqp091.Channel) error {
 			for {
+				asked := time.Now()
 				m, ok, err := ch.Get(q, false)
 				if err != nil || !ok {
 					return err
 				}
-				rec.Delivered(q, m.MessageId, m.Redelivered)
-				if reject != nil && reject(m.MessageId) {
+				rejected := reject != nil && reject(m.MessageId)
+				rec.RecordDelivery(q, history.Delivery{ID: m.MessageId, Redelivered: m.Redelivered, NotBefore: asked,
+					Via: fmt.Sprintf("drain via %s tag %d %s", tn.names[node], m.DeliveryTag, map[bool]string{false: "ack", true: "reject"}[rejected])})
+				if rejected {
 					err = m.Reject(false)
 				} else {
 					err = m.Ack(false)
@@ -315,7 +339,7 @@ func startWorkload(t *testing.T, tn *testNodes, seed int64, publishers, consumer
 	// first deliveries must come in publish order.
 	w.opub = &clusterPublisher{tn: tn, rec: w.rec, q: "ordered", args: orderedArgs, id: "o-",
 		confirmTimeout: 3 * time.Second, pace: 5 * time.Millisecond}
-	ocons := &clusterConsumer{tn: tn, rec: w.rec, q: "ordered", args: orderedArgs, ackAll: true}
+	ocons := &clusterConsumer{tn: tn, rec: w.rec, q: "ordered", args: orderedArgs, ackAll: true, name: "o"}
 	w.wg.Add(2)
 	go func() {
 		defer w.wg.Done()
@@ -336,7 +360,7 @@ func startWorkload(t *testing.T, tn *testNodes, seed int64, publishers, consumer
 		}()
 	}
 	for i := range consumers {
-		c := &clusterConsumer{tn: tn, rec: w.rec, q: "work", args: workArgs, rng: rand.New(rand.NewSource(seed + int64(i)))}
+		c := &clusterConsumer{tn: tn, rec: w.rec, q: "work", args: workArgs, rng: rand.New(rand.NewSource(seed + int64(i))), name: fmt.Sprintf("c%d", i)}
 		w.cons = append(w.cons, c)
 		w.wg.Add(1)
 		go func() {

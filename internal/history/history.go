@@ -7,7 +7,8 @@
 //     end (the final drain included);
 //   - no phantom: nothing is delivered that was never published;
 //   - no silent duplicate: a message is delivered more than once from one
-//     queue only with redelivered=true after its first delivery;
+//     queue only with redelivered=true after its first delivery, in the
+//     order the broker sent them (see below);
 //   - dead letters exactly once: a message that died reaches exactly one
 //     dead-letter queue, once (its copy may be redelivered there, flagged);
 //   - order: in a queue fed by one publisher and read by one consumer
@@ -17,9 +18,33 @@
 // and checks them for linearizability with porcupine: every answer
 // explained by one queue table serving the operations one at a time.
 //
+// # The order of deliveries
+//
+// The recorder sees deliveries in the order consumers record them, which
+// across consumers need not be the order the broker sent them: when the
+// broker loses a consumer's connection (a partition cuts a connection a
+// cluster node forwards), it requeues the consumer's unacknowledged
+// deliveries and redelivers them at once, flagged, to another consumer,
+// while the first consumer's client may still hand the test a delivery
+// the broker sent before the loss — recorded after its redelivery. So the
+// silent duplicate rule is checked against what receipt times prove of
+// the sending order: a delivery with redelivered=false is a violation if
+// another delivery of the message from the queue had redelivered=false
+// too (one of the two was sent second), or if another was received before
+// the broker could have sent it (Delivery.NotBefore: when the consumer's
+// basic.consume or the basic.get went out). A delivery recorded without
+// NotBefore counts as sent when it was received: any earlier delivery of
+// the message then makes it a violation. The price: an unflagged delivery
+// sent after another consumer received the message, to a consumer that
+// had subscribed before, looks overtaken (Report.Overtaken counts them);
+// a test after such a fault asks with basic.get, whose NotBefore is tight.
+//
 // A Recorder is safe for concurrent use: publisher and consumer goroutines
 // record into one. Message ids are the test's (a message-id property, or a
-// body it can parse); the broker never makes them up.
+// body it can parse); the broker never makes them up. Each event is
+// recorded with its time, and a delivery with what the test says of the
+// consumer that got it (RecordDelivery): a violation about one message
+// lists its history, to be read against the brokers' logs.
 package history
 
 import (
@@ -28,6 +53,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Recorder collects a test's events.
@@ -37,6 +63,8 @@ type Recorder struct {
 	nextSeq   int
 	confirmed map[string]bool
 	nacked    map[string]bool
+	// When each id was published, confirmed or nacked (the last time).
+	publishedAt, confirmedAt, nackedAt map[string]time.Time
 	// deliveries by queue, in arrival order per queue.
 	deliveries map[string][]Delivery
 }
@@ -45,11 +73,21 @@ type Recorder struct {
 type Delivery struct {
 	ID          string
 	Redelivered bool
+	// At is when it was received (RecordDelivery sets it).
+	At time.Time
+	// Via labels it in a violation: which consumer, its connection, the
+	// delivery tag, what the consumer did with it; "" for nothing.
+	Via string
+	// NotBefore is the earliest the broker can have sent it: when the
+	// consumer's basic.consume, or the basic.get, went out. Zero: when it
+	// was received (see the package doc).
+	NotBefore time.Time
 }
 
 // New returns an empty Recorder.
 func New() *Recorder {
 	return &Recorder{published: map[string]int{}, confirmed: map[string]bool{}, nacked: map[string]bool{},
+		publishedAt: map[string]time.Time{}, confirmedAt: map[string]time.Time{}, nackedAt: map[string]time.Time{},
 		deliveries: map[string][]Delivery{}}
 }
 
@@ -61,6 +99,7 @@ func (r *Recorder) Published(id string) {
 	defer r.mu.Unlock()
 	r.nextSeq++
 	r.published[id] = r.nextSeq
+	r.publishedAt[id] = time.Now()
 }
 
 // Confirmed records the broker's basic.ack of id's publish.
@@ -68,6 +107,7 @@ func (r *Recorder) Confirmed(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.confirmed[id] = true
+	r.confirmedAt[id] = time.Now()
 }
 
 // Nacked records the broker's basic.nack of id's publish.
@@ -75,13 +115,22 @@ func (r *Recorder) Nacked(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nacked[id] = true
+	r.nackedAt[id] = time.Now()
 }
 
-// Delivered records a delivery of id from queue.
+// Delivered records a delivery of id from queue, received now.
 func (r *Recorder) Delivered(queue, id string, redelivered bool) {
+	r.RecordDelivery(queue, Delivery{ID: id, Redelivered: redelivered})
+}
+
+// RecordDelivery records delivery d from queue, received now (d.At is
+// set): Delivered with what the test knows of it, its label and the
+// earliest the broker can have sent it.
+func (r *Recorder) RecordDelivery(queue string, d Delivery) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.deliveries[queue] = append(r.deliveries[queue], Delivery{ID: id, Redelivered: redelivered})
+	d.At = time.Now()
+	r.deliveries[queue] = append(r.deliveries[queue], d)
 }
 
 // Checks says what a history is checked against.
@@ -101,6 +150,10 @@ type Checks struct {
 // Report is the outcome of Check.
 type Report struct {
 	Published, Confirmed, Nacked, Delivered int
+	// Overtaken counts the deliveries with redelivered=false recorded
+	// after another delivery of their message from the queue, which the
+	// broker may have sent first (the package doc): no violation.
+	Overtaken int
 	// Violations, one line each; none when the history is sound.
 	Violations []string
 }
@@ -111,7 +164,7 @@ func (rep Report) OK() bool { return len(rep.Violations) == 0 }
 func (rep Report) String() string {
 	s := fmt.Sprintf("%d published, %d confirmed, %d nacked, %d deliveries: ", rep.Published, rep.Confirmed, rep.Nacked, rep.Delivered)
 	if rep.OK() {
-		return s + "0 lost, 0 phantom, 0 silent duplicates, 0 duplicate dead letters, order kept"
+		return s + fmt.Sprintf("0 lost, 0 phantom, 0 silent duplicates (%d overtaken), 0 duplicate dead letters, order kept", rep.Overtaken)
 	}
 	const most = 20
 	v := rep.Violations
@@ -141,7 +194,9 @@ func (r *Recorder) Check(c Checks) Report {
 	for _, q := range queues {
 		ds := r.deliveries[q]
 		rep.Delivered += len(ds)
-		got := map[string]bool{} // delivered from q before
+		got := map[string]bool{}          // delivered from q before
+		firstAt := map[string]time.Time{} // when it was first received from q
+		unflagged := map[string]bool{}    // delivered from q with redelivered=false before
 		for _, d := range ds {
 			if _, ok := r.published[d.ID]; !ok {
 				rep.Violations = append(rep.Violations, fmt.Sprintf("phantom: %q delivered from %q, never published", d.ID, q))
@@ -149,7 +204,29 @@ func (r *Recorder) Check(c Checks) Report {
 			}
 			seen[d.ID] = true
 			if got[d.ID] && !d.Redelivered {
-				rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered", d.ID, q))
+				// The package doc: what receipt times prove of the order
+				// the broker sent the deliveries in.
+				why := ""
+				switch {
+				case unflagged[d.ID]:
+					why = "a second time"
+				case d.NotBefore.IsZero():
+					why = "after it was received"
+				case firstAt[d.ID].Before(d.NotBefore):
+					why = "to a consumer that asked after it was received"
+				}
+				if why != "" {
+					rep.Violations = append(rep.Violations, fmt.Sprintf("silent duplicate: %q delivered again from %q without redelivered (%s); %s",
+						d.ID, q, why, r.storyLocked(q, d.ID)))
+				} else {
+					rep.Overtaken++
+				}
+			}
+			if !got[d.ID] {
+				firstAt[d.ID] = d.At
+			}
+			if !d.Redelivered {
+				unflagged[d.ID] = true
 			}
 			if !got[d.ID] && dlq[q] {
 				if deadIn[d.ID] == nil {
@@ -185,12 +262,57 @@ func (r *Recorder) Check(c Checks) Report {
 			}
 			got[d.ID] = true
 			if seq < last {
-				rep.Violations = append(rep.Violations, fmt.Sprintf("order: %q delivered from %q after %q, published before it", d.ID, q, lastID))
+				rep.Violations = append(rep.Violations, fmt.Sprintf("order: %q delivered from %q after %q, published before it; %s; %q: %s",
+					d.ID, q, lastID, r.storyLocked(q, d.ID), lastID, r.storyLocked(q, lastID)))
 			}
 			last, lastID = seq, d.ID
 		}
 	}
 	return rep
+}
+
+// storyLocked tells what the history holds of id: when it was published,
+// confirmed or nacked, and each delivery of it from q, in order, with its
+// redelivered flag, time and consumer.
+func (r *Recorder) storyLocked(q, id string) string {
+	var b strings.Builder
+	b.WriteString("published " + clock(r.publishedAt[id]))
+	if at, ok := r.confirmedAt[id]; ok {
+		b.WriteString(", confirmed " + clock(at))
+	}
+	if at, ok := r.nackedAt[id]; ok {
+		b.WriteString(", nacked " + clock(at))
+	}
+	fmt.Fprintf(&b, "; deliveries from %q:", q)
+	n := 0
+	for _, d := range r.deliveries[q] {
+		if d.ID != id {
+			continue
+		}
+		n++
+		fmt.Fprintf(&b, " #%d %s redelivered=%t", n, clock(d.At), d.Redelivered)
+		var about []string
+		if d.Via != "" {
+			about = append(about, d.Via)
+		}
+		if !d.NotBefore.IsZero() {
+			about = append(about, "asked "+clock(d.NotBefore))
+		}
+		if len(about) > 0 {
+			b.WriteString(" (" + strings.Join(about, ", ") + ")")
+		}
+		b.WriteString(";")
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
+// clock formats t as a time of day to the millisecond, as the brokers'
+// logs do ("-" for none).
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("15:04:05.000")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

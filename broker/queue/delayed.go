@@ -106,30 +106,14 @@ func DueAt(h amqp.Table, now func() int64) (due int64, held bool) {
 // not a number; brokerd routes the message at once.)
 func delayHeader(v any) (int64, bool) {
 	switch n := v.(type) {
-	case uint8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case int64:
-		return n, true
-	case int:
-		return int64(n), true
-	case string:
-		return parseDecimal(n)
-	case []byte:
-		return parseDecimal(string(n))
+	case int8:
+		return 0, false // not in the plugin's list
 	case float32:
 		return truncFloat(float64(n))
 	case float64:
 		return truncFloat(n)
 	}
-	return 0, false
+	return deliveryTime(v)
 }
 
 // deliveryTime reads an x-delivery-time header's value: any AMQP integer

@@ -241,8 +241,11 @@ func TestSnapshotIngestCrash(t *testing.T) {
 		fs vfs.FS
 	}
 	var clones []clone
+	var mu sync.Mutex // Pebble removes obsolete files from a goroutine of its own
 	hook := hookFS{FS: mem, before: func(op, name string) {
 		at := op + " " + name
+		mu.Lock()
+		defer mu.Unlock()
 		clones = append(clones, clone{at, mem.CrashClone(vfs.CrashCloneCfg{})})
 		clones = append(clones, clone{at + " (some unsynced)", mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: rng})})
 	}}
@@ -250,7 +253,9 @@ func TestSnapshotIngestCrash(t *testing.T) {
 	if err := IngestSnapshot("dst", "snap", opts, ll.ingestState(gs, 9, 1)); err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock() // Pebble's cleaner is stopped by now; the lock says so to the race detector
 	clones = append(clones, clone{"the end", mem.CrashClone(vfs.CrashCloneCfg{})})
+	mu.Unlock()
 	if len(clones) < 20 {
 		t.Fatalf("only %d changes to the file system seen", len(clones))
 	}

@@ -69,7 +69,15 @@ func rebindableAddr(t *testing.T) string {
 		return freeAddr(t)
 	}
 	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", from+mrand.Intn(low-from))
+		port := from + mrand.Intn(low-from)
+		handedMu.Lock()
+		taken := handed[port]
+		handed[port] = true
+		handedMu.Unlock()
+		if taken {
+			continue // one test's nodes must not share a port
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		if l, err := net.Listen("tcp", addr); err == nil {
 			l.Close()
 			return addr
@@ -77,6 +85,14 @@ func rebindableAddr(t *testing.T) string {
 	}
 	return freeAddr(t)
 }
+
+// handed are the ports rebindableAddr returned in this process: it never
+// returns one twice (the kernel would, as none is bound between the check
+// and the node's start).
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
 
 func startTestNodes(t *testing.T) *testNodes { return startNodes(t, false, "") }
 

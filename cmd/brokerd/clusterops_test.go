@@ -40,9 +40,9 @@ func newOpsNodes(t *testing.T) *opsNodes {
 	tn := &opsNodes{testNodes: &testNodes{t: t, names: []string{"n1", "n2", "n3"}}}
 	var raft []string
 	for range tn.names {
-		tn.amqp = append(tn.amqp, freeAddr(t))
-		tn.http = append(tn.http, freeAddr(t))
-		raft = append(raft, freeAddr(t))
+		tn.amqp = append(tn.amqp, rebindableAddr(t))
+		tn.http = append(tn.http, rebindableAddr(t))
+		raft = append(raft, rebindableAddr(t))
 	}
 	var peers []string
 	for i, n := range tn.names {
@@ -387,7 +387,7 @@ func TestClusterMetricsPort(t *testing.T) {
 	tn := newOpsNodes(t)
 	var ports []string
 	for i := range tn.names {
-		ports = append(ports, freeAddr(t))
+		ports = append(ports, rebindableAddr(t))
 		f, err := os.OpenFile(tn.configs[i], os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
 			t.Fatal(err)

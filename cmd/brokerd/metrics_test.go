@@ -80,7 +80,7 @@ func TestMetricsPort(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "brokerd.toml")
-	addr := freeAddr(t)
+	addr := rebindableAddr(t)
 	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("[metrics]\nlisten = %q\n", addr)), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,10 @@ func TestUIRedrive(t *testing.T) {
 		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery))
 	poll(t, ctx, "DLQ count", `document.querySelector("#q-messages").textContent === "30"`)
 	until(t, ctx, "redrive dialog",
-		chromedp.Click("#redrive-open", chromedp.ByQuery),
+		// Found and clicked in one step in the page: the queue page
+		// re-renders as it refreshes, and a node chromedp found may be
+		// gone by its click ("Could not find node with given id").
+		chromedp.Evaluate(`document.querySelector("#redrive-open").click()`, nil),
 		chromedp.WaitVisible("#redrive-form", chromedp.ByQuery),
 		chromedp.SendKeys("#rd-rate", "10", chromedp.ByQuery))
 	var checked bool
@@ -86,7 +89,10 @@ func TestUIRedrive(t *testing.T) {
 	a.must(204, "DELETE", "/queues/%2F/gone", nil)
 	until(t, ctx, "DLQ again", chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"),
 		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery),
-		chromedp.Click("#redrive-open", chromedp.ByQuery),
+		// Found and clicked in one step in the page: the queue page
+		// re-renders as it refreshes, and a node chromedp found may be
+		// gone by its click ("Could not find node with given id").
+		chromedp.Evaluate(`document.querySelector("#redrive-open").click()`, nil),
 		chromedp.WaitVisible("#redrive-form", chromedp.ByQuery),
 		chromedp.SendKeys("#rd-source", "gone", chromedp.ByQuery),
 		chromedp.Click(`#redrive-form button[type="submit"]`, chromedp.ByQuery))

@@ -149,11 +149,9 @@ func runSchedule(t *testing.T, seed int64) (history.Report, int, []fault) {
 		if rng.Intn(2) == 0 {
 			mode = faultproxy.Cut
 		}
-		// How long the fault lasts: time is the point (an election
-		// timeout is 1 s).
-		// How long the fault lasts: time is the point of these sleeps
-		// (a partition or a pause held while the workload runs), not a
-		// wait for an event.
+		// How long the fault lasts (an election timeout is 1 s): time is
+		// the point of the sleeps below (a partition, a pause or a node
+		// down held while the workload runs), not a wait for an event.
 		hold := time.Duration(200+rng.Intn(2500)) * time.Millisecond
 		desc := fmt.Sprintf("%s %s for %v", f, tn.names[node], hold)
 		switch f {
@@ -199,7 +197,7 @@ func runSchedule(t *testing.T, seed int64) (history.Report, int, []fault) {
 		case faultWipe:
 			tn.kill(node)
 			tn.wipe(node)
-			time.Sleep(hold)
+			time.Sleep(hold) // the node stays down for hold (see above)
 			tn.start(node)
 			tn.procs[node].awaitCount("cluster: caught up", 0)
 		}

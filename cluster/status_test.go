@@ -75,7 +75,12 @@ func TestStatusMembersAndCounters(t *testing.T) {
 		}
 	}
 	fi := (li + 1) % 3
-	fst := tc.awaitStatus(fi, "the leader known and reachable", func(st Status) bool { return member(st, l.name).Reachable })
+	fst := tc.awaitStatus(fi, "the leader known and reachable", func(st Status) bool {
+		// The transport's reachability and the Raft status that names
+		// the leader are refreshed apart: wait for both.
+		m := member(st, l.name)
+		return m.Reachable && m.Leader && st.LeaderName == l.name
+	})
 	for _, m := range fst.Members {
 		if m.Tracked || m.Leader != (m.Name == l.name) || m.Self != (m.Name == tc.names[fi]) {
 			t.Fatalf("a follower's member %+v", m)

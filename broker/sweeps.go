@@ -101,3 +101,29 @@ func (b *Broker) retryBacklogsIfChanged(v *VHost) {
 // exactMarksHook, if set (by tests), is called by storeExactMarks with
 // each queue before it takes the queue's lock.
 var exactMarksHook func(q *queue.Queue)
+
+// watchLease dispatches every queue each time the lease is regained after
+// a lapse (queue.Lease): a dispatch that stopped for the lapse has no other
+// wake. It is one of the goroutines Close waits for (b.wg); it ends with
+// the broker (the lease's end leaves nothing to wait for).
+func (b *Broker) watchLease(l queue.Lease) {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-l.Regained(): // nil once the lease has ended: only quit
+		}
+		for _, v := range b.vhostsNamed("") {
+			v.mu.RLock()
+			qs := make([]*queue.Queue, 0, len(v.topo.Queues))
+			for _, q := range v.topo.Queues {
+				qs = append(qs, q)
+			}
+			v.mu.RUnlock()
+			for _, q := range qs {
+				q.Dispatch()
+			}
+		}
+	}
+}

@@ -30,6 +30,13 @@
 // what was committed (an incarnation per opening). Proposals fail with
 // replica.ErrLeadershipLost meanwhile.
 //
+// Deliveries need no commit (the delivered mark is written ahead of
+// them), so a leader delivers only under a lease a quorum confirmed in
+// the last fifth of an election timeout (lease.go): a leader cut off or
+// paused while another is elected has stopped delivering before the
+// other can be, because members withhold their votes for a while after
+// they last heard a leader.
+//
 // # Status
 //
 // Node.Status is what the node knows of the group, for the management

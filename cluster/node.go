@@ -57,8 +57,9 @@ type Config struct {
 	// of the terms before its own, and cancels ctx when it stops leading
 	// (or closes). Serve returns once nothing it started uses st any
 	// more; the Node then reopens the store from what the group
-	// committed.
-	Serve func(ctx context.Context, st *diskstore.Store)
+	// committed. It delivers messages only while lease is held (package
+	// broker's Options.Lease; lease.go): the lease ends when ctx does.
+	Serve func(ctx context.Context, st *diskstore.Store, lease *Lease)
 	// LogKeepBytes is how much of the group's log (entry bytes) is kept
 	// behind the applied entry (default DefaultLogKeepBytes, 256 MiB):
 	// a member that restarts finds there what it missed. What members
@@ -127,6 +128,10 @@ type Node struct {
 	changed chan struct{}
 
 	ops ops // counters and contacts for Status (status.go)
+	// leaderHeard and opened are when (unix nanoseconds) a message only a
+	// leader sends last arrived, and the store was last opened: votes are
+	// withheld for a while after either (lease.go).
+	leaderHeard, opened atomic.Int64
 }
 
 // Status is what the node last knew of the group.
@@ -165,8 +170,15 @@ type incarnation struct {
 	n     *replica.Node
 	woken atomic.Bool // a proposal pump is queued on n
 
+	// lease is the leader's lease on deliveries while it serves
+	// (lease.go); leaseStop ends the goroutine that renews it, which
+	// closes leaseDone.
+	lease                *Lease
+	leaseStop, leaseDone chan struct{}
+
 	// Loop goroutine only:
 	serving, lostSent bool
+	leaseAsks         leaseAsks
 	term              uint64
 	lastStatus        time.Time
 	needIdx           atomic.Uint64
@@ -233,7 +245,10 @@ func Open(cfg Config) (*Node, error) {
 		Peers: peers, TLS: cfg.TLS, Logger: c.log,
 		Handler: func(group uint64, m *pb.Message) {
 			c.ops.heard(m.GetFrom())
-			if group == DataGroup && (c.heardLeader(m) || m.GetType() == pb.MsgSnap && c.offerSnapshot(m) || m.GetType() == pb.MsgHeartbeat && c.lostLog(m) || c.withholdVote(m)) {
+			if group == DataGroup {
+				c.heardLeaderAt(m)
+			}
+			if group == DataGroup && (c.heardLeader(m) || m.GetType() == pb.MsgSnap && c.offerSnapshot(m) || m.GetType() == pb.MsgHeartbeat && c.lostLog(m) || c.withholdVote(m) || c.withholdLeasedVote(m)) {
 				return
 			}
 			if n := c.replicaNode(); n != nil {
@@ -280,10 +295,29 @@ func Open(cfg Config) (*Node, error) {
 // the leader's lease against the other followers' votes. A leader merely
 // slow to reconnect loses nothing: pre-vote fails while the others still
 // hear it.
+//
+// It does so only campaignHold after it last heard the leader, so that
+// the leader's lease on deliveries has ended (lease.go): until then it
+// waits, and campaigns then if the leader has not been heard since.
 func (c *Node) peerState(name string, id uint64, up bool) {
 	if up {
 		return
 	}
+	heard := c.leaderHeard.Load()
+	if wait := time.Duration(heard + int64(c.leaseTimes().campaignHold) - time.Now().UnixNano()); wait > 0 {
+		time.AfterFunc(wait, func() {
+			if c.leaderHeard.Load() == heard {
+				c.campaignEarly(name, id)
+			}
+		})
+		return
+	}
+	c.campaignEarly(name, id)
+}
+
+// campaignEarly runs the election clock forward (peerState) if the node
+// still follows the leader id.
+func (c *Node) campaignEarly(name string, id uint64) {
 	c.mu.Lock()
 	inc := c.cur
 	c.mu.Unlock()
@@ -367,7 +401,10 @@ func (c *Node) nameOf(id uint64) string {
 
 // open opens the store and the group's member over it (not started).
 func (c *Node) open() (*incarnation, error) {
-	inc := &incarnation{rlog: newRaftLog(DataGroup)}
+	c.opened.Store(time.Now().UnixNano())
+	lt := c.leaseTimes()
+	inc := &incarnation{rlog: newRaftLog(DataGroup), lease: newLease(lt.duration),
+		leaseStop: make(chan struct{}), leaseDone: make(chan struct{})}
 	opts := c.cfg.Store
 	opts.Replication = &diskstore.Replication{Group: DataGroup, Log: inc.rlog, Wake: func() { c.pump(inc) }}
 	st, err := diskstore.Open(c.cfg.Dir, opts)
@@ -386,7 +423,8 @@ func (c *Node) open() (*incarnation, error) {
 	gcfg := replica.Config{
 		ID: c.id, ElectionTick: c.cfg.ElectionTicks, HeartbeatTick: c.cfg.HeartbeatTicks,
 		Storage: inc.rlog, Transport: sender{c}, Logger: raftLogger{c.log},
-		Applied: func(index, term uint64, payload []byte, own bool) { c.applied(inc, index, term, payload, own) },
+		Applied:   func(index, term uint64, payload []byte, own bool) { c.applied(inc, index, term, payload, own) },
+		Confirmed: func(ctx []byte) { c.leaseConfirmed(inc, ctx) },
 	}
 	if c.simElections {
 		gcfg.ElectionTick, gcfg.DisableCheckQuorum = 1<<30, true
@@ -424,9 +462,27 @@ func (c *Node) start(inc *incarnation) {
 		// is opened again (or the node fails), never left serving.
 		OnStop: func(err error) { c.lose(inc, err) }})
 	inc.n.Add(DataGroup, inc.g)
+	go c.renewLease(inc)
 	c.mu.Lock()
 	c.cur = inc
 	c.mu.Unlock()
+}
+
+// renewLease asks, every renewal, for the confirmation that renews inc's
+// lease while it leads (confirmLease), until inc closes: the loop's own
+// cycles come only every tick when idle.
+func (c *Node) renewLease(inc *incarnation) {
+	defer close(inc.leaseDone)
+	t := time.NewTicker(c.leaseTimes().renewal)
+	defer t.Stop()
+	for {
+		select {
+		case <-inc.leaseStop:
+			return
+		case <-t.C:
+			inc.n.Run(func() { c.confirmLease(inc) })
+		}
+	}
 }
 
 type sender struct{ c *Node }
@@ -477,6 +533,7 @@ func (c *Node) lose(inc *incarnation, err error) {
 		return
 	}
 	inc.lostSent = true
+	inc.lease.end()
 	inc.st.Failed(err)
 	_, term := inc.g.Leader()
 	c.events <- event{term: term, inc: inc}
@@ -507,6 +564,7 @@ func (c *Node) applied(inc *incarnation, index, term uint64, payload []byte, own
 		// An entry of this node's own term applied: every entry before
 		// it did too, so the store holds everything committed.
 		inc.serving, inc.term = true, lt
+		c.confirmLease(inc) // deliveries wait for the first round
 		c.events <- event{ready: true, term: lt, inc: inc}
 	}
 }
@@ -581,7 +639,11 @@ func (c *Node) supervise() {
 					continue
 				}
 				c.log.Info("cluster: leading; serving", "term", ev.term)
-				sv.start(func(ctx context.Context) { c.cfg.Serve(ctx, inc.st) })
+				sv.start(func(ctx context.Context) {
+					stop := context.AfterFunc(ctx, inc.lease.end)
+					defer stop()
+					c.cfg.Serve(ctx, inc.st, inc.lease)
+				})
 				continue
 			}
 			c.log.Info("cluster: leadership lost; reopening the store from what the group committed", "term", ev.term)
@@ -644,6 +706,13 @@ func (c *Node) reopen() error {
 func (c *Node) closeIncarnation(inc *incarnation, clean bool) {
 	if inc == nil {
 		return
+	}
+	inc.lease.end()
+	if inc.leaseStop != nil {
+		close(inc.leaseStop)
+		if inc.n != nil { // renewLease runs
+			<-inc.leaseDone
+		}
 	}
 	if inc.n != nil {
 		inc.n.Close()

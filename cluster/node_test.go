@@ -37,8 +37,9 @@ type testCluster struct {
 }
 
 type servingNode struct {
-	name string
-	st   *diskstore.Store
+	name  string
+	st    *diskstore.Store
+	lease *Lease
 }
 
 func newTestCluster(t *testing.T) *testCluster { return newTestClusterKeeping(t, 0) }
@@ -81,8 +82,8 @@ func (tc *testCluster) start(i int) {
 		Cluster: "test", Name: name, Peers: peers, Listen: tc.addrs[i], Dir: tc.dirs[i],
 		Store: diskstore.Options{CheckpointBytes: 64 << 10, WALSegmentSize: 256 << 10, Logger: quiet()},
 		Tick:  20 * time.Millisecond, Logger: quiet(), LogKeepBytes: tc.keep,
-		Serve: func(ctx context.Context, st *diskstore.Store) {
-			tc.serving <- servingNode{name, st}
+		Serve: func(ctx context.Context, st *diskstore.Store, lease *Lease) {
+			tc.serving <- servingNode{name, st, lease}
 			<-ctx.Done()
 		},
 	})

@@ -70,6 +70,10 @@ type Config struct {
 	Applied func(index, term uint64, payload []byte, own bool)
 	// Logger receives etcd raft's log lines; nil discards them.
 	Logger raft.Logger
+	// Confirmed, if set, is called with the context of each
+	// ConfirmLeadership request a quorum answered, on the group's
+	// goroutine, in the order asked.
+	Confirmed func(ctx []byte)
 }
 
 // Stats count what a group did.
@@ -199,6 +203,17 @@ func (g *Group) ReportSnapshot(id uint64, delivered bool) {
 	g.rn.ReportSnapshot(id, status)
 }
 
+// ConfirmLeadership asks the members whether this member still leads the
+// group: a heartbeat carrying ctx goes to each, and once a quorum has
+// answered it in this member's term, Config.Confirmed gets ctx (etcd
+// raft's read index, ReadOnlySafe). A quorum answered a message sent after
+// this call, so no other leader could have been elected before the call
+// plus the time its members wait before they vote for another (the
+// leader's lease built on it: package cluster). No answer comes if this
+// member does not lead, or stops leading first; none before it has
+// committed an entry of its term.
+func (g *Group) ConfirmLeadership(ctx []byte) { g.rn.ReadIndex(ctx) }
+
 // Leader returns the member the group last knew as leader (0: none) and
 // the term.
 func (g *Group) Leader() (lead, term uint64) { return g.lead, g.term }
@@ -298,6 +313,11 @@ func (g *Group) save() (raft.Ready, bool, error) {
 func (g *Group) finish(rd raft.Ready) error {
 	if len(rd.Messages) > 0 {
 		g.cfg.Transport.Send(rd.Messages)
+	}
+	if g.cfg.Confirmed != nil {
+		for _, rs := range rd.ReadStates {
+			g.cfg.Confirmed(rs.RequestCtx)
+		}
 	}
 	for _, e := range rd.CommittedEntries {
 		if err := g.apply(e); err != nil {

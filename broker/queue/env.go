@@ -83,6 +83,9 @@ type Config struct {
 	PageWindow         int
 	PageWindowBytes    int64
 	DeliveredMarkChunk int
+	// Lease, if set, is the cluster leader's lease on deliveries
+	// (lease.go): nothing is delivered while it lapses.
+	Lease Lease
 }
 
 // NewEnv returns an engine environment over st. alarm raises the store
@@ -97,6 +100,9 @@ func NewEnv(cfg Config, log *slog.Logger, st store.Store, alarm func(), expired 
 	b.minConsumerTimeout.Store(math.MaxInt64)
 	return b
 }
+
+// Lease returns the lease deliveries wait for (Config.Lease), nil if none.
+func (b *Env) Lease() Lease { return b.cfg.Lease }
 
 // StopAsync waits for the background tasks to end; none starts after.
 func (b *Env) StopAsync() {

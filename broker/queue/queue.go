@@ -559,6 +559,9 @@ func (q *Queue) dispatchLocked(t *Txn) {
 	if len(q.consumers) == 0 || q.ready.Len() == 0 {
 		return
 	}
+	if lapsed, _ := q.leaseLapsedLocked(); lapsed {
+		return // the broker dispatches again when the lease is regained
+	}
 	var now int64 // read from the clock once an entry has a deadline
 	var expired []*Entry
 	for q.ready.Len() > 0 && len(q.consumers) > 0 {
@@ -672,12 +675,12 @@ func (q *Queue) Dispatch() {
 // could not be read back from the store.
 func (q *Queue) Get(ch Channel, noAck bool) (e *Entry, tag uint64, props []byte, remaining int) {
 	for {
-		var mark chan struct{}
+		var mark <-chan struct{}
 		var fill *FillWait
 		e, tag, props, remaining, mark, fill = q.tryGet(ch, noAck)
 		switch {
 		case mark != nil:
-			<-mark // the head's delivered mark is being written
+			<-mark // the head's delivered mark is being written, or the lease lapsed
 		case fill != nil:
 			<-fill.Done // the head is being read back from the store
 			if fill.Err != nil {
@@ -689,12 +692,20 @@ func (q *Queue) Get(ch Channel, noAck bool) (e *Entry, tag uint64, props []byte,
 	}
 }
 
-func (q *Queue) tryGet(ch Channel, noAck bool) (e *Entry, tag uint64, props []byte, remaining int, mark chan struct{}, fill *FillWait) {
+func (q *Queue) tryGet(ch Channel, noAck bool) (e *Entry, tag uint64, props []byte, remaining int, mark <-chan struct{}, fill *FillWait) {
 	q.locked(func(t *Txn) {
 		if q.isDeleted() {
 			return
 		}
 		q.touchLocked()
+		if lapsed, regained := q.leaseLapsedLocked(); lapsed {
+			// The caller waits for the lease, as for a mark write, and
+			// asks again; once it has ended the get finds nothing.
+			if regained != nil {
+				mark = regained
+			}
+			return
+		}
 		now := q.Env.NowMS()
 		var expired []*Entry
 		for {

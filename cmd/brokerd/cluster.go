@@ -284,9 +284,11 @@ const forwardWait = 10 * time.Second
 
 // serve is the node's Config.Serve: the broker over st, with its AMQP
 // server and management API on the gates, until ctx ends.
-func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store) {
+func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store, lease *cluster.Lease) {
 	cfg, log := cs.cfg, cs.log
-	b, err := broker.Open(brokerOptions(cfg, st, log, nil))
+	opts := brokerOptions(cfg, st, log, nil)
+	opts.Lease = lease
+	b, err := broker.Open(opts)
 	if err != nil {
 		log.Error("cluster: open the broker", "err", err)
 		<-ctx.Done()

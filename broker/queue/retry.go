@@ -385,10 +385,6 @@ func retryAt(rc *retryConfig, e *Entry, failed bool, now int64) int64 {
 	return now + d
 }
 
-// Delayed returns how many of q's messages wait out a retry delay
-// (messages_delayed). It reads a counter, without q's lock.
-func (q *Queue) Delayed() int64 { return q.delayedN.Load() }
-
 // readParkedLocked reads back, while q recovers, the part of each level
 // that may hold entries parked before the stop: up to the level's
 // recovered delivered mark (every parked entry was delivered), and only

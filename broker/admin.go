@@ -37,6 +37,10 @@ type QueueInfo struct {
 	// but not settled; DeadLetterBacklog the dead letters waiting for a
 	// route (at-least-once), which count as messages too.
 	Ready, Unacked, DeadLetterBacklog int
+	// Delayed counts the messages waiting out a retry delay (delayed
+	// retry): messages, neither ready nor unacknowledged (RabbitMQ 4.3's
+	// messages_delayed).
+	Delayed int
 	// ReadyBytes and UnackedBytes are body bytes, as RabbitMQ's classic
 	// queues count message_bytes (and x-max-length-bytes counts).
 	ReadyBytes, UnackedBytes int64
@@ -76,9 +80,9 @@ func (s QueueMessageStats) DeliverGet() uint64 {
 	return s.Deliver + s.DeliverNoAck + s.Get + s.GetNoAck
 }
 
-// Messages is what RabbitMQ calls a queue's depth: ready, unacknowledged
-// and waiting dead letters.
-func (qi *QueueInfo) Messages() int { return qi.Ready + qi.Unacked + qi.DeadLetterBacklog }
+// Messages is what RabbitMQ calls a queue's depth: ready, unacknowledged,
+// delayed and waiting dead letters.
+func (qi *QueueInfo) Messages() int { return qi.Ready + qi.Unacked + qi.DeadLetterBacklog + qi.Delayed }
 
 // Queues describes the queues of vhost ("" for every vhost), sorted by
 // vhost and name.
@@ -130,7 +134,7 @@ func queueInfo(q *queue.Queue, unacked map[*queue.Queue]unackedSize) QueueInfo {
 	l := q.Lengths()
 	qi.Ready, qi.ReadyBytes = l.Ready, l.ReadyBytes
 	qi.Memory += l.Resident
-	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers = l.Unacked, l.Backlog, l.Consumers
+	qi.Unacked, qi.DeadLetterBacklog, qi.Consumers, qi.Delayed = l.Unacked, l.Backlog, l.Consumers, l.Delayed
 	for i, r := range stats.Reasons {
 		qi.DeadLettered[string(r)] = q.Stats.DeadLettered[i].Load()
 	}

@@ -104,6 +104,8 @@ func (ch *channel) timeOut(ms int64) {
 	ch.out.Close(amqp.Errorf(amqp.PreconditionFailed,
 		"delivery acknowledgement on channel %d timed out. Timeout value used: %d ms. This timeout value can be configured, see consumers doc guide to learn more", ch.id, ms))
 	if len(ds) > 0 {
-		ch.settle(ds, queue.SettleRequeue)
+		// A plain return, not a failure, as RabbitMQ 4.3's quorum
+		// queues return timed-out deliveries (delivery-count unchanged).
+		ch.settle(ds, queue.SettleReturn)
 	}
 }

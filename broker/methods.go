@@ -94,9 +94,9 @@ func (ch *channel) handle(m amqp.Method) *amqp.Error {
 	case *amqp.BasicAck:
 		return ch.ackOrReject(m.DeliveryTag, m.Multiple, queue.SettleAck)
 	case *amqp.BasicNack:
-		return ch.ackOrReject(m.DeliveryTag, m.Multiple, requeueAction(m.Requeue))
+		return ch.ackOrReject(m.DeliveryTag, m.Multiple, requeueAction(m.Requeue, false))
 	case *amqp.BasicReject:
-		return ch.ackOrReject(m.DeliveryTag, false, requeueAction(m.Requeue))
+		return ch.ackOrReject(m.DeliveryTag, false, requeueAction(m.Requeue, true))
 	case *amqp.BasicRecover:
 		if err := ch.recover(m.Requeue); err != nil {
 			return err
@@ -149,11 +149,19 @@ func (ch *channel) handle(m amqp.Method) *amqp.Error {
 	return amqp.Errorf(amqp.CommandInvalid, "unexpected method %s on a channel", m.Name())
 }
 
-func requeueAction(requeue bool) queue.SettleAction {
-	if requeue {
+// requeueAction is a nack's or reject's settlement. As RabbitMQ 4.3's
+// channel maps them, a reject with requeue is a failed delivery (it counts
+// as one, and is delayed under delayed-retry type failed), a nack's is a
+// plain return (type returned); a queue without delayed retry treats both
+// alike.
+func requeueAction(requeue, reject bool) queue.SettleAction {
+	switch {
+	case !requeue:
+		return queue.SettleReject
+	case reject:
 		return queue.SettleRequeue
 	}
-	return queue.SettleReject
+	return queue.SettleReturn
 }
 
 func (ch *channel) basicQos(m *amqp.BasicQos) *amqp.Error {
@@ -368,7 +376,7 @@ func (ch *channel) recover(requeue bool) *amqp.Error {
 	ds, _ := ch.takeUnackedLocked(0, true, nil)
 	ch.mu.Unlock()
 	if len(ds) > 0 {
-		ch.settle(ds, queue.SettleRequeue)
+		ch.settle(ds, queue.SettleReturn) // not a failure (RabbitMQ 4.3)
 	}
 	return nil
 }

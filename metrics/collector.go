@@ -156,12 +156,13 @@ var queueGauges = []struct {
 }{
 	{"queue_messages_ready", "Messages ready to be delivered", func(q *broker.QueueInfo) float64 { return float64(q.Ready) }},
 	{"queue_messages_unacked", "Messages delivered and not yet acknowledged", func(q *broker.QueueInfo) float64 { return float64(q.Unacked) }},
-	{"queue_messages", "Messages ready, unacknowledged and waiting dead letters (the queue's depth)", func(q *broker.QueueInfo) float64 { return float64(q.Messages()) }},
+	{"queue_messages", "Messages ready, unacknowledged, delayed and waiting dead letters (the queue's depth)", func(q *broker.QueueInfo) float64 { return float64(q.Messages()) }},
 	{"queue_messages_ready_bytes", "Body bytes of ready messages", func(q *broker.QueueInfo) float64 { return float64(q.ReadyBytes) }},
 	{"queue_messages_unacked_bytes", "Body bytes of unacknowledged messages", func(q *broker.QueueInfo) float64 { return float64(q.UnackedBytes) }},
 	{"queue_messages_bytes", "Body bytes of ready and unacknowledged messages", func(q *broker.QueueInfo) float64 { return float64(q.ReadyBytes + q.UnackedBytes) }},
 	{"queue_consumers", "Consumers", func(q *broker.QueueInfo) float64 { return float64(q.Consumers) }},
 	{"queue_dead_letter_backlog", "Dead letters waiting for a route (at-least-once)", func(q *broker.QueueInfo) float64 { return float64(q.DeadLetterBacklog) }},
+	{"queue_messages_delayed", "Messages waiting out a retry delay (delayed retry)", func(q *broker.QueueInfo) float64 { return float64(q.Delayed) }},
 }
 
 // collectQueues exports the queue gauges and per-queue dead-letter

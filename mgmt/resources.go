@@ -82,6 +82,9 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		"dead_lettered":       qi.DeadLettered,
 		// Messages lost to damaged data on disk (broker/damage.go).
 		"messages_damaged": qi.Damaged,
+		// Messages waiting out a retry delay (RabbitMQ 4.3's quorum
+		// queue stat; counted in messages, not in messages_ready).
+		"messages_delayed": qi.Delayed,
 
 		// Bodies and properties held in memory (message_bytes counts
 		// bodies only, as RabbitMQ's classic queues do).

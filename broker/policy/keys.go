@@ -29,10 +29,14 @@ import (
 // Where RabbitMQ 3.10 and 4.x differ, brokerd follows 4.x (SPEC's rule):
 // delivery-limit accepts negative values (unlimited), consumer-timeout is
 // a key, classic queues take no max-in-memory-* policy, and operator
-// policies may set overflow and queue-version (3.13+). Keys RabbitMQ added
-// after 3.10 for features brokerd lacks (target-group-size,
-// consumer-disconnected-timeout, delayed-retry-*, stream filters) and
-// plugin keys (federation-*, shards-*) are not recognised.
+// policies may set overflow and queue-version (3.13+). The delayed retry
+// keys are RabbitMQ 4.3.1's (delayed-retry-type, -min, -max, with its
+// texts and its check of the pair in one policy) and LavinMQ's
+// (delayed-retry-multiplier), plus brokerd's delayed-retry-jitter; they
+// apply to classic queues too. Keys RabbitMQ added after 3.10 for
+// features brokerd lacks (target-group-size,
+// consumer-disconnected-timeout, stream filters) and plugin keys
+// (federation-*, shards-*) are not recognised.
 
 // policyKey describes one definition key.
 type policyKey struct {
@@ -62,6 +66,10 @@ const (
 	groupMirror                         // rabbit_mirror_queue_misc (ha-*)
 )
 
+// maxRetryDelay bounds delayed-retry-min and -max: ten years in ms, as
+// a TTL (queue.MaxExpiration).
+const maxRetryDelay = 315360000000
+
 // maxStreamSegmentSize is RabbitMQ's ?MAX_STREAM_MAX_SEGMENT_SIZE.
 const maxStreamSegmentSize = 3_000_000_000
 
@@ -80,6 +88,15 @@ var policyKeys = map[string]policyKey{
 	"max-length-bytes":     {operator: true, check: checkInt(0, math.MaxInt64, "%s is not a valid maximum length in bytes")},
 	"overflow":             {operator: true, check: checkOverflow},
 	"consumer-timeout":     {check: checkInt(0, math.MaxInt64, "%s is not a valid consumer timeout")},
+	// Delayed retry (broker/queue/retry.go): RabbitMQ 4.3.1's keys with
+	// its texts (rabbit_quorum_queue:validate_policy0), allowed in
+	// operator policies as there; LavinMQ's multiplier; brokerd's jitter.
+	"delayed-retry-type": {operator: true, check: checkOneOf("%s is not a valid delayed retry type. Must be one of: all, failed, returned, disabled",
+		"all", "failed", "returned", "disabled")},
+	"delayed-retry-min":        {operator: true, check: checkInt(1, maxRetryDelay, "%s is not a valid delayed retry minimum delay. Must be a positive integer")},
+	"delayed-retry-max":        {operator: true, check: checkInt(1, maxRetryDelay, "%s is not a valid delayed retry maximum delay. Must be a positive integer")},
+	"delayed-retry-multiplier": {check: checkInt(1, math.MaxInt32, "%s is not a valid delayed retry multiplier. Must be a positive integer")},
+	"delayed-retry-jitter":     {check: checkJitter},
 
 	// Accepted and ignored (see above).
 	"queue-version":        {operator: true, check: checkInt(1, 2, "%s is not a valid queue-version value")},
@@ -131,6 +148,9 @@ func validateDefinition(def map[string]any, operator bool) error {
 			}
 		}
 	}
+	if err := validateDelayedRetry(def); err != nil {
+		return err
+	}
 	if mirror {
 		if err := validateHA(def); err != nil {
 			return err
@@ -179,6 +199,49 @@ func checkOneOf(format string, vals ...string) func(any) error {
 		}
 		return policyErr(format, erlTerm(v))
 	}
+}
+
+// checkJitter accepts delayed-retry-jitter: a number from 0 to 1, the
+// largest fraction of a retry's delay taken off at random.
+func checkJitter(v any) error {
+	if f, ok := Float(v); ok && f >= 0 && f <= 1 {
+		return nil
+	}
+	return policyErr("%s is not a valid delayed retry jitter. Must be a number from 0 to 1", erlTerm(v))
+}
+
+// validateDelayedRetry checks the delayed retry keys of one definition
+// together, as RabbitMQ 4.3.1 does (validate_delayed_retry_constraints):
+// an enabled type needs a minimum in the same policy, and a maximum is
+// not below the minimum. Each value was checked alone before.
+func validateDelayedRetry(def map[string]any) error {
+	if t, ok := def["delayed-retry-type"].(string); ok && t != "disabled" {
+		if _, ok := def["delayed-retry-min"]; !ok {
+			return policyErr("delayed-retry-min is required when delayed-retry-type is %s", t)
+		}
+	}
+	lo, lok := Int(def["delayed-retry-min"])
+	hi, hok := Int(def["delayed-retry-max"])
+	if lok && hok && hi < lo {
+		return policyErr("delayed-retry-max (%d) must not be smaller than delayed-retry-min (%d)", hi, lo)
+	}
+	return nil
+}
+
+// Float reads a numeric policy value: an integer (Int) or any float64 or
+// json.Number.
+func Float(v any) (float64, bool) {
+	if n, ok := Int(v); ok {
+		return float64(n), true
+	}
+	switch n := v.(type) {
+	case float64:
+		return n, !math.IsNaN(n)
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil && !math.IsNaN(f)
+	}
+	return 0, false
 }
 
 func checkOverflow(v any) error {

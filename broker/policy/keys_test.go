@@ -90,6 +90,11 @@ func TestEffectiveDefinition(t *testing.T) {
 		{"delivery-limit both unlimited", map[string]any{"delivery-limit": -5}, map[string]any{"delivery-limit": -1}, map[string]any{"delivery-limit": -1}},
 		{"operator wins", map[string]any{"overflow": "drop-head", "queue-version": 1}, map[string]any{"overflow": "reject-publish", "queue-version": 2},
 			map[string]any{"overflow": "reject-publish", "queue-version": 2}},
+		// RabbitMQ 4.3 (rabbit_quorum_queue merge_policy_value): the
+		// operator's type, the higher minimum, the lower maximum.
+		{"delayed retry", map[string]any{"delayed-retry-type": "all", "delayed-retry-min": 100, "delayed-retry-max": 9000},
+			map[string]any{"delayed-retry-type": "failed", "delayed-retry-min": 500, "delayed-retry-max": 5000},
+			map[string]any{"delayed-retry-type": "failed", "delayed-retry-min": 500, "delayed-retry-max": 5000}},
 		{"json numbers", map[string]any{"message-ttl": json.Number("20")}, map[string]any{"message-ttl": float64(100)}, map[string]any{"message-ttl": json.Number("20")}},
 	} {
 		qp := &QueuePolicies{}

@@ -18,8 +18,8 @@ import (
 // expires, message-ttl, max-length, max-length-bytes, max-in-memory-length,
 // max-in-memory-bytes, delivery-limit, and, as in RabbitMQ 3.13+,
 // overflow and queue-version (RabbitMQ 3.10 refuses those two in operator
-// policies). Any other key is refused with "... are not recognised policy
-// settings".
+// policies), and delayed-retry-type, -min and -max, as RabbitMQ 4.3.1.
+// Any other key is refused with "... are not recognised policy settings".
 
 // EffectiveDefinition is rabbit_policy:merge_operator_definitions: every
 // key of either policy, with the value merged where both have it. nil when
@@ -57,7 +57,7 @@ func EffectiveDefinition(qp *QueuePolicies) map[string]any {
 // integers.
 func mergePolicyValue(key string, userVal, opVal any) any {
 	switch key {
-	case "message-ttl", "expires", "max-length", "max-length-bytes", "max-in-memory-length", "max-in-memory-bytes":
+	case "message-ttl", "expires", "max-length", "max-length-bytes", "max-in-memory-length", "max-in-memory-bytes", "delayed-retry-max":
 		u, _ := Int(userVal)
 		o, _ := Int(opVal)
 		if u < o {
@@ -77,8 +77,16 @@ func mergePolicyValue(key string, userVal, opVal any) any {
 			return userVal
 		}
 		return opVal
+	case "delayed-retry-min":
+		// RabbitMQ 4.3's merge: an operator's minimum raises a user's.
+		u, _ := Int(userVal)
+		o, _ := Int(opVal)
+		if u > o {
+			return userVal
+		}
+		return opVal
 	}
-	// overflow, queue-version, booleans: the operator policy wins. No
-	// other key can be in both (operator policies take no other).
+	// overflow, queue-version, delayed-retry-type, booleans: the operator
+	// policy wins. No other key can be in both (operator policies take no other).
 	return opVal
 }

@@ -63,6 +63,31 @@ func TestValidate(t *testing.T) {
 		{"json.Number not an integer", policy.Policy{Name: "p", Definition: map[string]any{"message-ttl": json.Number("1e3")}}, false,
 			"1.0e3 is not a valid message TTL"},
 		{"max-age", policy.Policy{Name: "p", Definition: map[string]any{"max-age": "7D"}}, false, ""},
+		// Delayed retry: RabbitMQ 4.3.1's texts and pair checks, LavinMQ's
+		// multiplier, brokerd's jitter.
+		{"delayed retry", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-type": "all", "delayed-retry-min": 1000,
+			"delayed-retry-max": 30000, "delayed-retry-multiplier": 2, "delayed-retry-jitter": 0.25}}, false, ""},
+		{"delayed retry LavinMQ", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-min": 500, "delivery-limit": 5}}, false, ""},
+		{"delayed retry bad type", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-type": "some", "delayed-retry-min": 1}}, false,
+			`<<"some">> is not a valid delayed retry type. Must be one of: all, failed, returned, disabled`},
+		{"delayed retry min zero", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-min": 0}}, false,
+			"0 is not a valid delayed retry minimum delay. Must be a positive integer"},
+		{"delayed retry min string", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-min": "100"}}, false,
+			`<<"100">> is not a valid delayed retry minimum delay. Must be a positive integer`},
+		{"delayed retry max float", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-max": 0.1}}, false,
+			"0.1 is not a valid delayed retry maximum delay. Must be a positive integer"},
+		{"delayed retry type needs min", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-type": "failed"}}, false,
+			"delayed-retry-min is required when delayed-retry-type is failed"},
+		{"delayed retry disabled needs no min", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-type": "disabled"}}, false, ""},
+		{"delayed retry max below min", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-min": 500, "delayed-retry-max": 100}}, false,
+			"delayed-retry-max (100) must not be smaller than delayed-retry-min (500)"},
+		{"delayed retry multiplier", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-multiplier": 1.5}}, false,
+			"1.5 is not a valid delayed retry multiplier. Must be a positive integer"},
+		{"delayed retry jitter", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-jitter": 2}}, false,
+			"2 is not a valid delayed retry jitter. Must be a number from 0 to 1"},
+		{"delayed retry in operator policy", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-type": "returned", "delayed-retry-min": 5}}, true, ""},
+		{"multiplier only in user policies", policy.Policy{Name: "p", Definition: map[string]any{"delayed-retry-multiplier": 2}}, true,
+			`[{<<"delayed-retry-multiplier">>,2}] are not recognised policy settings`},
 	} {
 		p := tc.p
 		err := policy.Validate(&p, tc.operator)

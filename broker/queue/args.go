@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/policy"
@@ -47,6 +48,14 @@ var queueArgs = map[string]argScope{
 	"x-stream-max-segment-size-bytes": scopeStream,
 	"x-stream-filter-size-bytes":      scopeStream,
 	"x-initial-cluster-size":          scopeStream,
+
+	// Delayed retry (retry.go): RabbitMQ 4.3's (quorum queues only
+	// there), LavinMQ's multiplier, brokerd's jitter; on every type.
+	"x-delayed-retry-type":       scopeBoth,
+	"x-delayed-retry-min":        scopeBoth,
+	"x-delayed-retry-max":        scopeBoth,
+	"x-delayed-retry-multiplier": scopeBoth,
+	"x-delayed-retry-jitter":     scopeBoth,
 }
 
 func argKnownTo(key, qtype string) bool {
@@ -216,6 +225,12 @@ func checkQueueArg(key string, v any, all amqp.Table) string {
 	case "x-delivery-limit":
 		// Not validated at declare, as RabbitMQ: an integer is used, a
 		// negative one means no limit.
+	case "x-delayed-retry-min", "x-delayed-retry-max":
+		return intArg(0, MaxExpiration)
+	case "x-delayed-retry-multiplier":
+		return intArg(1, math.MaxInt32)
+	case "x-delayed-retry-type", "x-delayed-retry-jitter":
+		return checkRetryArg(key, v)
 	case "x-max-priority":
 		return intArg(0, 255)
 	case "x-single-active-consumer":

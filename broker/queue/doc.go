@@ -4,7 +4,8 @@
 // delivered marks, dead-letter planning and its backlog, damage, peek and
 // the redrive scan, the holding queues of delayed exchanges (scheduled
 // delivery: a held message is an entry whose deadline is its due time, and
-// is released through its exchange, delayed.go), and the rules for a
+// is released through its exchange, delayed.go), delayed retry (a returned
+// message parked until its due time, retry.go), and the rules for a
 // declaration's queue arguments.
 // Its storage side (a level's resident head, stored middle and tail) is
 // the engine package below it.
@@ -156,7 +157,7 @@
 // A limit, a kind of expiry or a dead-letter rule goes in this package's
 // files (queue.go, settle.go, dlx.go, backlog.go, expiry.go,
 // pagedexpiry.go, paging.go, spill.go, deliveredmarks.go, txn.go, peek.go,
-// damage.go, delayed.go), its argument in args.go and its policy key in
+// damage.go, delayed.go, retry.go), its argument in args.go and its policy key in
 // broker/policy.
 // What it needs from outside goes into Env, Host or Router; what the
 // broker needs from it is an exported operation that takes the queue's

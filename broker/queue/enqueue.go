@@ -174,7 +174,8 @@ func (b *Env) enqueueLocked(t *Txn, qs []*Queue, p *Incoming, at *arrival) (refu
 		}
 		lim := q.Settings().limits
 		pendN, pendB := q.pending()
-		if lim.Refuses(q.ready.Len()+int(pendN), q.ready.Bytes()+pendB, len(msg.Body)) {
+		n, bytes := q.limitLenLocked()
+		if lim.Refuses(n+int(pendN), bytes+pendB, len(msg.Body)) {
 			refused = true
 			b.Counters.Overflowed.Add(1)
 			if lim.Mode == overflow.RejectPublishDLX {

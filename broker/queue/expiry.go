@@ -155,8 +155,11 @@ func (q *Queue) expireLocked(t *Txn, es []*Entry, paged []*Entry) {
 		}
 	}
 	q.syncCounts()
+	var parked []*Entry
 	for _, e := range es {
 		switch {
+		case e.state == stParked:
+			parked = append(parked, e)
 		case e.state != stReady:
 		case e.expiredAt(now):
 			q.removeReadyLocked(e)
@@ -166,6 +169,9 @@ func (q *Queue) expireLocked(t *Txn, es []*Entry, paged []*Entry) {
 			// the scheduler's reading and ours): wait again.
 			q.armLocked(e)
 		}
+	}
+	if len(parked) > 0 {
+		expired = append(expired, q.dueParkedLocked(t, parked, now)...)
 	}
 	if q.holdFor != "" {
 		q.releaseLocked(t, expired) // due: routed now (delayed.go)

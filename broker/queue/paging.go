@@ -185,16 +185,17 @@ const (
 func (q *Queue) readWantLocked(l *level) (int, int64) {
 	want, wantBytes := q.ready.HeadRoom(l)
 	lim := q.Settings().limits
-	if !lim.Over(q.ready.Len(), q.ready.Bytes()) {
+	ln, lb := q.limitLenLocked()
+	if !lim.Over(ln, lb) {
 		return want, wantBytes
 	}
 	n := evictReadMax
 	if lim.MaxLen >= 0 {
-		n = min(n, q.ready.Len()-int(lim.MaxLen))
+		n = min(n, ln-int(lim.MaxLen))
 	}
 	bytes := int64(evictReadMaxBytes)
 	if lim.MaxBytes >= 0 {
-		bytes = min(bytes, q.ready.Bytes()-lim.MaxBytes)
+		bytes = min(bytes, lb-lim.MaxBytes)
 	}
 	want += max(n, 0)
 	if wantBytes > 0 {
@@ -211,7 +212,7 @@ func (q *Queue) evictionOwedLocked() bool {
 		return false
 	}
 	lim := q.Settings().limits
-	return lim.Limited() && lim.Over(q.ready.Len(), q.ready.Bytes()) && q.readingLocked()
+	return lim.Limited() && lim.Over(q.limitLenLocked()) && q.readingLocked()
 }
 
 // readingLocked reports whether a read of one of q's middles is under way.
@@ -280,6 +281,14 @@ func (q *Queue) mergeLocked(l *level, r engine.PageRead) {
 			q.ready.TakeOut(l, m.Seq, int64(m.Size), true)
 			continue
 		}
+		if e.ReadyAt != 0 && e.ReadyAt > q.Env.NowMS() {
+			// Recovered while waiting out a retry delay: parked
+			// until its due time, not part of the middle (retry.go).
+			q.ready.TakeOut(l, m.Seq, int64(m.Size), true)
+			q.parkLocked(e)
+			continue
+		}
+		e.ReadyAt = 0
 		e.state = stReady
 		q.ready.MoveIn(l, e)
 		if !q.recovering {
@@ -305,6 +314,7 @@ func (q *Queue) entryFromMeta(m *store.EntryMeta, msg *store.Message) *Entry {
 	e := &Entry{q: q, prio: m.Prio, stored: true, inStore: true, Redelivered: q.deliveredBefore(m.Prio, m.Seq, m.DeliveryCount)}
 	e.Ref, e.Msg, e.Header = m.Ref, msg, m.Header
 	e.Deadline, e.DeliveryCount, e.DeadLetter, e.DeadAt = m.Deadline, m.DeliveryCount, m.DeadLetter, m.DeadAt
+	e.AcquiredCount, e.ReadyAt = m.AcquiredCount, m.ReadyAt
 	e.Origin = m.Origin
 	e.timer.Value = e
 	return e

@@ -61,10 +61,14 @@ func (q *Queue) RecoverEntries(states map[store.QueueID]store.QueueState) error 
 	err = b.Store.ScanQueue(q.ID, 0, func(se *store.Entry) bool {
 		e := &Entry{Entry: *se, q: q, Redelivered: q.deliveredBefore(se.Prio, se.Seq, se.DeliveryCount), stored: true, inStore: true, prio: se.Prio}
 		e.timer.Value = e
-		if e.DeadLetter != "" {
+		switch {
+		case e.DeadLetter != "":
 			e.state = stBacklog
 			q.addBacklogLocked(e)
-		} else {
+		case e.ReadyAt > b.NowMS():
+			q.parkLocked(e) // waiting out a retry delay (retry.go)
+		default:
+			e.ReadyAt = 0
 			// A deadline that passed while the broker was down fires
 			// at once.
 			q.makeReadyLocked(e, true)

@@ -28,6 +28,9 @@ const (
 	// as a new entry read from there; this one is left only to a timer
 	// that had fired already, which must let it be.
 	stPaged
+	// stParked: returned and waiting out a retry delay in q.parked
+	// (retry.go).
+	stParked
 )
 
 // Entry is a message's place in a queue, with the in-memory state that is
@@ -103,6 +106,10 @@ type Queue struct {
 	deleted atomic.Bool              // set under mu
 	Stats   stats.Queue
 
+	// delayedN and delayedB mirror len(parked) and parkedB (retry.go),
+	// for lock-free readers.
+	delayedN, delayedB atomic.Int64
+
 	// Room claimed by dead-lettered copies planned into this queue but
 	// not inserted yet (see reserve). resMu takes no lock while held; it
 	// is taken under this queue's mu, or under a dead letter's source
@@ -136,6 +143,11 @@ type Queue struct {
 	recovering  bool        // loading stored entries: timers start after policies apply
 	closing     bool        // being deleted (lease ran out, or queue.delete checked): takes no new consumer
 	deletion    *StoreWrite // the store write of the queue's deletion, once deleted
+
+	// parked are the returned entries waiting out a retry delay, and
+	// parkedB their body bytes (retry.go).
+	parked  map[*Entry]struct{}
+	parkedB int64
 
 	// backlogGen is the vhost's topology generation at the last retry of
 	// the dead-letter backlog; backlogFull records that a target refused
@@ -364,7 +376,7 @@ func (q *Queue) minInflight() uint64 {
 func (q *Queue) reserve(size int) bool {
 	q.resMu.Lock()
 	defer q.resMu.Unlock()
-	if q.Settings().limits.Refuses(int(q.readyN.Load()+q.pendN), q.readyB.Load()+q.pendB, size) {
+	if q.Settings().limits.Refuses(int(q.readyN.Load()+q.delayedN.Load()+q.pendN), q.readyB.Load()+q.delayedB.Load()+q.pendB, size) {
 		return false
 	}
 	q.pendN++
@@ -388,6 +400,13 @@ func (q *Queue) pending() (n int64, bytes int64) {
 }
 
 // --- the ready list; every change goes through these --------------------
+
+// limitLenLocked returns what q's length limits count: its ready
+// messages and those waiting out a retry delay (as RabbitMQ 4.3 counts
+// them), and their body bytes.
+func (q *Queue) limitLenLocked() (int, int64) {
+	return q.ready.Len() + len(q.parked), q.ready.Bytes() + q.parkedB
+}
 
 func (q *Queue) syncCounts() {
 	q.readyN.Store(int64(q.ready.Len()))
@@ -440,8 +459,12 @@ func (q *Queue) armLocked(e *Entry) {
 func (q *Queue) ArmRecovered() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.readParkedLocked()
 	q.recovering = false
 	q.ready.Each(q.armLocked)
+	for e := range q.parked {
+		q.armParkedLocked(e)
+	}
 }
 
 // takeLocked removes and returns the head of the ready list (nil if
@@ -535,7 +558,7 @@ func (q *Queue) enforceLimitsLocked(t *Txn) {
 		return
 	}
 	var evicted []*Entry
-	for lim.Over(q.ready.Len(), q.ready.Bytes()) {
+	for lim.Over(q.limitLenLocked()) {
 		e := q.takeLocked()
 		if e == nil {
 			break
@@ -618,17 +641,26 @@ func (q *Queue) dispatchLocked(t *Txn) {
 
 // deliveryProps returns the properties to deliver e with: its own, plus
 // x-delivery-count on a redelivery from a queue that counts deliveries
-// (quorum, or any queue with a delivery limit).
+// (quorum, or any queue with a delivery limit), and, for an entry returned
+// to a queue with delayed retry (AcquiredCount set), x-acquired-count,
+// with x-delivery-count only once a return counted as one (RabbitMQ 4.3,
+// rabbit_fifo_client:add_delivery_count_header).
 func (q *Queue) deliveryProps(e *Entry) []byte {
 	raw := e.EffectiveHeader().Props
-	if e.DeliveryCount == 0 || (q.Settings().deliveryLimit < 0 && q.Type != policy.QueueQuorum) {
+	dc := e.DeliveryCount > 0 && (e.AcquiredCount > 0 || q.Settings().deliveryLimit >= 0 || q.Type == policy.QueueQuorum)
+	if !dc && e.AcquiredCount == 0 {
 		return raw
 	}
 	p, err := amqp.DecodeProperties(raw)
 	if err != nil {
 		return raw
 	}
-	p.Headers = p.Headers.With("x-delivery-count", int64(e.DeliveryCount))
+	if e.AcquiredCount > 0 {
+		p.Headers = p.Headers.With("x-acquired-count", int64(e.AcquiredCount))
+	}
+	if dc {
+		p.Headers = p.Headers.With("x-delivery-count", int64(e.DeliveryCount))
+	}
 	p.Flags |= amqp.FlagHeaders
 	out, err := p.Append(nil)
 	if err != nil {
@@ -784,7 +816,7 @@ func (q *Queue) ClaimForDelete(ifUnused, ifEmpty bool) *amqp.Error {
 	if ifUnused && len(q.consumers) > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' in use", q.Name, q.Host.Name)
 	}
-	if ifEmpty && q.ready.Len()+q.backlogLen() > 0 {
+	if ifEmpty && q.ready.Len()+q.backlogLen()+len(q.parked) > 0 {
 		return amqp.Errorf(amqp.PreconditionFailed, "queue '%s' in vhost '%s' not empty", q.Name, q.Host.Name)
 	}
 	q.closing = true
@@ -808,9 +840,11 @@ func (q *Queue) RemoveConsumer(c *Consumer) (autoDelete bool) {
 	return q.AutoDelete && len(q.consumers) == 0 && !q.isDeleted()
 }
 
-// Purge drops every ready entry, and every dead letter waiting for a route
-// (as RabbitMQ 4.3 does for quorum queues, B5), but not unacked ones, and
-// returns how many ready entries there were (purge-ok's message count) and
+// Purge drops every ready entry, every dead letter waiting for a route
+// (as RabbitMQ 4.3 does for quorum queues, B5) and every entry waiting out
+// a retry delay (as RabbitMQ 4.3 purges delayed ones), but not unacked
+// ones, and returns how many ready and delayed entries there were
+// (purge-ok's message count) and
 // the store write of the deletes (purge-ok waits for it). Purged messages
 // are not dead-lettered.
 func (q *Queue) Purge() (int, *StoreWrite) {
@@ -827,8 +861,11 @@ func (q *Queue) Purge() (int, *StoreWrite) {
 		close(w.Done)
 		return 0, w
 	}
-	n := q.ready.Len()
+	n := q.ready.Len() + len(q.parked)
 	t := q.Env.newTxn()
+	for _, e := range q.clearParkedLocked() {
+		t.del(e)
+	}
 	for _, ref := range paged {
 		t.Batch.Deletes = append(t.Batch.Deletes, ref)
 	}
@@ -867,7 +904,8 @@ func (q *Queue) Purge() (int, *StoreWrite) {
 // the same hold of q.mu (see Broker.deleteQueue).
 func (q *Queue) markDeletedLocked() (consumers []*Consumer, messages int) {
 	q.deleted.Store(true)
-	messages = q.ready.Len() + q.backlogLen()
+	messages = q.ready.Len() + q.backlogLen() + len(q.parked)
+	q.clearParkedLocked()
 	q.dropPagedLocked()
 	for _, e := range q.ready.Clear() {
 		e.state = stGone
@@ -888,6 +926,10 @@ type Lengths struct {
 	Ready, Unacked, Backlog, Consumers int
 	ReadyBytes                         int64 // the ready messages' bodies
 	Resident                           int64 // what the ready list holds in memory
+
+	// Delayed counts the messages waiting out a retry delay (retry.go):
+	// messages, but neither ready nor unacknowledged.
+	Delayed int
 }
 
 // Lengths reads q's lengths under its lock.
@@ -895,7 +937,7 @@ func (q *Queue) Lengths() Lengths {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return Lengths{Ready: q.ready.Len(), Unacked: q.unacked, Backlog: q.backlogLen(), Consumers: len(q.consumers),
-		ReadyBytes: q.ready.Bytes(), Resident: q.ready.Resident()}
+		Delayed: len(q.parked), ReadyBytes: q.ready.Bytes(), Resident: q.ready.Resident()}
 }
 
 // MarkClosing has q take no new consumer: it is about to be deleted.

@@ -29,9 +29,13 @@ type Settings struct {
 	// consumerTimeout is the queue's own consumer timeout (ms), -1 when
 	// neither argument nor policy sets one (the broker's applies).
 	consumerTimeout int64
+	// retry is the delayed retry of returned messages (retry.go).
+	retry retryConfig
 }
 
-// quorumDeliveryLimit is the quorum queue default (RabbitMQ 4.x).
+// quorumDeliveryLimit is the quorum queue default (RabbitMQ 4.x), and the
+// default of any queue with delayed retry (LavinMQ: "20 when retry is
+// enabled").
 const quorumDeliveryLimit = 20
 
 // resolveQueueConfig computes the settings of a queue of type qtype with
@@ -124,8 +128,11 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies)
 		c.atLeastOnce = s == "at-least-once"
 	}
 
+	c.retry = resolveRetry(args, pol)
+
 	// Delivery limit: either negative → the larger (no limit wins);
-	// otherwise the smaller. Quorum queues default to 20.
+	// otherwise the smaller. Quorum queues, and queues with delayed
+	// retry, default to 20.
 	a, aok := argInt("x-delivery-limit")
 	b, bok := polInt("delivery-limit")
 	switch {
@@ -139,7 +146,7 @@ func resolveQueueConfig(qtype string, args amqp.Table, qp *policy.QueuePolicies)
 		c.deliveryLimit = a
 	case bok:
 		c.deliveryLimit = b
-	case qtype == policy.QueueQuorum:
+	case qtype == policy.QueueQuorum || c.retry.enabled():
 		c.deliveryLimit = quorumDeliveryLimit
 	}
 	if c.deliveryLimit < 0 {

@@ -11,19 +11,28 @@ type SettleAction int
 
 const (
 	SettleAck SettleAction = iota
+	// SettleRequeue is a failed return (RabbitMQ 4.3's delivery_failed):
+	// basic.reject requeue=true, a channel or connection closed with the
+	// delivery unacked.
 	SettleRequeue
 	SettleReject
+	// SettleReturn is a return that is not a failure: basic.nack
+	// requeue=true, basic.recover, the consumer timeout. It differs from
+	// SettleRequeue only in a queue with delayed retry (retry.go).
+	SettleReturn
 )
 
 // settleLocked applies an ack, requeue or reject to delivered entries of
 // q within t. Caller holds q.mu.
 //
 //   - ack: the entries are gone.
-//   - requeue: they return to the ready list at their original positions,
-//     marked redelivered. An entry returned more often than the queue's
-//     delivery limit is dead-lettered (delivery_limit); one past its
+//   - requeue and return: they return to the ready list at their original
+//     positions, marked redelivered. An entry returned more often than the
+//     queue's delivery limit is dead-lettered (delivery_limit); one past its
 //     deadline expires at once; a drop-head queue pushed over its limit
-//     drops from the head (B46).
+//     drops from the head (B46). In a queue with delayed retry an entry
+//     whose return is delayed is parked instead until its due time
+//     (retry.go).
 //   - reject: they are dead-lettered (rejected).
 func (q *Queue) settleLocked(t *Txn, es []*Entry, action SettleAction) {
 	if action == SettleAck {
@@ -45,13 +54,15 @@ func (q *Queue) settleLocked(t *Txn, es []*Entry, action SettleAction) {
 			e.state = stGone
 		}
 		q.deadLetterLocked(t, es, deadletter.Rejected, true)
-	case SettleRequeue:
+	case SettleRequeue, SettleReturn:
 		cfg := q.Settings()
+		rc := &cfg.retry
+		failed := action == SettleRequeue
 		now := q.Env.NowMS()
+		var arrival int64 // a due time counts from now rounded up (never early)
 		var overLimit, expired []*Entry
 		for _, e := range es {
-			e.Redelivered = true
-			e.DeliveryCount++
+			q.countReturnLocked(e, rc, failed)
 			switch {
 			case cfg.deliveryLimit >= 0 && int64(e.DeliveryCount) > cfg.deliveryLimit:
 				e.state = stGone
@@ -60,8 +71,16 @@ func (q *Queue) settleLocked(t *Txn, es []*Entry, action SettleAction) {
 				e.state = stGone
 				expired = append(expired, e)
 			default:
+				if rc.enabled() && arrival == 0 {
+					arrival = q.Env.arrivalMS()
+				}
+				e.ReadyAt = retryAt(rc, e, failed, arrival)
 				t.update(e)
-				q.makeReadyLocked(e, false)
+				if e.ReadyAt != 0 {
+					q.parkLocked(e)
+				} else {
+					q.makeReadyLocked(e, false)
+				}
 			}
 		}
 		q.deadLetterLocked(t, overLimit, deadletter.DeliveryLimit, true)

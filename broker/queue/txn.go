@@ -150,10 +150,12 @@ func (t *Txn) update(e *Entry) {
 	}
 	if i := t.putIndex(e.Ref); i >= 0 {
 		p := &t.Batch.Puts[i]
-		p.DeliveryCount, p.DeadLetter, p.DeadAt = e.DeliveryCount, e.DeadLetter, e.DeadAt
+		p.DeliveryCount, p.AcquiredCount, p.ReadyAt = e.DeliveryCount, e.AcquiredCount, e.ReadyAt
+		p.DeadLetter, p.DeadAt = e.DeadLetter, e.DeadAt
 		return
 	}
-	t.Batch.Updates = append(t.Batch.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt})
+	t.Batch.Updates = append(t.Batch.Updates, store.Update{Ref: e.Ref, DeliveryCount: e.DeliveryCount,
+		AcquiredCount: e.AcquiredCount, ReadyAt: e.ReadyAt, DeadLetter: e.DeadLetter, DeadAt: e.DeadAt})
 }
 
 // apply writes the batch (if it changes anything) and calls done when it

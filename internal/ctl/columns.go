@@ -141,6 +141,8 @@ var (
 			field("head_message_timestamp"), field("consumers"),
 			field("consumer_utilisation"), field("consumer_capacity"),
 			field("exclusive_consumer_tag"), field("memory"), field("state"), field("type"),
+			// Messages waiting out a retry delay (RabbitMQ 4.3's name).
+			field("messages_delayed"),
 		},
 	}
 	exchangeColumns = listing{

@@ -4,7 +4,8 @@
 // delivered marks, dead-letter planning and its backlog, damage, peek and
 // the redrive scan, the holding queues of delayed exchanges (scheduled
 // delivery: a held message is an entry whose deadline is its due time, and
-// is released through its exchange, delayed.go), and the rules for a
+// is released through its exchange, delayed.go; listed in due-time order
+// and cancelled, scheduled.go), and the rules for a
 // declaration's queue arguments.
 // Its storage side (a level's resident head, stored middle and tail) is
 // the engine package below it.

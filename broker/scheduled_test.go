@@ -346,6 +346,10 @@ func TestScheduledCancelReleaseStress(t *testing.T) {
 		ids = append(ids, m.Seq)
 	}
 	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	// Up to the millisecond before: the paged ones are read ahead of
+	// their due time by then, as they would be.
+	sdRunClock(b, clk, 999*time.Millisecond)
+	sdWantHeld(t, b, "dx", n)
 	cancelled := map[string]bool{}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -362,7 +366,7 @@ func TestScheduledCancelReleaseStress(t *testing.T) {
 			}
 		}
 	}()
-	sdRunClock(b, clk, 1100*time.Millisecond)
+	clk.Advance(time.Millisecond) // due: released while the cancels run
 	wg.Wait()
 	tlSettleTimers(b)
 	sdWantHeld(t, b, "dx", 0)

@@ -210,3 +210,29 @@ func (b *Broker) StoredOriginsForTest(vhost, queue string) ([]*store.Origin, err
 	})
 	return out, err
 }
+
+// SetReleaseHookForTest makes fn run on the timer scheduler's goroutine
+// whenever it is about to release due messages of delayed exchange
+// exchange of vhost, before it takes the holding queue's lock (so fn may
+// hold the release there); restore removes it.
+func (b *Broker) SetReleaseHookForTest(vhost, exchange string, fn func()) (restore func()) {
+	hold := b.holdForTest(vhost, exchange)
+	return queue.SetReleaseHookForTest(func(q *queue.Queue) {
+		if q == hold {
+			fn()
+		}
+	})
+}
+
+// SetCancelReadHookForTest makes fn run when a cancel of messages of
+// delayed exchange exchange of vhost has read the paged ones it takes,
+// before it locks the holding queue again to take them; restore removes
+// it.
+func (b *Broker) SetCancelReadHookForTest(vhost, exchange string, fn func()) (restore func()) {
+	hold := b.holdForTest(vhost, exchange)
+	return queue.SetCancelReadHookForTest(func(q *queue.Queue) {
+		if q == hold {
+			fn()
+		}
+	})
+}

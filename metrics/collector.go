@@ -134,6 +134,7 @@ func (c *collector) collectGlobal(ch chan<- prometheus.Metric, st broker.Stats) 
 	counter(ch, "delayed_messages_total", "Messages delayed exchanges (x-delayed-message) held to route at their due time", st.Delayed)
 	counter(ch, "delayed_messages_released_total", "Held messages routed at their due time to at least one queue", st.DelayedReleased)
 	counter(ch, "delayed_messages_dropped_total", "Held messages that reached no queue at their due time (no binding, no alternate exchange), dropped", st.DelayedDropped)
+	counter(ch, "delayed_messages_cancelled_total", "Held messages cancelled before their due time (the management API's cancel), never routed", st.DelayedCancelled)
 	counter(ch, "store_read_errors_total", "Store reads that failed for a reason other than damage (out of file descriptors, an I/O error) and were made again after a second", st.StoreReadErrors)
 }
 

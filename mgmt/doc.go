@@ -69,6 +69,11 @@
 //	GET    /api/operator-policies[/{vhost}[/{name}]]  PUT, DELETE
 //	GET    /api/exchanges[/{vhost}[/{name}]]     PUT, DELETE /api/exchanges/{vhost}/{name}
 //	POST   /api/exchanges/{vhost}/{name}/publish  {"routed": bool}
+//	GET    /api/exchanges/{vhost}/{name}/scheduled?count=N&after=CURSOR  a delayed exchange's held messages
+//	                                             in due-time order: {"messages": [...], "next": CURSOR} (scheduled.go)
+//	DELETE /api/exchanges/{vhost}/{name}/scheduled/{id}  cancels one: {"cancelled": 1}, 404 if not held
+//	POST   /api/exchanges/{vhost}/{name}/scheduled/cancel  {"ids": [...]} or filters {"routing_key",
+//	                                             "headers", "due_before", "due_after"} or {"all": true}: {"cancelled": N}
 //	GET    /api/queues[/{vhost}[/{name}]]        PUT, DELETE /api/queues/{vhost}/{name}
 //	DELETE /api/queues/{vhost}/{name}/contents  (purge)
 //	POST   /api/queues/{vhost}/{name}/get

@@ -38,6 +38,10 @@ func (s *Server) resourceRoutes() {
 	s.handle("PUT /api/exchanges/{vhost}/{name}", management, s.putExchange, checked(s.mayAccess(broker.Configure, "exchange", "name")))
 	s.handle("DELETE /api/exchanges/{vhost}/{name}", management, s.deleteExchange)
 	s.handle("POST /api/exchanges/{vhost}/{name}/publish", management, s.publish, checked(s.mayAccess(broker.Write, "exchange", "name")))
+	s.handle("GET /api/exchanges/{vhost}/{name}/scheduled", management, s.listScheduled)
+	s.handle("DELETE /api/exchanges/{vhost}/{name}/scheduled/{id}", management, s.cancelScheduledOne)
+	s.handle("POST /api/exchanges/{vhost}/{name}/scheduled/cancel", management, s.cancelScheduled,
+		checked(s.mayAccess(broker.Read, "exchange", "name")), checked(s.mayAccess(broker.Write, "exchange", "name")))
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/source", management, s.exchangeBindings("source"))
 	s.handle("GET /api/exchanges/{vhost}/{name}/bindings/destination", management, s.exchangeBindings("destination"))
 

@@ -10,7 +10,8 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// Every page, at 1280 px and at phone width, and the redrive dialog pass
+// Every page (a delayed exchange's with its scheduled messages, a queue's
+// with retry settings), at 1280 px and at phone width, and the redrive dialog pass
 // axe-core's WCAG 2.1 A and AA rules (labels, names, contrast, landmarks,
 // ARIA use); the dialog opens
 // and closes from the keyboard and gives focus back to its button.
@@ -24,6 +25,11 @@ func TestUIAccessibility(t *testing.T) {
 		"arguments": map[string]any{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq", "x-max-length": 100}})
 	a.must(201, "PUT", "/exchanges/%2F/events", map[string]any{"type": "topic", "durable": true})
 	a.must(201, "PUT", "/policies/%2F/dlx", map[string]any{"pattern": "^orders$", "apply-to": "queues", "definition": map[string]any{"message-ttl": 60000}})
+	// A delayed exchange holding a message, and a queue with retry settings.
+	a.must(201, "PUT", "/exchanges/%2F/later", map[string]any{"type": "x-delayed-message", "durable": true, "arguments": map[string]any{"x-delayed-type": "direct"}})
+	a.must(200, "POST", "/exchanges/%2F/later/publish", map[string]any{"routing_key": "k", "payload": "soon", "payload_encoding": "string",
+		"properties": map[string]any{"headers": map[string]any{"x-delay": 3_600_000}}})
+	a.must(201, "PUT", "/queues/%2F/retrying", map[string]any{"durable": true, "arguments": map[string]any{"x-delayed-retry-min": 1000}})
 	a.deadLetter("orders", "orders.dlq", 1, "order 1")
 	a.must(201, "POST", "/queues/%2F/orders.dlq/redrive", map[string]any{"rate": 1, "source_queue": "nowhere"})
 	conn := a.Dial(t)
@@ -31,7 +37,7 @@ func TestUIAccessibility(t *testing.T) {
 
 	uiLogin(t, ctx, root, "guest", "guest")
 	until(t, ctx, "load axe", chromedp.Evaluate(script+";true", nil))
-	pages := []string{"#/overview", "#/queues", "#/queue/%2F/orders.dlq", "#/exchanges", "#/exchange/%2F/events",
+	pages := []string{"#/overview", "#/queues", "#/queue/%2F/orders.dlq", "#/queue/%2F/retrying", "#/exchanges", "#/exchange/%2F/events", "#/exchange/%2F/later",
 		"#/connections", "#/redrives", "#/policies", "#/users"}
 	for _, width := range []int64{1280, 390} {
 		until(t, ctx, "viewport", chromedp.EmulateViewport(width, 844))

@@ -4,8 +4,9 @@
 // delivered marks, dead-letter planning and its backlog, damage, peek and
 // the redrive scan, the holding queues of delayed exchanges (scheduled
 // delivery: a held message is an entry whose deadline is its due time, and
-// is released through its exchange, delayed.go), delayed retry (a returned
-// message parked until its due time, retry.go), and the rules for a
+// is released through its exchange, delayed.go; listed in due-time order
+// and cancelled, scheduled.go), delayed retry (a returned message parked
+// until its due time, retry.go), and the rules for a
 // declaration's queue arguments.
 // Its storage side (a level's resident head, stored middle and tail) is
 // the engine package below it.

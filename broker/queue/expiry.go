@@ -100,6 +100,9 @@ func (b *Env) FireTimers(due []*ttl.Timer) {
 // armed late). Nothing that is due waits for a read.
 func (q *Queue) expireEntries(es []*Entry, pts []*pagedTimer) {
 	b := q.Env
+	if q.holdFor != "" {
+		runHook(&releaseHook, q)
+	}
 	q.mu.Lock()
 	var toRead []store.Ref
 	var pre []*Entry

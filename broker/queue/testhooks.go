@@ -7,6 +7,7 @@ package queue
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -123,4 +124,31 @@ func (c *PagedOutCapture) FireStale(fire func([]*ttl.Timer)) int {
 	c.mu.Unlock() // expiry pages entries out too
 	fire(due)
 	return len(due)
+}
+
+// releaseHook and cancelReadHook, if set (by tests), run with the holding
+// queue concerned: releaseHook on the scheduler's goroutine as it is about
+// to release the due messages of a holding queue (before it takes the
+// queue's lock); cancelReadHook when Cancel has read the paged messages it
+// takes, before it locks the queue again to take them. Atomic: brokers of
+// other tests run beside the one that sets them.
+var releaseHook, cancelReadHook atomic.Pointer[func(*Queue)]
+
+func runHook(h *atomic.Pointer[func(*Queue)], q *Queue) {
+	if fn := h.Load(); fn != nil {
+		(*fn)(q)
+	}
+}
+
+// SetReleaseHookForTest sets releaseHook to fn until restore is called.
+func SetReleaseHookForTest(fn func(*Queue)) (restore func()) {
+	releaseHook.Store(&fn)
+	return func() { releaseHook.Store(nil) }
+}
+
+// SetCancelReadHookForTest sets cancelReadHook to fn until restore is
+// called.
+func SetCancelReadHookForTest(fn func(*Queue)) (restore func()) {
+	cancelReadHook.Store(&fn)
+	return func() { cancelReadHook.Store(nil) }
 }

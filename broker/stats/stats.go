@@ -108,8 +108,9 @@ type Counters struct {
 	Backlogged            atomic.Uint64 // dead letters that had to wait for a route
 	// Delayed counts messages a delayed exchange took to hold until their
 	// due time; DelayedReleased those of them routed at their due time to
-	// at least one queue, DelayedDropped those that then reached none.
-	Delayed, DelayedReleased, DelayedDropped atomic.Uint64
+	// at least one queue, DelayedDropped those that then reached none,
+	// DelayedCancelled those cancelled (the API's cancel) before it.
+	Delayed, DelayedReleased, DelayedDropped, DelayedCancelled atomic.Uint64
 }
 
 // Discarded counts n messages removed for reason with no dead letter
@@ -247,8 +248,9 @@ type Snapshot struct {
 	Backlogged uint64
 	// Delayed counts messages held by delayed exchanges (x-delayed-message)
 	// until their due time; DelayedReleased those routed at their due time
-	// to at least one queue; DelayedDropped those that reached none then.
-	Delayed, DelayedReleased, DelayedDropped uint64
+	// to at least one queue; DelayedDropped those that reached none then;
+	// DelayedCancelled those cancelled before it.
+	Delayed, DelayedReleased, DelayedDropped, DelayedCancelled uint64
 	// Damaged counts messages lost to damaged data on disk (a segment
 	// block that fails its checksum): taken out of their queues, and
 	// dead-lettered with reason damaged where that was possible.
@@ -298,6 +300,7 @@ func (c *Counters) Snapshot() Snapshot {
 		Delayed:               c.Delayed.Load(),
 		DelayedReleased:       c.DelayedReleased.Load(),
 		DelayedDropped:        c.DelayedDropped.Load(),
+		DelayedCancelled:      c.DelayedCancelled.Load(),
 		Damaged:               c.Damaged.Load(),
 		StoreReadErrors:       c.ReadErrors.Load(),
 	}

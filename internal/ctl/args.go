@@ -55,20 +55,25 @@ type options struct {
 	description string
 	tags        string
 	queueType   string
-	count       int           // peek: messages to show
-	from        uint64        // peek: first seq
-	peekPrio    *int          // peek: the priority level from starts on
-	toOrigin    bool          // redrive
-	exchange    *string       // redrive: target exchange
-	routingKey  *string       // redrive
-	max         int           // redrive: most messages (0: all)
-	reason      string        // redrive: latest death's reason filter
-	rate        float64       // redrive: most messages a second (0: unpaced)
-	sourceQueue string        // redrive: latest death's queue filter
-	minAge      time.Duration // redrive: latest death at least this old
-	detach      bool          // redrive: start the task and return
-	unit        string        // status: byte multiple ("" is gb)
-	timeoutSet  bool          // -t given (await_startup's default is longer)
+	count       int               // peek: messages to show
+	from        uint64            // peek: first seq
+	peekPrio    *int              // peek: the priority level from starts on
+	toOrigin    bool              // redrive
+	exchange    *string           // redrive: target exchange
+	routingKey  *string           // redrive
+	max         int               // redrive: most messages (0: all)
+	reason      string            // redrive: latest death's reason filter
+	rate        float64           // redrive: most messages a second (0: unpaced)
+	sourceQueue string            // redrive: latest death's queue filter
+	minAge      time.Duration     // redrive: latest death at least this old
+	detach      bool              // redrive: start the task and return
+	unit        string            // status: byte multiple ("" is gb)
+	ids         []uint64          // cancel_scheduled: --id, repeatable
+	headers     map[string]string // cancel_scheduled: --header NAME=VALUE, repeatable
+	dueBefore   string            // cancel_scheduled
+	dueAfter    string            // cancel_scheduled
+	all         bool              // cancel_scheduled
+	timeoutSet  bool              // -t given (await_startup's default is longer)
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -107,7 +112,7 @@ var optSpecs = []optSpec{
 	{long: "description", value: true, verbs: []string{"add_vhost"}, set: func(o *options, v string) error { o.description = v; return nil }},
 	{long: "tags", value: true, verbs: []string{"add_vhost"}, set: func(o *options, v string) error { o.tags = v; return nil }},
 	{long: "default-queue-type", value: true, verbs: []string{"add_vhost"}, set: func(o *options, v string) error { o.queueType = v; return nil }},
-	{long: "count", value: true, verbs: []string{"peek"}, set: func(o *options, v string) error {
+	{long: "count", value: true, verbs: []string{"peek", "list_scheduled"}, set: func(o *options, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
 			return fmt.Errorf("--count %q: want 1..1000", v)
@@ -134,7 +139,7 @@ var optSpecs = []optSpec{
 	}},
 	{long: "to-origin", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.toOrigin = true; return nil }},
 	{long: "exchange", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.exchange = &v; return nil }},
-	{long: "routing-key", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.routingKey = &v; return nil }},
+	{long: "routing-key", value: true, verbs: []string{"redrive", "cancel_scheduled"}, set: func(o *options, v string) error { o.routingKey = &v; return nil }},
 	{long: "reason", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.reason = v; return nil }},
 	{long: "source-queue", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error { o.sourceQueue = v; return nil }},
 	{long: "min-age", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
@@ -145,6 +150,18 @@ var optSpecs = []optSpec{
 		o.minAge = d
 		return nil
 	}},
+	{long: "id", value: true, verbs: []string{"cancel_scheduled"}, set: func(o *options, v string) error {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("--id %q: want a scheduled message's id (list_scheduled's id column)", v)
+		}
+		o.ids = append(o.ids, n)
+		return nil
+	}},
+	{long: "header", value: true, verbs: []string{"cancel_scheduled"}, set: parseHeaderOpt},
+	{long: "due-before", value: true, verbs: []string{"cancel_scheduled"}, set: func(o *options, v string) error { o.dueBefore = v; return nil }},
+	{long: "due-after", value: true, verbs: []string{"cancel_scheduled"}, set: func(o *options, v string) error { o.dueAfter = v; return nil }},
+	{long: "all", verbs: []string{"cancel_scheduled"}, set: func(o *options, _ string) error { o.all = true; return nil }},
 	{long: "unit", value: true, verbs: []string{"status"}, set: func(o *options, v string) error { o.unit = v; return nil }},
 	{long: "detach", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.detach = true; return nil }},
 	{long: "rate", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {

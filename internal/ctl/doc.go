@@ -74,6 +74,8 @@
 //	peek [-p V] [--count N] [--from SEQ [--priority P]] QUEUE   (brokerd's own: ready messages, not consumed)
 //	redrive [-p V] QUEUE [--to-origin | --exchange X --routing-key K] [--rate N] [--max N] [--reason R] [--source-queue Q] [--min-age D] [--detach]
 //	list_redrives [column ...], cancel_redrive ID, forget_redrive ID   (brokerd's own: redrive tasks)
+//	list_scheduled [-p V] [--count N] EXCHANGE [column ...]   (brokerd's own: a delayed exchange's held messages, due-time order)
+//	cancel_scheduled [-p V] EXCHANGE [--id ID ...] | [--routing-key K] [--header N=V ...] [--due-before T] [--due-after T] | --all
 //	delete_queue [-p V] QUEUE [--if-empty|-e] [--if-unused|-u]
 //	status [--unit bytes|kb|mb|gb|tb]
 //	cluster_status

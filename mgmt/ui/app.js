@@ -250,7 +250,37 @@ function features(q) {
     if (("x-" + key) in args) out.push(badge(short, `${long}: ${JSON.stringify(args["x-" + key])}`));
     else if (key in pol) out.push(badge(short, `${long} (policy): ${JSON.stringify(pol[key])}`, "policy"));
   }
+  const retry = retrySettings(q);
+  if (retry.length) {
+    const text = retry.map(([k, v, from]) => `${k}: ${JSON.stringify(v)}${from === "policy" ? " (policy)" : ""}`).join(", ");
+    out.push(badge("retry", "Delayed retry with backoff — " + text, retry.every(r => r[2] === "policy") ? "policy retry" : "retry"));
+  }
   return out;
+}
+
+// retrySettings lists a queue's delayed-retry settings (RabbitMQ 4.3's
+// x-delayed-retry-type/-min/-max, LavinMQ's -multiplier, brokerd's
+// jitter): [name without x-, value, "argument" | "policy"], an argument
+// winning over the policy key of the same name.
+function retrySettings(q) {
+  const args = q.arguments || {}, pol = q.effective_policy_definition || {};
+  const out = new Map();
+  for (const [k, v] of Object.entries(pol)) if (k.startsWith("delayed-retry-")) out.set(k, [k, v, "policy"]);
+  for (const [k, v] of Object.entries(args)) if (k.startsWith("x-delayed-retry-")) out.set(k.slice(2), [k.slice(2), v, "argument"]);
+  return [...out.values()].sort((a, b) => a[0].localeCompare(b[0]));
+}
+
+// retrySection is the queue page's delayed-retry settings, shown when the
+// queue has any; messages_delayed (messages waiting out a retry delay) is
+// shown when the API gives it.
+function retrySection(q) {
+  const retry = retrySettings(q);
+  if (!retry.length) return null;
+  return h("section", { "aria-labelledby": "retry-h", id: "retry" }, h("h2", { id: "retry-h" }, "Delayed retry"),
+    h("table", { class: "kv", id: "retry-settings" }, h("tbody", {},
+      retry.map(([k, v, from]) => h("tr", { dataset: { key: k } }, h("th", { scope: "row" }, k),
+        h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v), " ", h("small", {}, `(${from})`)))),
+      q.messages_delayed !== undefined ? h("tr", {}, h("th", { scope: "row" }, "Waiting to retry"), h("td", { id: "q-delayed" }, fmt(q.messages_delayed))) : null)));
 }
 
 const queueState = { name: "", sort: "name", reverse: false, page: 1, size: 100 };
@@ -497,6 +527,7 @@ async function queuePage(vhost, name) {
          ["Unacked", fmt(q.messages_unacknowledged), "q-unacked"], ["Consumers", fmt(q.consumers), "q-consumers"],
          ...QRATES.map(([k, label]) => [label + " (per second)", "—", "q-rate-" + k])]
           .map(([k, v, id]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", { id }, v)))))),
+    retrySection(q),
     chartBox,
     h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(q.arguments, "queue-arguments")),
     h("section", { "aria-labelledby": "pol-h" }, h("h2", { id: "pol-h" }, "Effective policy definition"), kvTable(q.effective_policy_definition, "queue-policy")),
@@ -511,7 +542,7 @@ async function queuePage(vhost, name) {
     try { now = await api("GET", path); } catch (e) { chartMsg.replaceChildren(errorBox(e)); return; }
     chartMsg.replaceChildren();
     chartWrap.replaceChildren(depthChart(depthSample(now)));
-    for (const [id, v] of [["q-messages", now.messages], ["q-ready", now.messages_ready], ["q-unacked", now.messages_unacknowledged], ["q-consumers", now.consumers]]) {
+    for (const [id, v] of [["q-messages", now.messages], ["q-ready", now.messages_ready], ["q-unacked", now.messages_unacknowledged], ["q-consumers", now.consumers], ["q-delayed", now.messages_delayed]]) {
       const el = document.getElementById(id);
       if (el) el.textContent = fmt(v);
     }
@@ -702,6 +733,10 @@ function exchangeFeatures(x) {
   if (x.durable) out.push(badge("D", "Durable"));
   if (x.auto_delete) out.push(badge("AD", "Auto delete"));
   if (x.internal) out.push(badge("I", "Internal"));
+  if (x.type === "x-delayed-message") {
+    const n = x.messages_delayed ?? 0;
+    out.push(badge(`delayed ${fmt(n)}`, `Delayed exchange (x-delayed-type ${(x.arguments || {})["x-delayed-type"] ?? "?"}): ${fmt(n)} messages scheduled`, "delayed"));
+  }
   return out;
 }
 
@@ -760,7 +795,7 @@ const exchangeState = { name: "" };
 
 async function exchangesPage() {
   const st = exchangeState;
-  const params = new URLSearchParams({ sort: "name", columns: "name,vhost,type,durable,auto_delete,internal,policy" });
+  const params = new URLSearchParams({ sort: "name", columns: "name,vhost,type,durable,auto_delete,internal,policy,arguments,messages_delayed" });
   if (st.name) params.set("name", st.name);
   const xs = await api("GET", "/exchanges?" + params);
   const filter = h("input", { id: "x-filter", type: "search", value: st.name, "aria-describedby": "x-count" });
@@ -786,18 +821,109 @@ async function exchangePage(vhost, name) {
   const base = `/exchanges/${enc(vhost)}/${enc(name)}/bindings`;
   const [src, dst] = await Promise.all([api("GET", base + "/source"), api("GET", base + "/destination")]);
   const msg = h("div", { id: "bind-msg" });
+  const sched = x.type === "x-delayed-message" ? scheduledSection(x) : null;
   setPage(`Exchange ${exchangeLabel(x.name)}`,
     h("p", {}, h("a", { href: "#/exchanges" }, "← Exchanges")),
     h("section", { "aria-labelledby": "det-h" }, h("h2", { id: "det-h" }, "Details"),
       h("table", { class: "kv", id: "exchange-details" }, h("tbody", {},
         [["Virtual host", x.vhost], ["Type", x.type], ["Features", exchangeFeatures(x)], ["Policy", x.policy || "none"]]
           .map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k), h("td", {}, v)))))),
+    sched,
     h("section", { "aria-labelledby": "args-h" }, h("h2", { id: "args-h" }, "Arguments"), kvTable(x.arguments, "exchange-arguments")),
     h("section", { "aria-labelledby": "src-h" }, h("h2", { id: "src-h" }, "Bindings from this exchange"),
       bindingsTable("bindings-source", src, msg),
       x.name ? bindForm("bind-form", x.vhost, { source: x.name }, msg) : null, msg),
     h("section", { "aria-labelledby": "dst-h" }, h("h2", { id: "dst-h" }, "Bindings to this exchange"),
       bindingsTable("bindings-destination", dst, msg)));
+  if (sched) await sched.ready; // the page is drawn once its list is
+}
+
+// inText renders ms from now as "in 1 h 5 min", "in 12 s", or "due".
+function inText(ms) {
+  if (ms <= 0) return "due";
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `in ${ms < 1000 ? (ms / 1000).toFixed(1) : s} s`;
+  const m = Math.floor(s / 60), hh = Math.floor(m / 60), d = Math.floor(hh / 24);
+  if (d) return `in ${d} d ${hh % 24} h`;
+  if (hh) return `in ${hh} h ${m % 60} min`;
+  return `in ${m} min ${s % 60} s`;
+}
+
+// scheduledSection is a delayed exchange's page's list of the messages it
+// holds, in due-time order, 50 at a time (GET .../scheduled), each with a
+// Cancel button, and a form that cancels every message matching its
+// filters (POST .../scheduled/cancel); both ask for confirmation, then
+// draw the list again.
+function scheduledSection(x) {
+  const path = `/exchanges/${enc(x.vhost)}/${enc(x.name)}/scheduled`;
+  const count = h("p", { id: "sched-count" });
+  const msg = h("div", { id: "sched-msg" });
+  const body = h("tbody");
+  const table = h("div", { class: "table-wrap" }, h("table", { id: "scheduled" },
+    h("caption", { class: "visually-hidden" }, "Scheduled messages, soonest first"),
+    h("thead", {}, h("tr", {}, colHead("Due"), colHead("In"), colHead("Routing key"), colHead("Size", "num"), colHead("Id", "wide"), actionsHead())),
+    body));
+  const empty = h("p", { id: "sched-empty", hidden: true }, "No scheduled messages.");
+  const more = h("button", { type: "button", id: "sched-more", hidden: true }, "Show more");
+  let next = "";
+  const load = async (reset) => {
+    try {
+      if (reset) { next = ""; body.replaceChildren(); }
+      const p = await api("GET", `${path}?count=50` + (next ? `&after=${enc(next)}` : ""));
+      count.textContent = `${fmt(p.messages_delayed)} messages scheduled`;
+      for (const m of p.messages) body.append(scheduledRow(m));
+      next = p.next;
+      more.hidden = !next;
+      empty.hidden = body.children.length > 0;
+      table.hidden = !empty.hidden;
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  const cancel = async (what, req) => {
+    if (!confirm(what)) return;
+    try {
+      const r = await req();
+      msg.replaceChildren(h("p", { class: "ok", role: "status" }, `Cancelled ${fmt(r.cancelled)} scheduled message${r.cancelled === 1 ? "" : "s"}.`));
+      announce(`Cancelled ${r.cancelled}`);
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+    await load(true);
+  };
+  const scheduledRow = m => h("tr", { dataset: { id: m.id, key: m.routing_key } },
+    h("td", {}, h("time", { datetime: m.due }, m.due.replace("T", " ").replace("Z", " UTC"))),
+    h("td", {}, inText(m.due_in_ms)),
+    h("td", { class: "rk" }, m.routing_key),
+    h("td", { class: "num" }, bytes(m.payload_bytes)),
+    h("td", { class: "wide" }, String(m.id)),
+    h("td", {}, h("button", { type: "button", class: "cancel-one", "aria-label": `Cancel message ${m.id} due ${m.due}`,
+      onclick: () => cancel(`Cancel the message due ${m.due} (routing key “${m.routing_key}”)? It will not be delivered.`,
+        () => api("DELETE", `${path}/${m.id}`)) }, "Cancel")));
+  const f = {
+    key: h("input", { id: "sc-key", autocomplete: "off" }),
+    hname: h("input", { id: "sc-hname", autocomplete: "off" }),
+    hvalue: h("input", { id: "sc-hvalue", autocomplete: "off" }),
+    before: h("input", { id: "sc-before", type: "datetime-local", step: "1" }),
+  };
+  const form = h("form", { class: "inline", id: "sched-cancel-form", "aria-label": "Cancel scheduled messages by filter", onsubmit: ev => {
+    ev.preventDefault();
+    const req = {}, parts = [];
+    if (f.key.value) { req.routing_key = f.key.value; parts.push(`routing key “${f.key.value}”`); }
+    if (f.hname.value) { req.headers = { [f.hname.value]: f.hvalue.value }; parts.push(`header ${f.hname.value} = “${f.hvalue.value}”`); }
+    if (f.before.value) { const t = new Date(f.before.value); req.due_before = t.toISOString(); parts.push(`due before ${t.toISOString()}`); }
+    if (!parts.length) req.all = true;
+    cancel(parts.length ? `Cancel every scheduled message with ${parts.join(", ")}? They will not be delivered.`
+      : `Cancel ALL messages scheduled on ${x.name}? They will not be delivered.`, () => api("POST", path + "/cancel", req));
+  } },
+    h("label", { for: f.key.id }, "Routing key", f.key),
+    h("label", { for: f.hname.id }, "Header", f.hname),
+    h("label", { for: f.hvalue.id }, "Header value", f.hvalue),
+    h("label", { for: f.before.id }, "Due before (local time)", f.before),
+    h("button", { type: "submit", class: "danger" }, "Cancel matching…"));
+  more.addEventListener("click", () => load(false));
+  const section = h("section", { "aria-labelledby": "sched-h", id: "sched" }, h("h2", { id: "sched-h" }, "Scheduled"),
+    count, table, empty, more,
+    h("h3", {}, "Cancel by filter"), h("p", { class: "hint" }, "Every scheduled message matching all the filters given is cancelled; with none, all of them."),
+    form, msg);
+  section.ready = load(true);
+  return section;
 }
 
 // ---- policies ----

@@ -21,7 +21,8 @@ import (
 // message is gone from the page and from the API; the filter form cancels
 // those with a routing key, after asking, and says how many. A queue with
 // x-delayed-retry-* arguments has a "retry" badge in the list and its
-// settings on its page. The broker's clock stands still (a fake clock), so
+// settings on its page, each from its argument and its policy, with the
+// count of messages waiting out a retry delay. The broker's clock stands still (a fake clock), so
 // nothing is released meanwhile.
 func TestUIScheduled(t *testing.T) {
 	ctx := browser(t)
@@ -33,7 +34,13 @@ func TestUIScheduled(t *testing.T) {
 	a.must(201, "POST", "/bindings/%2F/e/later/q/work", map[string]any{"routing_key": "k"})
 	a.must(201, "PUT", "/queues/%2F/retrying", map[string]any{"durable": true,
 		"arguments": map[string]any{"x-delayed-retry-min": 1000, "x-delayed-retry-max": 30000}})
+	// A policy sets min too: the page shows both sources.
+	a.must(201, "PUT", "/policies/%2F/retry-pol", map[string]any{"pattern": "^retrying$", "apply-to": "queues",
+		"definition": map[string]any{"delayed-retry-min": 2000}})
 	ch := a.Session(t, brokertest.Persistent)
+	// One message waits out its retry delay (the clock stands still).
+	ch.Publish("", "retrying", amqp091.Publishing{Body: []byte("fails")})
+	ch.Get("retrying").Reject(true)
 	// Published out of due order: 5 min (k), 1 min (j), 2 h (k), 30 s (j), 90 s (k).
 	for i, p := range []struct {
 		key   string
@@ -105,7 +112,7 @@ func TestUIScheduled(t *testing.T) {
 		chromedp.WaitVisible("#retry-settings", chromedp.ByQuery))
 	var settings string
 	until(t, ctx, "settings", chromedp.Evaluate(`[...document.querySelectorAll("#retry-settings tr")].map(r => r.textContent).join("|")`, &settings))
-	if !strings.HasPrefix(settings, "delayed-retry-max30000 (argument)|delayed-retry-min1000 (argument)") {
+	if settings != "delayed-retry-max30000 (argument)|delayed-retry-min1000 (argument) · 2000 (policy)|Waiting to retry1" {
 		t.Fatalf("retry settings %q", settings)
 	}
 	screenshot(t, ctx, "queue-retry")

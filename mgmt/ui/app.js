@@ -252,22 +252,24 @@ function features(q) {
   }
   const retry = retrySettings(q);
   if (retry.length) {
-    const text = retry.map(([k, v, from]) => `${k}: ${JSON.stringify(v)}${from === "policy" ? " (policy)" : ""}`).join(", ");
-    out.push(badge("retry", "Delayed retry with backoff — " + text, retry.every(r => r[2] === "policy") ? "policy retry" : "retry"));
+    const text = retry.map(([k, sources]) => `${k}: ` + sources.map(([v, from]) => JSON.stringify(v) + (from === "policy" ? " (policy)" : "")).join(" / ")).join(", ");
+    out.push(badge("retry", "Delayed retry with backoff — " + text, retry.every(r => r[1].every(s => s[1] === "policy")) ? "policy retry" : "retry"));
   }
   return out;
 }
 
 // retrySettings lists a queue's delayed-retry settings (RabbitMQ 4.3's
 // x-delayed-retry-type/-min/-max, LavinMQ's -multiplier, brokerd's
-// jitter): [name without x-, value, "argument" | "policy"], an argument
-// winning over the policy key of the same name.
+// jitter): [name without x-, [[value, "argument" | "policy"], ...]], the
+// argument first where both set a key (the broker resolves them: the
+// policy's type wins, the smaller min, max, multiplier and jitter apply).
 function retrySettings(q) {
   const args = q.arguments || {}, pol = q.effective_policy_definition || {};
   const out = new Map();
-  for (const [k, v] of Object.entries(pol)) if (k.startsWith("delayed-retry-")) out.set(k, [k, v, "policy"]);
-  for (const [k, v] of Object.entries(args)) if (k.startsWith("x-delayed-retry-")) out.set(k.slice(2), [k.slice(2), v, "argument"]);
-  return [...out.values()].sort((a, b) => a[0].localeCompare(b[0]));
+  const add = (k, v, from) => { if (!out.has(k)) out.set(k, []); out.get(k).push([v, from]); };
+  for (const [k, v] of Object.entries(args)) if (k.startsWith("x-delayed-retry-")) add(k.slice(2), v, "argument");
+  for (const [k, v] of Object.entries(pol)) if (k.startsWith("delayed-retry-")) add(k, v, "policy");
+  return [...out.entries()].sort((a, b) => a[0].localeCompare(b[0]));
 }
 
 // retrySection is the queue page's delayed-retry settings, shown when the
@@ -278,8 +280,8 @@ function retrySection(q) {
   if (!retry.length) return null;
   return h("section", { "aria-labelledby": "retry-h", id: "retry" }, h("h2", { id: "retry-h" }, "Delayed retry"),
     h("table", { class: "kv", id: "retry-settings" }, h("tbody", {},
-      retry.map(([k, v, from]) => h("tr", { dataset: { key: k } }, h("th", { scope: "row" }, k),
-        h("td", {}, typeof v === "object" ? JSON.stringify(v) : String(v), " ", h("small", {}, `(${from})`)))),
+      retry.map(([k, sources]) => h("tr", { dataset: { key: k } }, h("th", { scope: "row" }, k),
+        h("td", {}, sources.flatMap(([v, from], i) => [i ? " · " : "", typeof v === "object" ? JSON.stringify(v) : String(v), " ", h("small", {}, `(${from})`)])))),
       q.messages_delayed !== undefined ? h("tr", {}, h("th", { scope: "row" }, "Waiting to retry"), h("td", { id: "q-delayed" }, fmt(q.messages_delayed))) : null)));
 }
 

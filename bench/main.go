@@ -315,7 +315,7 @@ type result struct {
 	// Early counts delayed's deliveries before their due time (with
 	// -hold: messages in the bound queue after publishing); any fails the
 	// run.
-	Early uint64 `json:"early,omitempty"`
+	Early uint64 `json:"early"`
 	// The -background pair of delayed: its target and achieved rate
 	// (arrivals over its run), e2e latency, losses and duplicates, and
 	// the error that ended its producer early, if any.

@@ -7,6 +7,7 @@ package queue
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/brokerd/brokerd/ttl"
 )
@@ -123,4 +124,15 @@ func (c *PagedOutCapture) FireStale(fire func([]*ttl.Timer)) int {
 	c.mu.Unlock() // expiry pages entries out too
 	fire(due)
 	return len(due)
+}
+
+// CountDueReadsForTest counts the reads of paged entries ahead of their
+// deadlines from now on, and the entries they read; restore stops it.
+func CountDueReadsForTest() (reads, entries *atomic.Int64, restore func()) {
+	reads, entries = new(atomic.Int64), new(atomic.Int64)
+	dueReadHook = func(n int) {
+		reads.Add(1)
+		entries.Add(int64(n))
+	}
+	return reads, entries, func() { dueReadHook = nil }
 }

@@ -16,6 +16,7 @@
 #   bench/delayed.sh                     # both
 #   ONLY=timing bench/delayed.sh         # or ONLY=scale
 #   N=20000 HOLD=1000000 bench/delayed.sh   # smaller
+#   RATE=10000 ONLY=timing bench/delayed.sh  # the timing runs' publish paced
 #
 # Each step prints `uptime` before and after it (the machine's load is part
 # of the figure), and one JSON line per result on stdout; progress on
@@ -25,6 +26,7 @@ cd "$(dirname "$0")/.."
 n=${N:-100000}
 hold=${HOLD:-10000000}
 client=${CLIENT:-raw}
+rate=${RATE:-0} # the timing runs' publish rate (0: as fast as the broker confirms)
 only=${ONLY:-}
 port=${PORT:-5680}
 mport=${MGMT_PORT:-15680}
@@ -69,6 +71,9 @@ delayed_count() { # messages_delayed of exchange $1, once the API answers
   done
   echo "management API did not answer" >&2; exit 1
 }
+recovery_log() { # the last start's recovery lines (index check, store recovery), as JSON strings
+  grep -E 'msg="(index verified|store recovered)"' "$tmp/brokerd.log" | tail -2 | sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$/"/' | paste -sd, -
+}
 tag() { sed "s/^/{\"run\":\"$1\",\"r\":/; s/\$/}/"; }
 
 timing() { # name, bench args...
@@ -77,7 +82,7 @@ timing() { # name, bench args...
   start_brokerd fresh
   load "before $name"
   "$tmp/bench" -json -client "$client" -url "$url" -broker-pid $bpid -scenario delayed -persistent -confirm 1000 \
-    -size 64 -n "$n" -delay-min 100ms -delay-max 60s -seed 1 "$@" | tag "$name"
+    -size 64 -n "$n" -delay-min 100ms -delay-max 60s -seed 1 -rate "$rate" "$@" | tag "$name"
   load "after $name"
   stop_brokerd TERM
 }
@@ -100,7 +105,7 @@ if [ "$only" != timing ]; then
   for sig in TERM KILL; do
     stop_brokerd $sig
     start_brokerd keep
-    echo "{\"run\":\"scale-restart-$sig\",\"start_to_serving_ms\":$started_ms,\"rss_kib\":$(rss_kib),\"messages_delayed\":$(delayed_count sched-delayed)}"
+    echo "{\"run\":\"scale-restart-$sig\",\"start_to_serving_ms\":$started_ms,\"rss_kib\":$(rss_kib),\"messages_delayed\":$(delayed_count sched-delayed),\"recovery\":[$(recovery_log)]}"
     sleep 10
     echo "{\"run\":\"scale-restart-$sig-10s\",\"rss_kib\":$(rss_kib)}"
   done

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ func opts(url, scenario string) options {
 		url: url, scenario: scenario, n: 2000, size: 256, producers: 2, consumers: 2, confirm: 100,
 		prefetch: 100, ack: "manual", queueType: "classic", ttl: 50 * time.Millisecond, ttlMode: "queue",
 		maxLength: 100, queues: 3, timeout: 20 * time.Second, client: "amqp091",
+		delayMin: 100 * time.Millisecond, delayMax: time.Second, delayHeader: "x-delivery-time", seed: 1,
 	}
 }
 
@@ -171,6 +174,10 @@ func TestFlagValidation(t *testing.T) {
 		{"-ack", "sometimes"},
 		{"-ttl-max", "5s"}, // needs -ttl-mode message
 		{"-scenario", "consume", "-duration", "1s"},
+		{"-scenario", "delayed", "-delay-min", "2s", "-delay-max", "1s"},
+		{"-scenario", "delayed", "-delay-header", "x-later"},
+		{"-scenario", "delayed", "-background", "-hold"},
+		{"-scenario", "delayed", "-duration", "1s"},
 	} {
 		var out, errb bytes.Buffer
 		if code := realMain(args, &out, &errb); code != 2 {
@@ -382,5 +389,86 @@ func TestParseVmRSS(t *testing.T) {
 	}
 	if _, err := readRSS(1 << 30); err == nil {
 		t.Fatal("rss of a pid that does not exist: no error")
+	}
+}
+
+// TestDelayedScenario runs the delayed scenario with both clients and both
+// headers (one run with the background pair): every message arrives once,
+// none before its due time. Its timing is not asserted (a shared machine),
+// only that lateness is not absurd.
+func TestDelayedScenario(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	for _, c := range []struct {
+		client, header string
+		background     bool
+	}{
+		{"amqp091", "x-delivery-time", false},
+		{"raw", "x-delivery-time", true},
+		{"amqp091", "x-delay", true},
+		{"raw", "x-delay", false},
+	} {
+		t.Run(c.client+"/"+c.header, func(t *testing.T) {
+			o := opts(b.URL, "delayed")
+			o.client, o.delayHeader, o.delayMin, o.delayMax, o.seed = c.client, c.header, 20*time.Millisecond, 800*time.Millisecond, 7
+			o.background, o.backgroundRate = c.background, 2000
+			res, err := run(context.Background(), o, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Msgs != uint64(o.n) || res.Lost != 0 || res.Duplicated != 0 || res.Early != 0 {
+				t.Fatalf("result = %+v, want %d msgs, none lost, duplicated or early", res, o.n)
+			}
+			if res.P50MS < 0 || res.MaxMS < res.P99MS || res.MaxMS > 5000 {
+				t.Fatalf("lateness p50 %v p99 %v max %v ms", res.P50MS, res.P99MS, res.MaxMS)
+			}
+			if c.background && (res.BackgroundMsgsPerS <= 0 || res.BackgroundLost != 0 || res.BackgroundDuplicated != 0 || res.BackgroundError != "") {
+				t.Fatalf("background: %+v", res)
+			}
+			if !c.background && res.BackgroundRate != 0 {
+				t.Fatalf("background figures without -background: %+v", res)
+			}
+		})
+	}
+}
+
+// TestDelayedHold publishes messages due in an hour: all confirmed, none
+// delivered.
+func TestDelayedHold(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	o := opts(b.URL, "delayed")
+	o.hold, o.delayMin, o.delayMax, o.persistent, o.durable = true, time.Hour, 2*time.Hour, true, true
+	res, err := run(context.Background(), o, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Msgs != uint64(o.n) || res.Early != 0 || res.MsgsPerS <= 0 {
+		t.Fatalf("result = %+v, want %d msgs held, none delivered", res, o.n)
+	}
+}
+
+// TestDelayedLateness: the due time is the body's send time plus its
+// delay, whole ms for x-delivery-time (the broker's due time exactly), and
+// a delivery before it counts as early.
+func TestDelayedLateness(t *testing.T) {
+	sent := time.UnixMilli(1_700_000_000_123).Add(400 * time.Microsecond)
+	info := bodyInfo{sent: sent, ttlMS: 100}
+	for _, c := range []struct {
+		header string
+		at     time.Time
+		late   float64
+		early  bool
+	}{
+		{"x-delivery-time", time.UnixMilli(1_700_000_000_223), 0, false},
+		{"x-delivery-time", time.UnixMilli(1_700_000_000_223).Add(-time.Microsecond), -0.001, true},
+		{"x-delivery-time", time.UnixMilli(1_700_000_000_225), 2, false},
+		{"x-delay", sent.Add(100 * time.Millisecond), 0, false},
+		{"x-delay", time.UnixMilli(1_700_000_000_223), -0.4, true},
+	} {
+		r := &runner{o: options{delayHeader: c.header}}
+		var early atomic.Uint64
+		got := r.lateness(info, c.at, &early)
+		if math.Abs(got-c.late) > 1e-9 || (early.Load() == 1) != c.early {
+			t.Errorf("%s at %v: lateness %v ms, early %d; want %v, %t", c.header, c.at, got, early.Load(), c.late, c.early)
+		}
 	}
 }

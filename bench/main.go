@@ -78,7 +78,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		line, _ := json.Marshal(r)
 		fmt.Fprintln(stdout, string(line))
 		results = append(results, r)
-		if r.Lost > 0 || r.Duplicated > 0 || r.ConnsDropped > 0 {
+		if r.Lost > 0 || r.Duplicated > 0 || r.ConnsDropped > 0 || r.Early > 0 || r.BackgroundLost > 0 || r.BackgroundDuplicated > 0 || r.BackgroundError != "" {
 			failed = true
 		}
 	}
@@ -86,7 +86,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		printTable(stdout, results)
 	}
 	if failed {
-		fmt.Fprintln(stderr, "bench: FAILED: messages were lost or duplicated, or the broker dropped idle connections")
+		fmt.Fprintln(stderr, "bench: FAILED: messages were lost, duplicated or delivered before their due time, or the broker dropped idle connections")
 		return 1
 	}
 	return 0
@@ -124,9 +124,18 @@ type options struct {
 	brokerPID  int    // sample this process's RSS during the run (0 = none)
 	comparePID int    // the -compare broker's process
 	cpuProfile string // write the client's own CPU profile here
+	// delayed: the delays, the header asking for them, their seed, the
+	// publish-only mode, and the background pair.
+	delayMin       time.Duration
+	delayMax       time.Duration
+	delayHeader    string
+	seed           uint64
+	hold           bool
+	background     bool
+	backgroundRate float64
 }
 
-var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout", "queues", "idle-conns"}
+var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout", "queues", "idle-conns", "delayed"}
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -161,6 +170,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.id, "id", "", "name prefix of the run's queues and exchanges (default random); with -keep and scenario drain, a later run finds an earlier run's queue")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the client's CPU profile (go tool pprof) to `file`")
 	fs.BoolVar(&o.keep, "keep", false, "leave the run's queues and exchanges in place (e.g. publish -keep, restart the broker, then drain)")
+	fs.DurationVar(&o.delayMin, "delay-min", 100*time.Millisecond, "delayed: delays are uniform in [delay-min, delay-max] (whole ms)")
+	fs.DurationVar(&o.delayMax, "delay-max", 60*time.Second, "delayed: see -delay-min")
+	fs.StringVar(&o.delayHeader, "delay-header", "x-delivery-time", "delayed: the header asking for the delay: "+strings.Join(delayHeaders, " (absolute due time: lateness exact) or ")+" (ms from arrival)")
+	fs.Uint64Var(&o.seed, "seed", 1, "delayed: seed of the random delays (the same seed, the same delays)")
+	fs.BoolVar(&o.hold, "hold", false, "delayed: only publish (delays must outlast the run) and check none was delivered; with -keep the exchange keeps them")
+	fs.BoolVar(&o.background, "background", false, "delayed: run a producer/consumer pair on a queue of its own at -background-rate meanwhile")
+	fs.Float64Var(&o.backgroundRate, "background-rate", 20000, "delayed -background: the pair's rate in msgs/s")
 	fs.StringVar(&o.client, "client", "amqp091", "client library for producers and consumers: amqp091 (github.com/rabbitmq/amqp091-go, what users run) or raw (pre-encoded frames over brokerd's codec, batched writes: a load generator that is not the bottleneck)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -213,6 +229,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.ttlMax != 0 && (o.ttlMode != "message" || o.ttlMax < o.ttl) {
 		problems = append(problems, "-ttl-max needs -ttl-mode message and -ttl-max >= -ttl")
+	}
+	if o.scenario == "delayed" {
+		if o.delayMin < time.Millisecond || o.delayMax < o.delayMin || o.delayMax > 1000*time.Hour {
+			problems = append(problems, "need 1ms <= -delay-min <= -delay-max <= 1000h")
+		}
+		if !contains(delayHeaders, o.delayHeader) {
+			problems = append(problems, "-delay-header must be one of "+strings.Join(delayHeaders, ", "))
+		}
+		if o.background && (o.backgroundRate <= 0 || o.hold) {
+			problems = append(problems, "-background needs -background-rate > 0 and no -hold")
+		}
+		if o.duration > 0 {
+			problems = append(problems, "-duration does not apply to delayed; use -n")
+		}
 	}
 	if o.duration > 0 && (o.scenario == "consume" || o.scenario == "maxlen" || o.scenario == "ttl-expire") {
 		problems = append(problems, "-duration does not apply to "+o.scenario+"; use -n")
@@ -282,6 +312,21 @@ type result struct {
 	// pid.
 	BrokerRSSPeakMiB float64 `json:"broker_rss_peak_mib,omitempty"`
 	BrokerRSSEndMiB  float64 `json:"broker_rss_end_mib,omitempty"`
+	// Early counts delayed's deliveries before their due time (with
+	// -hold: messages in the bound queue after publishing); any fails the
+	// run.
+	Early uint64 `json:"early"`
+	// The -background pair of delayed: its target and achieved rate
+	// (arrivals over its run), e2e latency, losses and duplicates, and
+	// the error that ended its producer early, if any.
+	BackgroundRate       float64 `json:"background_rate,omitempty"`
+	BackgroundMsgsPerS   float64 `json:"background_msgs_per_s,omitempty"`
+	BackgroundP50MS      float64 `json:"background_p50_ms,omitempty"`
+	BackgroundP99MS      float64 `json:"background_p99_ms,omitempty"`
+	BackgroundMaxMS      float64 `json:"background_max_ms,omitempty"`
+	BackgroundLost       uint64  `json:"background_lost,omitempty"`
+	BackgroundDuplicated uint64  `json:"background_duplicated,omitempty"`
+	BackgroundError      string  `json:"background_error,omitempty"`
 	// BrokerRSSFilledMiB is backlog's sample once the queue is full.
 	BrokerRSSFilledMiB float64 `json:"broker_rss_filled_mib,omitempty"`
 	// Conditions.
@@ -353,6 +398,14 @@ func printTable(w io.Writer, rs []result) {
 	row("max ms", func(r result) float64 { return r.MaxMS }, "%.2f")
 	row("lost", func(r result) float64 { return float64(r.Lost) }, "%.0f")
 	row("duplicated", func(r result) float64 { return float64(r.Duplicated) }, "%.0f")
+	if rs[0].Scenario == "delayed" {
+		row("early", func(r result) float64 { return float64(r.Early) }, "%.0f")
+	}
+	if rs[0].BackgroundRate > 0 {
+		row("background msgs/s", func(r result) float64 { return r.BackgroundMsgsPerS }, "%.0f")
+		row("background p99 ms", func(r result) float64 { return r.BackgroundP99MS }, "%.2f")
+		row("background lost", func(r result) float64 { return float64(r.BackgroundLost) }, "%.0f")
+	}
 	tw.Flush()
 	r := rs[0]
 	fmt.Fprintf(w, "scenario %s: %d B bodies, %d producers, %d consumers, confirm window %d, persistent %t, prefetch %d, %s ack, %s queues; latency = %s\n",

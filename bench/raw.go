@@ -252,6 +252,7 @@ type rawPublisher struct {
 	methods    [][]byte // basic.publish frames, one per routing key
 	props      []byte
 	expiration string
+	hadHeader  bool // props carry the last message's header
 	// confirms that arrived but were not taken yet: acks then nacks
 	// are counted per tag run, in order.
 	confirming bool
@@ -265,7 +266,7 @@ func newRawPublisher(c *rawConn, exchange string, keys []string, persistent, con
 	for _, key := range keys {
 		p.methods = append(p.methods, amqp.AppendMethodFrame(nil, 1, &amqp.BasicPublish{Exchange: exchange, RoutingKey: key}))
 	}
-	p.setProps("")
+	p.setProps(pubExtra{})
 	if confirm {
 		if _, err := c.call(1, &amqp.ConfirmSelect{}); err != nil {
 			return nil, fmt.Errorf("confirm.select: %w", err)
@@ -275,23 +276,30 @@ func newRawPublisher(c *rawConn, exchange string, keys []string, persistent, con
 	return p, nil
 }
 
-func (p *rawPublisher) setProps(expiration string) {
+// setProps encodes the properties of the next publishes, with x's
+// expiration and header.
+func (p *rawPublisher) setProps(x pubExtra) {
 	props := amqp.Properties{Flags: amqp.FlagDeliveryMode, DeliveryMode: 1}
 	if p.persistent {
 		props.DeliveryMode = 2
 	}
-	if expiration != "" {
+	if x.expiration != "" {
 		props.Flags |= amqp.FlagExpiration
-		props.Expiration = expiration
+		props.Expiration = x.expiration
+	}
+	if x.header != "" {
+		props.Flags |= amqp.FlagHeaders
+		props.Headers = amqp.Table{{Key: x.header, Value: x.headerValue}}
 	}
 	p.props, _ = props.Append(p.props[:0])
-	p.expiration = expiration
+	p.expiration = x.expiration
 }
 
 // publish appends one message to the write buffer.
-func (p *rawPublisher) publish(key int, body []byte, expiration string) error {
-	if expiration != p.expiration {
-		p.setProps(expiration)
+func (p *rawPublisher) publish(key int, body []byte, x pubExtra) error {
+	if x.expiration != p.expiration || x.header != "" || p.hadHeader {
+		p.setProps(x) // per message only with a header or a new expiration
+		p.hadHeader = x.header != ""
 	}
 	c := p.c
 	c.w.Write(p.methods[key])

@@ -120,6 +120,8 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 		elapsed, err = r.scenarioQueues(ctx, &res)
 	case "idle-conns":
 		elapsed, err = r.scenarioIdleConns(ctx, &res)
+	case "delayed":
+		elapsed, err = r.scenarioDelayed(ctx, &res)
 	}
 	if err != nil {
 		return res, err
@@ -245,7 +247,7 @@ func (r *runner) verify(res *result, want uint64) {
 // have finished and every confirm has arrived. Producer p publishes its
 // message i with routing key keys[(p+i) % len(keys)] (round-robin). The
 // returned duration runs from the first publish to the last confirm.
-func (r *runner) produceAll(ctx context.Context, exchange string, keys []string, ttl func() (uint32, string)) (time.Duration, error) {
+func (r *runner) produceAll(ctx context.Context, exchange string, keys []string, stamp stampFunc) (time.Duration, error) {
 	start := time.Now()
 	var deadline time.Time
 	if r.o.duration > 0 {
@@ -260,7 +262,7 @@ func (r *runner) produceAll(ctx context.Context, exchange string, keys []string,
 				count++
 			}
 		}
-		go func() { errc <- r.produce(ctx, p, count, deadline, exchange, keys, ttl) }()
+		go func() { errc <- r.produce(ctx, p, count, deadline, exchange, keys, stamp) }()
 	}
 	var first error
 	for p := 0; p < r.o.producers; p++ {
@@ -274,8 +276,9 @@ func (r *runner) produceAll(ctx context.Context, exchange string, keys []string,
 // publisher is one publishing connection of either client.
 type publisher interface {
 	// publish sends (or buffers) one message with the routing key of
-	// index key in the keys the publisher was dialled with.
-	publish(key int, body []byte, expiration string) error
+	// index key in the keys the publisher was dialled with, and the
+	// properties x asks for.
+	publish(key int, body []byte, x pubExtra) error
 	// flush sends what is buffered (before the producer pauses).
 	flush() error
 	// confirm returns the next confirm, in publish order.
@@ -334,9 +337,13 @@ type goPublisher struct {
 	mode     uint8
 }
 
-func (p *goPublisher) publish(key int, body []byte, expiration string) error {
+func (p *goPublisher) publish(key int, body []byte, x pubExtra) error {
+	var h amqp091.Table
+	if x.header != "" {
+		h = amqp091.Table{x.header: x.headerValue}
+	}
 	return p.ch.PublishWithContext(p.ctx, p.exchange, p.keys[key], false, false, amqp091.Publishing{
-		Body: body, DeliveryMode: p.mode, Expiration: expiration,
+		Body: body, DeliveryMode: p.mode, Expiration: x.expiration, Headers: h,
 	})
 }
 
@@ -355,7 +362,23 @@ func (p *goPublisher) close() error {
 	return p.ch.Close()
 }
 
-func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time, exchange string, keys []string, ttl func() (uint32, string)) error {
+// pubExtra is what a scenario sets on one message besides its body.
+type pubExtra struct {
+	// ttlMS goes in the body's ttl field: ttl-expire's TTL, delayed's
+	// delay.
+	ttlMS      uint32
+	expiration string // the expiration property; "" = none
+	// header, if set, is one integer header (delayed: x-delay or
+	// x-delivery-time) with value headerValue.
+	header      string
+	headerValue int64
+}
+
+// stampFunc returns the extras of producer's next message, sent at sent.
+// Each producer calls it from its own goroutine.
+type stampFunc func(producer int, sent time.Time) pubExtra
+
+func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time, exchange string, keys []string, stamp stampFunc) error {
 	p, err := r.dialPublisher(ctx, exchange, keys)
 	if err != nil {
 		return fmt.Errorf("producer %d: %w", id, err)
@@ -415,14 +438,13 @@ func (r *runner) produce(ctx context.Context, id, count int, deadline time.Time,
 				time.Sleep(time.Until(due))
 			}
 		}
-		var ttlMS uint32
-		var expiration string
-		if ttl != nil {
-			ttlMS, expiration = ttl()
-		}
 		now := time.Now()
-		body := makeBody(buf, r.o.size, id, uint64(i), now, ttlMS)
-		if err := p.publish((id+i)%len(keys), body, expiration); err != nil {
+		var x pubExtra
+		if stamp != nil {
+			x = stamp(id, now)
+		}
+		body := makeBody(buf, r.o.size, id, uint64(i), now, x.ttlMS)
+		if err := p.publish((id+i)%len(keys), body, x); err != nil {
 			return fmt.Errorf("producer %d: publish: %w", id, err)
 		}
 		r.sent.Add(1)

@@ -139,9 +139,9 @@ func (r *runner) scenarioDrain(ctx context.Context, res *result) (time.Duration,
 // concurrent runs producers to (exchange, key) while consumers (started
 // first by startConsumers) record arrivals; it returns the time from the
 // first publish to the last arrival.
-func (r *runner) concurrent(ctx context.Context, exchange, key string, ttl func() (uint32, string), arrivalsPerMsg uint64) (time.Duration, error) {
+func (r *runner) concurrent(ctx context.Context, exchange, key string, stamp stampFunc, arrivalsPerMsg uint64) (time.Duration, error) {
 	start := time.Now()
-	if _, err := r.produceAll(ctx, exchange, []string{key}, ttl); err != nil {
+	if _, err := r.produceAll(ctx, exchange, []string{key}, stamp); err != nil {
 		return 0, err
 	}
 	r.finishTarget(r.expected() * arrivalsPerMsg)
@@ -262,19 +262,19 @@ func (r *runner) scenarioDLXReject(ctx context.Context, res *result) (time.Durat
 // latency = arrival in the DLQ minus the deadline (lateness).
 func (r *runner) scenarioTTL(ctx context.Context, res *result) (time.Duration, error) {
 	var args amqp091.Table
-	var ttl func() (uint32, string)
+	var ttl stampFunc
 	base := uint32(r.o.ttl / time.Millisecond)
 	if r.o.ttlMode == "queue" {
 		args = amqp091.Table{"x-message-ttl": int64(base)}
-		ttl = func() (uint32, string) { return base, "" }
+		ttl = func(int, time.Time) pubExtra { return pubExtra{ttlMS: base} }
 	} else {
 		span := uint32((r.o.ttlMax - r.o.ttl) / time.Millisecond)
-		ttl = func() (uint32, string) {
+		ttl = func(int, time.Time) pubExtra {
 			ms := base
 			if span > 0 {
 				ms += rand.Uint32N(span + 1)
 			}
-			return ms, strconv.FormatUint(uint64(ms), 10)
+			return pubExtra{ttlMS: ms, expiration: strconv.FormatUint(uint64(ms), 10)}
 		}
 	}
 	src, dlq, err := r.dlxSource(args)

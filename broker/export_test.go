@@ -4,6 +4,8 @@ package broker
 // tests.
 
 import (
+	"sync/atomic"
+
 	"github.com/brokerd/brokerd/broker/defs"
 	"github.com/brokerd/brokerd/broker/queue"
 	"github.com/brokerd/brokerd/store"
@@ -126,6 +128,13 @@ type PagedOutCapture = queue.PagedOutCapture
 // (set it before the broker has connections); restore stops it.
 func CapturePagedOutForTest() (c *PagedOutCapture, restore func()) {
 	return queue.CapturePagedOutForTest()
+}
+
+// CountDueReadsForTest counts the reads of paged entries ahead of their
+// deadlines from now on (set it before the broker has connections), and
+// the entries they read; restore stops it.
+func CountDueReadsForTest() (reads, entries *atomic.Int64, restore func()) {
+	return queue.CountDueReadsForTest()
 }
 
 // FireStaleForTest hands the resident timers of the entries c captured

@@ -79,3 +79,27 @@ func TestHoldName(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAheadAt: an entry is read at least readAheadMS before its
+// deadline and less than readAheadMS+readBatchMS before it, at a multiple
+// of readBatchMS, so the deadlines of one span are read together; the
+// extremes of the range do not overflow.
+func TestReadAheadAt(t *testing.T) {
+	for _, c := range []struct{ deadline, want int64 }{
+		{1_700_000_001_000, 1_700_000_000_900},
+		{1_700_000_001_049, 1_700_000_000_900},
+		{1_700_000_001_050, 1_700_000_000_950},
+		{1_700_000_000_999, 1_700_000_000_850},
+		{100, 0},
+		{99, -50},
+		{0, -100},
+		{-1, -150},
+		{math.MinInt64, math.MinInt64},
+		{math.MinInt64 + 99, math.MinInt64},
+		{math.MaxInt64, math.MaxInt64 - 100 - (math.MaxInt64-100)%50},
+	} {
+		if got := readAheadAt(c.deadline); got != c.want {
+			t.Errorf("readAheadAt(%d) = %d, want %d", c.deadline, got, c.want)
+		}
+	}
+}

@@ -17,18 +17,47 @@ import (
 // stretch of time, so a million pending deadlines cost memory only for
 // the few seconds ahead. A paged-out entry whose deadline the last scan
 // already passed is armed as it pages out; one that pages back in takes a
-// resident timer instead. A paged timer fires readAheadMS before the
-// deadline: the entry is read from the store then (off the queue's lock),
-// kept with a timer at its deadline, and dead-lettered then like any other
-// that expired, so the read's time does not make it late.
+// resident timer instead. A paged timer fires readAheadMS or a little
+// more before the deadline (readAheadAt: the deadlines of one readBatchMS
+// span are read together): the entry is read from the store then (off the
+// queue's lock), kept with a timer at its deadline, and dead-lettered (or
+// released, on a holding queue) then like any other that expired, so the
+// read's time does not make it late.
 
 // HorizonMS is how far ahead of now a scan arms deadlines; scans run every
 // half of it.
 const HorizonMS = 2000
 
-// readAheadMS is how long before its deadline a paged entry is read; the
-// entries read ahead (the expiries of that long) are held in memory.
+// readAheadMS is how long before its deadline a paged entry is read at
+// least; the entries read ahead (the expiries of up to readAheadMS +
+// readBatchMS) are held in memory.
 const readAheadMS = 100
+
+// readBatchMS groups the reads ahead: every entry whose read falls in one
+// span of readBatchMS (aligned to the Unix epoch) is read at the span's
+// start, in one store read, on one wake-up of the scheduler. A deep queue
+// with deadlines every millisecond (scheduled messages, per-message TTLs)
+// would otherwise start a read of one or two entries each millisecond,
+// each with its store snapshot and goroutine.
+const readBatchMS = 50
+
+// readAheadAt is when the entry due at deadline is read: readAheadMS
+// before it, rounded down to a multiple of readBatchMS.
+func readAheadAt(deadline int64) int64 {
+	at := deadline - readAheadMS
+	if deadline < math.MinInt64+readAheadMS {
+		at = math.MinInt64
+	}
+	if r := at % readBatchMS; r != 0 {
+		if r < 0 {
+			r += readBatchMS
+		}
+		if at >= math.MinInt64+r {
+			at -= r
+		}
+	}
+	return at
+}
 
 // pagedTimer is the timer of an entry in a middle: first the read-ahead
 // timer (read ahead of the deadline), then, once read (pre set), the timer
@@ -69,7 +98,7 @@ func (q *Queue) armPagedLocked(deadline int64, ref store.Ref) {
 		q.paged = make(map[uint64]*pagedTimer)
 	}
 	pt := &pagedTimer{q: q, ref: ref}
-	pt.timer.Deadline, pt.timer.Value = deadline-readAheadMS, pt
+	pt.timer.Deadline, pt.timer.Value = readAheadAt(deadline), pt
 	q.paged[ref.Seq] = pt
 	q.Env.Timers.Add(&pt.timer)
 }
@@ -171,6 +200,9 @@ func (q *Queue) holdReadLocked(read []*Entry, now int64) []*Entry {
 // still in its middle. A gone entry, or a dead letter waiting for a route,
 // is left out.
 func (q *Queue) readPaged(refs []store.Ref) ([]*Entry, error) {
+	if dueReadHook != nil {
+		dueReadHook(len(refs))
+	}
 	metas, msgs, err := engine.ReadDue(q.Env.Store, refs)
 	if err != nil {
 		return nil, err
@@ -183,6 +215,10 @@ func (q *Queue) readPaged(refs []store.Ref) ([]*Entry, error) {
 	}
 	return out, nil
 }
+
+// dueReadHook, if set (by tests), is called with the number of refs of
+// each read of paged entries that are due (or about to be).
+var dueReadHook func(refs int)
 
 // horizonTick is the Value of the scheduler timer that starts the next
 // scan.

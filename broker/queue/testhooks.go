@@ -63,6 +63,17 @@ func (q *Queue) ReadAheadPendingForTest() int {
 	return n
 }
 
+// CountDueReadsForTest counts the reads of paged entries ahead of their
+// deadlines from now on, and the entries they read; restore stops it.
+func CountDueReadsForTest() (reads, entries *atomic.Int64, restore func()) {
+	reads, entries = new(atomic.Int64), new(atomic.Int64)
+	dueReadHook = func(n int) {
+		reads.Add(1)
+		entries.Add(int64(n))
+	}
+	return reads, entries, func() { dueReadHook = nil }
+}
+
 // EvictionOwedForTest returns how many publishes wait for q's drop-head
 // eviction (its head is being read back from the store); 0 while q's lock
 // is held (a test that polls must not wait behind a lock held across a

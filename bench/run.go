@@ -120,6 +120,8 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 		elapsed, err = r.scenarioQueues(ctx, &res)
 	case "idle-conns":
 		elapsed, err = r.scenarioIdleConns(ctx, &res)
+	case "retry":
+		elapsed, err = r.scenarioRetry(ctx, &res)
 	}
 	if err != nil {
 		return res, err

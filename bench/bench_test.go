@@ -472,3 +472,54 @@ func TestDelayedLateness(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryScenario runs the retry scenario each way: every message is
+// acked once after its failures (k in 1..3: about 2 retries a message),
+// and no retry comes back before its due time.
+func TestRetryScenario(t *testing.T) {
+	b := brokertest.Start(t, brokertest.Config{})
+	for _, via := range retryVias {
+		for _, mult := range []int{0, 10} {
+			t.Run(via+"/"+strconv.Itoa(mult), func(t *testing.T) {
+				o := opts(b.URL, "retry")
+				o.n, o.retryVia, o.retryMin, o.retryMax, o.retryMult, o.retryFailures = 300, via, 20*time.Millisecond, 200*time.Millisecond, mult, 3
+				res, err := run(context.Background(), o, io.Discard)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Msgs != uint64(o.n) || res.Lost != 0 || res.Duplicated != 0 || res.RetryVia != via {
+					t.Fatalf("result = %+v, want %d msgs, none lost or duplicated", res, o.n)
+				}
+				if res.Retries < uint64(o.n) || res.Retries > 3*uint64(o.n) {
+					t.Fatalf("%d retries of %d messages, want 1 to 3 each", res.Retries, o.n)
+				}
+				if res.P50MS < 0 || res.MaxMS < res.P99MS {
+					t.Fatalf("lateness p50 %v p99 %v max %v ms: a retry came back early", res.P50MS, res.P99MS, res.MaxMS)
+				}
+			})
+		}
+	}
+}
+
+// retryDelay follows brokerd's formula: linear, or exponential, capped.
+func TestRetryDelay(t *testing.T) {
+	o := options{retryMin: time.Second, retryMax: 10 * time.Second}
+	for f, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 3 * time.Second, 20: 10 * time.Second} {
+		if got := retryDelay(o, f); got != want {
+			t.Errorf("linear, retry %d: %v, want %v", f, got, want)
+		}
+	}
+	o.retryMult = 10
+	for f, want := range map[int]time.Duration{1: time.Second, 2: 10 * time.Second, 3: 10 * time.Second} {
+		if got := retryDelay(o, f); got != want {
+			t.Errorf("multiplier 10, retry %d: %v, want %v", f, got, want)
+		}
+	}
+	seen := map[int]int{}
+	for i := range 3000 {
+		seen[retryFailures(i, 3)]++
+	}
+	if len(seen) != 3 || seen[1] < 800 || seen[2] < 800 || seen[3] < 800 {
+		t.Errorf("failures drawn from 1..3: %v", seen)
+	}
+}

@@ -133,9 +133,15 @@ type options struct {
 	hold           bool
 	background     bool
 	backgroundRate float64
+	// The retry scenario (retry.go).
+	retryVia      string
+	retryMin      time.Duration
+	retryMax      time.Duration
+	retryMult     int
+	retryFailures int
 }
 
-var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout", "queues", "idle-conns", "delayed"}
+var scenarios = []string{"publish", "consume", "drain", "e2e", "dlx-reject", "ttl-expire", "maxlen", "backlog", "fanout", "queues", "idle-conns", "delayed", "retry"}
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -177,6 +183,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.hold, "hold", false, "delayed: only publish (delays must outlast the run) and check none was delivered; with -keep the exchange keeps them")
 	fs.BoolVar(&o.background, "background", false, "delayed: run a producer/consumer pair on a queue of its own at -background-rate meanwhile")
 	fs.Float64Var(&o.backgroundRate, "background-rate", 20000, "delayed -background: the pair's rate in msgs/s")
+	fs.StringVar(&o.retryVia, "retry-via", "native", "retry: how a failed message waits: native (reject requeue=true to a queue with x-delayed-retry-*), ttl-dlx (republish with a per-message expiration to one wait queue that dead-letters back) or ttl-dlx-levels (a wait queue per delay, x-message-ttl)")
+	fs.DurationVar(&o.retryMin, "retry-min", time.Second, "retry: the first retry's delay")
+	fs.DurationVar(&o.retryMax, "retry-max", 10*time.Second, "retry: the longest delay")
+	fs.IntVar(&o.retryMult, "retry-multiplier", 0, "retry: 0 linear (min × f), else min × multiplier^(f-1) for the f-th retry")
+	fs.IntVar(&o.retryFailures, "retry-failures", 3, "retry: each message fails k times, k uniform in 1..this, before it is acked")
 	fs.StringVar(&o.client, "client", "amqp091", "client library for producers and consumers: amqp091 (github.com/rabbitmq/amqp091-go, what users run) or raw (pre-encoded frames over brokerd's codec, batched writes: a load generator that is not the bottleneck)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -199,6 +210,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.n = 0
 		o.producers, o.consumers = 1, 1 // the pair
+	}
+	if o.scenario == "retry" && o.n == 0 {
+		o.n = 20000
 	}
 	if o.n == 0 && o.duration == 0 {
 		o.n = 100000
@@ -244,7 +258,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			problems = append(problems, "-duration does not apply to delayed; use -n")
 		}
 	}
-	if o.duration > 0 && (o.scenario == "consume" || o.scenario == "maxlen" || o.scenario == "ttl-expire") {
+	if !contains(retryVias, o.retryVia) || o.retryMin <= 0 || o.retryMax < o.retryMin || o.retryMult < 0 || o.retryFailures < 1 {
+		problems = append(problems, "-retry-via must be one of "+strings.Join(retryVias, ", ")+"; need -retry-min > 0, -retry-max >= -retry-min, -retry-multiplier >= 0, -retry-failures >= 1")
+	}
+	if o.duration > 0 && (o.scenario == "consume" || o.scenario == "maxlen" || o.scenario == "ttl-expire" || o.scenario == "retry") {
 		problems = append(problems, "-duration does not apply to "+o.scenario+"; use -n")
 	}
 	if len(problems) > 0 {
@@ -298,6 +315,10 @@ type result struct {
 	DrainMsgsPerS float64 `json:"drain_msgs_per_s,omitempty"`
 	// DeliveriesPerS counts every copy (fanout: msgs_per_s × queues).
 	DeliveriesPerS float64 `json:"deliveries_per_s,omitempty"`
+	// RetryVia is the retry scenario's -retry-via; Retries, the
+	// redeliveries it timed (the lateness samples).
+	RetryVia string `json:"retry_via,omitempty"`
+	Retries  uint64 `json:"retries,omitempty"`
 	// Queues is the number of queues of fanout and queues.
 	Queues int `json:"queues,omitempty"`
 	// Conns is the number of idle connections idle-conns opened and held
@@ -380,6 +401,9 @@ func printTable(w io.Writer, rs []result) {
 	}
 	if rs[0].DeliveriesPerS > 0 {
 		row("deliveries/s", func(r result) float64 { return r.DeliveriesPerS }, "%.0f")
+	}
+	if rs[0].Retries > 0 {
+		row("retries", func(r result) float64 { return float64(r.Retries) }, "%.0f")
 	}
 	if rs[0].Conns > 0 {
 		row("idle conns", func(r result) float64 { return float64(r.Conns) }, "%.0f")

@@ -122,6 +122,8 @@ func run(ctx context.Context, o options, progress io.Writer) (res result, err er
 		elapsed, err = r.scenarioIdleConns(ctx, &res)
 	case "delayed":
 		elapsed, err = r.scenarioDelayed(ctx, &res)
+	case "retry":
+		elapsed, err = r.scenarioRetry(ctx, &res)
 	}
 	if err != nil {
 		return res, err

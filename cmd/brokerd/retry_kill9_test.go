@@ -54,7 +54,9 @@ type retryKill9Queue struct {
 // plus the delay; the broker counts from its arrival, rounded up, by the
 // same wall clock), redelivered, with x-delivery-count k. How late each
 // came is logged, not asserted (the machine is shared).
-// BROKERD_RETRY_KILL9_N sets n (default 1000).
+// BROKERD_RETRY_KILL9_N sets n (default 1000), BROKERD_RETRY_KILL9_SCHEDULED
+// the scheduled ones (default n/10; the acceptance: 10,000 and
+// 100,000).
 func TestRetryKill9(t *testing.T) {
 	n := 1000
 	if v := os.Getenv("BROKERD_RETRY_KILL9_N"); v != "" {
@@ -68,6 +70,12 @@ func TestRetryKill9(t *testing.T) {
 		qs = []retryKill9Queue{{"retry-0", "classic", 2000, 30000}, {"retry-1", "quorum", 5000, 30000}, {"retry-2", "classic", 10000, 30000}}
 	}
 	nSched := n / 10
+	if v := os.Getenv("BROKERD_RETRY_KILL9_SCHEDULED"); v != "" {
+		var err error
+		if nSched, err = strconv.Atoi(v); err != nil || nSched < 1 {
+			t.Fatalf("BROKERD_RETRY_KILL9_SCHEDULED=%q: want a number >= 1", v)
+		}
+	}
 	queueOf := func(i int) int { return i % len(qs) }
 	timesOf := func(i int) int64 { return 1 + int64(i/len(qs)%3) } // k
 	delayOf := func(i int) int64 {

@@ -45,6 +45,11 @@ type QueueInfo struct {
 	// queues count message_bytes (and x-max-length-bytes counts).
 	ReadyBytes, UnackedBytes int64
 	Consumers                int
+	// HeadTimestamp is the timestamp property (seconds since the Unix
+	// epoch) of the classic queue's next message when it is resident,
+	// nil otherwise and for quorum queues (RabbitMQ's
+	// head_message_timestamp).
+	HeadTimestamp *uint64
 	// ExclusiveOwner names the connection owning an exclusive queue.
 	ExclusiveOwner string
 	// DeadLettered counts messages dead-lettered from the queue to at
@@ -140,6 +145,11 @@ func queueInfo(q *queue.Queue, unacked map[*queue.Queue]unackedSize) QueueInfo {
 	}
 	qi.Damaged = q.Stats.Damaged.Load()
 	qi.MessageStats = queueMessageStats(q)
+	if q.Type != policy.QueueQuorum {
+		if ts, ok := q.HeadTimestamp(); ok {
+			qi.HeadTimestamp = &ts
+		}
+	}
 	return qi
 }
 

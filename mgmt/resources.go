@@ -79,7 +79,7 @@ func (s *Server) queueJSON(qi broker.QueueInfo) map[string]any {
 		"consumers":                    qi.Consumers,
 		"exclusive_consumer_tag":       nil,
 		"single_active_consumer_tag":   nil,
-		"head_message_timestamp":       nil,
+		"head_message_timestamp":       qi.HeadTimestamp, // seconds, or null
 		// brokerd's own: dead letters waiting for a route (at-least-once,
 		// counted in messages) and dead-lettered totals by reason.
 		"dead_letter_backlog": qi.DeadLetterBacklog,

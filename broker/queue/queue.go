@@ -995,3 +995,25 @@ func (q *Queue) ReadyLen() (n int, deleted bool) {
 	defer q.mu.Unlock()
 	return q.ready.Len(), q.isDeleted()
 }
+
+// HeadTimestamp returns the timestamp property (seconds) of the message
+// that leaves q next, as RabbitMQ's classic queues report it
+// (head_message_timestamp): only when that message is resident (RabbitMQ:
+// paged in) and has one; ok is false otherwise.
+func (q *Queue) HeadTimestamp() (ts uint64, ok bool) {
+	q.mu.Lock()
+	e, resident := q.ready.ResidentFront()
+	var raw []byte
+	if resident {
+		raw = e.EffectiveHeader().Props
+	}
+	q.mu.Unlock()
+	if !resident {
+		return 0, false
+	}
+	p, err := amqp.DecodeProperties(raw)
+	if err != nil || p.Flags&amqp.FlagTimestamp == 0 {
+		return 0, false
+	}
+	return p.Timestamp, true
+}

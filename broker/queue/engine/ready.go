@@ -362,6 +362,27 @@ func (r *Ready[E]) Front() E {
 	return zero
 }
 
+// ResidentFront returns the entry that leaves next if it is resident, and
+// whether it is: unlike Front it reads nothing from the store (an entry
+// taken off the head, whose level's next lies in the middle, is not
+// resident).
+func (r *Ready[E]) ResidentFront() (E, bool) {
+	for i := r.high; i >= 0; i-- {
+		l := &r.levels[i]
+		if l.n == 0 {
+			continue
+		}
+		for j := range l.Head.Len() {
+			if e := l.Head.At(j); e.Ready() {
+				return e, true
+			}
+		}
+		break // the level's next is in its middle or tail
+	}
+	var zero E
+	return zero, false
+}
+
 // PopFront removes and returns the entry that leaves next (the zero E as
 // Front), and reads ahead when the head runs low.
 func (r *Ready[E]) PopFront() E {

@@ -74,6 +74,9 @@ type options struct {
 	dueAfter    string            // cancel_scheduled
 	all         bool              // cancel_scheduled
 	timeoutSet  bool              // -t given (await_startup's default is longer)
+	global      bool              // close_all_connections: every vhost's
+	limit       int               // close_all_connections: most connections (0: all)
+	connDelay   time.Duration     // close_all_connections: pause between two
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -135,6 +138,23 @@ var optSpecs = []optSpec{
 		}
 		p := int(n)
 		o.peekPrio = &p
+		return nil
+	}},
+	{long: "global", verbs: []string{"close_all_connections"}, set: func(o *options, _ string) error { o.global = true; return nil }},
+	{long: "limit", value: true, verbs: []string{"close_all_connections"}, set: func(o *options, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--limit %q: want a count of connections, at least 1", v)
+		}
+		o.limit = n
+		return nil
+	}},
+	{long: "per-connection-delay", value: true, verbs: []string{"close_all_connections"}, set: func(o *options, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("--per-connection-delay %q: want milliseconds", v)
+		}
+		o.connDelay = time.Duration(n) * time.Millisecond
 		return nil
 	}},
 	{long: "to-origin", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.toOrigin = true; return nil }},

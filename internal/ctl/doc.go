@@ -56,6 +56,8 @@
 //	list_channels [COLUMN ...]
 //	list_consumers [-p V] [COLUMN ...]
 //	close_connection NAME REASON
+//	close_all_connections [-p V --limit N] [--global] [--per-connection-delay MS] REASON
+//	hash_password PASSWORD   (local: asks the broker nothing)
 //	add_user NAME PASSWORD
 //	delete_user NAME
 //	change_password NAME PASSWORD

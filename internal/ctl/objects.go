@@ -1,9 +1,13 @@
 package ctl
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
+
+	"github.com/brokerd/brokerd/broker/auth"
 )
 
 // listQueues: list_queues [COLUMN ...]. rabbitmqctl prints its timeout
@@ -119,4 +123,54 @@ func deleteQueue(r *run, args []string) error {
 
 func queueMissing(q, vhost string) error {
 	return failf(ExitUnavailable, "Queue '%s' in vhost '%s' not found", q, vhost)
+}
+
+// closeAllConnections: close_all_connections [-p V --limit N] [--global]
+// [--per-connection-delay MS] EXPLANATION, as rabbitmqctl: the vhost's
+// connections (every vhost's with --global), the first --limit of them,
+// each closed as close_connection closes one. A connection gone by the
+// time its close is asked is not an error.
+func closeAllConnections(r *run, args []string) error {
+	reason := args[0]
+	path := apiPath("vhosts", r.vhost(), "connections")
+	if r.opts.global {
+		r.out.info("Closing all connections to node %s (across all vhosts), reason: %s...", r.c.base.Host, reason)
+		path = apiPath("connections")
+	} else {
+		r.out.info("Closing all connections in vhost %s on node %s, reason: %s...", r.vhost(), r.c.base.Host, reason)
+	}
+	var conns []struct {
+		Name string `json:"name"`
+	}
+	if err := r.c.get(r.ctx, path, &conns); err != nil {
+		return r.explain(err, r.vhost(), "", nil)
+	}
+	if r.opts.limit > 0 && len(conns) > r.opts.limit {
+		conns = conns[:r.opts.limit]
+	}
+	for i, c := range conns {
+		if i > 0 && r.opts.connDelay > 0 {
+			select {
+			case <-r.ctx.Done():
+				return r.ctx.Err()
+			case <-time.After(r.opts.connDelay): // the pause asked for
+			}
+		}
+		_, err := r.c.do(r.ctx, request{method: http.MethodDelete, path: apiPath("connections", c.Name),
+			header: http.Header{"X-Reason": []string{reason}}})
+		var ae *apiError
+		if err != nil && !(errors.As(err, &ae) && ae.status == http.StatusNotFound) {
+			return r.explain(err, "", "", nil)
+		}
+	}
+	return nil
+}
+
+// hashPassword: hash_password PASSWORD, as rabbitmqctl prints it: the
+// salted SHA-256 hash, base64, that definitions files carry. The broker
+// is not asked.
+func hashPassword(r *run, args []string) error {
+	r.out.info("Will hash password %s", args[0])
+	r.out.write(auth.HashPassword(args[0]) + "\n")
+	return nil
 }

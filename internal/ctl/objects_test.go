@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/brokerd/brokerd/broker/auth"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -319,4 +321,73 @@ func TestUnreachable(t *testing.T) {
 	if r.code != ExitTempFail || !strings.Contains(r.stderr, "did not answer in time") {
 		t.Errorf("%v", r)
 	}
+}
+
+// close_all_connections closes a vhost's connections with the
+// explanation, at most --limit of them; hash_password prints a hash the
+// broker's users check a password against.
+func TestCloseAllConnectionsAndHashPassword(t *testing.T) {
+	forEachServer(t, func(t *testing.T, e *env) {
+		closed := make(chan *amqp091.Error, 3)
+		var ports []string
+		for range 3 {
+			conn := e.dial("guest", "guest")
+			go func() { closed <- <-conn.NotifyClose(make(chan *amqp091.Error, 1)) }()
+			_, port, _ := net.SplitHostPort(conn.LocalAddr().String())
+			ports = append(ports, port)
+		}
+		ours := func() int {
+			r := e.ctl("-s", "-p", e.vhost, "list_connections", "peer_port", "vhost")
+			n := 0
+			for _, p := range ports {
+				if cells := row(r.stdout, p); len(cells) == 2 && cells[1] == e.vhost {
+					n++
+				}
+			}
+			return n
+		}
+		e.eventually(func() (bool, string) { return ours() == 3, "" }, "the three connections listed")
+		out := e.ok("close_all_connections", "-p", e.vhost, "--limit", "2", "maintenance")
+		if !strings.HasPrefix(out, "Closing all connections in vhost "+e.vhost) {
+			t.Errorf("close_all_connections printed %q", out)
+		}
+		for range 2 {
+			select {
+			case err := <-closed:
+				if err == nil || err.Code != amqp091.ConnectionForced || !strings.Contains(err.Reason, "maintenance") {
+					t.Fatalf("closed with %v, want 320 with the explanation", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("--limit 2 closed fewer than 2 connections")
+			}
+		}
+		e.eventually(func() (bool, string) { return ours() == 1, "" }, "one connection left after --limit 2")
+		e.ok("close_all_connections", "-p", e.vhost, "again")
+		select {
+		case err := <-closed:
+			if err == nil || err.Code != amqp091.ConnectionForced {
+				t.Fatalf("closed with %v, want 320", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the last connection was not closed")
+		}
+		e.fails(ExitUsage, []string{"--limit"}, "close_all_connections", "--limit", "0", "x")
+
+		out = e.ok("hash_password", "s3cret")
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 2 || lines[0] != "Will hash password s3cret" {
+			t.Fatalf("hash_password printed %q", out)
+		}
+		hash, err := base64.StdEncoding.DecodeString(lines[1])
+		if err != nil {
+			t.Fatalf("hash %q: %v", lines[1], err)
+		}
+		u := auth.StoredUser("x", auth.HashSHA256, hash, nil)
+		if !u.CheckPassword("s3cret") || u.CheckPassword("other") {
+			t.Fatalf("hash %q does not check the password", lines[1])
+		}
+		if q := e.ok("-q", "hash_password", "s3cret"); strings.Count(q, "\n") != 1 || q == out {
+			t.Fatalf("hash_password -q printed %q", q)
+		}
+	})
 }

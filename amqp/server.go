@@ -338,6 +338,15 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
+// Accepting reports whether the server accepts connections: true until
+// StopAccepting or Shutdown (the management API's is-in-service and
+// ready-to-accept-clients health checks). Safe for concurrent use.
+func (s *Server) Accepting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closing
+}
+
 // StopAccepting closes the listeners and makes Serve return
 // ErrServerClosed; the connections open keep being served until Shutdown.
 // brokerd calls it first at shutdown, so that no client connects while the

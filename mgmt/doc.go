@@ -60,7 +60,17 @@
 //	                                             package metrics; the table is in README.md, "Metrics")
 //	GET    /api/overview, /api/whoami         overview: node_status (pid, uptime, data dir, memory, disk) for monitoring users
 //	GET    /api/environment                     the configuration in force, brokerd's own (administrator)
-//	GET    /api/health/checks/alarms            200 ok, 503 with alarms
+//	GET    /api/health/checks/alarms            200 ok, 503 with alarms (also local-alarms)
+//	GET    /api/health/checks/port-listener/{port}      a listener on the port (Options.Listeners); 400 "Invalid port"
+//	GET    /api/health/checks/protocol-listener/{proto} a listener of the protocol: amqp, amqp/ssl, http, https,
+//	                                             http/prometheus, or one of RabbitMQ's aliases (amqp091, amqps, ...)
+//	GET    /api/health/checks/virtual-hosts     always ok: a vhost runs as long as the broker does
+//	GET    /api/health/checks/certificate-expiration/{n}/{unit}  503 when a TLS listener's cert or CA file
+//	                                             holds a certificate expiring within n days|weeks|months|years
+//	GET    /api/health/checks/is-in-service, /ready-to-accept-clients  no authentication: ok while the
+//	                                             AMQP server accepts connections, 503 once a shutdown began
+//	GET    /api/health/checks/below-node-connection-limit  no authentication: AMQP connections below
+//	                                             limits.max_connections ("limit": "infinity" without one)
 //	GET    /api/aliveness-test/{vhost}
 //	GET    /api/vhosts[/{vhost}]                 PUT, DELETE /api/vhosts/{vhost}
 //	GET    /api/users[/{name}]                   PUT, DELETE /api/users/{name}

@@ -57,11 +57,15 @@ type NodeOptions struct {
 	// MemoryLimit and DiskFreeLimit return the memory watermark and the
 	// free-space limit in force (they change at a reload); 0: no alarm.
 	MemoryLimit, DiskFreeLimit func() uint64
-	// AMQP is the AMQP server: its open connections (sockets_used) and
-	// its connection limit (sockets_total). *amqp.Server is one.
+	// AMQP is the AMQP server: its open connections (sockets_used, the
+	// health check below-node-connection-limit), its connection limit
+	// (sockets_total) and whether it accepts connections (the health
+	// checks is-in-service and ready-to-accept-clients: health.go).
+	// *amqp.Server is one.
 	AMQP interface {
 		Connections() int
 		MaxConnections() int
+		Accepting() bool
 	}
 	// Started is when the process started (uptime); zero: when the Server
 	// was made.

@@ -18,6 +18,7 @@ func (s *Server) routes() {
 	s.handle("GET /api/health/checks/alarms", management, s.healthAlarms)
 	s.handle("GET /api/health/checks/local-alarms", management, s.healthAlarms)
 	s.handle("GET /api/aliveness-test/{vhost}", management, s.aliveness)
+	s.healthRoutes()
 	s.handle("GET /api/environment", administrator, s.environment)
 	s.resourceRoutes()
 	s.connRoutes()

@@ -29,7 +29,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is brokerd's version, shown in /api/overview.
 	Version string
-	// Listeners are the broker's AMQP listeners, shown in /api/overview.
+	// Listeners are the process's listeners (AMQP, AMQPS, the management
+	// API's HTTP and HTTPS, the metrics port), shown in /api/overview and
+	// checked by the health checks port-listener, protocol-listener and
+	// certificate-expiration (health.go).
 	Listeners []Listener
 	// MaxBody bounds a request body (a declaration, a policy, a publish),
 	// except a definitions import's. Default 1 MiB.
@@ -98,10 +101,16 @@ type Options struct {
 	SampleTicks <-chan time.Time
 }
 
-// Listener is an AMQP listener as /api/overview lists it.
+// Listener is a listener of the process, as /api/overview lists it.
 type Listener struct {
-	Protocol string // "amqp" or "amqp/ssl"
+	// Protocol is RabbitMQ's name of the listener's protocol: "amqp",
+	// "amqp/ssl", "http", "https" or "http/prometheus".
+	Protocol string
 	Addr     net.Addr
+	// CertFile and CAFile are a TLS listener's certificate and CA files
+	// (PEM), read by the health check certificate-expiration at each
+	// request, as RabbitMQ reads them; "" for a plain listener.
+	CertFile, CAFile string
 }
 
 // Server serves the management HTTP API. Safe for concurrent use.

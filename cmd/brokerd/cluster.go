@@ -105,7 +105,11 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 		cs.gates[service] = g
 		res.add(func() { g.Close() })
 		proto := map[string]string{svcAMQP: "amqp", svcAMQPS: "amqp/ssl", svcHTTP: "http", svcHTTPS: "https"}[service]
-		cs.listeners = append(cs.listeners, mgmt.Listener{Protocol: proto, Addr: l.Addr()})
+		ml := mgmt.Listener{Protocol: proto, Addr: l.Addr()}
+		if t != nil {
+			ml.CertFile, ml.CAFile = t.CertFile, t.CAFile
+		}
+		cs.listeners = append(cs.listeners, ml)
 		log.Info("listening", "service", service, "addr", l.Addr().String())
 		return nil
 	}
@@ -135,11 +139,13 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 	// and Raft's metrics always, the broker's while it leads.
 	var serveMetricsPort func() error
 	if !config.Disabled(cfg.Metrics.Listen) {
-		serveMetricsPort, err = serveMetrics(cfg, metrics.Options{Current: cs.broker.Load, PerQueueLimit: cfg.Metrics.PerQueueLimit,
+		var addr net.Addr
+		serveMetricsPort, addr, err = serveMetrics(cfg, metrics.Options{Current: cs.broker.Load, PerQueueLimit: cfg.Metrics.PerQueueLimit,
 			StoreStats: cs.storeStats, Cluster: cs.clusterStatus}, log, res.add)
 		if err != nil {
 			return err
 		}
+		cs.listeners = append(cs.listeners, mgmt.Listener{Protocol: "http/prometheus", Addr: addr})
 	}
 
 	var interTLS *tls.Config

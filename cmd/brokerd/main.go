@@ -229,7 +229,7 @@ func serve(cfg config.Config, lv *live) error {
 	res.add(func() { srv.Shutdown(context.Background()) })
 	errc := make(chan error, 8) // one per listener, never more
 	var listeners []mgmt.Listener
-	listen := func(name, addr string, tlsCfg *tls.Config) error {
+	listen := func(name, addr string, tlsCfg *tls.Config, files config.TLS) error {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("listen %s on %s: %w", name, addr, err)
@@ -242,12 +242,12 @@ func serve(cfg config.Config, lv *live) error {
 		if tlsCfg != nil {
 			proto = "amqp/ssl"
 		}
-		listeners = append(listeners, mgmt.Listener{Protocol: proto, Addr: l.Addr()})
+		listeners = append(listeners, mgmt.Listener{Protocol: proto, Addr: l.Addr(), CertFile: files.CertFile, CAFile: files.CAFile})
 		go func() { errc <- srv.Serve(l) }()
 		return nil
 	}
 	if !config.Disabled(cfg.AMQP.Listen) {
-		if err := listen("amqp", cfg.AMQP.Listen, nil); err != nil {
+		if err := listen("amqp", cfg.AMQP.Listen, nil, config.TLS{}); err != nil {
 			return err
 		}
 	}
@@ -257,29 +257,37 @@ func serve(cfg config.Config, lv *live) error {
 			return fmt.Errorf("amqp.tls: %w", err)
 		}
 		lv.amqpTLS = src
-		if err := listen("amqps", t.Listen, src.config()); err != nil {
+		if err := listen("amqps", t.Listen, src.config(), t); err != nil {
 			return err
 		}
 	}
-	var api *mgmt.Server
-	serveAPI := func(what, addr string, tlsCfg *tls.Config) error {
+	// The API's and the metrics port's listeners are bound before the API
+	// is made: its health checks (port-listener, ...) see them all.
+	type apiListener struct {
+		what string
+		l    net.Listener
+		tls  bool
+	}
+	var apiListeners []apiListener
+	listenAPI := func(what, addr string, tlsCfg *tls.Config, files config.TLS) error {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("listen management %s API on %s: %w", what, addr, err)
 		}
+		res.add(func() { l.Close() }) // until the API serves it (then Shutdown closes it too)
+		proto := "http"
+		if tlsCfg != nil {
+			proto = "https"
+		}
+		listeners = append(listeners, mgmt.Listener{Protocol: proto, Addr: l.Addr(), CertFile: files.CertFile, CAFile: files.CAFile})
 		if tlsCfg != nil {
 			l = tls.NewListener(l, tlsCfg)
 		}
-		if api == nil {
-			api = mgmt.New(mgmtOptions(cfg, lv, b, st, srv, mon, listeners, dir.Path, started))
-			res.add(func() { api.Shutdown(context.Background()) })
-		}
-		log.Info("serving management "+what+" API", "addr", l.Addr().String(), "ui", uiURL(l.Addr(), tlsCfg != nil))
-		go func() { errc <- api.Serve(l) }()
+		apiListeners = append(apiListeners, apiListener{what, l, tlsCfg != nil})
 		return nil
 	}
 	if !config.Disabled(cfg.Mgmt.Listen) {
-		if err := serveAPI("HTTP", cfg.Mgmt.Listen, nil); err != nil {
+		if err := listenAPI("HTTP", cfg.Mgmt.Listen, nil, config.TLS{}); err != nil {
 			return err
 		}
 	}
@@ -289,16 +297,26 @@ func serve(cfg config.Config, lv *live) error {
 			return fmt.Errorf("mgmt.tls: %w", err)
 		}
 		lv.mgmtTLS = src
-		if err := serveAPI("HTTPS", t.Listen, src.config()); err != nil {
+		if err := listenAPI("HTTPS", t.Listen, src.config(), t); err != nil {
 			return err
 		}
 	}
 	if !config.Disabled(cfg.Metrics.Listen) {
-		ms, err := serveMetrics(cfg, metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}, log, res.add)
+		ms, addr, err := serveMetrics(cfg, metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}, log, res.add)
 		if err != nil {
 			return err
 		}
+		listeners = append(listeners, mgmt.Listener{Protocol: "http/prometheus", Addr: addr})
 		go func() { errc <- ms() }()
+	}
+	var api *mgmt.Server
+	if len(apiListeners) > 0 {
+		api = mgmt.New(mgmtOptions(cfg, lv, b, st, srv, mon, listeners, dir.Path, started))
+		res.add(func() { api.Shutdown(context.Background()) })
+		for _, al := range apiListeners {
+			log.Info("serving management "+al.what+" API", "addr", al.l.Addr().String(), "ui", uiURL(al.l.Addr(), al.tls))
+			go func() { errc <- api.Serve(al.l) }()
+		}
 	}
 	// Every listener is bound (the kernel queues connections from now on)
 	// and recovery is over.
@@ -375,16 +393,16 @@ func amqpServerConfig(cfg config.Config, b *broker.Broker, log *slog.Logger, fds
 
 // serveMetrics listens on [metrics] listen for a server of opts' metrics
 // (mgmt.MetricsServer), adds its shutdown to closers (add), and returns
-// its serve.
-func serveMetrics(cfg config.Config, opts metrics.Options, log *slog.Logger, add func(func())) (serve func() error, err error) {
+// its serve and the address it listens on.
+func serveMetrics(cfg config.Config, opts metrics.Options, log *slog.Logger, add func(func())) (serve func() error, addr net.Addr, err error) {
 	l, err := net.Listen("tcp", cfg.Metrics.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen metrics on %s: %w", cfg.Metrics.Listen, err)
+		return nil, nil, fmt.Errorf("listen metrics on %s: %w", cfg.Metrics.Listen, err)
 	}
 	ms := mgmt.NewMetricsServer(metrics.Handler(opts), log, cfg.Mgmt.MaxConnections)
 	add(func() { ms.Shutdown(context.Background()) })
 	log.Info("serving Prometheus metrics", "addr", l.Addr().String(), "path", "/metrics")
-	return func() error { return ms.Serve(l) }, nil
+	return func() error { return ms.Serve(l) }, l.Addr(), nil
 }
 
 // mgmtOptions are the management API's options, over b and st.

@@ -113,13 +113,14 @@ func TestLeaseFollowsQuorum(t *testing.T) {
 		}
 	}
 	// The leader steps down within an election timeout (CheckQuorum);
-	// its lease lapsed before and never comes back.
-	deadline := time.Now().Add(waitFor)
-	for l.lease.Regained() != nil {
-		if time.Now().After(deadline) {
+	// its lease lapsed before and never comes back: Regained's channel
+	// closes only at its end (no quorum renews it), then it is nil.
+	for ch := l.lease.Regained(); ch != nil; ch = l.lease.Regained() {
+		select {
+		case <-ch:
+		case <-time.After(waitFor):
 			t.Fatal("the lease of a leader without its followers never ended")
 		}
-		time.Sleep(10 * time.Millisecond) // polls: the end has no event a test can wait on without the lease's own channel
 	}
 	if l.lease.Held() {
 		t.Fatal("an ended lease is held")

@@ -197,7 +197,7 @@ func runSchedule(t *testing.T, seed int64) (history.Report, int, []fault) {
 		case faultWipe:
 			tn.kill(node)
 			tn.wipe(node)
-			time.Sleep(hold) // the node stays down for hold (see above)
+			time.Sleep(hold) // time is the fault: the node stays down, empty, for hold
 			tn.start(node)
 			tn.procs[node].awaitCount("cluster: caught up", 0)
 		}

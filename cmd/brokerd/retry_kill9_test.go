@@ -211,30 +211,21 @@ func TestRetryKill9(t *testing.T) {
 		publish("later", "k", amqp091.Table{"x-delay": delay}, strconv.Itoa(n+j))
 	}
 	awaitConfirms(nSched)
-	// Every reject is settled once no delivery is unacked; all are still
-	// parked if the count was read before the first due time (a slow
-	// machine may get there later: then only the sum is checked).
+	// The scheduled publishes were confirmed after the rejects on the same
+	// connection, which settles what it read before a publish
+	// (conn.settleHeld): every reject is settled now. All are still
+	// parked if the counts are read before the first due time.
 	earliest := slices.Min(due)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		parked, total, unacked := 0, 0, 0
-		for _, q := range qs {
-			var qi map[string]any
-			api.call("GET", "/api/queues/%2F/"+q.name, nil, 200, &qi)
-			parked += int(qi["messages_delayed"].(float64))
-			total += int(qi["messages"].(float64))
-			unacked += int(qi["messages_unacknowledged"].(float64))
-		}
-		read := time.Now().UnixMilli()
-		if unacked == 0 && total == n {
-			if read < earliest && parked != n {
-				t.Fatalf("messages_delayed %d before the first due time, want %d", parked, n)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("messages %d, unacked %d, delayed %d; want %d, 0, %d", total, unacked, parked, n, n)
-		}
-		time.Sleep(20 * time.Millisecond) // polls the API
+	parked, total, unacked := 0, 0, 0
+	for _, q := range qs {
+		var qi map[string]any
+		api.call("GET", "/api/queues/%2F/"+q.name, nil, 200, &qi)
+		parked += int(qi["messages_delayed"].(float64))
+		total += int(qi["messages"].(float64))
+		unacked += int(qi["messages_unacknowledged"].(float64))
+	}
+	if unacked != 0 || total != n || time.Now().UnixMilli() < earliest && parked != n {
+		t.Fatalf("messages %d, unacked %d, delayed %d; want %d, 0, %d", total, unacked, parked, n, n)
 	}
 	publish("", "marker", nil, "marker")
 	awaitConfirms(1) // every reject before it is durable (see above)
@@ -256,7 +247,7 @@ func TestRetryKill9(t *testing.T) {
 	t.Logf("restarted in %v", time.Since(start).Round(time.Millisecond))
 	// Read before the first due time (by the clock after the reads), all
 	// are still waiting.
-	parked := 0
+	parked = 0
 	for _, q := range qs {
 		var qi map[string]any
 		api.call("GET", "/api/queues/%2F/"+q.name, nil, 200, &qi)
@@ -335,24 +326,26 @@ func TestRetryKill9(t *testing.T) {
 	t.Logf("%d retried and %d scheduled messages delivered after a kill -9; ms after the due time's lower bound: p50 %d, p99 %d, max %d",
 		n, nSched, late[k/2], late[k*99/100], late[k-1])
 
-	// Nothing else is left: no copy parked, ready or unacked (acks are
-	// asynchronous: wait for the counts to settle).
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		left := ""
-		for _, q := range append(qs, retryKill9Queue{name: "sched"}) {
-			var qi map[string]any
-			api.call("GET", "/api/queues/%2F/"+q.name, nil, 200, &qi)
-			if qi["messages"] != 0.0 || qi["messages_unacknowledged"] != 0.0 {
-				left += fmt.Sprintf(" %s: messages %v, unacked %v;", q.name, qi["messages"], qi["messages_unacknowledged"])
-			}
+	// Nothing else is left: no copy parked, ready or unacked. A publish
+	// confirmed after the acks on the same connection settles them first
+	// (conn.settleHeld).
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "marker", false, false, amqp091.Publishing{Body: []byte("after the acks")})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish after the acks: %v", err)
+	}
+	left := ""
+	for _, q := range append(qs, retryKill9Queue{name: "sched"}) {
+		var qi map[string]any
+		api.call("GET", "/api/queues/%2F/"+q.name, nil, 200, &qi)
+		if qi["messages"] != 0.0 || qi["messages_unacknowledged"] != 0.0 {
+			left += fmt.Sprintf(" %s: messages %v, unacked %v;", q.name, qi["messages"], qi["messages_unacknowledged"])
 		}
-		if left == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left after every message was acked:%s", left)
-		}
-		time.Sleep(20 * time.Millisecond) // polls the API
+	}
+	if left != "" {
+		t.Fatalf("left after every message was acked:%s", left)
 	}
 }
 

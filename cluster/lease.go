@@ -49,7 +49,6 @@ type Lease struct {
 
 	mu       sync.Mutex
 	regained chan struct{} // closed at the next lapse's end, or the lease's
-	ended    bool
 }
 
 func newLease(d time.Duration) *Lease {
@@ -67,8 +66,8 @@ func (l *Lease) Held() bool { return l.since() < l.until.Load() }
 func (l *Lease) Regained() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
-		return nil
+	if l.until.Load() < 0 {
+		return nil // ended
 	}
 	return l.regained
 }
@@ -94,7 +93,7 @@ func (l *Lease) renew(asked int64) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ended {
+	if l.until.Load() >= 0 { // not ended meanwhile
 		close(l.regained)
 		l.regained = make(chan struct{})
 	}
@@ -102,11 +101,9 @@ func (l *Lease) renew(asked int64) {
 
 // end ends the lease for good: nothing more is delivered under it.
 func (l *Lease) end() {
-	l.until.Store(-1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ended {
-		l.ended = true
+	if l.until.Swap(-1) >= 0 {
 		close(l.regained)
 	}
 }

@@ -100,16 +100,18 @@ func startDaemonEnv(t *testing.T, dir string, env []string, args ...string) *dae
 	}
 	go func() {
 		sc := bufio.NewScanner(pipe)
+		sent := false // the first listener's address only: url puts it back
 		for sc.Scan() {
 			line := sc.Text()
 			d.mu.Lock()
 			d.stderr = append(d.stderr, line)
 			d.mu.Unlock()
-			if m := acceptRE.FindStringSubmatch(line); m != nil {
-				select {
-				case d.addr <- m[1]:
-				default:
-				}
+			if m := acceptRE.FindStringSubmatch(line); m != nil && !sent {
+				// A daemon with a TLS listener logs a second address:
+				// sent into the channel url had just emptied, it made
+				// url's put-back block for good.
+				sent = true
+				d.addr <- m[1]
 			}
 			select {
 			case d.lines <- line:

@@ -77,6 +77,8 @@ type options struct {
 	global      bool              // close_all_connections: every vhost's
 	limit       int               // close_all_connections: most connections (0: all)
 	connDelay   time.Duration     // close_all_connections: pause between two
+	within      *int              // check_certificate_expiration: the period (nil: 4)
+	diagnostics bool              // "brokerctl diagnostics VERB": rabbitmq-diagnostics' verbs
 }
 
 // optSpec describes one option. Verb options name the verbs that take
@@ -182,7 +184,15 @@ var optSpecs = []optSpec{
 	{long: "due-before", value: true, verbs: []string{"cancel_scheduled"}, set: func(o *options, v string) error { o.dueBefore = v; return nil }},
 	{long: "due-after", value: true, verbs: []string{"cancel_scheduled"}, set: func(o *options, v string) error { o.dueAfter = v; return nil }},
 	{long: "all", verbs: []string{"cancel_scheduled"}, set: func(o *options, _ string) error { o.all = true; return nil }},
-	{long: "unit", value: true, verbs: []string{"status"}, set: func(o *options, v string) error { o.unit = v; return nil }},
+	{long: "unit", value: true, verbs: []string{"status", "check_certificate_expiration"}, set: func(o *options, v string) error { o.unit = v; return nil }},
+	{long: "within", value: true, verbs: []string{"check_certificate_expiration"}, set: func(o *options, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("--within %q: want an integer", v)
+		}
+		o.within = &n
+		return nil
+	}},
 	{long: "detach", verbs: []string{"redrive"}, set: func(o *options, _ string) error { o.detach = true; return nil }},
 	{long: "rate", value: true, verbs: []string{"redrive"}, set: func(o *options, v string) error {
 		n, err := strconv.ParseFloat(v, 64)
@@ -302,6 +312,14 @@ func parseArgs(args []string) (*options, error) {
 		}
 		if len(spec.verbs) > 0 {
 			o.given = append(o.given, spec.long)
+		}
+	}
+	if len(pos) > 0 && pos[0] == diagnosticsPrefix {
+		// "brokerctl diagnostics VERB": rabbitmq-diagnostics' command
+		// line, the verb after the prefix.
+		o.diagnostics, pos = true, pos[1:]
+		if len(pos) == 0 {
+			o.verb = ""
 		}
 	}
 	if len(pos) > 0 {

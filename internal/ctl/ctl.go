@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/brokerd/brokerd/internal/version"
@@ -38,15 +39,18 @@ func Main(ctx context.Context, args []string, env Env) int {
 	case o.version:
 		fmt.Fprintf(env.Stdout, "brokerctl %s\n", version.String())
 		return ExitOK
+	case o.verb == "" && o.diagnostics:
+		fmt.Fprint(env.Stderr, diagnosticsUsage())
+		return ExitUsage
 	case o.verb == "":
 		fmt.Fprint(env.Stderr, generalUsage())
 		return ExitUsage
 	case o.verb == "help":
 		return help(env, o)
 	}
-	v := lookupVerb(o.verb)
+	v, notFound := commandVerb(o)
 	if v == nil {
-		fmt.Fprintf(env.Stderr, "\nCommand '%s' not found. \n\n%s", o.verb, generalUsage())
+		fmt.Fprint(env.Stderr, notFound)
 		return ExitUsage
 	}
 	if o.help {
@@ -94,6 +98,17 @@ func report(w io.Writer, err error, args []string, user string) int {
 			fmt.Fprint(w, generalUsage())
 		}
 		return ExitUsage
+	}
+	var cf *checkFailed
+	if errors.As(err, &cf) {
+		switch {
+		case cf.text == "":
+		case cf.errorLine:
+			fmt.Fprintf(w, "Error:\n%s\n", cf.text)
+		default:
+			fmt.Fprintf(w, "%s\n", cf.text)
+		}
+		return ExitUnavailable
 	}
 	code, msg := exitCode(err, user)
 	fmt.Fprintf(w, "Error:\n%s\n", msg)
@@ -233,6 +248,8 @@ var verbs = []*verb{
 		args: "", desc: "Waits until the broker has started (its management API answers), for up to --timeout seconds (default 300)."},
 	{name: "environment", run: environment,
 		args: "", desc: "Displays the configuration the broker runs with (file, flags and defaults), as TOML lines."},
+	{name: "authenticate_user", min: 1, max: 2, run: authenticateUser,
+		args: "<username> [<password>]", desc: "Attempts to authenticate a user (the password from standard input if not given). Exits with a non-zero code if authentication fails."},
 	{name: "report", run: reportVerb,
 		args: "", desc: "Generates a report: status, environment, connections, channels, and every virtual host's queues, exchanges, bindings, permissions and policies."},
 }
@@ -243,13 +260,22 @@ func lookupVerb(name string) *verb {
 			return v
 		}
 	}
+	for _, v := range diagnosticsVerbs {
+		if v.name == name {
+			return v
+		}
+	}
 	return nil
 }
 
 const usagePrefix = "brokerctl [--url <url> | --node <host[:port]>] [--username <user>] [--password <password>] [--quiet] [--formatter json] [--timeout <seconds>]"
 
 func usageLine(v *verb) string {
-	return strings.TrimSpace(usagePrefix + " " + v.name + " " + v.args)
+	name := v.name
+	if slices.Contains(diagnosticsVerbs, v) {
+		name = diagnosticsPrefix + " " + name
+	}
+	return strings.TrimSpace(usagePrefix + " " + name + " " + v.args)
 }
 
 func generalUsage() string {
@@ -259,6 +285,7 @@ func generalUsage() string {
 		fmt.Fprintf(&b, "   %-24s %s\n", v.name, v.desc)
 	}
 	fmt.Fprintf(&b, "   %-24s %s\n", "help", "Displays usage information for a command")
+	fmt.Fprintf(&b, "   %-24s %s\n", diagnosticsPrefix+" <command>", "rabbitmq-diagnostics' health checks: 'brokerctl diagnostics' lists them")
 	b.WriteString("\nUse 'brokerctl help <command>' to learn more about a specific command\n")
 	return b.String()
 }

@@ -85,7 +85,30 @@
 //	await_startup                      (-t: default 300 seconds, as rabbitmqctl)
 //	environment
 //	report
+//	authenticate_user USER [PASSWORD]   (PASSWORD from stdin's first line if omitted)
 //	help [VERB]
+//
+// rabbitmq-diagnostics' health checks, after the word "diagnostics"
+// (rabbitmqctl has none of them; checks.go):
+//
+//	diagnostics check_running | is_running          (/api/health/checks/is-in-service)
+//	diagnostics check_alarms | check_local_alarms   (alarms, local-alarms)
+//	diagnostics check_port_listener PORT | check_protocol_listener PROTOCOL
+//	diagnostics check_port_connectivity             (a TCP connection to each listener's port)
+//	diagnostics check_virtual_hosts
+//	diagnostics check_certificate_expiration [--within N] [--unit days|weeks|months|years]
+//
+// They print rabbitmq-diagnostics 3.10's texts and exit 0 when the check
+// passes, 69 when it fails (the text, or with --formatter json the
+// object, on standard error); "brokerctl diagnostics status" and the
+// other verbs both tools have are the same as without the word.
+// check_if_node_is_quorum_critical is not there: see checks.go.
+//
+// authenticate_user asks GET /api/whoami as the user: a 200, or the
+// refusal of a user the API does not serve ("Not management user", which
+// comes only after the password was accepted), is "Success"; a refused
+// login exits 65 with rabbitmqctl's "failed to authenticate user". The
+// server's failed-login delay and per-source budget apply.
 //
 // Columns are rabbitmqctl's names, mapped onto the API's fields (see
 // columns.go); list_queues also takes operator_policy and

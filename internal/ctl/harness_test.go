@@ -155,6 +155,12 @@ func startBrokerd(engine string) *daemon { return startBrokerdAt(engine, engine,
 // configuration and data named name. The caller registers it in
 // daemons.byEngine (under name), for TestMain to stop it.
 func startBrokerdAt(name, engine, mgmtListen string) *daemon {
+	return startBrokerdConfig(name, engine, mgmtListen, "")
+}
+
+// startBrokerdConfig is startBrokerdAt with more configuration (TOML
+// sections, after [storage]).
+func startBrokerdConfig(name, engine, mgmtListen, extra string) *daemon {
 	d := &daemon{done: make(chan struct{})}
 	daemons.buildOnce.Do(func() {
 		if daemons.dir, daemons.buildErr = os.MkdirTemp("", "brokerctl-test-"); daemons.buildErr != nil {
@@ -175,7 +181,7 @@ func startBrokerdAt(name, engine, mgmtListen string) *daemon {
 		return d
 	}
 	dir, config := daemonPaths(name)
-	if err := os.WriteFile(config, fmt.Appendf(nil, "[storage]\nengine = %q\n", engine), 0o600); err != nil {
+	if err := os.WriteFile(config, fmt.Appendf(nil, "[storage]\nengine = %q\n%s", engine, extra), 0o600); err != nil {
 		d.err = fmt.Errorf("write config: %w", err)
 		return d
 	}

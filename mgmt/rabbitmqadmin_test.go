@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // rabbitmqadmin is RabbitMQ's own command-line client of the management
@@ -198,5 +200,158 @@ func TestRabbitmqadmin(t *testing.T) {
 	a.must(200, "GET", "/policies/%2F/adm.limit", nil)
 	if out := adm.run("publish", "exchange=adm.x", "routing_key=orders.again", "payload=after import"); strings.Contains(out, "NOT routed") {
 		t.Errorf("publish after import: %q", out)
+	}
+}
+
+// rabbitmqadmin's show overview, its lists of live connections, channels
+// and consumers (and close connection), its get with each ackmode
+// (requeueing by default), a publish with properties and a base64
+// payload, purge, delete binding, and the import of RabbitMQ 3.10's own
+// definitions file.
+func TestRabbitmqadminCoverage(t *testing.T) {
+	a := startAPI(t)
+	adm := findRabbitmqadmin(t, a)
+
+	// show overview: its own columns, in its table and as JSON.
+	if out := adm.run("show", "overview"); !strings.Contains(out, "rabbitmq_version") || !strings.Contains(out, "queue_totals.messages") {
+		t.Errorf("show overview: %q", out)
+	}
+	var shown []map[string]any
+	if err := json.Unmarshal([]byte(adm.run("-f", "raw_json", "show", "overview")), &shown); err != nil || len(shown) != 1 ||
+		shown[0]["node"] != a.must(200, "GET", "/overview", nil).object(t)["node"] || shown[0]["object_totals"] == nil {
+		t.Errorf("show overview raw_json: %v %v", shown, err)
+	}
+
+	// A client with a consumer: its connection, channel and consumer
+	// are listed, and close connection ends it.
+	conn, err := amqp091.DialConfig("amqp://guest:guest@"+a.Addr+"/", amqp091.Config{
+		Properties: amqp091.Table{"connection_name": "adm-client"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm.run("declare", "queue", "name=adm.consumed", "durable=false")
+	if _, err := ch.Consume("adm.consumed", "adm-tag", false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	conns := adm.list("connections")
+	if len(conns) != 1 || conns[0]["user"] != "guest" || conns[0]["channels"] != 1.0 {
+		t.Fatalf("list connections: %v", conns)
+	}
+	connName := conns[0]["name"].(string)
+	if chans := adm.list("channels"); len(chans) != 1 || chans[0]["user"] != "guest" || chans[0]["consumer_count"] != 1.0 ||
+		!strings.HasPrefix(chans[0]["name"].(string), connName) {
+		t.Errorf("list channels: %v", chans)
+	}
+	if cons := adm.list("consumers"); len(cons) != 1 || cons[0]["consumer_tag"] != "adm-tag" ||
+		cons[0]["queue"].(map[string]any)["name"] != "adm.consumed" {
+		t.Errorf("list consumers: %v", cons)
+	}
+	if out := adm.run("list", "connections"); !strings.Contains(out, connName) {
+		t.Errorf("list connections (table): %q", out)
+	}
+	closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+	adm.run("close", "connection", "name="+connName)
+	if e := <-closed; e == nil || e.Code != 320 {
+		t.Errorf("close connection: the client saw %v, want 320 CONNECTION_FORCED", e)
+	}
+	waitFor(t, func() bool { return len(adm.list("connections")) == 0 })
+
+	// get: rabbitmqadmin's default ackmode requeues (and the message
+	// comes back redelivered), as do reject_requeue_true and
+	// ack_requeue_true; ack_requeue_false takes it. Properties and a
+	// base64 payload go through publish and come back.
+	adm.run("declare", "queue", "name=adm.get", "durable=true")
+	adm.run("publish", "routing_key=adm.get", "payload=aGVsbG8=", "payload_encoding=base64",
+		`properties={"content_type": "text/plain", "delivery_mode": 2, "priority": 3, "headers": {"h": "v"}}`)
+	get := func(args ...string) map[string]any {
+		t.Helper()
+		out := adm.run(append([]string{"-f", "raw_json", "get", "queue=adm.get"}, args...)...)
+		var msgs []map[string]any
+		if err := json.Unmarshal([]byte(out), &msgs); err != nil || len(msgs) != 1 {
+			t.Fatalf("get %v: %v\n%s", args, err, out)
+		}
+		return msgs[0]
+	}
+	m := get()
+	props, _ := m["properties"].(map[string]any)
+	if m["payload"] != "hello" || m["redelivered"] != false || m["message_count"] != 0.0 || props["content_type"] != "text/plain" ||
+		props["delivery_mode"] != 2.0 || props["priority"] != 3.0 || props["headers"].(map[string]any)["h"] != "v" {
+		t.Errorf("get: %v", m)
+	}
+	for _, mode := range []string{"ackmode=ack_requeue_true", "ackmode=reject_requeue_true"} {
+		if m := get(mode); m["payload"] != "hello" || m["redelivered"] != true {
+			t.Errorf("get %s: %v", mode, m)
+		}
+	}
+	if m := get("ackmode=reject_requeue_false"); m["payload"] != "hello" {
+		t.Errorf("get reject_requeue_false: %v", m)
+	}
+	if n := a.must(200, "GET", "/queues/%2F/adm.get", nil).object(t)["messages"]; n != 0.0 {
+		t.Errorf("adm.get holds %v messages after reject_requeue_false, want 0", n)
+	}
+	if out := adm.run("get", "queue=adm.get"); !strings.Contains(out, "No items") {
+		t.Errorf("get of an empty queue: %q", out)
+	}
+
+	// purge and delete binding.
+	adm.run("publish", "routing_key=adm.get", "payload=x")
+	if out := adm.run("purge", "queue", "name=adm.get"); !strings.Contains(out, "queue purged") {
+		t.Errorf("purge: %q", out)
+	}
+	if n := a.must(200, "GET", "/queues/%2F/adm.get", nil).object(t)["messages"]; n != 0.0 {
+		t.Errorf("adm.get holds %v messages after purge", n)
+	}
+	adm.run("declare", "binding", "source=amq.direct", "destination=adm.get", "routing_key=k")
+	a.must(200, "GET", "/bindings/%2F/e/amq.direct/q/adm.get/k", nil)
+	adm.run("delete", "binding", "source=amq.direct", "destination_type=queue", "destination=adm.get", "properties_key=k")
+	wantError(t, a.do("GET", "/bindings/%2F/e/amq.direct/q/adm.get/k", nil), 404, "Object Not Found", "")
+
+	// The lists without objects of theirs answer an empty list.
+	for _, what := range []string{"parameters", "vhost_limits", "operator_policies", "policies"} {
+		if l := adm.list(what); len(l) != 0 {
+			t.Errorf("list %s: %v, want none", what, l)
+		}
+	}
+	if out := adm.run("list", "parameters"); !strings.Contains(out, "No items") {
+		t.Errorf("list parameters (table): %q", out)
+	}
+	if p := adm.list("permissions"); len(p) != 1 || p[0]["user"] != "guest" || p[0]["vhost"] != "/" || p[0]["configure"] != ".*" {
+		t.Errorf("list permissions: %v", p)
+	}
+	if u := adm.list("users"); len(u) != 1 || u[0]["name"] != "guest" {
+		t.Errorf("list users: %v", u)
+	}
+
+	// RabbitMQ 3.10's own export (testdata) imports through rabbitmqadmin.
+	adm.run("import", filepath.Join("testdata", "rabbitmq-3.10-definitions.json"))
+	var defs struct {
+		Queues []struct {
+			Name  string `json:"name"`
+			Vhost string `json:"vhost"`
+		} `json:"queues"`
+		Users []struct {
+			Name string `json:"name"`
+		} `json:"users"`
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "rabbitmq-3.10-definitions.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &defs); err != nil || len(defs.Queues) == 0 {
+		t.Fatalf("the fixture: %v", err)
+	}
+	for _, q := range defs.Queues {
+		a.must(200, "GET", "/queues/"+pathEscape(q.Vhost)+"/"+pathEscape(q.Name), nil)
+	}
+	got := names(adm.list("users"))
+	for _, u := range defs.Users {
+		if !slices.Contains(got, u.Name) {
+			t.Errorf("list users after the import: %v lacks %s", got, u.Name)
+		}
 	}
 }

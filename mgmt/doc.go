@@ -100,6 +100,9 @@
 //	GET    /api/definitions[/{vhost}]            POST imports
 //	GET    /api/nodes[/{node}]                   the one node, measured (nodes.go); monitoring;
 //	                                             on a cluster node every member (cluster.go)
+//	GET    /api/nodes/{node}/memory              the answering node's memory breakdown in RabbitMQ's shape,
+//	                                             from the Go runtime's classes (nodememory.go); monitoring
+//	GET    /api/federation-links[/{vhost}]       [] (brokerd has no federation; federation.go)
 //	GET    /api/cluster                         brokerd's own, cluster node only: the Raft group as the
 //	                                             leader sees it (brokerctl cluster_status); monitoring
 //	GET    /api/cluster-name                    cluster node only: {"name": [cluster] name}

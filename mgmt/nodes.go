@@ -78,6 +78,8 @@ const procTotal = 1 << 20
 func (s *Server) nodeRoutes() {
 	s.handle("GET /api/nodes", monitoring, s.listNodes)
 	s.handle("GET /api/nodes/{node}", monitoring, s.getNode)
+	s.nodeMemoryRoutes()
+	s.federationRoutes()
 }
 
 func (s *Server) listNodes(u *broker.UserInfo, r *http.Request) (any, error) {

@@ -27,10 +27,14 @@ import (
 
 // check_if_node_is_quorum_critical is not here yet. It would mean
 // something on a brokerd cluster, whose queues all live in one Raft group:
-// the node is critical when stopping it leaves fewer members than a
+// a node is critical when stopping it leaves fewer members than a
 // majority that the leader reaches (/api/cluster tells which), and then
 // every durable queue loses its quorum at once; a single brokerd is
-// RabbitMQ's "single node cluster, the check does not apply".
+// RabbitMQ's "single node cluster, the check does not apply". But a
+// follower forwards its API connections to the leader, so the API always
+// answers as the leader and brokerctl cannot name the node the question
+// is about (rabbitmq-diagnostics' -n): that needs the API to say which
+// node a connection reached, or a node parameter on /api/cluster.
 
 // diagnosticsPrefix is the word that makes the next one a
 // rabbitmq-diagnostics verb.

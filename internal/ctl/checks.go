@@ -154,16 +154,26 @@ func (r *run) overviewOf() (overview, error) {
 // banner prints rabbitmq-diagnostics' informational line.
 func (r *run) banner(format string, args ...any) { r.out.info(format, args...) }
 
-// checkRunning: check_running. The broker runs when its AMQP listener
-// accepts connections (is-in-service): not while it starts (the API opens
-// after recovery) nor once a shutdown began.
+// inService asks is-in-service: the broker runs when its AMQP listener
+// accepts connections, not while it starts (the API opens after
+// recovery) nor once a shutdown began. A server without that check
+// (RabbitMQ before 3.13) runs if its API answered the overview.
+func (r *run) inService() (bool, error) {
+	ok, err := r.check(nil, "is-in-service")
+	if isAPIStatus(err, http.StatusNotFound) {
+		return true, nil
+	}
+	return ok, err
+}
+
+// checkRunning: check_running (inService).
 func checkRunning(r *run, args []string) error {
 	ov, err := r.overviewOf()
 	if err != nil {
 		return err
 	}
 	r.banner("Checking if RabbitMQ is running on node %s ...", ov.Node)
-	ok, err := r.check(nil, "is-in-service")
+	ok, err := r.inService()
 	if err != nil {
 		return err
 	}
@@ -182,7 +192,7 @@ func isRunning(r *run, args []string) error {
 		return err
 	}
 	r.banner("Asking node %s for its status ...", ov.Node)
-	ok, err := r.check(nil, "is-in-service")
+	ok, err := r.inService()
 	if err != nil {
 		return err
 	}

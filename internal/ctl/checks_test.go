@@ -168,7 +168,7 @@ func TestDiagnosticsChecksFail(t *testing.T) {
 			!slices.Contains(fail.Ports, atoi(t, e.amqpPort())) || len(fail.Listeners) != len(fail.Ports) {
 			t.Errorf("check_port_listener json: %+v %v\n%v", fail, err, r)
 		}
-		r = e.fails(ExitUnavailable, []string{"Error:\nNo listener for protocol mqtt is active on node " + n + ". Found listeners for the following protocols: amqp, http"},
+		r = e.fails(ExitUnavailable, []string{"Error:\nNo listener for protocol mqtt is active on node " + n + ". Found listeners for the following protocols: amqp, "},
 			"diagnostics", "check_protocol_listener", "MQTT311")
 		if r.stdout != "Asking node "+n+" if there's an active listener for protocol MQTT311 ...\n" {
 			t.Errorf("check_protocol_listener: %v", r)
@@ -177,6 +177,9 @@ func TestDiagnosticsChecksFail(t *testing.T) {
 		e.fails(ExitNoPerm, []string{"refused user"}, "diagnostics", "check_running", "--password", "wrong")
 	})
 
+	if daemonOf(servers(t)[0]) == nil {
+		return // an external server: its alarms and certificates are its own
+	}
 	dir := t.TempDir()
 	certFile, keyFile := writeExpiringCert(t, dir, time.Hour)
 	cfg := fmt.Sprintf("[limits]\nmemory_high_watermark_bytes = \"1MiB\"\n[amqp.tls]\nlisten = \"127.0.0.1:0\"\ncert_file = %q\nkey_file = %q\n", certFile, keyFile)

@@ -78,7 +78,7 @@ func waitState(t testing.TB, m *shovel.Manager, vhost, name, state string) shove
 }
 
 // consume returns the next n deliveries of queue on a consumer of its own
-// (auto-ack), failing the test when one does not come within
+// with a prefetch of n, acknowledged (so that it takes no more), failing the test when one does not come within
 // brokertest.Wait.
 func consume(t testing.TB, s *brokertest.Session, queue string, n int) []amqp091.Delivery {
 	t.Helper()
@@ -87,7 +87,10 @@ func consume(t testing.TB, s *brokertest.Session, queue string, n int) []amqp091
 		t.Fatalf("open channel: %v", err)
 	}
 	defer ch.Close()
-	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err := ch.Qos(n, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
+	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatalf("consume %q: %v", queue, err)
 	}
@@ -101,6 +104,9 @@ func consume(t testing.TB, s *brokertest.Session, queue string, n int) []amqp091
 				t.Fatalf("consumer of %q closed after %d of %d messages", queue, len(out), n)
 			}
 			out = append(out, d)
+			if err := d.Ack(false); err != nil {
+				t.Fatalf("ack: %v", err)
+			}
 			timer.Reset(brokertest.Wait)
 		case <-timer.C:
 			t.Fatalf("got %d of %d messages from %q", len(out), n, queue)

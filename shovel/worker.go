@@ -189,7 +189,18 @@ func (w *worker) session() error {
 	if err != nil {
 		return fmt.Errorf("connect to destination: %w", err)
 	}
-	defer closeConn(dst)
+	defer func() {
+		w.mu.Lock()
+		blocked := w.blocked
+		w.mu.Unlock()
+		if blocked {
+			// A blocked destination reads nothing more once it holds a
+			// publish's content: it would not read the close either.
+			dst.CloseDeadline(time.Now())
+			return
+		}
+		closeConn(dst)
+	}()
 	w.mu.Lock()
 	w.srcURI, w.destURI = srcURI, dstURI
 	w.mu.Unlock()

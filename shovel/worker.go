@@ -206,6 +206,14 @@ func (w *worker) session() error {
 	w.mu.Unlock()
 
 	s := &session{w: w, ctx: ctx, src: src, dst: dst, srcURI: srcURI, dstURI: dstURI}
+	defer func() {
+		// The broker answers channel.close once the channel's unacked
+		// deliveries are back in their queues (RabbitMQ's close_source
+		// closes the channel first too): when Stop returns they are.
+		if s.srcCh != nil {
+			s.srcCh.Close()
+		}
+	}()
 	if err := s.setup(); err != nil {
 		return err
 	}

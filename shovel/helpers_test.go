@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -132,3 +133,6 @@ func wantBodies(t testing.TB, ds []amqp091.Delivery, from int) {
 		}
 	}
 }
+
+// discard is a logger that drops everything (benchmarks).
+var discard = slog.New(slog.DiscardHandler)

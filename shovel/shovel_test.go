@@ -8,6 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/shovel"
 )
@@ -232,5 +233,25 @@ func TestShovelDeleteAfter(t *testing.T) {
 			wantBodies(t, sb.DrainDeliveries("dst"), 0)
 			wantBodies(t, sa.DrainDeliveries("src"), tc.moved)
 		})
+	}
+}
+
+// TestShovelLocalConnections runs a shovel local→local on a brokerd whose
+// one client connection allowed is taken: local connections do not count
+// against max_connections, have every permission in the vhost (no user
+// "none" exists) and forward a message's user_id unchanged.
+func TestShovelLocalConnections(t *testing.T) {
+	a := brokertest.Start(t, brokertest.Config{Server: amqp.ServerConfig{MaxConnections: 1}})
+	sa := a.Session(t)
+	sa.Declare("src", nil)
+	sa.Publish("", "src", amqp091.Publishing{Body: []byte("m"), UserId: "guest"})
+	m := manager(t, shovel.Options{Local: local(t, a)})
+	m.Start("/", "ll", def(t, map[string]any{"src-uri": "amqp://", "src-queue": "src", "dest-uri": "amqp:///", "dest-queue": "dst"}))
+	waitState(t, m, "/", "ll", shovel.StateRunning)
+	if d := consume(t, sa, "dst", 1)[0]; d.UserId != "guest" {
+		t.Fatalf("user_id %q", d.UserId)
+	}
+	if n := a.Server().Connections(); n != 1 {
+		t.Fatalf("client server counts %d connections, want 1 (the test's)", n)
 	}
 }

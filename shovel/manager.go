@@ -58,6 +58,11 @@ func NewManager(o Options) *Manager {
 func (m *Manager) Start(vhost, name string, d Definition) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
+	m.startLocked(vhost, name, d)
+}
+
+// startLocked is Start with opMu held.
+func (m *Manager) startLocked(vhost, name string, d Definition) {
 	k := key{vhost, name}
 	m.mu.Lock()
 	old := m.workers[k]
@@ -101,13 +106,15 @@ func (m *Manager) Stop(vhost, name string) {
 // shovel starts again; src-delete-after counts afresh). False if there is
 // no such shovel.
 func (m *Manager) Restart(vhost, name string) bool {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
 	m.mu.Lock()
 	w := m.workers[key{vhost, name}]
 	m.mu.Unlock()
 	if w == nil {
 		return false
 	}
-	m.Start(vhost, name, w.def)
+	m.startLocked(vhost, name, w.def)
 	return true
 }
 

@@ -255,3 +255,26 @@ func TestShovelLocalConnections(t *testing.T) {
 		t.Fatalf("client server counts %d connections, want 1 (the test's)", n)
 	}
 }
+
+// TestShovelDestinationNack declares the destination queue with
+// dest-queue-args that make it refuse publishes once full (reject-publish):
+// its nacks make the shovel nack the source deliveries with requeue, so
+// what the destination refused stays in the source.
+func TestShovelDestinationNack(t *testing.T) {
+	a, b := brokertest.Start(t, brokertest.Config{}), brokertest.Start(t, brokertest.Config{})
+	sa, sb := a.Session(t), b.Session(t)
+	sa.Declare("src", nil)
+	publishN(sa, "src", 0, 5)
+	m := manager(t, shovel.Options{})
+	m.Start("/", "n", def(t, map[string]any{
+		"src-uri": a.URL, "src-queue": "src", "dest-uri": b.URL, "dest-queue": "dst",
+		"dest-queue-args": map[string]any{"x-max-length": 2, "x-overflow": "reject-publish"},
+	}))
+	waitState(t, m, "/", "n", shovel.StateRunning)
+	brokertest.Eventually(t, "two forwarded", func() bool { return status(m, "/", "n").Forwarded == 2 })
+	m.Stop("/", "n")
+	sb.WantDrain("dst", "0", "1")
+	if got := sa.Drain("src"); len(got) != 3 {
+		t.Fatalf("source holds %q, want the 3 refused", got)
+	}
+}

@@ -146,7 +146,7 @@ func (w *worker) run() {
 			deleted = true
 			break
 		}
-		reason := err.Error()
+		reason := strings.ReplaceAll(err.Error(), "\n", "; ") // errors.Join's lines: one per URI tried
 		if w.def.ReconnectDelay == 0 {
 			w.log.Warn("shovel failed; terminated (reconnect-delay 0)", "err", err)
 			w.setState(StateTerminated, reason)

@@ -136,3 +136,20 @@ func wantBodies(t testing.TB, ds []amqp091.Delivery, from int) {
 
 // discard is a logger that drops everything (benchmarks).
 var discard = slog.New(slog.DiscardHandler)
+
+// settled waits until queue of inst holds no message, ready or unacked:
+// the shovel acknowledged everything it took, so that its stop or restart
+// sends nothing back (that would be forwarded again).
+func settled(t testing.TB, inst *brokertest.Instance, queue string) {
+	t.Helper()
+	brokertest.Eventually(t, queue+" settled", func() error {
+		q, err := inst.Broker.Queue("/", queue)
+		if err != nil {
+			return err
+		}
+		if q.Messages() != 0 {
+			return fmt.Errorf("%d ready, %d unacked", q.Ready, q.Unacked)
+		}
+		return nil
+	})
+}

@@ -186,7 +186,12 @@ func TestShovelRestart(t *testing.T) {
 	wantBodies(t, consume(t, sb, "dst", 3), 0)
 
 	// reconnect-delay 0: a failure terminates the shovel; Restart starts
-	// it again.
+	// it again. (Once the source settled: a delivery still unacked would
+	// come back, and be forwarded twice.)
+	brokertest.Eventually(t, "source settled", func() bool {
+		q, err := a.Broker.Queue("/", "src")
+		return err == nil && q.Messages() == 0
+	})
 	if err := a.Broker.CloseConnection(after[0], "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,7 @@ func TestShovelTLS(t *testing.T) {
 		waitState(t, m, "/", "tls", shovel.StateRunning)
 		publishN(sa, "src", i, 1)
 		wantBodies(t, consume(t, sb, "dst", 1), i)
+		settled(t, a, "src")
 	}
 	m.Start("/", "tls", def(t, map[string]any{"src-uri": a.URL, "src-queue": "src",
 		"dest-uri": "amqps://guest:guest@" + addr + "/", "dest-queue": "dst"}))

@@ -278,3 +278,34 @@ func TestShovelDestinationNack(t *testing.T) {
 		t.Fatalf("source holds %q, want the 3 refused", got)
 	}
 }
+
+// TestShovelDeclares declares a missing source queue durable with
+// src-queue-args, as RabbitMQ's ensure_queue does, leaves an existing one
+// as it is, and with src-predeclared refuses a missing one.
+func TestShovelDeclares(t *testing.T) {
+	a, b := brokertest.Start(t, brokertest.Config{}), brokertest.Start(t, brokertest.Config{})
+	sa := a.Session(t)
+	sa.Declare("exists", nil)
+	m := manager(t, shovel.Options{})
+	m.Start("/", "d1", def(t, map[string]any{"src-uri": a.URL, "src-queue": "made", "src-queue-args": map[string]any{"x-max-length": 5},
+		"dest-uri": b.URL, "dest-queue": "dst"}))
+	m.Start("/", "d2", def(t, map[string]any{"src-uri": a.URL, "src-queue": "exists", "src-queue-args": map[string]any{"x-max-length": 5},
+		"dest-uri": b.URL, "dest-queue": "dst"}))
+	m.Start("/", "d3", def(t, map[string]any{"src-uri": a.URL, "src-queue": "absent", "src-predeclared": true,
+		"dest-uri": b.URL, "dest-queue": "dst"}))
+	waitState(t, m, "/", "d1", shovel.StateRunning)
+	waitState(t, m, "/", "d2", shovel.StateRunning)
+	q, err := a.Broker.Queue("/", "made")
+	if err != nil || !q.Durable || q.Exclusive || q.AutoDelete || fmt.Sprint(q.Arguments) != "[{x-max-length 5}]" {
+		t.Fatalf("declared source queue %+v, %v", q, err)
+	}
+	if q, _ := a.Broker.Queue("/", "exists"); q.Durable || len(q.Arguments) != 0 {
+		t.Fatalf("existing source queue changed: %+v", q)
+	}
+	brokertest.Eventually(t, "d3 refused", func() bool {
+		return strings.Contains(status(m, "/", "d3").Reason, "NOT_FOUND - no queue 'absent'")
+	})
+	if _, err := a.Broker.Queue("/", "absent"); err == nil {
+		t.Fatal("predeclared source queue was declared")
+	}
+}

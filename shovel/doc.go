@@ -50,7 +50,9 @@
 //     the destination connection; a message the destination loses then (a
 //     crash, a full queue's drop) is lost.
 //   - no-ack: the source delivers without acknowledgements; a message in
-//     flight when either side fails is lost.
+//     flight when either side fails is lost. Nothing bounds what the
+//     source sends ahead: while the destination is blocked it waits in the
+//     client library's memory.
 //
 // # src-delete-after
 //

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,10 @@ type Options struct {
 	// goroutine that called Open (brokerd reports it to systemd as
 	// STATUS=).
 	RecoveryProgress func(done, total int)
+	// Components are the runtime parameter components the broker takes
+	// parameters of (params.go), by name ("shovel"); a parameter of any
+	// other is refused. None by default.
+	Components map[string]Component
 }
 
 // Broker holds every vhost, user and connection. It implements
@@ -122,6 +127,11 @@ type Broker struct {
 	// no field of its own (they are mu's). Outermost: taken before every
 	// other lock, never by connection code.
 	authMu sync.Mutex
+	// paramMu serializes runtime and global parameter changes (and the
+	// imports and vhost deletions that change them) with their
+	// components' notifications (params.go). Outermost: taken before
+	// authMu; guards no field of its own (params and globals are mu's).
+	paramMu sync.Mutex
 
 	// mu guards the fields from here to bootstrapped, alarms, and every
 	// vhost's VHost.meta. Taken alone or under authMu, a vhost's policyMu
@@ -135,6 +145,9 @@ type Broker struct {
 	closed bool
 	// bootstrapped: the store holds the bootstrap mark (broker/defs).
 	bootstrapped bool
+	// params and globals are the runtime and global parameters (params.go).
+	params  map[paramKey]json.RawMessage
+	globals map[string]json.RawMessage
 	// (end of mu's fields)
 
 	queueID atomic.Uint64
@@ -215,12 +228,14 @@ func Open(opts Options) (*Broker, error) {
 		bootUsers = append(bootUsers, u)
 	}
 	b := &Broker{
-		opts:   opts,
-		vhosts: make(map[string]*VHost),
-		users:  make(map[string]*auth.User),
-		perms:  make(map[permKey]*auth.Permission),
-		conns:  make(map[*conn]struct{}),
-		quit:   make(chan struct{}),
+		opts:    opts,
+		vhosts:  make(map[string]*VHost),
+		users:   make(map[string]*auth.User),
+		perms:   make(map[permKey]*auth.Permission),
+		params:  make(map[paramKey]json.RawMessage),
+		globals: make(map[string]json.RawMessage),
+		conns:   make(map[*conn]struct{}),
+		quit:    make(chan struct{}),
 	}
 	cfg := queue.Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk,
 		Lease: opts.Lease}

@@ -27,8 +27,8 @@ import (
 // Parameters of the components the broker has (broker.Options.Components:
 // brokerd's "shovel") are served; policies and operator policies have
 // their own endpoints and are not listed here. Global parameters are
-// stored as given, except cluster_name: it is what /api/overview reports
-// (the [cluster] name, else the node's name), listed read-only; setting
+// stored as given, except cluster_name: on a cluster node it is the
+// [cluster] name, as /api/overview reports it, listed read-only; setting
 // or clearing it is refused, since brokerd's configuration names the
 // cluster (RabbitMQ's PUT of it renames the cluster).
 
@@ -123,26 +123,31 @@ func (s *Server) deleteParameter(u *broker.UserInfo, r *http.Request) (any, erro
 // configuration.
 const clusterNameParameter = "cluster_name"
 
-// globalParameters are the stored global parameters and cluster_name,
-// by name.
+// globalParameters are the stored global parameters by name, with
+// cluster_name on a cluster node. RabbitMQ 3.10 lists cluster_name only
+// once it has been set (rabbitmqctl set_cluster_name); a brokerd cluster's
+// name is set, in its configuration, and a single node has none.
 func (s *Server) globalParameters() []map[string]any {
-	name, _ := json.Marshal(s.clusterName())
 	out := []map[string]any{}
-	added := false
+	st, cluster := s.clusterStatus()
 	for _, g := range s.b.GlobalParameters() {
 		if g.Name == clusterNameParameter {
-			continue // a stored one (an older import) never shows: the configuration's does
+			continue // never stored (refused, not imported)
 		}
-		if !added && g.Name > clusterNameParameter {
-			out = append(out, map[string]any{"name": clusterNameParameter, "value": json.RawMessage(name)})
-			added = true
+		if cluster && g.Name > clusterNameParameter {
+			out = append(out, clusterNameJSON(st.Cluster))
+			cluster = false
 		}
 		out = append(out, map[string]any{"name": g.Name, "value": g.Value})
 	}
-	if !added {
-		out = append(out, map[string]any{"name": clusterNameParameter, "value": json.RawMessage(name)})
+	if cluster {
+		out = append(out, clusterNameJSON(st.Cluster))
 	}
 	return out
+}
+
+func clusterNameJSON(name string) map[string]any {
+	return map[string]any{"name": clusterNameParameter, "value": name}
 }
 
 func (s *Server) listGlobalParameters(u *broker.UserInfo, r *http.Request) (any, error) {
@@ -160,7 +165,7 @@ func (s *Server) getGlobalParameter(u *broker.UserInfo, r *http.Request) (any, e
 
 // errClusterNameSet refuses a change of cluster_name.
 func errClusterNameSet() error {
-	return badRequest("cluster_name is brokerd's [cluster] name (else the node's name), set in its configuration file")
+	return badRequest("cluster_name is brokerd's [cluster] name, set in its configuration file")
 }
 
 func (s *Server) putGlobalParameter(u *broker.UserInfo, r *http.Request) (any, error) {

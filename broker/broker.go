@@ -329,6 +329,21 @@ func (b *Broker) Close() {
 
 // OpenConnection implements amqp.Handler.
 func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.Session, *amqp.Error) {
+	return b.openConnection(ac, user, vhost, false)
+}
+
+// OpenInternalConnection is OpenConnection for the broker's own clients
+// (a shovel's side on this broker, RabbitMQ's direct connection): the
+// connection has every permission in vhost and the impersonator tag (it
+// forwards messages whose user_id another user set), as user name, which
+// need not exist and is shown as the connection's user. Changes to users
+// and permissions leave it alone; the vhost's deletion closes it. The
+// caller serves such connections on no listener a client can reach.
+func (b *Broker) OpenInternalConnection(ac *amqp.ServerConn, name, vhost string) (amqp.Session, *amqp.Error) {
+	return b.openConnection(ac, name, vhost, true)
+}
+
+func (b *Broker) openConnection(ac *amqp.ServerConn, user, vhost string, internal bool) (amqp.Session, *amqp.Error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -340,10 +355,13 @@ func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.S
 	}
 	u := b.users[user] // nil if deleted since its login
 	perm := b.perms[permKey{user: user, vhost: vhost}]
+	if internal {
+		u, perm = internalUser(user), allPermissions
+	}
 	if u == nil || perm == nil {
 		return nil, amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", vhost, user)
 	}
-	c := &conn{b: b, ac: ac, vhost: v, userName: user, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now(), bursts: true}
+	c := &conn{b: b, ac: ac, vhost: v, userName: user, internal: internal, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now(), bursts: true}
 	c.user.Store(u)
 	c.perm.Store(perm)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -455,4 +473,10 @@ func (b *Broker) VHost(name string) *VHost {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	return b.vhosts[name]
+}
+
+// internalUser is the user record of an internal connection: no
+// password (no login), the impersonator tag.
+func internalUser(name string) *auth.User {
+	return auth.StoredUser(name, "", nil, []string{"impersonator"})
 }

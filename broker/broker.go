@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,10 @@ type Options struct {
 	// goroutine that called Open (brokerd reports it to systemd as
 	// STATUS=).
 	RecoveryProgress func(done, total int)
+	// Components are the runtime parameter components the broker takes
+	// parameters of (params.go), by name ("shovel"); a parameter of any
+	// other is refused. None by default.
+	Components map[string]Component
 }
 
 // Broker holds every vhost, user and connection. It implements
@@ -122,6 +127,11 @@ type Broker struct {
 	// no field of its own (they are mu's). Outermost: taken before every
 	// other lock, never by connection code.
 	authMu sync.Mutex
+	// paramMu serializes runtime and global parameter changes (and the
+	// imports and vhost deletions that change them) with their
+	// components' notifications (params.go). Outermost: taken before
+	// authMu; guards no field of its own (params and globals are mu's).
+	paramMu sync.Mutex
 
 	// mu guards the fields from here to bootstrapped, alarms, and every
 	// vhost's VHost.meta. Taken alone or under authMu, a vhost's policyMu
@@ -135,6 +145,9 @@ type Broker struct {
 	closed bool
 	// bootstrapped: the store holds the bootstrap mark (broker/defs).
 	bootstrapped bool
+	// params and globals are the runtime and global parameters (params.go).
+	params  map[paramKey]json.RawMessage
+	globals map[string]json.RawMessage
 	// (end of mu's fields)
 
 	queueID atomic.Uint64
@@ -215,12 +228,14 @@ func Open(opts Options) (*Broker, error) {
 		bootUsers = append(bootUsers, u)
 	}
 	b := &Broker{
-		opts:   opts,
-		vhosts: make(map[string]*VHost),
-		users:  make(map[string]*auth.User),
-		perms:  make(map[permKey]*auth.Permission),
-		conns:  make(map[*conn]struct{}),
-		quit:   make(chan struct{}),
+		opts:    opts,
+		vhosts:  make(map[string]*VHost),
+		users:   make(map[string]*auth.User),
+		perms:   make(map[permKey]*auth.Permission),
+		params:  make(map[paramKey]json.RawMessage),
+		globals: make(map[string]json.RawMessage),
+		conns:   make(map[*conn]struct{}),
+		quit:    make(chan struct{}),
 	}
 	cfg := queue.Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk,
 		Lease: opts.Lease}
@@ -314,6 +329,21 @@ func (b *Broker) Close() {
 
 // OpenConnection implements amqp.Handler.
 func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.Session, *amqp.Error) {
+	return b.openConnection(ac, user, vhost, false)
+}
+
+// OpenInternalConnection is OpenConnection for the broker's own clients
+// (a shovel's side on this broker, RabbitMQ's direct connection): the
+// connection has every permission in vhost and the impersonator tag (it
+// forwards messages whose user_id another user set), as user name, which
+// need not exist and is shown as the connection's user. Changes to users
+// and permissions leave it alone; the vhost's deletion closes it. The
+// caller serves such connections on no listener a client can reach.
+func (b *Broker) OpenInternalConnection(ac *amqp.ServerConn, name, vhost string) (amqp.Session, *amqp.Error) {
+	return b.openConnection(ac, name, vhost, true)
+}
+
+func (b *Broker) openConnection(ac *amqp.ServerConn, user, vhost string, internal bool) (amqp.Session, *amqp.Error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -325,10 +355,13 @@ func (b *Broker) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.S
 	}
 	u := b.users[user] // nil if deleted since its login
 	perm := b.perms[permKey{user: user, vhost: vhost}]
+	if internal {
+		u, perm = internalUser(user), allPermissions
+	}
 	if u == nil || perm == nil {
 		return nil, amqp.Errorf(amqp.NotAllowed, "access to vhost '%s' refused for user '%s'", vhost, user)
 	}
-	c := &conn{b: b, ac: ac, vhost: v, userName: user, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now(), bursts: true}
+	c := &conn{b: b, ac: ac, vhost: v, userName: user, internal: internal, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now(), bursts: true}
 	c.user.Store(u)
 	c.perm.Store(perm)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -440,4 +473,10 @@ func (b *Broker) VHost(name string) *VHost {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	return b.vhosts[name]
+}
+
+// internalUser is the user record of an internal connection: no
+// password (no login), the impersonator tag.
+func internalUser(name string) *auth.User {
+	return auth.StoredUser(name, "", nil, []string{"impersonator"})
 }

@@ -28,6 +28,10 @@ type conn struct {
 	ac       *amqp.ServerConn
 	vhost    *VHost
 	userName string
+	// internal: opened by OpenInternalConnection, with every permission
+	// in its vhost whatever users and permissions say (userName names no
+	// user: changes to a user of that name leave it alone).
+	internal bool
 	// user is the user's current record and perm its permissions in the
 	// vhost (nil: none): a change applies to open connections at once
 	// (Broker.refreshConnPermsLocked).

@@ -245,6 +245,7 @@ func (b *Broker) recoverDefinitions() error {
 			return nil
 		})
 	}
+	b.recoverParameters(scan, dangling)
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,11 @@
 // their topology (broker/topology) and queues (broker/queue); connections,
 // channels, consumers, deliveries, acknowledgements, publisher confirms,
 // transactions and direct reply-to; users, permissions, policies and
-// operator policies, and the definitions that persist them (their import
-// included); redrive tasks, resource alarms, consumer timeouts, and the
-// counters and views the management API reads (Direct runs management
-// methods through a client's channel code). The amqp package calls it
+// operator policies, runtime and global parameters (params.go), and the
+// definitions that persist them (their import included); redrive tasks,
+// resource alarms, consumer timeouts, and the counters and views the
+// management API reads (Direct runs management methods through a client's
+// channel code). The amqp package calls it
 // through amqp.Handler, amqp.Session and amqp.ChannelHandler; mgmt, metrics
 // and cmd/brokerd through its exported methods.
 //
@@ -37,6 +38,10 @@
 // broker/queue/doc.go; they sit between VHost.policyMu and VHost.mu here.
 //
 //	lock                   guards                      outer                inner
+//	Broker.paramMu         runtime and global          -                    authMu and all it takes;
+//	                       parameter changes (and                           the components' notifications
+//	                       imports, vhost deletions)                        (params.go)
+//	                       with their notifications
 //	Broker.authMu          user, vhost and permission  -                    VHost.policyMu, Broker.mu,
 //	                       changes and definitions                          Broker.idMu, Queue.mu, VHost.mu,
 //	                       imports, from the change                         conn.mu, the queue engine's,

@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -48,6 +50,10 @@ type Definitions struct {
 	Queues                     []DefQueue
 	Exchanges                  []DefExchange
 	Bindings                   []DefBinding
+	// Parameters are runtime parameters, each checked by its component
+	// as SetParameter does; GlobalParameters are stored as they are.
+	Parameters       []Parameter
+	GlobalParameters []GlobalParameter
 }
 
 // DefVHost is a vhost of a definitions file. When the vhost exists and
@@ -108,6 +114,21 @@ func (b *Broker) CheckDefinitions(d *Definitions) error {
 // and refused otherwise, as a redeclaration is. It returns once the
 // import is durable.
 func (b *Broker) ImportDefinitions(d *Definitions) error {
+	b.paramMu.Lock() // the parameters' notifications follow the import in order
+	defer b.paramMu.Unlock()
+	changed, err := b.importDefinitions(d)
+	if err != nil {
+		return err
+	}
+	for _, prm := range changed {
+		if c := b.opts.Components[prm.Component]; c.Notify != nil {
+			c.Notify(prm.VHost, prm.Name, prm.Value)
+		}
+	}
+	return nil
+}
+
+func (b *Broker) importDefinitions(d *Definitions) ([]Parameter, error) {
 	b.authMu.Lock()
 	defer b.authMu.Unlock()
 	p := b.planImport(d)
@@ -115,7 +136,7 @@ func (b *Broker) ImportDefinitions(d *Definitions) error {
 	p.checkContents()
 	if err := p.err(); err != nil {
 		p.unlock()
-		return err
+		return nil, err
 	}
 	w := p.apply()
 	p.unlockMu()
@@ -123,9 +144,9 @@ func (b *Broker) ImportDefinitions(d *Definitions) error {
 	err := w.WaitErr()
 	p.finish()
 	if err != nil {
-		return fmt.Errorf("import definitions: %w", err)
+		return nil, fmt.Errorf("import definitions: %w", err)
 	}
-	return nil
+	return p.params, nil
 }
 
 // importPlan is an import being checked and made.
@@ -155,6 +176,11 @@ type importPlan struct {
 	// published).
 	targets map[string]*importTarget
 	locked  []*VHost // in name order
+
+	// params are the file's runtime parameters that are new or changed,
+	// checked, their values compacted; globals its global parameters.
+	params  []Parameter
+	globals []GlobalParameter
 
 	mb defs.Batch
 }
@@ -261,6 +287,7 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 	for _, pol := range d.Policies {
 		target(pol.VHost, fmt.Sprintf("policy '%s' in vhost '%s'", pol.Name, pol.VHost))
 	}
+	p.planParameters(vhostKnown)
 	for _, pol := range d.OperatorPolicies {
 		target(pol.VHost, fmt.Sprintf("operator policy '%s' in vhost '%s'", pol.Name, pol.VHost))
 	}
@@ -629,6 +656,12 @@ func (p *importPlan) apply() *queue.StoreWrite {
 	for _, u := range p.newUsers {
 		p.mb.Put(defs.EncodeUser(userDefOf(u)))
 	}
+	for _, prm := range p.params {
+		p.mb.Put(defs.EncodeParameter(prm))
+	}
+	for _, g := range p.globals {
+		p.mb.Put(defs.EncodeGlobalParameter(g))
+	}
 	for _, pm := range p.perms {
 		p.mb.Put(defs.EncodePerm(permDefOf(pm.k.vhost, pm.k.user, pm.p)))
 	}
@@ -653,6 +686,12 @@ func (p *importPlan) publish() {
 	}
 	for _, u := range p.newUsers {
 		b.setUserLocked(u.Name(), u)
+	}
+	for _, prm := range p.params {
+		b.params[paramKey{prm.VHost, prm.Component, prm.Name}] = prm.Value
+	}
+	for _, g := range p.globals {
+		b.globals[g.Name] = g.Value
 	}
 	changed := map[permKey]bool{}
 	for _, pm := range p.perms {
@@ -703,4 +742,37 @@ func (b *Broker) newDurableQueueIDs(n int) []store.QueueID {
 	mb.Put(defs.EncodeQueueIDMark(uint64(ids[n-1])))
 	b.startMeta(&mb) // ordered before the queues' definitions
 	return ids
+}
+
+// planParameters checks the file's runtime parameters (their component's
+// Validate, their vhost in the broker or the file) and global parameters,
+// keeping the parameters that are new or changed. Caller holds authMu and
+// paramMu.
+func (p *importPlan) planParameters(vhostKnown func(string) bool) {
+	b := p.b
+	for _, prm := range p.d.Parameters {
+		what := fmt.Sprintf("parameter '%s' of component '%s' in vhost '%s'", prm.Name, prm.Component, prm.VHost)
+		_, v, err := b.checkParameter(prm.VHost, prm.Component, prm.Name, prm.Value)
+		if err != nil {
+			p.problem("%s: %s", what, errText(err))
+			continue
+		}
+		if !vhostKnown(prm.VHost) {
+			p.problem("%s: no vhost '%s' in the broker or the file", what, prm.VHost)
+			continue
+		}
+		if old, ok := b.LookupParameter(prm.VHost, prm.Component, prm.Name); ok && bytes.Equal(old, v) {
+			continue
+		}
+		prm.Value = v
+		p.params = append(p.params, prm)
+	}
+	for _, g := range p.d.GlobalParameters {
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, g.Value); err != nil {
+			p.problem("global parameter '%s': JSON decoding error. Reason: %s", g.Name, err.Error())
+			continue
+		}
+		p.globals = append(p.globals, GlobalParameter{Name: g.Name, Value: compact.Bytes()})
+	}
 }

@@ -105,7 +105,7 @@ func (b *Broker) changePermissions(user, vhost string, p *auth.Permission) error
 // user's current permissions in their vhost. Caller holds b.mu.
 func (b *Broker) refreshConnPermsLocked(match func(*conn) bool) {
 	for c := range b.conns {
-		if match(c) {
+		if match(c) && !c.internal {
 			c.perm.Store(b.perms[permKey{user: c.userName, vhost: c.vhost.Name}])
 		}
 	}

@@ -85,7 +85,7 @@ func (b *Broker) setUserLocked(name string, u *auth.User) {
 	}
 	b.users[name] = u
 	for c := range b.conns {
-		if c.userName == name {
+		if c.userName == name && !c.internal {
 			c.user.Store(u)
 		}
 	}
@@ -106,7 +106,7 @@ func (b *Broker) DeleteUser(name string) error {
 	delete(b.users, name)
 	var mb defs.Batch
 	mb.Delete(defs.UserKey(name))
-	mine := func(c *conn) bool { return c.userName == name }
+	mine := func(c *conn) bool { return c.userName == name && !c.internal }
 	oldPerms, conns := b.revokeLocked(func(k permKey) bool { return k.user == name }, mine, &mb)
 	w := b.startMeta(&mb)
 	b.mu.Unlock()

@@ -152,27 +152,41 @@ func (b *Broker) PutVHost(info VHostInfo) error {
 // unknown vhost, which recovery drops. Its connections are waited for
 // before its contents go, so no operation of theirs adds to it after.
 func (b *Broker) DeleteVHost(name string) error {
+	// Its runtime parameters go with its record; their components are
+	// told once that is durable, under paramMu (params.go).
+	b.paramMu.Lock()
+	defer b.paramMu.Unlock()
+	gone, err := b.deleteVHost(name)
+	b.notifyCleared(gone)
+	return err
+}
+
+func (b *Broker) deleteVHost(name string) ([]Parameter, error) {
 	b.authMu.Lock()
 	defer b.authMu.Unlock()
 	b.mu.Lock()
 	v := b.vhosts[name]
 	if v == nil {
 		b.mu.Unlock()
-		return notFoundf("no vhost '%s'", name)
+		return nil, notFoundf("no vhost '%s'", name)
 	}
 	delete(b.vhosts, name)
 	var mb defs.Batch
 	mb.Delete(defs.VHostKey(name))
 	in := func(c *conn) bool { return c.vhost == v }
 	oldPerms, conns := b.revokeLocked(func(k permKey) bool { return k.vhost == name }, in, &mb)
+	gone := b.dropVHostParamsLocked(name, &mb)
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
 	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		b.vhosts[name] = v
 		b.unrevokeLocked(oldPerms, in)
+		for _, p := range gone {
+			b.params[paramKey{p.VHost, p.Component, p.Name}] = p.Value
+		}
 		b.mu.Unlock()
-		return fmt.Errorf("delete vhost '%s': %w", name, err)
+		return nil, fmt.Errorf("delete vhost '%s': %w", name, err)
 	}
 	for _, c := range conns {
 		c.ac.Close(amqp.Errorf(amqp.ConnectionForced, "vhost '%s' is deleted", name))
@@ -181,9 +195,9 @@ func (b *Broker) DeleteVHost(name string) error {
 		<-c.done
 	}
 	if err := b.deleteVHostContents(v); err != nil {
-		return fmt.Errorf("delete vhost '%s': %w", name, err)
+		return gone, fmt.Errorf("delete vhost '%s': %w", name, err)
 	}
-	return nil
+	return gone, nil
 }
 
 // deleteVHostContents deletes the queues (with their stored messages),

@@ -6,15 +6,12 @@ import (
 	"github.com/brokerd/brokerd/broker"
 )
 
-// Endpoints of things brokerd does not have — runtime parameters (shovel,
-// federation, ...), global parameters, vhost and user limits, topic
+// Endpoints of things brokerd does not have — vhost and user limits, topic
 // permissions — answer as RabbitMQ answers when there are none: an empty
 // list for a collection, 404 for one object, each with RabbitMQ's
-// authorisation (parameters: policymaker; global parameters, user limits
-// and topic permissions: administrator; vhost limits: any management
-// user, for the vhosts it sees), and 404 for a vhost or user that does not
-// exist. Tools that read them (rabbitmqadmin list parameters, monitors,
-// definitions exporters) see an empty broker rather than a missing API.
+// authorisation (user limits and topic permissions: administrator; vhost
+// limits: any management user, for the vhosts it sees), and 404 for a vhost or user that does not
+// exist. Tools that read them (monitors, definitions exporters) see an empty broker rather than a missing API.
 // Setting any of them is not served: a definitions import that holds them
 // is refused (importdefs.go).
 
@@ -27,12 +24,6 @@ func (s *Server) absentRoutes() {
 		}
 		return []map[string]any{}, nil
 	}
-	s.handle("GET /api/parameters", policymaker, none)
-	s.handle("GET /api/parameters/{component}", policymaker, none)
-	s.handle("GET /api/parameters/{component}/{vhost}", policymaker, none)
-	s.handle("GET /api/parameters/{component}/{vhost}/{name}", policymaker, one)
-	s.handle("GET /api/global-parameters", administrator, none)
-	s.handle("GET /api/global-parameters/{name}", administrator, one)
 	s.handle("GET /api/vhost-limits", management, none)
 	s.handle("GET /api/vhost-limits/{vhost}", management, none)
 	s.handle("GET /api/user-limits", administrator, none)

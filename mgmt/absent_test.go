@@ -7,14 +7,14 @@ import "testing"
 func TestAbsentThingsAreEmpty(t *testing.T) {
 	a := startAPI(t)
 	for _, path := range []string{"/parameters", "/parameters/shovel", "/parameters/federation-upstream/%2F",
-		"/global-parameters", "/vhost-limits", "/vhost-limits/%2F", "/user-limits", "/user-limits/guest",
+		"/vhost-limits", "/vhost-limits/%2F", "/user-limits", "/user-limits/guest",
 		"/topic-permissions", "/vhosts/%2F/topic-permissions", "/users/guest/topic-permissions"} {
 		r := a.must(200, "GET", path, nil)
 		if string(r.body) != "[]" {
 			t.Errorf("GET %s: %s, want []", path, r.body)
 		}
 	}
-	for _, path := range []string{"/parameters/shovel/%2F/x", "/global-parameters/cluster_name", "/topic-permissions/%2F/guest",
+	for _, path := range []string{"/parameters/shovel/%2F/x", "/global-parameters/nope", "/topic-permissions/%2F/guest",
 		"/parameters/shovel/nowhere", "/vhost-limits/nowhere", "/user-limits/nobody", "/users/nobody/topic-permissions"} {
 		wantError(t, a.do("GET", path, nil), 404, "Object Not Found", "")
 	}

@@ -13,22 +13,26 @@ import (
 //
 // Export lists users (with their password hashes), vhosts, permissions,
 // policies, operator policies (as RabbitMQ's "operator_policy"
-// parameters), and the durable exchanges, queues and bindings; transient
-// and exclusive objects, the default exchange and the amq.* ones are not
-// definitions. A vhost's export (GET /api/definitions/{vhost}) has only its
+// parameters), runtime parameters (shovels), global parameters (with
+// cluster_name as /api/overview reports it), and the durable exchanges,
+// queues and bindings; transient and exclusive objects, the default
+// exchange and the amq.* ones are not definitions. A vhost's export (GET /api/definitions/{vhost}) has only its
 // policies, parameters, queues, exchanges and bindings, without the vhost
 // field of the objects that RabbitMQ omits there.
 //
 // Import creates or updates users, vhosts, permissions, operator policies
-// (parameters of component operator_policy), policies, queues, exchanges
-// and bindings, all of them or none (broker.ImportDefinitions: the whole
-// file is checked first, then applied in one store batch; RabbitMQ's
-// import stops at the first failure and keeps what came before it).
+// (parameters of component operator_policy), runtime parameters of the
+// components brokerd has (shovel: each checked as a PUT of it is, started
+// once the import is durable), global parameters (but RabbitMQ's
+// cluster_name and internal_cluster_id, which name a RabbitMQ cluster),
+// policies, queues, exchanges and bindings, all of them or none
+// (broker.ImportDefinitions: the whole file is checked first, then applied
+// in one store batch; RabbitMQ's import stops at the first failure and
+// keeps what came before it).
 // Objects that exist already are left as they are when equivalent; a
 // queue or exchange declared differently is refused, as a redeclaration
 // would be. What brokerd cannot apply — topic permissions, user and vhost
-// limits, parameters of other components (shovel, federation), global
-// parameters other than RabbitMQ's cluster name and id, unknown policy
+// limits, parameters of other components (federation), unknown policy
 // keys — refuses the file: the 400 lists every problem found, each naming
 // its object (importdefs.go), and nothing is imported.
 
@@ -42,20 +46,20 @@ func (s *Server) definitionRoutes() {
 // definitions is the file's layout, as exported (an import reads it into
 // imported, importdefs.go).
 type definitions struct {
-	RabbitVersion    string          `json:"rabbit_version,omitempty"`
-	RabbitMQVersion  string          `json:"rabbitmq_version,omitempty"`
-	ProductName      string          `json:"product_name,omitempty"`
-	ProductVersion   string          `json:"product_version,omitempty"`
-	Users            []defUser       `json:"users,omitempty"`
-	VHosts           []defVHost      `json:"vhosts,omitempty"`
-	Permissions      []defPermission `json:"permissions,omitempty"`
-	TopicPermissions []any           `json:"topic_permissions,omitempty"`
-	Parameters       []defParameter  `json:"parameters"`
-	GlobalParameters []any           `json:"global_parameters,omitempty"`
-	Policies         []defPolicy     `json:"policies"`
-	Queues           []defQueue      `json:"queues"`
-	Exchanges        []defExchange   `json:"exchanges"`
-	Bindings         []defBinding    `json:"bindings"`
+	RabbitVersion    string           `json:"rabbit_version,omitempty"`
+	RabbitMQVersion  string           `json:"rabbitmq_version,omitempty"`
+	ProductName      string           `json:"product_name,omitempty"`
+	ProductVersion   string           `json:"product_version,omitempty"`
+	Users            []defUser        `json:"users,omitempty"`
+	VHosts           []defVHost       `json:"vhosts,omitempty"`
+	Permissions      []defPermission  `json:"permissions,omitempty"`
+	TopicPermissions []any            `json:"topic_permissions,omitempty"`
+	Parameters       []defParameter   `json:"parameters"`
+	GlobalParameters []map[string]any `json:"global_parameters,omitempty"`
+	Policies         []defPolicy      `json:"policies"`
+	Queues           []defQueue       `json:"queues"`
+	Exchanges        []defExchange    `json:"exchanges"`
+	Bindings         []defBinding     `json:"bindings"`
 }
 
 type defUser struct {
@@ -89,10 +93,10 @@ type defPermission struct {
 }
 
 type defParameter struct {
-	Value     defPolicyBody `json:"value"`
-	VHost     string        `json:"vhost,omitempty"`
-	Component string        `json:"component"`
-	Name      string        `json:"name"`
+	Value     any    `json:"value"` // defPolicyBody for an operator policy, the JSON of others
+	VHost     string `json:"vhost,omitempty"`
+	Component string `json:"component"`
+	Name      string `json:"name"`
 }
 
 type defPolicyBody struct {
@@ -166,7 +170,7 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 		for _, p := range s.b.Permissions() {
 			d.Permissions = append(d.Permissions, defPermission(p))
 		}
-		d.TopicPermissions, d.GlobalParameters = []any{}, []any{}
+		d.TopicPermissions, d.GlobalParameters = []any{}, s.globalParameters()
 	}
 	// In a vhost's export the objects carry no vhost (policies and
 	// parameters do), as RabbitMQ's.
@@ -180,6 +184,9 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 		for _, p := range s.b.OperatorPolicies(v) {
 			d.Parameters = append(d.Parameters, defParameter{Component: "operator_policy", VHost: v, Name: p.Name,
 				Value: defPolicyBody{Pattern: p.Pattern, Definition: p.Definition, Priority: p.Priority, ApplyTo: p.ApplyTo}})
+		}
+		for _, p := range s.b.Parameters(v, "") {
+			d.Parameters = append(d.Parameters, defParameter{Component: p.Component, VHost: v, Name: p.Name, Value: p.Value})
 		}
 		for _, p := range s.b.Policies(v) {
 			d.Policies = append(d.Policies, defPolicy{VHost: v, Name: p.Name, Pattern: p.Pattern, ApplyTo: p.ApplyTo, Definition: p.Definition, Priority: p.Priority})

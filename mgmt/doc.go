@@ -106,7 +106,12 @@
 //	GET    /api/cluster                         brokerd's own, cluster node only: the Raft group as the
 //	                                             leader sees it (brokerctl cluster_status); monitoring
 //	GET    /api/cluster-name                    cluster node only: {"name": [cluster] name}
-//	GET    /api/parameters[/{component}[/{vhost}]], /api/global-parameters, /api/vhost-limits[/{vhost}],
+//	GET    /api/parameters[/{component}[/{vhost}[/{name}]]]  PUT, DELETE /api/parameters/{component}/{vhost}/{name}
+//	                                             (the shovel component; parameters.go)
+//	GET    /api/global-parameters[/{name}]       PUT, DELETE /api/global-parameters/{name}
+//	GET    /api/shovels[/{vhost}], /api/shovels/vhost/{vhost}/{name}   DELETE deletes, .../restart restarts
+//	                                             (shovels.go)
+//	GET    /api/vhost-limits[/{vhost}],
 //	       /api/user-limits[/{user}], /api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
 //	       /api/users/{user}/topic-permissions   [] (brokerd has none; absent.go), one of them 404
 //

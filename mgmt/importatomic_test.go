@@ -87,11 +87,11 @@ func TestImportWithUnsupportedPartsChangesNothing(t *testing.T) {
 			d["parameters"] = append(d["parameters"].([]any),
 				map[string]any{"vhost": "shop", "component": "shovel", "name": "move", "value": map[string]any{"src-uri": "amqp://"}},
 				map[string]any{"vhost": "/", "component": "federation-upstream", "name": "up", "value": map[string]any{"uri": "amqp://other"}})
-		}, []string{"parameter 'move' of component 'shovel' in vhost 'shop': brokerd has no shovel",
-			"parameter 'up' of component 'federation-upstream' in vhost '/': brokerd has no federation-upstream"}},
-		{"global parameter", func(d map[string]any) {
-			d["global_parameters"] = append(d["global_parameters"].([]any), map[string]any{"name": "mqtt_port_to_vhost_mapping", "value": map[string]any{}})
-		}, []string{"global parameter 'mqtt_port_to_vhost_mapping'"}},
+		}, []string{"parameter 'move' of component 'shovel' in vhost 'shop': component shovel not found",
+			"parameter 'up' of component 'federation-upstream' in vhost '/': component federation-upstream not found"}},
+		{"global parameter without a value", func(d map[string]any) {
+			d["global_parameters"] = append(d["global_parameters"].([]any), map[string]any{"name": "mqtt_port_to_vhost_mapping"})
+		}, []string{"global parameter 'mqtt_port_to_vhost_mapping': no value"}},
 		// The policy comes after the users, vhosts and permissions in the
 		// file, and before the queues: RabbitMQ would have kept the former.
 		{"unknown policy key", func(d map[string]any) {

@@ -59,16 +59,22 @@ type importGlobal struct {
 	Value json.RawMessage `json:"value"`
 }
 
+// importParameter is a runtime parameter: an operator policy
+// (component operator_policy, its value the policy), or a parameter of a
+// component the broker has (shovel).
 type importParameter struct {
-	Value struct {
-		Pattern    string          `json:"pattern"`
-		Definition json.RawMessage `json:"definition"`
-		Priority   json.RawMessage `json:"priority"`
-		ApplyTo    string          `json:"apply-to"`
-	} `json:"value"`
-	VHost     string `json:"vhost"`
-	Component string `json:"component"`
-	Name      string `json:"name"`
+	Value     json.RawMessage `json:"value"`
+	VHost     string          `json:"vhost"`
+	Component string          `json:"component"`
+	Name      string          `json:"name"`
+}
+
+// importPolicyValue is an operator_policy parameter's value.
+type importPolicyValue struct {
+	Pattern    string          `json:"pattern"`
+	Definition json.RawMessage `json:"definition"`
+	Priority   json.RawMessage `json:"priority"`
+	ApplyTo    string          `json:"apply-to"`
 }
 
 type importPolicy struct {
@@ -221,7 +227,8 @@ const (
 
 // ignoredGlobals are the global parameters that only name a RabbitMQ
 // cluster: an export always has internal_cluster_id. They configure
-// nothing, so a file with them imports.
+// nothing here (brokerd's configuration names its cluster), so they are
+// not imported; other global parameters are.
 var ignoredGlobals = map[string]bool{"cluster_name": true, "internal_cluster_id": true}
 
 // maxProblems bounds the problems a refusal lists.
@@ -295,18 +302,32 @@ func (s *Server) importDefs(im *imported, into string) error {
 			problem("topic_permissions: %d of them: %s", im.topicPerms, noTopicPermissions)
 		}
 		for _, g := range im.globals {
-			if !ignoredGlobals[g.Name] {
-				problem("global parameter '%s': brokerd has no global parameters but cluster_name and internal_cluster_id, which it ignores", g.Name)
+			if ignoredGlobals[g.Name] {
+				continue
 			}
+			if len(g.Value) == 0 {
+				problem("global parameter '%s': no value", g.Name)
+				continue
+			}
+			d.GlobalParameters = append(d.GlobalParameters, broker.GlobalParameter{Name: g.Name, Value: g.Value})
 		}
 	}
 	for _, p := range im.parameters {
-		what := fmt.Sprintf("parameter '%s' of component '%s' in vhost '%s'", p.Name, p.Component, vhostOf(p.VHost))
 		if p.Component != "operator_policy" {
-			problem("%s: brokerd has no %s (runtime parameters other than operator policies are not supported)", what, p.Component)
+			if len(p.Value) == 0 {
+				problem("parameter '%s' of component '%s' in vhost '%s': no value", p.Name, p.Component, vhostOf(p.VHost))
+				continue
+			}
+			// Checked by the broker: its component's validator.
+			d.Parameters = append(d.Parameters, broker.Parameter{VHost: vhostOf(p.VHost), Component: p.Component, Name: p.Name, Value: p.Value})
 			continue
 		}
-		pol, err := s.importPolicy(p.Name, vhostOf(p.VHost), p.Value.Pattern, p.Value.ApplyTo, p.Value.Definition, p.Value.Priority)
+		var pv importPolicyValue
+		if err := decodeJSON(p.Value, &pv); err != nil {
+			problem("operator policy '%s' in vhost '%s': value must be an object", p.Name, vhostOf(p.VHost))
+			continue
+		}
+		pol, err := s.importPolicy(p.Name, vhostOf(p.VHost), pv.Pattern, pv.ApplyTo, pv.Definition, pv.Priority)
 		if err != nil {
 			problem("operator policy '%s' in vhost '%s': %s", p.Name, vhostOf(p.VHost), errReason(err))
 			continue

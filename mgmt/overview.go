@@ -23,6 +23,8 @@ func (s *Server) routes() {
 	s.resourceRoutes()
 	s.connRoutes()
 	s.policyRoutes()
+	s.parameterRoutes()
+	s.shovelRoutes()
 	s.accessRoutes()
 	s.definitionRoutes()
 	s.nodeRoutes()

@@ -85,6 +85,9 @@ type Options struct {
 	// for each request that shows it, from any goroutine. nil: a single
 	// node.
 	Cluster func() cluster.Status
+	// Shovels, if set, is the shovel engine /api/shovels reports and
+	// restarts (shovels.go). nil: no shovels are listed.
+	Shovels Shovels
 	// RatesMode is RabbitMQ's management.rates_mode: "basic" (the
 	// default) samples every object's counters every SampleInterval and
 	// shows message rates (rates.go); "none" keeps no samples and shows

@@ -34,6 +34,8 @@
 //	p/ <vhost> <policy>             PrefixPolicy
 //	o/ <vhost> <operator policy>    PrefixOperatorPolicy
 //	a/ <vhost> <user>               PrefixPerm: a user's permissions in a vhost
+//	r/ <vhost> <component> <name>   PrefixParameter: a runtime parameter
+//	g/ <name>                       PrefixGlobalParameter: a global parameter
 //	u/ <user>                       PrefixUser
 //	t/ <task>                       PrefixRedriveTask (the broker's redrive tasks)
 //	f/ <task> <seq: %016x>          PrefixRedriveFailure
@@ -78,6 +80,7 @@
 //	          the algorithm by RabbitMQ's name (rabbit_password_hashing_sha256);
 //	          the hash as raw bytes, salt first; empty: the user has no password
 //	permission bytes(configure) bytes(write) bytes(read), the regexes' sources
+//	parameter  the value's JSON, compacted (global parameters alike)
 //	bootstrapped (nothing): the broker's bootstrap vhosts and users were created
 //
 // The redrive task records (t/, f/) are the broker's own (its

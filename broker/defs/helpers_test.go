@@ -107,6 +107,10 @@ func encodeValue(v any) store.MetaOp {
 		return EncodeRedriveTask(v)
 	case RedriveFailure:
 		return EncodeRedriveFailure(v)
+	case Parameter:
+		return EncodeParameter(v)
+	case GlobalParameter:
+		return EncodeGlobalParameter(v)
 	}
 	panic(fmt.Sprintf("no record kind %T", v))
 }
@@ -126,13 +130,16 @@ var decoders = []struct {
 	{"redrive task", func(k string, v []byte) (any, error) { return DecodeRedriveTask(k, v) }},
 	{"redrive failure", func(k string, v []byte) (any, error) { return DecodeRedriveFailure(k, v) }},
 	{"policy", func(k string, v []byte) (any, error) { return DecodePolicy(k, v) }},
+	{"parameter", func(k string, v []byte) (any, error) { return DecodeParameter(k, v) }},
+	{"global parameter", func(k string, v []byte) (any, error) { return DecodeGlobalParameter(k, v) }},
 }
 
 // decodeAs decodes op as the kind of value v.
 func decodeAs(v any, op store.MetaOp) (any, error) {
 	kind := map[string]string{"VHost": "vhost", "User": "user", "Perm": "permission", "Exchange": "exchange",
 		"Queue": "queue", "Binding": "binding", "Policy": "policy",
-		"QueueState": "queue state", "RedriveTask": "redrive task", "RedriveFailure": "redrive failure"}[reflect.TypeOf(v).Name()]
+		"QueueState": "queue state", "RedriveTask": "redrive task", "RedriveFailure": "redrive failure",
+		"Parameter": "parameter", "GlobalParameter": "global parameter"}[reflect.TypeOf(v).Name()]
 	for _, d := range decoders {
 		if d.kind == kind {
 			return d.decode(op.Key, op.Value)

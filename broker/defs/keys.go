@@ -24,6 +24,10 @@ const (
 	// PrefixQueueState holds each durable queue's mutable state
 	// (QueueState), keyed by the queue's id.
 	PrefixQueueState = "s/" // on-disk format; never renumber
+	// PrefixParameter holds the runtime parameters (Parameter), and
+	// PrefixGlobalParameter the global ones (GlobalParameter).
+	PrefixParameter       = "r/" // on-disk format; never renumber
+	PrefixGlobalParameter = "g/" // on-disk format; never renumber
 
 	// KeyQueueIDMark holds the highest queue id ever given to a durable
 	// queue, so ids are never reused after a restart even when that queue
@@ -49,7 +53,7 @@ const (
 // of them, so a per-vhost kind added here is deleted with its vhost
 // without more code.
 func VHostPrefixes() []string {
-	return []string{PrefixExchange, PrefixQueue, PrefixBinding, PrefixPolicy, PrefixOperatorPolicy, PrefixPerm}
+	return []string{PrefixExchange, PrefixQueue, PrefixBinding, PrefixPolicy, PrefixOperatorPolicy, PrefixPerm, PrefixParameter}
 }
 
 // ErrCorrupt is wrapped by every error decoding a definition record or

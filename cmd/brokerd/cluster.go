@@ -294,6 +294,9 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store, lease *
 	cfg, log := cs.cfg, cs.log
 	opts := brokerOptions(cfg, st, log, nil)
 	opts.Lease = lease
+	// The shovels run with the broker: on the leader only (shovels.go).
+	sh := newShovels(log, cfg.Cluster.NodeName)
+	sh.register(&opts)
 	b, err := broker.Open(opts)
 	if err != nil {
 		log.Error("cluster: open the broker", "err", err)
@@ -303,7 +306,10 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store, lease *
 	cs.alarms.attach(b.SetAlarm)
 	memLimit, _ := cs.mon.Limits()
 	srv := amqp.NewServer(amqpServerConfig(cfg, b, log, cs.fds, memLimit))
-	api := mgmt.New(cs.mgmtOptions(b, st, srv))
+	sh.serve(b, amqpServerConfig(cfg, b, log, cs.fds, memLimit))
+	mo := cs.mgmtOptions(b, st, srv)
+	mo.Shovels = sh.api()
+	api := mgmt.New(mo)
 	detach := cs.lv.attach(b, srv)
 	defer detach()
 	cs.broker.Store(b)
@@ -340,6 +346,7 @@ func (cs *clusterServer) serve(ctx context.Context, st *diskstore.Store, lease *
 		log.Warn("connections did not close in time", "err", err)
 	}
 	wg.Wait()
+	sh.close()
 	cs.alarms.attach(nil)
 	b.Close()
 }

@@ -193,7 +193,10 @@ func serve(cfg config.Config, lv *live) error {
 		}
 	})
 
-	b, err := broker.Open(brokerOptions(cfg, st, log, status.queues))
+	sh := newShovels(log, localNodeName())
+	bopts := brokerOptions(cfg, st, log, status.queues)
+	sh.register(&bopts)
+	b, err := broker.Open(bopts)
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)
 	}
@@ -224,6 +227,9 @@ func serve(cfg config.Config, lv *live) error {
 
 	srv := amqp.NewServer(amqpServerConfig(cfg, b, log, fds, memLimit))
 	lv.srv, lv.fds = srv, fds
+	// The shovels stop before the broker closes (closers run backwards).
+	sh.serve(b, amqpServerConfig(cfg, b, log, fds, memLimit))
+	res.add(sh.close)
 	// Started before anything listens: a failed start closes every
 	// listener opened so far.
 	res.add(func() { srv.Shutdown(context.Background()) })
@@ -311,7 +317,9 @@ func serve(cfg config.Config, lv *live) error {
 	}
 	var api *mgmt.Server
 	if len(apiListeners) > 0 {
-		api = mgmt.New(mgmtOptions(cfg, lv, b, st, srv, mon, listeners, dir.Path, started))
+		mo := mgmtOptions(cfg, lv, b, st, srv, mon, listeners, dir.Path, started)
+		mo.Shovels = sh.api()
+		api = mgmt.New(mo)
 		res.add(func() { api.Shutdown(context.Background()) })
 		for _, al := range apiListeners {
 			log.Info("serving management "+al.what+" API", "addr", al.l.Addr().String(), "ui", uiURL(al.l.Addr(), al.tls))

@@ -49,6 +49,15 @@
 //	set_operator_policy [-p V] [--priority N] [--apply-to X] NAME PATTERN DEFINITION
 //	clear_operator_policy [-p V] NAME
 //	list_operator_policies [-p V]
+//	set_parameter [-p V] COMPONENT NAME VALUE
+//	clear_parameter [-p V] COMPONENT NAME
+//	list_parameters [-p V]
+//	set_global_parameter NAME VALUE
+//	clear_global_parameter NAME
+//	list_global_parameters
+//	shovel_status (also list_shovels)
+//	delete_shovel [-p V] NAME
+//	restart_shovel [-p V] NAME
 //	list_queues [-p V] [COLUMN ...]
 //	list_exchanges [-p V] [COLUMN ...]
 //	list_bindings [-p V] [COLUMN ...]

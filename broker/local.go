@@ -6,26 +6,26 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/brokerd/brokerd/amqp"
-	"github.com/brokerd/brokerd/broker/auth"
+	"github.com/brokerd/brokerd/internal/pipelisten"
 )
 
 // LocalConnector opens in-process AMQP 0-9-1 connections to the broker:
 // RabbitMQ's direct connection, which its shovels use for an "amqp://" URI
-// with no host. Each connection is one end of a net.Pipe; the other end is
-// served by an amqp.Server of its own, so the whole protocol runs as over a
-// socket, but:
+// with no host. Each connection is one end of a net.Pipe (internal/
+// pipelisten); the other end is served by an amqp.Server of its own, so
+// the whole protocol runs as over a socket, but:
 //   - the login is not checked: only this process can reach the server (it
-//     has no listener), and every connection gets every permission in the
-//     vhost it opens, under the user name it logged in with ("none" for a
-//     shovel, as RabbitMQ's direct connections), tagged impersonator so that
-//     a message's user_id goes through unchanged;
+//     has no listener). Every connection is internal (OpenInternalConnection):
+//     every permission in the vhost it opens, whatever users and
+//     permissions say, under the user name "none" (RabbitMQ's direct
+//     connections' user), tagged impersonator so that a message's user_id
+//     goes through unchanged;
 //   - it does not count against the client server's MaxConnections (nor its
-//     Connections, which feed sockets_used);
+//     Connections, which feed sockets_used), nor against vhost or user
+//     connection limits;
 //   - it is listed among the broker's connections (so that closing a
 //     vhost's connections and Broker.Close reach it), named
 //     "local-N -> brokerd", with the client's connection_name ("Shovel NAME"
@@ -34,11 +34,14 @@ import (
 // Safe for concurrent use. Close stops it; it must be called before the
 // broker's Close returns for good (cmd/brokerd: after the shovels' Close).
 type LocalConnector struct {
-	b      *Broker
 	srv    *amqp.Server
-	ln     *pipeListener
+	ln     *pipelisten.Listener
+	seq    atomic.Uint64
 	served chan struct{}
 }
+
+// LocalUser is the user name of local connections.
+const LocalUser = "none"
 
 // NewLocalConnector starts a LocalConnector. cfg is the client server's
 // configuration (frame and message limits, logger); its Handler and
@@ -47,34 +50,25 @@ func (b *Broker) NewLocalConnector(cfg amqp.ServerConfig) *LocalConnector {
 	cfg.Handler = localHandler{b}
 	cfg.MaxConnections = 0
 	cfg.LoginFailureDelay = -1
-	lc := &LocalConnector{b: b, srv: amqp.NewServer(cfg), ln: newPipeListener(), served: make(chan struct{})}
+	lc := &LocalConnector{srv: amqp.NewServer(cfg), ln: pipelisten.New(), served: make(chan struct{})}
 	go func() {
 		defer close(lc.served)
-		lc.srv.Serve(lc.ln)
+		lc.srv.Serve(namedPipes{lc})
 	}()
 	return lc
 }
 
 // Dial returns the client end of a new in-process connection. The caller
-// runs the AMQP handshake on it (amqp091.Open) and opens vhost; vhost is
-// accepted for the signature of shovel.Options.Local and not checked here
-// (connection.open names the vhost, as over a socket).
+// runs the AMQP handshake on it (amqp091.Open, with any SASL mechanism)
+// and opens vhost; vhost is accepted for the signature of
+// shovel.Options.Local and not checked here (connection.open names the
+// vhost, as over a socket).
 func (lc *LocalConnector) Dial(ctx context.Context, vhost string) (io.ReadWriteCloser, error) {
-	client, server := net.Pipe()
-	n := lc.ln.seq.Add(1)
-	sc := &pipeConn{Conn: server, remote: pipeAddr("local-" + strconv.FormatUint(n, 10))}
-	select {
-	case lc.ln.conns <- sc:
-		return client, nil
-	case <-lc.ln.done:
-		client.Close()
-		server.Close()
-		return nil, fmt.Errorf("dial local connection to vhost '%s': %w", vhost, net.ErrClosed)
-	case <-ctx.Done():
-		client.Close()
-		server.Close()
-		return nil, fmt.Errorf("dial local connection to vhost '%s': %w", vhost, ctx.Err())
+	c, err := lc.ln.Dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dial local connection to vhost '%s': %w", vhost, err)
 	}
+	return c, nil
 }
 
 // Close closes the local connections (320 CONNECTION_FORCED) and waits
@@ -94,56 +88,26 @@ type localHandler struct{ b *Broker }
 func (localHandler) Authenticate(string, string, net.Addr) error { return nil }
 
 func (h localHandler) OpenConnection(ac *amqp.ServerConn, user, vhost string) (amqp.Session, *amqp.Error) {
-	b := h.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, amqp.Errorf(amqp.ConnectionForced, "broker is shutting down")
+	return h.b.OpenInternalConnection(ac, LocalUser, vhost)
+}
+
+// namedPipes is the connector's listener, giving the server end of each
+// pipe an address of its own, so that each local connection has a name
+// of its own in the connection list.
+type namedPipes struct{ lc *LocalConnector }
+
+func (l namedPipes) Accept() (net.Conn, error) {
+	c, err := l.lc.ln.Accept()
+	if err != nil {
+		return nil, err
 	}
-	v := b.vhosts[vhost]
-	if v == nil {
-		return nil, amqp.Errorf(amqp.NotAllowed, "vhost %s not found", vhost)
-	}
-	u := auth.StoredUser(user, "", nil, []string{"impersonator"})
-	c := &conn{b: b, ac: ac, vhost: v, userName: user, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now(), bursts: true}
-	c.user.Store(u)
-	c.perm.Store(allPermissions)
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	b.conns[c] = struct{}{}
-	return c, nil
+	n := l.lc.seq.Add(1)
+	return &pipeConn{Conn: c, remote: pipeAddr("local-" + strconv.FormatUint(n, 10))}, nil
 }
 
-// pipeListener is a net.Listener whose connections are handed to it by
-// LocalConnector.Dial.
-type pipeListener struct {
-	conns chan net.Conn
-	seq   atomic.Uint64
-	once  sync.Once
-	done  chan struct{}
-}
+func (l namedPipes) Close() error   { return l.lc.ln.Close() }
+func (l namedPipes) Addr() net.Addr { return pipeAddr("brokerd") }
 
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr("brokerd") }
-
-// pipeConn gives the server end of a pipe distinct addresses, so that each
-// local connection has a name of its own in the connection list.
 type pipeConn struct {
 	net.Conn
 	remote net.Addr

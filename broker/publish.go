@@ -69,6 +69,18 @@ func parseExpiration(s string) (int64, *amqp.Error) {
 	return n, nil
 }
 
+// RedeliveredHeader, set true on a message published over an internal
+// connection (a shovel's side on this broker: LocalConnector), says that
+// the message was delivered before, elsewhere: the shovel forwards a copy
+// its source delivered again (flagged redelivered), and a copy may
+// already be here, confirmed before a crash took the source's ack with
+// it. The broker removes the header and enqueues the message as delivered
+// once (delivery count 1), so that its first delivery here is flagged
+// redelivered, after a restart too: a consumer told to check redelivered
+// messages for duplicates sees the copy flagged. From a client's
+// connection the header is an ordinary one.
+const RedeliveredHeader = "x-brokerd-redelivered"
+
 // erlString renders s as Erlang's ~p prints a string.
 func erlString(s string) string { return strconv.Quote(s) }
 
@@ -128,6 +140,15 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 			// BCC is never delivered (B20); its keys still route.
 			props.Headers = props.Headers.Without("BCC")
 			rewrite = true
+		}
+		if v, ok := props.Headers.Get(RedeliveredHeader); ok && c.internal {
+			// A shovel's copy of a message its source delivered before.
+			p.Redelivered, _ = v.(bool)
+			props.Headers = props.Headers.Without(RedeliveredHeader)
+			rewrite = true
+		}
+		if rewrite && len(props.Headers) == 0 {
+			props.Headers, props.Flags = nil, props.Flags&^amqp.FlagHeaders
 		}
 		p.headers = props.Headers
 	}

@@ -10,8 +10,8 @@
 // with, as RabbitMQ does. Either side is a remote broker (one URI of a
 // list, picked at random per connect, the others tried when it fails) or
 // this brokerd ("amqp://" or "amqp:///VHOST", through Options.Local: an
-// in-process connection with every permission in the vhost, the
-// parameter's vhost when the URI names none).
+// in-process connection with every permission in the vhost; vhost "/"
+// when the URI names none, as RabbitMQ, whatever the parameter's vhost).
 //
 // ParseDefinition validates a parameter value as RabbitMQ's
 // rabbit_shovel_parameters and rabbit_amqp091_shovel do, with their

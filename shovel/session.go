@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/brokerd/brokerd/broker"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -15,8 +16,11 @@ type session struct {
 	ctx            context.Context
 	src, dst       *amqp091.Connection
 	srcURI, dstURI string
-	srcCh, dstCh   *amqp091.Channel
-	queue          string // consumed
+	// dstLocal: the destination is this brokerd (Options.Local), which
+	// delivers a message marked broker.RedeliveredHeader as redelivered.
+	dstLocal     bool
+	srcCh, dstCh *amqp091.Channel
+	queue        string // consumed
 
 	deliveries <-chan amqp091.Delivery
 	confirms   chan amqp091.Confirmation
@@ -366,8 +370,8 @@ func (s *session) publishing(dl *amqp091.Delivery) amqp091.Publishing {
 			p.AppId = str
 		}
 	}
-	if d.AddForwardHeaders || d.AddTimestampHeader {
-		h := make(amqp091.Table, len(p.Headers)+2)
+	if mark := dl.Redelivered && s.dstLocal; mark || d.AddForwardHeaders || d.AddTimestampHeader {
+		h := make(amqp091.Table, len(p.Headers)+3)
 		for k, v := range p.Headers {
 			h[k] = v
 		}
@@ -376,6 +380,11 @@ func (s *session) publishing(dl *amqp091.Delivery) amqp091.Publishing {
 		}
 		if d.AddTimestampHeader {
 			h["x-shovelled-timestamp"] = time.Now().Unix()
+		}
+		if mark {
+			// This brokerd takes the header off and delivers the copy
+			// flagged redelivered: a copy of it may be there already.
+			h[broker.RedeliveredHeader] = true
 		}
 		p.Headers = h
 	}

@@ -9,6 +9,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/brokerd/brokerd/amqp"
+	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 	"github.com/brokerd/brokerd/shovel"
 )
@@ -307,5 +308,50 @@ func TestShovelDeclares(t *testing.T) {
 	})
 	if _, err := a.Broker.Queue("/", "absent"); err == nil {
 		t.Fatal("predeclared source queue was declared")
+	}
+}
+
+// TestShovelRedeliveredCopyFlagged: a message its source delivered before
+// (flagged redelivered there) reaches this brokerd through a shovel
+// flagged redelivered, and still so after a restart: a copy of it may be
+// here already (confirmed before a crash took the source's ack with it),
+// and a consumer that checks redelivered messages for duplicates must see
+// it. Messages never delivered are not flagged; the marking header is
+// taken off; from a client it is an ordinary header.
+func TestShovelRedeliveredCopyFlagged(t *testing.T) {
+	a, b := brokertest.Start(t, brokertest.Config{}), brokertest.Start(t, brokertest.Config{})
+	sa, sb := a.Session(t), b.Session(t)
+	sb.Declare("src", nil, brokertest.Durable)
+	sa.Declare("dst", nil, brokertest.Durable)
+	publishN(sb, "src", 0, 4)
+	for _, d := range sb.GetN("src", 2) { // 0 and 1 go back flagged redelivered
+		if err := d.Reject(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := manager(t, shovel.Options{Local: local(t, a)})
+	m.Start("/", "in", def(t, map[string]any{"src-uri": b.URL, "src-queue": "src", "dest-uri": "amqp://", "dest-queue": "dst"}))
+	waitState(t, m, "/", "in", shovel.StateRunning)
+	settled(t, b, "src")
+	m.Stop("/", "in")
+
+	a.Restart()
+	sa = a.Session(t)
+	ds := sa.GetN("dst", 4)
+	wantBodies(t, ds, 0)
+	for i, d := range ds {
+		if want := i < 2; d.Redelivered != want {
+			t.Errorf("message %s: redelivered %v, want %v", d.Body, d.Redelivered, want)
+		}
+		if _, ok := d.Headers[broker.RedeliveredHeader]; ok {
+			t.Errorf("message %s keeps the header %s: %v", d.Body, broker.RedeliveredHeader, d.Headers)
+		}
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa.Publish("", "dst", amqp091.Publishing{Headers: amqp091.Table{broker.RedeliveredHeader: true}, Body: []byte("client")})
+	if d := sa.Get("dst"); d.Redelivered || d.Headers[broker.RedeliveredHeader] != true {
+		t.Fatalf("a client's message with the header: redelivered %v, headers %v", d.Redelivered, d.Headers)
 	}
 }

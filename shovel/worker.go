@@ -205,7 +205,7 @@ func (w *worker) session() error {
 	w.srcURI, w.destURI = srcURI, dstURI
 	w.mu.Unlock()
 
-	s := &session{w: w, ctx: ctx, src: src, dst: dst, srcURI: srcURI, dstURI: dstURI}
+	s := &session{w: w, ctx: ctx, src: src, dst: dst, srcURI: srcURI, dstURI: dstURI, dstLocal: isLocal(dstURI)}
 	defer func() {
 		// The broker answers channel.close once the channel's unacked
 		// deliveries are back in their queues (RabbitMQ's close_source
@@ -242,6 +242,12 @@ func (w *worker) dial(ctx context.Context, uris []string) (*amqp091.Connection, 
 	return nil, "", errors.Join(errs...)
 }
 
+// isLocal says whether uri (as dial returns it) is this brokerd's.
+func isLocal(uri string) bool {
+	u, err := url.Parse(uri)
+	return err == nil && u.Host == ""
+}
+
 func (w *worker) dialOne(ctx context.Context, uri string) (*amqp091.Connection, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
@@ -261,7 +267,7 @@ func (w *worker) dialOne(ctx context.Context, uri string) (*amqp091.Connection, 
 			return nil, fmt.Errorf("parse vhost of uri: %w", err)
 		}
 		if vhost == "" {
-			vhost = w.vhost
+			vhost = "/" // RabbitMQ 3.10's, whatever the parameter's vhost
 		}
 		rwc, err := w.m.o.Local(ctx, vhost)
 		if err != nil {

@@ -23,6 +23,11 @@ type Incoming struct {
 	// Entry, if not nil, is memory for the message's first queue entry,
 	// allocated with the publish; enqueueLocked uses it once.
 	Entry *Entry
+	// Redelivered: the message was delivered before, elsewhere (a
+	// shovel's copy of a redelivered message: broker.RedeliveredHeader).
+	// Its entries start delivered once, so that they are delivered
+	// flagged redelivered, after a restart too (the count is stored).
+	Redelivered bool
 }
 
 // TxPublish is a transaction's publish, with the queues it was routed to.
@@ -194,6 +199,9 @@ func (b *Env) enqueueLocked(t *Txn, qs []*Queue, p *Incoming, at *arrival) (refu
 			e = new(Entry)
 		}
 		q.initEntry(e, msg, nil, p.Prio, p.TTL, at)
+		if p.Redelivered {
+			e.DeliveryCount, e.Redelivered = 1, true
+		}
 		if q.holdFor != "" {
 			// Held until it is due, whatever its TTL: that counts from
 			// its release into its queues.

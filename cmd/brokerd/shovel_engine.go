@@ -1,9 +1,3 @@
-//go:build shovel_engine
-
-// This file builds only once package shovel (the "shovel" helper's
-// branch) is merged: then delete the build constraint above. Until then
-// brokerd is built without a shovel engine (shovels.go).
-
 package main
 
 import (
@@ -13,10 +7,9 @@ import (
 	"github.com/brokerd/brokerd/shovel"
 )
 
-func init() {
-	newShovelEngine = func(o shovelOptions) shovelEngine {
-		return shovelManager{shovel.NewManager(shovel.Options{Local: o.Local, Deleted: o.Deleted, Logger: o.Logger, Node: o.Node})}
-	}
+// newShovelManager makes the engine: a *shovel.Manager.
+func newShovelManager(o shovelOptions) shovelEngine {
+	return shovelManager{shovel.NewManager(shovel.Options{Local: o.Local, Deleted: o.Deleted, Logger: o.Logger, Node: o.Node})}
 }
 
 // shovelManager adapts *shovel.Manager to shovelEngine.

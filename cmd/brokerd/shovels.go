@@ -7,9 +7,8 @@ package main
 // stored one at start, by Broker.NotifyParameters), stopped when it is
 // cleared or its vhost deleted; /api/shovels reads the engine. A shovel's
 // "amqp://" side is this broker, reached through its own AMQP server code
-// over in-memory pipes (internal/pipelisten) by an internal connection
-// with every permission in the vhost (Broker.OpenInternalConnection), as
-// RabbitMQ's direct connection.
+// over in-memory pipes by an internal connection with every permission in
+// the vhost (Broker.NewLocalConnector), as RabbitMQ's direct connection.
 //
 // On a cluster the engine runs with the broker, that is on the leader
 // only (cluster.Config.Serve), and stops when it stops leading; the next
@@ -17,8 +16,7 @@ package main
 // definitions, replicated with the rest.
 //
 // The engine is reached through shovelEngine, made by newShovelEngine
-// (shovel_engine.go); without it brokerd has no shovel component and
-// refuses shovel parameters ("component shovel not found").
+// (shovel_engine.go, the adapter of *shovel.Manager).
 
 import (
 	"context"
@@ -26,13 +24,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"time"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
-	"github.com/brokerd/brokerd/internal/pipelisten"
 	"github.com/brokerd/brokerd/mgmt"
 )
 
@@ -59,32 +55,27 @@ type shovelOptions struct {
 	Node    string
 }
 
-// newShovelEngine makes the engine; nil when brokerd is built without
-// one (shovel_engine.go sets it).
-var newShovelEngine func(shovelOptions) shovelEngine
+// newShovelEngine makes the engine: newShovelManager, a variable so that a
+// test can put a stand-in.
+var newShovelEngine = newShovelManager
 
-// shovels is one broker's shovel engine with its internal AMQP server.
-// Its methods are no-ops on a nil *shovels (no engine).
+// shovels is one broker's shovel engine with its local connections.
 type shovels struct {
 	engine shovelEngine
 	log    *slog.Logger
-	pipes  *pipelisten.Listener
-	srv    *amqp.Server
-	served chan struct{}
-	// b is the broker, set by serve before any shovel starts.
-	b *broker.Broker
+	// lc serves the shovels' connections to b; both are set by serve
+	// before any shovel starts.
+	lc *broker.LocalConnector
+	b  *broker.Broker
 }
 
-// newShovels makes the engine for one broker, nil without one. node is
-// the node name the shovels' status shows.
+// newShovels makes the engine for one broker. node is the node name the
+// shovels' status shows.
 func newShovels(log *slog.Logger, node string) *shovels {
-	if newShovelEngine == nil {
-		return nil
-	}
-	s := &shovels{log: log, pipes: pipelisten.New(), served: make(chan struct{})}
+	s := &shovels{log: log}
 	s.engine = newShovelEngine(shovelOptions{
 		Local: func(ctx context.Context, vhost string) (io.ReadWriteCloser, error) {
-			return s.pipes.Dial(ctx)
+			return s.lc.Dial(ctx, vhost)
 		},
 		Deleted: s.deleted,
 		Logger:  log,
@@ -104,22 +95,14 @@ func (s *shovels) register(o *broker.Options) {
 	o.Components["shovel"] = broker.Component{Validate: s.engine.Validate, Notify: s.engine.Start, NotifyClear: s.engine.Stop}
 }
 
-// serve starts serving the shovels' connections to b with cfg (an AMQP
-// server's configuration for b, whose Handler it replaces), and every
-// stored shovel.
+// serve starts serving the shovels' connections to b with cfg (the AMQP
+// client server's configuration for b), and every stored shovel.
 func (s *shovels) serve(b *broker.Broker, cfg amqp.ServerConfig) {
 	if s == nil {
 		return
 	}
 	s.b = b
-	cfg.Handler = internalHandler{b: b, user: "shovel"}
-	s.srv = amqp.NewServer(cfg)
-	go func() {
-		defer close(s.served)
-		if err := s.srv.Serve(s.pipes); err != nil && !errors.Is(err, amqp.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			s.log.Error("shovels: internal AMQP server failed", "err", err)
-		}
-	}()
+	s.lc = b.NewLocalConnector(cfg)
 	b.NotifyParameters()
 }
 
@@ -149,28 +132,13 @@ func (s *shovels) close() {
 		return
 	}
 	s.engine.Close()
-	if s.srv != nil {
+	if s.lc != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.srv.Shutdown(ctx); err != nil {
-			s.log.Warn("shovels: internal connections did not close in time", "err", err)
+		if err := s.lc.Close(ctx); err != nil {
+			s.log.Warn("shovels: local connections did not close in time", "err", err)
 		}
-		<-s.served
 	}
-	s.pipes.Close()
-}
-
-// internalHandler serves the shovels' connections: any login (they come
-// only through the pipes), each an internal connection as user.
-type internalHandler struct {
-	b    *broker.Broker
-	user string
-}
-
-func (h internalHandler) Authenticate(user, password string, remote net.Addr) error { return nil }
-
-func (h internalHandler) OpenConnection(c *amqp.ServerConn, user, vhost string) (amqp.Session, *amqp.Error) {
-	return h.b.OpenInternalConnection(c, h.user, vhost)
 }
 
 // localNodeName is a single node's name as the management API shows it

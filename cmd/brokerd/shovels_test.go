@@ -70,7 +70,7 @@ func TestShovelLocalConnection(t *testing.T) {
 		engine.local = func(ctx context.Context, vhost string) (io.ReadWriteCloser, error) { return o.Local(ctx, vhost) }
 		return engine
 	}
-	defer func() { newShovelEngine = nil }()
+	defer func() { newShovelEngine = newShovelManager }()
 	st := memstore.New()
 	log := slog.New(slog.DiscardHandler)
 	open := func() (*broker.Broker, *shovels) {

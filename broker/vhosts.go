@@ -160,8 +160,9 @@ func (b *Broker) DeleteVHost(name string) error {
 		b.mu.Unlock()
 		return notFoundf("no vhost '%s'", name)
 	}
-	delete(b.vhosts, name)
 	var mb defs.Batch
+	undoTenancy := b.deleteVHostTenancyLocked(name, &mb)
+	delete(b.vhosts, name)
 	mb.Delete(defs.VHostKey(name))
 	in := func(c *conn) bool { return c.vhost == v }
 	oldPerms, conns := b.revokeLocked(func(k permKey) bool { return k.vhost == name }, in, &mb)
@@ -171,6 +172,7 @@ func (b *Broker) DeleteVHost(name string) error {
 		b.mu.Lock()
 		b.vhosts[name] = v
 		b.unrevokeLocked(oldPerms, in)
+		undoTenancy()
 		b.mu.Unlock()
 		return fmt.Errorf("delete vhost '%s': %w", name, err)
 	}

@@ -7,13 +7,11 @@ import (
 )
 
 // Endpoints of things brokerd does not have — runtime parameters (shovel,
-// federation, ...), global parameters, vhost and user limits, topic
-// permissions — answer as RabbitMQ answers when there are none: an empty
-// list for a collection, 404 for one object, each with RabbitMQ's
-// authorisation (parameters: policymaker; global parameters, user limits
-// and topic permissions: administrator; vhost limits: any management
-// user, for the vhosts it sees), and 404 for a vhost or user that does not
-// exist. Tools that read them (rabbitmqadmin list parameters, monitors,
+// federation, ...), global parameters — answer as RabbitMQ answers when
+// there are none: an empty list for a collection, 404 for one object,
+// each with RabbitMQ's authorisation (parameters: policymaker; global
+// parameters: administrator), and 404 for a vhost that does not exist.
+// (Vhost and user limits and topic permissions are served: tenancy.go.) Tools that read them (rabbitmqadmin list parameters, monitors,
 // definitions exporters) see an empty broker rather than a missing API.
 // Setting any of them is not served: a definitions import that holds them
 // is refused (importdefs.go).
@@ -21,24 +19,10 @@ import (
 func (s *Server) absentRoutes() {
 	none := func(u *broker.UserInfo, r *http.Request) (any, error) { return []map[string]any{}, nil }
 	one := func(u *broker.UserInfo, r *http.Request) (any, error) { return nil, notFound() }
-	ofUser := func(u *broker.UserInfo, r *http.Request) (any, error) {
-		if _, ok := s.b.User(r.PathValue("user")); !ok {
-			return nil, notFound()
-		}
-		return []map[string]any{}, nil
-	}
 	s.handle("GET /api/parameters", policymaker, none)
 	s.handle("GET /api/parameters/{component}", policymaker, none)
 	s.handle("GET /api/parameters/{component}/{vhost}", policymaker, none)
 	s.handle("GET /api/parameters/{component}/{vhost}/{name}", policymaker, one)
 	s.handle("GET /api/global-parameters", administrator, none)
 	s.handle("GET /api/global-parameters/{name}", administrator, one)
-	s.handle("GET /api/vhost-limits", management, none)
-	s.handle("GET /api/vhost-limits/{vhost}", management, none)
-	s.handle("GET /api/user-limits", administrator, none)
-	s.handle("GET /api/user-limits/{user}", administrator, ofUser)
-	s.handle("GET /api/topic-permissions", administrator, none)
-	s.handle("GET /api/topic-permissions/{vhost}/{user}", administrator, one)
-	s.handle("GET /api/vhosts/{vhost}/topic-permissions", administrator, none)
-	s.handle("GET /api/users/{user}/topic-permissions", administrator, ofUser)
 }

@@ -11,7 +11,9 @@ import (
 // (rabbitmqctl export_definitions, GET /api/definitions), so a file
 // exported from RabbitMQ imports into brokerd and back.
 //
-// Export lists users (with their password hashes), vhosts, permissions,
+// Export lists users (with their password hashes and limits), vhosts
+// (with their limits), permissions, topic permissions, vhost limits (as
+// RabbitMQ's "vhost-limits" parameters),
 // policies, operator policies (as RabbitMQ's "operator_policy"
 // parameters), and the durable exchanges, queues and bindings; transient
 // and exclusive objects, the default exchange and the amq.* ones are not
@@ -26,8 +28,9 @@ import (
 // import stops at the first failure and keeps what came before it).
 // Objects that exist already are left as they are when equivalent; a
 // queue or exchange declared differently is refused, as a redeclaration
-// would be. What brokerd cannot apply — topic permissions, user and vhost
-// limits, parameters of other components (shovel, federation), global
+// would be. Vhost and user limits and topic permissions are imported and
+// exported as RabbitMQ 3.10 has them (importtenancy.go). What brokerd
+// cannot apply — parameters of other components (shovel, federation), global
 // parameters other than RabbitMQ's cluster name and id, unknown policy
 // keys — refuses the file: the 400 lists every problem found, each naming
 // its object (importdefs.go), and nothing is imported.
@@ -89,10 +92,10 @@ type defPermission struct {
 }
 
 type defParameter struct {
-	Value     defPolicyBody `json:"value"`
-	VHost     string        `json:"vhost,omitempty"`
-	Component string        `json:"component"`
-	Name      string        `json:"name"`
+	Value     any    `json:"value"` // a defPolicyBody, a vhost's limits
+	VHost     string `json:"vhost,omitempty"`
+	Component string `json:"component"`
+	Name      string `json:"name"`
 }
 
 type defPolicyBody struct {
@@ -153,10 +156,16 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 			if tags == nil {
 				tags = []string{}
 			}
-			d.Users = append(d.Users, defUser{Name: ui.Name, PasswordHash: ui.PasswordHash, HashingAlgorithm: ui.HashingAlgorithm, Tags: tags, Limits: map[string]any{}})
+			limits := map[string]any{}
+			if l, ok := s.b.UserLimitsOf(ui.Name); ok {
+				limits = limitsJSON(l)
+			}
+			d.Users = append(d.Users, defUser{Name: ui.Name, PasswordHash: ui.PasswordHash, HashingAlgorithm: ui.HashingAlgorithm, Tags: tags, Limits: limits})
 		}
 		for _, v := range s.b.VHosts() {
-			dv := defVHost{Name: v.Name, Limits: []any{}}
+			l, _ := s.b.VHostLimitsOf(v.Name)
+			dv := defVHost{Name: v.Name, Limits: limitPairs(l)} // as rabbitmqctl export_definitions
+
 			if v.Description != "" || len(v.Tags) > 0 || v.DefaultQueueType != "" {
 				dv.Metadata = &defVHostMeta{Description: v.Description, Tags: v.Tags, DefaultQueueType: v.DefaultQueueType}
 			}
@@ -167,6 +176,9 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 			d.Permissions = append(d.Permissions, defPermission(p))
 		}
 		d.TopicPermissions, d.GlobalParameters = []any{}, []any{}
+		for _, p := range s.b.TopicPermissions() {
+			d.TopicPermissions = append(d.TopicPermissions, topicPermissionJSON(p))
+		}
 	}
 	// In a vhost's export the objects carry no vhost (policies and
 	// parameters do), as RabbitMQ's.
@@ -177,6 +189,9 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 		return v
 	}
 	for _, v := range vhosts {
+		if l, _ := s.b.VHostLimitsOf(v); len(l) > 0 {
+			d.Parameters = append(d.Parameters, defParameter{Component: vhostLimitsComponent, VHost: v, Name: "limits", Value: limitsJSON(l)})
+		}
 		for _, p := range s.b.OperatorPolicies(v) {
 			d.Parameters = append(d.Parameters, defParameter{Component: "operator_policy", VHost: v, Name: p.Name,
 				Value: defPolicyBody{Pattern: p.Pattern, Definition: p.Definition, Priority: p.Priority, ApplyTo: p.ApplyTo}})

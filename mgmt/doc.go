@@ -103,9 +103,11 @@
 //	GET    /api/cluster                         brokerd's own, cluster node only: the Raft group as the
 //	                                             leader sees it (brokerctl cluster_status); monitoring
 //	GET    /api/cluster-name                    cluster node only: {"name": [cluster] name}
-//	GET    /api/parameters[/{component}[/{vhost}]], /api/global-parameters, /api/vhost-limits[/{vhost}],
-//	       /api/user-limits[/{user}], /api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
-//	       /api/users/{user}/topic-permissions   [] (brokerd has none; absent.go), one of them 404
+//	GET    /api/vhost-limits[/{vhost}], /api/user-limits[/{user}]   PUT, DELETE .../{name} (tenancy.go)
+//	GET    /api/topic-permissions[/{vhost}/{user}], /api/vhosts/{vhost}/topic-permissions,
+//	       /api/users/{user}/topic-permissions   PUT, DELETE /api/topic-permissions/{vhost}/{user}
+//	GET    /api/parameters[/{component}[/{vhost}]], /api/global-parameters
+//	                                             [] (brokerd has none; absent.go), one of them 404
 //
 // Queues, exchanges, vhosts, connections, channels, the overview and the
 // node carry RabbitMQ's message rates (message_stats.*_details.rate,

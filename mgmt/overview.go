@@ -28,6 +28,7 @@ func (s *Server) routes() {
 	s.nodeRoutes()
 	s.clusterRoutes()
 	s.absentRoutes()
+	s.tenancyRoutes()
 	s.uiRoutes()
 	if h := s.opts.Metrics; h != nil {
 		s.rt.add("GET /metrics", h.ServeHTTP)

@@ -136,11 +136,12 @@ func (b *Broker) SetVHostLimit(vhost, name string, value int64) error {
 	})
 }
 
-// ClearVHostLimit clears one limit of vhost ("" or "all": every one).
-// Clearing a limit that is not set is not an error, as in RabbitMQ.
+// ClearVHostLimit clears one limit of vhost ("": every one; RabbitMQ's
+// API has no name for all of them, unlike a user's "all"). Clearing a
+// limit that is not set is not an error, as in RabbitMQ.
 func (b *Broker) ClearVHostLimit(vhost, name string) error {
 	return b.changeVHostLimits(vhost, func(old limitSet) limitSet {
-		if name == "" || name == "all" {
+		if name == "" {
 			return nil
 		}
 		l := maps.Clone(old)

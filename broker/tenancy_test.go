@@ -120,7 +120,7 @@ func TestVHostQueueLimit(t *testing.T) {
 		_, err := ch.QueueDeclare("q4", false, false, false, false, nil)
 		return err
 	})
-	if err := b.Broker.ClearVHostLimit("t", "all"); err != nil {
+	if err := b.Broker.ClearVHostLimit("t", ""); err != nil {
 		t.Fatal(err)
 	}
 	s.Declare("q4", nil)

@@ -77,6 +77,9 @@ type options struct {
 	global      bool              // close_all_connections: every vhost's
 	limit       int               // close_all_connections: most connections (0: all)
 	connDelay   time.Duration     // close_all_connections: pause between two
+	// list_vhost_limits, list_user_limits (tenancy.go)
+	limitsGlobal bool
+	limitsUser   string
 }
 
 // optSpec describes one option. Verb options name the verbs that take

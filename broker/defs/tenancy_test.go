@@ -47,3 +47,34 @@ func TestTenancyRecords(t *testing.T) {
 		t.Fatalf("short topic permission: %v", err)
 	}
 }
+
+// The decoders of limits and topic permissions, given any value, return
+// an error wrapping ErrCorrupt or a value whose record decodes to it
+// again.
+func FuzzTenancyDecode(f *testing.F) {
+	f.Add(EncodeVHostLimits(Limits{Owner: "v", Limits: map[string]int64{"max-queues": 7}}).Value)
+	f.Add(EncodeTopicPerm(TopicPerm{Write: "^a", Read: ""}).Value)
+	f.Add([]byte{Version, 2, 1, 'a', 1, 1, 'a', 2})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if d, err := DecodeVHostLimits(VHostLimitsKey("v"), v); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("limits %x: %v does not wrap ErrCorrupt", v, err)
+			}
+		} else {
+			op := EncodeVHostLimits(d)
+			if again, err := DecodeVHostLimits(op.Key, op.Value); err != nil || !reflect.DeepEqual(again, d) {
+				t.Fatalf("limits %x decode to %v, whose record decodes to %v, %v", v, d, again, err)
+			}
+		}
+		if d, err := DecodeTopicPerm(TopicPermKey("v", "u", "x"), v); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("topic permission %x: %v does not wrap ErrCorrupt", v, err)
+			}
+		} else {
+			op := EncodeTopicPerm(d)
+			if again, err := DecodeTopicPerm(op.Key, op.Value); err != nil || again != d {
+				t.Fatalf("topic permission %x decodes to %v, whose record decodes to %v, %v", v, d, again, err)
+			}
+		}
+	})
+}

@@ -15,6 +15,10 @@ type importTenancy struct {
 	vlimits map[string]limitSet
 	ulimits map[string]limitSet
 	topics  map[permKey]topicPerms
+	// topicRecords are the records of the topic permissions the file
+	// sets, found when planned (authMu keeps b.topicPerms as it was) so
+	// that apply, under the vhosts' locks, need not take Broker.mu.
+	topicRecords []defs.TopicPerm
 }
 
 // planTenancy checks the file's limits and topic permissions against the
@@ -82,6 +86,7 @@ func (p *importPlan) planTenancy(vhostKnown func(string) bool) {
 		}
 		cur[tp.Exchange] = perm
 		t.topics[k] = cur
+		t.topicRecords = append(t.topicRecords, defs.TopicPerm{VHost: tp.VHost, User: tp.User, Exchange: tp.Exchange, Write: tp.Write, Read: tp.Read})
 	}
 	p.tenancy = t
 }
@@ -115,9 +120,9 @@ func (p *importPlan) checkQueueLimits(newQueues map[string]map[string]*DefQueue)
 }
 
 // applyTenancy adds the records of the import's limits and topic
-// permissions to its batch.
+// permissions to its batch. Caller holds the vhosts' locks (not
+// Broker.mu, which is never taken under them).
 func (p *importPlan) applyTenancy() {
-	b := p.b
 	for vhost, l := range p.tenancy.vlimits {
 		if len(l) == 0 {
 			p.mb.Delete(defs.VHostLimitsKey(vhost))
@@ -130,15 +135,8 @@ func (p *importPlan) applyTenancy() {
 			p.mb.Put(defs.EncodeUserLimits(defs.Limits{Owner: user, Limits: l}))
 		}
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	for k, tp := range p.tenancy.topics {
-		old := b.topicPerms[k]
-		for x, perm := range tp {
-			if old[x] != perm {
-				p.mb.Put(defs.EncodeTopicPerm(defs.TopicPerm{VHost: k.vhost, User: k.user, Exchange: x, Write: perm.Write, Read: perm.Read}))
-			}
-		}
+	for _, d := range p.tenancy.topicRecords {
+		p.mb.Put(defs.EncodeTopicPerm(d))
 	}
 }
 

@@ -165,8 +165,7 @@ func TestUserChannelLimit(t *testing.T) {
 	}
 	c1 := pmDial(t, b, "u", "pw", "/")
 	c2 := pmDial(t, b, "u", "pw", "t")
-	ch1, err := c1.Channel()
-	if err != nil {
+	if _, err := c1.Channel(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c2.Channel(); err != nil {
@@ -177,13 +176,12 @@ func TestUserChannelLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := c1.NotifyClose(make(chan *amqp091.Error, 1))
-	_, err = c1.Channel()
+	_, err := c1.Channel()
 	const refusal = "NOT_ALLOWED - number of channels opened for user 'u' has reached the maximum allowed user limit of (2)"
 	rqWantErr(t, err, 530, refusal)
 	if e := <-closed; e == nil || e.Code != 530 {
 		t.Fatalf("connection closed with %v, want 530", e)
 	}
-	_ = ch1
 	// The closed connection's channel is no longer counted.
 	c3 := pmDial(t, b, "u", "pw", "/")
 	ch3, err := c3.Channel()

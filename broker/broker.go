@@ -142,7 +142,11 @@ type Broker struct {
 	users  map[string]*auth.User
 	perms  map[permKey]*auth.Permission
 	conns  map[*conn]struct{}
-	closed bool
+	// userLimits are the users' limits, topicPerms their topic
+	// permissions (tenancy.go).
+	userLimits map[string]limitSet
+	topicPerms map[permKey]topicPerms
+	closed     bool
 	// bootstrapped: the store holds the bootstrap mark (broker/defs).
 	bootstrapped bool
 	// params and globals are the runtime and global parameters (params.go).
@@ -155,7 +159,11 @@ type Broker struct {
 	// of their high-water mark, so marks reach the store in increasing
 	// order. Taken alone or under authMu, policyMu or VHost.mu (an
 	// import); only the store's are taken under it.
-	idMu    sync.Mutex
+	idMu sync.Mutex
+	// chanMu serializes the channel opens of users with a max-channels
+	// limit (conn.admitChannel). Taken with no lock held; only mu is
+	// taken under it.
+	chanMu  sync.Mutex
 	replyTo sync.Map // direct reply-to address → *channel
 
 	alarms   alarmState    // guarded by mu
@@ -228,14 +236,16 @@ func Open(opts Options) (*Broker, error) {
 		bootUsers = append(bootUsers, u)
 	}
 	b := &Broker{
-		opts:    opts,
-		vhosts:  make(map[string]*VHost),
-		users:   make(map[string]*auth.User),
-		perms:   make(map[permKey]*auth.Permission),
-		params:  make(map[paramKey]json.RawMessage),
-		globals: make(map[string]json.RawMessage),
-		conns:   make(map[*conn]struct{}),
-		quit:    make(chan struct{}),
+		opts:       opts,
+		vhosts:     make(map[string]*VHost),
+		users:      make(map[string]*auth.User),
+		perms:      make(map[permKey]*auth.Permission),
+		params:     make(map[paramKey]json.RawMessage),
+		globals:    make(map[string]json.RawMessage),
+		userLimits: make(map[string]limitSet),
+		topicPerms: make(map[permKey]topicPerms),
+		conns:      make(map[*conn]struct{}),
+		quit:       make(chan struct{}),
 	}
 	cfg := queue.Config{Now: opts.Now, PageWindow: opts.PageWindow, PageWindowBytes: opts.PageWindowBytes, DeliveredMarkChunk: opts.DeliveredMarkChunk,
 		Lease: opts.Lease}
@@ -354,6 +364,11 @@ func (b *Broker) openConnection(ac *amqp.ServerConn, user, vhost string, interna
 		return nil, amqp.Errorf(amqp.NotAllowed, "vhost %s not found", vhost)
 	}
 	u := b.users[user] // nil if deleted since its login
+	// rabbit_reader's order: the vhost's and the user's connection
+	// limits, then the access check.
+	if err := b.connectionLimitErrorLocked(v, user); err != nil {
+		return nil, err
+	}
 	perm := b.perms[permKey{user: user, vhost: vhost}]
 	if internal {
 		u, perm = internalUser(user), allPermissions
@@ -364,6 +379,7 @@ func (b *Broker) openConnection(ac *amqp.ServerConn, user, vhost string, interna
 	c := &conn{b: b, ac: ac, vhost: v, userName: user, internal: internal, channels: map[uint16]*channel{}, done: make(chan struct{}), opened: time.Now(), bursts: true}
 	c.user.Store(u)
 	c.perm.Store(perm)
+	c.storeTopicPerms(b.topicPerms[permKey{user: user, vhost: vhost}])
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if caps, ok := ac.ClientProperties().Get("capabilities"); ok {
 		if t, ok := caps.(amqp.Table); ok {

@@ -35,8 +35,13 @@ type conn struct {
 	// user is the user's current record and perm its permissions in the
 	// vhost (nil: none): a change applies to open connections at once
 	// (Broker.refreshConnPermsLocked).
-	user         atomic.Pointer[auth.User]
-	perm         atomic.Pointer[auth.Permission]
+	user atomic.Pointer[auth.User]
+	perm atomic.Pointer[auth.Permission]
+	// topic is the user's topic permissions in the vhost (nil: none),
+	// changed as perm is; nchannels counts the open channels of a
+	// network connection, for its user's max-channels (tenancy.go).
+	topic        atomic.Pointer[topicPerms]
+	nchannels    atomic.Int64
 	cancelNotify bool
 	// done is closed when Closed has run: the connection does nothing
 	// more (DeleteVHost waits for it).
@@ -83,6 +88,9 @@ func (c *conn) settleHeld() {
 
 // OpenChannel implements amqp.Session.
 func (c *conn) OpenChannel(id uint16, out amqp.ChannelOut) (amqp.ChannelHandler, *amqp.Error) {
+	if err := c.admitChannel(); err != nil {
+		return nil, err
+	}
 	ch := newChannel(c, id, out)
 	c.mu.Lock()
 	c.channels[id] = ch
@@ -94,6 +102,9 @@ func (c *conn) dropChannel(ch *channel) {
 	c.mu.Lock()
 	if c.channels[ch.id] == ch {
 		delete(c.channels, ch.id)
+		if c.ac != nil { // a network connection's, counted by admitChannel
+			c.nchannels.Add(-1)
+		}
 	}
 	c.mu.Unlock()
 }

@@ -249,6 +249,12 @@ func (ch *channel) exchangeBind(dest, source, key string, args amqp.Table, bind,
 	}
 	v.mu.Lock()
 	src, dst := v.topo.Exchanges[source], v.topo.Exchanges[dest]
+	if src != nil {
+		if err := c.checkTopic(auth.Read, src, key); err != nil {
+			v.mu.Unlock()
+			return err
+		}
+	}
 	switch {
 	case src == nil:
 		v.mu.Unlock()
@@ -347,6 +353,11 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		ch.declared(q, m.Nowait)
 		return nil
 	}
+	// A new queue: the vhost's queue limit first, as rabbit_channel.
+	if err := vhostQueueLimitErrorLocked(v, name); err != nil {
+		v.mu.Unlock()
+		return err
+	}
 	v.mu.Unlock()
 	// A new queue: the dead letter exchange's type and permissions come
 	// before the other arguments' validation, as in rabbit_channel.
@@ -372,6 +383,11 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 		// Lost a race with another declare of the same name.
 		v.mu.Unlock()
 		return ch.queueDeclare(m)
+	}
+	if err := vhostQueueLimitErrorLocked(v, name); err != nil {
+		// Another declare took the last one meanwhile.
+		v.mu.Unlock()
+		return err
 	}
 	if p := v.policyForQueueLocked(name, q.Type); p != nil {
 		q.InitPolicy(p)
@@ -439,6 +455,14 @@ func (ch *channel) queueBind(qname, exchange, key string, args amqp.Table, bind,
 	}
 	v.mu.Lock()
 	q, x := v.topo.Queues[name], v.topo.Exchanges[exchange]
+	if x != nil {
+		// The topic read check comes before the queue's lookup, as in
+		// rabbit_channel's binding_action.
+		if err := c.checkTopic(auth.Read, x, key); err != nil {
+			v.mu.Unlock()
+			return err
+		}
+	}
 	switch {
 	case q == nil:
 		v.mu.Unlock()

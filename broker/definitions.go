@@ -129,6 +129,7 @@ func (b *Broker) recoverDefinitions() error {
 		b.perms[permKey{user: d.User, vhost: d.VHost}] = perm
 		return nil
 	})
+	b.recoverTenancy(scan, dangling)
 	scan(defs.PrefixExchange, func(k string, v []byte) error {
 		d, err := defs.DecodeExchange(k, v)
 		if err != nil {

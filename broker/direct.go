@@ -112,6 +112,9 @@ func (b *Broker) OpenDirect(name, vhost string) (*Direct, error) {
 	d.c = &conn{b: b, vhost: v, userName: u.Name(), channels: map[uint16]*channel{}, done: make(chan struct{})}
 	d.c.user.Store(u)
 	d.c.perm.Store(perm)
+	if name != "" {
+		d.c.storeTopicPerms(b.topicPerms[permKey{user: name, vhost: vhost}])
+	}
 	d.c.ctx, d.c.cancel = context.WithCancel(context.Background())
 	d.ch = newChannel(d.c, 1, &d.out)
 	d.c.channels[1] = d.ch

@@ -3,11 +3,12 @@
 // their topology (broker/topology) and queues (broker/queue); connections,
 // channels, consumers, deliveries, acknowledgements, publisher confirms,
 // transactions and direct reply-to; users, permissions, policies and
-// operator policies, runtime and global parameters (params.go), and the
-// definitions that persist them (their import included); redrive tasks,
-// resource alarms, consumer timeouts, and the counters and views the
-// management API reads (Direct runs management methods through a client's
-// channel code). The amqp package calls it
+// operator policies, runtime and global parameters (params.go), vhost and
+// user limits and topic permissions (tenancy.go), and the definitions
+// that persist them (their import included); redrive tasks, resource
+// alarms, consumer timeouts, and the counters and views the management API
+// reads (Direct runs management methods through a client's channel code).
+// The amqp package calls it
 // through amqp.Handler, amqp.Session and amqp.ChannelHandler; mgmt, metrics
 // and cmd/brokerd through its exported methods.
 //
@@ -73,6 +74,9 @@
 //	                       watermark                   Queue.mu, VHost.mu;
 //	                                                   a store completion
 //	conn.mu                channels, exclusive         authMu               -
+//	Broker.chanMu          the channel opens of users  -                    Broker.mu (shared)
+//	                       with a max-channels limit
+//	                       (tenancy.go)
 //	redrives.mu            the set of redrive tasks    -                    -
 //	directOut.mu           a Direct's replies          channel.mu,          -
 //	                                                   Queue.mu,

@@ -54,6 +54,11 @@ type Definitions struct {
 	// as SetParameter does; GlobalParameters are stored as they are.
 	Parameters       []Parameter
 	GlobalParameters []GlobalParameter
+	// VHostLimits replace their vhost's limits; UserLimits are added to
+	// their user's (RabbitMQ's import of a user's limits);
+	// TopicPermissions replace the user's on their exchange (tenancy.go).
+	VHostLimits, UserLimits []LimitsInfo
+	TopicPermissions        []TopicPermissionInfo
 }
 
 // DefVHost is a vhost of a definitions file. When the vhost exists and
@@ -165,6 +170,9 @@ type importPlan struct {
 		p *auth.Permission
 	}
 	vmeta map[string]defs.VHost // vhosts the file creates or whose metadata it sets
+	// tenancy is the file's limits and topic permissions, checked
+	// (importtenancy.go).
+	tenancy importTenancy
 	// dqt is each vhost's default queue type as the import leaves it (the
 	// file's metadata, else the vhost's); queueArgs are the file's queues'
 	// arguments with it applied (withDefaultQueueType), by index in
@@ -269,6 +277,7 @@ func (b *Broker) planImport(d *Definitions) *importPlan {
 			p *auth.Permission
 		}{permKey{user: pi.User, vhost: pi.VHost}, perm})
 	}
+	p.planTenancy(vhostKnown)
 	target := func(vhost, what string) *importTarget {
 		if t := p.targets[vhost]; t != nil {
 			return t
@@ -492,6 +501,7 @@ func (p *importPlan) checkContents() {
 		}
 		newQueues[dq.VHost][dq.Name] = dq
 	}
+	p.checkQueueLimits(newQueues)
 	for _, bd := range d.Bindings {
 		t := p.targets[bd.VHost]
 		if t == nil {
@@ -665,6 +675,7 @@ func (p *importPlan) apply() *queue.StoreWrite {
 	for _, pm := range p.perms {
 		p.mb.Put(defs.EncodePerm(permDefOf(pm.k.vhost, pm.k.user, pm.p)))
 	}
+	p.applyTenancy()
 	return b.startMeta(&p.mb)
 }
 
@@ -699,6 +710,7 @@ func (p *importPlan) publish() {
 		changed[pm.k] = true
 	}
 	b.refreshConnPermsLocked(func(c *conn) bool { return changed[permKey{user: c.userName, vhost: c.vhost.Name}] })
+	p.publishTenancy()
 }
 
 // finish applies the new policies to every queue of the vhosts that got

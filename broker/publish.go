@@ -107,6 +107,9 @@ func (ch *channel) preparePublish(m *amqp.BasicPublish, props *amqp.Properties, 
 	if x.Internal {
 		return nil, amqp.Errorf(amqp.AccessRefused, "cannot publish to internal exchange '%s' in vhost '%s'", m.Exchange, v.Name)
 	}
+	if err := c.checkTopic(auth.Write, x, m.RoutingKey); err != nil {
+		return nil, err
+	}
 	// One allocation for the publish, its message and its routing key.
 	a := &publishAlloc{p: pendingPublish{exchange: m.Exchange, mandatory: m.Mandatory, Incoming: queue.Incoming{TTL: -1, Prio: props.Priority}}}
 	p := &a.p

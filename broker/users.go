@@ -108,12 +108,14 @@ func (b *Broker) DeleteUser(name string) error {
 	mb.Delete(defs.UserKey(name))
 	mine := func(c *conn) bool { return c.userName == name && !c.internal }
 	oldPerms, conns := b.revokeLocked(func(k permKey) bool { return k.user == name }, mine, &mb)
+	undoTenancy := b.deleteUserTenancyLocked(name, &mb)
 	w := b.startMeta(&mb)
 	b.mu.Unlock()
 	if err := w.WaitErr(); err != nil {
 		b.mu.Lock()
 		b.users[name] = old
 		b.unrevokeLocked(oldPerms, mine)
+		undoTenancy()
 		b.mu.Unlock()
 		return fmt.Errorf("delete user '%s': %w", name, err)
 	}

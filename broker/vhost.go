@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker/defs"
@@ -32,6 +33,9 @@ type VHost struct {
 	// meta is the vhost's description, default queue type and tags;
 	// guarded by Broker.mu.
 	meta defs.VHost
+	// limits are the vhost's limits (nil: none), installed under
+	// Broker.mu, read without a lock (tenancy.go).
+	limits atomic.Pointer[limitSet]
 
 	// policyMu serializes policy changes from computing the queues' new
 	// settings to installing them, so two changes cannot interleave and

@@ -170,8 +170,9 @@ func (b *Broker) deleteVHost(name string) ([]Parameter, error) {
 		b.mu.Unlock()
 		return nil, notFoundf("no vhost '%s'", name)
 	}
-	delete(b.vhosts, name)
 	var mb defs.Batch
+	undoTenancy := b.deleteVHostTenancyLocked(name, &mb)
+	delete(b.vhosts, name)
 	mb.Delete(defs.VHostKey(name))
 	in := func(c *conn) bool { return c.vhost == v }
 	oldPerms, conns := b.revokeLocked(func(k permKey) bool { return k.vhost == name }, in, &mb)
@@ -185,6 +186,7 @@ func (b *Broker) deleteVHost(name string) ([]Parameter, error) {
 		for _, p := range gone {
 			b.params[paramKey{p.VHost, p.Component, p.Name}] = p.Value
 		}
+		undoTenancy()
 		b.mu.Unlock()
 		return nil, fmt.Errorf("delete vhost '%s': %w", name, err)
 	}

@@ -2,8 +2,9 @@ package mgmt_test
 
 import "testing"
 
-// What brokerd has none of answers as RabbitMQ answers when there is
-// none: an empty list, 404 for one object or an unknown vhost or user.
+// Runtime parameters, limits and topic permissions answer as RabbitMQ
+// answers when there are none: an empty list, 404 for one object or an
+// unknown vhost or user.
 func TestAbsentThingsAreEmpty(t *testing.T) {
 	a := startAPI(t)
 	for _, path := range []string{"/parameters", "/parameters/shovel", "/parameters/federation-upstream/%2F",

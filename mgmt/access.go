@@ -189,10 +189,20 @@ func userJSON(ui broker.UserInfo) map[string]any {
 	}
 }
 
+// userJSONWithLimits is userJSON with the user's limits (RabbitMQ 3.10's
+// "limits" of /api/users).
+func (s *Server) userJSONWithLimits(ui broker.UserInfo) map[string]any {
+	m := userJSON(ui)
+	if l, ok := s.b.UserLimitsOf(ui.Name); ok {
+		m["limits"] = limitsJSON(l)
+	}
+	return m
+}
+
 func (s *Server) listUsers(u *broker.UserInfo, r *http.Request) (any, error) {
 	out := []map[string]any{}
 	for _, ui := range s.b.Users() {
-		out = append(out, userJSON(ui))
+		out = append(out, s.userJSONWithLimits(ui))
 	}
 	return out, nil
 }
@@ -202,7 +212,7 @@ func (s *Server) getUser(u *broker.UserInfo, r *http.Request) (any, error) {
 	if !ok {
 		return nil, notFound()
 	}
-	return userJSON(ui), nil
+	return s.userJSONWithLimits(ui), nil
 }
 
 type userBody struct {

@@ -11,7 +11,9 @@ import (
 // (rabbitmqctl export_definitions, GET /api/definitions), so a file
 // exported from RabbitMQ imports into brokerd and back.
 //
-// Export lists users (with their password hashes), vhosts, permissions,
+// Export lists users (with their password hashes and limits), vhosts
+// (with their limits), permissions, topic permissions, vhost limits (as
+// RabbitMQ's "vhost-limits" parameters),
 // policies, operator policies (as RabbitMQ's "operator_policy"
 // parameters), runtime parameters (shovels), global parameters (with
 // cluster_name as /api/overview reports it), and the durable exchanges,
@@ -31,8 +33,9 @@ import (
 // keeps what came before it).
 // Objects that exist already are left as they are when equivalent; a
 // queue or exchange declared differently is refused, as a redeclaration
-// would be. What brokerd cannot apply — topic permissions, user and vhost
-// limits, parameters of other components (federation), unknown policy
+// would be. Vhost and user limits and topic permissions are imported and
+// exported as RabbitMQ 3.10 has them (importtenancy.go). What brokerd
+// cannot apply — parameters of other components (federation), unknown policy
 // keys — refuses the file: the 400 lists every problem found, each naming
 // its object (importdefs.go), and nothing is imported.
 
@@ -93,7 +96,7 @@ type defPermission struct {
 }
 
 type defParameter struct {
-	Value     any    `json:"value"` // defPolicyBody for an operator policy, the JSON of others
+	Value     any    `json:"value"` // a defPolicyBody for an operator policy, a vhost's limits, the JSON of others
 	VHost     string `json:"vhost,omitempty"`
 	Component string `json:"component"`
 	Name      string `json:"name"`
@@ -157,10 +160,16 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 			if tags == nil {
 				tags = []string{}
 			}
-			d.Users = append(d.Users, defUser{Name: ui.Name, PasswordHash: ui.PasswordHash, HashingAlgorithm: ui.HashingAlgorithm, Tags: tags, Limits: map[string]any{}})
+			limits := map[string]any{}
+			if l, ok := s.b.UserLimitsOf(ui.Name); ok {
+				limits = limitsJSON(l)
+			}
+			d.Users = append(d.Users, defUser{Name: ui.Name, PasswordHash: ui.PasswordHash, HashingAlgorithm: ui.HashingAlgorithm, Tags: tags, Limits: limits})
 		}
 		for _, v := range s.b.VHosts() {
-			dv := defVHost{Name: v.Name, Limits: []any{}}
+			l, _ := s.b.VHostLimitsOf(v.Name)
+			dv := defVHost{Name: v.Name, Limits: limitPairs(l)} // as rabbitmqctl export_definitions
+
 			if v.Description != "" || len(v.Tags) > 0 || v.DefaultQueueType != "" {
 				dv.Metadata = &defVHostMeta{Description: v.Description, Tags: v.Tags, DefaultQueueType: v.DefaultQueueType}
 			}
@@ -171,6 +180,9 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 			d.Permissions = append(d.Permissions, defPermission(p))
 		}
 		d.TopicPermissions, d.GlobalParameters = []any{}, s.globalParameters()
+		for _, p := range s.b.TopicPermissions() {
+			d.TopicPermissions = append(d.TopicPermissions, topicPermissionJSON(p))
+		}
 	}
 	// In a vhost's export the objects carry no vhost (policies and
 	// parameters do), as RabbitMQ's.
@@ -181,6 +193,9 @@ func (s *Server) exportDefinitions(u *broker.UserInfo, r *http.Request) (any, er
 		return v
 	}
 	for _, v := range vhosts {
+		if l, _ := s.b.VHostLimitsOf(v); len(l) > 0 {
+			d.Parameters = append(d.Parameters, defParameter{Component: vhostLimitsComponent, VHost: v, Name: "limits", Value: limitsJSON(l)})
+		}
 		for _, p := range s.b.OperatorPolicies(v) {
 			d.Parameters = append(d.Parameters, defParameter{Component: "operator_policy", VHost: v, Name: p.Name,
 				Value: defPolicyBody{Pattern: p.Pattern, Definition: p.Definition, Priority: p.Priority, ApplyTo: p.ApplyTo}})

@@ -111,9 +111,9 @@
 //	GET    /api/global-parameters[/{name}]       PUT, DELETE /api/global-parameters/{name}
 //	GET    /api/shovels[/{vhost}], /api/shovels/vhost/{vhost}/{name}   DELETE deletes, .../restart restarts
 //	                                             (shovels.go)
-//	GET    /api/vhost-limits[/{vhost}],
-//	       /api/user-limits[/{user}], /api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
-//	       /api/users/{user}/topic-permissions   [] (brokerd has none; absent.go), one of them 404
+//	GET    /api/vhost-limits[/{vhost}], /api/user-limits[/{user}]   PUT, DELETE .../{name} (tenancy.go)
+//	GET    /api/topic-permissions[/{vhost}/{user}], /api/vhosts/{vhost}/topic-permissions,
+//	       /api/users/{user}/topic-permissions   PUT, DELETE /api/topic-permissions/{vhost}/{user}
 //
 // Queues, exchanges, vhosts, connections, channels, the overview and the
 // node carry RabbitMQ's message rates (message_stats.*_details.rate,

@@ -74,15 +74,15 @@ func TestImportWithUnsupportedPartsChangesNothing(t *testing.T) {
 		edit   func(d map[string]any)
 		reason []string
 	}{
-		{"topic permissions", func(d map[string]any) {
-			d["topic_permissions"] = []any{map[string]any{"user": "shop-app", "vhost": "shop", "exchange": "shop.in", "write": "^order\\.", "read": ".*"}}
-		}, []string{"topic_permissions: 1 of them: brokerd has no topic permissions"}},
-		{"user limits", func(d map[string]any) {
-			d["users"].([]any)[0].(map[string]any)["limits"] = map[string]any{"max-connections": 10}
-		}, []string{"user 'shop-app': limits {\"max-connections\":10}: brokerd has no per-user limits"}},
-		{"vhost limits", func(d map[string]any) {
-			d["vhosts"].([]any)[0].(map[string]any)["limits"] = []any{map[string]any{"max-queues": 5}}
-		}, []string{"vhost 'shop': limits", "brokerd has no per-vhost limits"}},
+		{"topic permissions of nobody", func(d map[string]any) {
+			d["topic_permissions"] = []any{map[string]any{"user": "nobody", "vhost": "shop", "exchange": "shop.in", "write": "^order\\.", "read": ".*"}}
+		}, []string{"topic permissions of user 'nobody' in vhost 'shop' on exchange 'shop.in': no user 'nobody'"}},
+		{"user limits unknown", func(d map[string]any) {
+			d["users"].([]any)[0].(map[string]any)["limits"] = map[string]any{"max-queues": 10}
+		}, []string{"limits of user 'shop-app': Unrecognised terms [{<<\"max-queues\">>,10}] in user-limits"}},
+		{"vhost limits not a number", func(d map[string]any) {
+			d["parameters"] = append(d["parameters"].([]any), map[string]any{"vhost": "shop", "component": "vhost-limits", "name": "limits", "value": map[string]any{"max-queues": "5"}})
+		}, []string{"parameter 'limits' of component 'vhost-limits' in vhost 'shop': max-queues should be a number, actually was <<\"5\">>"}},
 		{"shovel and federation", func(d map[string]any) {
 			d["parameters"] = append(d["parameters"].([]any),
 				map[string]any{"vhost": "shop", "component": "shovel", "name": "move", "value": map[string]any{"src-uri": "amqp://"}},

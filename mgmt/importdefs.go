@@ -20,7 +20,7 @@ type imported struct {
 	users       []importUser
 	vhosts      []importVHost
 	permissions []defPermission
-	topicPerms  int
+	topicPerms  []importTopicPerm
 	globals     []importGlobal
 	parameters  []importParameter
 	policies    []importPolicy
@@ -146,7 +146,7 @@ func (s *Server) decodeImport(r io.Reader, bodyLimit int64) (*imported, error) {
 		case "permissions":
 			err = decodeList(d, key, &im.permissions, &im.problems)
 		case "topic_permissions":
-			err = d.list(key, func(i int) error { im.topicPerms++; return d.skip() })
+			err = decodeList(d, key, &im.topicPerms, &im.problems)
 		case "global_parameters":
 			err = decodeList(d, key, &im.globals, &im.problems)
 		case "parameters":
@@ -216,15 +216,6 @@ func rawValue(raw json.RawMessage) any {
 	return v
 }
 
-// Parts of a definitions file brokerd cannot apply. Each is refused,
-// naming it, and nothing of the file is imported: skipping them would
-// leave a broker other than the file describes (topic permissions left
-// out widen what users may publish; limits left out let clients past them).
-const (
-	noTopicPermissions = "brokerd has no topic permissions (RabbitMQ's topic authorisation); without them the users could publish with any routing key"
-	noLimits           = "brokerd has no per-%s limits (max-connections, max-channels, max-queues)"
-)
-
 // ignoredGlobals are the global parameters that only name a RabbitMQ
 // cluster: an export always has internal_cluster_id. They configure
 // nothing here (brokerd's configuration names its cluster), so they are
@@ -262,8 +253,10 @@ func (s *Server) importDefs(im *imported, into string) error {
 				problem("%s: tags: %s", what, err)
 				continue
 			}
-			if !emptyJSON(du.Limits) {
-				problem("%s: limits %s: "+noLimits, what, du.Limits, "user")
+			if l, err := rawLimits(du.Limits); err != nil {
+				problem("%s: limits: %s", what, err)
+			} else if len(l) > 0 {
+				d.UserLimits = append(d.UserLimits, broker.LimitsInfo{Owner: du.Name, Limits: l})
 			}
 			spec := broker.UserSpec{Name: du.Name, PasswordHash: du.PasswordHash, HashingAlgorithm: du.HashingAlgorithm, Tags: tags}
 			if err := s.checkUser(spec); err != nil {
@@ -282,8 +275,12 @@ func (s *Server) importDefs(im *imported, into string) error {
 			}
 			tags, hasTags, _ := rawTags(rawT) // tags that are not strings are dropped
 			info.Tags = tags
-			if !emptyJSON(dv.Limits) {
-				problem("%s: limits %s: "+noLimits, what, dv.Limits, "vhost")
+			if l, err := rawLimits(dv.Limits); err != nil {
+				problem("%s: limits: %s", what, err)
+			} else if len(l) > 0 && !im.hasVHostLimits(dv.Name) {
+				// RabbitMQ reads a vhost's limits from its vhost-limits
+				// parameter only; a file with them here alone gets them.
+				d.VHostLimits = append(d.VHostLimits, broker.LimitsInfo{Owner: dv.Name, Limits: l})
 			}
 			if err := s.checkVHost(info); err != nil {
 				problem("%s: %s", what, errReason(err))
@@ -298,8 +295,8 @@ func (s *Server) importDefs(im *imported, into string) error {
 			}
 			d.Permissions = append(d.Permissions, broker.PermissionInfo(p))
 		}
-		if im.topicPerms > 0 {
-			problem("topic_permissions: %d of them: %s", im.topicPerms, noTopicPermissions)
+		for _, tp := range im.topicPerms {
+			d.TopicPermissions = append(d.TopicPermissions, broker.TopicPermissionInfo(tp))
 		}
 		for _, g := range im.globals {
 			if ignoredGlobals[g.Name] {
@@ -313,6 +310,15 @@ func (s *Server) importDefs(im *imported, into string) error {
 		}
 	}
 	for _, p := range im.parameters {
+		what := fmt.Sprintf("parameter '%s' of component '%s' in vhost '%s'", p.Name, p.Component, vhostOf(p.VHost))
+		if p.Component == vhostLimitsComponent {
+			if l, err := p.vhostLimits(); err != nil {
+				problem("%s: %s", what, err)
+			} else {
+				d.VHostLimits = append(d.VHostLimits, broker.LimitsInfo{Owner: vhostOf(p.VHost), Limits: l})
+			}
+			continue
+		}
 		if p.Component != "operator_policy" {
 			if len(p.Value) == 0 {
 				problem("parameter '%s' of component '%s' in vhost '%s': no value", p.Name, p.Component, vhostOf(p.VHost))

@@ -29,7 +29,7 @@ func (s *Server) routes() {
 	s.definitionRoutes()
 	s.nodeRoutes()
 	s.clusterRoutes()
-	s.absentRoutes()
+	s.tenancyRoutes()
 	s.uiRoutes()
 	if h := s.opts.Metrics; h != nil {
 		s.rt.add("GET /metrics", h.ServeHTTP)

@@ -15,6 +15,7 @@
 //	password.go    the hashing algorithms, HashPassword
 //	user.go        User (immutable), NewUser, StoredUser, CheckPassword, UserInfo, UserSpec
 //	permission.go  Permission (immutable), NewPermission, Access, Allows, PermissionInfo
+//	topic.go       TopicPermission (immutable), NewTopicPermission, TopicVars, TopicPermissionInfo
 //	loopback.go    IsLoopback, SourceName
 //
 // # Concurrency

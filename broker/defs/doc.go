@@ -40,6 +40,9 @@
 //	t/ <task>                       PrefixRedriveTask (the broker's redrive tasks)
 //	f/ <task> <seq: %016x>          PrefixRedriveFailure
 //	s/ <queue id: %016x>            PrefixQueueState: a queue's mutable state
+//	vl/ <vhost>                     PrefixVHostLimits: a vhost's limits
+//	ul/ <user>                      PrefixUserLimits: a user's limits
+//	tp/ <vhost> <user> <exchange>   PrefixTopicPerm: a user's topic permissions
 //	n/queue-id                      KeyQueueIDMark (no parts)
 //	n/bootstrapped                  KeyBootstrapMark (no parts)
 //
@@ -81,6 +84,9 @@
 //	          the hash as raw bytes, salt first; empty: the user has no password
 //	permission bytes(configure) bytes(write) bytes(read), the regexes' sources
 //	parameter  the value's JSON, compacted (global parameters alike)
+//	limits    uvarint(n) (bytes(name) varint(value))*n, sorted by name; the
+//	          value zigzag (RabbitMQ's -1: no limit is not stored)
+//	topic permission bytes(write) bytes(read), the regexes' sources
 //	bootstrapped (nothing): the broker's bootstrap vhosts and users were created
 //
 // The redrive task records (t/, f/) are the broker's own (its

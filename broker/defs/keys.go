@@ -28,6 +28,12 @@ const (
 	// PrefixGlobalParameter the global ones (GlobalParameter).
 	PrefixParameter       = "r/" // on-disk format; never renumber
 	PrefixGlobalParameter = "g/" // on-disk format; never renumber
+	// PrefixVHostLimits holds a vhost's limits (RabbitMQ's vhost-limits
+	// runtime parameter), PrefixUserLimits a user's, PrefixTopicPerm a
+	// user's topic permissions on an exchange of a vhost.
+	PrefixVHostLimits = "vl/" // on-disk format; never renumber
+	PrefixUserLimits  = "ul/" // on-disk format; never renumber
+	PrefixTopicPerm   = "tp/" // on-disk format; never renumber
 
 	// KeyQueueIDMark holds the highest queue id ever given to a durable
 	// queue, so ids are never reused after a restart even when that queue
@@ -53,7 +59,7 @@ const (
 // of them, so a per-vhost kind added here is deleted with its vhost
 // without more code.
 func VHostPrefixes() []string {
-	return []string{PrefixExchange, PrefixQueue, PrefixBinding, PrefixPolicy, PrefixOperatorPolicy, PrefixPerm, PrefixParameter}
+	return []string{PrefixExchange, PrefixQueue, PrefixBinding, PrefixPolicy, PrefixOperatorPolicy, PrefixPerm, PrefixParameter, PrefixVHostLimits, PrefixTopicPerm}
 }
 
 // ErrCorrupt is wrapped by every error decoding a definition record or
@@ -138,6 +144,18 @@ func UserKey(name string) string { return Key(PrefixUser, name) }
 
 // PermKey is the key of user's permissions in vhost.
 func PermKey(vhost, user string) string { return Key(PrefixPerm, vhost, user) }
+
+// VHostLimitsKey is the key of vhost's limits.
+func VHostLimitsKey(vhost string) string { return Key(PrefixVHostLimits, vhost) }
+
+// UserLimitsKey is the key of user's limits.
+func UserLimitsKey(user string) string { return Key(PrefixUserLimits, user) }
+
+// TopicPermKey is the key of user's topic permissions on exchange in
+// vhost.
+func TopicPermKey(vhost, user, exchange string) string {
+	return Key(PrefixTopicPerm, vhost, user, exchange)
+}
 
 // ExchangeKey is the key of exchange name's record in vhost.
 func ExchangeKey(vhost, name string) string { return Key(PrefixExchange, vhost, name) }

@@ -144,7 +144,8 @@ func TestVHostPrefixes(t *testing.T) {
 		}
 	}
 	// Every kind whose first part is the vhost is one of them.
-	want := map[string]bool{PrefixExchange: true, PrefixQueue: true, PrefixBinding: true, PrefixPolicy: true, PrefixOperatorPolicy: true, PrefixPerm: true, PrefixParameter: true}
+	want := map[string]bool{PrefixExchange: true, PrefixQueue: true, PrefixBinding: true, PrefixPolicy: true, PrefixOperatorPolicy: true, PrefixPerm: true, PrefixParameter: true,
+		PrefixVHostLimits: true, PrefixTopicPerm: true}
 	if len(VHostPrefixes()) != len(want) {
 		t.Fatalf("vhost prefixes %q", VHostPrefixes())
 	}

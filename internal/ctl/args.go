@@ -79,6 +79,9 @@ type options struct {
 	connDelay   time.Duration     // close_all_connections: pause between two
 	within      *int              // check_certificate_expiration: the period (nil: 4)
 	diagnostics bool              // "brokerctl diagnostics VERB": rabbitmq-diagnostics' verbs
+	// list_vhost_limits, list_user_limits (tenancy.go)
+	limitsGlobal bool
+	limitsUser   string
 }
 
 // optSpec describes one option. Verb options name the verbs that take

@@ -79,6 +79,10 @@
 //	clear_permissions [-p V] USER
 //	list_permissions [-p V]
 //	list_user_permissions USER
+//	set_vhost_limits [-p V] JSON, clear_vhost_limits [-p V], list_vhost_limits [-p V] [--global]
+//	set_user_limits USER JSON, clear_user_limits USER NAME|all, list_user_limits [--user U] [--global]
+//	set_topic_permissions [-p V] USER EXCHANGE WRITE READ, clear_topic_permissions [-p V] USER [EXCHANGE]
+//	list_topic_permissions [-p V], list_user_topic_permissions USER   (tenancy.go)
 //	export_definitions FILE|-          (with -p: that vhost's definitions only)
 //	import_definitions [FILE|-]        (stdin if omitted; with -p: into that vhost)
 //	purge_queue [-p V] QUEUE

@@ -365,9 +365,12 @@ func (b *Broker) openConnection(ac *amqp.ServerConn, user, vhost string, interna
 	}
 	u := b.users[user] // nil if deleted since its login
 	// rabbit_reader's order: the vhost's and the user's connection
-	// limits, then the access check.
-	if err := b.connectionLimitErrorLocked(v, user); err != nil {
-		return nil, err
+	// limits, then the access check. The broker's own connections (a
+	// shovel's side on this broker) are not limited, nor counted.
+	if !internal {
+		if err := b.connectionLimitErrorLocked(v, user); err != nil {
+			return nil, err
+		}
 	}
 	perm := b.perms[permKey{user: user, vhost: vhost}]
 	if internal {

@@ -307,12 +307,12 @@ func (b *Broker) connectionLimitErrorLocked(v *VHost, user string) *amqp.Error {
 	return nil
 }
 
-// countConnsLocked counts the open connections that match. Caller holds
-// b.mu.
+// countConnsLocked counts the open client connections that match (the
+// broker's own, internal, are not limited). Caller holds b.mu.
 func (b *Broker) countConnsLocked(match func(*conn) bool) int64 {
 	var n int64
 	for c := range b.conns {
-		if match(c) {
+		if !c.internal && match(c) {
 			n++
 		}
 	}
@@ -326,6 +326,9 @@ func (b *Broker) countConnsLocked(match func(*conn) bool) int64 {
 // last one.
 func (c *conn) admitChannel() *amqp.Error {
 	b := c.b
+	if c.internal {
+		return nil // the broker's own: not limited, not counted
+	}
 	b.mu.RLock()
 	limit, limited := b.userLimits[c.userName].get(LimitMaxChannels)
 	if !limited {
@@ -340,7 +343,7 @@ func (c *conn) admitChannel() *amqp.Error {
 	defer b.mu.RUnlock()
 	var n int64
 	for o := range b.conns {
-		if o.userName == c.userName {
+		if o.userName == c.userName && !o.internal {
 			n += o.nchannels.Load()
 		}
 	}

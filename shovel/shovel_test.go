@@ -246,6 +246,11 @@ func TestShovelLocalConnections(t *testing.T) {
 	sa := a.Session(t)
 	sa.Declare("src", nil)
 	sa.Publish("", "src", amqp091.Publishing{Body: []byte("m"), UserId: "guest"})
+	// The vhost's connection limit is full with the test's connection,
+	// and does not apply to the broker's own.
+	if err := a.Broker.SetVHostLimits("/", map[string]int64{"max-connections": 1}); err != nil {
+		t.Fatal(err)
+	}
 	m := manager(t, shovel.Options{Local: local(t, a)})
 	m.Start("/", "ll", def(t, map[string]any{"src-uri": "amqp://", "src-queue": "src", "dest-uri": "amqp:///", "dest-queue": "dst"}))
 	waitState(t, m, "/", "ll", shovel.StateRunning)

@@ -69,10 +69,15 @@ type checkResult struct {
 	Lost               uint64 `json:"lost"`
 	DuplicatesMarked   uint64 `json:"duplicates_redelivered"` // extra copies marked redelivered
 	DuplicatesUnmarked uint64 `json:"duplicates_unmarked"`    // extra copies not marked: a failure
-	UnconfirmedArrived uint64 `json:"unconfirmed_arrived"`
-	Strays             uint64 `json:"strays"`    // not migration messages, or numbers never published
-	Altered            uint64 `json:"altered"`   // body, headers or properties not as sent
-	Misrouted          uint64 `json:"misrouted"` // in another queue than the one published to
+	// DuplicatesUnmarkedShovelled are the unmarked extra copies of
+	// messages published to RabbitMQ: forwarded twice by a shovel (a
+	// publish brokerd stored but whose confirm the shovel never got, across
+	// a kill), as opposed to a producer's.
+	DuplicatesUnmarkedShovelled uint64 `json:"duplicates_unmarked_shovelled"`
+	UnconfirmedArrived          uint64 `json:"unconfirmed_arrived"`
+	Strays                      uint64 `json:"strays"`    // not migration messages, or numbers never published
+	Altered                     uint64 `json:"altered"`   // body, headers or properties not as sent
+	Misrouted                   uint64 `json:"misrouted"` // in another queue than the one published to
 	// ViaRabbitMQ are the unique messages published to RabbitMQ (so moved
 	// by the shovels); ViaBrokerd, those the producers published to
 	// brokerd after the switch.
@@ -142,6 +147,9 @@ func (t *tally) record(cfg checkConfig, q int, d *amqp091.Delivery) {
 		t.perQueue[m.queue].Duplicates++
 		if !marked && a.unmarked.has(m.seq) {
 			t.res.DuplicatesUnmarked++
+			if m.via == "rabbitmq" {
+				t.res.DuplicatesUnmarkedShovelled++
+			}
 		} else {
 			t.res.DuplicatesMarked++
 		}

@@ -192,8 +192,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		line, _ := json.Marshal(res)
 		fmt.Fprintln(stdout, string(line))
-		fmt.Fprintf(stderr, "migrate check: %d confirmed, %d delivered (%d unique: %d via RabbitMQ and the shovels, %d published to brokerd); lost %d, duplicates %d redelivered + %d unmarked, unconfirmed that arrived %d of %d, strays %d, altered %d, misrouted %d\n",
-			res.Confirmed, res.Deliveries, res.Unique, res.ViaRabbitMQ, res.ViaBrokerd, res.Lost, res.DuplicatesMarked, res.DuplicatesUnmarked,
+		fmt.Fprintf(stderr, "migrate check: %d confirmed, %d delivered (%d unique: %d via RabbitMQ and the shovels, %d published to brokerd); lost %d, duplicates %d redelivered + %d unmarked (%d of them shovelled), unconfirmed that arrived %d of %d, strays %d, altered %d, misrouted %d\n",
+			res.Confirmed, res.Deliveries, res.Unique, res.ViaRabbitMQ, res.ViaBrokerd, res.Lost, res.DuplicatesMarked, res.DuplicatesUnmarked, res.DuplicatesUnmarkedShovelled,
 			res.UnconfirmedArrived, res.Unconfirmed, res.Strays, res.Altered, res.Misrouted)
 		if res.failed() {
 			fmt.Fprintln(stderr, "migrate check: FAILED")

@@ -156,7 +156,7 @@ func TestCheckFindsFailures(t *testing.T) {
 		{"duplicate", func(t *testing.T, ch *amqp091.Channel) {
 			publishCopy(t, ch, "migrate-q0", false, func(*amqp091.Publishing) {})
 		}, "", 1, func(r checkResult) bool {
-			return r.DuplicatesUnmarked == 1 && r.Queues[0].Duplicates == 1 && r.Unique == 400
+			return r.DuplicatesUnmarked == 1 && r.DuplicatesUnmarkedShovelled == 1 && r.Queues[0].Duplicates == 1 && r.Unique == 400
 		}},
 		{"duplicate marked by a header", func(t *testing.T, ch *amqp091.Channel) {
 			publishCopy(t, ch, "migrate-q0", false, func(p *amqp091.Publishing) { p.Headers["x-test-redelivered"] = true })

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,6 +97,27 @@ type checkResult struct {
 
 func (r *checkResult) failed() bool {
 	return r.Lost > 0 || r.DuplicatesUnmarked > 0 || r.Strays > 0 || r.Altered > 0 || r.Misrouted > 0
+}
+
+// why says what failed.
+func (r *checkResult) why() string {
+	var w []string
+	if r.Lost > 0 {
+		w = append(w, fmt.Sprintf("%d confirmed messages lost (e.g. %s)", r.Lost, strings.Join(r.LostExamples, ", ")))
+	}
+	if r.DuplicatesUnmarked > 0 {
+		w = append(w, fmt.Sprintf("%d extra copies not marked redelivered, %d of them of messages the shovels moved", r.DuplicatesUnmarked, r.DuplicatesUnmarkedShovelled))
+	}
+	if r.Altered > 0 {
+		w = append(w, fmt.Sprintf("%d altered (%s)", r.Altered, strings.Join(r.AlteredExamples, "; ")))
+	}
+	if r.Misrouted > 0 {
+		w = append(w, fmt.Sprintf("%d in another queue than the one published to", r.Misrouted))
+	}
+	if r.Strays > 0 {
+		w = append(w, fmt.Sprintf("%d strays (not published by this run)", r.Strays))
+	}
+	return strings.Join(w, "; ")
 }
 
 // tally is the deliveries so far, shared by the queues' consumers.

@@ -196,7 +196,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			res.Confirmed, res.Deliveries, res.Unique, res.ViaRabbitMQ, res.ViaBrokerd, res.Lost, res.DuplicatesMarked, res.DuplicatesUnmarked, res.DuplicatesUnmarkedShovelled,
 			res.UnconfirmedArrived, res.Unconfirmed, res.Strays, res.Altered, res.Misrouted)
 		if res.failed() {
-			fmt.Fprintln(stderr, "migrate check: FAILED")
+			fmt.Fprintf(stderr, "migrate check: FAILED: %s\n", res.why())
 			return 1
 		}
 		return 0

@@ -33,6 +33,8 @@
 #   N=50000 RATE=500 bench/migrate.sh         # smaller
 #
 # Knobs: N, RATE, MIGRATE_KILL, SWITCH_S (default 30), SIZE (256),
+# MARKER_HEADER (a header by which the shovel marks a copy it forwards
+# again, taken by the check as the redelivered flag; none by default),
 # PORT (5680), MGMT_PORT (15680), RABBIT_DIR (the node's directory,
 # default /tmp/migrate-rabbit, emptied first), LIMIT_S (3600: give up
 # waiting for any step after this long). Needs root (the RabbitMQ node
@@ -191,4 +193,4 @@ producers_down
 cat "$tmp/produce.log" | grep -v '^migrate: produce' >&2 || true
 brokerctl list_queues name messages >&2
 uptime >&2
-mig check -url "$url" -moved-from "$t0" -shovels-from "$t_shovels" -drained-at "$t_drained" -moved-at "$t_moved"
+mig check -url "$url" -marker-header "${MARKER_HEADER:-}" -moved-from "$t0" -shovels-from "$t_shovels" -drained-at "$t_drained" -moved-at "$t_moved"

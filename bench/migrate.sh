@@ -145,14 +145,17 @@ for i in $(seq 0 $((nq - 1))); do
 done
 event shovels-created
 
-switched=0 killed=0 last=0 t_drained=
+switched=0 killed=0 last=0 lastb=- t_drained=
 while :; do
   now=$(now_ms)
   (( now - t0 > limit_s * 1000 )) && { event gave-up; exit 1; }
   r=$(depth $rabbit)
   if (( now - last >= 5000 )); then
-    last=$now
-    echo "migrate.sh: $(( (now - t0) / 1000 ))s  RabbitMQ ready $r  brokerd ready $(depth $url)  shovels $(shovel_states)  producers on $([ $switched = 1 ] && echo brokerd || echo RabbitMQ)" >&2
+    b=$(depth $url) rateb=-
+    # brokerd's growth: the shovels' rate, plus the producers' once switched.
+    [ "$b" != - ] && [ "${lastb:--}" != - ] && rateb=$(( (b - lastb) * 1000 / (now - last) ))
+    last=$now lastb=$b
+    echo "migrate.sh: $(( (now - t0) / 1000 ))s  RabbitMQ ready $r  brokerd ready $b (+$rateb/s)  shovels $(shovel_states)  producers on $([ $switched = 1 ] && echo brokerd || echo RabbitMQ)" >&2
   fi
   if [ "$r" = - ]; then sleep 1; continue; fi
   if [ $switched = 0 ] && { (( r <= n * 3 / 4 )) || (( now - t_shovels >= switch_s * 1000 )); }; then

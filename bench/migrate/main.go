@@ -4,7 +4,7 @@
 // by shovels, the producers switched over midway. Its commands:
 //
 //	migrate fill    -url RABBIT -n 1000000 -state S   # declare the queues (durable), publish the backlog
-//	migrate produce -url RABBIT -rate 2000 -via rabbitmq -state S   # until SIGTERM
+//	migrate produce -url RABBIT -rate 2000 -via rabbitmq -state S   # until SIGTERM (or -duration, -max)
 //	migrate produce -url BROKERD -rate 2000 -via brokerd -state S   # continues the numbering
 //	migrate depth   -url URL                           # ready messages: total, then per queue
 //	migrate check   -url BROKERD -state S              # consume everything, verify, print the figures
@@ -66,6 +66,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	rate := fs.Float64("rate", 2000, "produce: msgs/s over all queues")
 	via := fs.String("via", "", "produce: rabbitmq or brokerd, the broker behind -url (its messages' x-migrate-via)")
 	duration := fs.Duration("duration", 0, "produce: stop after this long (0 = at SIGTERM or SIGINT)")
+	most := fs.Uint64("max", 0, "produce: stop once this many messages per queue are published and settled (0 = no limit)")
 	drain := fs.Duration("drain", 10*time.Second, "produce: at the stop, wait this long at most for the confirms out")
 	prefetch := fs.Int("prefetch", 2000, "check: consumer prefetch")
 	timeout := fs.Duration("timeout", 30*time.Minute, "check: give up consuming after this long")
@@ -129,7 +130,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			if *via != "rabbitmq" && *via != "brokerd" {
 				return fail(errors.New("-via must be rabbitmq or brokerd"))
 			}
-			cfg.rate = *rate
+			cfg.rate, cfg.count = *rate, *most
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
 			defer signal.Stop(sig)

@@ -26,7 +26,13 @@
 # PID) once the shovels have taken half of the backlog (RabbitMQ's queues
 # below N/2, after the switch), and started again on the same data
 # directory: the shovels resume on their own (stored parameters), the
-# producers reconnect.
+# producers reconnect. The shovels run inside brokerd, so the kill takes
+# their confirmed but not yet acknowledged messages with it: RabbitMQ
+# delivers those again (redelivered) and brokerd gets a second copy, up
+# to src-prefetch-count (1000) per shovel, not marked in brokerd (nor by
+# RabbitMQ's shovel). check counts them as duplicates_unmarked_shovelled
+# and fails on them unless MARKER_HEADER names a header the shovel sets
+# on what it forwards again.
 #
 #   bench/migrate.sh                          # 1M messages, 2k msgs/s
 #   MIGRATE_KILL=1 bench/migrate.sh           # the same with a kill -9 of brokerd midway

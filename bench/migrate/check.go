@@ -26,7 +26,7 @@ type checkConfig struct {
 	queues   []string
 	prefetch int
 	timeout  time.Duration // for the whole consume
-	log      io.Writer
+	log      io.Writer     // every queue's consumer writes to it: safe for concurrent use
 	// markerHeader, if set, is a header that marks a copy as redelivered
 	// besides the delivery's redelivered flag (a shovel that carries the
 	// source's redelivered flag forward in a header).

@@ -38,6 +38,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,6 +50,8 @@ func main() {
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
+	// Publishers, consumers and the progress reporter write to it at once.
+	stderr = &lockedWriter{w: stderr}
 	if len(args) == 0 || !strings.Contains(" fill produce depth check ", " "+args[0]+" ") {
 		fmt.Fprintln(stderr, "usage: migrate fill|produce|depth|check [flags] (-h for a command's flags)")
 		return 2
@@ -248,4 +251,16 @@ func progress(w io.Writer, what string, c *counters) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-done }
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -24,7 +24,7 @@ type pubConfig struct {
 	// drain bounds the wait for the confirms still out once the run is
 	// stopped; the rest count as unconfirmed.
 	drain time.Duration
-	log   io.Writer
+	log   io.Writer // every publisher writes to it: safe for concurrent use
 	// declare declares the queues (durable) before publishing: fill does,
 	// produce does not (the queues are the ones being migrated).
 	declare bool

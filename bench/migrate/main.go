@@ -199,6 +199,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "migrate check: %d confirmed, %d delivered (%d unique: %d via RabbitMQ and the shovels, %d published to brokerd); lost %d, duplicates %d redelivered + %d unmarked (%d of them shovelled), unconfirmed that arrived %d of %d, strays %d, altered %d, misrouted %d\n",
 			res.Confirmed, res.Deliveries, res.Unique, res.ViaRabbitMQ, res.ViaBrokerd, res.Lost, res.DuplicatesMarked, res.DuplicatesUnmarked, res.DuplicatesUnmarkedShovelled,
 			res.UnconfirmedArrived, res.Unconfirmed, res.Strays, res.Altered, res.Misrouted)
+		if res.MoveS > 0 {
+			fmt.Fprintf(stderr, "migrate check: the move took %.1f s; the shovels emptied RabbitMQ in %.1f s, %d messages at %.0f msgs/s\n",
+				res.MoveS, res.ShovelS, res.ViaRabbitMQ, res.ShovelMsgsPerS)
+		}
 		if res.failed() {
 			fmt.Fprintf(stderr, "migrate check: FAILED: %s\n", res.why())
 			return 1

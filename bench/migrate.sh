@@ -29,10 +29,11 @@
 # producers reconnect. The shovels run inside brokerd, so the kill takes
 # their confirmed but not yet acknowledged messages with it: RabbitMQ
 # delivers those again (redelivered) and brokerd gets a second copy, up
-# to src-prefetch-count (1000) per shovel, not marked in brokerd (nor by
-# RabbitMQ's shovel). check counts them as duplicates_unmarked_shovelled
-# and fails on them unless MARKER_HEADER names a header the shovel sets
-# on what it forwards again.
+# to src-prefetch-count (1000) per shovel, which brokerd delivers flagged
+# redelivered (the shovel marks what its source redelivered; RabbitMQ's
+# shovel does not). check fails on any unmarked duplicate
+# (duplicates_unmarked_shovelled counts those that came through the
+# shovels).
 #
 #   bench/migrate.sh                          # 1M messages, 2k msgs/s
 #   MIGRATE_KILL=1 bench/migrate.sh           # the same with a kill -9 of brokerd midway

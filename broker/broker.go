@@ -96,6 +96,12 @@ type Options struct {
 	// ConsumerTimeoutCheck is how often deliveries are checked against
 	// their timeout. Default 1s.
 	ConsumerTimeoutCheck time.Duration
+	// DenyTransientNonExclQueues refuses to declare a queue that is
+	// neither durable nor exclusive, as RabbitMQ 4.3 does by default
+	// (its deprecated feature transient_nonexcl_queues, denied): 541
+	// INTERNAL_ERROR, which closes the connection. Default false:
+	// declared, as before.
+	DenyTransientNonExclQueues bool
 	// RecoveryProgress, if set, is called by Open as it restores the
 	// stored entries of the durable queues: with the queues done and
 	// their number, before the first and after each. It runs on the

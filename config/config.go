@@ -23,6 +23,9 @@ type Config struct {
 	Users   []User  `toml:"users"`
 	Vhosts  []Vhost `toml:"vhosts"`
 
+	// DeprecatedFeatures is the [deprecated_features] table.
+	DeprecatedFeatures DeprecatedFeatures `toml:"deprecated_features"`
+
 	// src records where values were loaded from; nil for Default.
 	src *origin
 }
@@ -104,6 +107,22 @@ func (m Mgmt) HostNames() []string {
 		}
 	}
 	return names
+}
+
+// DeprecatedFeatures is the [deprecated_features] table: behaviours
+// RabbitMQ 4.x deprecates, permitted or denied as its
+// deprecated_features.permit.NAME settings do.
+type DeprecatedFeatures struct {
+	Permit DeprecatedPermit `toml:"permit"`
+}
+
+// DeprecatedPermit is the [deprecated_features.permit] table.
+type DeprecatedPermit struct {
+	// TransientNonexclQueues permits declaring a queue that is neither
+	// durable nor exclusive; false refuses it (541 INTERNAL_ERROR), as
+	// RabbitMQ 4.3 does by default. Default true: brokerd's behaviour
+	// before, and RabbitMQ's up to 4.2.
+	TransientNonexclQueues bool `toml:"transient_nonexcl_queues"`
 }
 
 // Daemon is the [daemon] table: the process's life cycle.
@@ -306,6 +325,9 @@ func Default() Config {
 			SSLCertLoginSANType: "dns",
 		},
 		Daemon: Daemon{ShutdownTimeout: Duration(30 * time.Second)},
+		DeprecatedFeatures: DeprecatedFeatures{Permit: DeprecatedPermit{
+			TransientNonexclQueues: true,
+		}},
 		Cluster: Cluster{
 			Peers:          []string{},
 			Name:           "brokerd",

@@ -164,6 +164,12 @@
 //	log.level                "info"          debug, info, warn or error.
 //	log.format               "text"          text or json.
 //
+// [deprecated_features.permit] — what RabbitMQ 4.x deprecates, permitted
+// (true) or refused (false), as RabbitMQ's deprecated_features.permit.NAME.
+//
+//	deprecated_features.permit.transient_nonexcl_queues true  A queue neither durable nor
+//	                                         exclusive; false refuses it (541), as RabbitMQ 4.3.
+//
 // [daemon] — the process's life cycle.
 //
 //	daemon.shutdown_timeout  "30s"           Bound on a graceful shutdown (SIGTERM), 1s..1h; past it,

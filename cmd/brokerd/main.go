@@ -370,6 +370,8 @@ func brokerOptions(cfg config.Config, st store.Store, log *slog.Logger, progress
 		ConsumerTimeout:    consumerTimeout(cfg.AMQP.ConsumerTimeout),
 		RecoveryProgress:   progress,
 		LoginLimit:         loginlimit.New(loginLimit(cfg.Auth)),
+
+		DenyTransientNonExclQueues: !cfg.DeprecatedFeatures.Permit.TransientNonexclQueues,
 	}
 }
 

@@ -43,6 +43,13 @@ type AMQP struct {
 	// for longer (RabbitMQ's consumer_timeout); queues may set their own.
 	// 0 disables it.
 	ConsumerTimeout Duration `toml:"consumer_timeout"`
+	// ConsumerTimeoutCancel, for a client that announced the
+	// consumer_cancel_notify capability, cancels only the consumer whose
+	// delivery timed out (basic.cancel) and returns its overdue
+	// deliveries, instead of closing the channel: RabbitMQ 4.3's
+	// behaviour (for quorum queues). Default false: the channel is
+	// closed, as RabbitMQ up to 4.2.
+	ConsumerTimeoutCancel bool `toml:"consumer_timeout_cancel"`
 	// UnfinishedContentLimit bounds the message body bytes being received
 	// at once, over every connection: a body reserves its size when its
 	// content header arrives, and a connection whose body does not fit

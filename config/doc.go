@@ -61,6 +61,9 @@
 //	                                         406 PRECONDITION_FAILED and is requeued (RabbitMQ's
 //	                                         consumer_timeout); queues set their own with
 //	                                         x-consumer-timeout or policy consumer-timeout. "0s": off.
+//	amqp.consumer_timeout_cancel false       true: cancel only the consumer (basic.cancel) for a
+//	                                         client with consumer_cancel_notify, returning its
+//	                                         overdue deliveries, as RabbitMQ 4.3.
 //	amqp.unfinished_content_limit 256MiB     Message body bytes being received at once, over every
 //	                                         connection, 64KiB..1024GiB: a content header reserves
 //	                                         its body's size; a connection whose body does not fit

@@ -372,6 +372,7 @@ func brokerOptions(cfg config.Config, st store.Store, log *slog.Logger, progress
 		LoginLimit:         loginlimit.New(loginLimit(cfg.Auth)),
 
 		DenyTransientNonExclQueues: !cfg.DeprecatedFeatures.Permit.TransientNonexclQueues,
+		ConsumerTimeoutCancel:      cfg.AMQP.ConsumerTimeoutCancel,
 	}
 }
 

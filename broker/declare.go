@@ -359,7 +359,7 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := queue.ValidateDeclare(v.Name, name, m); err != nil {
 		return err
 	}
-	if !m.Durable && !m.Exclusive && c.b.opts.DenyTransientNonExclQueues {
+	if !m.Durable && !m.Exclusive && c.b.opts.DenyTransientNonExclQueues && !c.permitTransient {
 		// After the arguments' validation, as rabbit_amqqueue:declare
 		// checks it; a queue that exists is declared as before.
 		return errTransientNonExcl()

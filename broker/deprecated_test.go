@@ -8,6 +8,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
@@ -66,6 +67,26 @@ func TestQueueDenyTransientNonExclusive(t *testing.T) {
 			}
 		}
 	}
+	// A Direct that permits them (the management API's aliveness test)
+	// declares one; another is refused.
+	d, err := b.Broker.OpenDirect("guest", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, aerr := d.Do(&amqp.QueueDeclare{Queue: "refused"}); aerr == nil || aerr.Code != amqp.InternalError {
+		t.Fatalf("transient non-exclusive queue over a Direct: %v; want 541", aerr)
+	}
+	d2, err := b.Broker.OpenDirect("guest", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	d2.PermitTransientQueues()
+	if _, aerr := d2.Do(&amqp.QueueDeclare{Queue: "aliveness-test"}); aerr != nil {
+		t.Fatalf("declare over a permitting Direct: %v", aerr)
+	}
+
 	// The default: declared.
 	b2 := brokertest.Start(t, brokertest.Config{})
 	_, ch2 := b2.Channel(t)

@@ -14,10 +14,10 @@ import (
 // Options.ConsumerTimeoutCancel, as RabbitMQ 4.3 for quorum queues, a
 // client that announced consumer_cancel_notify has only the consumer
 // cancelled instead (basic.cancel) and only the overdue deliveries
-// returned (cancelTimedOut). The timeout of
-// a queue is the smaller of its x-consumer-timeout argument and its
-// policy's consumer-timeout (ms), else the broker's (Options.ConsumerTimeout,
-// 30 minutes by default). basic.get deliveries count too.
+// returned (cancelTimedOut). The timeout of a queue is the smaller of its
+// x-consumer-timeout argument and its policy's consumer-timeout (ms), else
+// the broker's (Options.ConsumerTimeout, 30 minutes by default). basic.get
+// deliveries count too.
 //
 // Every ConsumerTimeoutCheck (1 s) each channel's unacknowledged
 // deliveries are looked at oldest first, stopping at the first one younger

@@ -72,7 +72,8 @@ type TLS struct {
 	// client that presents no certificate (RabbitMQ's
 	// ssl_options.fail_if_no_peer_cert); false lets it connect (and log
 	// in by password), while a certificate presented must still verify.
-	// Default true.
+	// Default true (Default and Load set it; a TLS built in code that
+	// verifies peers must set it too, or certificates become optional).
 	FailIfNoPeerCert bool `toml:"fail_if_no_peer_cert"`
 }
 

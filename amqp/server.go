@@ -27,6 +27,16 @@ type Handler interface {
 	OpenConnection(c *ServerConn, user, vhost string) (Session, *Error)
 }
 
+// ExternalAuthenticator is an optional interface of a Handler: without it
+// the server refuses every SASL EXTERNAL login.
+type ExternalAuthenticator interface {
+	// AuthenticateExternal checks a login by TLS client certificate
+	// (SASL EXTERNAL) as user, the name ServerConfig.CertLogin took
+	// from the verified certificate: no password is checked. A non-nil
+	// error refuses it, as Authenticate's does.
+	AuthenticateExternal(user string, remote net.Addr) error
+}
+
 // Session is the broker's side of one open connection. Its methods are
 // called from the connection's goroutines, never concurrently with Closed.
 type Session interface {
@@ -157,6 +167,14 @@ type ServerConfig struct {
 	CloseLinger time.Duration
 	// Product and Version appear in the server properties.
 	Product, Version string
+	// Mechanisms are the SASL mechanisms clients may log in with, in the
+	// order connection.start offers them (RabbitMQ's auth_mechanisms):
+	// MechanismPLAIN, MechanismAMQPLAIN, MechanismEXTERNAL. EXTERNAL is
+	// offered on TLS connections only. Default PLAIN and AMQPLAIN.
+	Mechanisms []string
+	// CertLogin says which name of a client's certificate EXTERNAL logs
+	// it in as.
+	CertLogin CertLogin
 }
 
 func (c *ServerConfig) setDefaults() {
@@ -192,6 +210,9 @@ func (c *ServerConfig) setDefaults() {
 	}
 	if c.Product == "" {
 		c.Product = "brokerd"
+	}
+	if len(c.Mechanisms) == 0 {
+		c.Mechanisms = []string{MechanismPLAIN, MechanismAMQPLAIN}
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -337,7 +339,7 @@ func (c *ServerConn) handshake() error {
 		VersionMajor:     0,
 		VersionMinor:     9,
 		ServerProperties: c.serverProperties(),
-		Mechanisms:       "PLAIN AMQPLAIN",
+		Mechanisms:       strings.Join(c.offered(), " "),
 		Locales:          "en_US",
 	})
 	m, err := c.expect(0, "connection.start-ok")
@@ -412,11 +414,32 @@ func (c *ServerConn) handshake() error {
 func (c *ServerConn) login(so *ConnectionStartOk) error {
 	cfg := &c.srv.cfg
 	refuseAt := time.Now().Add(cfg.LoginFailureDelay)
-	user, pass, refusal := parseLogin(so.Mechanism, []byte(so.Response))
+	var user string
 	var reason error
-	if refusal != nil {
+	refusal := c.checkMechanism(so.Mechanism)
+	switch {
+	case refusal != nil:
 		reason = refusal
-	} else if reason = cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr()); reason == nil {
+	case so.Mechanism == MechanismEXTERNAL:
+		// The response is not read: the certificate is the credential,
+		// as in rabbit_auth_mechanism_ssl.
+		user, reason = c.certUser()
+		if reason == nil {
+			reason = errors.New("the broker takes no certificate logins")
+			if ea, ok := cfg.Handler.(ExternalAuthenticator); ok {
+				reason = ea.AuthenticateExternal(user, c.nc.RemoteAddr())
+			}
+		}
+	default:
+		var pass string
+		user, pass, refusal = parseLogin(so.Mechanism, []byte(so.Response))
+		if refusal != nil {
+			reason = refusal
+		} else {
+			reason = cfg.Handler.Authenticate(user, pass, c.nc.RemoteAddr())
+		}
+	}
+	if reason == nil {
 		c.user, c.mechanism = user, so.Mechanism
 		return nil
 	}
@@ -437,6 +460,54 @@ func (c *ServerConn) login(so *ConnectionStartOk) error {
 		return c.fatal(Errorf(AccessRefused, "Login was refused using authentication mechanism %s. For details see the broker logfile.", so.Mechanism))
 	}
 	return fmt.Errorf("login refused for user %q: %w", user, reason)
+}
+
+// offered returns the mechanisms connection.start offers this
+// connection: the configured ones, EXTERNAL only over TLS (as
+// rabbit_auth_mechanism_ssl:should_offer; a TLS client without a
+// certificate is offered it, and refused with a reason that says so).
+func (c *ServerConn) offered() []string {
+	_, isTLS := c.nc.(*tls.Conn)
+	out := make([]string, 0, len(c.srv.cfg.Mechanisms))
+	for _, m := range c.srv.cfg.Mechanisms {
+		if m != MechanismEXTERNAL || isTLS {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// checkMechanism refuses a start-ok's mechanism when it was not offered,
+// with rabbit_reader's codes and texts: a mechanism brokerd has but did
+// not offer is invalid; EXTERNAL, when not configured (RabbitMQ without
+// its plugin), and any other is unknown.
+func (c *ServerConn) checkMechanism(m string) *Error {
+	if slices.Contains(c.offered(), m) {
+		return nil
+	}
+	if m == MechanismPLAIN || m == MechanismAMQPLAIN || (m == MechanismEXTERNAL && slices.Contains(c.srv.cfg.Mechanisms, m)) {
+		return Errorf(CommandInvalid, "invalid authentication mechanism '%s'", m)
+	}
+	return Errorf(CommandInvalid, "unknown authentication mechanism '%s'", m)
+}
+
+// certUser returns the user name of the client's TLS certificate, or why
+// there is none, in rabbit_auth_mechanism_ssl's words.
+func (c *ServerConn) certUser() (string, error) {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return "", errors.New("not a TLS-enabled connection")
+	}
+	st := tc.ConnectionState()
+	if len(st.PeerCertificates) == 0 {
+		return "", errors.New("connection peer presented no TLS (x.509) certificate")
+	}
+	if len(st.VerifiedChains) == 0 {
+		// The listener does not verify client certificates: a name in
+		// one could be anyone's.
+		return "", errors.New("TLS configuration is unsafe: client certificates are not verified")
+	}
+	return c.srv.cfg.CertLogin.UserName(st.PeerCertificates[0])
 }
 
 // expect reads the next frame, which must be the named method on channel

@@ -97,6 +97,20 @@ type Options struct {
 	// ConsumerTimeoutCheck is how often deliveries are checked against
 	// their timeout. Default 1s.
 	ConsumerTimeoutCheck time.Duration
+	// ConsumerTimeoutCancel makes a consumer timeout cancel only the
+	// consumer (basic.cancel) whose delivery timed out, returning its
+	// overdue deliveries, when its client announced
+	// consumer_cancel_notify, as RabbitMQ 4.3 does for quorum queues;
+	// other clients, basic.get deliveries and consumers the client
+	// cancelled itself still have the channel closed. Default false: the
+	// channel is closed (406), as RabbitMQ up to 4.2.
+	ConsumerTimeoutCancel bool
+	// DenyTransientNonExclQueues refuses to declare a queue that is
+	// neither durable nor exclusive, as RabbitMQ 4.3 does by default
+	// (its deprecated feature transient_nonexcl_queues, denied): 541
+	// INTERNAL_ERROR, which closes the connection. Default false:
+	// declared, as before.
+	DenyTransientNonExclQueues bool
 	// RecoveryProgress, if set, is called by Open as it restores the
 	// stored entries of the durable queues: with the queues done and
 	// their number, before the first and after each. It runs on the

@@ -73,6 +73,13 @@ type channel struct {
 	replyTo   string // direct reply-to address of this channel, "" if not consuming
 	replyTag  string // consumer tag of the direct reply-to consumer
 	lastQueue string // the queue last declared on this channel (for empty names)
+
+	// reclaimed are the tags of deliveries returned to their queues for a
+	// consumer timeout (cancelTimedOut): a late ack, nack or reject of
+	// one is ignored, not an unknown tag. timedOutCons are the consumers
+	// cancelled for one, whose later overdue deliveries return too.
+	reclaimed    map[uint64]struct{}
+	timedOutCons map[*queue.Consumer]bool
 }
 
 type txAck struct {
@@ -163,8 +170,17 @@ func (ch *channel) takeUnackedLocked(tag uint64, multiple bool, dst []*delivery)
 				}
 			}
 			if end == 0 {
-				return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+				if _, ok := ch.reclaimed[tag]; !ok {
+					return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
+				}
+				// Returned for a consumer timeout: what is below it.
+				for end < len(live) && (live[end] == nil || live[end].tag < tag) {
+					end++
+				}
 			}
+			ch.forgetReclaimedLocked(tag)
+		} else {
+			clear(ch.reclaimed)
 		}
 		for i, d := range live[:end] {
 			if d != nil {
@@ -179,6 +195,10 @@ func (ch *channel) takeUnackedLocked(tag uint64, multiple bool, dst []*delivery)
 			i++
 		}
 		if i == len(live) || live[i].tag != tag {
+			if _, ok := ch.reclaimed[tag]; ok {
+				delete(ch.reclaimed, tag) // returned for a consumer timeout
+				return dst, nil
+			}
 			return nil, amqp.Errorf(amqp.PreconditionFailed, "unknown delivery tag %d", tag)
 		}
 		out = append(out, live[i])
@@ -192,6 +212,16 @@ func (ch *channel) takeUnackedLocked(tag uint64, multiple bool, dst []*delivery)
 		}
 	}
 	return out, nil
+}
+
+// forgetReclaimedLocked drops the reclaimed tags up to tag, which an
+// ack, nack or reject with multiple has settled.
+func (ch *channel) forgetReclaimedLocked(tag uint64) {
+	for t := range ch.reclaimed {
+		if t <= tag {
+			delete(ch.reclaimed, t)
+		}
+	}
 }
 
 // compactLocked drops settled slots at the head and, when the slice is

@@ -61,6 +61,12 @@ type conn struct {
 	// lists the channels with acks put off; reader goroutine only.
 	bursts    bool
 	unsettled []*channel
+
+	// permitTransient: the connection, a Direct, may declare queues
+	// neither durable nor exclusive whatever
+	// Options.DenyTransientNonExclQueues says (Direct.PermitTransientQueues).
+	// Set before its first method.
+	permitTransient bool
 }
 
 // EndBurst implements amqp.BurstEnder: the acks, nacks and rejects the

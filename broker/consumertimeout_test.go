@@ -11,6 +11,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/broker"
 	"github.com/brokerd/brokerd/broker/brokertest"
 )
@@ -153,4 +154,141 @@ func TestConsumerTimeoutValidation(t *testing.T) {
 	if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "-5 is not a valid consumer timeout") {
 		t.Fatalf("policy with consumer-timeout -5: %v", err)
 	}
+}
+
+// With Options.ConsumerTimeoutCancel, as RabbitMQ 4.3: a delivery past the
+// timeout, to a client that announced consumer_cancel_notify (amqp091-go
+// does), cancels its consumer alone (basic.cancel) and goes back to the
+// queue redelivered; the channel, its other consumers and the consumer's
+// deliveries not yet overdue stay, those returning in turn when overdue,
+// without a second cancel; a late ack of a returned delivery is ignored.
+func TestConsumerTimeoutCancelsConsumer(t *testing.T) {
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk, Broker: broker.Options{
+		ConsumerTimeout: time.Minute, ConsumerTimeoutCheck: time.Hour, ConsumerTimeoutCancel: true,
+	}})
+	ch := b.Session(t)
+	ch.Declare("work", nil)
+	ch.Declare("other", nil)
+	cconn := b.Dial(t)
+	cch := brokertest.NewSession(t, cconn, brokertest.NoConfirm)
+	closed := cch.NotifyClose(make(chan *amqp091.Error, 1))
+	cancels := cch.NotifyCancel(make(chan string, 2))
+	slow := dvConsume(t, cch, "work", "slow", false, nil)
+	fine := dvConsume(t, cch, "other", "fine", false, nil)
+
+	ch.PublishBodies("work", "a")
+	a := dvRecv(t, slow)
+	clk.Advance(40 * time.Second)
+	ch.PublishBodies("work", "b")
+	bd := dvRecv(t, slow)
+	clk.Advance(21 * time.Second) // a is 61 s old, b 21 s
+	ctCheck(b)
+	select {
+	case tag := <-cancels:
+		if tag != "slow" {
+			t.Fatalf("basic.cancel for %q, want slow", tag)
+		}
+	case <-time.After(brokertest.Wait):
+		t.Fatal("no basic.cancel")
+	}
+	select {
+	case d, ok := <-slow:
+		if ok {
+			t.Fatalf("delivery %q after the cancel", d.Body)
+		}
+	case <-time.After(brokertest.Wait):
+		t.Fatal("the cancelled consumer's deliveries go on")
+	}
+	ctWantOpen(t, cch.Channel, "work")
+	tlEventuallyReady(t, b, "work", 1) // a; b is still the client's
+	if st, _ := b.Broker.QueueStats("/", "work"); st.Consumers != 0 || st.Unacked != 1 {
+		t.Fatalf("work: %d consumers, %d unacked; want 0, 1", st.Consumers, st.Unacked)
+	}
+	// The late ack of a is ignored; the channel goes on.
+	if err := a.Ack(false); err != nil {
+		t.Fatal(err)
+	}
+	ctWantOpen(t, cch.Channel, "work")
+	// The other consumer on the channel still gets its deliveries.
+	ch.PublishBodies("other", "x")
+	if x := dvRecv(t, fine); string(x.Body) != "x" {
+		t.Fatalf("other consumer got %q", x.Body)
+	}
+	// b, once overdue too, returns without another cancel.
+	clk.Advance(time.Minute)
+	ctCheck(b)
+	tlEventuallyReady(t, b, "work", 2)
+	ctWantOpen(t, cch.Channel, "work")
+	select {
+	case tag := <-cancels:
+		t.Fatalf("a second basic.cancel, for %q", tag)
+	case e := <-closed:
+		t.Fatalf("channel closed: %v", e)
+	default:
+	}
+	if err := bd.Ack(false); err != nil { // ignored too
+		t.Fatal(err)
+	}
+	ctWantOpen(t, cch.Channel, "work")
+	for _, want := range []string{"a", "b"} {
+		d := ch.Get("work")
+		if string(d.Body) != want || !d.Redelivered {
+			t.Fatalf("got %q redelivered %v, want %q redelivered", d.Body, d.Redelivered, want)
+		}
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An unknown tag is still one.
+	if err := cch.Ack(999, false); err != nil {
+		t.Fatal(err)
+	}
+	e := prAwaitClose(t, closed, "channel")
+	if e.Code != amqp091.PreconditionFailed || e.Reason != "PRECONDITION_FAILED - unknown delivery tag 999" {
+		t.Fatalf("ack of tag 999: %d %q", e.Code, e.Reason)
+	}
+}
+
+// Even with Options.ConsumerTimeoutCancel, the channel is closed as before
+// (406) for a client that did not announce consumer_cancel_notify, and for
+// a basic.get delivery, which has no consumer to cancel.
+func TestConsumerTimeoutCancelFallsBackToClose(t *testing.T) {
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk, Broker: broker.Options{
+		ConsumerTimeout: time.Minute, ConsumerTimeoutCheck: time.Hour, ConsumerTimeoutCancel: true,
+	}})
+	ch := b.Session(t)
+	ch.Declare("work", nil)
+	ch.PublishBodies("work", "a", "b")
+
+	r := dialRaw(t, b.Addr)
+	r.handshake(rawOpts{}) // no capabilities
+	r.openChannel(1)
+	r.send(1, &amqp.BasicQos{PrefetchCount: 1}) // b is left for the get
+	rawExpect[*amqp.BasicQosOk](r, 1)
+	r.send(1, &amqp.BasicConsume{Queue: "work", ConsumerTag: "raw"})
+	rawExpect[*amqp.BasicConsumeOk](r, 1)
+	rawExpect[*amqp.BasicDeliver](r, 1)
+	r.frame() // its header
+	r.frame() // and body
+
+	gconn := b.Dial(t)
+	gch, err := gconn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gclosed := gch.NotifyClose(make(chan *amqp091.Error, 1))
+	if _, ok, err := gch.Get("work", false); !ok || err != nil {
+		t.Fatalf("get: %v %v", ok, err)
+	}
+
+	clk.Advance(61 * time.Second)
+	ctCheck(b)
+	cl := rawExpect[*amqp.ChannelClose](r, 1)
+	if want := "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: 60000 ms. This timeout value can be configured, see consumers doc guide to learn more"; cl.ReplyCode != 406 || cl.ReplyText != want {
+		t.Fatalf("channel.close %d %q; want 406 %q", cl.ReplyCode, cl.ReplyText, want)
+	}
+	ctWantTimedOut(t, gclosed, 60000)
+	tlEventuallyReady(t, b, "work", 2)
 }

@@ -370,6 +370,11 @@ func (ch *channel) queueDeclare(m *amqp.QueueDeclare) *amqp.Error {
 	if err := queue.ValidateDeclare(v.Name, name, m); err != nil {
 		return err
 	}
+	if !m.Durable && !m.Exclusive && c.b.opts.DenyTransientNonExclQueues && !c.permitTransient {
+		// After the arguments' validation, as rabbit_amqqueue:declare
+		// checks it; a queue that exists is declared as before.
+		return errTransientNonExcl()
+	}
 	id := c.b.newQueueID()
 	if m.Durable && !m.Exclusive {
 		id = c.b.newDurableQueueID()
@@ -573,4 +578,23 @@ func (ch *channel) cancelConsumers(cs []*queue.Consumer) {
 	for _, c := range cs {
 		ch.ServerCancel(c)
 	}
+}
+
+// transientNonExclDenied is RabbitMQ 4.3's text for a deprecated feature
+// denied by default (rabbit_deprecated_features, denied_by_default's
+// when_denied), for transient_nonexcl_queues.
+const transientNonExclDenied = "Feature `transient_nonexcl_queues` is deprecated.\n" +
+	"By default, this feature is not permitted anymore.\n" +
+	"The feature will be removed from a future major RabbitMQ version, regardless of the configuration; actual version to be determined.\n" +
+	"To continue using this feature when it is not permitted by default, set the following parameter in your configuration:\n" +
+	"    \"deprecated_features.permit.transient_nonexcl_queues = true\""
+
+// errTransientNonExcl refuses a new queue neither durable nor exclusive
+// as RabbitMQ 4.3 does: a connection error, 541 INTERNAL_ERROR, with the
+// deprecation warning cut as rabbit_binary_generator cuts a reply text
+// (io_lib:format's chars_limit of 255: the explanation to its first 235
+// characters and "..."). brokerd's setting has the same path,
+// [deprecated_features.permit] transient_nonexcl_queues.
+func errTransientNonExcl() *amqp.Error {
+	return amqp.Errorf(amqp.InternalError, "%s...", transientNonExclDenied[:235])
 }

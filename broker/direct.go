@@ -27,6 +27,13 @@ type Direct struct {
 	asBroker bool // opened with no user: every permission
 }
 
+// PermitTransientQueues lets d declare queues neither durable nor
+// exclusive even when Options.DenyTransientNonExclQueues refuses them to
+// clients: for the management API's aliveness test, whose queue is such
+// a queue (RabbitMQ 4.x no longer declares one: its aliveness test is a
+// no-op). Call it before d's first method.
+func (d *Direct) PermitTransientQueues() { d.c.permitTransient = true }
+
 // Reply is a method a Direct received, with its content for basic.get-ok.
 type Reply struct {
 	Method amqp.Method

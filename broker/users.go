@@ -171,3 +171,21 @@ func (b *Broker) Authenticate(user, password string, remote net.Addr) error {
 	_, err := b.Login(user, password, remote)
 	return err
 }
+
+// AuthenticateExternal implements amqp.ExternalAuthenticator: a login by
+// TLS client certificate (SASL EXTERNAL) as user, who must exist and, if
+// a loopback user, connect from a loopback address; no password is
+// checked (rabbit_auth_backend_internal with no credentials). It spends
+// no failed-login budget: a certificate cannot be guessed.
+func (b *Broker) AuthenticateExternal(user string, remote net.Addr) error {
+	b.mu.RLock()
+	u := b.users[user]
+	b.mu.RUnlock()
+	if u == nil {
+		return fmt.Errorf("user '%s' - invalid credentials", user)
+	}
+	if slices.Contains(b.opts.LoopbackUsers, user) && !auth.IsLoopback(remote) {
+		return fmt.Errorf("user '%s' can only connect via localhost", user)
+	}
+	return nil
+}

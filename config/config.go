@@ -23,6 +23,9 @@ type Config struct {
 	Users   []User  `toml:"users"`
 	Vhosts  []Vhost `toml:"vhosts"`
 
+	// DeprecatedFeatures is the [deprecated_features] table.
+	DeprecatedFeatures DeprecatedFeatures `toml:"deprecated_features"`
+
 	// src records where values were loaded from; nil for Default.
 	src *origin
 }
@@ -40,6 +43,13 @@ type AMQP struct {
 	// for longer (RabbitMQ's consumer_timeout); queues may set their own.
 	// 0 disables it.
 	ConsumerTimeout Duration `toml:"consumer_timeout"`
+	// ConsumerTimeoutCancel, for a client that announced the
+	// consumer_cancel_notify capability, cancels only the consumer whose
+	// delivery timed out (basic.cancel) and returns its overdue
+	// deliveries, instead of closing the channel: RabbitMQ 4.3's
+	// behaviour (for quorum queues). Default false: the channel is
+	// closed, as RabbitMQ up to 4.2.
+	ConsumerTimeoutCancel bool `toml:"consumer_timeout_cancel"`
 	// UnfinishedContentLimit bounds the message body bytes being received
 	// at once, over every connection: a body reserves its size when its
 	// content header arrives, and a connection whose body does not fit
@@ -58,6 +68,13 @@ type TLS struct {
 	KeyFile    string `toml:"key_file"`
 	CAFile     string `toml:"ca_file"`
 	VerifyPeer bool   `toml:"verify_peer"`
+	// FailIfNoPeerCert, with VerifyPeer, refuses at the TLS handshake a
+	// client that presents no certificate (RabbitMQ's
+	// ssl_options.fail_if_no_peer_cert); false lets it connect (and log
+	// in by password), while a certificate presented must still verify.
+	// Default true (Default and Load set it; a TLS built in code that
+	// verifies peers must set it too, or certificates become optional).
+	FailIfNoPeerCert bool `toml:"fail_if_no_peer_cert"`
 }
 
 // Mgmt is the [mgmt] table: the HTTP management API and /metrics.
@@ -98,6 +115,22 @@ func (m Mgmt) HostNames() []string {
 		}
 	}
 	return names
+}
+
+// DeprecatedFeatures is the [deprecated_features] table: behaviours
+// RabbitMQ 4.x deprecates, permitted or denied as its
+// deprecated_features.permit.NAME settings do.
+type DeprecatedFeatures struct {
+	Permit DeprecatedPermit `toml:"permit"`
+}
+
+// DeprecatedPermit is the [deprecated_features.permit] table.
+type DeprecatedPermit struct {
+	// TransientNonexclQueues permits declaring a queue that is neither
+	// durable nor exclusive; false refuses it (541 INTERNAL_ERROR), as
+	// RabbitMQ 4.3 does by default. Default true: brokerd's behaviour
+	// before, and RabbitMQ's up to 4.2.
+	TransientNonexclQueues bool `toml:"transient_nonexcl_queues"`
 }
 
 // Daemon is the [daemon] table: the process's life cycle.
@@ -190,7 +223,41 @@ type Auth struct {
 	// limit.
 	FailedLoginBurst    int      `toml:"failed_login_burst"`
 	FailedLoginInterval Duration `toml:"failed_login_interval"`
+	// Mechanisms are the SASL mechanisms AMQP clients may log in with, in
+	// the order offered (RabbitMQ's auth_mechanisms): PLAIN, AMQPLAIN and
+	// EXTERNAL. EXTERNAL (RabbitMQ's rabbitmq_auth_mechanism_ssl) logs a
+	// client in, without a password, as the existing user its verified
+	// TLS certificate names (SSLCertLoginFrom); it is offered on the amqps
+	// listener only, which must verify peers (amqp.tls.verify_peer).
+	Mechanisms []string `toml:"mechanisms"`
+	// SSLCertLoginFrom is where EXTERNAL takes the user name from:
+	// "distinguished_name" (the subject as an RFC 4514 string, RabbitMQ's
+	// form: "CN=alice,O=Example,C=SE"), "common_name" (the subject's CN;
+	// several joined with ",") or "subject_alternative_name" (alias
+	// "subject_alt_name": the SSLCertLoginSANIndex-th, from 0, subject
+	// alternative name of type SSLCertLoginSANType: "dns", "ip", "email"
+	// or "uri"). RabbitMQ's ssl_cert_login_* settings.
+	SSLCertLoginFrom     string `toml:"ssl_cert_login_from"`
+	SSLCertLoginSANType  string `toml:"ssl_cert_login_san_type"`
+	SSLCertLoginSANIndex int    `toml:"ssl_cert_login_san_index"`
 }
+
+// SASL mechanisms (Auth.Mechanisms).
+const (
+	MechanismPLAIN    = "PLAIN"
+	MechanismAMQPLAIN = "AMQPLAIN"
+	MechanismEXTERNAL = "EXTERNAL"
+)
+
+// Mechanisms are the SASL mechanisms brokerd knows.
+var Mechanisms = []string{MechanismPLAIN, MechanismAMQPLAIN, MechanismEXTERNAL}
+
+// Where EXTERNAL takes a user name from (Auth.SSLCertLoginFrom), and the
+// kinds of subject alternative name (Auth.SSLCertLoginSANType).
+var (
+	CertLoginFroms    = []string{"distinguished_name", "common_name", "subject_alternative_name", "subject_alt_name"}
+	CertLoginSANTypes = []string{"dns", "ip", "email", "uri"}
+)
 
 // User is one [[users]] entry, created on a fresh data dir (the first start,
 // as RabbitMQ's default_user); afterwards users are managed at run time and
@@ -224,6 +291,7 @@ func Default() Config {
 			// Room for two bodies of the largest size at the default
 			// max_message_size.
 			UnfinishedContentLimit: 256 * MiB,
+			TLS:                    TLS{FailIfNoPeerCert: true},
 		},
 		Mgmt: Mgmt{
 			Listen:             "127.0.0.1:15672",
@@ -234,6 +302,7 @@ func Default() Config {
 			MinBodyRate:        64 * KiB,
 			RatesMode:          "basic",
 			SampleInterval:     Duration(5 * time.Second),
+			TLS:                TLS{FailIfNoPeerCert: true},
 		},
 		Storage: Storage{
 			DataDir:            "./data",
@@ -259,8 +328,14 @@ func Default() Config {
 			LoginFailureDelay:   Duration(time.Second),
 			FailedLoginBurst:    10,
 			FailedLoginInterval: Duration(time.Second),
+			Mechanisms:          []string{MechanismPLAIN, MechanismAMQPLAIN},
+			SSLCertLoginFrom:    "distinguished_name",
+			SSLCertLoginSANType: "dns",
 		},
 		Daemon: Daemon{ShutdownTimeout: Duration(30 * time.Second)},
+		DeprecatedFeatures: DeprecatedFeatures{Permit: DeprecatedPermit{
+			TransientNonexclQueues: true,
+		}},
 		Cluster: Cluster{
 			Peers:          []string{},
 			Name:           "brokerd",

@@ -61,6 +61,9 @@
 //	                                         406 PRECONDITION_FAILED and is requeued (RabbitMQ's
 //	                                         consumer_timeout); queues set their own with
 //	                                         x-consumer-timeout or policy consumer-timeout. "0s": off.
+//	amqp.consumer_timeout_cancel false       true: cancel only the consumer (basic.cancel) for a
+//	                                         client with consumer_cancel_notify, returning its
+//	                                         overdue deliveries, as RabbitMQ 4.3.
 //	amqp.unfinished_content_limit 256MiB     Message body bytes being received at once, over every
 //	                                         connection, 64KiB..1024GiB: a content header reserves
 //	                                         its body's size; a connection whose body does not fit
@@ -77,7 +80,8 @@
 //	amqp.tls.cert_file       ""              PEM certificate chain; required when listen is on.
 //	amqp.tls.key_file        ""              PEM private key; required when listen is on.
 //	amqp.tls.ca_file         ""              PEM CAs for client certificates; required when verify_peer.
-//	amqp.tls.verify_peer     false           Require a client certificate signed by ca_file.
+//	amqp.tls.verify_peer     false           Verify client certificates against ca_file.
+//	amqp.tls.fail_if_no_peer_cert true       With verify_peer, refuse a client without a certificate.
 //
 // The files are read when the listener starts, not by Validate, and again
 // at each SIGHUP: new handshakes use the new certificate.
@@ -110,7 +114,8 @@
 //	mgmt.tls.cert_file       ""              PEM certificate chain; required when listen is on.
 //	mgmt.tls.key_file        ""              PEM private key; required when listen is on.
 //	mgmt.tls.ca_file         ""              PEM CAs for client certificates; required when verify_peer.
-//	mgmt.tls.verify_peer     false           Require a client certificate signed by ca_file.
+//	mgmt.tls.verify_peer     false           Verify client certificates against ca_file.
+//	mgmt.tls.fail_if_no_peer_cert true       With verify_peer, refuse a client without a certificate.
 //
 // [storage] — the message store (package store/diskstore: WAL, compressed
 // segments, Pebble index).
@@ -162,6 +167,12 @@
 //	log.level                "info"          debug, info, warn or error.
 //	log.format               "text"          text or json.
 //
+// [deprecated_features.permit] — what RabbitMQ 4.x deprecates, permitted
+// (true) or refused (false), as RabbitMQ's deprecated_features.permit.NAME.
+//
+//	deprecated_features.permit.transient_nonexcl_queues true  A queue neither durable nor
+//	                                         exclusive; false refuses it (541), as RabbitMQ 4.3.
+//
 // [daemon] — the process's life cycle.
 //
 //	daemon.shutdown_timeout  "30s"           Bound on a graceful shutdown (SIGTERM), 1s..1h; past it,
@@ -188,6 +199,13 @@
 //	auth.failed_login_interval "1s"          in a row over AMQP and HTTP together, then one per
 //	                                         interval (1ms..1h); past that a login is refused
 //	                                         unchecked. 0: no limit.
+//	auth.mechanisms          ["PLAIN","AMQPLAIN"] SASL mechanisms offered, in order: PLAIN, AMQPLAIN,
+//	                                         EXTERNAL (login by TLS client certificate, amqps only;
+//	                                         needs amqp.tls.verify_peer).
+//	auth.ssl_cert_login_from "distinguished_name" EXTERNAL's user name: distinguished_name,
+//	                                         common_name, subject_alternative_name (subject_alt_name).
+//	auth.ssl_cert_login_san_type "dns"       The SAN type taken: dns, ip, email, uri.
+//	auth.ssl_cert_login_san_index 0          Which SAN of that type, from 0.
 //
 // [cluster] — a cluster of nodes (replica, replica/transport). Absent, or
 // with node_name and peers empty (Cluster.Enabled false), brokerd is a

@@ -156,7 +156,7 @@ loopback_users = []
 	want.AMQP.Heartbeat = Duration(30 * time.Second)
 	want.AMQP.FrameMax = 65536
 	want.AMQP.MaxMessageSize = MiB
-	want.AMQP.TLS = TLS{Listen: "0.0.0.0:5671", CertFile: "/etc/brokerd/cert.pem", KeyFile: "/etc/brokerd/key.pem"}
+	want.AMQP.TLS = TLS{Listen: "0.0.0.0:5671", CertFile: "/etc/brokerd/cert.pem", KeyFile: "/etc/brokerd/key.pem", FailIfNoPeerCert: true}
 	want.Storage.Sync = SyncInterval
 	want.Storage.Engine = EngineMemory
 	want.Limits = Limits{MemoryHighWatermark: 0.6, MemoryHighWatermarkBytes: 2 * GiB, DiskFreeLimit: 1_000_000, MaxConnections: 1000}
@@ -242,6 +242,14 @@ func TestLoadProblems(t *testing.T) {
 		{"users as inline array", "users = [{ name = \"a\", password = \"p\" },\n  { name = \"\", password = \"p\" }]\n", `2: users[1].name: must not be empty`},
 		{"duplicate vhost", "[[vhosts]]\nname = \"/\"\n[[vhosts]]\nname = \"/\"\n", `4: vhosts[1].name: duplicate vhost "/" (also vhosts[0])`},
 		{"empty loopback user", "[auth]\nloopback_users = [\"guest\", \"\"]\n", `2: auth.loopback_users[1]: must not be empty`},
+		{"unknown mechanism", "[auth]\nmechanisms = [\"PLAIN\", \"CRAM-MD5\"]\n", `2: auth.mechanisms[1]: unknown mechanism "CRAM-MD5": want one of "PLAIN", "AMQPLAIN", "EXTERNAL"`},
+		{"no mechanism", "[auth]\nmechanisms = []\n", `2: auth.mechanisms: must name at least one mechanism: "PLAIN", "AMQPLAIN", "EXTERNAL"`},
+		{"mechanism twice", "[auth]\nmechanisms = [\"PLAIN\", \"PLAIN\"]\n", `2: auth.mechanisms[1]: "PLAIN" is listed twice`},
+		{"external without tls", "[auth]\nmechanisms = [\"EXTERNAL\"]\n", `2: auth.mechanisms: EXTERNAL logs clients in by their TLS certificate: it needs amqp.tls.listen on and amqp.tls.verify_peer = true`},
+		{"external without verify_peer", "[amqp.tls]\nlisten = \":5671\"\ncert_file = \"c\"\nkey_file = \"k\"\n[auth]\nmechanisms = [\"PLAIN\", \"EXTERNAL\"]\n", `6: auth.mechanisms: EXTERNAL logs clients in by their TLS certificate: it needs amqp.tls.listen on and amqp.tls.verify_peer = true`},
+		{"bad cert login from", "[auth]\nssl_cert_login_from = \"cn\"\n", `2: auth.ssl_cert_login_from: invalid value "cn": want one of "distinguished_name", "common_name", "subject_alternative_name", "subject_alt_name"`},
+		{"bad san type", "[auth]\nssl_cert_login_san_type = \"other_name\"\n", `2: auth.ssl_cert_login_san_type: invalid value "other_name": want one of "dns", "ip", "email", "uri"`},
+		{"negative san index", "[auth]\nssl_cert_login_san_index = -1\n", `2: auth.ssl_cert_login_san_index: must not be negative (0 is the first), got -1`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

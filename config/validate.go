@@ -160,6 +160,7 @@ func (c *Config) Validate() error {
 	if d := time.Duration(c.Auth.FailedLoginInterval); d < time.Millisecond || d > time.Hour {
 		k.addf("auth.failed_login_interval", "must be between 1ms and 1h, got %s", d)
 	}
+	c.validateMechanisms(k)
 	c.validateUsers(k)
 	c.validateVhosts(k)
 
@@ -232,6 +233,41 @@ func (c *Config) validateAMQP(k *checker) {
 	}
 
 	k.tls("amqp.tls", &a.TLS)
+}
+
+// validateMechanisms checks auth.mechanisms and the certificate login
+// settings: EXTERNAL needs an amqps listener that verifies client
+// certificates, as RabbitMQ refuses EXTERNAL logins ("TLS configuration is
+// unsafe") unless ssl_options.verify is verify_peer.
+func (c *Config) validateMechanisms(k *checker) {
+	a := &c.Auth
+	if len(a.Mechanisms) == 0 {
+		k.addf("auth.mechanisms", "must name at least one mechanism: %s", quoteList(Mechanisms))
+	}
+	for i, m := range a.Mechanisms {
+		switch {
+		case !slices.Contains(Mechanisms, m):
+			k.addf(indexKey("auth.mechanisms", i), "unknown mechanism %q: want one of %s", m, quoteList(Mechanisms))
+		case slices.Index(a.Mechanisms, m) < i:
+			k.addf(indexKey("auth.mechanisms", i), "%q is listed twice", m)
+		}
+	}
+	if slices.Contains(a.Mechanisms, MechanismEXTERNAL) {
+		t := &c.AMQP.TLS
+		if Disabled(t.Listen) || !t.VerifyPeer {
+			k.add("auth.mechanisms", []string{"auth.mechanisms", "amqp.tls.verify_peer", "amqp.tls.listen"},
+				"EXTERNAL logs clients in by their TLS certificate: it needs amqp.tls.listen on and amqp.tls.verify_peer = true")
+		}
+	}
+	if !slices.Contains(CertLoginFroms, a.SSLCertLoginFrom) {
+		k.addf("auth.ssl_cert_login_from", "invalid value %q: want one of %s", a.SSLCertLoginFrom, quoteList(CertLoginFroms))
+	}
+	if !slices.Contains(CertLoginSANTypes, a.SSLCertLoginSANType) {
+		k.addf("auth.ssl_cert_login_san_type", "invalid value %q: want one of %s", a.SSLCertLoginSANType, quoteList(CertLoginSANTypes))
+	}
+	if a.SSLCertLoginSANIndex < 0 {
+		k.addf("auth.ssl_cert_login_san_index", "must not be negative (0 is the first), got %d", a.SSLCertLoginSANIndex)
+	}
 }
 
 // tls checks a TLS listener's table, [amqp.tls] or [mgmt.tls].

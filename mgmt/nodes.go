@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -195,14 +196,29 @@ func (s *Server) nodeJSON(r *http.Request) (map[string]any, error) {
 		"db_dir": dataDir, "rates_mode": s.ratesMode(),
 		"exchange_types": exchangeTypes(), "partitions": []any{}, "applications": []any{},
 		"enabled_plugins": []any{}, "log_files": []any{}, "config_files": configFiles,
-		"auth_mechanisms": []map[string]any{
-			{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": true},
-			{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": true},
-		},
-		"contexts": []any{}, "net_ticktime": 60,
+		"auth_mechanisms": authMechanisms(s.opts.AuthMechanisms),
+		"contexts":        []any{}, "net_ticktime": 60,
 	}
 	s.nodeRates(m, rateQueryOf(r))
 	return m, nil
+}
+
+// authMechanisms is a node's auth_mechanisms as RabbitMQ lists them:
+// every mechanism it has, enabled when configured. EXTERNAL is there only
+// when configured, as RabbitMQ has it only with its plugin enabled.
+func authMechanisms(configured []string) []map[string]any {
+	if len(configured) == 0 {
+		configured = []string{"PLAIN", "AMQPLAIN"}
+	}
+	ms := []map[string]any{
+		{"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": slices.Contains(configured, "PLAIN")},
+		{"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": slices.Contains(configured, "AMQPLAIN")},
+	}
+	if slices.Contains(configured, "EXTERNAL") {
+		// rabbit_auth_mechanism_ssl:description/0.
+		ms = append(ms, map[string]any{"name": "EXTERNAL", "description": "TLS peer verification-based authentication plugin. Used in combination with the EXTERNAL SASL mechanism.", "enabled": true})
+	}
+	return ms
 }
 
 // exchangeTypes are the exchange types, as the overview and a node list

@@ -279,6 +279,7 @@ func (s *Server) aliveness(u *broker.UserInfo, r *http.Request) (any, error) {
 		return nil, err
 	}
 	defer d.Close()
+	d.PermitTransientQueues() // whatever [deprecated_features.permit] says
 	if _, err := d.Do(&amqp.QueueDeclare{Queue: queue}); err != nil {
 		return nil, channelError{err}
 	}

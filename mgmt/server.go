@@ -63,6 +63,10 @@ type Options struct {
 	// as amqp.ServerConfig.LoginFailureDelay (default 1s; negative:
 	// none).
 	LoginFailureDelay time.Duration
+	// AuthMechanisms are the SASL mechanisms AMQP logins may use
+	// (amqp.ServerConfig.Mechanisms), which a node's auth_mechanisms
+	// show. Default PLAIN and AMQPLAIN.
+	AuthMechanisms []string
 	// MaxGetBytes bounds what one POST .../get collects: once its
 	// messages (bodies, properties and some overhead each) reach it, no
 	// more are fetched, whatever the count asked (RabbitMQ has no bound;

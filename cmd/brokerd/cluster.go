@@ -150,7 +150,7 @@ func serveCluster(cfg config.Config, lv *live, dir string, sigs <-chan os.Signal
 
 	var interTLS *tls.Config
 	if t := cfg.Cluster.TLS; t.CertFile != "" {
-		if interTLS, err = loadTLS(config.TLS{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile, VerifyPeer: true}); err != nil {
+		if interTLS, err = loadTLS(config.TLS{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile, VerifyPeer: true, FailIfNoPeerCert: true}); err != nil {
 			return fmt.Errorf("cluster.tls: %w", err)
 		}
 		interTLS.RootCAs = interTLS.ClientCAs

@@ -378,6 +378,9 @@ func brokerOptions(cfg config.Config, st store.Store, log *slog.Logger, progress
 		ConsumerTimeout:    consumerTimeout(cfg.AMQP.ConsumerTimeout),
 		RecoveryProgress:   progress,
 		LoginLimit:         loginlimit.New(loginLimit(cfg.Auth)),
+
+		DenyTransientNonExclQueues: !cfg.DeprecatedFeatures.Permit.TransientNonexclQueues,
+		ConsumerTimeoutCancel:      cfg.AMQP.ConsumerTimeoutCancel,
 	}
 }
 
@@ -396,6 +399,8 @@ func amqpServerConfig(cfg config.Config, b *broker.Broker, log *slog.Logger, fds
 		Version:           version.String(),
 
 		MaxUnfinishedContentTotal: unfinishedContentLimit(cfg.AMQP, memLimit),
+		Mechanisms:                cfg.Auth.Mechanisms,
+		CertLogin:                 certLogin(cfg.Auth),
 	}
 }
 
@@ -419,7 +424,7 @@ func mgmtOptions(cfg config.Config, lv *live, b *broker.Broker, st store.Store, 
 		MaxBody: int64(cfg.Mgmt.MaxBodySize), MaxDefinitionsBody: int64(cfg.Mgmt.MaxDefinitionsSize),
 		BodyTimeout: time.Duration(cfg.Mgmt.BodyTimeout), MinBodyRate: int64(cfg.Mgmt.MinBodyRate),
 		MaxConnections: cfg.Mgmt.MaxConnections, AllowedHosts: cfg.Mgmt.HostNames(),
-		FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth),
+		FrameMax: cfg.AMQP.FrameMax, LoginFailureDelay: loginFailureDelay(cfg.Auth), AuthMechanisms: cfg.Auth.Mechanisms,
 		Metrics:   metrics.Handler(metrics.Options{Broker: b, PerQueueLimit: cfg.Metrics.PerQueueLimit, StoreStats: metrics.DiskStats(st)}),
 		Daemon:    lv.daemon.info,
 		RatesMode: cfg.Mgmt.RatesMode, SampleInterval: time.Duration(cfg.Mgmt.SampleInterval),

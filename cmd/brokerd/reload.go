@@ -60,6 +60,7 @@ var reloadable = map[string]bool{
 	"amqp.tls.cert_file":      true, "amqp.tls.key_file": true, "amqp.tls.ca_file": true, "amqp.tls.verify_peer": true,
 	"mgmt.tls.cert_file": true, "mgmt.tls.key_file": true, "mgmt.tls.ca_file": true, "mgmt.tls.verify_peer": true,
 	"amqp.unfinished_content_limit": true,
+	"amqp.tls.fail_if_no_peer_cert": true, "mgmt.tls.fail_if_no_peer_cert": true,
 }
 
 // bootstrapOnly are settings used on a fresh data directory only: a

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/brokerd/brokerd/amqp"
 	"github.com/brokerd/brokerd/config"
 )
 
@@ -71,6 +72,14 @@ func loadTLS(t config.TLS) (*tls.Config, error) {
 	}
 	if t.VerifyPeer {
 		c.ClientAuth = tls.RequireAndVerifyClientCert
+		if !t.FailIfNoPeerCert {
+			c.ClientAuth = tls.VerifyClientCertIfGiven
+		}
 	}
 	return c, nil
+}
+
+// certLogin is where SASL EXTERNAL takes a user name from.
+func certLogin(a config.Auth) amqp.CertLogin {
+	return amqp.CertLogin{From: a.SSLCertLoginFrom, SANType: a.SSLCertLoginSANType, SANIndex: a.SSLCertLoginSANIndex}
 }

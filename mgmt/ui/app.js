@@ -221,6 +221,121 @@ async function overviewPage() {
   });
 }
 
+// ---- nodes and health checks ----
+
+// nodeCells are the node page's columns: [heading, class, cell content of
+// node n]. A value the answering node does not report (a cluster peer's
+// memory, say) is left empty.
+const nodeCells = [
+  ["Running", "running", n => n.running ? "running" : "not running"],
+  ["Uptime", "num uptime", n => duration(n.uptime)],
+  ["Memory used / limit", "num mem", n => usage(bytes(n.mem_used), n.mem_limit ? bytes(n.mem_limit) : "no limit", n.mem_alarm, "memory")],
+  ["Disk free / limit", "num disk", n => usage(bytes(n.disk_free), n.disk_free_limit ? bytes(n.disk_free_limit) : "no limit", n.disk_free_alarm, "disk")],
+  ["File descriptors used / total", "num fd", n => usage(fmt(n.fd_used), n.fd_total ? fmt(n.fd_total) : "no limit")],
+  ["Sockets used / total", "num sockets", n => usage(fmt(n.sockets_used), n.sockets_total ? fmt(n.sockets_total) : "no limit")],
+  ["Processes used / total", "num proc", n => usage(fmt(n.proc_used), fmt(n.proc_total))],
+  ["Run queue", "num runq", n => fmt(n.run_queue)],
+  ["Processors", "num cpus", n => fmt(n.processors)],
+];
+
+// usage renders "used / total", with an alarm flag when alarm is true;
+// nothing when used is unknown.
+function usage(used, total, alarm, what) {
+  if (used === "") return "";
+  return [used, " / ", total, alarm ? [" ", h("strong", { class: "flag-alarm" }, `${what} alarm`)] : null];
+}
+
+// scrollBox wraps a table with no control in it: at phone width it
+// scrolls sideways, so it takes focus (arrow keys scroll it) and is a
+// named region.
+function scrollBox(label, table) { return h("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": label }, table); }
+
+function nodeDetailView(nodes) {
+  return scrollBox("Nodes", h("table", { id: "nodes-detail" },
+    h("caption", { class: "visually-hidden" }, "Nodes: resources in use against their limits"),
+    h("thead", {}, h("tr", {}, colHead("Name"), nodeCells.map(([label, cls]) => colHead(label, cls.startsWith("num") ? "num" : undefined)))),
+    h("tbody", {}, nodes.map(n => h("tr", { dataset: { node: n.name, running: String(n.running), memAlarm: String(!!n.mem_alarm), diskAlarm: String(!!n.disk_free_alarm) } },
+      h("th", { scope: "row" }, n.name),
+      nodeCells.map(([, cls, cell]) => h("td", { class: cls + (cls === "running" ? (n.running ? " ok" : " down") : "") }, cell(n))))))));
+}
+
+// healthChecks are the health checks of RabbitMQ's API the nodes page
+// runs: those of the whole node, then a port and a protocol check per
+// listener the overview lists.
+function healthChecks(listeners) {
+  const checks = ["alarms", "local-alarms", "virtual-hosts", "certificate-expiration/1/months", "is-in-service", "ready-to-accept-clients", "below-node-connection-limit"];
+  for (const l of listeners || []) checks.push(`port-listener/${l.port}`);
+  // "amqp/ssl" is one segment: %2F, as RabbitMQ's paths carry a slash.
+  for (const p of new Set((listeners || []).map(l => l.protocol))) checks.push(`protocol-listener/${enc(p)}`);
+  return checks;
+}
+
+// runCheck runs one health check: passed (200), failed (503, with the
+// check's reason and fields) or error (any other answer).
+async function runCheck(path) {
+  try {
+    return { path, result: "passed", body: await api("GET", "/health/checks/" + path) };
+  } catch (e) {
+    if (e instanceof APIError && e.status === 503) return { path, result: "failed", body: e.body && typeof e.body === "object" ? e.body : { reason: e.reason } };
+    return { path, result: "error", body: { reason: e instanceof APIError ? `${e.status}: ${e.reason}` : String(e) } };
+  }
+}
+
+// checkDetails says what a check's answer holds beyond its status: the
+// reason, the alarms, the certificates expiring, the listeners there
+// are, the connection count and limit.
+function checkDetails(body) {
+  const out = [];
+  if (body.reason) out.push(h("span", { class: "reason" }, body.reason));
+  for (const [k, v] of Object.entries(body)) {
+    if (k === "status" || k === "reason") continue;
+    if (k === "alarms" && Array.isArray(v)) out.push(h("span", {}, "alarms: " + v.map(a => `${a.resource} on ${a.node}`).join(", ")));
+    else if (k === "expired" && Array.isArray(v)) {
+      out.push(h("ul", { class: "reasons" }, v.map(l => h("li", {}, `${l.protocol} on ${l.interface}:${l.port}: `,
+        [["certificate", l.certfile, l.certfile_expires_on], ["CA", l.cacertfile, l.cacertfile_expires_on]]
+          .filter(([, , exp]) => exp && exp.length).map(([what, file, exp]) => `${what} ${file} expires ${exp.join(", ")}`).join("; ")))));
+    } else out.push(h("span", {}, `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`));
+  }
+  return out.flatMap((c, i) => i && c.tagName !== "UL" ? ["; ", c] : [c]);
+}
+
+function checksView(results) {
+  return scrollBox("Health checks", h("table", { id: "health-checks" },
+    h("thead", {}, h("tr", {}, colHead("Check"), colHead("Result"), colHead("Details"))),
+    h("tbody", {}, results.map(c => h("tr", { dataset: { check: c.path, result: c.result } },
+      h("th", { scope: "row" }, h("code", {}, c.path)),
+      h("td", { class: "result " + (c.result === "passed" ? "ok" : "down") }, c.result),
+      h("td", { class: "details" }, checkDetails(c.body || {})))))));
+}
+
+// nodesPage shows each node's resources against their limits (GET
+// /api/nodes, to monitoring users) and the result of every health check,
+// both again every 5 s. A user without the monitoring tag sees the checks
+// only (asking for the nodes would be refused, and log out).
+async function nodesPage() {
+  const monitor = await mayMonitor();
+  const load = async () => {
+    const ov = await api("GET", "/overview");
+    return Promise.all([monitor ? api("GET", "/nodes") : null, Promise.all(healthChecks(ov.listeners).map(runCheck))]);
+  };
+  let [nodes, checks] = await load();
+  const nodeBox = h("section", { "aria-labelledby": "nodes-h", id: "nodes-section" }, h("h2", { id: "nodes-h" }, "Nodes"),
+    nodes ? nodeDetailView(nodes) : h("p", {}, "Node details need the monitoring or administrator tag."));
+  const checkBox = h("section", { "aria-labelledby": "checks-h", id: "checks-section" }, h("h2", { id: "checks-h" }, "Health checks"),
+    h("p", { class: "hint" }, "RabbitMQ's health checks (GET /api/health/checks/…), run every 5 s: passed answers 200, failed 503 with the reason."),
+    checksView(checks));
+  const msg = h("div", { id: "nodes-msg" });
+  setPage("Nodes and health", nodeBox, checkBox, msg);
+  main.dataset.polls = 0;
+  every(5000, async () => {
+    try { [nodes, checks] = await load(); } catch (e) { msg.replaceChildren(errorBox(e)); return; }
+    msg.replaceChildren();
+    if (nodes) document.getElementById("nodes-detail")?.closest(".table-wrap").replaceWith(nodeDetailView(nodes));
+    document.getElementById("health-checks")?.closest(".table-wrap").replaceWith(checksView(checks));
+    main.dataset.polls = Number(main.dataset.polls) + 1;
+  });
+}
+
 // ---- queues ----
 
 // FEATURES maps a queue argument (x-…) or its policy key to RabbitMQ's
@@ -1161,6 +1276,7 @@ async function render() {
       case "users": await usersPage(); break;
       case "connections": await connectionsPage(); break;
       case "redrives": await redrivesPage(); break;
+      case "nodes": await nodesPage(); break;
       case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();

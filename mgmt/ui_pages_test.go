@@ -375,6 +375,7 @@ func TestUIPhoneWidth(t *testing.T) {
 		{"#/connections", "#channels"},
 		{"#/users", "#permissions"},
 		{"#/policies", "#policy-form"},
+		{"#/shovels", "#shovel-form"},
 	} {
 		until(t, ctx, page.hash, chromedp.Navigate(root+"/"+page.hash), chromedp.WaitVisible(page.ready, chromedp.ByQuery))
 		var width, inner int

@@ -1178,6 +1178,146 @@ async function usersPage() {
       h("h3", {}, "Set a permission"), permForm, permMsg));
 }
 
+// ---- shovels ----
+
+// myTags are the logged-in user's tags: pages leave out what the user may
+// not ask for (a refusal is a 401, which logs out).
+async function myTags() { return (await api("GET", "/whoami")).tags || []; }
+
+// shovelEnd describes one side of a shovel (a /api/shovels row's src_ or
+// dest_ fields): its URI, then its queue, or its exchange and routing key.
+function shovelEnd(s, side) {
+  const q = s[side + "_queue"], x = s[side + "_exchange"], k = s[side + "_exchange_key"];
+  const what = q ? `queue ${q}` : x !== undefined && x !== null ? `exchange ${exchangeLabel(x)}` + (k ? `, key ${k}` : "")
+    : side === "dest" ? "routing key kept" : "";
+  return [h("code", { class: "uri" }, s[side + "_uri"] ?? ""), h("br"), h("span", { class: "what" }, what)];
+}
+
+// uriValue is a URI field's value: one URI, or a list when the field
+// holds several (separated by spaces or commas), as src-uri and dest-uri
+// take either.
+function uriValue(text) {
+  const list = text.split(/[\s,]+/).filter(Boolean);
+  return list.length === 1 ? list[0] : list;
+}
+
+// shovelsPage lists the shovels (GET /api/shovels: state, why it
+// stopped, where from and to, messages forwarded), each with Restart and
+// Delete (both asking first), and, to policymakers, a form that adds a
+// dynamic shovel (PUT /api/parameters/shovel/{vhost}/{name}). Every
+// refusal shows the API's reason. The list follows the shovels every 5 s
+// while no control of the page has focus.
+async function shovelsPage() {
+  const tags = await myTags();
+  const maySet = tags.includes("administrator") || tags.includes("policymaker");
+  const [list, vhosts] = await Promise.all([api("GET", "/shovels").catch(e => e), api("GET", "/vhosts?columns=name").catch(() => [{ name: "/" }])]);
+  const msg = h("div", { id: "shovel-msg" });
+  const act = (what, req) => async () => {
+    try { await req(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  const rows = Array.isArray(list) ? list.map(s => h("tr", { dataset: { shovel: s.name, vhost: s.vhost, state: s.state } },
+    h("td", { class: "wide" }, s.vhost),
+    h("th", { scope: "row" }, s.name),
+    h("td", { class: "state" }, h("span", { class: s.state === "running" ? "ok" : s.state === "terminated" ? "down" : "" }, s.state),
+      s.reason ? [h("br"), h("small", { class: "reason" }, s.reason)] : null),
+    h("td", { class: "src" }, shovelEnd(s, "src")),
+    h("td", { class: "dest" }, shovelEnd(s, "dest")),
+    h("td", { class: "num forwarded" }, fmt(s.messages_forwarded ?? "")),
+    h("td", { class: "wide blocked" }, s.blocked_status ?? ""),
+    h("td", { class: "wide since" }, s.timestamp ?? ""),
+    h("td", { class: "actions" },
+      h("button", { type: "button", class: "restart", "aria-label": `Restart shovel ${s.name} in ${s.vhost}`,
+        onclick: () => confirm(`Restart shovel ${s.name} in ${s.vhost}? Its connections are closed and opened again.`) &&
+          act(`Shovel ${s.name} restarted`, () => api("DELETE", `/shovels/vhost/${enc(s.vhost)}/${enc(s.name)}/restart`))() }, "Restart"), " ",
+      maySet ? h("button", { type: "button", class: "delete danger", "aria-label": `Delete shovel ${s.name} in ${s.vhost}`,
+        onclick: () => confirm(`Delete shovel ${s.name} in ${s.vhost}? It stops; messages it has not yet settled stay on the source.`) &&
+          act(`Shovel ${s.name} deleted`, () => api("DELETE", `/parameters/shovel/${enc(s.vhost)}/${enc(s.name)}`))() }, "Delete") : null))) : [];
+  setPage("Shovels",
+    h("p", { class: "hint" }, "Dynamic shovels move messages from a queue or exchange to another, on this broker or another one (RabbitMQ's shovel parameter)."),
+    Array.isArray(list) ? h("div", { class: "table-wrap" }, h("table", { id: "shovels" },
+      h("thead", {}, h("tr", {}, colHead("Virtual host", "wide"), colHead("Name"), colHead("State"), colHead("Source"), colHead("Destination"),
+        colHead("Forwarded", "num"), colHead("Blocked status", "wide"), colHead("Since", "wide"), actionsHead())),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9 }, "No shovels."))))) : h("p", { class: "error", role: "alert", id: "shovels-error" },
+      `The shovels' status cannot be read: ${list instanceof APIError ? list.reason : String(list)}`),
+    msg,
+    maySet ? h("section", { "aria-labelledby": "add-shovel-h" }, h("h2", { id: "add-shovel-h" }, "Add a shovel"), shovelForm(vhosts, msg)) : null);
+  every(5000, () => {
+    const el = document.activeElement;
+    if (el === main || !main.contains(el)) rerender();
+  });
+}
+
+// shovelForm puts a shovel parameter: the source (URI, then a queue or an
+// exchange and routing key), the destination (the same), ack mode,
+// delete-after, prefetch and reconnect delay; fields left empty are left
+// to the shovel's defaults.
+function shovelForm(vhosts, msg) {
+  const input = (id, attrs = {}) => h("input", { id, autocomplete: "off", ...attrs });
+  const f = {
+    vhost: h("select", { id: "sh-vhost" }, vhosts.map(v => h("option", { value: v.name }, v.name))),
+    name: input("sh-name", { required: true }),
+    srcUri: input("sh-src-uri", { value: "amqp://", required: true, "aria-describedby": "sh-uri-help" }),
+    srcType: h("select", { id: "sh-src-type" }, h("option", { value: "queue" }, "Queue"), h("option", { value: "exchange" }, "Exchange")),
+    srcQueue: input("sh-src-queue"), srcExchange: input("sh-src-exchange"), srcKey: input("sh-src-key"),
+    destUri: input("sh-dest-uri", { value: "amqp://", required: true, "aria-describedby": "sh-uri-help" }),
+    destType: h("select", { id: "sh-dest-type" }, h("option", { value: "queue" }, "Queue"), h("option", { value: "exchange" }, "Exchange")),
+    destQueue: input("sh-dest-queue"), destExchange: input("sh-dest-exchange"), destKey: input("sh-dest-key"),
+    ackMode: h("select", { id: "sh-ack-mode" }, [["on-confirm", "On confirm (no loss)"], ["on-publish", "On publish"], ["no-ack", "No ack (may lose messages)"]]
+      .map(([v, l]) => h("option", { value: v }, l))),
+    deleteAfter: h("select", { id: "sh-delete-after" }, [["never", "Never"], ["queue-length", "After the messages in the queue at start"], ["count", "After a number of messages"]]
+      .map(([v, l]) => h("option", { value: v }, l))),
+    deleteCount: input("sh-delete-count", { type: "number", min: 0, step: 1 }),
+    prefetch: input("sh-prefetch", { type: "number", min: 1, step: 1, placeholder: "1000" }),
+    reconnect: input("sh-reconnect", { type: "number", min: 0, step: 1, placeholder: "5" }),
+  };
+  const lbl = (el, text) => h("label", { for: el.id }, text, el);
+  const srcQ = lbl(f.srcQueue, "Source queue"), srcX = h("div", { class: "row" }, lbl(f.srcExchange, "Source exchange"), lbl(f.srcKey, "Routing key"));
+  const destQ = lbl(f.destQueue, "Destination queue"), destX = h("div", { class: "row" }, lbl(f.destExchange, "Destination exchange"), lbl(f.destKey, "Routing key (empty: the message's)"));
+  const count = lbl(f.deleteCount, "Messages to move");
+  const sync = () => {
+    srcQ.hidden = f.srcType.value !== "queue"; srcX.hidden = !srcQ.hidden;
+    destQ.hidden = f.destType.value !== "queue"; destX.hidden = !destQ.hidden;
+    count.hidden = f.deleteAfter.value !== "count";
+  };
+  for (const sel of [f.srcType, f.destType, f.deleteAfter]) sel.addEventListener("change", sync);
+  sync();
+  const form = h("form", { class: "stack", id: "shovel-form", onsubmit: async ev => {
+    ev.preventDefault();
+    const v = { "src-protocol": "amqp091", "src-uri": uriValue(f.srcUri.value), "dest-protocol": "amqp091", "dest-uri": uriValue(f.destUri.value) };
+    const need = (el, what) => { if (el.value) return true; msg.replaceChildren(errorBox(`${what} is required.`)); el.focus(); return false; };
+    if (f.srcType.value === "queue") { if (!need(f.srcQueue, "The source queue")) return; v["src-queue"] = f.srcQueue.value; }
+    else {
+      if (!need(f.srcExchange, "The source exchange")) return;
+      v["src-exchange"] = f.srcExchange.value;
+      if (f.srcKey.value) v["src-exchange-key"] = f.srcKey.value;
+    }
+    if (f.destType.value === "queue") { if (!need(f.destQueue, "The destination queue")) return; v["dest-queue"] = f.destQueue.value; }
+    else {
+      if (!need(f.destExchange, "The destination exchange")) return;
+      v["dest-exchange"] = f.destExchange.value;
+      if (f.destKey.value) v["dest-exchange-key"] = f.destKey.value;
+    }
+    v["ack-mode"] = f.ackMode.value;
+    if (f.deleteAfter.value === "count") { if (!need(f.deleteCount, "The number of messages to move")) return; v["src-delete-after"] = Number(f.deleteCount.value); }
+    else v["src-delete-after"] = f.deleteAfter.value;
+    if (f.prefetch.value) v["src-prefetch-count"] = Number(f.prefetch.value);
+    if (f.reconnect.value) v["reconnect-delay"] = Number(f.reconnect.value);
+    try {
+      await api("PUT", `/parameters/shovel/${enc(f.vhost.value)}/${enc(f.name.value)}`, { value: v });
+      announce(`Shovel ${f.name.value} added`);
+      await rerender();
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  } },
+    h("div", { class: "row" }, lbl(f.vhost, "Virtual host"), lbl(f.name, "Name")),
+    h("fieldset", {}, h("legend", {}, "Source"), lbl(f.srcUri, "URI"), lbl(f.srcType, "From"), srcQ, srcX,
+      lbl(f.prefetch, "Prefetch count (empty: 1000)"), lbl(f.deleteAfter, "Delete the shovel"), count),
+    h("fieldset", {}, h("legend", {}, "Destination"), lbl(f.destUri, "URI"), lbl(f.destType, "To"), destQ, destX),
+    h("small", { id: "sh-uri-help" }, "amqp://user:password@host:5672/vhost, several separated by spaces to fail over; amqp:// alone is this broker, in the shovel's virtual host."),
+    h("div", { class: "row" }, lbl(f.ackMode, "Acknowledgement mode"), lbl(f.reconnect, "Reconnect delay, seconds (empty: 5; 0: never)")),
+    h("div", {}, h("button", { type: "submit", class: "primary" }, "Add shovel")));
+  return form;
+}
+
 // ---- connections and channels ----
 
 // connectionsPage lists connections and channels, refreshed every 5 s
@@ -1277,6 +1417,7 @@ async function render() {
       case "connections": await connectionsPage(); break;
       case "redrives": await redrivesPage(); break;
       case "nodes": await nodesPage(); break;
+      case "shovels": await shovelsPage(); break;
       case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();

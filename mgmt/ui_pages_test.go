@@ -376,6 +376,7 @@ func TestUIPhoneWidth(t *testing.T) {
 		{"#/users", "#permissions"},
 		{"#/policies", "#policy-form"},
 		{"#/shovels", "#shovel-form"},
+		{"#/limits", "#user-limits-form"},
 	} {
 		until(t, ctx, page.hash, chromedp.Navigate(root+"/"+page.hash), chromedp.WaitVisible(page.ready, chromedp.ByQuery))
 		var width, inner int

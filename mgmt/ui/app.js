@@ -1117,8 +1117,9 @@ async function policiesPage() {
 // the API's refusal) with forms to add a user, set a permission, and
 // buttons to delete and clear. Every refusal shows the API's reason.
 async function usersPage() {
-  const [users, perms, vhosts] = await Promise.all([api("GET", "/users"), api("GET", "/permissions"), api("GET", "/vhosts?columns=name")]);
-  const userMsg = h("div", { id: "user-msg" }), permMsg = h("div", { id: "perm-msg" });
+  const [users, perms, vhosts, topicPerms] = await Promise.all([api("GET", "/users"), api("GET", "/permissions"), api("GET", "/vhosts?columns=name"),
+    api("GET", "/topic-permissions").catch(e => e)]);
+  const userMsg = h("div", { id: "user-msg" }), permMsg = h("div", { id: "perm-msg" }), topicMsg = h("div", { id: "topic-msg" });
   const act = (msg, what, fn) => async () => {
     try { await fn(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
   };
@@ -1155,6 +1156,22 @@ async function usersPage() {
     h("label", { for: "perm-configure" }, "Configure", pf.configure), h("label", { for: "perm-write" }, "Write", pf.write),
     h("label", { for: "perm-read" }, "Read", pf.read),
     h("button", { type: "submit", class: "primary" }, "Set permission"));
+  const tf = {
+    user: h("select", { id: "tp-user" }, users.map(u => h("option", { value: u.name }, u.name))),
+    vhost: h("select", { id: "tp-vhost" }, vhosts.map(v => h("option", { value: v.name }, v.name))),
+    exchange: h("input", { id: "tp-exchange", value: "amq.topic", required: true }),
+    write: h("input", { id: "tp-write", value: ".*" }),
+    read: h("input", { id: "tp-read", value: ".*" }),
+  };
+  const topicForm = h("form", { class: "inline", id: "tp-form", "aria-label": "Set a topic permission", onsubmit: ev => {
+    ev.preventDefault();
+    act(topicMsg, `Topic permission of ${tf.user.value} on ${tf.exchange.value} in ${tf.vhost.value} set`, () => api("PUT", `/topic-permissions/${enc(tf.vhost.value)}/${enc(tf.user.value)}`,
+      { exchange: tf.exchange.value, write: tf.write.value, read: tf.read.value }))();
+  } },
+    h("label", { for: "tp-user" }, "User", tf.user), h("label", { for: "tp-vhost" }, "Virtual host", tf.vhost),
+    h("label", { for: "tp-exchange" }, "Topic exchange", tf.exchange), h("label", { for: "tp-write" }, "Write", tf.write),
+    h("label", { for: "tp-read" }, "Read", tf.read),
+    h("button", { type: "submit", class: "primary" }, "Set topic permission"));
   const me = sessionStorage.getItem(USER);
   setPage("Users and permissions",
     h("section", { "aria-labelledby": "users-h" }, h("h2", { id: "users-h" }, "Users"),
@@ -1175,7 +1192,18 @@ async function usersPage() {
           h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear permissions of ${p.user} in ${p.vhost}`,
             onclick: () => confirm(`Clear the permissions of ${p.user} in ${p.vhost}?`) && act(permMsg, `Permissions of ${p.user} in ${p.vhost} cleared`,
               () => api("DELETE", `/permissions/${enc(p.vhost)}/${enc(p.user)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No permissions."))))),
-      h("h3", {}, "Set a permission"), permForm, permMsg));
+      h("h3", {}, "Set a permission"), permForm, permMsg),
+    h("section", { "aria-labelledby": "topic-h" }, h("h2", { id: "topic-h" }, "Topic permissions"),
+      h("p", { class: "hint" }, "Patterns the routing keys a user publishes to (write) and binds with (read) on a topic exchange must match; {username}, {vhost} and {client_id} stand for the connection's."),
+      Array.isArray(topicPerms) ? h("div", { class: "table-wrap" }, h("table", { id: "topic-permissions" },
+        h("thead", {}, h("tr", {}, colHead("User"), colHead("Virtual host"), colHead("Exchange"), colHead("Write"), colHead("Read"), actionsHead())),
+        h("tbody", {}, topicPerms.length ? topicPerms.map(p => h("tr", { dataset: { user: p.user, vhost: p.vhost, exchange: p.exchange } },
+          h("th", { scope: "row" }, p.user), h("td", {}, p.vhost), h("td", { class: "exchange" }, p.exchange),
+          h("td", { class: "write" }, h("code", {}, p.write)), h("td", { class: "read" }, h("code", {}, p.read)),
+          h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear topic permissions of ${p.user} in ${p.vhost}`,
+            onclick: () => confirm(`Clear the topic permissions of ${p.user} in ${p.vhost} (on every exchange)?`) && act(topicMsg, `Topic permissions of ${p.user} in ${p.vhost} cleared`,
+              () => api("DELETE", `/topic-permissions/${enc(p.vhost)}/${enc(p.user)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No topic permissions."))))) : errorBox(topicPerms),
+      h("h3", {}, "Set a topic permission"), topicForm, topicMsg));
 }
 
 // ---- shovels ----
@@ -1318,6 +1346,67 @@ function shovelForm(vhosts, msg) {
   return form;
 }
 
+// ---- limits ----
+
+// LIMITS are the limits RabbitMQ sets per virtual host and per user.
+const VHOST_LIMITS = ["max-connections", "max-queues"], USER_LIMITS = ["max-connections", "max-channels"];
+
+// limitRows flattens GET /api/vhost-limits or /api/user-limits ([{vhost
+// or user, value: {limit: n}}]) into [owner, limit, n] rows.
+function limitRows(list, key) {
+  return list.flatMap(l => Object.entries(l.value || {}).map(([k, v]) => [l[key], k, v])).sort((a, b) => a[0].localeCompare(b[0]) || a[1].localeCompare(b[1]));
+}
+
+// limitSection is one table of limits with a Clear button each (asking
+// first) and a form that sets one (PUT .../{owner}/{limit} {"value": n}).
+function limitSection(o) {
+  const msg = h("div", { id: o.id + "-msg" });
+  const f = {
+    owner: h("select", { id: o.id + "-owner" }, o.owners.map(n => h("option", { value: n }, n))),
+    name: h("select", { id: o.id + "-name" }, o.limits.map(n => h("option", { value: n }, n))),
+    value: h("input", { id: o.id + "-value", type: "number", step: 1, required: true, "aria-describedby": o.id + "-help" }),
+  };
+  const act = (what, req) => async () => {
+    try { await req(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  const rows = Array.isArray(o.list) ? limitRows(o.list, o.key) : [];
+  return h("section", { "aria-labelledby": o.id + "-h" }, h("h2", { id: o.id + "-h" }, o.title),
+    Array.isArray(o.list) ? h("div", { class: "table-wrap" }, h("table", { id: o.id },
+      h("thead", {}, h("tr", {}, colHead(o.ownerLabel), colHead("Limit"), colHead("Value", "num"), actionsHead())),
+      h("tbody", {}, rows.length ? rows.map(([owner, name, v]) => h("tr", { dataset: { [o.key]: owner, limit: name } },
+        h("th", { scope: "row" }, owner), h("td", {}, name), h("td", { class: "num value" }, fmt(v)),
+        h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear ${name} of ${owner}`,
+          onclick: () => confirm(`Clear the ${name} limit of ${owner}?`) &&
+            act(`Limit ${name} of ${owner} cleared`, () => api("DELETE", `${o.path}/${enc(owner)}/${enc(name)}`))() }, "Clear"))))
+        : h("tr", {}, h("td", { colspan: 4 }, "No limits."))))) : errorBox(o.list),
+    h("form", { class: "inline", id: o.id + "-form", "aria-label": `Set a limit of a ${o.ownerLabel.toLowerCase()}`, onsubmit: ev => {
+      ev.preventDefault();
+      act(`Limit ${f.name.value} of ${f.owner.value} set to ${f.value.value}`,
+        () => api("PUT", `${o.path}/${enc(f.owner.value)}/${enc(f.name.value)}`, { value: Number(f.value.value) }))();
+    } },
+      h("label", { for: f.owner.id }, o.ownerLabel, f.owner), h("label", { for: f.name.id }, "Limit", f.name),
+      h("label", { for: f.value.id }, "Value", f.value),
+      h("button", { type: "submit", class: "primary" }, "Set limit")),
+    h("p", { class: "hint", id: o.id + "-help" }, o.help),
+    msg);
+}
+
+// limitsPage shows the virtual hosts' limits and, to administrators, the
+// users' (RabbitMQ's Admin → Limits), each with a form to set one.
+async function limitsPage() {
+  const admin = (await myTags()).includes("administrator");
+  const [vl, vhosts, ul, users] = await Promise.all([api("GET", "/vhost-limits").catch(e => e), api("GET", "/vhosts?columns=name"),
+    admin ? api("GET", "/user-limits").catch(e => e) : null, admin ? api("GET", "/users") : null]);
+  setPage("Limits",
+    limitSection({ id: "vhost-limits", title: "Virtual host limits", key: "vhost", ownerLabel: "Virtual host", path: "/vhost-limits",
+      list: vl, owners: vhosts.map(v => v.name), limits: VHOST_LIMITS,
+      help: "max-connections: client connections open at once in the virtual host; max-queues: queues in it. A negative value means no limit; 0 refuses every new one." }),
+    admin ? limitSection({ id: "user-limits", title: "User limits", key: "user", ownerLabel: "User", path: "/user-limits",
+      list: ul, owners: users.map(u => u.name), limits: USER_LIMITS,
+      help: "max-connections: connections the user has open at once; max-channels: channels the user has open at once, over all its connections. A negative value means no limit." })
+      : h("p", {}, "User limits need the administrator tag."));
+}
+
 // ---- connections and channels ----
 
 // connectionsPage lists connections and channels, refreshed every 5 s
@@ -1418,6 +1507,7 @@ async function render() {
       case "redrives": await redrivesPage(); break;
       case "nodes": await nodesPage(); break;
       case "shovels": await shovelsPage(); break;
+      case "limits": await limitsPage(); break;
       case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();

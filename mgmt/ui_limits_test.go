@@ -59,6 +59,8 @@ func TestUILimits(t *testing.T) {
 		t.Errorf("announced %q", got)
 	}
 	screenshot(t, ctx, "limits")
+	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))
+	axeCheck(t, ctx, "limits")
 
 	until(t, ctx, "clear, no", chromedp.Evaluate(`window.confirm = () => false`, nil),
 		chromedp.Click(vrow("max-connections")+" button.clear", chromedp.ByQuery),
@@ -118,6 +120,8 @@ func TestUITopicPermissions(t *testing.T) {
 		t.Errorf("topic permissions after the form: %v", got)
 	}
 	screenshot(t, ctx, "topic-permissions")
+	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))
+	axeCheck(t, ctx, "topic permissions")
 
 	until(t, ctx, "clear", chromedp.Click(row("events")+" button.clear", chromedp.ByQuery),
 		chromedp.WaitNotPresent(`#topic-permissions tr[data-user="alice"]`, chromedp.ByQuery))

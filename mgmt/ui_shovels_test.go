@@ -128,6 +128,8 @@ func TestUIShovels(t *testing.T) {
 	}
 	poll(t, ctx, "ui-made listed with its destination", `document.querySelector('#shovels tr[data-shovel="ui-made"] td.dest .what')?.textContent === "exchange amq.direct, key moved"`)
 	screenshot(t, ctx, "shovels")
+	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))
+	axeCheck(t, ctx, "shovels")
 
 	// A value the API refuses: the API's reason, nothing stored.
 	bad := map[string]any{"src-protocol": "amqp091", "src-uri": "not a uri", "src-queue": "src2", "dest-protocol": "amqp091", "dest-uri": uri,
@@ -161,4 +163,27 @@ func TestUIShovels(t *testing.T) {
 		chromedp.WaitNotPresent(`#shovels tr[data-shovel="ui-made"]`, chromedp.ByQuery))
 	a.must(404, "GET", "/parameters/shovel/%2F/ui-made", nil)
 	waitFor(t, func() bool { return status("ui-made") == nil })
+}
+
+// A user without the monitoring tag is told the shovels' status needs it
+// rather than asking for it (refused with 401, which would log them out);
+// a policymaker still gets the form.
+func TestUIShovelsNeedMonitoring(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/users/pm", map[string]any{"password": "pw", "tags": "policymaker"})
+	a.must(201, "PUT", "/permissions/%2F/pm", map[string]any{"configure": ".*", "write": ".*", "read": ".*"})
+	uiLogin(t, ctx, root, "pm", "pw")
+	until(t, ctx, "shovels page", chromedp.Navigate(root+"/#/shovels"))
+	poll(t, ctx, "shovels page loaded", `document.querySelector("main").dataset.loaded === "#/shovels"`)
+	if got := text(t, ctx, "#shovels-error"); !strings.Contains(got, "needs the monitoring tag") {
+		t.Errorf("a policymaker is told %q", got)
+	}
+	var form, nav bool
+	until(t, ctx, "form and nav", chromedp.Evaluate(`!!document.querySelector("#shovel-form")`, &form),
+		chromedp.Evaluate(`!document.querySelector("#nav").hidden`, &nav))
+	if !form || !nav {
+		t.Errorf("policymaker: form shown %v, still logged in %v", form, nav)
+	}
 }

@@ -195,7 +195,8 @@ async function overviewPage() {
       h("h2", { id: "node-h" }, nodes && nodes.length > 1 ? "Nodes" : "Node"),
       h("p", { id: "ov-node" }, `${ov.product_name || "brokerd"} ${ov.product_version || ""} on ${ov.node || ""}`,
         ov.cluster_name && ov.cluster_name !== ov.node ? `, cluster ${ov.cluster_name}` : ""),
-      nodes ? nodesView(nodes) : null));
+      nodes ? nodesView(nodes) : null,
+      h("p", {}, h("a", { href: "#/nodes" }, "Resources, limits and health checks"))));
   const nodeBox = document.getElementById("node");
   main.dataset.samples = samples;
   every(5000, async () => {
@@ -1238,7 +1239,9 @@ function uriValue(text) {
 async function shovelsPage() {
   const tags = await myTags();
   const maySet = tags.includes("administrator") || tags.includes("policymaker");
-  const [list, vhosts] = await Promise.all([api("GET", "/shovels").catch(e => e), api("GET", "/vhosts?columns=name").catch(() => [{ name: "/" }])]);
+  const mayList = tags.includes("administrator") || tags.includes("monitoring");
+  const [list, vhosts] = await Promise.all([mayList ? api("GET", "/shovels").catch(e => e) : new Error("it needs the monitoring tag"),
+    api("GET", "/vhosts?columns=name").catch(() => [{ name: "/" }])]);
   const msg = h("div", { id: "shovel-msg" });
   const act = (what, req) => async () => {
     try { await req(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }

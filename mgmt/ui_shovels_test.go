@@ -76,10 +76,10 @@ func TestUIShovels(t *testing.T) {
 	if got := text(t, ctx, move+"td.state"); got != "running" {
 		t.Errorf("move's state shown %q", got)
 	}
-	if got, want := text(t, ctx, move+"td.src"), fmt.Sprint(mv["src_uri"], "queue src.q"); got != want {
+	if got, want := text(t, ctx, move+"td.src"), fmt.Sprint(mv["src_uri"], "\nqueue src.q"); got != want {
 		t.Errorf("move's source shown %q, want %q", got, want)
 	}
-	if got, want := text(t, ctx, move+"td.dest"), fmt.Sprint(mv["dest_uri"], "queue dest.q"); got != want {
+	if got, want := text(t, ctx, move+"td.dest"), fmt.Sprint(mv["dest_uri"], "\nqueue dest.q"); got != want {
 		t.Errorf("move's destination shown %q, want %q", got, want)
 	}
 	if strings.Contains(text(t, ctx, "#shovels"), "guest:guest") {
@@ -92,7 +92,7 @@ func TestUIShovels(t *testing.T) {
 		t.Errorf("move's blocked status %q, want %q", got, want)
 	}
 	reason, _ := status("broken")["reason"].(string)
-	if got := text(t, ctx, broken+"td.state"); reason == "" || got != "terminated"+strings.TrimSpace(reason) {
+	if got := text(t, ctx, broken+"td.state"); reason == "" || got != "terminated\n"+strings.TrimSpace(reason) {
 		t.Errorf("broken's state shown %q, want terminated with the API's reason %q", got, reason)
 	}
 
@@ -127,17 +127,18 @@ func TestUIShovels(t *testing.T) {
 		}
 	}
 	poll(t, ctx, "ui-made listed with its destination", `document.querySelector('#shovels tr[data-shovel="ui-made"] td.dest .what')?.textContent === "exchange amq.direct, key moved"`)
+	until(t, ctx, "scroll to the list", chromedp.Evaluate(`window.scrollTo(0, 0)`, nil))
 	screenshot(t, ctx, "shovels")
 	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))
 	axeCheck(t, ctx, "shovels")
 
 	// A value the API refuses: the API's reason, nothing stored.
-	bad := map[string]any{"src-protocol": "amqp091", "src-uri": "not a uri", "src-queue": "src2", "dest-protocol": "amqp091", "dest-uri": uri,
+	bad := map[string]any{"src-protocol": "amqp091", "src-uri": "nowhere", "src-queue": "src2", "dest-protocol": "amqp091", "dest-uri": uri,
 		"dest-queue": "dest.q", "ack-mode": "on-confirm", "src-delete-after": "never"}
 	wantReason := a.do("PUT", "/parameters/shovel/%2F/refused", map[string]any{"value": bad}).reason(t)
 	until(t, ctx, "a refused shovel",
 		chromedp.SendKeys("#sh-name", "refused", chromedp.ByQuery),
-		setValue("#sh-src-uri", "not a uri"),
+		setValue("#sh-src-uri", "nowhere"),
 		chromedp.SendKeys("#sh-src-queue", "src2", chromedp.ByQuery),
 		chromedp.SendKeys("#sh-dest-queue", "dest.q", chromedp.ByQuery),
 		chromedp.Click(`#shovel-form button[type="submit"]`, chromedp.ByQuery),

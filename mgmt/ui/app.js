@@ -1340,9 +1340,10 @@ function shovelForm(vhosts, msg) {
     } catch (e) { msg.replaceChildren(errorBox(e)); }
   } },
     h("div", { class: "row" }, lbl(f.vhost, "Virtual host"), lbl(f.name, "Name")),
-    h("fieldset", {}, h("legend", {}, "Source"), lbl(f.srcUri, "URI"), lbl(f.srcType, "From"), srcQ, srcX,
-      lbl(f.prefetch, "Prefetch count (empty: 1000)"), lbl(f.deleteAfter, "Delete the shovel"), count),
-    h("fieldset", {}, h("legend", {}, "Destination"), lbl(f.destUri, "URI"), lbl(f.destType, "To"), destQ, destX),
+    h("div", { class: "row sides" },
+      h("fieldset", {}, h("legend", {}, "Source"), lbl(f.srcUri, "URI"), lbl(f.srcType, "From"), srcQ, srcX,
+        lbl(f.prefetch, "Prefetch count (empty: 1000)"), lbl(f.deleteAfter, "Delete the shovel"), count),
+      h("fieldset", {}, h("legend", {}, "Destination"), lbl(f.destUri, "URI"), lbl(f.destType, "To"), destQ, destX)),
     h("small", { id: "sh-uri-help" }, "amqp://user:password@host:5672/vhost, several separated by spaces to fail over; amqp:// alone is this broker, in the shovel's virtual host."),
     h("div", { class: "row" }, lbl(f.ackMode, "Acknowledgement mode"), lbl(f.reconnect, "Reconnect delay, seconds (empty: 5; 0: never)")),
     h("div", {}, h("button", { type: "submit", class: "primary" }, "Add shovel")));

@@ -119,6 +119,7 @@ func TestUITopicPermissions(t *testing.T) {
 	if p := got["events"]; len(got) != 2 || p["vhost"] != "/" || p["write"] != `^{username}\.` || p["read"] != `^{vhost}\.` {
 		t.Errorf("topic permissions after the form: %v", got)
 	}
+	until(t, ctx, "scroll to topic permissions", chromedp.Evaluate(`document.querySelector("#topic-h").scrollIntoView()`, nil))
 	screenshot(t, ctx, "topic-permissions")
 	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))
 	axeCheck(t, ctx, "topic permissions")

@@ -1195,7 +1195,7 @@ async function usersPage() {
               () => api("DELETE", `/permissions/${enc(p.vhost)}/${enc(p.user)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No permissions."))))),
       h("h3", {}, "Set a permission"), permForm, permMsg),
     h("section", { "aria-labelledby": "topic-h" }, h("h2", { id: "topic-h" }, "Topic permissions"),
-      h("p", { class: "hint" }, "Patterns the routing keys a user publishes to (write) and binds with (read) on a topic exchange must match; {username}, {vhost} and {client_id} stand for the connection's."),
+      h("p", { class: "hint" }, "Patterns the routing keys a user publishes to (write) and binds with (read) on a topic exchange must match; {username} and {vhost} stand for the connection's user and virtual host."),
       Array.isArray(topicPerms) ? h("div", { class: "table-wrap" }, h("table", { id: "topic-permissions" },
         h("thead", {}, h("tr", {}, colHead("User"), colHead("Virtual host"), colHead("Exchange"), colHead("Write"), colHead("Read"), actionsHead())),
         h("tbody", {}, topicPerms.length ? topicPerms.map(p => h("tr", { dataset: { user: p.user, vhost: p.vhost, exchange: p.exchange } },

@@ -130,3 +130,31 @@ func TestUITopicPermissions(t *testing.T) {
 		t.Errorf("topic permissions after Clear: %v", l)
 	}
 }
+
+// A user without the administrator tag sees the virtual hosts' limits
+// without the form and Clear buttons (RabbitMQ lets administrators alone
+// change them; a refusal is a 401, which would log the user out), and is
+// told that user limits need the tag rather than asking for them.
+func TestUILimitsReadOnly(t *testing.T) {
+	ctx := browser(t)
+	a := startAPI(t)
+	root := strings.TrimSuffix(a.base, "/api")
+	a.must(201, "PUT", "/users/mon", map[string]any{"password": "pw", "tags": "monitoring"})
+	a.must(201, "PUT", "/permissions/%2F/mon", map[string]any{"configure": ".*", "write": ".*", "read": ".*"})
+	uiLogin(t, ctx, root, "mon", "pw")
+	until(t, ctx, "limits page", chromedp.Navigate(root+"/#/limits"))
+	poll(t, ctx, "limits page loaded", `document.querySelector("main").dataset.loaded === "#/limits"`)
+	var forms, clears int
+	var nav bool
+	var said string
+	until(t, ctx, "page", chromedp.Evaluate(`document.querySelectorAll("main form").length`, &forms),
+		chromedp.Evaluate(`document.querySelectorAll("main button.clear").length`, &clears),
+		chromedp.Evaluate(`!document.querySelector("#nav").hidden && !!document.querySelector("#vhost-limits")`, &nav),
+		chromedp.Evaluate(`document.querySelector("main").textContent`, &said))
+	if forms != 0 || clears != 0 || !nav {
+		t.Errorf("a monitoring user: %d forms, %d Clear buttons, vhost limits shown and still logged in: %v", forms, clears, nav)
+	}
+	if !strings.Contains(said, "User limits need the administrator tag") {
+		t.Errorf("a monitoring user is not told why user limits are missing: %q", said)
+	}
+}

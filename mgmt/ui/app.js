@@ -1361,8 +1361,9 @@ function limitRows(list, key) {
   return list.flatMap(l => Object.entries(l.value || {}).map(([k, v]) => [l[key], k, v])).sort((a, b) => a[0].localeCompare(b[0]) || a[1].localeCompare(b[1]));
 }
 
-// limitSection is one table of limits with a Clear button each (asking
-// first) and a form that sets one (PUT .../{owner}/{limit} {"value": n}).
+// limitSection is one table of limits with, when o.editable, a Clear
+// button each (asking first) and a form that sets one (PUT
+// .../{owner}/{limit} {"value": n}).
 function limitSection(o) {
   const msg = h("div", { id: o.id + "-msg" });
   const f = {
@@ -1376,37 +1377,39 @@ function limitSection(o) {
   const rows = Array.isArray(o.list) ? limitRows(o.list, o.key) : [];
   return h("section", { "aria-labelledby": o.id + "-h" }, h("h2", { id: o.id + "-h" }, o.title),
     Array.isArray(o.list) ? h("div", { class: "table-wrap" }, h("table", { id: o.id },
-      h("thead", {}, h("tr", {}, colHead(o.ownerLabel), colHead("Limit"), colHead("Value", "num"), actionsHead())),
+      h("thead", {}, h("tr", {}, colHead(o.ownerLabel), colHead("Limit"), colHead("Value", "num"), o.editable ? actionsHead() : null)),
       h("tbody", {}, rows.length ? rows.map(([owner, name, v]) => h("tr", { dataset: { [o.key]: owner, limit: name } },
         h("th", { scope: "row" }, owner), h("td", {}, name), h("td", { class: "num value" }, fmt(v)),
-        h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear ${name} of ${owner}`,
+        o.editable ? h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear ${name} of ${owner}`,
           onclick: () => confirm(`Clear the ${name} limit of ${owner}?`) &&
-            act(`Limit ${name} of ${owner} cleared`, () => api("DELETE", `${o.path}/${enc(owner)}/${enc(name)}`))() }, "Clear"))))
-        : h("tr", {}, h("td", { colspan: 4 }, "No limits."))))) : errorBox(o.list),
-    h("form", { class: "inline", id: o.id + "-form", "aria-label": `Set a limit of a ${o.ownerLabel.toLowerCase()}`, onsubmit: ev => {
+            act(`Limit ${name} of ${owner} cleared`, () => api("DELETE", `${o.path}/${enc(owner)}/${enc(name)}`))() }, "Clear")) : null))
+        : h("tr", {}, h("td", { colspan: o.editable ? 4 : 3 }, "No limits."))))) : errorBox(o.list),
+    o.editable ? h("form", { class: "inline", id: o.id + "-form", "aria-label": `Set a limit of a ${o.ownerLabel.toLowerCase()}`, onsubmit: ev => {
       ev.preventDefault();
       act(`Limit ${f.name.value} of ${f.owner.value} set to ${f.value.value}`,
         () => api("PUT", `${o.path}/${enc(f.owner.value)}/${enc(f.name.value)}`, { value: Number(f.value.value) }))();
     } },
       h("label", { for: f.owner.id }, o.ownerLabel, f.owner), h("label", { for: f.name.id }, "Limit", f.name),
       h("label", { for: f.value.id }, "Value", f.value),
-      h("button", { type: "submit", class: "primary" }, "Set limit")),
+      h("button", { type: "submit", class: "primary" }, "Set limit")) : null,
     h("p", { class: "hint", id: o.id + "-help" }, o.help),
     msg);
 }
 
 // limitsPage shows the virtual hosts' limits and, to administrators, the
-// users' (RabbitMQ's Admin → Limits), each with a form to set one.
+// users' (RabbitMQ's Admin → Limits); administrators, who alone may
+// change them, get the forms and Clear buttons (another user's change
+// would be refused with a 401, which logs out).
 async function limitsPage() {
   const admin = (await myTags()).includes("administrator");
   const [vl, vhosts, ul, users] = await Promise.all([api("GET", "/vhost-limits").catch(e => e), api("GET", "/vhosts?columns=name"),
     admin ? api("GET", "/user-limits").catch(e => e) : null, admin ? api("GET", "/users") : null]);
   setPage("Limits",
     limitSection({ id: "vhost-limits", title: "Virtual host limits", key: "vhost", ownerLabel: "Virtual host", path: "/vhost-limits",
-      list: vl, owners: vhosts.map(v => v.name), limits: VHOST_LIMITS,
+      list: vl, owners: vhosts.map(v => v.name), limits: VHOST_LIMITS, editable: admin,
       help: "max-connections: client connections open at once in the virtual host; max-queues: queues in it. A negative value means no limit; 0 refuses every new one." }),
     admin ? limitSection({ id: "user-limits", title: "User limits", key: "user", ownerLabel: "User", path: "/user-limits",
-      list: ul, owners: users.map(u => u.name), limits: USER_LIMITS,
+      list: ul, owners: users.map(u => u.name), limits: USER_LIMITS, editable: true,
       help: "max-connections: connections the user has open at once; max-channels: channels the user has open at once, over all its connections. A negative value means no limit." })
       : h("p", {}, "User limits need the administrator tag."));
 }

@@ -76,8 +76,8 @@ func TestUILimits(t *testing.T) {
 
 // The users page lists topic permissions; one set with its form is
 // stored with the exchange and patterns given, a refused one shows the
-// API's reason, and Clear asks, then removes the user's topic permissions
-// in that virtual host.
+// API's reason, and Clear asks, then removes the permission on that
+// exchange alone.
 func TestUITopicPermissions(t *testing.T) {
 	ctx := browser(t)
 	a, _ := startDaemonAPI(t)
@@ -124,7 +124,19 @@ func TestUITopicPermissions(t *testing.T) {
 	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))
 	axeCheck(t, ctx, "topic permissions")
 
+	// Clear removes the row's exchange's permission alone.
+	until(t, ctx, "clear, no", chromedp.Evaluate(`window.confirm = () => false`, nil),
+		chromedp.Click(row("events")+" button.clear", chromedp.ByQuery),
+		chromedp.Evaluate(`window.confirm = () => true`, nil))
+	if l := a.must(200, "GET", "/users/alice/topic-permissions", nil).list(t); len(l) != 2 {
+		t.Errorf("topic permissions after Clear answered no: %v", l)
+	}
 	until(t, ctx, "clear", chromedp.Click(row("events")+" button.clear", chromedp.ByQuery),
+		chromedp.WaitNotPresent(row("events"), chromedp.ByQuery))
+	if l := a.must(200, "GET", "/users/alice/topic-permissions", nil).list(t); len(l) != 1 || l[0]["exchange"] != "amq.topic" {
+		t.Errorf("topic permissions after clearing events': %v", l)
+	}
+	until(t, ctx, "clear the last", chromedp.Click(row("amq.topic")+" button.clear", chromedp.ByQuery),
 		chromedp.WaitNotPresent(`#topic-permissions tr[data-user="alice"]`, chromedp.ByQuery))
 	if l := a.must(200, "GET", "/users/alice/topic-permissions", nil).list(t); len(l) != 0 {
 		t.Errorf("topic permissions after Clear: %v", l)

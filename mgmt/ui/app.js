@@ -1201,9 +1201,9 @@ async function usersPage() {
         h("tbody", {}, topicPerms.length ? topicPerms.map(p => h("tr", { dataset: { user: p.user, vhost: p.vhost, exchange: p.exchange } },
           h("th", { scope: "row" }, p.user), h("td", {}, p.vhost), h("td", { class: "exchange" }, p.exchange),
           h("td", { class: "write" }, h("code", {}, p.write)), h("td", { class: "read" }, h("code", {}, p.read)),
-          h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear topic permissions of ${p.user} in ${p.vhost}`,
-            onclick: () => confirm(`Clear the topic permissions of ${p.user} in ${p.vhost} (on every exchange)?`) && act(topicMsg, `Topic permissions of ${p.user} in ${p.vhost} cleared`,
-              () => api("DELETE", `/topic-permissions/${enc(p.vhost)}/${enc(p.user)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No topic permissions."))))) : errorBox(topicPerms),
+          h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear the topic permission of ${p.user} in ${p.vhost} on ${p.exchange}`,
+            onclick: () => confirm(`Clear the topic permission of ${p.user} in ${p.vhost} on exchange ${p.exchange}?`) && act(topicMsg, `Topic permission of ${p.user} in ${p.vhost} on ${p.exchange} cleared`,
+              () => api("DELETE", `/topic-permissions/${enc(p.vhost)}/${enc(p.user)}/${enc(p.exchange)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No topic permissions."))))) : errorBox(topicPerms),
       h("h3", {}, "Set a topic permission"), topicForm, topicMsg));
 }
 

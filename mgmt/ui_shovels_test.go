@@ -38,9 +38,12 @@ func TestUIShovels(t *testing.T) {
 	ctx := browser(t)
 	a, amqpAddr := startDaemonAPI(t)
 	root := strings.TrimSuffix(a.base, "/api")
-	for _, q := range []string{"src.q", "dest.q", "src2"} {
+	for _, q := range []string{"src.q", "dest.q", "src2", "moved.q"} {
 		a.must(201, "PUT", "/queues/%2F/"+q, map[string]any{"durable": true})
 	}
+	a.must(201, "POST", "/bindings/%2F/e/amq.direct/q/moved.q", map[string]any{"routing_key": "moved"})
+	a.must(200, "POST", "/exchanges/%2F/amq.default/publish", map[string]any{"routing_key": "src2", "payload": "to move",
+		"payload_encoding": "string", "properties": map[string]any{"delivery_mode": 2}})
 	for i := range 3 {
 		a.must(200, "POST", "/exchanges/%2F/amq.default/publish", map[string]any{"routing_key": "src.q", "payload": fmt.Sprint("m", i),
 			"payload_encoding": "string", "properties": map[string]any{"delivery_mode": 2}})
@@ -96,13 +99,13 @@ func TestUIShovels(t *testing.T) {
 		t.Errorf("broken's state shown %q, want terminated with the API's reason %q", got, reason)
 	}
 
-	// A shovel from the form: two source URIs, an exchange as the
-	// destination, every setting given.
+	// A shovel from the form: two source URIs, this broker as the
+	// destination (amqp://, the field's default) with an exchange and
+	// routing key, every setting given; it moves src2's message.
 	until(t, ctx, "add a shovel",
 		chromedp.SendKeys("#sh-name", "ui-made", chromedp.ByQuery),
 		setValue("#sh-src-uri", uri+" "+uri),
 		chromedp.SendKeys("#sh-src-queue", "src2", chromedp.ByQuery),
-		setValue("#sh-dest-uri", uri),
 		chromedp.SetValue("#sh-dest-type", "exchange", chromedp.ByQuery),
 		chromedp.Evaluate(`document.querySelector("#sh-dest-type").dispatchEvent(new Event("change"))`, nil),
 		chromedp.WaitVisible("#sh-dest-exchange", chromedp.ByQuery),
@@ -118,7 +121,7 @@ func TestUIShovels(t *testing.T) {
 		chromedp.Click(`#shovel-form button[type="submit"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#shovels tr[data-shovel="ui-made"]`, chromedp.ByQuery))
 	want := map[string]any{"src-protocol": "amqp091", "src-uri": []any{uri, uri}, "src-queue": "src2",
-		"dest-protocol": "amqp091", "dest-uri": uri, "dest-exchange": "amq.direct", "dest-exchange-key": "moved",
+		"dest-protocol": "amqp091", "dest-uri": "amqp://", "dest-exchange": "amq.direct", "dest-exchange-key": "moved",
 		"ack-mode": "on-publish", "src-delete-after": 5.0, "src-prefetch-count": 10.0, "reconnect-delay": 1.0}
 	value, _ := a.must(200, "GET", "/parameters/shovel/%2F/ui-made", nil).object(t)["value"].(map[string]any)
 	for k, w := range want {
@@ -126,7 +129,11 @@ func TestUIShovels(t *testing.T) {
 			t.Errorf("ui-made's %s stored as %v, want %v (value %v)", k, value[k], w, value)
 		}
 	}
-	poll(t, ctx, "ui-made listed with its destination", `document.querySelector('#shovels tr[data-shovel="ui-made"] td.dest .what')?.textContent === "exchange amq.direct, key moved"`)
+	waitFor(t, func() bool { return a.must(200, "GET", "/queues/%2F/moved.q", nil).object(t)["messages"] == 1.0 })
+	poll(t, ctx, "ui-made listed with its destination and the message forwarded", `(() => {
+		const r = document.querySelector('#shovels tr[data-shovel="ui-made"]');
+		return r?.querySelector("td.dest .what").textContent === "exchange amq.direct, key moved" && r.querySelector("td.forwarded").textContent === "1";
+	})()`)
 	until(t, ctx, "scroll to the list", chromedp.Evaluate(`window.scrollTo(0, 0)`, nil))
 	screenshot(t, ctx, "shovels")
 	until(t, ctx, "load axe", chromedp.Evaluate(axeScript(t)+";true", nil))

@@ -1344,7 +1344,7 @@ function shovelForm(vhosts, msg) {
       h("fieldset", {}, h("legend", {}, "Source"), lbl(f.srcUri, "URI"), lbl(f.srcType, "From"), srcQ, srcX,
         lbl(f.prefetch, "Prefetch count (empty: 1000)"), lbl(f.deleteAfter, "Delete the shovel"), count),
       h("fieldset", {}, h("legend", {}, "Destination"), lbl(f.destUri, "URI"), lbl(f.destType, "To"), destQ, destX)),
-    h("small", { id: "sh-uri-help" }, "amqp://user:password@host:5672/vhost, several separated by spaces to fail over; amqp:// alone is this broker, in the shovel's virtual host."),
+    h("small", { id: "sh-uri-help" }, "amqp://user:password@host:5672/vhost, several separated by spaces to fail over; amqp:// alone is this broker's virtual host /, amqp:///name another of its virtual hosts."),
     h("div", { class: "row" }, lbl(f.ackMode, "Acknowledgement mode"), lbl(f.reconnect, "Reconnect delay, seconds (empty: 5; 0: never)")),
     h("div", {}, h("button", { type: "submit", class: "primary" }, "Add shovel")));
   return form;

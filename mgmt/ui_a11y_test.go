@@ -37,8 +37,8 @@ func TestUIAccessibility(t *testing.T) {
 
 	uiLogin(t, ctx, root, "guest", "guest")
 	until(t, ctx, "load axe", chromedp.Evaluate(script+";true", nil))
-	pages := []string{"#/overview", "#/queues", "#/queue/%2F/orders.dlq", "#/queue/%2F/retrying", "#/exchanges", "#/exchange/%2F/events", "#/exchange/%2F/later",
-		"#/connections", "#/redrives", "#/policies", "#/users"}
+	pages := []string{"#/overview", "#/nodes", "#/queues", "#/queue/%2F/orders.dlq", "#/queue/%2F/retrying", "#/exchanges", "#/exchange/%2F/events", "#/exchange/%2F/later",
+		"#/connections", "#/redrives", "#/shovels", "#/policies", "#/users", "#/limits"}
 	for _, width := range []int64{1280, 390} {
 		until(t, ctx, "viewport", chromedp.EmulateViewport(width, 844))
 		for _, page := range pages {

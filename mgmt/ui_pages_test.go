@@ -367,6 +367,7 @@ func TestUIPhoneWidth(t *testing.T) {
 	until(t, ctx, "phone width", chromedp.EmulateViewport(390, 844))
 	for _, page := range []struct{ hash, ready string }{
 		{"#/overview", "#rates"},
+		{"#/nodes", "#health-checks"},
 		{"#/queues", "#queues"},
 		{"#/queue/%2F/a-rather-long-queue-name.with.several.parts.dlq", "#depth-chart"},
 		{"#/exchanges", "#exchanges"},
@@ -374,6 +375,8 @@ func TestUIPhoneWidth(t *testing.T) {
 		{"#/connections", "#channels"},
 		{"#/users", "#permissions"},
 		{"#/policies", "#policy-form"},
+		{"#/shovels", "#shovel-form"},
+		{"#/limits", "#user-limits-form"},
 	} {
 		until(t, ctx, page.hash, chromedp.Navigate(root+"/"+page.hash), chromedp.WaitVisible(page.ready, chromedp.ByQuery))
 		var width, inner int

@@ -195,7 +195,8 @@ async function overviewPage() {
       h("h2", { id: "node-h" }, nodes && nodes.length > 1 ? "Nodes" : "Node"),
       h("p", { id: "ov-node" }, `${ov.product_name || "brokerd"} ${ov.product_version || ""} on ${ov.node || ""}`,
         ov.cluster_name && ov.cluster_name !== ov.node ? `, cluster ${ov.cluster_name}` : ""),
-      nodes ? nodesView(nodes) : null));
+      nodes ? nodesView(nodes) : null,
+      h("p", {}, h("a", { href: "#/nodes" }, "Resources, limits and health checks"))));
   const nodeBox = document.getElementById("node");
   main.dataset.samples = samples;
   every(5000, async () => {
@@ -218,6 +219,121 @@ async function overviewPage() {
     const seen = JSON.stringify(alarms);
     if (seen !== shownAlarms) { shownAlarms = seen; alarmBox.replaceChildren(alarmBox.firstChild, alarmView(alarms)); }
     main.dataset.samples = ++samples;
+  });
+}
+
+// ---- nodes and health checks ----
+
+// nodeCells are the node page's columns: [heading, class, cell content of
+// node n]. A value the answering node does not report (a cluster peer's
+// memory, say) is left empty.
+const nodeCells = [
+  ["Running", "running", n => n.running ? "running" : "not running"],
+  ["Uptime", "num uptime", n => duration(n.uptime)],
+  ["Memory used / limit", "num mem", n => usage(bytes(n.mem_used), n.mem_limit ? bytes(n.mem_limit) : "no limit", n.mem_alarm, "memory")],
+  ["Disk free / limit", "num disk", n => usage(bytes(n.disk_free), n.disk_free_limit ? bytes(n.disk_free_limit) : "no limit", n.disk_free_alarm, "disk")],
+  ["File descriptors used / total", "num fd", n => usage(fmt(n.fd_used), n.fd_total ? fmt(n.fd_total) : "no limit")],
+  ["Sockets used / total", "num sockets", n => usage(fmt(n.sockets_used), n.sockets_total ? fmt(n.sockets_total) : "no limit")],
+  ["Processes used / total", "num proc", n => usage(fmt(n.proc_used), fmt(n.proc_total))],
+  ["Run queue", "num runq", n => fmt(n.run_queue)],
+  ["Processors", "num cpus", n => fmt(n.processors)],
+];
+
+// usage renders "used / total", with an alarm flag when alarm is true;
+// nothing when used is unknown.
+function usage(used, total, alarm, what) {
+  if (used === "") return "";
+  return [used, " / ", total, alarm ? [" ", h("strong", { class: "flag-alarm" }, `${what} alarm`)] : null];
+}
+
+// scrollBox wraps a table with no control in it: at phone width it
+// scrolls sideways, so it takes focus (arrow keys scroll it) and is a
+// named region.
+function scrollBox(label, table) { return h("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": label }, table); }
+
+function nodeDetailView(nodes) {
+  return scrollBox("Nodes", h("table", { id: "nodes-detail" },
+    h("caption", { class: "visually-hidden" }, "Nodes: resources in use against their limits"),
+    h("thead", {}, h("tr", {}, colHead("Name"), nodeCells.map(([label, cls]) => colHead(label, cls.startsWith("num") ? "num" : undefined)))),
+    h("tbody", {}, nodes.map(n => h("tr", { dataset: { node: n.name, running: String(n.running), memAlarm: String(!!n.mem_alarm), diskAlarm: String(!!n.disk_free_alarm) } },
+      h("th", { scope: "row" }, n.name),
+      nodeCells.map(([, cls, cell]) => h("td", { class: cls + (cls === "running" ? (n.running ? " ok" : " down") : "") }, cell(n))))))));
+}
+
+// healthChecks are the health checks of RabbitMQ's API the nodes page
+// runs: those of the whole node, then a port and a protocol check per
+// listener the overview lists.
+function healthChecks(listeners) {
+  const checks = ["alarms", "local-alarms", "virtual-hosts", "certificate-expiration/1/months", "is-in-service", "ready-to-accept-clients", "below-node-connection-limit"];
+  for (const l of listeners || []) checks.push(`port-listener/${l.port}`);
+  // "amqp/ssl" is one segment: %2F, as RabbitMQ's paths carry a slash.
+  for (const p of new Set((listeners || []).map(l => l.protocol))) checks.push(`protocol-listener/${enc(p)}`);
+  return checks;
+}
+
+// runCheck runs one health check: passed (200), failed (503, with the
+// check's reason and fields) or error (any other answer).
+async function runCheck(path) {
+  try {
+    return { path, result: "passed", body: await api("GET", "/health/checks/" + path) };
+  } catch (e) {
+    if (e instanceof APIError && e.status === 503) return { path, result: "failed", body: e.body && typeof e.body === "object" ? e.body : { reason: e.reason } };
+    return { path, result: "error", body: { reason: e instanceof APIError ? `${e.status}: ${e.reason}` : String(e) } };
+  }
+}
+
+// checkDetails says what a check's answer holds beyond its status: the
+// reason, the alarms, the certificates expiring, the listeners there
+// are, the connection count and limit.
+function checkDetails(body) {
+  const out = [];
+  if (body.reason) out.push(h("span", { class: "reason" }, body.reason));
+  for (const [k, v] of Object.entries(body)) {
+    if (k === "status" || k === "reason") continue;
+    if (k === "alarms" && Array.isArray(v)) out.push(h("span", {}, "alarms: " + v.map(a => `${a.resource} on ${a.node}`).join(", ")));
+    else if (k === "expired" && Array.isArray(v)) {
+      out.push(h("ul", { class: "reasons" }, v.map(l => h("li", {}, `${l.protocol} on ${l.interface}:${l.port}: `,
+        [["certificate", l.certfile, l.certfile_expires_on], ["CA", l.cacertfile, l.cacertfile_expires_on]]
+          .filter(([, , exp]) => exp && exp.length).map(([what, file, exp]) => `${what} ${file} expires ${exp.join(", ")}`).join("; ")))));
+    } else out.push(h("span", {}, `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`));
+  }
+  return out.flatMap((c, i) => i && c.tagName !== "UL" ? ["; ", c] : [c]);
+}
+
+function checksView(results) {
+  return scrollBox("Health checks", h("table", { id: "health-checks" },
+    h("thead", {}, h("tr", {}, colHead("Check"), colHead("Result"), colHead("Details"))),
+    h("tbody", {}, results.map(c => h("tr", { dataset: { check: c.path, result: c.result } },
+      h("th", { scope: "row" }, h("code", {}, c.path)),
+      h("td", { class: "result " + (c.result === "passed" ? "ok" : "down") }, c.result),
+      h("td", { class: "details" }, checkDetails(c.body || {})))))));
+}
+
+// nodesPage shows each node's resources against their limits (GET
+// /api/nodes, to monitoring users) and the result of every health check,
+// both again every 5 s. A user without the monitoring tag sees the checks
+// only (asking for the nodes would be refused, and log out).
+async function nodesPage() {
+  const monitor = await mayMonitor();
+  const load = async () => {
+    const ov = await api("GET", "/overview");
+    return Promise.all([monitor ? api("GET", "/nodes") : null, Promise.all(healthChecks(ov.listeners).map(runCheck))]);
+  };
+  let [nodes, checks] = await load();
+  const nodeBox = h("section", { "aria-labelledby": "nodes-h", id: "nodes-section" }, h("h2", { id: "nodes-h" }, "Nodes"),
+    nodes ? nodeDetailView(nodes) : h("p", {}, "Node details need the monitoring or administrator tag."));
+  const checkBox = h("section", { "aria-labelledby": "checks-h", id: "checks-section" }, h("h2", { id: "checks-h" }, "Health checks"),
+    h("p", { class: "hint" }, "RabbitMQ's health checks (GET /api/health/checks/…), run every 5 s: passed answers 200, failed 503 with the reason."),
+    checksView(checks));
+  const msg = h("div", { id: "nodes-msg" });
+  setPage("Nodes and health", nodeBox, checkBox, msg);
+  main.dataset.polls = 0;
+  every(5000, async () => {
+    try { [nodes, checks] = await load(); } catch (e) { msg.replaceChildren(errorBox(e)); return; }
+    msg.replaceChildren();
+    if (nodes) document.getElementById("nodes-detail")?.closest(".table-wrap").replaceWith(nodeDetailView(nodes));
+    document.getElementById("health-checks")?.closest(".table-wrap").replaceWith(checksView(checks));
+    main.dataset.polls = Number(main.dataset.polls) + 1;
   });
 }
 
@@ -1002,8 +1118,9 @@ async function policiesPage() {
 // the API's refusal) with forms to add a user, set a permission, and
 // buttons to delete and clear. Every refusal shows the API's reason.
 async function usersPage() {
-  const [users, perms, vhosts] = await Promise.all([api("GET", "/users"), api("GET", "/permissions"), api("GET", "/vhosts?columns=name")]);
-  const userMsg = h("div", { id: "user-msg" }), permMsg = h("div", { id: "perm-msg" });
+  const [users, perms, vhosts, topicPerms] = await Promise.all([api("GET", "/users"), api("GET", "/permissions"), api("GET", "/vhosts?columns=name"),
+    api("GET", "/topic-permissions").catch(e => e)]);
+  const userMsg = h("div", { id: "user-msg" }), permMsg = h("div", { id: "perm-msg" }), topicMsg = h("div", { id: "topic-msg" });
   const act = (msg, what, fn) => async () => {
     try { await fn(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
   };
@@ -1040,6 +1157,22 @@ async function usersPage() {
     h("label", { for: "perm-configure" }, "Configure", pf.configure), h("label", { for: "perm-write" }, "Write", pf.write),
     h("label", { for: "perm-read" }, "Read", pf.read),
     h("button", { type: "submit", class: "primary" }, "Set permission"));
+  const tf = {
+    user: h("select", { id: "tp-user" }, users.map(u => h("option", { value: u.name }, u.name))),
+    vhost: h("select", { id: "tp-vhost" }, vhosts.map(v => h("option", { value: v.name }, v.name))),
+    exchange: h("input", { id: "tp-exchange", value: "amq.topic", required: true }),
+    write: h("input", { id: "tp-write", value: ".*" }),
+    read: h("input", { id: "tp-read", value: ".*" }),
+  };
+  const topicForm = h("form", { class: "inline", id: "tp-form", "aria-label": "Set a topic permission", onsubmit: ev => {
+    ev.preventDefault();
+    act(topicMsg, `Topic permission of ${tf.user.value} on ${tf.exchange.value} in ${tf.vhost.value} set`, () => api("PUT", `/topic-permissions/${enc(tf.vhost.value)}/${enc(tf.user.value)}`,
+      { exchange: tf.exchange.value, write: tf.write.value, read: tf.read.value }))();
+  } },
+    h("label", { for: "tp-user" }, "User", tf.user), h("label", { for: "tp-vhost" }, "Virtual host", tf.vhost),
+    h("label", { for: "tp-exchange" }, "Topic exchange", tf.exchange), h("label", { for: "tp-write" }, "Write", tf.write),
+    h("label", { for: "tp-read" }, "Read", tf.read),
+    h("button", { type: "submit", class: "primary" }, "Set topic permission"));
   const me = sessionStorage.getItem(USER);
   setPage("Users and permissions",
     h("section", { "aria-labelledby": "users-h" }, h("h2", { id: "users-h" }, "Users"),
@@ -1060,7 +1193,225 @@ async function usersPage() {
           h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear permissions of ${p.user} in ${p.vhost}`,
             onclick: () => confirm(`Clear the permissions of ${p.user} in ${p.vhost}?`) && act(permMsg, `Permissions of ${p.user} in ${p.vhost} cleared`,
               () => api("DELETE", `/permissions/${enc(p.vhost)}/${enc(p.user)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No permissions."))))),
-      h("h3", {}, "Set a permission"), permForm, permMsg));
+      h("h3", {}, "Set a permission"), permForm, permMsg),
+    h("section", { "aria-labelledby": "topic-h" }, h("h2", { id: "topic-h" }, "Topic permissions"),
+      h("p", { class: "hint" }, "Patterns the routing keys a user publishes to (write) and binds with (read) on a topic exchange must match; {username} and {vhost} stand for the connection's user and virtual host."),
+      Array.isArray(topicPerms) ? h("div", { class: "table-wrap" }, h("table", { id: "topic-permissions" },
+        h("thead", {}, h("tr", {}, colHead("User"), colHead("Virtual host"), colHead("Exchange"), colHead("Write"), colHead("Read"), actionsHead())),
+        h("tbody", {}, topicPerms.length ? topicPerms.map(p => h("tr", { dataset: { user: p.user, vhost: p.vhost, exchange: p.exchange } },
+          h("th", { scope: "row" }, p.user), h("td", {}, p.vhost), h("td", { class: "exchange" }, p.exchange),
+          h("td", { class: "write" }, h("code", {}, p.write)), h("td", { class: "read" }, h("code", {}, p.read)),
+          h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear the topic permission of ${p.user} in ${p.vhost} on ${p.exchange}`,
+            onclick: () => confirm(`Clear the topic permission of ${p.user} in ${p.vhost} on exchange ${p.exchange}?`) && act(topicMsg, `Topic permission of ${p.user} in ${p.vhost} on ${p.exchange} cleared`,
+              () => api("DELETE", `/topic-permissions/${enc(p.vhost)}/${enc(p.user)}/${enc(p.exchange)}`))() }, "Clear")))) : h("tr", {}, h("td", { colspan: 6 }, "No topic permissions."))))) : errorBox(topicPerms),
+      h("h3", {}, "Set a topic permission"), topicForm, topicMsg));
+}
+
+// ---- shovels ----
+
+// myTags are the logged-in user's tags: pages leave out what the user may
+// not ask for (a refusal is a 401, which logs out).
+async function myTags() { return (await api("GET", "/whoami")).tags || []; }
+
+// shovelEnd describes one side of a shovel (a /api/shovels row's src_ or
+// dest_ fields): its URI, then its queue, or its exchange and routing key.
+function shovelEnd(s, side) {
+  const q = s[side + "_queue"], x = s[side + "_exchange"], k = s[side + "_exchange_key"];
+  const what = q ? `queue ${q}` : x !== undefined && x !== null ? `exchange ${exchangeLabel(x)}` + (k ? `, key ${k}` : "")
+    : side === "dest" ? "routing key kept" : "";
+  return [h("code", { class: "uri" }, s[side + "_uri"] ?? ""), h("br"), h("span", { class: "what" }, what)];
+}
+
+// uriValue is a URI field's value: one URI, or a list when the field
+// holds several (separated by spaces or commas), as src-uri and dest-uri
+// take either.
+function uriValue(text) {
+  const list = text.split(/[\s,]+/).filter(Boolean);
+  return list.length === 1 ? list[0] : list;
+}
+
+// shovelsPage lists the shovels (GET /api/shovels: state, why it
+// stopped, where from and to, messages forwarded), each with Restart and
+// Delete (both asking first), and, to policymakers, a form that adds a
+// dynamic shovel (PUT /api/parameters/shovel/{vhost}/{name}). Every
+// refusal shows the API's reason. The list follows the shovels every 5 s
+// while no control of the page has focus.
+async function shovelsPage() {
+  const tags = await myTags();
+  const maySet = tags.includes("administrator") || tags.includes("policymaker");
+  const mayList = tags.includes("administrator") || tags.includes("monitoring");
+  const [list, vhosts] = await Promise.all([mayList ? api("GET", "/shovels").catch(e => e) : new Error("it needs the monitoring tag"),
+    api("GET", "/vhosts?columns=name").catch(() => [{ name: "/" }])]);
+  const msg = h("div", { id: "shovel-msg" });
+  const act = (what, req) => async () => {
+    try { await req(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  const rows = Array.isArray(list) ? list.map(s => h("tr", { dataset: { shovel: s.name, vhost: s.vhost, state: s.state } },
+    h("td", { class: "wide" }, s.vhost),
+    h("th", { scope: "row" }, s.name),
+    h("td", { class: "state" }, h("span", { class: s.state === "running" ? "ok" : s.state === "terminated" ? "down" : "" }, s.state),
+      s.reason ? [h("br"), h("small", { class: "reason" }, s.reason)] : null),
+    h("td", { class: "src" }, shovelEnd(s, "src")),
+    h("td", { class: "dest" }, shovelEnd(s, "dest")),
+    h("td", { class: "num forwarded" }, fmt(s.messages_forwarded ?? "")),
+    h("td", { class: "wide blocked" }, s.blocked_status ?? ""),
+    h("td", { class: "wide since" }, s.timestamp ?? ""),
+    h("td", { class: "actions" },
+      h("button", { type: "button", class: "restart", "aria-label": `Restart shovel ${s.name} in ${s.vhost}`,
+        onclick: () => confirm(`Restart shovel ${s.name} in ${s.vhost}? Its connections are closed and opened again.`) &&
+          act(`Shovel ${s.name} restarted`, () => api("DELETE", `/shovels/vhost/${enc(s.vhost)}/${enc(s.name)}/restart`))() }, "Restart"), " ",
+      maySet ? h("button", { type: "button", class: "delete danger", "aria-label": `Delete shovel ${s.name} in ${s.vhost}`,
+        onclick: () => confirm(`Delete shovel ${s.name} in ${s.vhost}? It stops; messages it has not yet settled stay on the source.`) &&
+          act(`Shovel ${s.name} deleted`, () => api("DELETE", `/parameters/shovel/${enc(s.vhost)}/${enc(s.name)}`))() }, "Delete") : null))) : [];
+  setPage("Shovels",
+    h("p", { class: "hint" }, "Dynamic shovels move messages from a queue or exchange to another, on this broker or another one (RabbitMQ's shovel parameter)."),
+    Array.isArray(list) ? h("div", { class: "table-wrap" }, h("table", { id: "shovels" },
+      h("thead", {}, h("tr", {}, colHead("Virtual host", "wide"), colHead("Name"), colHead("State"), colHead("Source"), colHead("Destination"),
+        colHead("Forwarded", "num"), colHead("Blocked status", "wide"), colHead("Since", "wide"), actionsHead())),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9 }, "No shovels."))))) : h("p", { class: "error", role: "alert", id: "shovels-error" },
+      `The shovels' status cannot be read: ${list instanceof APIError ? list.reason : String(list)}`),
+    msg,
+    maySet ? h("section", { "aria-labelledby": "add-shovel-h" }, h("h2", { id: "add-shovel-h" }, "Add a shovel"), shovelForm(vhosts, msg)) : null);
+  every(5000, () => {
+    const el = document.activeElement;
+    if (el === main || !main.contains(el)) rerender();
+  });
+}
+
+// shovelForm puts a shovel parameter: the source (URI, then a queue or an
+// exchange and routing key), the destination (the same), ack mode,
+// delete-after, prefetch and reconnect delay; fields left empty are left
+// to the shovel's defaults.
+function shovelForm(vhosts, msg) {
+  const input = (id, attrs = {}) => h("input", { id, autocomplete: "off", ...attrs });
+  const f = {
+    vhost: h("select", { id: "sh-vhost" }, vhosts.map(v => h("option", { value: v.name }, v.name))),
+    name: input("sh-name", { required: true }),
+    srcUri: input("sh-src-uri", { value: "amqp://", required: true, "aria-describedby": "sh-uri-help" }),
+    srcType: h("select", { id: "sh-src-type" }, h("option", { value: "queue" }, "Queue"), h("option", { value: "exchange" }, "Exchange")),
+    srcQueue: input("sh-src-queue"), srcExchange: input("sh-src-exchange"), srcKey: input("sh-src-key"),
+    destUri: input("sh-dest-uri", { value: "amqp://", required: true, "aria-describedby": "sh-uri-help" }),
+    destType: h("select", { id: "sh-dest-type" }, h("option", { value: "queue" }, "Queue"), h("option", { value: "exchange" }, "Exchange")),
+    destQueue: input("sh-dest-queue"), destExchange: input("sh-dest-exchange"), destKey: input("sh-dest-key"),
+    ackMode: h("select", { id: "sh-ack-mode" }, [["on-confirm", "On confirm (no loss)"], ["on-publish", "On publish"], ["no-ack", "No ack (may lose messages)"]]
+      .map(([v, l]) => h("option", { value: v }, l))),
+    deleteAfter: h("select", { id: "sh-delete-after" }, [["never", "Never"], ["queue-length", "After the messages in the queue at start"], ["count", "After a number of messages"]]
+      .map(([v, l]) => h("option", { value: v }, l))),
+    deleteCount: input("sh-delete-count", { type: "number", min: 0, step: 1 }),
+    prefetch: input("sh-prefetch", { type: "number", min: 1, step: 1, placeholder: "1000" }),
+    reconnect: input("sh-reconnect", { type: "number", min: 0, step: 1, placeholder: "5" }),
+  };
+  const lbl = (el, text) => h("label", { for: el.id }, text, el);
+  const srcQ = lbl(f.srcQueue, "Source queue"), srcX = h("div", { class: "row" }, lbl(f.srcExchange, "Source exchange"), lbl(f.srcKey, "Routing key"));
+  const destQ = lbl(f.destQueue, "Destination queue"), destX = h("div", { class: "row" }, lbl(f.destExchange, "Destination exchange"), lbl(f.destKey, "Routing key (empty: the message's)"));
+  const count = lbl(f.deleteCount, "Messages to move");
+  const sync = () => {
+    srcQ.hidden = f.srcType.value !== "queue"; srcX.hidden = !srcQ.hidden;
+    destQ.hidden = f.destType.value !== "queue"; destX.hidden = !destQ.hidden;
+    count.hidden = f.deleteAfter.value !== "count";
+  };
+  for (const sel of [f.srcType, f.destType, f.deleteAfter]) sel.addEventListener("change", sync);
+  sync();
+  const form = h("form", { class: "stack", id: "shovel-form", onsubmit: async ev => {
+    ev.preventDefault();
+    const v = { "src-protocol": "amqp091", "src-uri": uriValue(f.srcUri.value), "dest-protocol": "amqp091", "dest-uri": uriValue(f.destUri.value) };
+    const need = (el, what) => { if (el.value) return true; msg.replaceChildren(errorBox(`${what} is required.`)); el.focus(); return false; };
+    if (f.srcType.value === "queue") { if (!need(f.srcQueue, "The source queue")) return; v["src-queue"] = f.srcQueue.value; }
+    else {
+      if (!need(f.srcExchange, "The source exchange")) return;
+      v["src-exchange"] = f.srcExchange.value;
+      if (f.srcKey.value) v["src-exchange-key"] = f.srcKey.value;
+    }
+    if (f.destType.value === "queue") { if (!need(f.destQueue, "The destination queue")) return; v["dest-queue"] = f.destQueue.value; }
+    else {
+      if (!need(f.destExchange, "The destination exchange")) return;
+      v["dest-exchange"] = f.destExchange.value;
+      if (f.destKey.value) v["dest-exchange-key"] = f.destKey.value;
+    }
+    v["ack-mode"] = f.ackMode.value;
+    if (f.deleteAfter.value === "count") { if (!need(f.deleteCount, "The number of messages to move")) return; v["src-delete-after"] = Number(f.deleteCount.value); }
+    else v["src-delete-after"] = f.deleteAfter.value;
+    if (f.prefetch.value) v["src-prefetch-count"] = Number(f.prefetch.value);
+    if (f.reconnect.value) v["reconnect-delay"] = Number(f.reconnect.value);
+    try {
+      await api("PUT", `/parameters/shovel/${enc(f.vhost.value)}/${enc(f.name.value)}`, { value: v });
+      announce(`Shovel ${f.name.value} added`);
+      await rerender();
+    } catch (e) { msg.replaceChildren(errorBox(e)); }
+  } },
+    h("div", { class: "row" }, lbl(f.vhost, "Virtual host"), lbl(f.name, "Name")),
+    h("div", { class: "row sides" },
+      h("fieldset", {}, h("legend", {}, "Source"), lbl(f.srcUri, "URI"), lbl(f.srcType, "From"), srcQ, srcX,
+        lbl(f.prefetch, "Prefetch count (empty: 1000)"), lbl(f.deleteAfter, "Delete the shovel"), count),
+      h("fieldset", {}, h("legend", {}, "Destination"), lbl(f.destUri, "URI"), lbl(f.destType, "To"), destQ, destX)),
+    h("small", { id: "sh-uri-help" }, "amqp://user:password@host:5672/vhost, several separated by spaces to fail over; amqp:// alone is this broker's virtual host /, amqp:///name another of its virtual hosts."),
+    h("div", { class: "row" }, lbl(f.ackMode, "Acknowledgement mode"), lbl(f.reconnect, "Reconnect delay, seconds (empty: 5; 0: never)")),
+    h("div", {}, h("button", { type: "submit", class: "primary" }, "Add shovel")));
+  return form;
+}
+
+// ---- limits ----
+
+// LIMITS are the limits RabbitMQ sets per virtual host and per user.
+const VHOST_LIMITS = ["max-connections", "max-queues"], USER_LIMITS = ["max-connections", "max-channels"];
+
+// limitRows flattens GET /api/vhost-limits or /api/user-limits ([{vhost
+// or user, value: {limit: n}}]) into [owner, limit, n] rows.
+function limitRows(list, key) {
+  return list.flatMap(l => Object.entries(l.value || {}).map(([k, v]) => [l[key], k, v])).sort((a, b) => a[0].localeCompare(b[0]) || a[1].localeCompare(b[1]));
+}
+
+// limitSection is one table of limits with, when o.editable, a Clear
+// button each (asking first) and a form that sets one (PUT
+// .../{owner}/{limit} {"value": n}).
+function limitSection(o) {
+  const msg = h("div", { id: o.id + "-msg" });
+  const f = {
+    owner: h("select", { id: o.id + "-owner" }, o.owners.map(n => h("option", { value: n }, n))),
+    name: h("select", { id: o.id + "-name" }, o.limits.map(n => h("option", { value: n }, n))),
+    value: h("input", { id: o.id + "-value", type: "number", step: 1, required: true, "aria-describedby": o.id + "-help" }),
+  };
+  const act = (what, req) => async () => {
+    try { await req(); announce(what); await rerender(); } catch (e) { msg.replaceChildren(errorBox(e)); }
+  };
+  const rows = Array.isArray(o.list) ? limitRows(o.list, o.key) : [];
+  return h("section", { "aria-labelledby": o.id + "-h" }, h("h2", { id: o.id + "-h" }, o.title),
+    Array.isArray(o.list) ? h("div", { class: "table-wrap" }, h("table", { id: o.id },
+      h("thead", {}, h("tr", {}, colHead(o.ownerLabel), colHead("Limit"), colHead("Value", "num"), o.editable ? actionsHead() : null)),
+      h("tbody", {}, rows.length ? rows.map(([owner, name, v]) => h("tr", { dataset: { [o.key]: owner, limit: name } },
+        h("th", { scope: "row" }, owner), h("td", {}, name), h("td", { class: "num value" }, fmt(v)),
+        o.editable ? h("td", {}, h("button", { type: "button", class: "clear", "aria-label": `Clear ${name} of ${owner}`,
+          onclick: () => confirm(`Clear the ${name} limit of ${owner}?`) &&
+            act(`Limit ${name} of ${owner} cleared`, () => api("DELETE", `${o.path}/${enc(owner)}/${enc(name)}`))() }, "Clear")) : null))
+        : h("tr", {}, h("td", { colspan: o.editable ? 4 : 3 }, "No limits."))))) : errorBox(o.list),
+    o.editable ? h("form", { class: "inline", id: o.id + "-form", "aria-label": `Set a limit of a ${o.ownerLabel.toLowerCase()}`, onsubmit: ev => {
+      ev.preventDefault();
+      act(`Limit ${f.name.value} of ${f.owner.value} set to ${f.value.value}`,
+        () => api("PUT", `${o.path}/${enc(f.owner.value)}/${enc(f.name.value)}`, { value: Number(f.value.value) }))();
+    } },
+      h("label", { for: f.owner.id }, o.ownerLabel, f.owner), h("label", { for: f.name.id }, "Limit", f.name),
+      h("label", { for: f.value.id }, "Value", f.value),
+      h("button", { type: "submit", class: "primary" }, "Set limit")) : null,
+    h("p", { class: "hint", id: o.id + "-help" }, o.help),
+    msg);
+}
+
+// limitsPage shows the virtual hosts' limits and, to administrators, the
+// users' (RabbitMQ's Admin → Limits); administrators, who alone may
+// change them, get the forms and Clear buttons (another user's change
+// would be refused with a 401, which logs out).
+async function limitsPage() {
+  const admin = (await myTags()).includes("administrator");
+  const [vl, vhosts, ul, users] = await Promise.all([api("GET", "/vhost-limits").catch(e => e), api("GET", "/vhosts?columns=name"),
+    admin ? api("GET", "/user-limits").catch(e => e) : null, admin ? api("GET", "/users") : null]);
+  setPage("Limits",
+    limitSection({ id: "vhost-limits", title: "Virtual host limits", key: "vhost", ownerLabel: "Virtual host", path: "/vhost-limits",
+      list: vl, owners: vhosts.map(v => v.name), limits: VHOST_LIMITS, editable: admin,
+      help: "max-connections: client connections open at once in the virtual host; max-queues: queues in it. A negative value means no limit; 0 refuses every new one." }),
+    admin ? limitSection({ id: "user-limits", title: "User limits", key: "user", ownerLabel: "User", path: "/user-limits",
+      list: ul, owners: users.map(u => u.name), limits: USER_LIMITS, editable: true,
+      help: "max-connections: connections the user has open at once; max-channels: channels the user has open at once, over all its connections. A negative value means no limit." })
+      : h("p", {}, "User limits need the administrator tag."));
 }
 
 // ---- connections and channels ----
@@ -1161,6 +1512,9 @@ async function render() {
       case "users": await usersPage(); break;
       case "connections": await connectionsPage(); break;
       case "redrives": await redrivesPage(); break;
+      case "nodes": await nodesPage(); break;
+      case "shovels": await shovelsPage(); break;
+      case "limits": await limitsPage(); break;
       case "exchange": await exchangePage(decodeURIComponent(parts[1] || ""), decodeURIComponent(parts.slice(2).join("/"))); break;
       case "login": location.hash = "#/overview"; return;
       default: await overviewPage();

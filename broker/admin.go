@@ -354,6 +354,9 @@ type ConnectionInfo struct {
 	// SendCnt the reads and writes that moved them (RabbitMQ's recv_oct,
 	// recv_cnt, send_oct, send_cnt).
 	RecvOct, RecvCnt, SendOct, SendCnt uint64
+	// Internal: the broker's own connection (a shovel's side on this
+	// broker: LocalConnector), RabbitMQ's direct connection.
+	Internal bool
 }
 
 // Connections describes the open client connections of vhost ("" for
@@ -396,6 +399,7 @@ func (c *conn) info() ConnectionInfo {
 		Name: c.name(), VHost: c.vhost.Name, User: c.userName,
 		Peer: c.ac.RemoteAddr(), Local: c.ac.LocalAddr(), ClientProperties: c.ac.ClientProperties(),
 		Channels: len(c.channelList()), ConnectedAt: c.opened, Tuning: c.ac.Tuning(),
+		Internal: c.internal,
 	}
 	ci.RecvOct, ci.RecvCnt, ci.SendOct, ci.SendCnt = c.ac.Traffic()
 	return ci

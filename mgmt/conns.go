@@ -41,8 +41,12 @@ func hostPort(a net.Addr) (string, int) {
 func (s *Server) connectionJSON(ci broker.ConnectionInfo) map[string]any {
 	peerHost, peerPort := hostPort(ci.Peer)
 	host, port := hostPort(ci.Local)
+	typ := "network"
+	if ci.Internal {
+		typ = "direct" // RabbitMQ's word for its shovels' connections to their own node
+	}
 	m := map[string]any{
-		"name": ci.Name, "node": s.node(), "type": "network", "state": "running",
+		"name": ci.Name, "node": s.node(), "type": typ, "state": "running",
 		"vhost": ci.VHost, "user": ci.User, "user_who_performed_action": ci.User,
 		"protocol": "AMQP 0-9-1", "auth_mechanism": ci.Tuning.Mechanism,
 		"host": host, "port": port, "peer_host": peerHost, "peer_port": peerPort,

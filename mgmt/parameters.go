@@ -25,8 +25,11 @@ import (
 //	DELETE /api/global-parameters/{name}
 //
 // Parameters of the components the broker has (broker.Options.Components:
-// brokerd's "shovel") are served; policies and operator policies have
-// their own endpoints and are not listed here. Global parameters are
+// brokerd's "shovel") are served, and a vhost's limits as RabbitMQ keeps
+// them, its "vhost-limits" parameter named "limits" (the same limits as
+// /api/vhost-limits; setting or clearing them this way takes an
+// administrator, as there); policies and operator policies have their own
+// endpoints and are not listed here. Global parameters are
 // stored as given, except cluster_name: on a cluster node it is the
 // [cluster] name, as /api/overview reports it, listed read-only; setting
 // or clearing it is refused, since brokerd's configuration names the
@@ -53,6 +56,11 @@ func (s *Server) listParameters(u *broker.UserInfo, r *http.Request) (any, error
 	out := []map[string]any{}
 	component := r.PathValue("component")
 	for _, v := range s.vhostsFor(u, r.PathValue("vhost")) {
+		if component == "" || component == vhostLimitsComponent {
+			if l, ok := s.b.VHostLimitsOf(v); ok && len(l) > 0 {
+				out = append(out, vhostLimitsParameter(v, l))
+			}
+		}
 		for _, p := range s.b.Parameters(v, component) {
 			out = append(out, parameterJSON(p))
 		}
@@ -60,13 +68,48 @@ func (s *Server) listParameters(u *broker.UserInfo, r *http.Request) (any, error
 	return out, nil
 }
 
+// vhostLimitsParameter is vhost's limits as its vhost-limits parameter.
+func vhostLimitsParameter(vhost string, l map[string]int64) map[string]any {
+	return map[string]any{"value": limitsJSON(l), "vhost": vhost, "component": vhostLimitsComponent, "name": "limits"}
+}
+
 func (s *Server) getParameter(u *broker.UserInfo, r *http.Request) (any, error) {
 	vhost, component, name := r.PathValue("vhost"), r.PathValue("component"), r.PathValue("name")
+	if component == vhostLimitsComponent {
+		if l, ok := s.b.VHostLimitsOf(vhost); ok && len(l) > 0 && name == "limits" {
+			return vhostLimitsParameter(vhost, l), nil
+		}
+		return nil, notFound()
+	}
 	v, ok := s.b.LookupParameter(vhost, component, name)
 	if !ok {
 		return nil, notFound()
 	}
 	return parameterJSON(broker.Parameter{VHost: vhost, Component: component, Name: name, Value: v}), nil
+}
+
+// putVHostLimitsParameter replaces vhost's limits by value (RabbitMQ's
+// vhost-limits parameter named "limits").
+func (s *Server) putVHostLimitsParameter(u *broker.UserInfo, vhost, name string, value json.RawMessage) (any, error) {
+	if !hasTag(u, "administrator") {
+		return nil, notAuthorised("Not administrator user")
+	}
+	if name != "limits" {
+		return nil, validationFailed("a vhost's limits are its parameter named 'limits'")
+	}
+	l, err := rawLimits(value)
+	if err != nil {
+		return nil, validationFailed(err.Error())
+	}
+	old, _ := s.b.VHostLimitsOf(vhost)
+	existed := len(old) > 0
+	if err := s.b.SetVHostLimits(vhost, l); err != nil {
+		return nil, limitError(err, true)
+	}
+	if existed {
+		return noContent{}, nil
+	}
+	return created{}, nil
 }
 
 // valueBody is the body of a PUT of a parameter: its value. RabbitMQ's
@@ -92,6 +135,9 @@ func (s *Server) putParameter(u *broker.UserInfo, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
+	if component == vhostLimitsComponent {
+		return s.putVHostLimitsParameter(u, vhost, name, value)
+	}
 	_, existed := s.b.LookupParameter(vhost, component, name)
 	if err := s.b.SetParameter(vhost, component, name, value); err != nil {
 		var ie *broker.InvalidError
@@ -110,6 +156,18 @@ func (s *Server) putParameter(u *broker.UserInfo, r *http.Request) (any, error) 
 }
 
 func (s *Server) deleteParameter(u *broker.UserInfo, r *http.Request) (any, error) {
+	if vhost, component := r.PathValue("vhost"), r.PathValue("component"); component == vhostLimitsComponent {
+		if !hasTag(u, "administrator") {
+			return nil, notAuthorised("Not administrator user")
+		}
+		if l, ok := s.b.VHostLimitsOf(vhost); !ok || len(l) == 0 || r.PathValue("name") != "limits" {
+			return nil, notFound()
+		}
+		if err := s.b.ClearVHostLimit(vhost, ""); err != nil {
+			return nil, limitError(err, true)
+		}
+		return noContent{}, nil
+	}
 	if err := s.b.ClearParameter(r.PathValue("vhost"), r.PathValue("component"), r.PathValue("name")); err != nil {
 		if errors.Is(err, broker.ErrNotFound) {
 			return nil, notFound()

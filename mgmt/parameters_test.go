@@ -3,6 +3,7 @@ package mgmt_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -355,4 +356,34 @@ func TestParametersAsRabbitMQ(t *testing.T) {
 	if got := a.must(200, "GET", "/global-parameters", nil).json(t); !reflect.DeepEqual(got, want) {
 		t.Errorf("global parameters %v, want %v", got, want)
 	}
+}
+
+// A vhost's limits are its vhost-limits parameter named limits, as
+// RabbitMQ keeps them: listed and read with the other parameters, set and
+// cleared through them by an administrator only, the same limits as
+// /api/vhost-limits.
+func TestParametersVHostLimits(t *testing.T) {
+	a := startAPI(t)
+	a.must(201, "PUT", "/parameters/vhost-limits/%2F/limits", map[string]any{"value": map[string]any{"max-queues": 1}})
+	lim := a.must(200, "GET", "/vhost-limits/%2F", nil).list(t)
+	if len(lim) != 1 || fmt.Sprint(lim[0]["value"]) != "map[max-queues:1]" {
+		t.Fatalf("/api/vhost-limits/%%2F: %v", lim)
+	}
+	ps := a.must(200, "GET", "/parameters", nil).list(t)
+	if len(ps) != 1 || ps[0]["component"] != "vhost-limits" || ps[0]["name"] != "limits" || ps[0]["vhost"] != "/" {
+		t.Fatalf("/api/parameters: %v", ps)
+	}
+	a.must(200, "GET", "/parameters/vhost-limits/%2F/limits", nil)
+	a.must(201, "PUT", "/queues/%2F/first", map[string]any{"durable": true})
+	if r := a.do("PUT", "/queues/%2F/second", map[string]any{"durable": true}); r.status < 400 {
+		t.Fatalf("a second queue over max-queues 1: %d %s", r.status, r.body)
+	}
+	a.must(204, "PUT", "/parameters/vhost-limits/%2F/limits", map[string]any{"value": map[string]any{"max-queues": 5}})
+	a.must(201, "PUT", "/users/pm", map[string]any{"password": "pw", "tags": "policymaker"})
+	a.must(201, "PUT", "/permissions/%2F/pm", map[string]any{"configure": ".*", "write": ".*", "read": ".*"})
+	wantError(t, a.as("pm", "pw", "PUT", "/parameters/vhost-limits/%2F/limits", map[string]any{"value": map[string]any{"max-queues": -1}}), 401, "not_authorised", "Not administrator user")
+	wantError(t, a.as("pm", "pw", "DELETE", "/parameters/vhost-limits/%2F/limits", nil), 401, "not_authorised", "Not administrator user")
+	a.must(204, "DELETE", "/parameters/vhost-limits/%2F/limits", nil)
+	wantError(t, a.do("GET", "/parameters/vhost-limits/%2F/limits", nil), 404, "Object Not Found", "")
+	a.must(201, "PUT", "/queues/%2F/second", map[string]any{"durable": true})
 }

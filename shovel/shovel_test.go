@@ -91,7 +91,7 @@ func TestShovelLocalToRemote(t *testing.T) {
 	var named bool
 	for _, c := range a.Broker.Connections("") {
 		if n, _ := c.ClientProperties.Get("connection_name"); n == "Shovel out" {
-			named = c.User == "none"
+			named = c.User == "none" && c.Internal // /api/connections: type direct
 		}
 	}
 	if !named {

@@ -2,6 +2,7 @@ package mgmt_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -319,6 +320,19 @@ func TestRabbitmqadminCoverage(t *testing.T) {
 	}
 	if out := adm.run("list", "parameters"); !strings.Contains(out, "No items") {
 		t.Errorf("list parameters (table): %q", out)
+	}
+	// A vhost limit declared and listed through rabbitmqadmin, then the
+	// vhost's limits as its parameter.
+	adm.run("declare", "vhost_limit", "vhost=/", "name=max-queues", "value=100")
+	if l := adm.list("vhost_limits"); len(l) != 1 || fmt.Sprint(l[0]["value"]) != "map[max-queues:100]" {
+		t.Errorf("list vhost_limits: %v", l)
+	}
+	if p := adm.list("parameters"); len(p) != 1 || p[0]["component"] != "vhost-limits" {
+		t.Errorf("list parameters with a vhost limit: %v", p)
+	}
+	adm.run("delete", "vhost_limit", "vhost=/", "name=max-queues")
+	if l := adm.list("vhost_limits"); len(l) != 0 {
+		t.Errorf("list vhost_limits after delete: %v", l)
 	}
 	if p := adm.list("permissions"); len(p) != 1 || p[0]["user"] != "guest" || p[0]["vhost"] != "/" || p[0]["configure"] != ".*" {
 		t.Errorf("list permissions: %v", p)

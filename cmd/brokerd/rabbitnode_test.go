@@ -92,7 +92,6 @@ func startRabbitNode(t *testing.T) *rabbitNode {
 		name: fmt.Sprintf("rabbit-brokerd-test-%d-%s@localhost", os.Getpid(), distPort),
 		url:  "amqp://guest:guest@127.0.0.1:" + amqpPort + "/",
 		dir:  dir,
-		done: make(chan struct{}),
 	}
 	// The environment without the machine's RabbitMQ and Erlang settings.
 	for _, kv := range os.Environ() {
@@ -132,50 +131,74 @@ func startRabbitNode(t *testing.T) *rabbitNode {
 		<-epDone
 	})
 
-	out, err := os.Create(filepath.Join(dir, "server.out"))
+	t.Cleanup(n.stop)
+	n.launch()
+	t.Logf("RabbitMQ node %s at %s in %s", n.name, n.url, dir)
+	return n
+}
+
+// launch starts rabbitmq-server and waits until it accepts AMQP
+// connections. The test skips if it does not within rabbitStartTimeout.
+func (n *rabbitNode) launch() {
+	t := n.t
+	t.Helper()
+	out, err := os.OpenFile(filepath.Join(n.dir, "server.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.done = make(chan struct{})
 	n.cmd = exec.Command(rabbitBin + "/rabbitmq-server")
 	n.cmd.Env = n.env
 	n.cmd.Stdout, n.cmd.Stderr = out, out
 	// Its own process group: rabbitmq-server is a shell script that runs
-	// beam.smp as its child; the last resort kills the group.
+	// beam.smp as its child; kill and the last resort of stop kill the
+	// group.
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {
 		out.Close()
+		close(n.done)
 		t.Skipf("rabbitmq-server does not start: %v", err)
 	}
+	cmd, done := n.cmd, n.done
 	go func() {
-		n.cmd.Wait()
+		cmd.Wait()
 		out.Close()
-		close(n.done)
+		close(done)
 	}()
-	t.Cleanup(n.stop)
 
 	deadline := time.Now().Add(rabbitStartTimeout)
 	for {
 		conn, err := amqp091.Dial(n.url)
 		if err == nil {
 			conn.Close()
-			break
+			return
 		}
 		select {
-		case <-n.done:
-			t.Skipf("the RabbitMQ node exited before accepting connections (%v):\n%s", n.cmd.ProcessState, n.logTail())
+		case <-done:
+			t.Skipf("the RabbitMQ node exited before accepting connections (%v):\n%s", cmd.ProcessState, n.logTail())
 		case <-time.After(50 * time.Millisecond): // polls the node's AMQP port
 		}
 		if time.Now().After(deadline) {
 			t.Skipf("the RabbitMQ node did not accept AMQP connections within %v (%v):\n%s", rabbitStartTimeout, err, n.logTail())
 		}
 	}
-	t.Logf("RabbitMQ node %s at %s in %s", n.name, n.url, dir)
-	return n
+}
+
+// kill kills the node with SIGKILL (its whole process group) and waits
+// for it to exit.
+func (n *rabbitNode) kill() {
+	if err := syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		n.t.Fatalf("kill the RabbitMQ node: %v", err)
+	}
+	<-n.done
 }
 
 // stop stops the node with rabbitmqctl stop and waits for it to exit,
 // killing its process group if it does not within 30 s.
 func (n *rabbitNode) stop() {
+	if n.cmd == nil {
+		return
+	}
 	select {
 	case <-n.done:
 		return

@@ -245,3 +245,16 @@ func (b *Broker) SetCancelReadHookForTest(vhost, exchange string, fn func()) (re
 		}
 	})
 }
+
+// GateDueReadsForTest holds each read of paged entries ahead of their
+// deadlines from now on (set it before the broker has connections) until
+// release; entered receives the number of refs of each read held.
+func GateDueReadsForTest() (entered <-chan int, release, restore func()) {
+	return queue.GateDueReadsForTest()
+}
+
+// ExpiryWaitingForTest returns how many of queue's expired entries wait
+// for a read of paged entries ahead of them.
+func (b *Broker) ExpiryWaitingForTest(vhost, queue string) int {
+	return b.queueForTest(vhost, queue).ExpiryWaitingForTest()
+}

@@ -633,6 +633,47 @@ func TestPagedOutEntryIgnoresItsStaleTimer(t *testing.T) {
 	ch.WantEmpty("dlq")
 }
 
+// Expired entries are dead-lettered in queue order even when the read of
+// the paged ones ahead of them ends after their deadline (under load):
+// the resident tail, due as well, waits for the read instead of
+// overtaking it. (TestTransientPagingExpiryDeadLettersAndPurge saw two
+// dead letters swapped on a loaded machine.)
+func TestPagedExpiryInQueueOrderBehindSlowRead(t *testing.T) {
+	entered, release, restore := broker.GateDueReadsForTest()
+	t.Cleanup(restore) // last: the broker has stopped by then
+	clk := brokertest.NewClock()
+	b := brokertest.Start(t, brokertest.Config{Clock: clk})
+	t.Cleanup(release) // before the broker stops: it waits for the read
+	ch := b.Session(t)
+	ch.Declare("dlq", nil, brokertest.Durable)
+	ch.Declare("src", tlDLX("dlq", nil), brokertest.Durable)
+	const n = 60
+	bodies := dvNumbered("s", n)
+	for _, body := range bodies {
+		ch.Publish("", "src", amqp091.Publishing{Body: []byte(body), Expiration: "1000", DeliveryMode: amqp091.Persistent})
+	}
+	pgWantResident(t, b, "src", 1, 0, n)
+	// The read ahead of the deadlines starts, and is held: a slow disk.
+	clk.Advance(950 * time.Millisecond)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no read ahead of the paged deadlines")
+	}
+	// The deadlines pass while the read is held: the resident entries
+	// (the head, the tail) are due now.
+	clk.Advance(51 * time.Millisecond)
+	brokertest.Eventually(t, "the resident entries behind the read to have expired", func() bool {
+		st, _ := b.Broker.QueueStats("/", "dlq")
+		return b.Broker.ExpiryWaitingForTest("/", "src") > 0 || st.Ready > 1
+	})
+	release()
+	tlEventuallyReady(t, b, "dlq", n)
+	ch.WantReady("src", 0)
+	dvWantBodies(t, "dead-lettered in queue order", ch.GetN("dlq", n), bodies...)
+	ch.WantEmpty("dlq")
+}
+
 // pgReadGate holds the store's reads of queue entries, once armed, until
 // opened: a disk slow to answer. Start the broker with WrapStore:
 // g.spy.Wrap.

@@ -3,7 +3,9 @@
 package mgmt_test
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,9 +36,8 @@ func TestUIRedrive(t *testing.T) {
 	a.deadLetter("orders", "orders.dlq", n, bodies...)
 
 	uiLogin(t, ctx, root, "guest", "guest")
-	until(t, ctx, "open the DLQ",
-		chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"),
-		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery))
+	openQueuePage(t, ctx, root, "orders.dlq")
+	until(t, ctx, "the DLQ's redrive button", chromedp.WaitVisible("#redrive-open", chromedp.ByQuery))
 	poll(t, ctx, "DLQ count", `document.querySelector("#q-messages").textContent === "30"`)
 	until(t, ctx, "redrive dialog",
 		// Found and clicked in one step in the page: the queue page
@@ -69,8 +70,8 @@ func TestUIRedrive(t *testing.T) {
 	if q := a.must(200, "GET", "/queues/%2F/orders", nil).object(t); q["messages"] != float64(n) {
 		t.Fatalf("origin after the redrive: %v messages", q["messages"])
 	}
-	until(t, ctx, "origin page", chromedp.Navigate(root+"/#/queue/%2F/orders"),
-		chromedp.WaitVisible(".message", chromedp.ByQuery))
+	openQueuePage(t, ctx, root, "orders")
+	until(t, ctx, "origin page", chromedp.WaitVisible(".message", chromedp.ByQuery))
 	poll(t, ctx, "origin count", `document.querySelector("#q-messages").textContent === "30"`)
 	// The page re-renders its peek as it refreshes: between two renders
 	// there is no .message.
@@ -87,8 +88,8 @@ func TestUIRedrive(t *testing.T) {
 	}
 	a.deadLetter("gone", "orders.dlq", 104, gone...)
 	a.must(204, "DELETE", "/queues/%2F/gone", nil)
-	until(t, ctx, "DLQ again", chromedp.Navigate(root+"/#/queue/%2F/orders.dlq"),
-		chromedp.WaitVisible("#redrive-open", chromedp.ByQuery),
+	openQueuePage(t, ctx, root, "orders.dlq")
+	until(t, ctx, "DLQ again", chromedp.WaitVisible("#redrive-open", chromedp.ByQuery),
 		// Found and clicked in one step in the page: the queue page
 		// re-renders as it refreshes, and a node chromedp found may be
 		// gone by its click ("Could not find node with given id").
@@ -117,4 +118,19 @@ func TestUIRedrive(t *testing.T) {
 	until(t, ctx, "forget", chromedp.Click(`#redrives tr[data-task="`+first+`"] button`, chromedp.ByQuery))
 	poll(t, ctx, "forgotten", `document.querySelectorAll('#redrives tr[data-task]').length === 1 && !document.querySelector('#redrives tr[data-task="`+first+`"]')`)
 	a.must(404, "GET", "/redrives/"+first, nil)
+}
+
+// openQueuePage navigates to the page of queue name (vhost /) and waits
+// until that page is drawn (main's data-loaded names its hash). A change
+// of the hash leaves the page before it on screen until the new page's
+// API answers come (slow under -race on a loaded machine); from one
+// queue's page to another's, a step that only waits for #redrive-open or
+// .message runs on the old page: it started a redrive of the wrong queue
+// ("failures listed" timed out), or clicked a form that the new page's
+// drawing then removed (the test's deadline passed in "DLQ again").
+func openQueuePage(t *testing.T, ctx context.Context, root, name string) {
+	t.Helper()
+	hash := "#/queue/%2F/" + name
+	until(t, ctx, "open "+name, chromedp.Navigate(root+"/"+hash))
+	poll(t, ctx, "the page of "+name, `document.querySelector("main").dataset.loaded === `+strconv.Quote(hash))
 }

@@ -138,7 +138,9 @@
 //
 // Deadlines of paged entries stay in the store's expiry keys; the timer
 // wheel holds only those within a short horizon, armed by periodic scans
-// of those keys (Env.StartHorizon, pagedexpiry.go). Recovery
+// of those keys (Env.StartHorizon, pagedexpiry.go); an expired entry
+// behind paged ones still being read ahead waits for that read, so dead
+// letters leave in queue order. Recovery
 // restores a queue from the store's counters (store.Queues) without
 // reading its entries. Dead letters waiting for a route (at-least-once)
 // wait in store ranges of their own (transient ones in a volatile one),

@@ -97,50 +97,160 @@ func (b *Env) FireTimers(due []*ttl.Timer) {
 // a read-ahead timer starts a read of the store outside the queue's lock
 // (on a goroutine of its own, so the scheduler goes on); what it reads
 // waits on timers at the deadlines, or expires at once if due (a timer
-// armed late). Nothing that is due waits for a read.
+// armed late). A due entry waits for a read only if that read is of an
+// entry ahead of it in its level (waitForReadsLocked), so that dead
+// letters leave in queue order however slow the read: it waits for the
+// read, never for the other entry's deadline.
 func (q *Queue) expireEntries(es []*Entry, pts []*pagedTimer) {
 	b := q.Env
 	if q.holdFor != "" {
 		runHook(&releaseHook, q)
 	}
 	q.mu.Lock()
+	now := b.NowMS()
 	var toRead []store.Ref
 	var pre []*Entry
 	if len(pts) > 0 {
-		toRead, pre = q.duePagedLocked(pts, b.NowMS())
+		toRead, pre = q.duePagedLocked(pts, now)
 	}
+	// Registered before this batch expires: an entry of es behind one
+	// this read is of waits for it.
+	var r *expRead
+	if len(toRead) > 0 && b.goAsync() {
+		r = q.startExpReadLocked(toRead)
+	}
+	es, pre = q.waitForReadsLocked(es, pre, now)
 	t := b.newTxn()
 	q.expireLocked(t, es, pre)
 	t.apply(nil)
-	reading := len(toRead) > 0 && b.goAsync()
 	q.mu.Unlock()
 	t.finish()
-	if !reading {
+	if r == nil {
 		return // nothing to read, or closing
 	}
 	go func() {
 		defer b.asyncDone()
-		q.expireRead(toRead)
+		q.expireRead(r)
 	}()
 }
 
-// expireRead reads the paged entries refs name, which are due, and
-// expires them. A read that fails is made again after a pause
-// (readretry.go).
-func (q *Queue) expireRead(refs []store.Ref) {
+// expireRead reads the paged entries r names, which are due, and expires
+// them, with the entries that waited for r and no other read. A read
+// that fails is made again after a pause (readretry.go).
+func (q *Queue) expireRead(r *expRead) {
 	b := q.Env
-	read, err := q.readPaged(refs)
+	read, err := q.readPaged(r.refs)
 	q.locked(func(t *Txn) {
 		if q.isDeleted() {
 			return
 		}
 		if err != nil {
+			// Still under way: what waits for it waits on.
 			b.ReadFailed(fmt.Errorf("expire in queue '%s' in vhost '%s': %w", q.Name, q.Host.Name, err))
-			b.retryRead(func() { q.expireRead(refs) })
+			b.retryRead(func() { q.expireRead(r) })
 			return
 		}
-		q.expireLocked(t, nil, q.holdReadLocked(read, b.NowMS()))
+		if i := slices.Index(q.expReads, r); i >= 0 {
+			q.expReads = slices.Delete(q.expReads, i, i+1)
+		}
+		now := b.NowMS()
+		es, paged := q.releaseWaitingLocked()
+		_, due := q.waitForReadsLocked(nil, q.holdReadLocked(read, now), now)
+		// Sorted together by expireLocked.
+		q.expireLocked(t, es, append(paged, due...))
 	})
+}
+
+// expRead is a read of due paged entries under way (expireRead).
+type expRead struct {
+	refs []store.Ref
+	gen  uint64           // q.expGen when it started
+	head map[uint8]uint64 // the lowest seq it reads, by level
+}
+
+// expWait is an expired entry that waits for reads under way.
+type expWait struct {
+	e     *Entry
+	paged bool   // read from a middle (else resident)
+	upTo  uint64 // it waits for the reads started up to this gen, not later ones
+}
+
+// startExpReadLocked registers the read of refs, which is starting.
+func (q *Queue) startExpReadLocked(refs []store.Ref) *expRead {
+	q.expGen++
+	r := &expRead{refs: refs, gen: q.expGen, head: map[uint8]uint64{}}
+	for _, ref := range refs {
+		if s, ok := r.head[ref.Prio]; !ok || ref.Seq < s {
+			r.head[ref.Prio] = ref.Seq
+		}
+	}
+	q.expReads = append(q.expReads, r)
+	return r
+}
+
+// behindReadLocked reports whether a read under way, started up to gen
+// upTo, reads an entry ahead of e in its level.
+func (q *Queue) behindReadLocked(e *Entry, upTo uint64) bool {
+	for _, r := range q.expReads {
+		if s, ok := r.head[e.Prio]; ok && r.gen <= upTo && s < e.Seq {
+			return true
+		}
+	}
+	return false
+}
+
+// waitForReadsLocked returns the entries of es and paged that may expire
+// now, and keeps back (in q.expWait) the expired ones behind an entry of
+// their level that a read under way (q.expReads) is reading: that entry
+// may be due too, and must be dead-lettered first. RabbitMQ dead-letters
+// expired messages from the head, in queue order; paged entries are read
+// ahead on goroutines of their own, and under load a read can end after
+// its entries' deadlines, after the deadlines of entries behind them
+// (resident in the tail, or read by a later read that ended first). An
+// entry waits only for the reads under way now, never for one started
+// later, so a queue that always has a read under way does not hold it
+// for ever. One kept back stays where it is (ready, or in its middle): a
+// delivery, purge or paging in meanwhile is seen when the read ends and
+// expireLocked looks at it again. A holding queue (delayed.go) releases
+// in deadline order, and keeps nothing back.
+func (q *Queue) waitForReadsLocked(es, paged []*Entry, now int64) (readyNow, pagedNow []*Entry) {
+	if q.holdFor != "" || len(q.expReads) == 0 {
+		return es, paged
+	}
+	for _, e := range paged {
+		if q.behindReadLocked(e, q.expGen) {
+			q.expWait = append(q.expWait, expWait{e: e, paged: true, upTo: q.expGen})
+		} else {
+			pagedNow = append(pagedNow, e)
+		}
+	}
+	for _, e := range es {
+		if e.state == stReady && e.expiredAt(now) && q.behindReadLocked(e, q.expGen) {
+			q.expWait = append(q.expWait, expWait{e: e, upTo: q.expGen})
+		} else {
+			readyNow = append(readyNow, e)
+		}
+	}
+	return readyNow, pagedNow
+}
+
+// releaseWaitingLocked takes out of q.expWait the entries that no longer
+// wait for a read (a read ended).
+func (q *Queue) releaseWaitingLocked() (es, paged []*Entry) {
+	keep := q.expWait[:0]
+	for _, w := range q.expWait {
+		switch {
+		case q.behindReadLocked(w.e, w.upTo):
+			keep = append(keep, w)
+		case w.paged:
+			paged = append(paged, w.e)
+		default:
+			es = append(es, w.e)
+		}
+	}
+	clear(q.expWait[len(keep):])
+	q.expWait = keep
+	return es, paged
 }
 
 // expireLocked dead-letters those of es still ready and expired, and
@@ -180,7 +290,7 @@ func (q *Queue) expireLocked(t *Txn, es []*Entry, paged []*Entry) {
 		q.releaseLocked(t, expired) // due: routed now (delayed.go)
 		return
 	}
-	if len(paged) > 0 {
+	if len(expired) > 1 {
 		slices.SortFunc(expired, func(a, b *Entry) int {
 			return cmp.Or(cmp.Compare(a.Deadline, b.Deadline), cmp.Compare(a.Seq, b.Seq))
 		})

@@ -22,7 +22,9 @@ import (
 // span are read together): the entry is read from the store then (off the
 // queue's lock), kept with a timer at its deadline, and dead-lettered (or
 // released, on a holding queue) then like any other that expired, so the
-// read's time does not make it late.
+// read's time does not make it late. A read that ends late (under load)
+// makes the expired entries behind its own wait for it, not overtake
+// them (waitForReadsLocked): dead letters leave in queue order.
 
 // HorizonMS is how far ahead of now a scan arms deadlines; scans run every
 // half of it.
@@ -136,12 +138,15 @@ func (q *Queue) unpageTimerLocked(seq uint64) {
 	}
 }
 
-// dropPagedLocked drops every paged timer (the middles are gone).
+// dropPagedLocked drops every paged timer (the middles are gone), and
+// what waited for a read of them to expire (the queue was purged or
+// deleted: the reads under way find nothing left to expire).
 func (q *Queue) dropPagedLocked() {
 	for _, pt := range q.paged {
 		q.Env.Timers.Remove(&pt.timer)
 	}
 	q.paged = nil
+	q.expReads, q.expWait = nil, nil
 }
 
 // duePagedLocked takes the fired paged timers pts whose entry is still in

@@ -180,6 +180,14 @@ type Queue struct {
 	// paged are the timers of entries in a middle whose deadline is
 	// within the broker's horizon, by seq (see pagedexpiry.go).
 	paged map[uint64]*pagedTimer
+	// expReads are the reads of due paged entries under way
+	// (expireRead), numbered from expGen; expWait the expired entries
+	// that wait for some of them, which read entries ahead of theirs
+	// (waitForReadsLocked in expiry.go: dead letters leave in queue
+	// order).
+	expGen   uint64
+	expReads []*expRead
+	expWait  []expWait
 
 	// Delivered marks per level (deliveredmarks.go): durable, asked for (written,
 	// maybe not durable yet), and as recovered. markWaiting is set when

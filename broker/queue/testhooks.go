@@ -163,3 +163,27 @@ func SetCancelReadHookForTest(fn func(*Queue)) (restore func()) {
 	cancelReadHook.Store(&fn)
 	return func() { cancelReadHook.Store(nil) }
 }
+
+// GateDueReadsForTest holds each read of paged entries ahead of their
+// deadlines from now on until release is called; entered receives the
+// number of refs of each read as it is held. restore lets reads through
+// and stops it.
+func GateDueReadsForTest() (entered <-chan int, release func(), restore func()) {
+	in := make(chan int, 64)
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	dueReadHook = func(n int) {
+		in <- n
+		<-gate
+	}
+	return in, release, func() { release(); dueReadHook = nil }
+}
+
+// ExpiryWaitingForTest returns how many of q's expired entries wait for a
+// read of entries ahead of them (waitForReadsLocked).
+func (q *Queue) ExpiryWaitingForTest() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.expWait)
+}

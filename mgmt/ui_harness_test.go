@@ -98,6 +98,27 @@ func until(t *testing.T, ctx context.Context, what string, actions ...chromedp.A
 	}
 }
 
+// clickNow clicks the element sel matches, found and clicked in one step
+// in the page: a row a refresh redraws between chromedp's look-up and its
+// click ("Could not find node with given id") cannot slip away. Waits
+// until sel matches.
+func clickNow(sel string) chromedp.Action {
+	q, _ := json.Marshal(sel)
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		if err := chromedp.WaitVisible(sel, chromedp.ByQuery).Do(ctx); err != nil {
+			return err
+		}
+		var ok bool
+		if err := chromedp.Evaluate("(e => e ? (e.click(), true) : false)(document.querySelector("+string(q)+"))", &ok).Do(ctx); err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("click %s: gone", sel)
+		}
+		return nil
+	})
+}
+
 // setValue sets a form control's value as a script would (no input
 // event), to clear it before typing.
 func setValue(sel, value string) chromedp.Action {

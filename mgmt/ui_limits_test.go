@@ -63,13 +63,13 @@ func TestUILimits(t *testing.T) {
 	axeCheck(t, ctx, "limits")
 
 	until(t, ctx, "clear, no", chromedp.Evaluate(`window.confirm = () => false`, nil),
-		chromedp.Click(vrow("max-connections")+" button.clear", chromedp.ByQuery),
+		clickNow(vrow("max-connections")+" button.clear"),
 		chromedp.Evaluate(`window.confirm = () => true`, nil))
 	wantLimits("/vhost-limits/tenant", "vhost", "tenant", map[string]any{"max-connections": 10.0, "max-queues": 5.0})
-	until(t, ctx, "clear, yes", chromedp.Click(vrow("max-connections")+" button.clear", chromedp.ByQuery),
+	until(t, ctx, "clear, yes", clickNow(vrow("max-connections")+" button.clear"),
 		chromedp.WaitNotPresent(vrow("max-connections"), chromedp.ByQuery))
 	wantLimits("/vhost-limits/tenant", "vhost", "tenant", map[string]any{"max-queues": 5.0})
-	until(t, ctx, "clear a user limit", chromedp.Click(urow("max-channels")+" button.clear", chromedp.ByQuery),
+	until(t, ctx, "clear a user limit", clickNow(urow("max-channels")+" button.clear"),
 		chromedp.WaitNotPresent(urow("max-channels"), chromedp.ByQuery))
 	wantLimits("/user-limits/alice", "user", "alice", map[string]any{"max-connections": 2.0})
 }
@@ -126,17 +126,17 @@ func TestUITopicPermissions(t *testing.T) {
 
 	// Clear removes the row's exchange's permission alone.
 	until(t, ctx, "clear, no", chromedp.Evaluate(`window.confirm = () => false`, nil),
-		chromedp.Click(row("events")+" button.clear", chromedp.ByQuery),
+		clickNow(row("events")+" button.clear"),
 		chromedp.Evaluate(`window.confirm = () => true`, nil))
 	if l := a.must(200, "GET", "/users/alice/topic-permissions", nil).list(t); len(l) != 2 {
 		t.Errorf("topic permissions after Clear answered no: %v", l)
 	}
-	until(t, ctx, "clear", chromedp.Click(row("events")+" button.clear", chromedp.ByQuery),
+	until(t, ctx, "clear", clickNow(row("events")+" button.clear"),
 		chromedp.WaitNotPresent(row("events"), chromedp.ByQuery))
 	if l := a.must(200, "GET", "/users/alice/topic-permissions", nil).list(t); len(l) != 1 || l[0]["exchange"] != "amq.topic" {
 		t.Errorf("topic permissions after clearing events': %v", l)
 	}
-	until(t, ctx, "clear the last", chromedp.Click(row("amq.topic")+" button.clear", chromedp.ByQuery),
+	until(t, ctx, "clear the last", clickNow(row("amq.topic")+" button.clear"),
 		chromedp.WaitNotPresent(`#topic-permissions tr[data-user="alice"]`, chromedp.ByQuery))
 	if l := a.must(200, "GET", "/users/alice/topic-permissions", nil).list(t); len(l) != 0 {
 		t.Errorf("topic permissions after Clear: %v", l)

@@ -159,15 +159,15 @@ func TestUIShovels(t *testing.T) {
 
 	// Restart asks first, then restarts.
 	until(t, ctx, "restart", chromedp.Evaluate(`window.asked = []; window.confirm = q => { asked.push(q); return true; }`, nil),
-		chromedp.Click(move+"button.restart", chromedp.ByQuery))
+		clickNow(move+"button.restart"))
 	poll(t, ctx, "restarted", `document.querySelector("#status").textContent === "Shovel move restarted" && asked.length === 1 && asked[0].startsWith("Restart shovel move")`)
 
 	// Delete, answered no, leaves it; answered yes, clears the parameter.
 	until(t, ctx, "delete, no", chromedp.Evaluate(`window.confirm = () => false`, nil),
-		chromedp.Click(`#shovels tr[data-shovel="ui-made"] button.delete`, chromedp.ByQuery),
+		clickNow(`#shovels tr[data-shovel="ui-made"] button.delete`),
 		chromedp.Evaluate(`window.confirm = () => true`, nil))
 	a.must(200, "GET", "/parameters/shovel/%2F/ui-made", nil)
-	until(t, ctx, "delete, yes", chromedp.Click(`#shovels tr[data-shovel="ui-made"] button.delete`, chromedp.ByQuery),
+	until(t, ctx, "delete, yes", clickNow(`#shovels tr[data-shovel="ui-made"] button.delete`),
 		chromedp.WaitNotPresent(`#shovels tr[data-shovel="ui-made"]`, chromedp.ByQuery))
 	a.must(404, "GET", "/parameters/shovel/%2F/ui-made", nil)
 	waitFor(t, func() bool { return status("ui-made") == nil })

@@ -61,7 +61,10 @@ func BenchmarkShovel(b *testing.B) {
 					if qi.Ready >= n && si.Messages() == 0 {
 						break
 					}
-					time.Sleep(5 * time.Millisecond) // polling the end of the run: time is the measure
+					// The broker offers no event for a queue's depth, and a consumer
+					// on the destination would load the run it measures: poll, the
+					// measured time off by at most 5 ms.
+					time.Sleep(5 * time.Millisecond)
 				}
 				el := time.Since(start)
 				b.StopTimer()
